@@ -1,0 +1,133 @@
+/** Wire schemas of models, checkpoints and trajectory logging; they produce the TypeScript types. */
+import { Type, type Static } from '@sinclair/typebox';
+
+/** Names of projects, models and log splits: safe as path segments and in `entity/project/name` strings. */
+export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,128}$';
+export const SPLIT_PATTERN = '^[A-Za-z0-9_-]{1,64}$';
+
+export const ModelCreateBody = Type.Object(
+  {
+    project: Type.String({ pattern: NAME_PATTERN }),
+    name: Type.String({ pattern: NAME_PATTERN }),
+    base_model: Type.String({ minLength: 1 }),
+    entity: Type.Optional(Type.Union([Type.String({ minLength: 1 }), Type.Null()])),
+    return_existing: Type.Optional(Type.Boolean({ default: false })),
+  },
+  { additionalProperties: true },
+);
+export type ModelCreateBody = Static<typeof ModelCreateBody>;
+
+export const ModelResponse = Type.Object({
+  id: Type.String(),
+  entity: Type.String(),
+  project: Type.String(),
+  name: Type.String(),
+  base_model: Type.String(),
+  run_id: Type.String(),
+});
+export type ModelResponse = Static<typeof ModelResponse>;
+
+export const ModelDeleteResponse = Type.Object({
+  model_id: Type.String(),
+  deleted_checkpoints: Type.Integer(),
+  deleted_run: Type.Boolean(),
+});
+
+export const Checkpoint = Type.Object({
+  id: Type.String(),
+  step: Type.Integer(),
+  metrics: Type.Record(Type.String(), Type.Unknown()),
+  created_at: Type.String(),
+});
+export type Checkpoint = Static<typeof Checkpoint>;
+
+export function listEnvelope<T extends ReturnType<typeof Type.Object>>(item: T) {
+  return Type.Object({
+    object: Type.Literal('list'),
+    data: Type.Array(item),
+    has_more: Type.Boolean(),
+    first_id: Type.String(),
+    last_id: Type.String(),
+  });
+}
+
+export const CheckpointDeleteBody = Type.Object(
+  { steps: Type.Array(Type.Integer({ minimum: 0 }), { maxItems: 100000 }) },
+  { additionalProperties: true },
+);
+export type CheckpointDeleteBody = Static<typeof CheckpointDeleteBody>;
+
+export const CheckpointDeleteResponse = Type.Object({
+  deleted_count: Type.Integer(),
+  not_found_steps: Type.Array(Type.Integer()),
+});
+
+const ToolDefinition = Type.Object(
+  {
+    type: Type.String(),
+    function: Type.Object(
+      {
+        name: Type.String(),
+        description: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+        parameters: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
+        strict: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+      },
+      { additionalProperties: true },
+    ),
+  },
+  { additionalProperties: true },
+);
+
+/** A chat message (has `role`) or a serialized OpenAI `Choice` (has `message`); which one is checked in the service. */
+const MessageOrChoice = Type.Record(Type.String(), Type.Unknown());
+
+const History = Type.Object(
+  {
+    messages_and_choices: Type.Array(MessageOrChoice),
+    tools: Type.Optional(Type.Union([Type.Array(ToolDefinition), Type.Null()])),
+  },
+  { additionalProperties: true },
+);
+
+export const Trajectory = Type.Object(
+  {
+    messages_and_choices: Type.Array(MessageOrChoice),
+    tools: Type.Optional(Type.Union([Type.Array(ToolDefinition), Type.Null()])),
+    additional_histories: Type.Optional(Type.Union([Type.Array(History), Type.Null()])),
+    reward: Type.Number(),
+    initial_policy_version: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
+    final_policy_version: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
+    metrics: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
+    metadata: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
+    logs: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()])),
+    start_time: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  },
+  { additionalProperties: true },
+);
+export type Trajectory = Static<typeof Trajectory>;
+
+export const TrajectoryGroup = Type.Object(
+  {
+    trajectories: Type.Array(Trajectory),
+    exceptions: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()])),
+    metadata: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
+    metrics: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
+    logs: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()])),
+  },
+  { additionalProperties: true },
+);
+export type TrajectoryGroup = Static<typeof TrajectoryGroup>;
+
+export const LogBody = Type.Object(
+  {
+    split: Type.String({ pattern: SPLIT_PATTERN }),
+    trajectory_groups: Type.Array(TrajectoryGroup),
+  },
+  { additionalProperties: true },
+);
+export type LogBody = Static<typeof LogBody>;
+
+export const LogResponse = Type.Object({
+  step: Type.Integer(),
+  metrics: Type.Record(Type.String(), Type.Number()),
+});

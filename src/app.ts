@@ -1,0 +1,37 @@
+/** buildApp(deps): the Fastify instance with every route, hook and error mapping, not listening (tests use inject). */
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { Config } from './config.ts';
+import type { Services } from './context.ts';
+import { newId } from './ids.ts';
+import { registerAuth } from './http/auth.ts';
+import { errorHandler, sendError } from './http/errors.ts';
+import { registerHealthRoutes } from './http/health-routes.ts';
+import { registerModelRoutes } from './http/models-routes.ts';
+import { AppError } from './errors.ts';
+
+export interface AppDeps {
+  config: Pick<Config, 'bodyLimitBytes' | 'logLevel'>;
+  services: Services;
+}
+
+export function buildApp({ config, services }: AppDeps): FastifyInstance {
+  const app = Fastify({
+    logger: { level: config.logLevel },
+    bodyLimit: config.bodyLimitBytes,
+    requestIdHeader: 'x-request-id',
+    genReqId: () => newId(),
+    ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true } },
+    routerOptions: { ignoreTrailingSlash: false },
+  });
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}`)));
+
+  registerAuth(app, services.auth);
+  registerHealthRoutes(app, services.health);
+  registerModelRoutes(app, services);
+  return app;
+}

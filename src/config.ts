@@ -1,0 +1,121 @@
+/**
+ * Environment → typed configuration. Every bad variable is reported in one error,
+ * so an operator fixes a deployment in one pass instead of one variable per restart.
+ */
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface BaseModelSpec {
+  id: string;
+  path: string;
+}
+
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  databaseUrl: string | null;
+  bootstrapApiKey: string | null;
+  bodyLimitBytes: number;
+  logLevel: LogLevel;
+  baseModels: BaseModelSpec[];
+  defaultBaseModel: string;
+  enginePython: string | null;
+  engineEnabled: boolean;
+}
+
+export const BUILTIN_BASE_MODEL: BaseModelSpec = {
+  id: 'builtin/tiny-chat',
+  path: path.join(repoRoot, 'models', 'tiny-chat'),
+};
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  ${problems.join('\n  ')}`);
+  }
+}
+
+const LOG_LEVELS: LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+const API_KEY_PATTERN = /^sk-[A-Za-z0-9_-]{20,}$/;
+
+type Env = Record<string, string | undefined>;
+
+export function loadConfig(env: Env = process.env): Config {
+  const problems: string[] = [];
+  const read = (name: string): string | undefined => {
+    const value = env[name];
+    return value === undefined || value === '' ? undefined : value;
+  };
+  const integer = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = read(name);
+    if (raw === undefined) return fallback;
+    const value = Number(raw);
+    if (!Number.isInteger(value) || value < min || value > max) {
+      problems.push(`${name}=${JSON.stringify(raw)}: expected an integer from ${min} to ${max}`);
+      return fallback;
+    }
+    return value;
+  };
+
+  const port = integer('PORT', 8000, 0, 65535);
+  const bodyLimitBytes = integer('BODY_LIMIT_BYTES', 256 * 1024 * 1024, 1024, 8 * 1024 * 1024 * 1024);
+
+  const logLevel = (read('LOG_LEVEL') ?? 'info') as LogLevel;
+  if (!LOG_LEVELS.includes(logLevel)) {
+    problems.push(`LOG_LEVEL=${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`);
+  }
+
+  const databaseUrl = read('DATABASE_URL') ?? null;
+  if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    problems.push(`DATABASE_URL: expected a postgres:// or postgresql:// URL (leave it unset for SQLite)`);
+  }
+
+  const bootstrapApiKey = read('BOOTSTRAP_API_KEY') ?? null;
+  if (bootstrapApiKey !== null && !API_KEY_PATTERN.test(bootstrapApiKey)) {
+    problems.push('BOOTSTRAP_API_KEY: expected "sk-" followed by at least 20 letters, digits, "-" or "_"');
+  }
+
+  const baseModels = parseBaseModels(read('BASE_MODELS'), problems);
+  const defaultBaseModel = read('DEFAULT_BASE_MODEL') ?? baseModels[0]?.id ?? BUILTIN_BASE_MODEL.id;
+  if (!baseModels.some((model) => model.id === defaultBaseModel)) {
+    problems.push(`DEFAULT_BASE_MODEL=${JSON.stringify(defaultBaseModel)}: not one of BASE_MODELS`);
+  }
+
+  const engine = read('ENGINE') ?? 'on';
+  if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
+
+  if (problems.length > 0) throw new ConfigError(problems);
+  return {
+    port,
+    host: read('HOST') ?? '127.0.0.1',
+    dataDir: path.resolve(read('DATA_DIR') ?? './data'),
+    databaseUrl,
+    bootstrapApiKey,
+    bodyLimitBytes,
+    logLevel,
+    baseModels,
+    defaultBaseModel,
+    enginePython: read('ENGINE_PYTHON') ?? null,
+    engineEnabled: engine === 'on',
+  };
+}
+
+/** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in tiny model alone. */
+function parseBaseModels(raw: string | undefined, problems: string[]): BaseModelSpec[] {
+  if (raw === undefined) return [BUILTIN_BASE_MODEL];
+  const models: BaseModelSpec[] = [];
+  for (const entry of raw.split(',').map((part) => part.trim()).filter(Boolean)) {
+    const separator = entry.indexOf('=');
+    if (separator <= 0 || separator === entry.length - 1) {
+      problems.push(`BASE_MODELS entry ${JSON.stringify(entry)}: expected id=folder`);
+      continue;
+    }
+    models.push({ id: entry.slice(0, separator), path: path.resolve(entry.slice(separator + 1)) });
+  }
+  if (models.length === 0) problems.push('BASE_MODELS: no entries');
+  return models;
+}

@@ -1,0 +1,64 @@
+/** /v1/preview/models: create, delete, checkpoints (list and delete) and trajectory logging. Thin: parse, call, shape. */
+import type { FastifyInstance } from 'fastify';
+import {
+  Checkpoint,
+  CheckpointDeleteBody,
+  CheckpointDeleteResponse,
+  LogBody,
+  LogResponse,
+  ModelCreateBody,
+  ModelDeleteResponse,
+  ModelResponse,
+  listEnvelope,
+} from '../api/models.ts';
+import type { CheckpointRecord } from '../store/model-repository.ts';
+import type { ModelService } from '../services/model-service.ts';
+import type { TrajectoryService } from '../services/trajectory-service.ts';
+import { queryEnum, queryInteger, queryString } from './query.ts';
+
+type Query = Record<string, unknown>;
+
+export function toCheckpointView(checkpoint: CheckpointRecord) {
+  return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
+}
+
+export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService }): void {
+  app.post<{ Body: ModelCreateBody }>(
+    '/v1/preview/models',
+    { schema: { body: ModelCreateBody, response: { 200: ModelResponse } } },
+    async (request) => services.models.create(request.principal, request.body),
+  );
+
+  app.delete<{ Params: { model_id: string } }>(
+    '/v1/preview/models/:model_id',
+    { schema: { response: { 200: ModelDeleteResponse } } },
+    async (request) => services.models.delete(request.principal, request.params.model_id),
+  );
+
+  app.get<{ Params: { model_id: string }; Querystring: Query }>(
+    '/v1/preview/models/:model_id/checkpoints',
+    { schema: { response: { 200: listEnvelope(Checkpoint) } } },
+    async (request) => {
+      const query = {
+        after: queryString(request.query, 'after'),
+        limit: queryInteger(request.query, 'limit', 20, 1, 100),
+        order: queryEnum(request.query, 'order', ['asc', 'desc'] as const, 'asc'),
+      };
+      const page = await services.models.listCheckpoints(request.principal, request.params.model_id, query);
+      const data = page.items.map(toCheckpointView);
+      return { object: 'list', data, has_more: page.hasMore, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '' };
+    },
+  );
+
+  app.delete<{ Params: { model_id: string }; Body: CheckpointDeleteBody }>(
+    '/v1/preview/models/:model_id/checkpoints',
+    { schema: { body: CheckpointDeleteBody, response: { 200: CheckpointDeleteResponse } } },
+    async (request) => services.models.deleteCheckpoints(request.principal, request.params.model_id, request.body.steps),
+  );
+
+  app.post<{ Params: { model_id: string }; Body: LogBody }>(
+    '/v1/preview/models/:model_id/log',
+    { schema: { body: LogBody, response: { 200: LogResponse } } },
+    async (request) => services.trajectories.log(request.principal, request.params.model_id, request.body),
+  );
+}

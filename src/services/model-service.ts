@@ -1,0 +1,140 @@
+/**
+ * Models and their checkpoints: creation (with step 0), access by the owning entities only,
+ * crash-safe deletion, checkpoint listing and deletion.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { AppError, notFound, validationError } from '../errors.ts';
+import type { Clock } from '../clock.ts';
+import { newId } from '../ids.ts';
+import type { CheckpointPageQuery, CheckpointRecord, ModelRepository, ModelRow } from '../store/model-repository.ts';
+import { canActFor, type Principal } from './auth-service.ts';
+import type { BaseModelRegistry } from './base-models.ts';
+
+export interface ModelView {
+  id: string;
+  entity: string;
+  project: string;
+  name: string;
+  base_model: string;
+  run_id: string;
+}
+
+export interface CreateModelInput {
+  entity?: string | null;
+  project: string;
+  name: string;
+  base_model: string;
+  return_existing?: boolean;
+}
+
+export function toModelView(row: ModelRow): ModelView {
+  return { id: row.id, entity: row.entity_name, project: row.project, name: row.name, base_model: row.base_model, run_id: row.run_id };
+}
+
+export class ModelService {
+  constructor(
+    private readonly models: ModelRepository,
+    private readonly baseModels: BaseModelRegistry,
+    private readonly clock: Clock,
+    private readonly dataDir: string,
+  ) {}
+
+  modelFolder(modelId: string): string {
+    return path.join(this.dataDir, 'models', modelId);
+  }
+
+  async create(principal: Principal, input: CreateModelInput): Promise<ModelView> {
+    const entityName = input.entity ?? principal.entityName;
+    const entity = principal.entities.find((candidate) => candidate.name === entityName);
+    if (!entity) throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
+    if (!this.baseModels.find(input.base_model)) {
+      throw validationError([
+        {
+          loc: ['body', 'base_model'],
+          msg: `Unknown base model ${JSON.stringify(input.base_model)}; this server can load: ${this.baseModels.loadableIds().join(', ') || '(none)'}`,
+          type: 'value_error',
+        },
+      ]);
+    }
+    const existing = await this.models.findByName(entity.name, input.project, input.name);
+    if (existing) return this.existingOrConflict(existing, input);
+
+    const now = this.clock.now().toISOString();
+    const modelId = newId();
+    try {
+      await this.models.insertModel(
+        {
+          id: modelId,
+          entity_id: entity.id,
+          project: input.project,
+          name: input.name,
+          base_model: input.base_model,
+          run_id: newId(),
+          last_step: 0,
+          created_at: now,
+        },
+        { id: newId(), model_id: modelId, step: 0, metrics: '{}', adapter_path: null, created_at: now },
+      );
+    } catch (error) {
+      // A concurrent create of the same name won the unique constraint.
+      const winner = await this.models.findByName(entity.name, input.project, input.name);
+      if (winner) return this.existingOrConflict(winner, input);
+      throw error;
+    }
+    const created = await this.models.findById(modelId);
+    if (!created) throw new AppError('internal', 'model vanished right after creation');
+    return toModelView(created);
+  }
+
+  private existingOrConflict(existing: ModelRow, input: CreateModelInput): ModelView {
+    if (input.return_existing) return toModelView(existing);
+    throw new AppError('conflict', `Model ${existing.entity_name}/${existing.project}/${existing.name} already exists (pass return_existing: true to reuse it)`);
+  }
+
+  /** The model if the principal may see it; another entity's model is exactly as absent as a missing one. */
+  async getOwned(principal: Principal, modelId: string): Promise<ModelRow> {
+    const model = await this.models.findById(modelId);
+    if (!model || !canActFor(principal, model.entity_id)) throw notFound('Model');
+    return model;
+  }
+
+  async delete(principal: Principal, modelId: string): Promise<{ model_id: string; deleted_checkpoints: number; deleted_run: boolean }> {
+    const model = await this.getOwned(principal, modelId);
+    const result = await this.models.deleteModel(model.id, model.run_id, this.modelFolder(model.id), this.clock.now().toISOString());
+    await this.sweepPendingDeletions();
+    return { model_id: model.id, deleted_checkpoints: result.deletedCheckpoints, deleted_run: result.deletedRun };
+  }
+
+  async listCheckpoints(principal: Principal, modelId: string, query: CheckpointPageQuery): Promise<{ items: CheckpointRecord[]; hasMore: boolean }> {
+    const model = await this.getOwned(principal, modelId);
+    let cursorStep: number | undefined;
+    if (query.after !== undefined) {
+      const cursor = await this.models.findCheckpointById(model.id, query.after);
+      if (!cursor) {
+        throw validationError([{ loc: ['query', 'after'], msg: `No checkpoint with id ${JSON.stringify(query.after)} in this model`, type: 'value_error' }]);
+      }
+      cursorStep = cursor.step;
+    }
+    return this.models.pageCheckpoints(model.id, cursorStep, query);
+  }
+
+  async deleteCheckpoints(principal: Principal, modelId: string, steps: number[]): Promise<{ deleted_count: number; not_found_steps: number[] }> {
+    const model = await this.getOwned(principal, modelId);
+    const unique = [...new Set(steps)];
+    const { deletedSteps } = await this.models.deleteCheckpoints(model.id, unique, this.clock.now().toISOString());
+    await this.sweepPendingDeletions();
+    const deleted = new Set(deletedSteps);
+    return { deleted_count: deleted.size, not_found_steps: unique.filter((step) => !deleted.has(step)) };
+  }
+
+  /** Removes files whose rows are already gone; run at start so a crash mid-delete leaves no orphans. */
+  async sweepPendingDeletions(): Promise<number> {
+    const pending = await this.models.pendingFileDeletions();
+    for (const entry of pending) {
+      await fs.rm(entry.path, { recursive: true, force: true });
+      await this.models.forgetPendingFileDeletion(entry.id);
+    }
+    return pending.length;
+  }
+}

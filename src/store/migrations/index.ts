@@ -1,0 +1,26 @@
+/** The numbered migrations, in order. A new schema change is a new file appended here, never an edit of an old one. */
+import type { ColumnDefinitionBuilder, Kysely } from 'kysely';
+import * as m001 from './001-initial.ts';
+
+export type Dialect = 'sqlite' | 'postgres';
+
+/** What differs between the two databases when creating tables. */
+export interface MigrationContext {
+  dialect: Dialect;
+  serialType: 'integer' | 'serial';
+  serialConstraint: (column: ColumnDefinitionBuilder) => ColumnDefinitionBuilder;
+}
+
+export interface Migration {
+  version: number;
+  name: string;
+  up: (db: Kysely<any>, context: MigrationContext) => Promise<void>;
+}
+
+export const MIGRATIONS: Migration[] = [{ version: 1, name: 'initial', up: m001.up }];
+
+export function migrationContext(dialect: Dialect): MigrationContext {
+  return dialect === 'postgres'
+    ? { dialect, serialType: 'serial', serialConstraint: (c) => c.primaryKey() }
+    : { dialect, serialType: 'integer', serialConstraint: (c) => c.primaryKey().autoIncrement() };
+}

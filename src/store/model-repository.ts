@@ -1,0 +1,139 @@
+/** Models with their runs and checkpoints: one aggregate, so its rows change together in transactions. */
+import type { Kysely, Transaction } from 'kysely';
+import type { CheckpointTable, Database, ModelTable } from './schema.ts';
+
+export type ModelRow = ModelTable & { entity_name: string };
+
+export interface CheckpointRecord {
+  id: string;
+  modelId: string;
+  step: number;
+  metrics: Record<string, unknown>;
+  adapterPath: string | null;
+  createdAt: string;
+}
+
+export interface CheckpointPageQuery {
+  after: string | undefined;
+  limit: number;
+  order: 'asc' | 'desc';
+}
+
+function toCheckpoint(row: CheckpointTable): CheckpointRecord {
+  return {
+    id: row.id,
+    modelId: row.model_id,
+    step: Number(row.step),
+    metrics: JSON.parse(row.metrics) as Record<string, unknown>,
+    adapterPath: row.adapter_path,
+    createdAt: row.created_at,
+  };
+}
+
+export class ModelRepository {
+  constructor(private readonly db: Kysely<Database>) {}
+
+  private selectModels(db: Kysely<Database> | Transaction<Database> = this.db) {
+    return db
+      .selectFrom('models')
+      .innerJoin('entities', 'entities.id', 'models.entity_id')
+      .selectAll('models')
+      .select('entities.name as entity_name');
+  }
+
+  async insertModel(model: ModelTable, step0: CheckpointTable): Promise<void> {
+    await this.db.transaction().execute(async (trx) => {
+      await trx.insertInto('models').values(model).execute();
+      await trx.insertInto('runs').values({ id: model.run_id, model_id: model.id, created_at: model.created_at }).execute();
+      await trx.insertInto('checkpoints').values(step0).execute();
+    });
+  }
+
+  findById(id: string): Promise<ModelRow | undefined> {
+    return this.selectModels().where('models.id', '=', id).executeTakeFirst();
+  }
+
+  findByName(entityName: string, project: string, name: string): Promise<ModelRow | undefined> {
+    return this.selectModels()
+      .where('entities.name', '=', entityName)
+      .where('models.project', '=', project)
+      .where('models.name', '=', name)
+      .executeTakeFirst();
+  }
+
+  /**
+   * Removes the model and everything hanging off it in one transaction, recording its folder as a
+   * pending deletion in that same transaction so a crash before the files go leaves a note, not an orphan.
+   */
+  async deleteModel(modelId: string, runId: string, folder: string, now: string): Promise<{ deletedCheckpoints: number; deletedRun: boolean }> {
+    return this.db.transaction().execute(async (trx) => {
+      await trx.deleteFrom('trajectories').where('model_id', '=', modelId).execute();
+      const checkpoints = await trx.deleteFrom('checkpoints').where('model_id', '=', modelId).executeTakeFirst();
+      await trx.deleteFrom('run_metrics').where('run_id', '=', runId).execute();
+      const run = await trx.deleteFrom('runs').where('id', '=', runId).executeTakeFirst();
+      await trx.deleteFrom('models').where('id', '=', modelId).execute();
+      await trx.insertInto('pending_file_deletions').values({ path: folder, created_at: now }).execute();
+      return { deletedCheckpoints: Number(checkpoints.numDeletedRows), deletedRun: Number(run.numDeletedRows) > 0 };
+    });
+  }
+
+  async findCheckpointById(modelId: string, id: string): Promise<CheckpointRecord | undefined> {
+    const row = await this.db.selectFrom('checkpoints').selectAll().where('model_id', '=', modelId).where('id', '=', id).executeTakeFirst();
+    return row && toCheckpoint(row);
+  }
+
+  async findCheckpointByStep(modelId: string, step: number): Promise<CheckpointRecord | undefined> {
+    const row = await this.db.selectFrom('checkpoints').selectAll().where('model_id', '=', modelId).where('step', '=', step).executeTakeFirst();
+    return row && toCheckpoint(row);
+  }
+
+  async latestCheckpoint(modelId: string): Promise<CheckpointRecord | undefined> {
+    const row = await this.db
+      .selectFrom('checkpoints')
+      .selectAll()
+      .where('model_id', '=', modelId)
+      .orderBy('step', 'desc')
+      .limit(1)
+      .executeTakeFirst();
+    return row && toCheckpoint(row);
+  }
+
+  /** One page of checkpoints by step, seeking from the cursor's step through the (model_id, step) index. */
+  async pageCheckpoints(modelId: string, cursorStep: number | undefined, query: CheckpointPageQuery): Promise<{ items: CheckpointRecord[]; hasMore: boolean }> {
+    let select = this.db.selectFrom('checkpoints').selectAll().where('model_id', '=', modelId);
+    if (cursorStep !== undefined) select = select.where('step', query.order === 'asc' ? '>' : '<', cursorStep);
+    const rows = await select.orderBy('step', query.order).limit(query.limit + 1).execute();
+    return { items: rows.slice(0, query.limit).map(toCheckpoint), hasMore: rows.length > query.limit };
+  }
+
+  /** Deletes the listed steps; their adapter folders become pending deletions in the same transaction. */
+  async deleteCheckpoints(modelId: string, steps: number[], now: string): Promise<{ deletedSteps: number[]; folders: string[] }> {
+    if (steps.length === 0) return { deletedSteps: [], folders: [] };
+    return this.db.transaction().execute(async (trx) => {
+      const rows = await trx.selectFrom('checkpoints').selectAll().where('model_id', '=', modelId).where('step', 'in', steps).execute();
+      if (rows.length === 0) return { deletedSteps: [], folders: [] };
+      await trx.deleteFrom('checkpoints').where('id', 'in', rows.map((row) => row.id)).execute();
+      const folders = rows.map((row) => row.adapter_path).filter((p): p is string => p !== null);
+      if (folders.length > 0) {
+        await trx.insertInto('pending_file_deletions').values(folders.map((p) => ({ path: p, created_at: now }))).execute();
+      }
+      return { deletedSteps: rows.map((row) => Number(row.step)), folders };
+    });
+  }
+
+  async setCheckpointMetrics(checkpointId: string, metrics: Record<string, unknown>): Promise<void> {
+    await this.db.updateTable('checkpoints').set({ metrics: JSON.stringify(metrics) }).where('id', '=', checkpointId).execute();
+  }
+
+  async setCheckpointAdapterPath(checkpointId: string, adapterPath: string): Promise<void> {
+    await this.db.updateTable('checkpoints').set({ adapter_path: adapterPath }).where('id', '=', checkpointId).execute();
+  }
+
+  pendingFileDeletions(): Promise<{ id: number; path: string }[]> {
+    return this.db.selectFrom('pending_file_deletions').select(['id', 'path']).orderBy('id').execute();
+  }
+
+  async forgetPendingFileDeletion(id: number): Promise<void> {
+    await this.db.deleteFrom('pending_file_deletions').where('id', '=', id).execute();
+  }
+}

@@ -1,0 +1,71 @@
+/** Logged trajectories (per model, split and step) and the run's metrics history. */
+import type { Kysely } from 'kysely';
+import type { Database, TrajectoryTable } from './schema.ts';
+
+/** Keeps each INSERT below both databases' bound-parameter limits. */
+const INSERT_CHUNK_ROWS = 500;
+
+export interface StoredTrajectory {
+  id: string;
+  split: string;
+  step: number;
+  groupIndex: number;
+  trajectoryIndex: number;
+  reward: number | null;
+  data: Record<string, unknown>;
+  createdAt: string;
+}
+
+export interface RunMetricRecord {
+  step: number;
+  source: string;
+  metrics: Record<string, number>;
+  createdAt: string;
+}
+
+export class TrajectoryRepository {
+  constructor(private readonly db: Kysely<Database>) {}
+
+  async insertMany(rows: TrajectoryTable[]): Promise<void> {
+    await this.db.transaction().execute(async (trx) => {
+      for (let start = 0; start < rows.length; start += INSERT_CHUNK_ROWS) {
+        await trx.insertInto('trajectories').values(rows.slice(start, start + INSERT_CHUNK_ROWS)).execute();
+      }
+    });
+  }
+
+  /** A page of one split's trajectories in insertion order, seeking past `afterId` through the index. */
+  async page(modelId: string, split: string, query: { step?: number; afterId?: string; limit: number }): Promise<{ items: StoredTrajectory[]; hasMore: boolean }> {
+    let select = this.db.selectFrom('trajectories').selectAll().where('model_id', '=', modelId).where('split', '=', split);
+    if (query.step !== undefined) select = select.where('step', '=', query.step);
+    if (query.afterId !== undefined) select = select.where('id', '>', query.afterId);
+    const rows = await select.orderBy('id').limit(query.limit + 1).execute();
+    return {
+      items: rows.slice(0, query.limit).map((row) => ({
+        id: row.id,
+        split: row.split,
+        step: Number(row.step),
+        groupIndex: Number(row.group_index),
+        trajectoryIndex: Number(row.trajectory_index),
+        reward: row.reward === null ? null : Number(row.reward),
+        data: JSON.parse(row.data) as Record<string, unknown>,
+        createdAt: row.created_at,
+      })),
+      hasMore: rows.length > query.limit,
+    };
+  }
+
+  async insertRunMetrics(runId: string, step: number, source: string, metrics: Record<string, number>, createdAt: string): Promise<void> {
+    await this.db.insertInto('run_metrics').values({ run_id: runId, step, source, metrics: JSON.stringify(metrics), created_at: createdAt }).execute();
+  }
+
+  async runMetrics(runId: string): Promise<RunMetricRecord[]> {
+    const rows = await this.db.selectFrom('run_metrics').selectAll().where('run_id', '=', runId).orderBy('step').orderBy('id').execute();
+    return rows.map((row) => ({
+      step: Number(row.step),
+      source: row.source,
+      metrics: JSON.parse(row.metrics) as Record<string, number>,
+      createdAt: row.created_at,
+    }));
+  }
+}
