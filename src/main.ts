@@ -38,11 +38,10 @@ async function serve(config: Config): Promise<void> {
   const app = buildApp({ config, services });
   const address = await app.listen({ port: config.port, host: config.host });
   const url = address.replace('[::1]', 'localhost');
-  console.log(`\nService listening on ${url}  (OpenAI base URL: ${url}/v1)`);
-  if (bootstrap) {
-    console.log(`Bootstrap API key for entity "local" (shown once): ${bootstrap.key}`);
-  }
-  console.log(`API key file: ${config.dataDir}/bootstrap-api-key  (more keys: npm run cli -- keys create --entity NAME)\n`);
+  const lines = [`Service listening on ${url}  (OpenAI base URL: ${url}/v1)`];
+  if (bootstrap) lines.push(`Bootstrap API key for entity "local" (shown once): ${bootstrap.key}`);
+  lines.push(`API key file: ${config.dataDir}/bootstrap-api-key  (more keys: npm run cli -- keys create --entity NAME)`);
+  console.log(`\n${lines.join('\n')}\n`);
 
   const shutdown = async (signal: string) => {
     app.log.info({ signal }, 'shutting down');

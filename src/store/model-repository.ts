@@ -49,6 +49,19 @@ export class ModelRepository {
     });
   }
 
+  /** Adds a trained checkpoint and records its step as the highest ever written, in one transaction. */
+  async insertCheckpoint(checkpoint: CheckpointTable): Promise<void> {
+    await this.db.transaction().execute(async (trx) => {
+      await trx.insertInto('checkpoints').values(checkpoint).execute();
+      await trx
+        .updateTable('models')
+        .set({ last_step: checkpoint.step })
+        .where('id', '=', checkpoint.model_id)
+        .where('last_step', '<', checkpoint.step)
+        .execute();
+    });
+  }
+
   findById(id: string): Promise<ModelRow | undefined> {
     return this.selectModels().where('models.id', '=', id).executeTakeFirst();
   }

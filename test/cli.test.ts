@@ -1,0 +1,62 @@
+/** The command line as an operator uses it: bootstrap key on first start, keys create/list/revoke, team membership. */
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { describe, test } from 'node:test';
+import { fakeBaseModelFolder } from './helpers/app.ts';
+
+const run = promisify(execFile);
+const cli = (args: string[], env: Record<string, string>) =>
+  run(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], { env: { ...process.env, ...env } });
+
+describe('cli', () => {
+  test('keys create prints the key alone on its last line; list and revoke manage it', async () => {
+    const env = { DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'cli-test-')) };
+    const created = await cli(['keys', 'create', '--entity', 'alice'], env);
+    const lines = created.stdout.trim().split('\n');
+    const key = lines.at(-1)!;
+    assert.match(key, /^sk-[A-Za-z0-9_-]{43}$/);
+    const listed = await cli(['keys', 'list'], env);
+    assert.match(listed.stdout, /alice/);
+    assert.ok(!listed.stdout.includes(key));
+    await cli(['teams', 'add-member', '--team', 'research', '--entity', 'alice'], env);
+    await cli(['keys', 'revoke', key], env);
+    assert.match((await cli(['keys', 'list'], env)).stdout, /REVOKED/);
+    await assert.rejects(cli(['keys', 'revoke', key], env), /no live key/);
+  });
+
+  test('serve bootstraps the configured key into an owner-only file and answers with it', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'serve-test-'));
+    const key = `sk-${'b'.repeat(43)}`;
+    const server = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
+      env: { ...process.env, DATA_DIR: dataDir, PORT: '0', BOOTSTRAP_API_KEY: key, LOG_LEVEL: 'warn', ENGINE: 'off', BASE_MODELS: `test/base=${fakeBaseModelFolder()}` },
+    });
+    try {
+      let output = '';
+      const url = await new Promise<string>((resolve, reject) => {
+        server.stdout.on('data', (chunk) => {
+          output += chunk;
+          const match = /listening on (http:\/\/\S+)[\s\S]*API key file/.exec(output);
+          if (match) resolve(match[1]);
+        });
+        server.on('exit', (code) => reject(new Error(`serve exited with ${code}: ${output}`)));
+      });
+      const file = path.join(dataDir, 'bootstrap-api-key');
+      assert.equal(fs.readFileSync(file, 'utf8').trim(), key);
+      assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+      assert.match(output, /bootstrap-api-key/);
+      const response = await fetch(`${url}/v1/preview/models`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ project: 'p', name: 'm', base_model: 'test/base' }),
+      });
+      assert.equal(response.status, 200);
+      assert.equal((await response.json()).entity, 'local');
+    } finally {
+      server.kill('SIGTERM');
+    }
+  });
+});

@@ -1,0 +1,78 @@
+/** A real service (real database, real HTTP stack through Fastify inject) for one test, with its bootstrap key. */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../../src/app.ts';
+import { systemClock, type Clock } from '../../src/clock.ts';
+import { loadConfig, type Config } from '../../src/config.ts';
+import { createServices, type Services } from '../../src/context.ts';
+import { migrate, openStore, type Store } from '../../src/store/db.ts';
+import type { Probe } from '../../src/services/health-service.ts';
+import type { Backend } from './database.ts';
+
+export interface TestApp {
+  app: FastifyInstance;
+  key: string;
+  config: Config;
+  services: Services;
+  store: Store;
+  dataDir: string;
+  call(method: string, url: string, body?: unknown, key?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  close(): Promise<void>;
+}
+
+/** A folder that passes for a loadable base model where the engine is not involved. */
+export function fakeBaseModelFolder(): string {
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'base-model-'));
+  fs.writeFileSync(path.join(folder, 'config.json'), '{"model_type": "llama"}');
+  return folder;
+}
+
+export async function startTestApp(
+  backend: Backend,
+  options: { env?: Record<string, string>; clock?: Clock; probes?: { engine: Probe; queue: Probe } } = {},
+): Promise<TestApp> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'service-test-'));
+  const database = await backend.create();
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'silent',
+    BASE_MODELS: `test/base=${fakeBaseModelFolder()}`,
+    ...(database.databaseUrl ? { DATABASE_URL: database.databaseUrl } : {}),
+    ...options.env,
+  });
+  const store = openStore(config);
+  await migrate(store);
+  const noop = async () => {};
+  const services = createServices({ config, store, clock: options.clock ?? systemClock, probes: options.probes ?? { engine: noop, queue: noop } });
+  const bootstrap = await services.auth.bootstrap(dataDir, config.bootstrapApiKey);
+  if (!bootstrap) throw new Error('expected an empty database');
+  const app = buildApp({ config, services });
+  await app.ready();
+
+  return {
+    app,
+    key: bootstrap.key,
+    config,
+    services,
+    store,
+    dataDir,
+    async call(method, url, body, key = bootstrap.key) {
+      const response = await app.inject({
+        method: method as 'GET',
+        url,
+        headers: key === null ? {} : { authorization: `Bearer ${key}` },
+        ...(body === undefined ? {} : { payload: body as object }),
+      });
+      const text = response.body;
+      return { status: response.statusCode, body: text ? JSON.parse(text) : null, headers: response.headers };
+    },
+    async close() {
+      await app.close();
+      await store.close();
+      await database.drop();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,71 @@
+/** The database seam itself: migrations, refusal of a newer schema, and the system check against a dead database. */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { loadConfig } from '../src/config.ts';
+import { createServices } from '../src/context.ts';
+import { buildApp } from '../src/app.ts';
+import { systemClock } from '../src/clock.ts';
+import { migrate, openStore, SchemaTooNewError } from '../src/store/db.ts';
+import { MIGRATIONS } from '../src/store/migrations/index.ts';
+import { backends } from './helpers/database.ts';
+
+const latest = MIGRATIONS[MIGRATIONS.length - 1].version;
+
+for (const backend of backends()) {
+  describe(`migrations on ${backend.name}`, () => {
+    test('migrate is idempotent and a newer schema is refused', async () => {
+      const database = await backend.create();
+      const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'store-test-'));
+      const store = openStore({ databaseUrl: database.databaseUrl, dataDir });
+      try {
+        assert.deepEqual(await migrate(store), { from: 0, to: latest });
+        assert.deepEqual(await migrate(store), { from: latest, to: latest });
+        await store.db.insertInto('schema_version').values({ version: latest + 1, applied_at: new Date().toISOString() }).execute();
+        await assert.rejects(migrate(store), SchemaTooNewError);
+      } finally {
+        await store.close();
+        await database.drop();
+        fs.rmSync(dataDir, { recursive: true, force: true });
+      }
+    });
+  });
+}
+
+describe('system check', () => {
+  test('answers 503 naming the database when PostgreSQL is not running', async () => {
+    // Port 1 on loopback has no server: exactly what a stopped PostgreSQL looks like to a client.
+    const config = loadConfig({ DATABASE_URL: 'postgres://postgres@127.0.0.1:1/test', LOG_LEVEL: 'silent', DATA_DIR: os.tmpdir() });
+    const store = openStore(config);
+    const noop = async () => {};
+    const app = buildApp({ config, services: createServices({ config, store, clock: systemClock, probes: { engine: noop, queue: noop } }) });
+    try {
+      const response = await app.inject({ method: 'GET', url: '/v1/system-check' });
+      assert.equal(response.statusCode, 503);
+      const body = JSON.parse(response.body);
+      assert.equal(body.database.success, false);
+      assert.equal(typeof body.database.error, 'string');
+      assert.equal(body.api.success, true);
+      const health = await app.inject({ method: 'GET', url: '/v1/health' });
+      assert.equal(health.statusCode, 200);
+    } finally {
+      await app.close();
+      await store.close();
+    }
+  });
+});
+
+describe('configuration', () => {
+  test('every bad variable is named in one error', () => {
+    assert.throws(
+      () => loadConfig({ PORT: 'eighty', LOG_LEVEL: 'loud', DATABASE_URL: 'mysql://x', BOOTSTRAP_API_KEY: 'short' }),
+      (error: Error) => ['PORT', 'LOG_LEVEL', 'DATABASE_URL', 'BOOTSTRAP_API_KEY'].every((name) => error.message.includes(name)),
+    );
+    const config = loadConfig({});
+    assert.equal(config.port, 8000);
+    assert.equal(config.databaseUrl, null);
+    assert.ok(config.dataDir.endsWith('/data'));
+  });
+});
