@@ -7,6 +7,7 @@ import { registerAuth } from './http/auth.ts';
 import { errorHandler, sendError } from './http/errors.ts';
 import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
+import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { AppError } from './errors.ts';
 
 export interface AppDeps {
@@ -33,5 +34,6 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   registerAuth(app, services.auth);
   registerHealthRoutes(app, services.health);
   registerModelRoutes(app, services);
+  registerTrainingJobRoutes(app, services.trainingJobs);
   return app;
 }

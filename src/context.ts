@@ -1,4 +1,5 @@
 /** The composition root: repositories and services wired from a store, a clock and the configuration. */
+import path from 'node:path';
 import type { Clock } from './clock.ts';
 import type { Config } from './config.ts';
 import type { Store } from './store/db.ts';
@@ -10,6 +11,9 @@ import { BaseModelRegistry } from './services/base-models.ts';
 import { HealthService, type Probe } from './services/health-service.ts';
 import { ModelService } from './services/model-service.ts';
 import { TrajectoryService } from './services/trajectory-service.ts';
+import { TrainingJobService } from './services/training-job-service.ts';
+import { JobRepository } from './store/job-repository.ts';
+import { JobQueue } from './jobs/queue.ts';
 
 export interface Services {
   auth: AuthService;
@@ -17,26 +21,46 @@ export interface Services {
   models: ModelService;
   trajectories: TrajectoryService;
   health: HealthService;
+  queue: JobQueue;
+  trainingJobs: TrainingJobService;
+  repositories: { models: ModelRepository; trajectories: TrajectoryRepository; jobs: JobRepository };
+}
+
+/** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
+export function defaultLearningRate(baseModel: string): number {
+  return baseModel === 'builtin/tiny-chat' ? 1e-3 : 5e-6;
 }
 
 export interface ContextOptions {
   config: Config;
   store: Store;
   clock: Clock;
-  probes: { engine: Probe; queue: Probe };
+  probes: { engine: Probe };
+  /** Called after a job is queued, so a worker can start it without waiting for its next poll. */
+  onJobSubmitted?: () => void;
 }
 
-export function createServices({ config, store, clock, probes }: ContextOptions): Services {
+export function createServices({ config, store, clock, probes, onJobSubmitted }: ContextOptions): Services {
   const identityRepository = new IdentityRepository(store.db);
   const modelRepository = new ModelRepository(store.db);
   const trajectoryRepository = new TrajectoryRepository(store.db);
   const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel);
   const models = new ModelService(modelRepository, baseModels, clock, config.dataDir);
+  const jobRepository = new JobRepository(store.db, store.dialect);
+  const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'));
   return {
     auth: new AuthService(identityRepository, clock),
     baseModels,
     models,
     trajectories: new TrajectoryService(models, modelRepository, trajectoryRepository, clock),
-    health: new HealthService(store.db, probes),
+    health: new HealthService(store.db, {
+      engine: probes.engine,
+      queue: async () => {
+        await jobRepository.countByStatus();
+      },
+    }),
+    queue,
+    trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, () => onJobSubmitted?.()),
+    repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
   };
 }

@@ -23,7 +23,7 @@ async function withServices<T>(config: Config, work: (services: Services) => Pro
   const store = openStore(config);
   try {
     await migrate(store);
-    return await work(createServices({ config, store, clock: systemClock, probes: { engine: noProbe, queue: noProbe } }));
+    return await work(createServices({ config, store, clock: systemClock, probes: { engine: noProbe } }));
   } finally {
     await store.close();
   }
@@ -32,7 +32,7 @@ async function withServices<T>(config: Config, work: (services: Services) => Pro
 async function serve(config: Config): Promise<void> {
   const store = openStore(config);
   await migrate(store);
-  const services = createServices({ config, store, clock: systemClock, probes: { engine: noProbe, queue: noProbe } });
+  const services = createServices({ config, store, clock: systemClock, probes: { engine: noProbe } });
   const bootstrap = await services.auth.bootstrap(config.dataDir, config.bootstrapApiKey);
   await services.models.sweepPendingDeletions();
   const app = buildApp({ config, services });

@@ -86,6 +86,37 @@ export interface SchemaVersionTable {
   applied_at: string;
 }
 
+export type JobStatus = 'QUEUED' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
+
+export interface TrainingJobTable {
+  id: string;
+  model_id: string;
+  type: 'rl' | 'sft';
+  status: JobStatus;
+  /** The request as submitted, in a file written and synced before the row exists. */
+  payload_path: string;
+  attempts: number;
+  lease_owner: string | null;
+  lease_expires_at: string | null;
+  cancel_requested: number;
+  num_sequences: number | null;
+  checkpoint_step: number | null;
+  metrics: string;
+  error_code: string | null;
+  error_message: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
+
+export interface TrainingJobEventTable {
+  id: string;
+  job_id: string;
+  type: string;
+  data: string;
+  created_at: string;
+}
+
 export interface Database {
   entities: EntityTable;
   memberships: MembershipTable;
@@ -97,4 +128,6 @@ export interface Database {
   trajectories: TrajectoryTable;
   pending_file_deletions: PendingFileDeletionTable;
   schema_version: SchemaVersionTable;
+  training_jobs: TrainingJobTable;
+  training_job_events: TrainingJobEventTable;
 }

@@ -1,6 +1,7 @@
 /** The numbered migrations, in order. A new schema change is a new file appended here, never an edit of an old one. */
 import type { ColumnDefinitionBuilder, Kysely } from 'kysely';
 import * as m001 from './001-initial.ts';
+import * as m002 from './002-training-jobs.ts';
 
 export type Dialect = 'sqlite' | 'postgres';
 
@@ -17,7 +18,10 @@ export interface Migration {
   up: (db: Kysely<any>, context: MigrationContext) => Promise<void>;
 }
 
-export const MIGRATIONS: Migration[] = [{ version: 1, name: 'initial', up: m001.up }];
+export const MIGRATIONS: Migration[] = [
+  { version: 1, name: 'initial', up: m001.up },
+  { version: 2, name: 'training-jobs', up: m002.up },
+];
 
 export function migrationContext(dialect: Dialect): MigrationContext {
   return dialect === 'postgres'

@@ -1,0 +1,198 @@
+/**
+ * The engine protocol's messages as TypeScript types, field for field as docs/engine-protocol.md
+ * writes them (snake_case on purpose: these objects go on the wire unchanged). Requests omit `id`
+ * and `op`; the client adds them.
+ */
+
+export type Dtype = 'float32' | 'bfloat16' | 'float16';
+
+/** The unsolicited first frame of a started engine. */
+export interface ReadyEvent {
+  event: 'ready';
+  device: 'cpu' | 'cuda';
+  dtype: string;
+  torch: string;
+  matmul_gflops: number;
+}
+
+/** Codes of error replies, plus `engine_exited` which the client raises itself. */
+export type EngineErrorCode = 'bad_request' | 'not_found' | 'cancelled' | 'internal' | 'engine_exited';
+
+export interface StatsReply {
+  device: string;
+  dtype: string;
+  matmul_gflops: number;
+  bases: string[];
+  adapters: string[];
+  max_adapters: number;
+  running: number;
+  waiting: number;
+  tokens_per_second: number;
+  rss_bytes: number;
+}
+
+export interface LoadBaseRequest {
+  base: string;
+  path: string;
+  dtype?: Dtype;
+}
+
+export interface LoadBaseReply {
+  vocab_size: number;
+  context_length: number;
+  eos_token_ids: number[];
+  num_parameters: number;
+}
+
+export interface AdapterInit {
+  rank: number;
+  alpha: number;
+  target_modules: string[];
+  seed: number;
+}
+
+export interface EnsureAdapterRequest {
+  adapter: string;
+  base: string;
+  path?: string;
+  init?: AdapterInit;
+}
+
+export interface EnsureAdapterReply {
+  loaded: boolean;
+}
+
+export interface SaveAdapterRequest {
+  adapter: string;
+  path: string;
+}
+
+export interface SaveAdapterReply {
+  files: string[];
+}
+
+export interface DropAdapterRequest {
+  adapter: string;
+}
+
+export interface DropAdapterReply {
+  dropped: boolean;
+}
+
+export interface GenerateRequest {
+  base: string;
+  adapter: string | null;
+  adapter_path?: string;
+  prompt: number[];
+  n?: number;
+  max_tokens: number;
+  min_tokens?: number;
+  ignore_eos?: boolean;
+  stop_token_ids?: number[];
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  presence_penalty?: number;
+  frequency_penalty?: number;
+  repetition_penalty?: number;
+  logit_bias?: Record<string, number>;
+  allowed_token_ids?: number[] | null;
+  bad_words_ids?: number[][];
+  seed?: number | null;
+  logprobs?: number | null;
+  prompt_logprobs?: number | null;
+}
+
+/** `[token id, logprob]`. */
+export type TopLogprob = [number, number];
+
+export interface PromptLogprobsEvent {
+  type: 'prompt';
+  /** One entry per prompt token; the first is null. */
+  prompt_logprobs: ({ logprob: number; top: TopLogprob[] } | null)[];
+}
+
+export interface TokensEvent {
+  type: 'tokens';
+  seq: number;
+  tokens: number[];
+  logprobs?: (number | null)[];
+  top_logprobs?: TopLogprob[][];
+}
+
+export interface FinishEvent {
+  type: 'finish';
+  seq: number;
+  finish_reason: 'stop' | 'length';
+  /** Null with `stop` means EOS. */
+  stop_token_id: number | null;
+}
+
+/** The final reply of a generate request, tagged by the client so the stream is one union. */
+export interface GenerateDoneEvent {
+  type: 'done';
+  prompt_tokens: number;
+  cached_tokens: number;
+}
+
+export type GenerateEvent = PromptLogprobsEvent | TokensEvent | FinishEvent | GenerateDoneEvent;
+
+export interface CancelReply {
+  cancelled: boolean;
+}
+
+export interface ForwardRequest {
+  base: string;
+  adapter: string | null;
+  adapter_path?: string;
+  rows: { tokens: number[]; segment_ids?: number[] }[];
+}
+
+export interface ForwardReply {
+  logprobs: (number | null)[][];
+}
+
+export interface TrainRow {
+  tokens: number[];
+  segment_ids: number[];
+  mask: number[];
+  weights: number[];
+  advantages?: number[];
+  logprobs?: (number | null)[];
+  original_logprobs?: (number | null)[];
+}
+
+/** RL knobs of rl-loss.md; an absent knob takes the spec's default. */
+export interface LossConfig {
+  ppo?: boolean;
+  epsilon?: number;
+  epsilon_high?: number | null;
+  importance_sampling_level?: 'token' | 'sequence' | 'average' | 'geometric_average';
+  max_negative_advantage_importance_sampling_weight?: number | null;
+  mask_prob_ratio?: boolean;
+  k2_tau?: number | null;
+  truncated_importance_sampling?: number | null;
+  kl_penalty_coef?: number;
+  kl_penalty_source?: 'sample' | 'current_learner';
+}
+
+export interface OptimizerConfig {
+  learning_rate: number;
+  betas: [number, number];
+  weight_decay: number;
+  max_grad_norm: number;
+}
+
+export interface TrainStepRequest {
+  base: string;
+  adapter: string;
+  loss: 'rl' | 'sft';
+  rows: TrainRow[];
+  loss_config?: LossConfig;
+  optimizer: OptimizerConfig;
+}
+
+export interface TrainStepReply {
+  metrics: Record<string, number>;
+}

@@ -1,0 +1,37 @@
+/** /v1/preview/training-jobs: submit RL jobs, read a job, follow its events, cancel it. */
+import type { FastifyInstance } from 'fastify';
+import { listEnvelope } from '../api/models.ts';
+import { JobCreated, RlJobBody, TrainingJob, TrainingJobEvent } from '../api/training-jobs.ts';
+import type { TrainingJobService } from '../services/training-job-service.ts';
+import { queryInteger, queryString } from './query.ts';
+
+export function registerTrainingJobRoutes(app: FastifyInstance, jobs: TrainingJobService): void {
+  app.post<{ Body: RlJobBody }>(
+    '/v1/preview/training-jobs',
+    { schema: { body: RlJobBody, response: { 200: JobCreated } } },
+    async (request) => jobs.submitRl(request.principal, request.body),
+  );
+
+  app.get<{ Params: { id: string } }>(
+    '/v1/preview/training-jobs/:id',
+    { schema: { response: { 200: TrainingJob } } },
+    async (request) => jobs.get(request.principal, request.params.id),
+  );
+
+  app.post<{ Params: { id: string } }>(
+    '/v1/preview/training-jobs/:id/cancel',
+    { schema: { response: { 200: TrainingJob } } },
+    async (request) => jobs.cancel(request.principal, request.params.id),
+  );
+
+  app.get<{ Params: { id: string }; Querystring: Record<string, unknown> }>(
+    '/v1/preview/training-jobs/:id/events',
+    { schema: { response: { 200: listEnvelope(TrainingJobEvent) } } },
+    async (request) => {
+      const after = queryString(request.query, 'after');
+      const limit = queryInteger(request.query, 'limit', 20, 1, 100);
+      const page = await jobs.events(request.principal, request.params.id, after, limit);
+      return { object: 'list', data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
+    },
+  );
+}

@@ -1,0 +1,138 @@
+/**
+ * Runs queued jobs: claims one at a time, keeps its lease alive with heartbeats, turns a cancel request into
+ * an abort signal for the runner, and records the outcome. Also reaps jobs of workers that died.
+ */
+import type { Logger } from 'pino';
+import { newId } from '../ids.ts';
+import type { JobRow } from '../store/job-repository.ts';
+import { JobQueue } from './queue.ts';
+
+export interface RunContext {
+  owner: string;
+  signal: AbortSignal;
+  emit(type: string, data: Record<string, number>): Promise<void>;
+  setProgress(progress: { numSequences?: number; metrics?: Record<string, number> }): Promise<void>;
+}
+
+export interface RunResult {
+  step: number;
+  checkpointId: string;
+}
+
+export type JobRunner = (job: JobRow, context: RunContext) => Promise<RunResult>;
+
+/** An error whose message is meant for the user (shown in `training_failed`), with a stable code. */
+export class JobError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface WorkerOptions {
+  pollMs: number;
+  heartbeatMs: number;
+}
+
+export class JobWorker {
+  readonly owner = `worker-${newId()}`;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private stopped = true;
+  private wakeRequested = false;
+
+  constructor(
+    private readonly queue: JobQueue,
+    private readonly runners: Record<JobRow['type'], JobRunner>,
+    private readonly logger: Logger,
+    private readonly options: WorkerOptions = { pollMs: 500, heartbeatMs: 5000 },
+  ) {}
+
+  start(): void {
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  /** Checks for work now (called after a submit so a job starts without waiting for the next poll). */
+  wake(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.wakeRequested = true;
+      return;
+    }
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.running;
+  }
+
+  private schedule(delayMs: number): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.running = this.tick().finally(() => {
+        this.running = undefined;
+        if (this.stopped) return;
+        this.schedule(this.wakeRequested ? 0 : this.options.pollMs);
+        this.wakeRequested = false;
+      });
+    }, delayMs);
+  }
+
+  /** Runs jobs until none is claimable. */
+  private async tick(): Promise<void> {
+    try {
+      await this.queue.reap();
+      for (let job = await this.queue.claim(this.owner); job && !this.stopped; job = await this.queue.claim(this.owner)) {
+        await this.run(job);
+      }
+    } catch (error) {
+      this.logger.error({ err: error }, 'job worker tick failed');
+    }
+  }
+
+  private async run(job: JobRow): Promise<void> {
+    const log = this.logger.child({ job_id: job.id, model_id: job.model_id, type: job.type });
+    const abort = new AbortController();
+    let leaseLost = false;
+    const heartbeat = setInterval(() => {
+      this.queue
+        .heartbeat(job.id, this.owner)
+        .then(({ held, cancelRequested }) => {
+          if (!held) leaseLost = true;
+          if (!held || cancelRequested) abort.abort();
+        })
+        .catch((error: unknown) => log.warn({ err: error }, 'heartbeat failed'));
+    }, this.options.heartbeatMs);
+    const context: RunContext = {
+      owner: this.owner,
+      signal: abort.signal,
+      emit: (type, data) => this.queue.emit(job.id, type, data),
+      setProgress: (progress) => this.queue.setProgress(job.id, this.owner, progress),
+    };
+    log.info('job started');
+    try {
+      const result = await this.runners[job.type](job, context);
+      if (!(await this.queue.complete(job.id, this.owner, result))) log.warn('job finished after losing its lease; outcome dropped');
+      else log.info({ step: result.step }, 'job completed');
+    } catch (error) {
+      if (leaseLost) {
+        log.warn('job stopped: lease lost');
+      } else if (abort.signal.aborted) {
+        await this.queue.finishCancelled(job.id, this.owner);
+        log.info('job cancelled');
+      } else {
+        const known = error instanceof JobError;
+        const message = known ? error.message : `Internal error while training: ${(error as Error).message}`;
+        await this.queue.fail(job.id, this.owner, { code: known ? error.code : 'internal', message });
+        log.error({ err: error }, 'job failed');
+      }
+    } finally {
+      clearInterval(heartbeat);
+    }
+  }
+}

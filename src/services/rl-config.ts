@@ -1,0 +1,148 @@
+/**
+ * `experimental_config` of an RL job → the training configuration, per rl-loss.md. ART sends every key with
+ * unset ones null; null means the default. A key we do not implement is refused when it asks for anything
+ * but its default, never silently ignored.
+ */
+import type { FieldProblem } from '../errors.ts';
+
+export type ImportanceSamplingLevel = 'token' | 'sequence' | 'average' | 'geometric_average';
+
+export interface RlConfig {
+  learningRate: number;
+  advantageBalance: number;
+  scaleRewards: boolean;
+  ppo: boolean;
+  epsilon: number;
+  epsilonHigh: number;
+  importanceSamplingLevel: ImportanceSamplingLevel;
+  maskProbRatio: boolean;
+  maxNegativeAdvantageImportanceSamplingWeight: number | null;
+  k2Tau: number | null;
+  precalculateLogprobs: boolean;
+  allowTrainingWithoutLogprobs: boolean;
+  truncatedImportanceSampling: number | null;
+  packedSequenceLength: number | null;
+  klPenaltyCoef: number;
+  klPenaltySource: 'sample' | 'current_learner';
+}
+
+/** Keys we accept only at their default value (what ART sends when the user did not set them). */
+const DEFAULT_ONLY: Record<string, unknown> = {
+  plot_tensors: false,
+  scale_learning_rate_by_reward_std_dev: false,
+  num_trajectories_learning_rate_multiplier_power: 0,
+  kl_penalty_reference_step: null,
+  kl_penalty_step_lag: null,
+  kl_ref_adapter_path: null,
+  save_checkpoint: true,
+};
+
+/** Keys that change nothing numerically in our engine (memory chunking), accepted with any valid value. */
+const NO_EFFECT = new Set(['logprob_calculation_chunk_size', 'save_checkpoint']);
+
+const KNOWN = new Set([
+  'learning_rate',
+  'advantage_balance',
+  'scale_rewards',
+  'normalize_advantages',
+  'ppo',
+  'loss_fn',
+  'epsilon',
+  'epsilon_high',
+  'importance_sampling_level',
+  'mask_prob_ratio',
+  'max_negative_advantage_importance_sampling_weight',
+  'precalculate_logprobs',
+  'allow_training_without_logprobs',
+  'truncated_importance_sampling',
+  'packed_sequence_length',
+  'kl_penalty_coef',
+  'kl_penalty_source',
+]);
+
+const isK2Tau = (key: string) => key.endsWith('_k2_tau');
+
+export function parseRlConfig(raw: Record<string, unknown> | null | undefined, defaultLearningRate: number): { config: RlConfig; problems: FieldProblem[] } {
+  const problems: FieldProblem[] = [];
+  const values = raw ?? {};
+  const loc = (key: string) => ['body', 'experimental_config', key];
+  const problem = (key: string, msg: string, type = 'value_error') => problems.push({ loc: loc(key), msg, type });
+
+  const number = (key: string, check?: (v: number) => string | null): number | null => {
+    const value = values[key];
+    if (value === null || value === undefined) return null;
+    if (typeof value !== 'number' || !Number.isFinite(value)) {
+      problem(key, 'Input should be a valid number', 'float_type');
+      return null;
+    }
+    const error = check?.(value);
+    if (error) {
+      problem(key, error);
+      return null;
+    }
+    return value;
+  };
+  const bool = (key: string): boolean | null => {
+    const value = values[key];
+    if (value === null || value === undefined) return null;
+    if (typeof value !== 'boolean') {
+      problem(key, 'Input should be a valid boolean', 'bool_type');
+      return null;
+    }
+    return value;
+  };
+  const oneOf = <T extends string>(key: string, allowed: readonly T[]): T | null => {
+    const value = values[key];
+    if (value === null || value === undefined) return null;
+    if (typeof value !== 'string' || !allowed.includes(value as T)) {
+      problem(key, `Input should be ${allowed.map((a) => `'${a}'`).join(', ')}`, 'literal_error');
+      return null;
+    }
+    return value as T;
+  };
+
+  for (const [key, value] of Object.entries(values)) {
+    if (value === null || KNOWN.has(key) || isK2Tau(key) || NO_EFFECT.has(key)) continue;
+    if (key in DEFAULT_ONLY) {
+      if (value !== DEFAULT_ONLY[key]) problem(key, `Not implemented by this server: only ${JSON.stringify(DEFAULT_ONLY[key])} (the default) is accepted`, 'not_implemented');
+      continue;
+    }
+    problem(key, 'Unknown experimental_config key; this server does not implement it (send null to leave it unset)', 'not_implemented');
+  }
+  number('logprob_calculation_chunk_size', (v) => (Number.isInteger(v) && v > 0 ? null : 'must be a positive integer'));
+
+  const lossFn = oneOf('loss_fn', ['ppo', 'cispo'] as const);
+  const ppoFlag = bool('ppo');
+  if (lossFn !== null && ppoFlag !== null && (lossFn === 'ppo') !== ppoFlag) problem('loss_fn', `conflicts with ppo=${ppoFlag}`);
+  const ppo = ppoFlag ?? lossFn === 'ppo';
+  const epsilon = number('epsilon', (v) => (v > 0 ? null : 'must be > 0')) ?? (ppo ? 0.2 : 1.0);
+  const epsilonHighGiven = number('epsilon_high', (v) => (v > 0 ? null : 'must be > 0'));
+  // rl-loss.md: CISPO's ε_high defaults to 4.0 when epsilon_high is absent; an explicit null means ε_high = ε.
+  const epsilonHigh = epsilonHighGiven ?? (ppo || 'epsilon_high' in values ? epsilon : 4.0);
+  const scaleRewards = bool('scale_rewards');
+  const normalizeAdvantages = bool('normalize_advantages');
+  const klPenaltyCoef = number('kl_penalty_coef', (v) => (v >= 0 ? null : 'must be >= 0')) ?? 0;
+  const k2TauKey = Object.keys(values).find(isK2Tau);
+
+  return {
+    config: {
+      learningRate: number('learning_rate', (v) => (v > 0 ? null : 'must be > 0')) ?? defaultLearningRate,
+      advantageBalance: number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
+      scaleRewards: (scaleRewards ?? true) && (normalizeAdvantages ?? true),
+      ppo,
+      epsilon,
+      epsilonHigh,
+      importanceSamplingLevel: oneOf('importance_sampling_level', ['token', 'sequence', 'average', 'geometric_average'] as const) ?? 'token',
+      maskProbRatio: bool('mask_prob_ratio') ?? false,
+      maxNegativeAdvantageImportanceSamplingWeight: number('max_negative_advantage_importance_sampling_weight', (v) => (v > 0 ? null : 'must be > 0')),
+      k2Tau: k2TauKey ? number(k2TauKey) : null,
+      precalculateLogprobs: bool('precalculate_logprobs') ?? false,
+      allowTrainingWithoutLogprobs: bool('allow_training_without_logprobs') ?? false,
+      truncatedImportanceSampling: number('truncated_importance_sampling', (v) => (v > 0 ? null : 'must be > 0')),
+      packedSequenceLength: number('packed_sequence_length', (v) => (Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16')),
+      klPenaltyCoef,
+      klPenaltySource: oneOf('kl_penalty_source', ['sample', 'current_learner'] as const) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner'),
+    },
+    problems,
+  };
+}

@@ -1,0 +1,90 @@
+/**
+ * Submitting, reading, following and cancelling training jobs. Validation happens here, before the job
+ * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
+ */
+import { AppError, notFound, validationError } from '../errors.ts';
+import type { JobQueue } from '../jobs/queue.ts';
+import type { JobRepository, JobRow, EventRow } from '../store/job-repository.ts';
+import type { RlJobBody, TrainingJob } from '../api/training-jobs.ts';
+import type { Principal } from './auth-service.ts';
+import type { ModelService } from './model-service.ts';
+import { checkTrajectoryGroups } from './trajectory-shape.ts';
+import { parseRlConfig, type RlConfig } from './rl-config.ts';
+import type { TrajectoryGroup } from '../api/models.ts';
+
+/** What an RL job's payload file holds. */
+export interface RlJobPayload {
+  trajectory_groups: TrajectoryGroup[];
+  config: RlConfig;
+}
+
+export function toJobView(job: JobRow): TrainingJob {
+  return {
+    id: job.id,
+    object: 'training_job',
+    type: job.type,
+    model_id: job.model_id,
+    status: job.status,
+    created_at: job.created_at,
+    started_at: job.started_at,
+    finished_at: job.finished_at,
+    error: job.error_code ? { code: job.error_code, message: job.error_message ?? '' } : null,
+    checkpoint_step: job.checkpoint_step === null ? null : Number(job.checkpoint_step),
+    num_sequences: job.num_sequences === null ? null : Number(job.num_sequences),
+    metrics: JSON.parse(job.metrics) as Record<string, number>,
+  };
+}
+
+export function toEventView(event: EventRow) {
+  return { id: event.id, type: event.type, created_at: event.created_at, data: JSON.parse(event.data) as Record<string, unknown> };
+}
+
+export class TrainingJobService {
+  constructor(
+    private readonly models: ModelService,
+    private readonly jobs: JobRepository,
+    private readonly queue: JobQueue,
+    private readonly defaultLearningRate: (baseModel: string) => number,
+    private readonly onSubmitted: () => void,
+  ) {}
+
+  async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
+    const model = await this.models.getOwned(principal, body.model_id);
+    const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
+    problems.push(...checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups']));
+    if (problems.length > 0) throw validationError(problems);
+    const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
+    const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
+    this.onSubmitted();
+    return { id: job.id };
+  }
+
+  /** The job if the principal may see its model; anything else is exactly as absent as a missing job. */
+  async getOwned(principal: Principal, jobId: string): Promise<JobRow> {
+    const job = await this.jobs.findById(jobId);
+    if (!job) throw notFound('Training job');
+    try {
+      await this.models.getOwned(principal, job.model_id);
+    } catch (error) {
+      if (error instanceof AppError && error.code === 'not_found') throw notFound('Training job');
+      throw error;
+    }
+    return job;
+  }
+
+  async get(principal: Principal, jobId: string): Promise<TrainingJob> {
+    return toJobView(await this.getOwned(principal, jobId));
+  }
+
+  async events(principal: Principal, jobId: string, after: string | undefined, limit: number) {
+    const job = await this.getOwned(principal, jobId);
+    const page = await this.jobs.events(job.id, after, limit);
+    return { items: page.items.map(toEventView), hasMore: page.hasMore };
+  }
+
+  async cancel(principal: Principal, jobId: string): Promise<TrainingJob> {
+    const job = await this.getOwned(principal, jobId);
+    const after = await this.queue.cancel(job.id);
+    return toJobView(after ?? job);
+  }
+}
