@@ -1,0 +1,260 @@
+"""Continuous-batching generation over one base model and its preallocated KV cache.
+
+Owns: GenRequest / Sequence state, the waiting queue, the running batch (the
+sequence in running[i] always lives in cache slot i, so a decode step attends
+to a view of the first B slots: no gathers), admission with a chunked prefill
+shared by the `n` samples of a request (its KV is copied to their slots),
+one decode step over every running row (rows may use different adapters, or
+none, via LoraBatch), stop rules, cancellation, and the replies a request
+streams (as dicts handed to the request's `emit`).
+
+Refuses to know: frames, threads and request ids on the wire (server.py),
+how logits become tokens (sampling.py), adapter storage (lora.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Deque, List, Optional
+
+import torch
+
+from .lora import Adapter, LoraBatch, StackCache
+from .model import ForwardContext, KVCache, Transformer
+from .sampling import SamplingParams, SeqSampler, prompt_logprob_entries, prompt_mask, sample_step, static_bias
+
+
+class Cancelled(Exception):
+    pass
+
+
+@dataclass
+class GenRequest:
+    id: str
+    prompt: List[int]
+    params: SamplingParams
+    emit: Callable[[dict], None]  # non-final replies (done: false)
+    finish: Callable[[dict], None]  # the final reply (done: true), or an error
+    adapter: Optional[Adapter] = None
+    cancelled: bool = False  # set from another thread; read between steps
+    live: int = 0  # sequences not yet finished
+    on_release: Optional[Callable[["GenRequest"], None]] = None
+
+
+@dataclass
+class Sequence:
+    req: GenRequest
+    index: int
+    sampler: SeqSampler
+    length: int  # tokens whose keys are in the cache
+    last: int  # the latest sampled token, fed at the next decode step
+    slot: int = -1
+    generated: int = 0
+
+
+@dataclass
+class SchedulerConfig:
+    max_batch: int = 32  # running sequences (cache slots)
+    max_len: int = 4096  # tokens per sequence, prompt included
+    prefill_chunk: int = 512  # bounds attention memory of long prompts
+    prefill_budget: int = 2048  # prompt tokens admitted between two decode steps
+
+
+class Scheduler:
+    def __init__(self, model: Transformer, eos_ids: List[int], config: SchedulerConfig):
+        self.model, self.config = model, config
+        self.eos_ids = list(eos_ids)
+        self.eos_set = set(eos_ids)
+        self.window = model.args.sliding_window
+        self.cache = KVCache(model.args, model.dtype, model.device, slots=min(4, config.max_batch), length=256)
+        self.waiting: Deque[GenRequest] = deque()
+        self.running: List[Sequence] = []
+        self.stacks = StackCache()
+        self._rate: Deque = deque()  # (time, tokens) of recent steps
+
+    # --- queue --------------------------------------------------------------
+
+    def submit(self, req: GenRequest) -> None:
+        if not req.prompt:
+            raise ValueError("prompt is empty")
+        if len(req.prompt) >= self.config.max_len:
+            raise ValueError(f"prompt of {len(req.prompt)} tokens leaves no room in the context of "
+                             f"{self.config.max_len}")
+        if req.params.n > self.config.max_batch:
+            raise ValueError(f"n={req.params.n} exceeds the batch size {self.config.max_batch}")
+        vocab = self.model.args.vocab_size
+        if any(not (0 <= t < vocab) for t in req.prompt):
+            raise ValueError(f"prompt has a token id outside the vocabulary (size {vocab})")
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def counts(self) -> tuple:
+        """(running sequences, waiting sequences)."""
+        return len(self.running), sum(r.params.n for r in list(self.waiting))
+
+    def tokens_per_second(self) -> float:
+        now = time.monotonic()
+        while self._rate and now - self._rate[0][0] > 10.0:
+            self._rate.popleft()
+        if not self._rate:
+            return 0.0
+        span = max(now - self._rate[0][0], 1e-3)
+        return sum(n for _, n in self._rate) / span
+
+    # --- one iteration ------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Drop cancelled work, admit waiting requests, then decode one token for every running row."""
+        self._reap_cancelled()
+        budget = self.config.prefill_budget
+        while self.waiting and budget > 0:
+            req = self.waiting[0]
+            if len(self.running) + req.params.n > self.config.max_batch:
+                break
+            self.waiting.popleft()
+            budget -= len(req.prompt)
+            try:
+                self._admit(req)
+            except Exception as e:  # a bad request must not take the batch down
+                self._drop_request(req)
+                req.finish({"error": e})
+        if self.running:
+            self._decode()
+
+    def fail_all(self, error: Exception) -> None:
+        reqs = {id(s.req): s.req for s in self.running}
+        self.running.clear()
+        for req in list(self.waiting) + list(reqs.values()):
+            self._drop_request(req)
+            req.finish({"error": error})
+        self.waiting.clear()
+
+    def _reap_cancelled(self) -> None:
+        for req in [r for r in self.waiting if r.cancelled]:
+            self.waiting.remove(req)
+            self._drop_request(req)
+            req.finish({"error": Cancelled("cancelled")})
+        gone = {}
+        for seq in [s for s in self.running if s.req.cancelled]:
+            self._remove(seq)
+            gone[id(seq.req)] = seq.req
+        for req in gone.values():
+            self._drop_request(req)
+            req.finish({"error": Cancelled("cancelled")})
+
+    def _drop_request(self, req: GenRequest) -> None:
+        if req.on_release is not None:
+            req.on_release(req)
+            req.on_release = None
+
+    # --- prefill ------------------------------------------------------------
+
+    def _admit(self, req: GenRequest) -> None:
+        params, prompt, n = req.params, req.prompt, req.params.n
+        model, vocab = self.model, self.model.args.vocab_size
+        slot = len(self.running)
+        self.cache.ensure(slot + n, len(prompt) + 1)
+        lora = LoraBatch([req.adapter], model.dtype, model.device, self.stacks) if req.adapter else None
+        tokens = torch.tensor(prompt, device=model.device)
+        want_prompt_lp = params.prompt_logprobs is not None
+        entries: List[Optional[dict]] = [None]
+        last_logits = None
+        chunk = self.config.prefill_chunk
+        for start in range(0, len(prompt), chunk):
+            piece = tokens[start:start + chunk]
+            ctx = ForwardContext.cached(self.cache, slot, [start], piece.shape[0], self.window)
+            h = model(piece[None, :], ctx, lora)[0]
+            if want_prompt_lp:
+                logits = model.logits(h)
+                entries += prompt_logprob_entries(logits, prompt[start + 1:start + 1 + piece.shape[0]],
+                                           params.prompt_logprobs)
+                last_logits = logits[-1:]
+            elif start + chunk >= len(prompt):
+                last_logits = model.logits(h[-1:])
+        if want_prompt_lp:
+            req.emit({"type": "prompt", "prompt_logprobs": entries[:len(prompt)]})
+        for i in range(1, n):
+            self.cache.copy_slot(slot, slot + i, len(prompt))
+        bias = static_bias(params, vocab, model.device)
+        pmask = prompt_mask(params, prompt, vocab, model.device)
+        seqs = [Sequence(req=req, index=i, sampler=SeqSampler(params, prompt, i, vocab, bias, pmask, model.device),
+                         length=len(prompt), last=-1) for i in range(n)]
+        req.live = n
+        result = sample_step(last_logits.expand(n, vocab), [s.sampler for s in seqs], self.eos_ids)
+        for i, seq in enumerate(seqs):
+            seq.slot = slot + i
+            self.running.append(seq)
+        self._record(seqs, result)
+
+    # --- decode -------------------------------------------------------------
+
+    def _decode(self) -> None:
+        model = self.model
+        seqs = list(self.running)
+        B = len(seqs)
+        starts = [s.length for s in seqs]
+        self.cache.ensure(B, max(starts) + 1)
+        tokens_B1 = torch.tensor([[s.last] for s in seqs], device=model.device)
+        ctx = ForwardContext.cached(self.cache, 0, starts, 1, self.window)
+        adapters = [s.req.adapter for s in seqs]
+        lora = LoraBatch(adapters, model.dtype, model.device, self.stacks) if any(a is not None for a in adapters) else None
+        logits_BV = model.logits(model(tokens_B1, ctx, lora)[:, 0])
+        result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids)
+        for s in seqs:
+            s.length += 1
+        self._record(seqs, result)
+
+    def _record(self, seqs: List[Sequence], result) -> None:
+        """Emit each row's new token; finish rows that hit a stop rule."""
+        self._rate.append((time.monotonic(), len(seqs)))
+        finished = []
+        for b, seq in enumerate(seqs):
+            tok = result.tokens[b]
+            seq.sampler.append(tok)
+            seq.generated += 1
+            seq.last = tok
+            p = seq.req.params
+            msg = {"type": "tokens", "seq": seq.index, "tokens": [tok]}
+            if p.logprobs is not None:
+                msg["logprobs"] = [result.logprobs[b]]
+                if p.logprobs > 0:
+                    msg["top_logprobs"] = [result.top[b]]
+            seq.req.emit(msg)
+            reason, stop_id = None, None
+            if tok in p.stop_token_ids:
+                reason, stop_id = "stop", tok
+            elif tok in self.eos_set and not p.ignore_eos:
+                reason = "stop"
+            elif (p.max_tokens is not None and seq.generated >= p.max_tokens) or \
+                    seq.length + 1 >= self.config.max_len:
+                reason = "length"
+            if reason is not None:
+                seq.req.emit({"type": "finish", "seq": seq.index, "finish_reason": reason, "stop_token_id": stop_id})
+                finished.append(seq)
+        for seq in finished:
+            self._remove(seq)
+            req = seq.req
+            req.live -= 1
+            if req.live == 0:
+                self._drop_request(req)
+                # A cancel that raced with the last token still ends the request as cancelled.
+                req.finish({"error": Cancelled("cancelled")} if req.cancelled else
+                           {"prompt_tokens": len(req.prompt), "cached_tokens": 0})
+
+    def _remove(self, seq: Sequence) -> None:
+        """Take a sequence out of the batch; the last slot's sequence moves into its slot."""
+        i = seq.slot
+        if i < 0 or i >= len(self.running) or self.running[i] is not seq:
+            return
+        last = self.running.pop()
+        if last is not seq:
+            self.running[i] = last
+            self.cache.copy_slot(last.slot, i, last.length)
+            last.slot = i
+        seq.slot = -1
+

@@ -1,0 +1,324 @@
+"""LoRA adapters: their parameters, the PEFT file layout, residency, and batched application.
+
+Owns: LoraConfig (rank, alpha, targets, seed), the torchtune-style init (A
+uniform from a seeded generator, B zero, so a fresh adapter is an exact no-op;
+scale alpha/rank), PEFT names (`base_model.model.<module>.lora_A.weight`) and
+`adapter_config.json`, optimizer state saved beside (`optimizer.pt`), the LRU
+bound on resident adapters with pinning, and LoraBatch: the object a forward
+calls to add every row's own adapter delta in one batched computation.
+
+Refuses to know: requests, sampling, losses, the wire protocol. It knows only
+the base model's module shapes (from ModelArgs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import weights as W
+from .model import ATTN_MODULES, MLP_MODULES, ModelArgs
+
+DEFAULT_TARGETS: Tuple[str, ...] = ATTN_MODULES + MLP_MODULES
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter_model.safetensors"
+OPTIMIZER_NAME = "optimizer.pt"
+_UIDS = itertools.count()
+_PEFT_KEY = re.compile(r"^base_model\.model\.(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+))\.lora_([AB])(?:\.default)?\.weight$")
+
+
+def module_shape(args: ModelArgs, name: str) -> Tuple[int, int]:
+    """(in_features, out_features) of a base projection by its short name."""
+    shapes = {
+        "q_proj": (args.hidden_size, args.q_size),
+        "k_proj": (args.hidden_size, args.kv_size),
+        "v_proj": (args.hidden_size, args.kv_size),
+        "o_proj": (args.q_size, args.hidden_size),
+        "gate_proj": (args.hidden_size, args.intermediate_size),
+        "up_proj": (args.hidden_size, args.intermediate_size),
+        "down_proj": (args.intermediate_size, args.hidden_size),
+    }
+    if name not in shapes:
+        raise ValueError(f"unsupported LoRA target module {name!r}; supported: {', '.join(DEFAULT_TARGETS)}")
+    return shapes[name]
+
+
+def module_path(layer: int, name: str) -> str:
+    parent = "self_attn" if name in ATTN_MODULES else "mlp"
+    return f"model.layers.{layer}.{parent}.{name}"
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 8
+    alpha: float = 16.0
+    target_modules: Tuple[str, ...] = DEFAULT_TARGETS
+    seed: int = 0
+    use_rslora: bool = False
+
+    def __post_init__(self):
+        if int(self.rank) < 1:
+            raise ValueError("LoRA rank must be >= 1")
+        self.target_modules = tuple(self.target_modules)
+        if not self.target_modules:
+            raise ValueError("LoRA target_modules is empty")
+        for name in self.target_modules:
+            if name not in DEFAULT_TARGETS:
+                raise ValueError(f"unsupported LoRA target module {name!r}; supported: {', '.join(DEFAULT_TARGETS)}")
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / (math.sqrt(self.rank) if self.use_rslora else self.rank)
+
+    def to_peft(self, base_name: str) -> dict:
+        # The fields PEFT's LoraConfig and vLLM's LoRA loader read.
+        return {
+            "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_name,
+            "r": self.rank, "lora_alpha": self.alpha, "target_modules": sorted(self.target_modules),
+            "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "inference_mode": True,
+            "init_lora_weights": True, "use_rslora": self.use_rslora, "use_dora": False,
+            "modules_to_save": None, "layers_to_transform": None, "layers_pattern": None,
+            "rank_pattern": {}, "alpha_pattern": {}, "revision": None,
+        }
+
+
+@dataclass
+class Adapter:
+    key: str
+    base: str
+    config: LoraConfig
+    A: Dict[str, torch.Tensor]  # module path -> [rank, in]
+    B: Dict[str, torch.Tensor]  # module path -> [out, rank]
+    optimizer: Optional[torch.optim.Optimizer] = None
+    version: int = 0  # bumped by every optimizer step; StackCache keys on (uid, version)
+    pins: int = field(default=0, repr=False)
+    uid: int = field(default_factory=lambda: next(_UIDS), repr=False)
+
+    def names(self) -> List[str]:
+        """Parameter names in a fixed order: the order of optimizer state too."""
+        return [f"{m}.lora_{ab}" for m in sorted(self.A) for ab in "AB"]
+
+    def parameters(self) -> List[torch.Tensor]:
+        return [t for m in sorted(self.A) for t in (self.A[m], self.B[m])]
+
+    def num_parameters(self) -> int:
+        return sum(t.numel() for t in self.parameters())
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.parameters())
+
+
+def new_adapter(key: str, base: str, args: ModelArgs, config: LoraConfig, device) -> Adapter:
+    """A fresh adapter: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform, a=sqrt(5), as nn.Linear), B = 0."""
+    g = torch.Generator().manual_seed(int(config.seed))
+    A, B = {}, {}
+    for layer in range(args.num_layers):
+        for name in DEFAULT_TARGETS:  # fixed order keeps the seed -> weights map stable
+            if name not in config.target_modules:
+                continue
+            fan_in, fan_out = module_shape(args, name)
+            bound = 1.0 / math.sqrt(fan_in)
+            a = (torch.rand(config.rank, fan_in, generator=g) * 2 - 1) * bound
+            path = module_path(layer, name)
+            A[path] = a.to(device).requires_grad_(True)
+            B[path] = torch.zeros(fan_out, config.rank, device=device).requires_grad_(True)
+    return Adapter(key=key, base=base, config=config, A=A, B=B)
+
+
+def save_peft(adapter: Adapter, folder: str, base_name: str) -> List[str]:
+    os.makedirs(folder, exist_ok=True)
+    tensors = {}
+    for m in sorted(adapter.A):
+        tensors[f"base_model.model.{m}.lora_A.weight"] = adapter.A[m].detach().float().cpu()
+        tensors[f"base_model.model.{m}.lora_B.weight"] = adapter.B[m].detach().float().cpu()
+    W.save_file(tensors, os.path.join(folder, WEIGHTS_NAME), {"format": "pt"})
+    W.atomic_write_json(os.path.join(folder, CONFIG_NAME), adapter.config.to_peft(base_name))
+    files = [CONFIG_NAME, WEIGHTS_NAME]
+    if adapter.optimizer is not None:
+        W.atomic_torch_save(os.path.join(folder, OPTIMIZER_NAME),
+                            {"param_names": adapter.names(), "state_dict": adapter.optimizer.state_dict()})
+        files.append(OPTIMIZER_NAME)
+    return files
+
+
+def load_peft(key: str, base: str, folder: str, args: ModelArgs, device) -> Adapter:
+    with open(os.path.join(folder, CONFIG_NAME), "r", encoding="utf-8") as f:
+        peft = json.load(f)
+    if peft.get("peft_type", "LORA") != "LORA":
+        raise ValueError(f"{folder}: peft_type {peft.get('peft_type')!r} is not LORA")
+    if peft.get("use_dora") or peft.get("rank_pattern") or peft.get("alpha_pattern"):
+        raise ValueError(f"{folder}: DoRA and per-module rank/alpha patterns are not supported")
+    A, B = {}, {}
+    for name, t in W.iter_file(os.path.join(folder, WEIGHTS_NAME)):
+        m = _PEFT_KEY.match(name)
+        if not m or int(m.group(2)) >= args.num_layers or module_path(int(m.group(2)), m.group(4)) != m.group(1):
+            raise ValueError(f"{folder}: unsupported adapter tensor {name}")
+        (A if m.group(5) == "A" else B)[m.group(1)] = t
+    rank = int(peft.get("r", 8))
+    for path in set(A) | set(B):
+        if path not in A or path not in B:
+            raise ValueError(f"{folder}: {path} lacks lora_A or lora_B")
+        fan_in, fan_out = module_shape(args, path.rsplit(".", 1)[1])
+        if tuple(A[path].shape) != (rank, fan_in) or tuple(B[path].shape) != (fan_out, rank):
+            raise ValueError(f"{folder}: {path} has shapes {tuple(A[path].shape)}, {tuple(B[path].shape)}; "
+                             f"expected ({rank}, {fan_in}), ({fan_out}, {rank})")
+    if not A:
+        raise ValueError(f"{folder}: adapter has no LoRA tensors")
+    targets = tuple(sorted({p.rsplit(".", 1)[1] for p in A}))
+    config = LoraConfig(rank=rank, alpha=float(peft.get("lora_alpha", rank)), target_modules=targets,
+                        use_rslora=bool(peft.get("use_rslora", False)))
+    adapter = Adapter(key=key, base=base, config=config,
+                      A={p: t.float().to(device).requires_grad_(True) for p, t in A.items()},
+                      B={p: t.float().to(device).requires_grad_(True) for p, t in B.items()})
+    opt_path = os.path.join(folder, OPTIMIZER_NAME)
+    if os.path.exists(opt_path):
+        saved = torch.load(opt_path, map_location=device)
+        if saved.get("param_names") != adapter.names():
+            raise ValueError(f"{opt_path}: parameter names do not match the adapter")
+        adapter.optimizer = make_optimizer(adapter)
+        adapter.optimizer.load_state_dict(saved["state_dict"])
+    return adapter
+
+
+def make_optimizer(adapter: Adapter) -> torch.optim.Optimizer:
+    # Hyperparameters are set on every step from the request; these are placeholders.
+    return torch.optim.AdamW(adapter.parameters(), lr=0.0, betas=(0.9, 0.99), weight_decay=0.0)
+
+
+class AdapterStore:
+    """Resident adapters, least recently used first; pinned ones are never evicted."""
+
+    def __init__(self, max_adapters: int = 32):
+        self.max_adapters = max_adapters
+        self._items: "OrderedDict[str, Adapter]" = OrderedDict()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._items
+
+    def keys(self) -> List[str]:
+        return list(self._items)
+
+    def get(self, key: str) -> Adapter:
+        adapter = self._items[key]
+        self._items.move_to_end(key)
+        return adapter
+
+    def put(self, adapter: Adapter) -> List[Adapter]:
+        """Insert and evict down to the bound; returns the evicted. Over the bound only while all are pinned."""
+        self._items[adapter.key] = adapter
+        self._items.move_to_end(adapter.key)
+        evicted = []
+        for key in list(self._items):
+            if len(self._items) <= self.max_adapters:
+                break
+            if key != adapter.key and self._items[key].pins == 0:
+                evicted.append(self._items.pop(key))
+        return evicted
+
+    def drop(self, key: str) -> bool:
+        return self._items.pop(key, None) is not None
+
+
+class LoraBatch:
+    """Per-row adapters (None = base model) applied in one batched computation per module.
+
+    With one adapter on every row the delta is the plain (x A^T) B^T * scale,
+    differentiable into the adapter. With mixed rows, the A's of all adapters in
+    the batch are stacked into one [sum(rank), in] matrix and the B's into
+    [out, sum(rank)]; a per-row column mask carrying each adapter's scale keeps
+    a row to its own adapter's columns. Two dense matmuls replace one matmul per
+    adapter, and rows without an adapter cost nothing extra.
+    """
+
+    def __init__(self, row_adapters: Sequence[Optional[Adapter]], dtype: torch.dtype, device,
+                 stack_cache: Optional["StackCache"] = None):
+        self.dtype, self.device = dtype, device
+        self.uniques: List[Adapter] = []
+        seen: Dict[int, int] = {}
+        row_index = []
+        for a in row_adapters:
+            if a is None:
+                row_index.append(-1)
+                continue
+            if id(a) not in seen:
+                seen[id(a)] = len(self.uniques)
+                self.uniques.append(a)
+            row_index.append(seen[id(a)])
+        self.single = len(self.uniques) == 1 and all(i == 0 for i in row_index)
+        self.row_index = row_index
+        self.stack_cache = stack_cache if stack_cache is not None else StackCache()
+        self._masks: Dict[Tuple, torch.Tensor] = {}
+
+    @property
+    def empty(self) -> bool:
+        return not self.uniques
+
+    def delta(self, module: str, x: torch.Tensor) -> Optional[torch.Tensor]:
+        if self.single:
+            a = self.uniques[0]
+            if module not in a.A:
+                return None
+            A, B = a.A[module].to(x.dtype), a.B[module].to(x.dtype)
+            return torch.matmul(torch.matmul(x, A.t()), B.t()) * a.config.scale
+        present = [u for u, a in enumerate(self.uniques) if module in a.A]
+        if not present:
+            return None
+        A_cat, B_cat = self.stack_cache.get(module, [self.uniques[u] for u in present], x.dtype)
+        mask_BR = self._mask(present)
+        h = torch.matmul(x, A_cat.t())
+        h = h * mask_BR.view(mask_BR.shape[0], *([1] * (h.dim() - 2)), mask_BR.shape[1])
+        return torch.matmul(h, B_cat.t())
+
+    def _mask(self, present: List[int]) -> torch.Tensor:
+        key = tuple(present)
+        mask = self._masks.get(key)
+        if mask is None:
+            col = {}
+            offset = 0
+            for u in present:
+                r = self.uniques[u].config.rank
+                col[u] = (offset, offset + r, self.uniques[u].config.scale)
+                offset += r
+            mask = torch.zeros(len(self.row_index), offset)
+            for row, u in enumerate(self.row_index):
+                if u in col:
+                    lo, hi, scale = col[u]
+                    mask[row, lo:hi] = scale
+            mask = mask.to(device=self.device, dtype=self.dtype)
+            self._masks[key] = mask
+        return mask
+
+
+class StackCache:
+    """Stacked A/B matrices per (module, adapters, versions); rebuilt only when the set changes."""
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = max_entries
+        self._items: "OrderedDict[Tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
+
+    def get(self, module: str, adapters: List[Adapter], dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+        key = (module, dtype) + tuple((a.uid, a.version) for a in adapters)
+        hit = self._items.get(key)
+        if hit is not None:
+            self._items.move_to_end(key)
+            return hit
+        with torch.no_grad():
+            A_cat = torch.cat([a.A[module] for a in adapters], dim=0).to(dtype)
+            B_cat = torch.cat([a.B[module] for a in adapters], dim=1).to(dtype)
+        self._items[key] = (A_cat, B_cat)
+        while len(self._items) > self.max_entries:
+            self._items.popitem(last=False)
+        return A_cat, B_cat
+
+    def forget(self, adapter: Adapter) -> None:
+        """Free stacks that hold a dropped or retrained adapter."""
+        for key in [k for k in self._items if any(part[0] == adapter.uid for part in k[2:])]:
+            del self._items[key]

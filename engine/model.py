@@ -1,0 +1,471 @@
+"""The decoder-only transformer of the Llama / Mistral / Qwen2 / Qwen3 families.
+
+Owns: ModelArgs (mapped explicitly from HF `config.json`), the module tree
+(RMSNorm, RoPE with Llama-3 scaling, GQA attention with optional q/k norm and
+qkv bias, SwiGLU MLP, tied or untied head), the explicit HF-name -> parameter
+mapping used when loading, the preallocated KV cache tensors, and the three
+ways a forward sees attention: packed rows with segment ids (training,
+`forward`), a prompt written into one cache slot (prefill), and one new token
+per cache slot (decode).
+
+Refuses to know: which adapter a row uses (it calls `lora.delta(module, x)` on
+whatever object it is given), how cache slots are scheduled, sampling, losses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import weights as W
+
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+# Names the LoRA side addresses; q/k/v and gate/up are fused in the base
+# weights for speed but stay separate modules for adapters and HF loading.
+ATTN_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class ModelArgs:
+    family: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: Optional[dict] = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    sliding_window: Optional[int] = None
+    eos_token_ids: List[int] = field(default_factory=list)
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict) -> "ModelArgs":
+        family = cfg.get("model_type")
+        if family not in FAMILIES:
+            raise ValueError(f"unsupported model_type {family!r}; supported: {', '.join(FAMILIES)}")
+        heads = int(cfg["num_attention_heads"])
+        hidden = int(cfg["hidden_size"])
+        attention_bias = bool(cfg.get("attention_bias", False))
+        if family == "qwen2" and cfg.get("use_sliding_window"):
+            raise ValueError("qwen2 use_sliding_window=true is not supported")
+        eos = cfg.get("eos_token_id")
+        eos_ids = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+        return cls(
+            family=family,
+            vocab_size=int(cfg["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(cfg["intermediate_size"]),
+            num_layers=int(cfg["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            rope_scaling=cfg.get("rope_scaling"),
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+            # Every one of these four HF config classes defaults to untied.
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v bias and never an o bias; Llama/Qwen3 put
+            # `attention_bias` on all four projections; Mistral has none.
+            qkv_bias=True if family == "qwen2" else (attention_bias and family != "mistral"),
+            o_bias=attention_bias and family in ("llama", "qwen3"),
+            mlp_bias=bool(cfg.get("mlp_bias", False)) and family == "llama",
+            qk_norm=family == "qwen3",
+            sliding_window=cfg.get("sliding_window") if family == "mistral" else None,
+            eos_token_ids=eos_ids,
+        )
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+def rope_inv_freq(args: ModelArgs) -> Tuple[torch.Tensor, float]:
+    """Inverse frequencies [D/2] and the position divisor, as HF computes them."""
+    dim = args.head_dim
+    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = args.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq, 1.0
+    if kind == "linear":
+        return inv_freq, float(scaling["factor"])
+    if kind == "llama3":
+        factor = float(scaling["factor"])
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old_len = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        return torch.where(medium, smoothed, scaled), 1.0
+    raise ValueError(f"unsupported rope_scaling type {kind!r} (supported: default, linear, llama3)")
+
+
+class Rope:
+    """cos/sin tables grown on demand, indexed by absolute position."""
+
+    def __init__(self, args: ModelArgs, device: torch.device):
+        inv_freq, self.divisor = rope_inv_freq(args)
+        self.inv_freq = inv_freq.to(device)
+        self.cos = torch.empty(0, args.head_dim, device=device)
+        self.sin = torch.empty(0, args.head_dim, device=device)
+
+    def _grow(self, length: int) -> None:
+        length = max(length, 2 * self.cos.shape[0], 256)
+        pos = torch.arange(length, device=self.inv_freq.device, dtype=torch.float32) / self.divisor
+        freqs = pos[:, None] * self.inv_freq[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.cos, self.sin = emb.cos(), emb.sin()
+
+    def lookup(self, positions_BT: torch.Tensor, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+        need = int(positions_BT.max()) + 1 if positions_BT.numel() else 1
+        if need > self.cos.shape[0]:
+            self._grow(need)
+        # [B, 1, T, D] broadcasts over heads in the [B, H, T, D] layout.
+        return (self.cos[positions_BT].unsqueeze(1).to(dtype), self.sin[positions_BT].unsqueeze(1).to(dtype))
+
+
+def apply_rope(x_BHTD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x_BHTD.shape[-1] // 2
+    rotated = torch.cat([-x_BHTD[..., half:], x_BHTD[..., :half]], dim=-1)
+    return x_BHTD * cos + rotated * sin
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Same op order and fp32 upcast as HF so bf16 results match theirs.
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class KVCache:
+    """Per-slot key/value tensors [layers, slots, kv_heads, length, head_dim], grown by doubling.
+
+    A slot holds one sequence; position p of a sequence lives at index p of its slot.
+    """
+
+    def __init__(self, args: ModelArgs, dtype: torch.dtype, device: torch.device, slots: int = 4, length: int = 256):
+        self.args, self.dtype, self.device = args, dtype, device
+        self.k = self.v = torch.empty(0)
+        self.slots = self.length = 0
+        self.ensure(slots, length)
+
+    def ensure(self, slots: int, length: int) -> None:
+        if slots <= self.slots and length <= self.length:
+            return
+        new_slots = max(slots, self.slots) if slots <= self.slots else max(slots, 2 * self.slots)
+        new_len = max(length, self.length) if length <= self.length else max(length, 2 * self.length)
+        a = self.args
+        shape = (a.num_layers, new_slots, a.num_kv_heads, new_len, a.head_dim)
+        k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self.slots:
+            k[:, : self.slots, :, : self.length] = self.k
+            v[:, : self.slots, :, : self.length] = self.v
+        self.k, self.v, self.slots, self.length = k, v, new_slots, new_len
+
+    def copy_slot(self, src: int, dst: int, length: int) -> None:
+        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
+        self.v[:, dst, :, :length] = self.v[:, src, :, :length]
+
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+
+@dataclass
+class ForwardContext:
+    """How one forward sees attention; built by `packed` or `cached`."""
+
+    positions_BT: torch.Tensor
+    allowed_BTS: torch.Tensor  # bool [B, 1, T, S]: query t may attend to key s
+    cache: Optional[KVCache] = None
+    first_slot: int = 0  # cached mode: row b is the sequence in slot first_slot + b
+    starts: Optional[List[int]] = None  # cached mode: row b's new tokens sit at starts[b] .. starts[b]+T-1
+
+    @classmethod
+    def packed(cls, segment_ids_BT: torch.Tensor, window: Optional[int] = None) -> "ForwardContext":
+        """Rows of several sequences: block-diagonal causal attention, positions restart per segment."""
+        B, T = segment_ids_BT.shape
+        device = segment_ids_BT.device
+        idx_T = torch.arange(T, device=device)
+        starts_BT = torch.ones(B, T, dtype=torch.bool, device=device)
+        starts_BT[:, 1:] = segment_ids_BT[:, 1:] != segment_ids_BT[:, :-1]
+        # position = t - (index where this segment began)
+        start_idx_BT = torch.where(starts_BT, idx_T.expand(B, T), torch.zeros_like(idx_T).expand(B, T))
+        start_idx_BT = torch.cummax(start_idx_BT, dim=1).values
+        positions_BT = idx_T[None, :] - start_idx_BT
+        same_BTT = segment_ids_BT[:, :, None] == segment_ids_BT[:, None, :]
+        allowed = same_BTT & (idx_T[None, :, None] >= idx_T[None, None, :])
+        if window:
+            allowed &= (idx_T[None, :, None] - idx_T[None, None, :]) < window
+        return cls(positions_BT=positions_BT, allowed_BTS=allowed.unsqueeze(1))
+
+    @classmethod
+    def cached(cls, cache: KVCache, first_slot: int, starts: List[int], length: int,
+               window: Optional[int] = None) -> "ForwardContext":
+        """Rows continue the sequences in consecutive cache slots.
+
+        Row b feeds `length` new tokens at positions starts[b].., writes their
+        keys into its slot and attends to everything its slot holds up to them.
+        Prefill is one row with starts=[0] (or a later chunk); decode is every
+        running slot with length 1.
+        """
+        device = cache.device
+        starts_B = torch.tensor(starts, device=device)
+        positions_BT = starts_B[:, None] + torch.arange(length, device=device)[None, :]
+        s_S = torch.arange(max(starts) + length, device=device)
+        allowed = s_S[None, None, :] <= positions_BT[:, :, None]
+        if window:
+            allowed &= (positions_BT[:, :, None] - s_S[None, None, :]) < window
+        return cls(positions_BT=positions_BT, allowed_BTS=allowed.unsqueeze(1), cache=cache,
+                   first_slot=first_slot, starts=list(starts))
+
+
+def attention(q_BHTD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor,
+              allowed_BTS: torch.Tensor, bias_BTS: Optional[torch.Tensor]) -> torch.Tensor:
+    B, H, T, D = q_BHTD.shape
+    K, S = k_BKSD.shape[1], k_BKSD.shape[2]
+    G = H // K
+    if HAS_SDPA:
+        if G > 1:
+            k_BKSD = k_BKSD[:, :, None].expand(B, K, G, S, D).reshape(B, H, S, D)
+            v_BKSD = v_BKSD[:, :, None].expand(B, K, G, S, D).reshape(B, H, S, D)
+        return F.scaled_dot_product_attention(q_BHTD, k_BKSD, v_BKSD, attn_mask=allowed_BTS)
+    # Grouped query heads share a kv head: fold the group into the query axis
+    # instead of copying keys G times.
+    q = q_BHTD.reshape(B, K, G * T, D)
+    scores = torch.matmul(q, k_BKSD.transpose(-1, -2)).mul_(1.0 / math.sqrt(D))
+    scores = scores.view(B, K, G, T, S).add_(bias_BTS.unsqueeze(2))
+    probs = torch.softmax(scores.float(), dim=-1).to(v_BKSD.dtype).view(B, K, G * T, S)
+    return torch.matmul(probs, v_BKSD).view(B, H, T, D)
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs, index: int, dtype: torch.dtype, device: torch.device):
+        super().__init__()
+        a, e = args, dict(dtype=dtype, device=device)
+        self.args, self.index = args, index
+        self.prefix = f"model.layers.{index}."
+        self.input_layernorm = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False)
+        self.post_attention_layernorm = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False)
+        self.qkv = nn.Parameter(torch.empty(a.q_size + 2 * a.kv_size, a.hidden_size, **e), requires_grad=False)
+        self.qkv_bias = nn.Parameter(torch.empty(a.q_size + 2 * a.kv_size, **e), requires_grad=False) if a.qkv_bias else None
+        self.o = nn.Parameter(torch.empty(a.hidden_size, a.q_size, **e), requires_grad=False)
+        self.o_bias = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False) if a.o_bias else None
+        self.q_norm = nn.Parameter(torch.empty(a.head_dim, **e), requires_grad=False) if a.qk_norm else None
+        self.k_norm = nn.Parameter(torch.empty(a.head_dim, **e), requires_grad=False) if a.qk_norm else None
+        self.gate_up = nn.Parameter(torch.empty(2 * a.intermediate_size, a.hidden_size, **e), requires_grad=False)
+        self.gate_up_bias = nn.Parameter(torch.empty(2 * a.intermediate_size, **e), requires_grad=False) if a.mlp_bias else None
+        self.down = nn.Parameter(torch.empty(a.hidden_size, a.intermediate_size, **e), requires_grad=False)
+        self.down_bias = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False) if a.mlp_bias else None
+
+    def _lora(self, lora, name: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if lora is None:
+            return y
+        delta = lora.delta(self.prefix + name, x)
+        return y if delta is None else y + delta
+
+    def forward(self, x_BTD: torch.Tensor, ctx: ForwardContext, rope: Tuple[torch.Tensor, torch.Tensor],
+                bias_BTS: Optional[torch.Tensor], lora) -> torch.Tensor:
+        a = self.args
+        B, T, _ = x_BTD.shape
+        h = rms_norm(x_BTD, self.input_layernorm, a.rms_norm_eps)
+        q, k, v = F.linear(h, self.qkv, self.qkv_bias).split([a.q_size, a.kv_size, a.kv_size], dim=-1)
+        q = self._lora(lora, "self_attn.q_proj", h, q)
+        k = self._lora(lora, "self_attn.k_proj", h, k)
+        v = self._lora(lora, "self_attn.v_proj", h, v)
+        q_BHTD = q.view(B, T, a.num_heads, a.head_dim)
+        k_BKTD = k.view(B, T, a.num_kv_heads, a.head_dim)
+        if self.q_norm is not None:
+            q_BHTD = rms_norm(q_BHTD, self.q_norm, a.rms_norm_eps)
+            k_BKTD = rms_norm(k_BKTD, self.k_norm, a.rms_norm_eps)
+        q_BHTD = apply_rope(q_BHTD.transpose(1, 2), *rope)
+        k_BKTD = apply_rope(k_BKTD.transpose(1, 2), *rope)
+        v_BKTD = v.view(B, T, a.num_kv_heads, a.head_dim).transpose(1, 2)
+        cache = ctx.cache
+        if cache is not None:
+            s0, span = ctx.first_slot, ctx.allowed_BTS.shape[-1]
+            if T == 1:
+                rows = torch.arange(s0, s0 + B, device=x_BTD.device)
+                pos_B = ctx.positions_BT[:, 0]
+                cache.k[self.index, rows, :, pos_B] = k_BKTD[:, :, 0]
+                cache.v[self.index, rows, :, pos_B] = v_BKTD[:, :, 0]
+            else:
+                for b, start in enumerate(ctx.starts):
+                    cache.k[self.index, s0 + b, :, start:start + T] = k_BKTD[b]
+                    cache.v[self.index, s0 + b, :, start:start + T] = v_BKTD[b]
+            # A view, not a gather: consecutive slots keep decode free of cache copies.
+            k_BKTD = cache.k[self.index, s0:s0 + B, :, :span]
+            v_BKTD = cache.v[self.index, s0:s0 + B, :, :span]
+        out = attention(q_BHTD, k_BKTD, v_BKTD, ctx.allowed_BTS, bias_BTS)
+        out = out.transpose(1, 2).reshape(B, T, a.q_size)
+        x_BTD = x_BTD + self._lora(lora, "self_attn.o_proj", out, F.linear(out, self.o, self.o_bias))
+        h = rms_norm(x_BTD, self.post_attention_layernorm, a.rms_norm_eps)
+        gate, up = F.linear(h, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
+        gate = self._lora(lora, "mlp.gate_proj", h, gate)
+        up = self._lora(lora, "mlp.up_proj", h, up)
+        act = F.silu(gate) * up
+        return x_BTD + self._lora(lora, "mlp.down_proj", act, F.linear(act, self.down, self.down_bias))
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs, dtype: torch.dtype = torch.float32, device="cpu"):
+        super().__init__()
+        device = torch.device(device)
+        self.args, self.dtype, self.device = args, dtype, device
+        e = dict(dtype=dtype, device=device)
+        self.embed_tokens = nn.Parameter(torch.empty(args.vocab_size, args.hidden_size, **e), requires_grad=False)
+        self.layers = nn.ModuleList(Block(args, i, dtype, device) for i in range(args.num_layers))
+        self.norm = nn.Parameter(torch.empty(args.hidden_size, **e), requires_grad=False)
+        self.lm_head = None if args.tie_word_embeddings else nn.Parameter(
+            torch.empty(args.vocab_size, args.hidden_size, **e), requires_grad=False)
+        self.rope = Rope(args, device)
+
+    def forward(self, tokens_BT: torch.Tensor, ctx: ForwardContext, lora=None) -> torch.Tensor:
+        """Final-normed hidden states [B, T, hidden]; `logits` turns chosen positions into logits."""
+        x = F.embedding(tokens_BT, self.embed_tokens)
+        rope = self.rope.lookup(ctx.positions_BT, x.dtype)
+        bias = None
+        if not HAS_SDPA:
+            # One additive mask shared by every layer.
+            bias = torch.zeros(ctx.allowed_BTS.shape, dtype=torch.float32, device=x.device)
+            bias.masked_fill_(~ctx.allowed_BTS, float("-inf"))
+        for block in self.layers:
+            x = block(x, ctx, rope, bias, lora)
+        return rms_norm(x, self.norm, self.args.rms_norm_eps)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        return F.linear(h, head).float()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # --- HF checkpoints -------------------------------------------------------
+
+    def hf_mapping(self) -> Dict[str, Tuple[nn.Parameter, int, int]]:
+        """HF tensor name -> (our parameter, first row, end row) it fills."""
+        a = self.args
+        m: Dict[str, Tuple[nn.Parameter, int, int]] = {}
+
+        def whole(name: str, p: Optional[nn.Parameter]) -> None:
+            if p is not None:
+                m[name] = (p, 0, p.shape[0])
+
+        whole("model.embed_tokens.weight", self.embed_tokens)
+        whole("model.norm.weight", self.norm)
+        whole("lm_head.weight", self.lm_head)
+        q, kv, inter = a.q_size, a.kv_size, a.intermediate_size
+        for i, b in enumerate(self.layers):
+            p = f"model.layers.{i}."
+            whole(p + "input_layernorm.weight", b.input_layernorm)
+            whole(p + "post_attention_layernorm.weight", b.post_attention_layernorm)
+            for suffix, param in (("weight", b.qkv), ("bias", b.qkv_bias)):
+                if param is not None:
+                    m[p + f"self_attn.q_proj.{suffix}"] = (param, 0, q)
+                    m[p + f"self_attn.k_proj.{suffix}"] = (param, q, q + kv)
+                    m[p + f"self_attn.v_proj.{suffix}"] = (param, q + kv, q + 2 * kv)
+            whole(p + "self_attn.o_proj.weight", b.o)
+            whole(p + "self_attn.o_proj.bias", b.o_bias)
+            whole(p + "self_attn.q_norm.weight", b.q_norm)
+            whole(p + "self_attn.k_norm.weight", b.k_norm)
+            for suffix, param in (("weight", b.gate_up), ("bias", b.gate_up_bias)):
+                if param is not None:
+                    m[p + f"mlp.gate_proj.{suffix}"] = (param, 0, inter)
+                    m[p + f"mlp.up_proj.{suffix}"] = (param, inter, 2 * inter)
+            whole(p + "mlp.down_proj.weight", b.down)
+            whole(p + "mlp.down_proj.bias", b.down_bias)
+        return m
+
+    def load_hf_tensors(self, tensors) -> None:
+        mapping = self.hf_mapping()
+        filled, unexpected = set(), []
+        for name, t in tensors:
+            target = mapping.get(name)
+            if target is None:
+                # Tied checkpoints sometimes still carry lm_head; rotary buffers are derived.
+                if not (name == "lm_head.weight" or name.endswith("rotary_emb.inv_freq")):
+                    unexpected.append(name)
+                continue
+            param, lo, hi = target
+            expected = (hi - lo,) + tuple(param.shape[1:])
+            if tuple(t.shape) != expected:
+                raise ValueError(f"{name}: shape {tuple(t.shape)} != expected {expected}")
+            with torch.no_grad():
+                param[lo:hi].copy_(t)
+            filled.add(name)
+        missing = sorted(set(mapping) - filled)
+        if missing or unexpected:
+            raise ValueError(f"checkpoint mismatch: missing {missing[:8]}{'…' if len(missing) > 8 else ''}, "
+                             f"unexpected {unexpected[:8]}{'…' if len(unexpected) > 8 else ''}")
+
+    @classmethod
+    def from_pretrained(cls, folder: str, dtype: torch.dtype, device="cpu") -> "Transformer":
+        args = load_args(folder)
+        model = cls(args, dtype, device)
+        model.load_hf_tensors(W.iter_checkpoint(folder))
+        return model
+
+
+def load_args(folder: str) -> ModelArgs:
+    with open(os.path.join(folder, "config.json"), "r", encoding="utf-8") as f:
+        args = ModelArgs.from_hf_config(json.load(f))
+    gen_path = os.path.join(folder, "generation_config.json")
+    if os.path.exists(gen_path):
+        # Chat models often list their end-of-turn token only here.
+        with open(gen_path, "r", encoding="utf-8") as f:
+            eos = json.load(f).get("eos_token_id")
+        extra = [] if eos is None else (eos if isinstance(eos, list) else [eos])
+        args.eos_token_ids = sorted(set(args.eos_token_ids) | {int(e) for e in extra})
+    return args
+
+
+def init_hf_weights(args: ModelArgs, seed: int = 0, std: float = 0.02) -> Dict[str, torch.Tensor]:
+    """Random HF-named fp32 tensors for a config (tests, benchmarks, from-scratch pretraining).
+
+    Norm weights and biases are perturbed away from their identity values so a
+    wrong name mapping changes the output instead of hiding.
+    """
+    g = torch.Generator().manual_seed(seed)
+    model = Transformer(args, torch.float32, "cpu")
+    out: Dict[str, torch.Tensor] = {}
+    for name, (param, lo, hi) in model.hf_mapping().items():
+        shape = (hi - lo,) + tuple(param.shape[1:])
+        if "norm" in name:
+            out[name] = 1.0 + 0.1 * torch.randn(shape, generator=g)
+        elif name.endswith(".bias"):
+            out[name] = 0.02 * torch.randn(shape, generator=g)
+        else:
+            out[name] = std * torch.randn(shape, generator=g)
+    return out
+
+
+def write_hf_checkpoint(folder: str, config: dict, tensors: Dict[str, torch.Tensor],
+                        max_shard_bytes: Optional[int] = None) -> None:
+    os.makedirs(folder, exist_ok=True)
+    W.atomic_write_json(os.path.join(folder, "config.json"), config)
+    W.save_checkpoint(tensors, folder, max_shard_bytes)

@@ -1,0 +1,496 @@
+"""The framed protocol of docs/engine-protocol.md over stdio or TCP, and the engine's state.
+
+Owns: framing (4-byte big-endian length + UTF-8 JSON), request validation at
+the edge, error replies (bad_request, not_found, cancelled, internal), the
+registry of loaded bases and resident adapters, and the two threads: the
+reader answers `cancel` and `stats` itself (promptly, even during a train
+step) and queues everything else for the compute thread, which runs ops in
+arrival order and steps the generation schedulers between them.
+
+Refuses to know: the numerics. Models, adapters, sampling and losses are
+called through model.py, lora.py, generate.py and train.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
+
+import torch
+
+from . import lora as L
+from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
+from .model import Transformer, load_args
+from .sampling import SamplingParams
+from .train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, train_step
+
+MAX_FRAME = 512 * 1024 * 1024
+LOW_GFLOPS = 20.0
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class NotFound(LookupError):
+    pass
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(f"{time.strftime('%H:%M:%S')} engine: {msg}\n")
+    sys.stderr.flush()
+
+
+def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0.25) -> float:
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    for _ in range(2):
+        a @ b
+    _sync(device)
+    reps, t0 = 0, time.perf_counter()
+    while True:
+        a @ b
+        reps += 1
+        if reps % 4 == 0:
+            _sync(device)
+            if time.perf_counter() - t0 > seconds:
+                break
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _finite(obj):
+    """JSON has no NaN/inf: they become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def encode_frame(obj: dict) -> bytes:
+    try:
+        data = json.dumps(obj, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        data = json.dumps(_finite(obj), separators=(",", ":"))
+    raw = data.encode("utf-8")
+    return struct.pack(">I", len(raw)) + raw
+
+
+def read_exact(stream: BinaryIO, n: int) -> Optional[bytes]:
+    chunks, got = [], 0
+    while got < n:
+        piece = stream.read(min(n - got, 1 << 20))
+        if not piece:
+            return None
+        chunks.append(piece)
+        got += len(piece)
+    return b"".join(chunks)
+
+
+def _req(msg: dict, key: str, kind, what: str):
+    v = msg.get(key)
+    if not isinstance(v, kind) or not v:
+        raise ValueError(f"{key} is required ({what})")
+    return v
+
+
+@dataclass
+class Base:
+    name: str
+    path: str
+    model: Transformer
+    scheduler: Scheduler
+    max_len: int
+
+
+class Ticket:
+    """A generate request as the reader thread sees it (for cancel)."""
+
+    def __init__(self):
+        self.cancelled = False
+        self.req: Optional[GenRequest] = None
+
+
+class Engine:
+    def __init__(self, device: torch.device, max_adapters: int = 32, max_batch: int = 32,
+                 max_seq_len: Optional[int] = None, matmul_gflops: float = 0.0):
+        self.device = device
+        self.default_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        self.max_batch, self.max_seq_len, self.matmul_gflops = max_batch, max_seq_len, matmul_gflops
+        self.bases: Dict[str, Base] = {}
+        self.adapters = L.AdapterStore(max_adapters)
+        self.lock = threading.Lock()
+        self.tickets: Dict[Any, Ticket] = {}
+        self.jobs: "queue.Queue" = queue.Queue()
+        self.send: Callable[[dict], None] = lambda obj: None
+
+    # --- replies -------------------------------------------------------------
+
+    def reply(self, rid, payload: dict, done: bool = True) -> None:
+        self.send({"id": rid, "done": done, **payload})
+
+    def error(self, rid, exc: BaseException) -> None:
+        if isinstance(exc, Cancelled):
+            code = "cancelled"
+        elif isinstance(exc, NotFound):
+            code = "not_found"
+        elif isinstance(exc, (ValueError, TypeError, KeyError)):
+            code = "bad_request"
+        else:
+            code = "internal"
+            log("internal error:\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        message = exc.args[0] if isinstance(exc, (KeyError, NotFound)) and exc.args else str(exc)
+        self.send({"id": rid, "done": True, "error": {"code": code, "message": str(message) or type(exc).__name__}})
+
+    # --- reader thread -------------------------------------------------------
+
+    def handle(self, msg) -> None:
+        """Called by the reader for every decoded frame."""
+        rid = msg.get("id") if isinstance(msg, dict) else None
+        try:
+            if not isinstance(msg, dict):
+                raise ValueError("a frame must hold one JSON object")
+            if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+                raise ValueError("id must be a string")
+            op = msg.get("op")
+            if op == "stats":
+                self.reply(rid, self.stats())
+            elif op == "cancel":
+                self.reply(rid, {"cancelled": self.cancel(msg.get("target"))})
+            elif op in self.OPS:
+                if op == "generate":
+                    with self.lock:
+                        if rid in self.tickets:
+                            raise ValueError(f"a generate request with id {rid!r} is still running")
+                        self.tickets[rid] = Ticket()
+                self.jobs.put((op, rid, msg))
+            else:
+                raise ValueError(f"unknown op {op!r}")
+        except Exception as e:
+            self.error(rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None, e)
+
+    def cancel(self, target) -> bool:
+        with self.lock:
+            ticket = self.tickets.get(target)
+            if ticket is None or ticket.cancelled:
+                return False
+            ticket.cancelled = True
+            if ticket.req is not None:
+                ticket.req.cancelled = True
+            return True
+
+    def cancel_all(self) -> None:
+        with self.lock:
+            for ticket in self.tickets.values():
+                ticket.cancelled = True
+                if ticket.req is not None:
+                    ticket.req.cancelled = True
+
+    def stats(self) -> dict:
+        running = waiting = 0
+        tps = 0.0
+        for base in list(self.bases.values()):
+            r, w = base.scheduler.counts()
+            running, waiting, tps = running + r, waiting + w, tps + base.scheduler.tokens_per_second()
+        with self.lock:  # generate requests still in the job queue are waiting too
+            queued = sum(1 for t in self.tickets.values() if t.req is None and not t.cancelled)
+        return {"device": self.device.type, "dtype": str(self.default_dtype).replace("torch.", ""),
+                "matmul_gflops": self.matmul_gflops, "bases": list(self.bases), "adapters": self.adapters.keys(),
+                "max_adapters": self.adapters.max_adapters, "running": running, "waiting": waiting + queued,
+                "tokens_per_second": tps, "rss_bytes": rss_bytes()}
+
+    # --- compute thread ------------------------------------------------------
+
+    def compute_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            busy = any(b.scheduler.has_work() for b in list(self.bases.values()))
+            try:
+                job = self.jobs.get_nowait() if busy else self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                job = None
+            if job is not None:
+                op, rid, msg = job
+                try:
+                    result = getattr(self, "op_" + op)(rid, msg)
+                    if result is not None:
+                        self.reply(rid, result)
+                except Exception as e:
+                    if op == "generate":
+                        with self.lock:
+                            self.tickets.pop(rid, None)
+                    self.error(rid, e)
+                continue  # drain the job queue before the next decode step
+            for base in list(self.bases.values()):
+                if base.scheduler.has_work():
+                    try:
+                        base.scheduler.step()
+                    except Exception as e:
+                        log(f"generation step failed on {base.name}: {e!r}")
+                        base.scheduler.fail_all(e)
+
+    def _base(self, msg: dict) -> Base:
+        name = _req(msg, "base", str, "a loaded base name")
+        base = self.bases.get(name)
+        if base is None:
+            raise NotFound(f"base {name!r} is not loaded")
+        return base
+
+    def _adapter(self, msg: dict, base: Base, required: bool) -> Optional[L.Adapter]:
+        key = msg.get("adapter")
+        if key is None:
+            if required:
+                raise ValueError("adapter is required")
+            return None
+        if not isinstance(key, str):
+            raise ValueError("adapter must be a string key or null")
+        if key not in self.adapters:
+            path = msg.get("adapter_path")
+            if not path:
+                raise NotFound(f"adapter {key!r} is not resident")
+            self._put(L.load_peft(key, base.name, str(path), base.model.args, base.model.device))
+        adapter = self.adapters.get(key)
+        if adapter.base != base.name:
+            raise ValueError(f"adapter {key!r} belongs to base {adapter.base!r}, not {base.name!r}")
+        return adapter
+
+    def _put(self, adapter: L.Adapter) -> None:
+        for old in self.adapters.put(adapter):
+            log(f"evicted adapter {old.key} (least recently used)")
+            for base in self.bases.values():
+                base.scheduler.stacks.forget(old)
+
+    OPS = ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "generate", "forward", "train_step")
+
+    def op_load_base(self, rid, msg) -> dict:
+        name = _req(msg, "base", str, "a name for the base")
+        path = _req(msg, "path", str, "an HF model folder")
+        dtype_name = msg.get("dtype")
+        if dtype_name is not None and dtype_name not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
+        dtype = DTYPES[dtype_name] if dtype_name else self.default_dtype
+        base = self.bases.get(name)
+        if base is not None and (os.path.abspath(base.path) != os.path.abspath(path) or base.model.dtype != dtype):
+            raise ValueError(f"base {name!r} is already loaded from {base.path} as {base.model.dtype}")
+        if base is None:
+            if not os.path.isdir(path):
+                raise NotFound(f"model folder {path} does not exist")
+            t0 = time.perf_counter()
+            args = load_args(path)
+            model = Transformer.from_pretrained(path, dtype, self.device)
+            max_len = args.max_position_embeddings if self.max_seq_len is None else min(self.max_seq_len, args.max_position_embeddings)
+            sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(max_batch=self.max_batch, max_len=max_len))
+            base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
+            self.bases[name] = base
+            log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
+        a = base.model.args
+        return {"vocab_size": a.vocab_size, "context_length": base.max_len, "eos_token_ids": a.eos_token_ids,
+                "num_parameters": base.model.num_parameters()}
+
+    def op_ensure_adapter(self, rid, msg) -> dict:
+        key = _req(msg, "adapter", str, "an adapter key")
+        base = self._base(msg)
+        if key in self.adapters:
+            if self.adapters.get(key).base != base.name:
+                raise ValueError(f"adapter {key!r} is resident for base {self.adapters.get(key).base!r}")
+            return {"loaded": False}
+        if msg.get("path"):
+            adapter = L.load_peft(key, base.name, str(msg["path"]), base.model.args, base.model.device)
+        elif isinstance(msg.get("init"), dict):
+            init = msg["init"]
+            cfg = L.LoraConfig(rank=int(init.get("rank") or 8), alpha=float(init.get("alpha") or 16),
+                               target_modules=tuple(init.get("target_modules") or L.DEFAULT_TARGETS),
+                               seed=int(init.get("seed") or 0))
+            adapter = L.new_adapter(key, base.name, base.model.args, cfg, base.model.device)
+        else:
+            raise ValueError("ensure_adapter needs path or init")
+        self._put(adapter)
+        return {"loaded": True}
+
+    def op_save_adapter(self, rid, msg) -> dict:
+        key = _req(msg, "adapter", str, "an adapter key")
+        path = _req(msg, "path", str, "a folder")
+        if key not in self.adapters:
+            raise NotFound(f"adapter {key!r} is not resident")
+        adapter = self.adapters.get(key)
+        base = self.bases[adapter.base]
+        return {"files": L.save_peft(adapter, path, base.path)}
+
+    def op_drop_adapter(self, rid, msg) -> dict:
+        key = _req(msg, "adapter", str, "an adapter key")
+        adapter = self.adapters.get(key) if key in self.adapters else None
+        if adapter is not None:
+            for base in self.bases.values():
+                base.scheduler.stacks.forget(adapter)
+        return {"dropped": self.adapters.drop(key)}
+
+    def op_generate(self, rid, msg) -> None:
+        base = self._base(msg)
+        params = SamplingParams.from_request(msg, base.model.args.vocab_size)
+        prompt = msg.get("prompt")
+        if not isinstance(prompt, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in prompt):
+            raise ValueError("prompt must be a list of token ids")
+        adapter = self._adapter(msg, base, required=False)
+
+        def finish(payload: dict) -> None:
+            with self.lock:
+                self.tickets.pop(rid, None)
+            if "error" in payload:
+                self.error(rid, payload["error"])
+            else:
+                self.reply(rid, payload)
+
+        def release(_req_obj) -> None:
+            if adapter is not None:
+                adapter.pins -= 1
+
+        req = GenRequest(id=rid, prompt=prompt, params=params, emit=lambda m: self.reply(rid, m, done=False),
+                         finish=finish, adapter=adapter, on_release=release)
+        base.scheduler.submit(req)  # validates; raises before anything is pinned
+        if adapter is not None:
+            adapter.pins += 1
+        with self.lock:
+            ticket = self.tickets.get(rid)
+            if ticket is not None:
+                ticket.req = req
+                req.cancelled = ticket.cancelled
+        return None
+
+    def op_forward(self, rid, msg) -> dict:
+        base = self._base(msg)
+        adapter = self._adapter(msg, base, required=False)
+        rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, None)
+        return {"logprobs": forward_logprobs(base.model, rows, adapter)}
+
+    def op_train_step(self, rid, msg) -> dict:
+        base = self._base(msg)
+        adapter = self._adapter(msg, base, required=True)
+        loss = msg.get("loss")
+        if loss not in ("rl", "sft"):
+            raise ValueError("loss must be 'rl' or 'sft'")
+        rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, loss)
+        loss_cfg = LossConfig.from_request(msg.get("loss_config") if loss == "rl" else None)
+        opt_cfg = OptimizerConfig.from_request(msg.get("optimizer"), loss)
+        adapter.pins += 1  # an LRU insert during the step must not evict it
+        try:
+            metrics = train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg)
+        finally:
+            adapter.pins -= 1
+        for b in self.bases.values():
+            b.scheduler.stacks.forget(adapter)
+        return {"metrics": metrics}
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "r") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class FrameWriter:
+    def __init__(self, stream: BinaryIO):
+        self.stream, self.lock, self.broken = stream, threading.Lock(), False
+
+    def __call__(self, obj: dict) -> None:
+        data = encode_frame(obj)
+        with self.lock:
+            if self.broken:
+                return
+            try:
+                self.stream.write(data)
+                self.stream.flush()
+            except (OSError, ValueError):
+                self.broken = True  # peer gone; the reader sees EOF and shuts down
+
+
+def serve_stream(engine: Engine, rfile: BinaryIO, wfile: BinaryIO, ready: dict) -> None:
+    """Read frames until EOF; replies go to wfile."""
+    writer = FrameWriter(wfile)
+    engine.send = writer
+    writer(ready)
+    while True:
+        head = read_exact(rfile, 4)
+        if head is None:
+            return
+        (length,) = struct.unpack(">I", head)
+        if length > MAX_FRAME:
+            engine.error(None, ValueError(f"frame of {length} bytes exceeds {MAX_FRAME}"))
+            if read_exact(rfile, length) is None:  # skip it to stay in sync
+                return
+            continue
+        body = read_exact(rfile, length)
+        if body is None:
+            return
+        try:
+            msg = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            engine.error(None, ValueError(f"frame is not valid UTF-8 JSON: {e}"))
+            continue
+        engine.handle(msg)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python3 -m engine", description="LLM engine speaking framed JSON on stdio")
+    ap.add_argument("--tcp", metavar="HOST:PORT", help="serve on TCP instead of stdio (one connection at a time)")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--max-adapters", type=int, default=32)
+    ap.add_argument("--max-batch", type=int, default=32, help="concurrent generation sequences per base")
+    ap.add_argument("--max-seq-len", type=int, default=None, help="cap on tokens per sequence (default: the model's)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    args = ap.parse_args(argv)
+
+    # Frames own the real stdout; anything else printing (C or Python) lands on stderr.
+    frame_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    gflops = measure_matmul_gflops(device)
+    log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
+    if gflops < LOW_GFLOPS:
+        log(f"WARNING: fp32 matmul reaches only {gflops:.1f} GFLOP/s (< {LOW_GFLOPS:.0f}); this looks like the "
+            "reference BLAS. Install an optimized one (Debian: libopenblas0-pthread).")
+    engine = Engine(device, args.max_adapters, args.max_batch, args.max_seq_len, round(gflops, 1))
+    ready = {"id": None, "event": "ready", "device": device.type,
+             "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
+             "matmul_gflops": round(gflops, 1)}
+    stop = threading.Event()
+    worker = threading.Thread(target=engine.compute_loop, args=(stop,), name="compute", daemon=True)
+    worker.start()
+    try:
+        if args.tcp:
+            host, _, port = args.tcp.rpartition(":")
+            srv = socket.create_server((host or "127.0.0.1", int(port)))
+            log(f"listening on {host or '127.0.0.1'}:{port}")
+            while True:
+                conn, peer = srv.accept()
+                log(f"connection from {peer}")
+                with conn, conn.makefile("rb") as rf, conn.makefile("wb") as wf:
+                    serve_stream(engine, rf, wf, ready)
+                engine.cancel_all()  # nobody is left to read their tokens
+        else:
+            serve_stream(engine, sys.stdin.buffer, frame_out, ready)
+    except KeyboardInterrupt:
+        pass
+    engine.cancel_all()
+    stop.set()
+    return 0
