@@ -15,8 +15,8 @@ export interface ReadyEvent {
   matmul_gflops: number;
 }
 
-/** Codes of error replies, plus `engine_exited` which the client raises itself. */
-export type EngineErrorCode = 'bad_request' | 'not_found' | 'cancelled' | 'internal' | 'engine_exited';
+/** Codes of the engine's error replies. */
+export type ReplyErrorCode = 'bad_request' | 'not_found' | 'cancelled' | 'internal';
 
 export interface StatsReply {
   device: string;
