@@ -1,0 +1,336 @@
+/**
+ * Keeps one engine process alive: spawns `python -m engine` in the repo root, waits for its
+ * `ready` frame, logs its stderr, restarts it with backoff when it exits, and puts back the bases
+ * and adapters it was asked to load before answering requests again. Requests that were in flight
+ * when the process died fail with `engine_exited`; requests made while it restarts wait for it.
+ * Offers the same `Engine` interface as the client, so callers never hold a dead connection.
+ */
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { type Engine, EngineClient } from './client.ts';
+import { EngineError } from './errors.ts';
+import { DeferredStream, type GenerateStream } from './generate-stream.ts';
+import type { EngineLogger } from './logger.ts';
+import type {
+  DropAdapterReply,
+  DropAdapterRequest,
+  EnsureAdapterReply,
+  EnsureAdapterRequest,
+  ForwardReply,
+  ForwardRequest,
+  GenerateRequest,
+  LoadBaseReply,
+  LoadBaseRequest,
+  ReadyEvent,
+  SaveAdapterReply,
+  SaveAdapterRequest,
+  StatsReply,
+  TrainStepReply,
+  TrainStepRequest,
+} from './protocol.ts';
+import { findEnginePython } from './python.ts';
+
+const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+export interface EngineSupervisorOptions {
+  logger: EngineLogger;
+  /** The Python to run (config's ENGINE_PYTHON); by default the first that can import torch. */
+  python?: string | null;
+  /** Arguments after `-m engine`, e.g. `['--max-adapters', '8']`. */
+  args?: string[];
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  /** From spawn to the `ready` frame; a slower start is killed and retried. */
+  readyTimeoutMs?: number;
+  /** How long a request waits for a starting or restarting engine before `engine_unavailable`. */
+  requestWaitMs?: number;
+  /** Restart delays double from `initialMs` up to `maxMs`; a run that lasted `stableAfterMs` resets them. */
+  restartBackoff?: { initialMs: number; maxMs: number; stableAfterMs: number };
+  /** How many of the most recently used adapters are re-made after a restart; the engine keeps no more resident anyway. */
+  maxRestoredAdapters?: number;
+  /** After asking the engine to stop (closing its stdin), how long before SIGKILL. */
+  stopGraceMs?: number;
+}
+
+export type EngineState = 'stopped' | 'starting' | 'ready' | 'restarting';
+
+export interface EngineHealth {
+  state: EngineState;
+  pid: number | null;
+  /** Processes started after the first. */
+  restarts: number;
+  /** The current process's ready frame (device, dtype, torch, matmul rate); null until ready. */
+  engine: ReadyEvent | null;
+  lastExit: { code: number | null; signal: string | null; at: string } | null;
+  inFlight: number;
+}
+
+interface Run {
+  child: ChildProcessWithoutNullStreams;
+  client: EngineClient;
+  startedAt: number;
+  exited: Promise<void>;
+}
+
+interface Waiter {
+  resolve(client: EngineClient): void;
+  reject(error: EngineError): void;
+  timer: NodeJS.Timeout;
+}
+
+export class EngineSupervisor implements Engine {
+  private state: EngineState = 'stopped';
+  private run: Run | undefined;
+  private engine: ReadyEvent | null = null;
+  private restarts = 0;
+  private failuresInARow = 0;
+  private lastExit: EngineHealth['lastExit'] = null;
+  private restartTimer: NodeJS.Timeout | undefined;
+  private readonly waiters = new Set<Waiter>();
+  /** What to load again after a restart, in the order it was last asked for. */
+  private readonly bases = new Map<string, LoadBaseRequest>();
+  private readonly adapters = new Map<string, EnsureAdapterRequest>();
+  private readonly options: Required<Omit<EngineSupervisorOptions, 'python' | 'env'>> &
+    Pick<EngineSupervisorOptions, 'python' | 'env'>;
+
+  constructor(options: EngineSupervisorOptions) {
+    const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
+    this.options = {
+      args: [],
+      cwd: REPO_ROOT,
+      requestWaitMs: readyTimeoutMs,
+      restartBackoff: { initialMs: 500, maxMs: 15_000, stableAfterMs: 30_000 },
+      maxRestoredAdapters: 32,
+      stopGraceMs: 5_000,
+      ...options,
+      readyTimeoutMs,
+    };
+  }
+
+  /** Starts the engine in the background; `waitUntilReady` tells when it answers. */
+  start(): void {
+    if (this.state !== 'stopped') return;
+    this.state = 'starting';
+    void this.spawnEngine();
+  }
+
+  /** Resolves when the engine answers (restored included); rejects after `requestWaitMs`. */
+  async waitUntilReady(): Promise<ReadyEvent> {
+    await this.client();
+    if (!this.engine) throw new EngineError('engine_unavailable', 'the engine exited as it became ready');
+    return this.engine;
+  }
+
+  /** Stops the engine and fails whatever is in flight or waiting. */
+  async stop(): Promise<void> {
+    this.state = 'stopped';
+    clearTimeout(this.restartTimer);
+    for (const waiter of this.waiters) this.settle(waiter, new EngineError('engine_unavailable', 'the engine was stopped'));
+    const run = this.run;
+    if (!run) return;
+    // Closing stdin asks the engine to finish; SIGKILL if it does not in time.
+    run.client.close(new EngineError('engine_exited', 'the engine was stopped while this request was in flight'));
+    const kill = setTimeout(() => run.child.kill('SIGKILL'), this.options.stopGraceMs);
+    await run.exited;
+    clearTimeout(kill);
+  }
+
+  health(): EngineHealth {
+    return {
+      state: this.state,
+      pid: this.run?.child.pid ?? null,
+      restarts: this.restarts,
+      engine: this.engine,
+      lastExit: this.lastExit,
+      inFlight: this.run?.client.inFlight ?? 0,
+    };
+  }
+
+  /** For the system check: answers only if the engine is up now and replies to `stats`. */
+  async probe(): Promise<void> {
+    if (this.state !== 'ready' || !this.run) throw new EngineError('engine_unavailable', `the engine is ${this.state}`);
+    await this.run.client.stats();
+  }
+
+  async stats(): Promise<StatsReply> {
+    return (await this.client()).stats();
+  }
+
+  async loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
+    const reply = await (await this.client()).loadBase(request);
+    this.bases.delete(request.base);
+    this.bases.set(request.base, request);
+    return reply;
+  }
+
+  async ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {
+    const reply = await (await this.client()).ensureAdapter(request);
+    this.rememberAdapter(request);
+    return reply;
+  }
+
+  /** Once saved, the adapter comes back from its files after a restart, not from its init. */
+  async saveAdapter(request: SaveAdapterRequest): Promise<SaveAdapterReply> {
+    const reply = await (await this.client()).saveAdapter(request);
+    const known = this.adapters.get(request.adapter);
+    if (known) this.rememberAdapter({ adapter: request.adapter, base: known.base, path: request.path });
+    return reply;
+  }
+
+  async dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply> {
+    const reply = await (await this.client()).dropAdapter(request);
+    this.adapters.delete(request.adapter);
+    return reply;
+  }
+
+  generate(request: GenerateRequest): GenerateStream {
+    return new DeferredStream(async () => (await this.client()).generate(request));
+  }
+
+  async forward(request: ForwardRequest): Promise<ForwardReply> {
+    return (await this.client()).forward(request);
+  }
+
+  async trainStep(request: TrainStepRequest): Promise<TrainStepReply> {
+    return (await this.client()).trainStep(request);
+  }
+
+  private rememberAdapter(request: EnsureAdapterRequest): void {
+    this.adapters.delete(request.adapter);
+    this.adapters.set(request.adapter, request);
+    const oldest = this.adapters.keys().next().value;
+    if (this.adapters.size > this.options.maxRestoredAdapters && oldest !== undefined) this.adapters.delete(oldest);
+  }
+
+  /** The connection of a ready engine, waiting for one while it starts or restarts. */
+  private client(): Promise<EngineClient> {
+    if (this.state === 'ready' && this.run) return Promise.resolve(this.run.client);
+    if (this.state === 'stopped') return Promise.reject(new EngineError('engine_unavailable', 'the engine is not running'));
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        resolve,
+        reject,
+        timer: setTimeout(() => {
+          const error = new EngineError('engine_unavailable', `the engine was not ready within ${this.options.requestWaitMs} ms`);
+          this.settle(waiter, error);
+        }, this.options.requestWaitMs),
+      };
+      this.waiters.add(waiter);
+    });
+  }
+
+  private settle(waiter: Waiter, outcome: EngineClient | EngineError): void {
+    clearTimeout(waiter.timer);
+    this.waiters.delete(waiter);
+    if (outcome instanceof EngineError) waiter.reject(outcome);
+    else waiter.resolve(outcome);
+  }
+
+  private async spawnEngine(): Promise<void> {
+    let python: string;
+    try {
+      python = this.options.python ?? (await findEnginePython());
+    } catch (error) {
+      this.options.logger.error({ error: (error as Error).message }, 'cannot start the engine');
+      this.scheduleRestart(Date.now());
+      return;
+    }
+    if (this.state === 'stopped') return;
+
+    const child = spawn(python, ['-m', 'engine', ...this.options.args], {
+      cwd: this.options.cwd,
+      env: { ...(this.options.env ?? process.env), PYTHONUNBUFFERED: '1' },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const pid = child.pid ?? null;
+    const { logger } = this.options;
+    const client = new EngineClient(child.stdout, child.stdin, { peer: `the engine (pid ${pid})`, logger });
+    let markExited!: () => void;
+    const run: Run = { child, client, startedAt: Date.now(), exited: new Promise((resolve) => (markExited = resolve)) };
+    this.run = run;
+    logger.info({ pid, python, cwd: this.options.cwd }, 'engine starting');
+    createInterface({ input: child.stderr }).on('line', (line) => logger.info({ pid, source: 'engine' }, line));
+
+    const readyTimer = setTimeout(() => {
+      logger.error({ pid }, `engine not ready after ${this.options.readyTimeoutMs} ms; killing it`);
+      child.kill('SIGKILL');
+    }, this.options.readyTimeoutMs);
+    let exited = false;
+    const onExit = (code: number | null, signal: string | null) => {
+      if (exited) return;
+      exited = true;
+      clearTimeout(readyTimer);
+      this.handleExit(run, code, signal);
+      markExited();
+    };
+    child.once('exit', onExit);
+    child.once('error', (error) => {
+      logger.error({ pid, error: error.message }, 'engine process error');
+      onExit(null, null);
+    });
+    client.onClose(() => {
+      // Stdout closes before the exit event arrives: stop handing out this client at once.
+      if (this.run === run && this.state === 'ready') this.state = 'restarting';
+      // A connection the client gave up on (a corrupt frame) means a process not worth keeping;
+      // when stopping, closing stdin is the polite request to exit and stop() waits for it.
+      if (!exited && this.state !== 'stopped') child.kill('SIGKILL');
+    });
+
+    try {
+      const ready = await client.ready;
+      clearTimeout(readyTimer);
+      logger.info({ pid, ...ready }, 'engine ready');
+      await this.restore(client);
+      if (this.run !== run || client.closed) return; // replaced, exited or stopped meanwhile
+      this.engine = ready;
+      this.state = 'ready';
+      for (const waiter of this.waiters) this.settle(waiter, client);
+    } catch {
+      // Closed before ready: the exit handler restarts it.
+    }
+  }
+
+  private async restore(client: EngineClient): Promise<void> {
+    const { logger } = this.options;
+    for (const request of this.bases.values()) {
+      await client.loadBase(request).then(
+        () => logger.info({ base: request.base }, 'base reloaded after restart'),
+        (error: Error) => logger.warn({ base: request.base, error: error.message }, 'base not reloaded after restart'),
+      );
+    }
+    // Oldest first, so the engine's LRU order after the restart is the order before it.
+    for (const request of this.adapters.values()) {
+      await client.ensureAdapter(request).then(
+        () => logger.info({ adapter: request.adapter }, 'adapter reloaded after restart'),
+        (error: Error) => logger.warn({ adapter: request.adapter, error: error.message }, 'adapter not reloaded after restart'),
+      );
+    }
+  }
+
+  private handleExit(run: Run, code: number | null, signal: string | null): void {
+    const how = signal ? `signal ${signal}` : `code ${code}`;
+    run.client.close(new EngineError('engine_exited', `the engine (pid ${run.child.pid}) exited (${how}) while this request was in flight`));
+    if (this.run !== run) return;
+    this.run = undefined;
+    this.engine = null;
+    this.lastExit = { code, signal, at: new Date().toISOString() };
+    if (this.state === 'stopped') return;
+    this.options.logger.warn({ pid: run.child.pid, code, signal }, 'engine exited; restarting');
+    this.state = 'restarting';
+    this.scheduleRestart(run.startedAt);
+  }
+
+  private scheduleRestart(startedAt: number): void {
+    const { initialMs, maxMs, stableAfterMs } = this.options.restartBackoff;
+    if (Date.now() - startedAt >= stableAfterMs) this.failuresInARow = 0;
+    const delay = Math.min(maxMs, initialMs * 2 ** this.failuresInARow);
+    this.failuresInARow++;
+    clearTimeout(this.restartTimer);
+    this.restartTimer = setTimeout(() => {
+      if (this.state === 'stopped') return;
+      this.restarts++;
+      void this.spawnEngine();
+    }, delay);
+  }
+}
