@@ -480,7 +480,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.tcp:
             host, _, port = args.tcp.rpartition(":")
             srv = socket.create_server((host or "127.0.0.1", int(port)))
-            log(f"listening on {host or '127.0.0.1'}:{port}")
+            bound = srv.getsockname()
+            log(f"listening on {bound[0]}:{bound[1]}")
             while True:
                 conn, peer = srv.accept()
                 log(f"connection from {peer}")

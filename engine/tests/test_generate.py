@@ -1,0 +1,178 @@
+"""Continuous batching: joins/leaves between steps, mixed adapters, n sharing a prefill, stops, cancel, logprobs."""
+
+import unittest
+
+import torch
+
+from engine import lora as L
+from engine.generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
+from engine.sampling import SamplingParams
+from engine.tests.helpers import TempModel
+from engine.tests.test_lora import randomize
+from engine.train import forward_logprobs, parse_rows
+
+EOS = 2
+
+
+class Run:
+    """Collects what one request streams."""
+
+    def __init__(self, prompt, adapter=None, **params):
+        self.tokens, self.logprobs, self.finish, self.prompt_lp = {}, {}, {}, None
+        self.result = None
+        p = SamplingParams.from_request(params, 101)
+        self.req = GenRequest(id=str(id(self)), prompt=list(prompt), params=p, emit=self._emit,
+                              finish=self._done, adapter=adapter)
+
+    def _emit(self, m):
+        if m["type"] == "tokens":
+            self.tokens.setdefault(m["seq"], []).extend(m["tokens"])
+            if "logprobs" in m:
+                self.logprobs.setdefault(m["seq"], []).extend(m["logprobs"])
+        elif m["type"] == "finish":
+            self.finish[m["seq"]] = (m["finish_reason"], m["stop_token_id"])
+        elif m["type"] == "prompt":
+            self.prompt_lp = m["prompt_logprobs"]
+
+    def _done(self, payload):
+        self.result = payload
+
+
+def drive(sched: Scheduler, joins, max_steps=500) -> int:
+    """joins: [(step, Run)]; steps until every run has finished. Returns the number of steps."""
+    pending = sorted(joins, key=lambda j: j[0])
+    step = 0
+    while pending or sched.has_work():
+        while pending and pending[0][0] <= step:
+            sched.submit(pending.pop(0)[1].req)
+        sched.step()
+        step += 1
+        if step > max_steps:
+            raise AssertionError("generation did not finish")
+    return step
+
+
+class TestGenerate(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tm = TempModel("qwen3", std=0.15)
+        cls.model = cls.tm.model
+        cls.a1 = randomize(L.new_adapter("a1", "b", cls.tm.args, L.LoraConfig(seed=1), "cpu"), 11, 0.2)
+        cls.a2 = randomize(L.new_adapter("a2", "b", cls.tm.args, L.LoraConfig(rank=4, seed=2), "cpu"), 12, 0.2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tm.dir.cleanup()
+
+    def sched(self, **kw) -> Scheduler:
+        return Scheduler(self.model, [EOS], SchedulerConfig(**{"max_len": 256, **kw}))
+
+    def specs(self):
+        return [
+            (0, dict(prompt=[5, 6, 7, 8, 9], adapter=self.a1, seed=1, max_tokens=12, logprobs=0, ignore_eos=True)),
+            (3, dict(prompt=[10, 11], adapter=None, temperature=0, max_tokens=6, logprobs=0, ignore_eos=True)),
+            (5, dict(prompt=[40, 41, 42, 43, 44, 45, 46], adapter=self.a2, seed=5, top_p=0.9, n=2, max_tokens=9,
+                     logprobs=0, ignore_eos=True)),
+            (5, dict(prompt=[7, 7, 7], adapter=self.a1, seed=7, top_k=20, repetition_penalty=1.3, max_tokens=15,
+                     logprobs=0, ignore_eos=True)),
+            (9, dict(prompt=[99, 98], adapter=self.a2, seed=8, max_tokens=4, logprobs=0, ignore_eos=True)),
+        ]
+
+    def test_continuous_batching_with_mixed_adapters_equals_alone(self):
+        together = [(step, Run(**kw)) for step, kw in self.specs()]
+        drive(self.sched(max_batch=4), together)  # max_batch 4 < 6 sequences: some wait for a free slot
+        for (step, kw), (_, run) in zip(self.specs(), together):
+            alone = Run(**kw)
+            drive(self.sched(), [(0, alone)])
+            self.assertEqual(run.tokens, alone.tokens)
+            self.assertEqual(run.finish, alone.finish)
+            for seq in alone.logprobs:
+                self.assertLess(max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq])), 1e-5)
+            self.assertEqual(run.result, {"prompt_tokens": len(kw["prompt"]), "cached_tokens": 0})
+
+    def test_seeds_and_temperature_zero(self):
+        def gen(**kw):
+            r = Run([3, 4, 5], max_tokens=10, ignore_eos=True, **kw)
+            drive(self.sched(), [(0, r)])
+            return r.tokens[0]
+        self.assertEqual(gen(seed=1), gen(seed=1))
+        self.assertNotEqual(gen(seed=1), gen(seed=2))
+        self.assertEqual(gen(temperature=0), gen(temperature=0))
+        self.assertEqual(gen(temperature=0, seed=1), gen(temperature=0, seed=2))
+
+    def test_n_samples_share_one_prefill(self):
+        calls = []
+        original = self.model.forward
+
+        def counting(tokens_BT, ctx, lora=None):
+            calls.append(tuple(tokens_BT.shape))
+            return original(tokens_BT, ctx, lora)
+
+        self.model.forward = counting
+        try:
+            greedy = Run([8, 9, 10, 11], temperature=0, n=3, max_tokens=5, ignore_eos=True)
+            drive(self.sched(), [(0, greedy)])
+        finally:
+            del self.model.forward
+        self.assertEqual([c for c in calls if c[1] > 1], [(1, 4)])  # one prefill for three sequences
+        self.assertEqual(greedy.tokens[0], greedy.tokens[1])
+        self.assertEqual(greedy.tokens[0], greedy.tokens[2])
+        sampled = Run([8, 9, 10, 11], seed=3, n=2, max_tokens=8, ignore_eos=True)
+        drive(self.sched(), [(0, sampled)])
+        self.assertNotEqual(sampled.tokens[0], sampled.tokens[1])
+
+    def test_stop_rules(self):
+        stop = Run([5, 6], temperature=0, logit_bias={"17": 100}, stop_token_ids=[17], max_tokens=9)
+        eos = Run([5, 6], temperature=0, logit_bias={str(EOS): 100}, max_tokens=9)
+        ignored = Run([5, 6], temperature=0, logit_bias={str(EOS): 100}, ignore_eos=True, max_tokens=4)
+        delayed = Run([5, 6], temperature=0, logit_bias={str(EOS): 100}, min_tokens=3, max_tokens=9)
+        drive(self.sched(), [(0, stop), (0, eos), (0, ignored), (0, delayed)])
+        self.assertEqual((stop.tokens[0], stop.finish[0]), ([17], ("stop", 17)))
+        self.assertEqual((eos.tokens[0], eos.finish[0]), ([EOS], ("stop", None)))
+        self.assertEqual((ignored.tokens[0], ignored.finish[0]), ([EOS] * 4, ("length", None)))
+        self.assertEqual(len(delayed.tokens[0]), 4)
+        self.assertEqual(delayed.tokens[0][-1], EOS)
+        self.assertNotIn(EOS, delayed.tokens[0][:3])
+
+    def test_context_limit_ends_with_length(self):
+        r = Run(list(range(3, 13)), temperature=0, ignore_eos=True)
+        drive(self.sched(max_len=16), [(0, r)])
+        self.assertEqual((len(r.tokens[0]), r.finish[0][0]), (6, "length"))
+        with self.assertRaisesRegex(ValueError, "context"):
+            self.sched(max_len=16).submit(Run(list(range(3, 19))).req)
+
+    def test_cancel_within_one_step(self):
+        sched = self.sched()
+        keep = Run([5, 6, 7], seed=1, max_tokens=30, ignore_eos=True)
+        gone = Run([5, 6, 7], seed=2, n=2, max_tokens=30, ignore_eos=True)
+        sched.submit(keep.req)
+        sched.submit(gone.req)
+        for _ in range(3):
+            sched.step()
+        produced = len(gone.tokens[0])
+        gone.req.cancelled = True
+        sched.step()
+        self.assertIsInstance(gone.result["error"], Cancelled)
+        self.assertEqual(len(gone.tokens[0]), produced)
+        self.assertEqual(len(sched.running), 1)
+        drive(sched, [])
+        self.assertEqual(len(keep.tokens[0]), 30)
+
+    def test_sampler_logprobs_equal_trainer_logprobs(self):
+        prompt = [12, 13, 14, 15, 16, 17]
+        r = Run(prompt, adapter=self.a1, seed=4, max_tokens=20, logprobs=0, prompt_logprobs=0, ignore_eos=True)
+        other = Run([3, 3, 3], adapter=self.a2, seed=5, max_tokens=20, ignore_eos=True)  # a mixed batch
+        drive(self.sched(), [(0, other), (1, r)])
+        seq = prompt + r.tokens[0]
+        rows = parse_rows([{"tokens": seq}], 101, 256, None)
+        trainer = forward_logprobs(self.model, rows, self.a1)[0]
+        diffs = [abs(a - b) for a, b in zip(r.logprobs[0], trainer[len(prompt):])]
+        self.assertLess(max(diffs), 1e-4)
+        self.assertIsNone(r.prompt_lp[0])
+        pdiffs = [abs(e["logprob"] - t) for e, t in zip(r.prompt_lp[1:], trainer[1:len(prompt)])]
+        self.assertEqual(len(pdiffs), len(prompt) - 1)
+        self.assertLess(max(pdiffs), 1e-4)
+
+
+if __name__ == "__main__":
+    unittest.main()

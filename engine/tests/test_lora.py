@@ -1,0 +1,134 @@
+"""LoRA: exact no-op at init, PEFT layout and bit-exact round trip, batched mixed adapters, LRU residency."""
+
+import json
+import os
+import tempfile
+import unittest
+
+import torch
+
+from engine import lora as L
+from engine import weights as W
+from engine.model import ForwardContext
+from engine.tests.helpers import TempModel
+from engine.train import LossConfig, OptimizerConfig, parse_rows, train_step
+
+
+def randomize(adapter: L.Adapter, seed: int, scale: float = 0.05) -> L.Adapter:
+    """Give B non-zero values so the adapter changes the output."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in adapter.B:
+            adapter.B[m].copy_(scale * torch.randn(adapter.B[m].shape, generator=g))
+    return adapter
+
+
+class TestLora(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tm = TempModel("qwen2", std=0.1)
+        cls.model, cls.args = cls.tm.model, cls.tm.args
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tm.dir.cleanup()
+
+    def logits(self, tokens, lora):
+        t = torch.tensor(tokens)
+        with torch.no_grad():
+            return self.model.logits(self.model(t, ForwardContext.packed(torch.zeros_like(t)), lora))
+
+    def test_fresh_adapter_is_exact_noop(self):
+        a = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=3), "cpu")
+        self.assertTrue(all(bool((t != 0).any()) for t in a.A.values()))
+        self.assertTrue(all(bool((t == 0).all()) for t in a.B.values()))
+        tokens = [[5, 6, 7, 8, 9, 10]]
+        self.assertTrue(torch.equal(self.logits(tokens, None),
+                                    self.logits(tokens, L.LoraBatch([a], torch.float32, "cpu"))))
+
+    def test_defaults_and_seed(self):
+        c = L.LoraConfig()
+        self.assertEqual((c.rank, c.alpha, c.scale), (8, 16.0, 2.0))
+        self.assertEqual(set(c.target_modules), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+        a1 = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=5), "cpu")
+        a2 = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=5), "cpu")
+        a3 = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=6), "cpu")
+        m = "model.layers.0.self_attn.q_proj"
+        self.assertTrue(torch.equal(a1.A[m], a2.A[m]))
+        self.assertFalse(torch.equal(a1.A[m], a3.A[m]))
+        self.assertTrue(all(not p.requires_grad for p in self.model.parameters()))
+        self.assertTrue(all(p.requires_grad for p in a1.parameters()))
+
+    def test_peft_round_trip_bit_exact_with_optimizer(self):
+        a = L.new_adapter("a", "b", self.args, L.LoraConfig(rank=4, alpha=8, seed=1,
+                                                            target_modules=("q_proj", "v_proj", "down_proj")), "cpu")
+        rows = parse_rows([{"tokens": [1, 5, 9, 13, 17], "mask": [0, 1, 1, 1, 1]}], 101, 256, "sft")
+        train_step(self.model, a, "sft", rows, LossConfig(), OptimizerConfig.from_request({"learning_rate": 1e-2}, "sft"))
+        with tempfile.TemporaryDirectory() as d:
+            files = L.save_peft(a, d, "/models/base")
+            self.assertEqual(sorted(files), ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt"])
+            self.assertEqual(sorted(os.listdir(d)), sorted(files))
+            with open(os.path.join(d, "adapter_config.json")) as f:
+                cfg = json.load(f)
+            self.assertEqual((cfg["peft_type"], cfg["r"], cfg["lora_alpha"]), ("LORA", 4, 8))
+            self.assertEqual(cfg["target_modules"], ["down_proj", "q_proj", "v_proj"])
+            self.assertEqual(cfg["base_model_name_or_path"], "/models/base")
+            keys = set(W.load_file(os.path.join(d, "adapter_model.safetensors")))
+            self.assertIn("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", keys)
+            self.assertIn("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight", keys)
+            self.assertEqual(len(keys), 2 * 3 * self.args.num_layers)
+            b = L.load_peft("a2", "b", d, self.args, "cpu")
+        for m in a.A:
+            self.assertTrue(torch.equal(a.A[m], b.A[m]))
+            self.assertTrue(torch.equal(a.B[m], b.B[m]))
+        self.assertEqual(b.config.scale, a.config.scale)
+        sa, sb = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
+        self.assertEqual(sorted(sa), sorted(sb))
+        for i in sa:
+            for k in ("exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(sa[i][k], sb[i][k]))
+        # Both continue identically.
+        for x in (a, b):
+            train_step(self.model, x, "sft", rows, LossConfig(), OptimizerConfig.from_request({"learning_rate": 1e-2}, "sft"))
+        for m in a.A:
+            self.assertTrue(torch.equal(a.A[m], b.A[m]))
+
+    def test_bad_adapter_files_are_refused(self):
+        a = L.new_adapter("a", "b", self.args, L.LoraConfig(), "cpu")
+        with tempfile.TemporaryDirectory() as d:
+            L.save_peft(a, d, "x")
+            other = TempModel("qwen2", hidden_size=32, intermediate_size=48)
+            with self.assertRaisesRegex(ValueError, "shapes"):
+                L.load_peft("a", "b", d, other.args, "cpu")
+            other.dir.cleanup()
+
+    def test_mixed_batch_equals_each_row_alone(self):
+        a1 = randomize(L.new_adapter("a1", "b", self.args, L.LoraConfig(seed=1), "cpu"), 1)
+        a2 = randomize(L.new_adapter("a2", "b", self.args, L.LoraConfig(rank=4, alpha=32, seed=2,
+                                                                       target_modules=("q_proj", "up_proj")), "cpu"), 2)
+        rows = [[3, 4, 5, 6], [7, 8, 9, 10], [11, 12, 13, 14], [15, 16, 17, 18]]
+        per_row = [a1, None, a2, a1]
+        mixed = self.logits(rows, L.LoraBatch(per_row, torch.float32, "cpu"))
+        for b, (row, ad) in enumerate(zip(rows, per_row)):
+            alone = self.logits([row], L.LoraBatch([ad], torch.float32, "cpu") if ad else None)[0]
+            self.assertLess((mixed[b] - alone).abs().max().item(), 1e-5)
+        self.assertGreater((self.logits([rows[0]], None)[0] - mixed[0]).abs().max().item(), 1e-3)
+
+    def test_lru_bound_respects_pins(self):
+        store = L.AdapterStore(max_adapters=2)
+        ads = [L.new_adapter(f"k{i}", "b", self.args, L.LoraConfig(rank=1, target_modules=("q_proj",)), "cpu")
+               for i in range(4)]
+        store.put(ads[0])
+        store.put(ads[1])
+        store.get("k0")  # k1 is now least recently used
+        evicted = store.put(ads[2])
+        self.assertEqual([a.key for a in evicted], ["k1"])
+        ads[0].pins = ads[2].pins = 1
+        self.assertEqual(store.put(ads[3]), [])  # everything else pinned: over the bound for now
+        self.assertEqual(len(store.keys()), 3)
+        ads[0].pins = 0
+        self.assertEqual([a.key for a in store.put(ads[1])], ["k0", "k3"])
+
+
+if __name__ == "__main__":
+    unittest.main()

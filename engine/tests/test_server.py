@@ -1,0 +1,185 @@
+"""The protocol through a real `python3 -m engine` subprocess: framing, errors, streaming, cancel, TCP."""
+
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from engine.tests.helpers import REPO, EngineProcess, make_checkpoint
+
+
+class TestServer(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.model_path = make_checkpoint(os.path.join(cls.dir.name, "base"), "qwen2", std=0.1)
+        cls.e = EngineProcess("--max-adapters", "4")
+        reply = cls.e.call({"id": "load", "op": "load_base", "base": "b", "path": cls.model_path})
+        assert "error" not in reply, reply
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.e.close()
+        cls.dir.cleanup()
+
+    def call(self, msg):
+        return self.e.call(msg)
+
+    def assertError(self, reply, code, pattern="."):
+        self.assertTrue(reply["done"])
+        self.assertIn("error", reply, reply)
+        self.assertEqual(reply["error"]["code"], code, reply)
+        self.assertRegex(reply["error"]["message"], pattern)
+
+    def test_ready_and_load_base(self):
+        r = self.e.ready
+        self.assertEqual((r["id"], r["event"], r["device"], r["dtype"]), (None, "ready", "cpu", "float32"))
+        self.assertGreater(r["matmul_gflops"], 0)
+        again = self.call({"id": "l2", "op": "load_base", "base": "b", "path": self.model_path})
+        self.assertEqual((again["vocab_size"], again["context_length"], again["eos_token_ids"]), (101, 256, [2]))
+        self.assertGreater(again["num_parameters"], 0)
+
+    def test_garbage_gets_error_replies_and_the_engine_survives(self):
+        self.e.send_raw(struct.pack(">I", 5) + b"{nope")
+        self.assertError(self.e.next(), "bad_request", "JSON")
+        self.e.send_raw(struct.pack(">I", 4) + b"\xff\xfe\xfd\xfc")
+        self.assertError(self.e.next(), "bad_request")
+        self.e.send({"op": "stats"})
+        self.assertError(self.e.next(), "bad_request", "id")
+        self.e.send_raw(struct.pack(">I", 2) + b"[]")
+        self.assertError(self.e.next(), "bad_request")
+        self.assertError(self.call({"id": "u", "op": "fly"}), "bad_request", "fly")
+        self.assertError(self.call({"id": "m", "op": "generate", "prompt": [1]}), "bad_request", "base")
+        self.assertError(self.call({"id": "nf", "op": "generate", "base": "zz", "prompt": [1]}), "not_found")
+        self.assertError(self.call({"id": "na", "op": "generate", "base": "b", "adapter": "zz", "prompt": [1]}), "not_found")
+        self.assertError(self.call({"id": "v", "op": "generate", "base": "b", "prompt": [1, 999]}), "bad_request", "vocab")
+        self.assertError(self.call({"id": "t", "op": "generate", "base": "b", "prompt": [1], "top_p": "x"}), "bad_request")
+        self.assertError(self.call({"id": "p", "op": "load_base", "base": "c", "path": "/nonexistent"}), "not_found")
+        self.assertError(self.call({"id": "f", "op": "forward", "base": "b", "rows": [{"tokens": []}]}), "bad_request")
+        self.assertError(self.call({"id": "ts", "op": "train_step", "base": "b", "adapter": "zz", "loss": "rl",
+                                    "rows": []}), "not_found")
+        # Two frames in one write, and one frame split over two writes.
+        a = json.dumps({"id": "s1", "op": "stats"}).encode()
+        b = json.dumps({"id": "s2", "op": "stats"}).encode()
+        self.e.send_raw(struct.pack(">I", len(a)) + a + struct.pack(">I", len(b)) + b[:3])
+        time.sleep(0.05)
+        self.e.send_raw(b[3:])
+        self.assertEqual(self.e.until_done("s1")[-1]["running"], 0)
+        self.assertIn("rss_bytes", self.e.until_done("s2")[-1])
+
+    def test_generate_stream_and_cancel(self):
+        self.e.send({"id": "g1", "op": "generate", "base": "b", "prompt": [5, 6, 7], "max_tokens": 5, "n": 2,
+                     "seed": 1, "logprobs": 1, "prompt_logprobs": 0})
+        got = self.e.until_done("g1")
+        self.assertEqual(got[0]["type"], "prompt")
+        self.assertIsNone(got[0]["prompt_logprobs"][0])
+        toks = [f for f in got if f.get("type") == "tokens"]
+        self.assertEqual(sum(len(f["tokens"]) for f in toks), 10)
+        self.assertTrue(all(len(f["top_logprobs"][0]) == 1 for f in toks))
+        fins = [f for f in got if f.get("type") == "finish"]
+        self.assertEqual(sorted(f["seq"] for f in fins), [0, 1])
+        self.assertEqual(got[-1], {"id": "g1", "done": True, "prompt_tokens": 3, "cached_tokens": 0})
+        self.assertTrue(all(not f["done"] for f in got[:-1]))
+
+        self.e.send({"id": "long", "op": "generate", "base": "b", "prompt": [5], "ignore_eos": True})
+        first = self.e.next()
+        self.assertEqual((first["id"], first["type"]), ("long", "tokens"))
+        self.e.send({"id": "c", "op": "cancel", "target": "long"})
+        rest = []
+        cancel_reply = None
+        while True:
+            f = self.e.next()
+            if f["id"] == "c":
+                cancel_reply = f
+            else:
+                rest.append(f)
+                if f["done"]:
+                    break
+        if cancel_reply is None:
+            cancel_reply = self.e.until_done("c")[-1]
+        self.assertEqual(cancel_reply["cancelled"], True)
+        self.assertError(rest[-1], "cancelled")
+        self.assertLess(len(rest), 200)  # it stopped long before the 255-token context was used
+        self.assertEqual(self.call({"id": "c2", "op": "cancel", "target": "long"})["cancelled"], False)
+        stats = self.call({"id": "st", "op": "stats"})
+        self.assertEqual((stats["running"], stats["waiting"]), (0, 0))
+
+    def test_adapters_over_the_protocol(self):
+        init = {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"], "seed": 3}
+        self.assertEqual(self.call({"id": "e1", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], True)
+        self.assertEqual(self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], False)
+        row = {"tokens": [3, 4, 5, 6, 7], "segment_ids": [0] * 5, "mask": [0, 1, 1, 1, 1], "weights": [1] * 5,
+               "advantages": [0, 1, 1, 1, 1], "logprobs": [None] * 5}
+        m = self.call({"id": "tr", "op": "train_step", "base": "b", "adapter": "x", "loss": "rl", "rows": [row],
+                       "loss_config": {"ppo": None, "epsilon": None}, "optimizer": {"learning_rate": 1e-2}})["metrics"]
+        self.assertTrue(all(isinstance(v, (int, float)) for v in m.values()))
+        bad = self.call({"id": "tr2", "op": "train_step", "base": "b", "adapter": "x", "loss": "rl", "rows": [row],
+                         "loss_config": {"advantage_balance": 0.3}})
+        self.assertError(bad, "bad_request", "advantage_balance")
+        folder = os.path.join(self.dir.name, "ckpt")
+        saved = self.call({"id": "sv", "op": "save_adapter", "adapter": "x", "path": folder})
+        self.assertEqual(sorted(saved["files"]), ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt"])
+        before = self.call({"id": "f1", "op": "forward", "base": "b", "adapter": "x", "rows": [{"tokens": row["tokens"]}]})
+        self.assertEqual(self.call({"id": "d", "op": "drop_adapter", "adapter": "x"})["dropped"], True)
+        after = self.call({"id": "f2", "op": "forward", "base": "b", "adapter": "x", "adapter_path": folder,
+                           "rows": [{"tokens": row["tokens"]}]})
+        self.assertEqual(before["logprobs"], after["logprobs"])
+        self.assertIsNone(after["logprobs"][0][0])
+        self.assertIn("x", self.call({"id": "st", "op": "stats"})["adapters"])
+
+    def test_stats_answered_while_training(self):
+        self.call({"id": "e", "op": "ensure_adapter", "base": "b", "adapter": "busy", "init": {}})
+        rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
+                for _ in range(24)]
+        self.e.send({"id": "heavy", "op": "train_step", "base": "b", "adapter": "busy", "loss": "sft", "rows": rows})
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        self.e.send({"id": "quick", "op": "stats"})
+        order = []
+        while len(order) < 2:
+            f = self.e.next()
+            if f["id"] in ("heavy", "quick"):
+                order.append((f["id"], time.monotonic() - t0))
+        self.assertEqual(order[0][0], "quick", order)
+        self.assertLess(order[0][1], 1.0)
+
+
+class TestTcp(unittest.TestCase):
+    def test_tcp_mode(self):
+        proc = subprocess.Popen([sys.executable, "-m", "engine", "--tcp", "127.0.0.1:0"], cwd=REPO,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            port = None
+            deadline = time.time() + 60
+            while port is None and time.time() < deadline:
+                line = proc.stderr.readline().decode()
+                m = re.search(r"listening on [\d.]+:(\d+)", line)
+                if m:
+                    port = int(m.group(1))
+            self.assertIsNotNone(port)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                f = s.makefile("rb")
+
+                def frame():
+                    (n,) = struct.unpack(">I", f.read(4))
+                    return json.loads(f.read(n))
+
+                self.assertEqual(frame()["event"], "ready")
+                raw = json.dumps({"id": 1, "op": "stats"}).encode()
+                s.sendall(struct.pack(">I", len(raw)) + raw)
+                reply = frame()
+                self.assertEqual((reply["id"], reply["done"], reply["bases"]), (1, True, []))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            proc.stderr.close()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,204 @@
+"""RL loss knobs on hand-computed cases (rl-loss.md), row normalisation, and train steps that lower the loss."""
+
+import math
+import unittest
+
+import torch
+
+from engine import lora as L
+from engine.tests.helpers import TempModel
+from engine.train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, rl_token_loss, train_step
+
+LN = math.log
+
+
+def case(new, old, adv, mask=None, seg=None, original=None, ref=None, **cfg):
+    new_T = torch.tensor(new, dtype=torch.float64, requires_grad=True)
+    T = len(new)
+    mask_T = torch.tensor(mask or [1.0] * T, dtype=torch.float64)
+    seg_T = torch.tensor(seg or [0] * T)
+    orig_T = None if original is None else torch.tensor(original, dtype=torch.float64)
+    ref_T = None if ref is None else torch.tensor(ref, dtype=torch.float64)
+    loss_T, kl = rl_token_loss(new_T, torch.tensor(old, dtype=torch.float64), orig_T,
+                               torch.tensor(adv, dtype=torch.float64), mask_T, seg_T, LossConfig.from_request(cfg), ref_T)
+    loss_T.sum().backward()
+    return loss_T.tolist(), new_T.grad.tolist(), kl
+
+
+class TestRlLoss(unittest.TestCase):
+    def close(self, got, want, places=9):
+        for g, w in zip(got, want):
+            self.assertAlmostEqual(g, w, places=places)
+
+    def test_cispo_default_bounds(self):
+        # ratio 2 is inside CISPO's default (1 - 1.0, 1 + 4.0); ratio 6 is clipped to 5.
+        loss, grad, _ = case([LN(0.5), LN(0.6)], [LN(0.25), LN(0.1)], [1.0, -2.0])
+        self.close(loss, [-2 * LN(0.5), -5 * -2 * LN(0.6)])
+        self.close(grad, [-2.0, 10.0])  # the ratio is detached: gradient is -clip(ratio) * A
+
+    def test_ppo_clipping(self):
+        # ratio 1.5 with epsilon 0.2: positive advantage takes the clipped (flat) branch, negative the raw one.
+        loss, grad, _ = case([LN(0.3), LN(0.3)], [LN(0.2), LN(0.2)], [1.0, -1.0], ppo=True)
+        self.close(loss, [-1.2, 1.5])
+        self.close(grad, [0.0, 1.5])
+        loss, _, _ = case([LN(0.3)], [LN(0.2)], [1.0], ppo=True, epsilon=0.1, epsilon_high=0.6)
+        self.close(loss, [-1.5])  # 1.5 < 1 + 0.6: unclipped
+
+    def test_missing_old_logprob_means_ratio_one(self):
+        loss, grad, _ = case([LN(0.4)], [float("nan")], [3.0])
+        self.close(loss, [-3 * LN(0.4)])
+        self.close(grad, [-3.0])
+
+    def test_mask_prob_ratio(self):
+        loss, grad, _ = case([LN(0.3), LN(0.21)], [LN(0.2), LN(0.2)], [1.0, 1.0], ppo=True, mask_prob_ratio=True)
+        self.close(loss, [0.0, -1.05])  # 1.5 is outside (0.8, 1.2): masked to 0
+        self.close(grad, [0.0, -1.05])
+
+    def test_max_negative_advantage_weight_caps_ratio(self):
+        loss, _, _ = case([LN(0.3)], [LN(0.2)], [-1.0], ppo=True,
+                          max_negative_advantage_importance_sampling_weight=1.1)
+        self.close(loss, [1.1])
+
+    def test_k2_tau(self):
+        loss, grad, _ = case([LN(0.5)], [LN(0.25)], [1.0], k2_tau=0.5)
+        adv = 1.0 - 0.5 * LN(2.0)
+        self.close(loss, [-2 * adv * LN(0.5)])
+        self.close(grad, [-2 * adv])
+
+    def test_sequence_level_importance_sampling_is_per_segment(self):
+        new = [0.0, LN(0.5), LN(0.5), LN(0.8), LN(0.9)]
+        old = [0.0, LN(0.25), LN(1 / 8), LN(0.4), LN(0.9)]
+        mask = [0.0, 1.0, 1.0, 1.0, 0.0]
+        seg = [0, 0, 0, 1, 1]
+        adv = [0.0, 1.0, 1.0, 1.0, 1.0]
+        seq0 = math.exp((LN(2) + LN(4)) / 2)  # mean delta over the trainable tokens of segment 0
+        seq1 = 2.0
+        for level, r1, r2, r3 in (("sequence", seq0, seq0, seq1), ("average", (2 + seq0) / 2, (4 + seq0) / 2, 2.0),
+                                  ("geometric_average", math.sqrt(2 * seq0), math.sqrt(4 * seq0), 2.0)):
+            with self.subTest(level=level):
+                loss, _, _ = case(new, old, adv, mask, seg, importance_sampling_level=level)
+                self.close([loss[1], loss[2], loss[3]], [-r1 * LN(0.5), -r2 * LN(0.5), -r3 * LN(0.8)])
+
+    def test_truncated_importance_sampling(self):
+        loss, _, _ = case([LN(0.5)], [LN(0.25)], [1.0], truncated_importance_sampling=1.5)
+        self.close(loss, [-2 * LN(0.5) * 1.5])
+        # With precalculated logprobs the truncation weight is exp(old - original).
+        loss, _, _ = case([LN(0.5)], [LN(0.25)], [1.0], original=[LN(0.5)], truncated_importance_sampling=1.5)
+        self.close(loss, [-2 * LN(0.5) * 0.5])
+
+    def test_kl_penalty(self):
+        new, ref, old = [LN(0.5), LN(0.4)], [LN(0.25), LN(0.4)], [LN(0.5), LN(0.4)]
+        kl = [LN(2.0), 0.0]
+        mean = sum(kl) / 2
+        loss, _, got_kl = case(new, old, [1.0, 1.0], ref=ref, kl_penalty_coef=0.1)
+        adv = [1.0 + 0.1 * (mean - k) for k in kl]
+        self.close(loss, [-adv[0] * new[0], -adv[1] * new[1]])
+        self.assertAlmostEqual(float(got_kl), mean)
+        # kl_penalty_source "sample" measures from the sampler's logprobs instead.
+        loss, _, got_kl = case(new, [LN(0.25), LN(0.4)], [1.0, 1.0], ref=ref, kl_penalty_coef=0.1,
+                               kl_penalty_source="sample")
+        self.assertAlmostEqual(float(got_kl), 0.0)
+
+    def test_config_validation(self):
+        self.assertEqual(LossConfig.from_request({"ppo": True, "epsilon": None}).bounds(), (0.8, 1.2))
+        self.assertEqual(LossConfig.from_request({"something_unknown": None}).bounds(), (0.0, 5.0))
+        with self.assertRaisesRegex(ValueError, "advantage_balance"):
+            LossConfig.from_request({"advantage_balance": 0.5})
+        with self.assertRaises(ValueError):
+            LossConfig.from_request({"importance_sampling_level": "tokens"})
+
+
+class TestTrainStep(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tm = TempModel("llama", std=0.1)
+        cls.model = cls.tm.model
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tm.dir.cleanup()
+
+    def adapter(self, seed=0):
+        return L.new_adapter("a", "b", self.tm.args, L.LoraConfig(seed=seed), "cpu")
+
+    ROWS = [
+        {"tokens": [1, 5, 9, 13, 17, 21, 1, 7, 8], "segment_ids": [0] * 6 + [1] * 3,
+         "mask": [0, 0, 1, 1, 1, 1, 0, 1, 1], "weights": [0, 0, 1, 1, 1, 1, 0, 2, 2],
+         "advantages": [0, 0, 1, 1, 1, 1, 0, -0.5, -0.5], "logprobs": [None] * 9},
+        {"tokens": [4, 4, 6, 8], "segment_ids": [3, 3, 3, 3], "mask": [0, 1, 1, 0], "weights": [1, 1, 1, 1],
+         "advantages": [0, 2, 2, 0], "logprobs": [None, -4.0, None, None]},
+    ]
+
+    def test_sft_loss_is_batch_normalised_and_decreases(self):
+        a = self.adapter()
+        rows = parse_rows(self.ROWS, 101, 256, "sft")
+        lp = forward_logprobs(self.model, rows, a)
+        num = sum(-l * w * m for r, row in zip(lp, self.ROWS) for l, w, m in zip(r, row["weights"], row["mask"]) if m)
+        want = num / sum(sum(r["mask"]) for r in self.ROWS)
+        opt = OptimizerConfig.from_request({"learning_rate": 3e-2}, "sft")
+        losses = [train_step(self.model, a, "sft", rows, LossConfig(), opt)["loss"] for _ in range(4)]
+        self.assertAlmostEqual(losses[0], want, places=5)
+        self.assertLess(losses[-1], losses[0] - 0.1)
+
+    def test_rl_loss_is_mean_of_row_losses_and_decreases(self):
+        a = self.adapter()
+        rows = parse_rows(self.ROWS, 101, 256, "rl")
+        lp = forward_logprobs(self.model, rows, a)
+        cfg = LossConfig()
+        row_losses = []
+        for r, row in zip(lp, self.ROWS):
+            new = torch.tensor([x or 0.0 for x in r], dtype=torch.float64)
+            old = torch.tensor([float("nan") if x is None else x for x in row["logprobs"]], dtype=torch.float64)
+            m = torch.tensor(row["mask"], dtype=torch.float64)
+            l_T, _ = rl_token_loss(new, old, None, torch.tensor(row["advantages"], dtype=torch.float64), m,
+                                   torch.tensor(row["segment_ids"]), cfg, None)
+            row_losses.append(float((l_T * torch.tensor(row["weights"]) * m).sum() / m.sum()))
+        opt = OptimizerConfig.from_request({"learning_rate": 3e-2}, "rl")
+        metrics = train_step(self.model, a, "rl", rows, cfg, opt)
+        self.assertAlmostEqual(metrics["loss"], sum(row_losses) / 2, places=5)
+        self.assertEqual(metrics["loss"], metrics["policy_loss"])
+        self.assertEqual(metrics["num_trainable_tokens"], 8.0)
+        self.assertAlmostEqual(metrics["frac_old_logprobs_valid"], 1 / 8)
+        self.assertLessEqual(metrics["grad_norm"], 1e9)
+        for _ in range(3):
+            last = train_step(self.model, a, "rl", rows, cfg, opt)
+        self.assertLess(last["loss"], metrics["loss"])
+
+    def test_grad_clip_and_kl_metric(self):
+        a = self.adapter()
+        rows = parse_rows(self.ROWS, 101, 256, "rl")
+        opt = OptimizerConfig.from_request({"learning_rate": 1e-2, "max_grad_norm": 1e-3}, "rl")
+        before = {m: t.detach().clone() for m, t in a.B.items()}
+        m = train_step(self.model, a, "rl", rows, LossConfig.from_request({"kl_penalty_coef": 0.5}), opt)
+        self.assertIn("kl_policy_ref", m)
+        self.assertAlmostEqual(m["kl_policy_ref"], 0.0, places=6)  # B was zero: the adapter is the reference
+        self.assertGreater(m["grad_norm"], 1e-3)
+        self.assertTrue(any(not torch.equal(before[k], a.B[k]) for k in before))
+
+    def test_nothing_trainable_changes_nothing(self):
+        a = self.adapter()
+        rows = parse_rows([{"tokens": [1, 2, 3], "mask": [0, 0, 0], "advantages": [0, 0, 0]}], 101, 256, "rl")
+        before = [t.detach().clone() for t in a.parameters()]
+        m = train_step(self.model, a, "rl", rows, LossConfig(), OptimizerConfig.from_request({}, "rl"))
+        self.assertEqual((m["num_trainable_tokens"], m["grad_norm"], a.version), (0.0, 0.0, 0))
+        self.assertTrue(all(torch.equal(x, y) for x, y in zip(before, a.parameters())))
+
+    def test_row_validation(self):
+        bad = [
+            [{"tokens": [1, 2], "mask": [0, 1, 1]}],
+            [{"tokens": [1, 2], "mask": [1, 1]}],  # the first token has no prediction
+            [{"tokens": [1, 2, 3], "segment_ids": [0, 1, 1], "mask": [0, 1, 1]}],  # nor does a segment's first
+            [{"tokens": [1, 500], "mask": [0, 1]}],
+            [{"tokens": [1, 2], "mask": [0, 1], "weights": [1, "x"]}],
+            [{"tokens": [1, 2], "mask": [0, 1]}],  # rl without advantages
+            [],
+        ]
+        for rows in bad:
+            with self.subTest(rows=rows), self.assertRaises(ValueError):
+                parse_rows(rows, 101, 256, "rl")
+        with self.assertRaisesRegex(ValueError, "context"):
+            parse_rows([{"tokens": [1] * 300}], 101, 256, None)
+
+
+if __name__ == "__main__":
+    unittest.main()
