@@ -8,6 +8,7 @@ import { errorHandler, sendError } from './http/errors.ts';
 import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
+import { registerChatRoutes } from './http/chat-routes.ts';
 import { AppError } from './errors.ts';
 
 export interface AppDeps {
@@ -35,5 +36,6 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   registerHealthRoutes(app, services.health);
   registerModelRoutes(app, services);
   registerTrainingJobRoutes(app, services.trainingJobs);
+  registerChatRoutes(app, services.chat);
   return app;
 }

@@ -26,6 +26,10 @@ export interface Config {
   defaultBaseModel: string;
   enginePython: string | null;
   engineEnabled: boolean;
+  /** Chat requests that leave `logprobs` unset get them (as `token_id:<id>`), because ART trains only on those. */
+  logprobsByDefault: boolean;
+  /** Most tokens a chat completion generates when the request sets no max_tokens. */
+  maxCompletionTokens: number;
 }
 
 export const BUILTIN_BASE_MODEL: BaseModelSpec = {
@@ -85,6 +89,9 @@ export function loadConfig(env: Env = process.env): Config {
     problems.push(`DEFAULT_BASE_MODEL=${JSON.stringify(defaultBaseModel)}: not one of BASE_MODELS`);
   }
 
+  const maxCompletionTokens = integer('MAX_COMPLETION_TOKENS', 4096, 1, 1 << 24);
+  const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
+  if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
   const engine = read('ENGINE') ?? 'on';
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
@@ -101,6 +108,8 @@ export function loadConfig(env: Env = process.env): Config {
     defaultBaseModel,
     enginePython: read('ENGINE_PYTHON') ?? null,
     engineEnabled: engine === 'on',
+    logprobsByDefault: logprobsByDefault === 'on',
+    maxCompletionTokens,
   };
 }
 

@@ -14,6 +14,13 @@ import { TrajectoryService } from './services/trajectory-service.ts';
 import { TrainingJobService } from './services/training-job-service.ts';
 import { JobRepository } from './store/job-repository.ts';
 import { JobQueue } from './jobs/queue.ts';
+import { CheckpointWriter } from './jobs/checkpoint-writer.ts';
+import { createRlRunner } from './jobs/rl-runner.ts';
+import { JobError, type JobRunner } from './jobs/worker.ts';
+import type { Engine } from './engine/client.ts';
+import { BaseModelRuntime } from './services/base-model-runtime.ts';
+import { ChatService } from './services/chat-service.ts';
+import { ModelResolver } from './services/model-resolver.ts';
 
 export interface Services {
   auth: AuthService;
@@ -24,6 +31,9 @@ export interface Services {
   queue: JobQueue;
   trainingJobs: TrainingJobService;
   repositories: { models: ModelRepository; trajectories: TrajectoryRepository; jobs: JobRepository };
+  runtime: BaseModelRuntime;
+  chat: ChatService;
+  runners: Record<'rl' | 'sft', JobRunner>;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -35,12 +45,15 @@ export interface ContextOptions {
   config: Config;
   store: Store;
   clock: Clock;
-  probes: { engine: Probe };
+  /** The engine, or null when this process serves without one (ENGINE=off, or tests of the HTTP layer). */
+  engine?: Engine | null;
+  /** How the system check asks whether the engine works; by default a `stats` round trip. */
+  engineProbe?: Probe;
   /** Called after a job is queued, so a worker can start it without waiting for its next poll. */
   onJobSubmitted?: () => void;
 }
 
-export function createServices({ config, store, clock, probes, onJobSubmitted }: ContextOptions): Services {
+export function createServices({ config, store, clock, engine = null, engineProbe, onJobSubmitted }: ContextOptions): Services {
   const identityRepository = new IdentityRepository(store.db);
   const modelRepository = new ModelRepository(store.db);
   const trajectoryRepository = new TrajectoryRepository(store.db);
@@ -48,13 +61,21 @@ export function createServices({ config, store, clock, probes, onJobSubmitted }:
   const models = new ModelService(modelRepository, baseModels, clock, config.dataDir);
   const jobRepository = new JobRepository(store.db, store.dialect);
   const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'));
+  const runtime = new BaseModelRuntime(baseModels, engine);
+  const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
+  const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock);
+  const probeEngine: Probe =
+    engineProbe ??
+    (async () => {
+      await runtime.requireEngine().stats();
+    });
   return {
     auth: new AuthService(identityRepository, clock),
     baseModels,
     models,
-    trajectories: new TrajectoryService(models, modelRepository, trajectoryRepository, clock),
+    trajectories,
     health: new HealthService(store.db, {
-      engine: probes.engine,
+      engine: probeEngine,
       queue: async () => {
         await jobRepository.countByStatus();
       },
@@ -62,5 +83,13 @@ export function createServices({ config, store, clock, probes, onJobSubmitted }:
     queue,
     trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, () => onJobSubmitted?.()),
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
+    runtime,
+    chat: new ChatService(new ModelResolver(modelRepository, baseModels), runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
+    runners: {
+      rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
+      sft: async () => {
+        throw new JobError('not_implemented', 'SFT jobs are not implemented yet');
+      },
+    },
   };
 }

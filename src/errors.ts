@@ -12,6 +12,7 @@ export const ERROR_CATALOGUE = {
   payload_too_large: { status: 413, message: 'Request body is too large' },
   unsupported_media_type: { status: 415, message: 'Unsupported content type' },
   engine_unavailable: { status: 503, message: 'The engine is not available' },
+  engine_failed: { status: 500, message: 'The engine failed' },
   internal: { status: 500, message: 'Internal server error' },
 } as const;
 

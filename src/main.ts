@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { loadConfig, ConfigError, type Config } from './config.ts';
 import { openStore, migrate } from './store/db.ts';
 import { createServices, type Services } from './context.ts';
-import { buildApp } from './app.ts';
+import { startServer } from './server.ts';
 import { systemClock } from './clock.ts';
 
 const USAGE = `usage: npm run cli -- <command>
@@ -16,41 +16,30 @@ const USAGE = `usage: npm run cli -- <command>
   keys revoke ID|KEY                     revoke a key
   teams add-member --team TEAM --entity NAME   let NAME's keys act for TEAM`;
 
-const noProbe = async () => {};
-
 /** Runs one administrative action against the migrated database, then closes it. */
 async function withServices<T>(config: Config, work: (services: Services) => Promise<T>): Promise<T> {
   const store = openStore(config);
   try {
     await migrate(store);
-    return await work(createServices({ config, store, clock: systemClock, probes: { engine: noProbe } }));
+    return await work(createServices({ config, store, clock: systemClock }));
   } finally {
     await store.close();
   }
 }
 
 async function serve(config: Config): Promise<void> {
-  const store = openStore(config);
-  await migrate(store);
-  const services = createServices({ config, store, clock: systemClock, probes: { engine: noProbe } });
-  const bootstrap = await services.auth.bootstrap(config.dataDir, config.bootstrapApiKey);
-  await services.models.sweepPendingDeletions();
-  const app = buildApp({ config, services });
-  const address = await app.listen({ port: config.port, host: config.host });
-  const url = address.replace('[::1]', 'localhost');
-  const lines = [`Service listening on ${url}  (OpenAI base URL: ${url}/v1)`];
-  if (bootstrap) lines.push(`Bootstrap API key for entity "local" (shown once): ${bootstrap.key}`);
+  const server = await startServer(config);
+  const lines = [`Service listening on ${server.url}  (OpenAI base URL: ${server.url}/v1)`];
+  if (server.bootstrapKey) lines.push(`Bootstrap API key for entity "local" (shown once): ${server.bootstrapKey}`);
   lines.push(`API key file: ${config.dataDir}/bootstrap-api-key  (more keys: npm run cli -- keys create --entity NAME)`);
   console.log(`\n${lines.join('\n')}\n`);
 
-  const shutdown = async (signal: string) => {
-    app.log.info({ signal }, 'shutting down');
-    await app.close();
-    await store.close();
+  const shutdown = async () => {
+    await server.close();
     process.exit(0);
   };
-  process.once('SIGINT', () => void shutdown('SIGINT'));
-  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+  process.once('SIGINT', () => void shutdown());
+  process.once('SIGTERM', () => void shutdown());
 }
 
 async function main(argv: string[]): Promise<void> {

@@ -5,7 +5,7 @@ import { execFile } from 'node:child_process';
  * Debian's python3 carries the system torch; a pyenv or venv python3 found first on PATH often
  * does not, so the absolute path is tried before the PATH lookup.
  */
-export const PYTHON_CANDIDATES = ['/usr/bin/python3', 'python3'] as const;
+const PYTHON_CANDIDATES = ['/usr/bin/python3', 'python3'] as const;
 
 const IMPORT_TIMEOUT_MS = 60_000;
 

@@ -97,14 +97,16 @@ export class EngineSupervisor implements Engine {
   constructor(options: EngineSupervisorOptions) {
     const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
     this.options = {
-      args: [],
-      cwd: REPO_ROOT,
-      requestWaitMs: readyTimeoutMs,
-      restartBackoff: { initialMs: 500, maxMs: 15_000, stableAfterMs: 30_000 },
-      maxRestoredAdapters: 32,
-      stopGraceMs: 5_000,
-      ...options,
+      logger: options.logger,
+      python: options.python,
+      env: options.env,
+      args: options.args ?? [],
+      cwd: options.cwd ?? REPO_ROOT,
       readyTimeoutMs,
+      requestWaitMs: options.requestWaitMs ?? readyTimeoutMs,
+      restartBackoff: options.restartBackoff ?? { initialMs: 500, maxMs: 15_000, stableAfterMs: 30_000 },
+      maxRestoredAdapters: options.maxRestoredAdapters ?? 32,
+      stopGraceMs: options.stopGraceMs ?? 5_000,
     };
   }
 

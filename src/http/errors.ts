@@ -5,6 +5,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, ERROR_CATALOGUE, type FieldProblem } from '../errors.ts';
+import { EngineError } from '../engine/errors.ts';
 
 interface AjvError {
   instancePath: string;
@@ -95,6 +96,11 @@ const FASTIFY_CODES: Record<string, AppError['code']> = {
 /** Any thrown value as an AppError (with field problems for schema failures). */
 export function toAppError(error: FastifyError | AppError | Error): AppError {
   if (error instanceof AppError) return error;
+  if (error instanceof EngineError) {
+    if (error.code === 'bad_request') return new AppError('bad_request', error.message);
+    if (error.code === 'engine_unavailable') return new AppError('engine_unavailable', error.message);
+    return new AppError('engine_failed', `The engine failed: ${error.message}`);
+  }
   const fastifyError = error as FastifyError & { validation?: AjvError[]; validationContext?: string };
   if (fastifyError.validation) {
     const problems = ajvToProblems(fastifyError.validationContext ?? 'body', fastifyError.validation);
@@ -112,20 +118,28 @@ function isChatRoute(request: FastifyRequest): boolean {
   return request.url.startsWith('/v1/chat/');
 }
 
+/** The OpenAI/vLLM error object of a chat completion failure (also sent as an SSE event mid-stream). */
+export function chatErrorBody(error: AppError) {
+  const status = error.code === 'validation_failed' ? 400 : error.status;
+  const param = error.problems[0]?.loc.slice(1).join('.') || null;
+  return { error: { message: error.message, type: chatErrorType(status), param, code: status } };
+}
+
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: AppError): FastifyReply {
   if (error.status >= 500) request.log.error({ err: error }, 'request failed');
   if (error.code === 'unauthorized') reply.header('WWW-Authenticate', 'Bearer');
-  reply.status(error.status);
-  if (isChatRoute(request)) {
-    const param = error.problems[0]?.loc.slice(1).join('.') || null;
-    return reply.send({ error: { message: error.message, type: chatErrorType(error), param, code: error.status } });
+  const chat = isChatRoute(request);
+  // vLLM answers every request validation failure of chat completions with 400, never 422.
+  reply.status(chat && error.code === 'validation_failed' ? 400 : error.status);
+  if (chat) {
+    return reply.send(chatErrorBody(error));
   }
   if (error.code === 'validation_failed') return reply.send({ detail: error.problems });
   return reply.send({ detail: error.message });
 }
 
-function chatErrorType(error: AppError): string {
-  switch (error.status) {
+function chatErrorType(status: number): string {
+  switch (status) {
     case 400:
     case 422:
       return 'BadRequestError';
@@ -136,7 +150,7 @@ function chatErrorType(error: AppError): string {
     case 404:
       return 'NotFoundError';
     default:
-      return error.status >= 500 ? 'InternalServerError' : 'BadRequestError';
+      return status >= 500 ? 'InternalServerError' : 'BadRequestError';
   }
 }
 

@@ -1,0 +1,262 @@
+/**
+ * A chat completion request → the plan the service executes, applying vLLM's validation rules and
+ * messages (400 with the offending `param`). Checks that need the model (vocabulary, context length)
+ * are in the chat service.
+ */
+import { AppError } from '../errors.ts';
+import type { ChatCompletionBody } from '../api/chat.ts';
+
+export const MAX_LOGPROBS = 20;
+export const MAX_N = 128;
+
+export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
+
+export interface SamplingPlan {
+  temperature: number | null;
+  top_p: number | null;
+  top_k: number | null;
+  min_p: number | null;
+  presence_penalty: number;
+  frequency_penalty: number;
+  repetition_penalty: number | null;
+  seed: number | null;
+  min_tokens: number;
+  ignore_eos: boolean;
+  stop_token_ids: number[];
+  logit_bias: Record<string, number>;
+  allowed_token_ids: number[] | null;
+}
+
+export interface ChatPlan {
+  modelName: string | null;
+  messages: Record<string, unknown>[];
+  tools: Record<string, unknown>[] | null;
+  stream: boolean;
+  includeUsage: boolean;
+  continuousUsage: boolean;
+  n: number;
+  sampling: SamplingPlan;
+  badWords: string[];
+  stop: string[];
+  includeStopStr: boolean;
+  skipSpecialTokens: boolean;
+  /** null: no logprobs; otherwise the number of top alternatives and the token format. */
+  logprobs: { top: number; asTokenIds: boolean } | null;
+  promptLogprobs: number | null;
+  returnTokenIds: boolean;
+  echo: boolean;
+  addGenerationPrompt: boolean;
+  continueFinalMessage: boolean;
+  addSpecialTokens: boolean;
+  chatTemplate: string | null;
+  templateKwargs: Record<string, unknown>;
+  documents: Record<string, string>[] | null;
+  toolChoice: ToolChoice;
+  includeReasoning: boolean;
+  parallelToolCalls: boolean;
+  requestedMaxTokens: number | null;
+  maxTokensParam: 'max_tokens' | 'max_completion_tokens';
+  truncatePromptTokens: number | null;
+  repetitionDetection: { minPatternSize: number; maxPatternSize: number; minCount: number } | null;
+  requestId: string | null;
+}
+
+export function badRequest(message: string, param: string | null = null): AppError {
+  return new AppError('bad_request', message, param === null ? [] : [{ loc: ['body', param], msg: message, type: 'value_error' }]);
+}
+
+const isTruthyObject = (value: unknown) => value !== null && typeof value === 'object' && Object.keys(value).length > 0;
+
+function parseToolChoice(body: ChatCompletionBody): ToolChoice {
+  const tools = body.tools;
+  if (tools && tools.length === 0) {
+    throw badRequest('`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.', 'tools');
+  }
+  const choice = body.tool_choice;
+  if (choice === undefined || choice === null) return tools ? 'auto' : 'none';
+  if (choice === 'none') return 'none';
+  if (!tools) throw badRequest('When using `tool_choice`, `tools` must be set.', 'tool_choice');
+  if (typeof choice === 'string') {
+    if (choice === 'auto' || choice === 'required') return choice;
+    throw badRequest(`Invalid value for \`tool_choice\`: ${choice}! Only named tools, "none", "auto" or "required" are supported.`, 'tool_choice');
+  }
+  const fn = (choice as { function?: unknown }).function;
+  const usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`';
+  if (!fn || typeof fn !== 'object') throw badRequest(`Invalid value for \`function\`: \`${JSON.stringify(fn ?? null)}\` in \`tool_choice\`! ${usage}`, 'tool_choice');
+  if (!('name' in fn)) throw badRequest(`Expected field \`name\` in \`function\` in \`tool_choice\`! ${usage}`, 'tool_choice');
+  const name = (fn as { name: unknown }).name;
+  if (typeof name !== 'string' || name === '') throw badRequest(`Invalid \`name\` in \`function\`: \`${JSON.stringify(name)}\` in \`tool_choice\`! ${usage}`, 'tool_choice');
+  if (!tools.some((tool) => tool.function.name === name)) throw badRequest('The tool specified in `tool_choice` does not match any of the specified `tools`', 'tool_choice');
+  return { name };
+}
+
+function checkRange(ok: boolean, message: string, param: string): void {
+  if (!ok) throw badRequest(message, param);
+}
+
+/** As vLLM's chat utilities do: tool-call arguments arrive as JSON strings and reach the template as objects. */
+function normaliseMessages(messages: Record<string, unknown>[]): Record<string, unknown>[] {
+  return messages.map((message) => {
+    const toolCalls = message.tool_calls;
+    if (!Array.isArray(toolCalls)) return message;
+    if (toolCalls.length === 0) {
+      const { tool_calls: _dropped, ...rest } = message;
+      return rest;
+    }
+    return {
+      ...message,
+      tool_calls: toolCalls.map((call: Record<string, unknown>) => {
+        const fn = (call.function ?? {}) as Record<string, unknown>;
+        let args: unknown = fn.arguments;
+        if (typeof args === 'string') {
+          try {
+            args = args.trim() === '' ? {} : JSON.parse(args);
+          } catch {
+            // Not JSON: the template renders the string as it is.
+          }
+        }
+        return { ...call, function: { ...fn, arguments: args ?? {} } };
+      }),
+    };
+  });
+}
+
+export function planChat(body: ChatCompletionBody, options: { logprobsByDefault: boolean; requestIdHeader: string | undefined }): ChatPlan {
+  if (body.use_beam_search) throw badRequest('use_beam_search is not supported by this server: it samples only', 'use_beam_search');
+  if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
+  if (isTruthyObject(body.mm_processor_kwargs)) throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');
+  const responseFormat = body.response_format;
+  if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
+    throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
+  }
+  if (responseFormat && responseFormat.type !== undefined && responseFormat.type !== 'text') {
+    throw badRequest(`response_format type ${JSON.stringify(responseFormat.type)} (constrained decoding) is not supported by this server yet`, 'response_format');
+  }
+  if (isTruthyObject(body.structured_outputs)) throw badRequest('structured_outputs (constrained decoding) is not supported by this server yet', 'structured_outputs');
+
+  const stream = body.stream ?? false;
+  if (body.stream_options && isTruthyObject(body.stream_options) && !stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  const promptLogprobs = body.prompt_logprobs ?? null;
+  if (promptLogprobs !== null) {
+    if (stream && (promptLogprobs > 0 || promptLogprobs === -1)) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
+    checkRange(promptLogprobs >= 0 || promptLogprobs === -1, '`prompt_logprobs` must be a positive value or -1.', 'prompt_logprobs');
+    const wanted = promptLogprobs === -1 ? Infinity : promptLogprobs;
+    checkRange(wanted <= MAX_LOGPROBS, `Requested prompt logprobs of ${promptLogprobs === -1 ? 'the whole vocabulary' : promptLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'prompt_logprobs');
+  }
+  const topLogprobs = body.top_logprobs ?? 0;
+  checkRange(topLogprobs >= 0 || topLogprobs === -1, '`top_logprobs` must be a positive value or -1.', 'top_logprobs');
+  if ((topLogprobs > 0 || topLogprobs === -1) && body.logprobs !== true) throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
+  checkRange(topLogprobs !== -1 && topLogprobs <= MAX_LOGPROBS, `Requested sample logprobs of ${topLogprobs === -1 ? 'the whole vocabulary' : topLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'top_logprobs');
+
+  const toolChoice = parseToolChoice(body);
+  const addGenerationPrompt = body.add_generation_prompt ?? true;
+  const continueFinalMessage = body.continue_final_message ?? false;
+  if (continueFinalMessage && addGenerationPrompt) throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'continue_final_message');
+  if (body.cache_salt !== undefined && body.cache_salt !== null && body.cache_salt === '') throw badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
+  if ((body.priority ?? 0) !== 0) throw badRequest('priority: the served model does not use priority scheduling, so only priority 0 is accepted', 'priority');
+
+  const n = body.n ?? 1;
+  checkRange(n >= 1, `n must be at least 1, got ${n}.`, 'n');
+  checkRange(n <= MAX_N, `n must be at most ${MAX_N}, got ${n}.`, 'n');
+  const temperature = body.temperature ?? null;
+  if (temperature !== null) checkRange(temperature >= 0, `temperature must be non-negative, got ${temperature}.`, 'temperature');
+  if (n > 1 && temperature !== null && temperature < 1e-5) throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
+  const presence = body.presence_penalty ?? 0;
+  const frequency = body.frequency_penalty ?? 0;
+  checkRange(presence >= -2 && presence <= 2, `presence_penalty must be in [-2, 2], got ${presence}.`, 'presence_penalty');
+  checkRange(frequency >= -2 && frequency <= 2, `frequency_penalty must be in [-2, 2], got ${frequency}.`, 'frequency_penalty');
+  const repetition = body.repetition_penalty ?? null;
+  if (repetition !== null) checkRange(repetition > 0, `repetition_penalty must be greater than zero, got ${repetition}.`, 'repetition_penalty');
+  const topP = body.top_p ?? null;
+  if (topP !== null) checkRange(topP > 0 && topP <= 1, `top_p must be in (0, 1], got ${topP}.`, 'top_p');
+  const topK = body.top_k ?? null;
+  if (topK !== null) checkRange(topK === 0 || topK === -1 || topK >= 1, `top_k must be 0 (disable), or at least 1, got ${topK}.`, 'top_k');
+  const minP = body.min_p ?? null;
+  if (minP !== null) checkRange(minP >= 0 && minP <= 1, `min_p must be in [0, 1], got ${minP}.`, 'min_p');
+
+  const maxTokensParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+  const requestedMaxTokens = body.max_completion_tokens ?? body.max_tokens ?? null;
+  if (requestedMaxTokens !== null) checkRange(requestedMaxTokens >= 1, `max_tokens must be at least 1, got ${requestedMaxTokens}.`, maxTokensParam);
+  const minTokens = body.min_tokens ?? 0;
+  checkRange(minTokens >= 0, `min_tokens must be greater than or equal to 0, got ${minTokens}.`, 'min_tokens');
+  if (requestedMaxTokens !== null) checkRange(minTokens <= requestedMaxTokens, `min_tokens must be less than or equal to max_tokens=${requestedMaxTokens}, got ${minTokens}.`, 'min_tokens');
+
+  const stop = body.stop === undefined || body.stop === null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
+  if (stop.includes('')) throw badRequest('stop cannot contain an empty string.', 'stop');
+  const badWords = body.bad_words ?? [];
+  if (badWords.some((word) => word.trim() === '')) throw badRequest('bad_words cannot contain an empty string.', 'bad_words');
+
+  const logitBias: Record<string, number> = {};
+  for (const [key, value] of Object.entries(body.logit_bias ?? {})) {
+    if (!/^-?\d+$/.test(key)) throw badRequest(`logit_bias keys must be token ids, got ${JSON.stringify(key)}.`, 'logit_bias');
+    logitBias[key] = Math.min(100, Math.max(-100, value));
+  }
+  const allowed = body.allowed_token_ids ?? null;
+  if (allowed !== null && allowed.length === 0) throw badRequest('allowed_token_ids is not None and empty!', 'allowed_token_ids');
+
+  const detection = body.repetition_detection ?? null;
+  let repetitionDetection: ChatPlan['repetitionDetection'] = null;
+  if (detection) {
+    const minPatternSize = detection.min_pattern_size ?? 0;
+    const maxPatternSize = detection.max_pattern_size ?? 0;
+    const minCount = detection.min_count ?? 0;
+    checkRange(minPatternSize >= 0 && maxPatternSize >= 0 && minPatternSize <= maxPatternSize, 'repetition_detection: pattern sizes must be >= 0 with min_pattern_size <= max_pattern_size.', 'repetition_detection');
+    if (maxPatternSize > 0) checkRange(minCount >= 2, 'repetition_detection: min_count must be >= 2 when max_pattern_size > 0.', 'repetition_detection');
+    if (maxPatternSize > 0) repetitionDetection = { minPatternSize: Math.max(1, minPatternSize), maxPatternSize, minCount };
+  }
+
+  // ART trains only on choices that carry logprobs, so an unset `logprobs` means "yes, as token ids".
+  const logprobsOn = body.logprobs ?? options.logprobsByDefault;
+  const asTokenIds = body.return_tokens_as_token_ids ?? (body.logprobs === undefined || body.logprobs === null ? options.logprobsByDefault : false);
+  const seed = body.seed === undefined || body.seed === null || body.seed === -1 ? null : body.seed;
+
+  const templateKwargs: Record<string, unknown> = { ...(body.chat_template_kwargs ?? {}) };
+  if (body.reasoning_effort) templateKwargs.reasoning_effort = body.reasoning_effort;
+
+  return {
+    modelName: body.model ? body.model : null,
+    messages: normaliseMessages(body.messages),
+    tools: (body.tools as Record<string, unknown>[] | null | undefined) ?? null,
+    stream,
+    includeUsage: stream && (body.stream_options?.include_usage ?? false),
+    continuousUsage: stream && (body.stream_options?.include_usage ?? false) && (body.stream_options?.continuous_usage_stats ?? false),
+    n,
+    sampling: {
+      temperature,
+      top_p: topP,
+      top_k: topK === 0 ? -1 : topK,
+      min_p: minP,
+      presence_penalty: presence,
+      frequency_penalty: frequency,
+      repetition_penalty: repetition,
+      seed,
+      min_tokens: minTokens,
+      ignore_eos: body.ignore_eos ?? false,
+      stop_token_ids: body.stop_token_ids ?? [],
+      logit_bias: logitBias,
+      allowed_token_ids: allowed,
+    },
+    badWords,
+    stop,
+    includeStopStr: body.include_stop_str_in_output ?? false,
+    skipSpecialTokens: body.skip_special_tokens ?? true,
+    logprobs: logprobsOn ? { top: topLogprobs, asTokenIds } : null,
+    promptLogprobs: promptLogprobs ?? (body.echo ? topLogprobs : null),
+    returnTokenIds: body.return_token_ids ?? false,
+    echo: body.echo ?? false,
+    addGenerationPrompt,
+    continueFinalMessage,
+    addSpecialTokens: body.add_special_tokens ?? false,
+    chatTemplate: body.chat_template ?? null,
+    templateKwargs,
+    documents: body.documents ?? null,
+    toolChoice,
+    includeReasoning: body.include_reasoning ?? true,
+    parallelToolCalls: body.parallel_tool_calls ?? true,
+    requestedMaxTokens,
+    maxTokensParam,
+    truncatePromptTokens: body.truncate_prompt_tokens ?? null,
+    repetitionDetection,
+    requestId: options.requestIdHeader ?? body.request_id ?? null,
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * POST /v1/chat/completions (and its trailing-slash twin): JSON, or SSE exactly as vLLM frames it
+ * (`data: <json>\n\n` … `data: [DONE]\n\n`). A client that disconnects cancels its generation.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ChatCompletionBody } from '../api/chat.ts';
+import type { ChatService } from '../services/chat-service.ts';
+import { chatErrorBody, toAppError } from './errors.ts';
+
+export function registerChatRoutes(app: FastifyInstance, chat: ChatService): void {
+  const handler = async (request: FastifyRequest<{ Body: ChatCompletionBody }>, reply: FastifyReply) => {
+    const header = request.headers['x-request-id'];
+    const result = await chat.create(request.principal, request.body, typeof header === 'string' ? header : undefined);
+    if (result.kind === 'json') return result.body;
+
+    reply.hijack();
+    const raw = reply.raw;
+    raw.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+      'x-request-id': request.id,
+    });
+    let disconnected = false;
+    raw.on('close', () => {
+      if (raw.writableFinished) return;
+      disconnected = true;
+      void result.cancel().catch(() => undefined);
+    });
+    try {
+      for await (const chunk of result.chunks) {
+        if (disconnected) break;
+        raw.write(`data: ${JSON.stringify(chunk)}\n\n`);
+      }
+    } catch (error) {
+      if (!disconnected) {
+        const appError = toAppError(error as Error);
+        if (appError.status >= 500) request.log.error({ err: error }, 'chat stream failed');
+        raw.write(`data: ${JSON.stringify(chatErrorBody(appError))}\n\n`);
+      }
+    }
+    if (!disconnected) raw.end('data: [DONE]\n\n');
+  };
+  const options = { schema: { body: ChatCompletionBody } };
+  app.post('/v1/chat/completions', options, handler);
+  app.post('/v1/chat/completions/', options, handler);
+}

@@ -1,0 +1,86 @@
+/**
+ * A training session on one model's adapter: opened from the latest checkpoint (adapter and optimizer
+ * state) or a fresh no-op adapter, and committed as the next step — files written into a temporary folder,
+ * renamed into place, then the checkpoint row, then the adapter warmed in the engine so the checkpoint is
+ * servable before the job reports it. A crash at any point leaves no listed half-written checkpoint.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Clock } from '../clock.ts';
+import { newId } from '../ids.ts';
+import type { Engine } from '../engine/client.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
+import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
+import type { ModelService } from '../services/model-service.ts';
+import { JobError, type RunResult } from './worker.ts';
+
+export const LORA_DEFAULTS = {
+  rank: 8,
+  alpha: 16,
+  target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+};
+
+/** The engine key of a servable checkpoint's adapter. */
+export const servingAdapterKey = (checkpointId: string) => `ckpt:${checkpointId}`;
+
+export interface TrainingSession {
+  base: LoadedBase;
+  engine: Engine;
+  adapter: string;
+  /** The step the trajectories were sampled from: the latest checkpoint when the session opened. */
+  fromStep: number;
+  commit(metrics: Record<string, number>): Promise<RunResult>;
+}
+
+export class CheckpointWriter {
+  constructor(
+    private readonly models: ModelRepository,
+    private readonly modelService: ModelService,
+    private readonly trajectories: TrajectoryRepository,
+    private readonly runtime: BaseModelRuntime,
+    private readonly clock: Clock,
+  ) {}
+
+  async open(modelId: string): Promise<TrainingSession> {
+    const model = await this.models.findById(modelId);
+    if (!model) throw new JobError('model_deleted', 'The model was deleted before its job ran');
+    const base = await this.runtime.load(model.base_model);
+    const engine = this.runtime.requireEngine();
+    const adapter = `train:${model.id}`;
+    const latest = await this.models.latestCheckpoint(model.id);
+    // Always start from what is on disk: a checkpoint may have been deleted since this adapter was resident.
+    await engine.dropAdapter({ adapter });
+    if (latest?.adapterPath) {
+      await engine.ensureAdapter({ adapter, base: base.id, path: latest.adapterPath });
+    } else {
+      const seed = crypto.createHash('sha256').update(model.id).digest().readUInt32LE(0);
+      await engine.ensureAdapter({ adapter, base: base.id, init: { ...LORA_DEFAULTS, seed } });
+    }
+
+    return {
+      base,
+      engine,
+      adapter,
+      fromStep: latest?.step ?? Number(model.last_step),
+      commit: async (metrics) => {
+        const current = await this.models.findById(model.id);
+        if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
+        const step = Number(current.last_step) + 1;
+        const checkpointsDir = path.join(this.modelService.modelFolder(model.id), 'checkpoints');
+        const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
+        const final = path.join(checkpointsDir, String(step));
+        await engine.saveAdapter({ adapter, path: temporary });
+        await fs.rm(final, { recursive: true, force: true });
+        await fs.rename(temporary, final);
+        const checkpointId = newId();
+        const now = this.clock.now().toISOString();
+        await this.models.insertCheckpoint({ id: checkpointId, model_id: model.id, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
+        await this.trajectories.insertRunMetrics(model.run_id, step, 'train', metrics, now);
+        await engine.ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: base.id, path: final });
+        return { step, checkpointId };
+      },
+    };
+  }
+}

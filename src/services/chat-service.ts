@@ -1,0 +1,328 @@
+/**
+ * Chat completions end to end: plan → resolve the model → render and tokenize the prompt → engine
+ * generate on the checkpoint's adapter → per-choice output processing → a whole response or a stream of
+ * chunks. Every error before the first chunk is thrown (an HTTP error); later ones end the stream.
+ */
+import crypto from 'node:crypto';
+import type { ChatCompletionBody } from '../api/chat.ts';
+import { badRequest, planChat, type ChatPlan } from '../chat/request.ts';
+import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
+import { renderChat, TemplateError } from '../chat/template.ts';
+import type { GenerateRequest, PromptLogprobsEvent } from '../engine/protocol.ts';
+import type { GenerateStream } from '../engine/generate-stream.ts';
+import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
+import type { Principal } from './auth-service.ts';
+import type { BaseModelRuntime, LoadedBase } from './base-model-runtime.ts';
+import type { ModelResolver } from './model-resolver.ts';
+
+export interface ChatOptions {
+  /** Answer logprobs (as `token_id:<id>`) when a request leaves `logprobs` unset, as ART needs. */
+  logprobsByDefault: boolean;
+  /** Ceiling on generated tokens when a request sets no max_tokens. */
+  maxCompletionTokens: number;
+}
+
+type Chunk = Record<string, unknown>;
+
+export type ChatResult = { kind: 'json'; body: Record<string, unknown> } | { kind: 'stream'; chunks: AsyncIterable<Chunk>; cancel(): Promise<void> };
+
+interface Prepared {
+  plan: ChatPlan;
+  base: LoadedBase;
+  modelName: string;
+  request: GenerateRequest;
+  promptIds: number[];
+  responseRole: string;
+  echoText: string | null;
+  id: string;
+  created: number;
+}
+
+function contentText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) return content.map((part) => (part && typeof part === 'object' && 'text' in part ? String((part as { text: unknown }).text) : '')).join('\n');
+  return '';
+}
+
+export class ChatService {
+  constructor(
+    private readonly resolver: ModelResolver,
+    private readonly runtime: BaseModelRuntime,
+    private readonly options: ChatOptions,
+  ) {}
+
+  async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined): Promise<ChatResult> {
+    const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader });
+    const prepared = await this.prepare(principal, plan);
+    const stream = this.runtime.requireEngine().generate(prepared.request);
+    if (!plan.stream) return { kind: 'json', body: await this.collect(prepared, stream) };
+    return { kind: 'stream', chunks: this.chunks(prepared, stream), cancel: () => stream.cancel() };
+  }
+
+  private async prepare(principal: Principal, plan: ChatPlan): Promise<Prepared> {
+    const resolved = await this.resolver.resolve(principal, plan.modelName);
+    const base = await this.runtime.load(resolved.baseId);
+    const template = plan.chatTemplate ?? base.template;
+    if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
+    if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
+    if (plan.toolChoice === 'required' || typeof plan.toolChoice === 'object') {
+      throw badRequest('tool_choice "required" and named functions need constrained decoding, which this server does not support yet; use "auto"', 'tool_choice');
+    }
+    const tokenizer = base.tokenizer;
+    let prompt: string;
+    try {
+      prompt = renderChat({
+        template,
+        messages: plan.messages,
+        tools: plan.tools,
+        documents: plan.documents,
+        addGenerationPrompt: plan.addGenerationPrompt,
+        continueFinalMessage: plan.continueFinalMessage,
+        kwargs: plan.templateKwargs,
+        specialTokens: { bos_token: undefined, eos_token: tokenizer.eosToken },
+      });
+    } catch (error) {
+      if (error instanceof TemplateError) throw badRequest(error.message, 'messages');
+      throw error;
+    }
+    let promptIds = tokenizer.encode(prompt, { addSpecialTokens: plan.addSpecialTokens });
+
+    const context = base.engine.context_length;
+    const requested = plan.requestedMaxTokens;
+    if (requested !== null && requested > context) {
+      throw badRequest(`${plan.maxTokensParam}=${requested} cannot be greater than max_model_len=${context}. Please request fewer output tokens.`, plan.maxTokensParam);
+    }
+    if (plan.truncatePromptTokens !== null) {
+      const allowed = context - (requested ?? 0);
+      const keep = plan.truncatePromptTokens === -1 ? allowed : plan.truncatePromptTokens;
+      if (keep > allowed) throw badRequest(`truncate_prompt_tokens=${keep} cannot be greater than max_model_len - max_tokens = ${allowed}. Please request a smaller truncation size.`, 'truncate_prompt_tokens');
+      if (promptIds.length > keep) promptIds = promptIds.slice(promptIds.length - keep);
+    }
+    if (requested !== null && promptIds.length + requested > context) {
+      throw badRequest(
+        `This model's maximum context length is ${context} tokens. However, you requested ${requested} output tokens and your prompt contains ${promptIds.length} input tokens, for a total of ${promptIds.length + requested} tokens. Please reduce the length of the input prompt or the number of requested output tokens.`,
+        'input_tokens',
+      );
+    }
+    if (promptIds.length >= context) throw badRequest(`Input length (${promptIds.length}) exceeds model's maximum context length (${context}).`, 'input_tokens');
+    const maxTokens = requested ?? Math.min(context - promptIds.length, this.options.maxCompletionTokens);
+    if (plan.sampling.min_tokens > maxTokens) throw badRequest(`min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${plan.sampling.min_tokens}.`, 'min_tokens');
+
+    const vocab = tokenizer.vocabSize;
+    const outOfVocab = Object.keys(plan.sampling.logit_bias).map(Number).filter((id) => id < 0 || id >= vocab);
+    if (outOfVocab.length > 0) throw badRequest(`token_id(s) ${JSON.stringify(outOfVocab)} in logit_bias contain out-of-vocab token ids. Vocabulary size: ${vocab}`, 'logit_bias');
+    if (plan.sampling.allowed_token_ids?.some((id) => id < 0 || id >= vocab)) throw badRequest('allowed_token_ids contains out-of-vocab token id!', 'allowed_token_ids');
+    if (plan.sampling.stop_token_ids.some((id) => id < 0 || id >= vocab)) throw badRequest('stop_token_ids contains out-of-vocab token id!', 'stop_token_ids');
+
+    const generation = base.generation;
+    const extraEos = plan.sampling.ignore_eos ? [] : generation.eos_token_ids.filter((id) => id !== tokenizer.eosTokenId);
+    const badWordsIds = plan.badWords.flatMap((word) => [tokenizer.encode(word), tokenizer.encode(` ${word.trimStart()}`)]).filter((ids) => ids.length > 0);
+    const checkpoint = resolved.checkpoint;
+    const adapter = checkpoint?.adapterPath ? { adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath } : { adapter: null };
+    const lastMessage = plan.messages.at(-1);
+    const responseRole = plan.addGenerationPrompt ? 'assistant' : String(lastMessage?.role ?? 'assistant');
+    return {
+      plan,
+      base,
+      modelName: plan.modelName ?? base.id,
+      promptIds,
+      responseRole,
+      echoText: plan.echo && lastMessage?.role === responseRole ? contentText(lastMessage.content) : null,
+      id: `chatcmpl-${plan.requestId ?? crypto.randomBytes(8).toString('hex')}`,
+      created: Math.floor(Date.now() / 1000),
+      request: {
+        base: base.id,
+        ...adapter,
+        prompt: promptIds,
+        n: plan.n,
+        max_tokens: maxTokens,
+        min_tokens: plan.sampling.min_tokens,
+        ignore_eos: plan.sampling.ignore_eos,
+        stop_token_ids: [...plan.sampling.stop_token_ids, ...extraEos],
+        temperature: plan.sampling.temperature ?? generation.temperature ?? 1.0,
+        top_p: plan.sampling.top_p ?? generation.top_p ?? 1.0,
+        top_k: plan.sampling.top_k ?? generation.top_k ?? -1,
+        min_p: plan.sampling.min_p ?? generation.min_p ?? 0,
+        presence_penalty: plan.sampling.presence_penalty,
+        frequency_penalty: plan.sampling.frequency_penalty,
+        repetition_penalty: plan.sampling.repetition_penalty ?? generation.repetition_penalty ?? 1.0,
+        logit_bias: plan.sampling.logit_bias,
+        allowed_token_ids: plan.sampling.allowed_token_ids,
+        bad_words_ids: badWordsIds,
+        seed: plan.sampling.seed,
+        logprobs: plan.logprobs ? plan.logprobs.top : null,
+        prompt_logprobs: plan.promptLogprobs,
+      },
+    };
+  }
+
+  private outputs(prepared: Prepared): ChoiceOutput[] {
+    const { plan, base } = prepared;
+    const stopTokenIds = new Set([...prepared.request.stop_token_ids!, ...(plan.sampling.ignore_eos ? [] : base.generation.eos_token_ids)]);
+    const thinkingOff = plan.templateKwargs.enable_thinking === false;
+    return Array.from(
+      { length: plan.n },
+      () =>
+        new ChoiceOutput({
+          tokenizer: base.tokenizer,
+          stop: plan.stop,
+          includeStopStr: plan.includeStopStr,
+          skipSpecialTokens: plan.skipSpecialTokens,
+          stopTokenIds,
+          parseTools: plan.toolChoice === 'auto',
+          parseReasoning: !thinkingOff,
+          includeReasoning: plan.includeReasoning,
+          logprobs: plan.logprobs,
+          repetitionDetection: plan.repetitionDetection,
+        }),
+    );
+  }
+
+  private promptLogprobs(prepared: Prepared, event: PromptLogprobsEvent | null): unknown[] | null {
+    if (!event) return null;
+    const tokenizer = prepared.base.tokenizer;
+    const decode = (id: number) => new TextDecoder().decode(tokenizer.tokenBytes(id) ?? new Uint8Array());
+    return event.prompt_logprobs.map((entry, position) => {
+      if (!entry) return null;
+      const actual = prepared.promptIds[position];
+      const result: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
+      const rankOf = entry.top.findIndex(([id]) => id === actual);
+      result[String(actual)] = { logprob: Math.max(-9999, entry.logprob), rank: rankOf === -1 ? entry.top.length + 1 : rankOf + 1, decoded_token: decode(actual) };
+      entry.top.forEach(([id, logprob], rank) => {
+        if (!(String(id) in result)) result[String(id)] = { logprob: Math.max(-9999, logprob), rank: rank + 1, decoded_token: decode(id) };
+      });
+      return result;
+    });
+  }
+
+  private usage(prepared: Prepared, completionTokens: number, cachedTokens: number) {
+    const prompt = prepared.promptIds.length;
+    return { prompt_tokens: prompt, total_tokens: prompt + completionTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cachedTokens } };
+  }
+
+  /** Runs the generation to its end and answers the chat.completion object. */
+  private async collect(prepared: Prepared, stream: GenerateStream): Promise<Record<string, unknown>> {
+    const outputs = this.outputs(prepared);
+    let promptEvent: PromptLogprobsEvent | null = null;
+    let cached = 0;
+    for await (const event of stream) {
+      if (event.type === 'prompt') promptEvent = event;
+      else if (event.type === 'tokens') outputs[event.seq].push(event.tokens, event.logprobs, event.top_logprobs);
+      else if (event.type === 'finish') outputs[event.seq].finish(event.finish_reason, event.stop_token_id);
+      else if (event.type === 'done') cached = event.cached_tokens;
+      // Every choice stopped on our side (stop string, repetition): leaving the loop cancels the engine request.
+      if (event.type === 'tokens' && outputs.every((output) => output.done)) break;
+    }
+    for (const output of outputs) if (!output.finishReason) output.finish('length', null);
+    const { plan } = prepared;
+    return {
+      id: prepared.id,
+      object: 'chat.completion',
+      created: prepared.created,
+      model: prepared.modelName,
+      choices: outputs.map((output, index) => {
+        const message = output.message();
+        return {
+          index,
+          message: {
+            role: prepared.responseRole,
+            content: prepared.echoText !== null ? prepared.echoText + (message.content ?? '') : message.content,
+            refusal: null,
+            annotations: null,
+            audio: null,
+            function_call: null,
+            tool_calls: message.tool_calls,
+            reasoning: message.reasoning,
+          },
+          logprobs: plan.logprobs ? { content: output.logprobEntries } : null,
+          finish_reason: output.finishReason,
+          stop_reason: output.stopReason,
+          token_ids: plan.returnTokenIds ? output.tokenIds : null,
+        };
+      }),
+      usage: this.usage(prepared, outputs.reduce((sum, output) => sum + output.completionTokens, 0), cached),
+      service_tier: null,
+      system_fingerprint: null,
+      prompt_logprobs: this.promptLogprobs(prepared, promptEvent),
+      prompt_token_ids: plan.returnTokenIds ? prepared.promptIds : null,
+      kv_transfer_params: null,
+    };
+  }
+
+  /** The SSE chunks, in vLLM's order: role chunks, (echo), content chunks, finish chunks, usage. */
+  private async *chunks(prepared: Prepared, stream: GenerateStream): AsyncIterable<Chunk> {
+    const { plan } = prepared;
+    const outputs = this.outputs(prepared);
+    const base = { id: prepared.id, object: 'chat.completion.chunk', created: prepared.created, model: prepared.modelName };
+    const finished = new Set<number>();
+    let started = false;
+    let cached = 0;
+    const withUsage = (chunk: Chunk, index: number | null): Chunk =>
+      plan.continuousUsage ? { ...chunk, usage: this.usage(prepared, index === null ? 0 : outputs[index].completionTokens, cached) } : chunk;
+    const choiceChunk = (index: number, delta: OutputDelta, logprobs: LogprobEntry[] | null, tokenIds: number[] | null, finish?: ChoiceOutput): Chunk =>
+      withUsage(
+        {
+          ...base,
+          choices: [
+            {
+              index,
+              delta,
+              logprobs: logprobs && plan.logprobs ? { content: logprobs } : null,
+              finish_reason: finish ? finish.finishReason : null,
+              ...(finish ? { stop_reason: finish.stopReason } : {}),
+              ...(plan.returnTokenIds ? { token_ids: tokenIds } : {}),
+            },
+          ],
+        },
+        index,
+      );
+    function* start(): Generator<Chunk> {
+      started = true;
+      for (let index = 0; index < plan.n; index += 1) {
+        yield withUsage(
+          {
+            ...base,
+            choices: [{ index, delta: { role: prepared.responseRole, content: '' }, logprobs: null, finish_reason: null }],
+            ...(plan.returnTokenIds ? { prompt_token_ids: prepared.promptIds } : {}),
+          },
+          null,
+        );
+      }
+      if (prepared.echoText !== null) {
+        for (let index = 0; index < plan.n; index += 1) yield withUsage({ ...base, choices: [{ index, delta: { content: prepared.echoText }, logprobs: null, finish_reason: null }] }, null);
+      }
+    }
+    const finishChoice = (index: number, delta: OutputDelta): Chunk => {
+      finished.add(index);
+      return choiceChunk(index, delta, null, plan.returnTokenIds ? [] : null, outputs[index]);
+    };
+
+    for await (const event of stream) {
+      if (event.type === 'done') {
+        cached = event.cached_tokens;
+        continue;
+      }
+      if (event.type === 'prompt') continue;
+      if (!started) yield* start();
+      const output = outputs[event.seq];
+      if (finished.has(event.seq)) continue;
+      if (event.type === 'tokens') {
+        const { delta, logprobs } = output.push(event.tokens, event.logprobs, event.top_logprobs);
+        if (Object.keys(delta).length > 0 || plan.logprobs || plan.returnTokenIds) {
+          yield choiceChunk(event.seq, Object.keys(delta).length > 0 ? delta : { content: '' }, logprobs, event.tokens);
+        }
+        if (output.done) {
+          yield finishChoice(event.seq, output.finish('stop', null));
+          if (finished.size === plan.n) break;
+        }
+      } else {
+        yield finishChoice(event.seq, output.finish(event.finish_reason, event.stop_token_id));
+      }
+    }
+    if (!started) yield* start();
+    for (const [index, output] of outputs.entries()) if (!finished.has(index)) yield finishChoice(index, output.finish('length', null));
+    if (plan.includeUsage) {
+      yield { ...base, choices: [], usage: this.usage(prepared, outputs.reduce((sum, output) => sum + output.completionTokens, 0), cached) };
+    }
+  }
+}
