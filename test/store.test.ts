@@ -40,7 +40,7 @@ describe('system check', () => {
     const config = loadConfig({ DATABASE_URL: 'postgres://postgres@127.0.0.1:1/test', LOG_LEVEL: 'silent', DATA_DIR: os.tmpdir() });
     const store = openStore(config);
     const noop = async () => {};
-    const app = buildApp({ config, services: createServices({ config, store, clock: systemClock, probes: { engine: noop } }) });
+    const app = buildApp({ config, services: createServices({ config, store, clock: systemClock, engineProbe: noop }) });
     try {
       const response = await app.inject({ method: 'GET', url: '/v1/system-check' });
       assert.equal(response.statusCode, 503);

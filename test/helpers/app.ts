@@ -31,7 +31,7 @@ export function fakeBaseModelFolder(): string {
 
 export async function startTestApp(
   backend: Backend,
-  options: { env?: Record<string, string>; clock?: Clock; probes?: { engine: Probe } } = {},
+  options: { env?: Record<string, string>; clock?: Clock; engineProbe?: Probe } = {},
 ): Promise<TestApp> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'service-test-'));
   const database = await backend.create();
@@ -45,7 +45,7 @@ export async function startTestApp(
   const store = openStore(config);
   await migrate(store);
   const noop = async () => {};
-  const services = createServices({ config, store, clock: options.clock ?? systemClock, probes: options.probes ?? { engine: noop } });
+  const services = createServices({ config, store, clock: options.clock ?? systemClock, engineProbe: options.engineProbe ?? noop });
   const bootstrap = await services.auth.bootstrap(dataDir, config.bootstrapApiKey);
   if (!bootstrap) throw new Error('expected an empty database');
   const app = buildApp({ config, services });
