@@ -30,6 +30,8 @@ export interface Config {
   logprobsByDefault: boolean;
   /** Most tokens a chat completion generates when the request sets no max_tokens. */
   maxCompletionTokens: number;
+  /** A running job whose worker has not renewed its lease for this long is failed by the reaper. */
+  jobLeaseMs: number;
 }
 
 export const BUILTIN_BASE_MODEL: BaseModelSpec = {
@@ -90,6 +92,7 @@ export function loadConfig(env: Env = process.env): Config {
   }
 
   const maxCompletionTokens = integer('MAX_COMPLETION_TOKENS', 4096, 1, 1 << 24);
+  const jobLeaseMs = integer('JOB_LEASE_MS', 20_000, 1000, 3_600_000);
   const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
   if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
   const engine = read('ENGINE') ?? 'on';
@@ -110,6 +113,7 @@ export function loadConfig(env: Env = process.env): Config {
     engineEnabled: engine === 'on',
     logprobsByDefault: logprobsByDefault === 'on',
     maxCompletionTokens,
+    jobLeaseMs,
   };
 }
 

@@ -51,16 +51,26 @@ export interface ContextOptions {
   engineProbe?: Probe;
   /** Called after a job is queued, so a worker can start it without waiting for its next poll. */
   onJobSubmitted?: () => void;
+  /** Called after a cancel of a running job was recorded, so a worker in this process stops it at once. */
+  onCancelRequested?: (jobId: string) => void;
 }
 
-export function createServices({ config, store, clock, engine = null, engineProbe, onJobSubmitted }: ContextOptions): Services {
+export function createServices({ config, store, clock, engine = null, engineProbe, onJobSubmitted, onCancelRequested }: ContextOptions): Services {
   const identityRepository = new IdentityRepository(store.db);
   const modelRepository = new ModelRepository(store.db);
   const trajectoryRepository = new TrajectoryRepository(store.db);
   const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel);
-  const models = new ModelService(modelRepository, baseModels, clock, config.dataDir);
   const jobRepository = new JobRepository(store.db, store.dialect);
-  const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'));
+  const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'), { leaseMs: config.jobLeaseMs });
+  /** Records the cancel, then tells this process's worker so a running job stops at once. */
+  const cancelJob = async (jobId: string) => {
+    const after = await queue.cancel(jobId);
+    if (after?.status === 'RUNNING') onCancelRequested?.(jobId);
+    return after;
+  };
+  const models = new ModelService(modelRepository, baseModels, clock, config.dataDir, async (modelId) => {
+    for (const job of await jobRepository.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
+  });
   const runtime = new BaseModelRuntime(baseModels, engine);
   const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
   const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock);
@@ -81,7 +91,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
       },
     }),
     queue,
-    trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, () => onJobSubmitted?.()),
+    trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, { submitted: () => onJobSubmitted?.(), cancel: cancelJob }),
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
     chat: new ChatService(new ModelResolver(modelRepository, baseModels), runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),

@@ -44,8 +44,13 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     engine: supervisor,
     engineProbe: supervisor ? () => supervisor.probe() : undefined,
     onJobSubmitted: () => worker?.wake(),
+    onCancelRequested: (jobId) => worker?.cancelLocal(jobId),
   });
-  worker = new JobWorker(services.queue, services.runners, logger.child({ component: 'jobs' }));
+  worker = new JobWorker(services.queue, services.runners, logger.child({ component: 'jobs' }), {
+    pollMs: 500,
+    // Renew well before the lease runs out, so a slow step never loses it.
+    heartbeatMs: Math.max(250, Math.floor(config.jobLeaseMs / 4)),
+  });
   const bootstrap = await services.auth.bootstrap(config.dataDir, config.bootstrapApiKey);
   await services.models.sweepPendingDeletions();
   worker.start();

@@ -42,6 +42,8 @@ export class JobWorker {
   private running: Promise<void> | undefined;
   private stopped = true;
   private wakeRequested = false;
+  /** The job this worker runs now and how to stop it. */
+  private current: { jobId: string; abort: AbortController } | undefined;
 
   constructor(
     private readonly queue: JobQueue,
@@ -63,6 +65,11 @@ export class JobWorker {
       return;
     }
     this.schedule(0);
+  }
+
+  /** Stops the job this worker is running, if it is that one (the cancel is already recorded in the queue). */
+  cancelLocal(jobId: string): void {
+    if (this.current?.jobId === jobId) this.current.abort.abort();
   }
 
   async stop(): Promise<void> {
@@ -98,6 +105,7 @@ export class JobWorker {
   private async run(job: JobRow): Promise<void> {
     const log = this.logger.child({ job_id: job.id, model_id: job.model_id, type: job.type });
     const abort = new AbortController();
+    this.current = { jobId: job.id, abort };
     let leaseLost = false;
     const heartbeat = setInterval(() => {
       this.queue
@@ -133,6 +141,7 @@ export class JobWorker {
       }
     } finally {
       clearInterval(heartbeat);
+      this.current = undefined;
     }
   }
 }

@@ -38,6 +38,8 @@ export class ModelService {
     private readonly baseModels: BaseModelRegistry,
     private readonly clock: Clock,
     private readonly dataDir: string,
+    /** Cancels a model's queued and running jobs; a model is never deleted under a running job. */
+    private readonly cancelJobsOf: (modelId: string) => Promise<void> = async () => {},
   ) {}
 
   modelFolder(modelId: string): string {
@@ -101,6 +103,7 @@ export class ModelService {
 
   async delete(principal: Principal, modelId: string): Promise<{ model_id: string; deleted_checkpoints: number; deleted_run: boolean }> {
     const model = await this.getOwned(principal, modelId);
+    await this.cancelJobsOf(model.id);
     const result = await this.models.deleteModel(model.id, model.run_id, this.modelFolder(model.id), this.clock.now().toISOString());
     await this.sweepPendingDeletions();
     return { model_id: model.id, deleted_checkpoints: result.deletedCheckpoints, deleted_run: result.deletedRun };

@@ -45,7 +45,7 @@ export class TrainingJobService {
     private readonly jobs: JobRepository,
     private readonly queue: JobQueue,
     private readonly defaultLearningRate: (baseModel: string) => number,
-    private readonly onSubmitted: () => void,
+    private readonly notify: { submitted(): void; cancel(jobId: string): Promise<JobRow | undefined> },
   ) {}
 
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
@@ -55,7 +55,7 @@ export class TrainingJobService {
     if (problems.length > 0) throw validationError(problems);
     const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
-    this.onSubmitted();
+    this.notify.submitted();
     return { id: job.id };
   }
 
@@ -84,7 +84,6 @@ export class TrainingJobService {
 
   async cancel(principal: Principal, jobId: string): Promise<TrainingJob> {
     const job = await this.getOwned(principal, jobId);
-    const after = await this.queue.cancel(job.id);
-    return toJobView(after ?? job);
+    return toJobView((await this.notify.cancel(job.id)) ?? job);
   }
 }

@@ -1,0 +1,53 @@
+/**
+ * The real service for end-to-end tests: a fresh data folder and database, the real engine child process,
+ * the job worker and an HTTP listener on a free port. `api()` calls it over real HTTP.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { loadConfig } from '../../src/config.ts';
+import { startServer, type RunningServer } from '../../src/server.ts';
+
+export interface E2eServer {
+  server: RunningServer;
+  url: string;
+  key: string;
+  dataDir: string;
+  api(method: string, route: string, body?: unknown, key?: string): Promise<{ status: number; body: any }>;
+  close(): Promise<void>;
+}
+
+export async function startE2eServer(options: { env?: Record<string, string>; dataDir?: string } = {}): Promise<E2eServer> {
+  const dataDir = options.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'e2e-'));
+  const key = `sk-${'e2e'.repeat(15)}`;
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    PORT: '0',
+    LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent',
+    BOOTSTRAP_API_KEY: key,
+    ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? '/usr/bin/python3',
+    ...options.env,
+  });
+  const server = await startServer(config);
+  await server.supervisor?.waitUntilReady();
+  const api = async (method: string, route: string, body?: unknown, useKey = key) => {
+    const response = await fetch(`${server.url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${useKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  };
+  return {
+    server,
+    url: server.url,
+    key,
+    dataDir,
+    api,
+    async close() {
+      await server.close();
+      if (!options.dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
