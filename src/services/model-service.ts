@@ -131,6 +131,21 @@ export class ModelService {
     return { deleted_count: deleted.size, not_found_steps: unique.filter((step) => !deleted.has(step)) };
   }
 
+  /** Removes checkpoint folders a crashed job left half-written (they were never listed). */
+  async sweepTemporaryCheckpoints(): Promise<number> {
+    const modelsDir = path.join(this.dataDir, 'models');
+    let removed = 0;
+    for (const model of await fs.readdir(modelsDir).catch(() => [] as string[])) {
+      const checkpointsDir = path.join(modelsDir, model, 'checkpoints');
+      for (const entry of await fs.readdir(checkpointsDir).catch(() => [] as string[])) {
+        if (!entry.startsWith('.tmp-')) continue;
+        await fs.rm(path.join(checkpointsDir, entry), { recursive: true, force: true });
+        removed += 1;
+      }
+    }
+    return removed;
+  }
+
   /** Removes files whose rows are already gone; run at start so a crash mid-delete leaves no orphans. */
   async sweepPendingDeletions(): Promise<number> {
     const pending = await this.models.pendingFileDeletions();
