@@ -29,6 +29,11 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    const timing = reply.getHeader('server-timing');
+    reply.header('server-timing', `${timing ? `${String(timing)}, ` : ''}total;dur=${reply.elapsedTime.toFixed(3)}`);
+    return payload;
+  });
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}`)));
 

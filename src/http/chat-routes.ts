@@ -11,7 +11,11 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService): voi
   const handler = async (request: FastifyRequest<{ Body: ChatCompletionBody }>, reply: FastifyReply) => {
     const header = request.headers['x-request-id'];
     const result = await chat.create(request.principal, request.body, typeof header === 'string' ? header : undefined);
-    if (result.kind === 'json') return result.body;
+    if (result.kind === 'json') {
+      // Lets a client (and bench/chat-overhead.ts) split latency into engine time and the server's own.
+      reply.header('server-timing', `engine;dur=${result.engineMs.toFixed(3)}`);
+      return result.body;
+    }
 
     reply.hijack();
     const raw = reply.raw;

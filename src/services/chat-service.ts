@@ -24,7 +24,9 @@ export interface ChatOptions {
 
 type Chunk = Record<string, unknown>;
 
-export type ChatResult = { kind: 'json'; body: Record<string, unknown> } | { kind: 'stream'; chunks: AsyncIterable<Chunk>; cancel(): Promise<void> };
+export type ChatResult =
+  | { kind: 'json'; body: Record<string, unknown>; /** Time spent waiting on the engine, for Server-Timing. */ engineMs: number }
+  | { kind: 'stream'; chunks: AsyncIterable<Chunk>; cancel(): Promise<void> };
 
 interface Prepared {
   plan: ChatPlan;
@@ -54,8 +56,12 @@ export class ChatService {
   async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined): Promise<ChatResult> {
     const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader });
     const prepared = await this.prepare(principal, plan);
+    const engineStarted = performance.now();
     const stream = this.runtime.requireEngine().generate(prepared.request);
-    if (!plan.stream) return { kind: 'json', body: await this.collect(prepared, stream) };
+    if (!plan.stream) {
+      const body = await this.collect(prepared, stream);
+      return { kind: 'json', body, engineMs: performance.now() - engineStarted };
+    }
     return { kind: 'stream', chunks: this.chunks(prepared, stream), cancel: () => stream.cancel() };
   }
 
