@@ -1,0 +1,63 @@
+/**
+ * RL training through the API vs the engine alone: trainable tokens/s of a whole job (queue, tokenization,
+ * packing, checkpoint included) over the engine's train_step rate on the same rows, and the time from the
+ * last gradient step to the checkpoint answering chat. Prints figures; asserts nothing.
+ * Usage: npx tsx bench/training-throughput.ts
+ */
+import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
+import { packRows, rowLength, weighSequences, groupAdvantages, type ScoredSequence } from '../src/jobs/rl-data.ts';
+import { LORA_DEFAULTS } from '../src/jobs/checkpoint-writer.ts';
+import { startE2eServer } from '../test/helpers/server.ts';
+import { allEvents, sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
+
+const GROUPS = 16;
+
+const e2e = await startE2eServer();
+try {
+  const modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'train', base_model: 'builtin/tiny-chat' })).body.id;
+  const groups = [];
+  for (let g = 0; g < GROUPS; g += 1) groups.push(await sampleGroup(e2e, 'local/bench/train', `Question number ${g}: what is ${g} + ${g}?`, 4, (_, i) => i % 2, g * 10));
+
+  // Through the API: submit, wait, and time from submission to COMPLETED.
+  const submitted = performance.now();
+  const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: {} })).body;
+  const done = await waitForJob(e2e, job.id, 600_000);
+  const apiSeconds = (performance.now() - submitted) / 1000;
+  const events = await allEvents(e2e, job.id);
+  const steps = events.filter((event) => event.type === 'gradient_step');
+  const trainable = steps.reduce((sum, event) => sum + Number(event.data.num_trainable_tokens), 0);
+  const ended = events.find((event) => event.type === 'training_ended')!;
+  const lastStepAt = Date.parse((steps.at(-1) as unknown as { created_at: string }).created_at);
+  const endedAt = Date.parse((ended as unknown as { created_at: string }).created_at);
+  const servedStarted = performance.now();
+  const served = await e2e.api('POST', '/v1/chat/completions', { model: `local/bench/train:step${done.checkpoint_step}`, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
+  const firstServeMs = performance.now() - servedStarted;
+  if (served.status !== 200) throw new Error('checkpoint not servable');
+
+  // The engine alone: the same rows, straight into train_step on a fresh adapter.
+  const services = e2e.server.services;
+  const base = await services.runtime.load('builtin/tiny-chat');
+  const sequences: ScoredSequence[] = [];
+  let trajectory = 0;
+  for (const group of groups) {
+    const advantages = groupAdvantages(group.trajectories.map((t) => t.reward), true);
+    group.trajectories.forEach((t, i) => {
+      const sequence = tokenizeTrajectory(base.tokenizer, base.template!, t, { allowTrainingWithoutLogprobs: false })!;
+      sequences.push({ ...sequence, advantage: advantages[i], trajectory: trajectory++ });
+    });
+  }
+  const rows = packRows(sequences, weighSequences(sequences, 0), rowLength(sequences, base.engine.context_length, null));
+  const engine = services.runtime.requireEngine();
+  await engine.ensureAdapter({ adapter: 'bench-direct', base: base.id, init: { ...LORA_DEFAULTS, seed: 1 } });
+  const engineStarted = performance.now();
+  for (const row of rows) {
+    await engine.trainStep({ base: base.id, adapter: 'bench-direct', loss: 'rl', rows: [row], optimizer: { learning_rate: 1e-3, betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 } });
+  }
+  const engineSeconds = (performance.now() - engineStarted) / 1000;
+
+  console.log(`RL job of ${GROUPS} groups x 4: ${rows.length} rows, ${trainable} trainable tokens`);
+  console.log(`trainable tokens/s: through the API ${(trainable / apiSeconds).toFixed(0)}, engine alone ${(trainable / engineSeconds).toFixed(0)}, ratio ${(engineSeconds / apiSeconds).toFixed(2)} (1.0 = no overhead)`);
+  console.log(`last gradient_step → training_ended (checkpoint listed and warm): ${endedAt - lastStepAt} ms; first chat on it: ${firstServeMs.toFixed(0)} ms`);
+} finally {
+  await e2e.close();
+}
