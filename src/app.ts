@@ -9,10 +9,12 @@ import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { registerChatRoutes } from './http/chat-routes.ts';
+import { registerArtifactRoutes } from './http/artifact-routes.ts';
+import multipart from '@fastify/multipart';
 import { AppError } from './errors.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'bodyLimitBytes' | 'logLevel'>;
+  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes'>;
   services: Services;
 }
 
@@ -42,5 +44,10 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   registerModelRoutes(app, services);
   registerTrainingJobRoutes(app, services.trainingJobs);
   registerChatRoutes(app, services.chat);
+  app.register(async (scope) => {
+    // preservePath: file names arrive as sent, so a name with a path in it is refused rather than silently cut.
+    await scope.register(multipart, { preservePath: true, limits: { fileSize: config.artifactMaxFileBytes, files: 64, fields: 16 } });
+    registerArtifactRoutes(scope, services.artifacts);
+  });
   return app;
 }

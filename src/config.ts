@@ -32,6 +32,8 @@ export interface Config {
   maxCompletionTokens: number;
   /** A running job whose worker has not renewed its lease for this long is failed by the reaper. */
   jobLeaseMs: number;
+  /** Largest file an artifact upload may hold. */
+  artifactMaxFileBytes: number;
 }
 
 export const BUILTIN_BASE_MODEL: BaseModelSpec = {
@@ -93,6 +95,7 @@ export function loadConfig(env: Env = process.env): Config {
 
   const maxCompletionTokens = integer('MAX_COMPLETION_TOKENS', 4096, 1, 1 << 24);
   const jobLeaseMs = integer('JOB_LEASE_MS', 20_000, 1000, 3_600_000);
+  const artifactMaxFileBytes = integer('ARTIFACT_MAX_FILE_BYTES', 1024 * 1024 * 1024, 1, Number.MAX_SAFE_INTEGER);
   const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
   if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
   const engine = read('ENGINE') ?? 'on';
@@ -114,6 +117,7 @@ export function loadConfig(env: Env = process.env): Config {
     logprobsByDefault: logprobsByDefault === 'on',
     maxCompletionTokens,
     jobLeaseMs,
+    artifactMaxFileBytes,
   };
 }
 

@@ -16,11 +16,15 @@ import { JobRepository } from './store/job-repository.ts';
 import { JobQueue } from './jobs/queue.ts';
 import { CheckpointWriter } from './jobs/checkpoint-writer.ts';
 import { createRlRunner } from './jobs/rl-runner.ts';
-import { JobError, type JobRunner } from './jobs/worker.ts';
+import type { JobRunner } from './jobs/worker.ts';
 import type { Engine } from './engine/client.ts';
 import { BaseModelRuntime } from './services/base-model-runtime.ts';
 import { ChatService } from './services/chat-service.ts';
 import { ModelResolver } from './services/model-resolver.ts';
+import { ArtifactRepository } from './store/artifact-repository.ts';
+import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
+import { ArtifactService } from './artifacts/artifact-service.ts';
+import { createSftRunner } from './jobs/sft-runner.ts';
 
 export interface Services {
   auth: AuthService;
@@ -34,6 +38,8 @@ export interface Services {
   runtime: BaseModelRuntime;
   chat: ChatService;
   runners: Record<'rl' | 'sft', JobRunner>;
+  artifacts: ArtifactService;
+  blobs: BlobStore;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -72,6 +78,8 @@ export function createServices({ config, store, clock, engine = null, engineProb
     for (const job of await jobRepository.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
   });
   const runtime = new BaseModelRuntime(baseModels, engine);
+  const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
+  const artifacts = new ArtifactService(new ArtifactRepository(store.db, store.dialect), blobs, clock);
   const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
   const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock);
   const probeEngine: Probe =
@@ -91,15 +99,15 @@ export function createServices({ config, store, clock, engine = null, engineProb
       },
     }),
     queue,
-    trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, { submitted: () => onJobSubmitted?.(), cancel: cancelJob }),
+    trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, { submitted: () => onJobSubmitted?.(), cancel: cancelJob }, artifacts),
+    artifacts,
+    blobs,
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
     chat: new ChatService(new ModelResolver(modelRepository, baseModels), runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
     runners: {
       rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
-      sft: async () => {
-        throw new JobError('not_implemented', 'SFT jobs are not implemented yet');
-      },
+      sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),
     },
   };
 }

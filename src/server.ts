@@ -54,6 +54,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
   const bootstrap = await services.auth.bootstrap(config.dataDir, config.bootstrapApiKey);
   await services.models.sweepPendingDeletions();
   await services.models.sweepTemporaryCheckpoints();
+  await services.blobs.sweepStaging();
   worker.start();
 
   const app = buildApp({ config, services });

@@ -36,3 +36,25 @@ export const TrainingJobEvent = Type.Object({
   created_at: Type.String(),
   data: Type.Record(Type.String(), Type.Unknown()),
 });
+
+export const SftJobBody = Type.Object(
+  {
+    model_id: Type.String({ minLength: 1 }),
+    training_data_url: Type.String({ minLength: 1 }),
+    config: Type.Optional(
+      Type.Union([
+        Type.Object(
+          {
+            batch_size: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 4096 }), Type.Literal('auto'), Type.Null()])),
+            learning_rate: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0 }), Type.Array(Type.Number({ exclusiveMinimum: 0 }), { minItems: 1 }), Type.Null()])),
+          },
+          { additionalProperties: true },
+        ),
+        Type.Null(),
+      ]),
+    ),
+    experimental_config: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
+  },
+  { additionalProperties: true },
+);
+export type SftJobBody = Static<typeof SftJobBody>;

@@ -110,7 +110,7 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
   if (mapped) return new AppError(mapped, fastifyError.message);
   if (error instanceof SyntaxError || fastifyError.statusCode === 400) return new AppError('bad_request', `Malformed request body: ${error.message}`);
   if (fastifyError.statusCode === 413) return new AppError('payload_too_large', error.message);
-  if (fastifyError.statusCode === 415) return new AppError('unsupported_media_type', error.message);
+  if (fastifyError.statusCode === 415 || fastifyError.statusCode === 406) return new AppError('unsupported_media_type', error.message);
   return new AppError('internal');
 }
 

@@ -1,7 +1,7 @@
 /** /v1/preview/training-jobs: submit RL jobs, read a job, follow its events, cancel it. */
 import type { FastifyInstance } from 'fastify';
 import { listEnvelope } from '../api/models.ts';
-import { JobCreated, RlJobBody, TrainingJob, TrainingJobEvent } from '../api/training-jobs.ts';
+import { JobCreated, RlJobBody, SftJobBody, TrainingJob, TrainingJobEvent } from '../api/training-jobs.ts';
 import type { TrainingJobService } from '../services/training-job-service.ts';
 import { queryInteger, queryString } from './query.ts';
 
@@ -10,6 +10,12 @@ export function registerTrainingJobRoutes(app: FastifyInstance, jobs: TrainingJo
     '/v1/preview/training-jobs',
     { schema: { body: RlJobBody, response: { 200: JobCreated } } },
     async (request) => jobs.submitRl(request.principal, request.body),
+  );
+
+  app.post<{ Body: SftJobBody }>(
+    '/v1/preview/sft-training-jobs',
+    { schema: { body: SftJobBody, response: { 200: JobCreated } } },
+    async (request) => jobs.submitSft(request.principal, request.body),
   );
 
   app.get<{ Params: { id: string } }>(

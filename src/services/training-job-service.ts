@@ -2,7 +2,7 @@
  * Submitting, reading, following and cancelling training jobs. Validation happens here, before the job
  * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
  */
-import { AppError, notFound, validationError } from '../errors.ts';
+import { AppError, notFound, validationError, type FieldProblem } from '../errors.ts';
 import type { JobQueue } from '../jobs/queue.ts';
 import type { JobRepository, JobRow, EventRow } from '../store/job-repository.ts';
 import type { RlJobBody, TrainingJob } from '../api/training-jobs.ts';
@@ -11,6 +11,13 @@ import type { ModelService } from './model-service.ts';
 import { checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
+import type { SftJobBody } from '../api/training-jobs.ts';
+import type { ArtifactService } from '../artifacts/artifact-service.ts';
+import { countConversations, SFT_DATA_FILES } from '../jobs/sft-data.ts';
+import type { SftJobPayload } from '../jobs/sft-runner.ts';
+
+/** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
+export const DEFAULT_SFT_BATCH_SIZE = 2;
 
 /** What an RL job's payload file holds. */
 export interface RlJobPayload {
@@ -46,6 +53,7 @@ export class TrainingJobService {
     private readonly queue: JobQueue,
     private readonly defaultLearningRate: (baseModel: string) => number,
     private readonly notify: { submitted(): void; cancel(jobId: string): Promise<JobRow | undefined> },
+    private readonly artifacts: ArtifactService,
   ) {}
 
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
@@ -55,6 +63,36 @@ export class TrainingJobService {
     if (problems.length > 0) throw validationError(problems);
     const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
+    this.notify.submitted();
+    return { id: job.id };
+  }
+
+  async submitSft(principal: Principal, body: SftJobBody): Promise<{ id: string }> {
+    const model = await this.models.getOwned(principal, body.model_id);
+    const problems: FieldProblem[] = Object.entries(body.experimental_config ?? {})
+      .filter(([, value]) => value !== null)
+      .map(([key]) => ({ loc: ['body', 'experimental_config', key], msg: 'Not implemented by this server for SFT (send null)', type: 'not_implemented' }));
+    const resolved = await this.artifacts.resolveTrainingData(principal, body.training_data_url, ['body', 'training_data_url']);
+    if ('problems' in resolved) throw validationError([...problems, ...resolved.problems]);
+    const file = SFT_DATA_FILES.find((name) => resolved.version.files.some((candidate) => candidate.name === name));
+    if (!file) {
+      throw validationError([...problems, { loc: ['body', 'training_data_url'], msg: `the artifact has none of ${SFT_DATA_FILES.join(', ')}`, type: 'value_error' }]);
+    }
+    const config = body.config ?? {};
+    const batchSize = typeof config.batch_size === 'number' ? config.batch_size : DEFAULT_SFT_BATCH_SIZE;
+    const learningRate = config.learning_rate ?? this.defaultLearningRate(model.base_model);
+    const numConversations = await countConversations(this.artifacts.openFile(resolved.key, file));
+    const numBatches = Math.ceil(numConversations / batchSize);
+    if (Array.isArray(learningRate) && learningRate.length !== numBatches) {
+      problems.push({
+        loc: ['body', 'config', 'learning_rate'],
+        msg: `a learning-rate schedule needs one value per batch: ${numConversations} conversations in batches of ${batchSize} make ${numBatches} batches, not ${learningRate.length}`,
+        type: 'value_error',
+      });
+    }
+    if (problems.length > 0) throw validationError(problems);
+    const payload: SftJobPayload = { artifact: { key: resolved.key, file }, batch_size: batchSize, learning_rate: learningRate, num_conversations: numConversations };
+    const job = await this.queue.enqueue({ modelId: model.id, type: 'sft', payload });
     this.notify.submitted();
     return { id: job.id };
   }

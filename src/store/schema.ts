@@ -117,6 +117,17 @@ export interface TrainingJobEventTable {
   created_at: string;
 }
 
+export interface ArtifactVersionTable {
+  id: string;
+  entity_id: string;
+  project: string;
+  name: string;
+  version: number;
+  /** JSON: [{name, size, sha256}] */
+  files: string;
+  created_at: string;
+}
+
 export interface Database {
   entities: EntityTable;
   memberships: MembershipTable;
@@ -130,4 +141,5 @@ export interface Database {
   schema_version: SchemaVersionTable;
   training_jobs: TrainingJobTable;
   training_job_events: TrainingJobEventTable;
+  artifact_versions: ArtifactVersionTable;
 }

@@ -1,0 +1,85 @@
+/**
+ * Where artifact bytes live, behind an interface an S3-compatible store can implement later. The local
+ * store writes under a folder: uploads stream into a staging area (hashed as they go, never held in
+ * memory) and are moved into place only when their version is committed.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+
+export interface StagedFile {
+  name: string;
+  size: number;
+  sha256: string;
+}
+
+export interface BlobStore {
+  /** Streams `source` into the staging area `stagingId`; the hash and size are computed on the way. */
+  stage(stagingId: string, fileName: string, source: Readable): Promise<StagedFile>;
+  /** Moves a staging area to its final key (a folder of files). */
+  commit(stagingId: string, key: string): Promise<void>;
+  discard(stagingId: string): Promise<void>;
+  open(key: string, fileName: string): Readable;
+  exists(key: string, fileName: string): Promise<boolean>;
+  /** Removes staging areas a crash left behind. */
+  sweepStaging(): Promise<number>;
+}
+
+export class LocalBlobStore implements BlobStore {
+  constructor(private readonly root: string) {}
+
+  private stagingDir(stagingId: string): string {
+    return path.join(this.root, '.staging', stagingId);
+  }
+
+  private keyDir(key: string): string {
+    const resolved = path.resolve(this.root, key);
+    if (!resolved.startsWith(path.resolve(this.root) + path.sep)) throw new Error(`blob key escapes the store: ${key}`);
+    return resolved;
+  }
+
+  async stage(stagingId: string, fileName: string, source: Readable): Promise<StagedFile> {
+    const dir = this.stagingDir(stagingId);
+    await fsp.mkdir(dir, { recursive: true });
+    const hash = crypto.createHash('sha256');
+    let size = 0;
+    source.on('data', (chunk: Buffer) => {
+      hash.update(chunk);
+      size += chunk.length;
+    });
+    await pipeline(source, fs.createWriteStream(path.join(dir, fileName)));
+    return { name: fileName, size, sha256: hash.digest('hex') };
+  }
+
+  async commit(stagingId: string, key: string): Promise<void> {
+    const target = this.keyDir(key);
+    await fsp.mkdir(path.dirname(target), { recursive: true });
+    await fsp.rm(target, { recursive: true, force: true });
+    await fsp.rename(this.stagingDir(stagingId), target);
+  }
+
+  async discard(stagingId: string): Promise<void> {
+    await fsp.rm(this.stagingDir(stagingId), { recursive: true, force: true });
+  }
+
+  open(key: string, fileName: string): Readable {
+    return fs.createReadStream(path.join(this.keyDir(key), fileName));
+  }
+
+  async exists(key: string, fileName: string): Promise<boolean> {
+    return fsp.access(path.join(this.keyDir(key), fileName)).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  async sweepStaging(): Promise<number> {
+    const staging = path.join(this.root, '.staging');
+    const entries = await fsp.readdir(staging).catch(() => [] as string[]);
+    await fsp.rm(staging, { recursive: true, force: true });
+    return entries.length;
+  }
+}

@@ -1,0 +1,39 @@
+/** /v1/preview/artifacts: multipart upload of a new version, version listing, file download. */
+import type { FastifyInstance } from 'fastify';
+import type { ArtifactService } from '../artifacts/artifact-service.ts';
+import { AppError, validationError } from '../errors.ts';
+
+type Target = { entity: string; project: string; name: string };
+
+export function registerArtifactRoutes(app: FastifyInstance, artifacts: ArtifactService): void {
+  app.post<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', async (request) => {
+    if (!request.isMultipart()) throw new AppError('unsupported_media_type', 'Upload files as multipart/form-data');
+    const parts = request.files();
+    const files = (async function* () {
+      for await (const part of parts) yield { fileName: part.filename, stream: part.file };
+    })();
+    return artifacts.upload(request.principal, request.params, files);
+  });
+
+  app.get<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', async (request) => ({
+    object: 'list',
+    data: await artifacts.versions(request.principal, request.params),
+  }));
+
+  app.get<{ Params: { entity: string; project: string; nameVersion: string; file: string } }>(
+    '/v1/preview/artifacts/:entity/:project/:nameVersion/files/:file',
+    async (request, reply) => {
+      const match = /^(.+):(v(\d+)|latest)$/.exec(request.params.nameVersion);
+      if (!match) throw validationError([{ loc: ['path', 'name'], msg: 'expected {name}:v{K} or {name}:latest', type: 'value_error' }]);
+      const { stream, size } = await artifacts.download(request.principal, {
+        entity: request.params.entity,
+        project: request.params.project,
+        name: match[1],
+        version: match[3] === undefined ? 'latest' : Number(match[3]),
+        file: request.params.file,
+      });
+      reply.header('content-type', 'application/octet-stream').header('content-length', size);
+      return reply.send(stream);
+    },
+  );
+}

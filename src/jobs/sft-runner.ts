@@ -1,0 +1,106 @@
+/**
+ * Runs one SFT job: the artifact's conversations, streamed line by line, rendered with the chat template
+ * (assistant turns trained, everything else masked), one optimizer step per batch, then the next
+ * checkpoint exactly as RL writes it.
+ */
+import type { Readable } from 'node:stream';
+import type { JobRow } from '../store/job-repository.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError } from '../chat/trajectory-tokens.ts';
+import type { TrainRow } from '../engine/protocol.ts';
+import type { CheckpointWriter } from './checkpoint-writer.ts';
+import type { JobQueue } from './queue.ts';
+import { readConversations, type Conversation } from './sft-data.ts';
+import { JobError, type RunContext, type RunResult } from './worker.ts';
+
+/** What an SFT job's payload file holds (resolved and checked at submit). */
+export interface SftJobPayload {
+  artifact: { key: string; file: string };
+  batch_size: number;
+  /** One rate for every batch, or one per batch. */
+  learning_rate: number | number[];
+  num_conversations: number;
+}
+
+export interface SftRunnerDeps {
+  queue: JobQueue;
+  checkpoints: CheckpointWriter;
+  openArtifactFile(key: string, file: string): Readable;
+}
+
+const mean = (values: number[]) => (values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length);
+
+async function* batches(conversations: AsyncIterable<Conversation>, size: number): AsyncIterable<Conversation[]> {
+  let batch: Conversation[] = [];
+  for await (const conversation of conversations) {
+    batch.push(conversation);
+    if (batch.length === size) {
+      yield batch;
+      batch = [];
+    }
+  }
+  if (batch.length > 0) yield batch;
+}
+
+export function createSftRunner(deps: SftRunnerDeps) {
+  return async function runSft(job: JobRow, context: RunContext): Promise<RunResult> {
+    const payload = await deps.queue.readPayload<SftJobPayload>(job);
+    const session = await deps.checkpoints.open(job.model_id);
+    const { base } = session;
+    if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render conversations with`);
+    const numBatches = Math.ceil(payload.num_conversations / payload.batch_size);
+    const rates = Array.isArray(payload.learning_rate) ? payload.learning_rate : null;
+    await context.emit('training_started', { num_sequences: numBatches });
+    await context.setProgress({ numSequences: numBatches });
+
+    const file = payload.artifact.file;
+    const stepMetrics: Record<string, number>[] = [];
+    let step = 0;
+    let dropped = 0;
+    for await (const batch of batches(readConversations(file, deps.openArtifactFile(payload.artifact.key, file)), payload.batch_size)) {
+      if (context.signal.aborted) throw new JobError('cancelled', 'Training job was cancelled');
+      step += 1;
+      if (rates && step > rates.length) throw new JobError('bad_learning_rate', `config.learning_rate has ${rates.length} values but the data has more batches (${file} line ${batch[0].line} starts batch ${step})`);
+      const learningRate = rates ? rates[step - 1] : (payload.learning_rate as number);
+      const rows: TrainRow[] = [];
+      for (const conversation of batch) {
+        let sequence;
+        try {
+          sequence = tokenizeTrajectory(base.tokenizer, base.template, { messages_and_choices: conversation.messages, tools: conversation.tools }, { allowTrainingWithoutLogprobs: true });
+        } catch (error) {
+          if (error instanceof TrajectoryTokenizeError) throw new JobError('bad_training_data', `${file} line ${conversation.line}: ${error.message}`);
+          throw new JobError('bad_training_data', `${file} line ${conversation.line}: the conversation cannot be rendered (${(error as Error).message})`);
+        }
+        // Too long for the context, or nothing to learn from: dropped and counted.
+        if (!sequence || sequence.tokens.length > base.engine.context_length || !sequence.mask.some(Boolean)) {
+          dropped += 1;
+          continue;
+        }
+        const mask = sequence.mask.map((m, t) => (t === 0 ? 0 : m));
+        rows.push({ tokens: sequence.tokens, segment_ids: sequence.tokens.map(() => 0), mask, weights: mask });
+      }
+      const data: Record<string, number> = { step, learning_rate: learningRate, num_trajectories: batch.length, num_dropped_trajectories: dropped };
+      if (rows.length > 0) {
+        const { metrics } = await session.engine.trainStep({
+          base: base.id,
+          adapter: session.adapter,
+          loss: 'sft',
+          rows,
+          optimizer: { learning_rate: learningRate, betas: [0.9, 0.99], weight_decay: 0, max_grad_norm: 1.0 },
+        });
+        for (const [key, value] of Object.entries(metrics)) if (typeof value === 'number' && Number.isFinite(value)) data[key] = value;
+        data.sft_loss = data.sft_loss ?? data.loss;
+      }
+      stepMetrics.push(data);
+      await context.emit('gradient_step', data);
+    }
+    if (context.signal.aborted) throw new JobError('cancelled', 'Training job was cancelled');
+    if (rates && step !== rates.length) throw new JobError('bad_learning_rate', `config.learning_rate has ${rates.length} values but the data has ${step} batches`);
+
+    const keys = new Set(stepMetrics.flatMap((metrics) => Object.keys(metrics)));
+    keys.delete('step');
+    const summary: Record<string, number> = { num_gradient_steps: stepMetrics.length, num_dropped_trajectories: dropped };
+    for (const key of keys) if (key !== 'num_dropped_trajectories') summary[key] = mean(stepMetrics.map((metrics) => metrics[key]).filter((value) => value !== undefined));
+    await context.setProgress({ metrics: summary });
+    return session.commit(summary);
+  };
+}
