@@ -1,0 +1,76 @@
+/** SFT jobs through the real HTTP API and engine: ART's upload shape, bad data, schedules, and learning. */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { allEvents, waitForJob } from './helpers/rollouts.ts';
+import { uploadArtifact } from './helpers/artifacts.ts';
+
+const line = (question: string, answer: string) =>
+  JSON.stringify({
+    messages: [
+      { role: 'system', content: 'You are a helpful assistant.' },
+      { role: 'user', content: question },
+      { role: 'assistant', content: answer },
+    ],
+    tools: [{ type: 'function', function: { name: 'lookup', description: 'Look something up', parameters: { type: 'object', properties: { q: { type: 'string' } } } } }],
+  });
+
+describe('SFT jobs', () => {
+  let e2e: E2eServer;
+  let modelId: string;
+  before(async () => {
+    e2e = await startE2eServer();
+    modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'sft', name: 'student', base_model: 'builtin/tiny-chat' })).body.id;
+  });
+  after(async () => {
+    await e2e.close();
+  });
+
+  test("ART's upload shape (train.jsonl of {messages, tools}, URL :v0) trains and writes the next step", async () => {
+    const data = Array.from({ length: 6 }, (_, i) => line(`Question ${i}?`, `Answer ${i}.`)).join('\n') + '\n';
+    const artifact = await uploadArtifact(e2e, 'local/sft/art-shape', { 'train.jsonl': data });
+    assert.equal(artifact.url, 'wandb-artifact:///local/sft/art-shape:v0');
+    const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: 1e-3 } });
+    assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
+    const job = await waitForJob(e2e, submitted.body.id);
+    assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+    assert.equal(job.type, 'sft');
+    assert.equal(job.checkpoint_step, 1);
+    const events = await allEvents(e2e, submitted.body.id);
+    assert.deepEqual(events.map((event) => event.type), ['training_started', 'gradient_step', 'gradient_step', 'gradient_step', 'training_ended']);
+    assert.equal(events[0].data.num_sequences, 3);
+    for (const event of events.filter((e) => e.type === 'gradient_step')) {
+      for (const key of ['loss', 'sft_loss', 'grad_norm', 'learning_rate', 'num_trainable_tokens', 'tokens_per_second']) assert.equal(typeof event.data[key], 'number', key);
+    }
+  });
+
+  test('a malformed line fails the job with the file and line number', async () => {
+    const artifact = await uploadArtifact(e2e, 'local/sft/broken', { 'train.jsonl': `${line('a', 'b')}\n${line('c', 'd')}\n{"messages": [oops\n` });
+    const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 1 } });
+    const job = await waitForJob(e2e, submitted.body.id);
+    assert.equal(job.status, 'FAILED');
+    assert.match(job.error.message, /train\.jsonl line 3/);
+    const events = await allEvents(e2e, submitted.body.id);
+    assert.equal(events.at(-1)?.type, 'training_failed');
+    assert.match(String(events.at(-1)?.data.error_message), /line 3/);
+  });
+
+  test('refused at submit: a schedule of the wrong length, a missing artifact, another scheme, unknown config keys', async () => {
+    const artifact = await uploadArtifact(e2e, 'local/sft/sched', { 'train.jsonl': [line('a', 'b'), line('c', 'd'), line('e', 'f')].join('\n') });
+    const wrong = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 1e-3, 1e-3] } });
+    assert.equal(wrong.status, 422);
+    assert.deepEqual(wrong.body.detail[0].loc, ['body', 'config', 'learning_rate']);
+    const right = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 5e-4] } });
+    assert.equal(right.status, 200);
+    assert.equal((await waitForJob(e2e, right.body.id)).status, 'COMPLETED');
+
+    for (const url of ['wandb-artifact:///local/sft/nothing:v0', 'wandb-artifact:///local/sft/sched:v9', 'https://example.com/data.jsonl', 'wandb-artifact:///other-team/sft/sched:latest']) {
+      const response = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: url });
+      assert.equal(response.status, 422, url);
+      assert.deepEqual(response.body.detail[0].loc, ['body', 'training_data_url']);
+    }
+    const keys = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, experimental_config: { future_knob: 1, other: null } });
+    assert.equal(keys.status, 422);
+    assert.deepEqual(keys.body.detail[0].loc, ['body', 'experimental_config', 'future_knob']);
+  });
+});
