@@ -10,6 +10,7 @@ import { registerModelRoutes } from './http/models-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { registerChatRoutes } from './http/chat-routes.ts';
 import { registerArtifactRoutes } from './http/artifact-routes.ts';
+import { registerIdentityRoutes } from './http/identity-routes.ts';
 import multipart from '@fastify/multipart';
 import { AppError } from './errors.ts';
 
@@ -44,6 +45,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   registerModelRoutes(app, services);
   registerTrainingJobRoutes(app, services.trainingJobs);
   registerChatRoutes(app, services.chat);
+  registerIdentityRoutes(app);
   app.register(async (scope) => {
     // preservePath: file names arrive as sent, so a name with a path in it is refused rather than silently cut.
     await scope.register(multipart, { preservePath: true, limits: { fileSize: config.artifactMaxFileBytes, files: 64, fields: 16 } });

@@ -7,6 +7,9 @@ import { loadConfig, ConfigError, type Config } from './config.ts';
 import { openStore, migrate } from './store/db.ts';
 import { createServices, type Services } from './context.ts';
 import { startServer } from './server.ts';
+import { serviceClient } from './cli/client.ts';
+import { uploadFiles } from './cli/upload.ts';
+import { runSft } from './cli/sft.ts';
 import { systemClock } from './clock.ts';
 
 const USAGE = `usage: npm run cli -- <command>
@@ -14,7 +17,12 @@ const USAGE = `usage: npm run cli -- <command>
   keys create --entity NAME              create an API key (prints the key alone on the last line)
   keys list                              list keys (prefixes only)
   keys revoke ID|KEY                     revoke a key
-  teams add-member --team TEAM --entity NAME   let NAME's keys act for TEAM`;
+  teams add-member --team TEAM --entity NAME   let NAME's keys act for TEAM
+  upload PATH... --project P --name N [--entity E]   upload files or folders as a new artifact version
+                                         (prints its wandb-artifact:/// URL on the last line)
+  sft --model-id ID PATH... [--batch-size N] [--learning-rate X]
+                                         upload SFT data, start a job and follow it to its end
+  (upload and sft talk to a running server: --url or SERVICE_URL, --key or API_KEY, else the local bootstrap key)`;
 
 /** Runs one administrative action against the migrated database, then closes it. */
 async function withServices<T>(config: Config, work: (services: Services) => Promise<T>): Promise<T> {
@@ -46,7 +54,18 @@ async function main(argv: string[]): Promise<void> {
   const { positionals, values } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { entity: { type: 'string' }, team: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+    options: {
+      entity: { type: 'string' },
+      team: { type: 'string' },
+      project: { type: 'string' },
+      name: { type: 'string' },
+      'model-id': { type: 'string' },
+      'batch-size': { type: 'string' },
+      'learning-rate': { type: 'string' },
+      url: { type: 'string' },
+      key: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
   });
   const [command, subcommand, argument] = positionals;
   if (values.help || !command) {
@@ -54,6 +73,28 @@ async function main(argv: string[]): Promise<void> {
     return;
   }
   const config = loadConfig();
+  if (command === 'upload') {
+    if (!values.project || !values.name) throw new Error('upload needs --project P --name N and one or more files or folders');
+    const client = serviceClient(config, values);
+    const entity = values.entity ?? (await client.json<{ entity: string }>('GET', '/v1/preview/me')).entity;
+    const artifact = await uploadFiles(client, { entity, project: values.project, name: values.name }, positionals.slice(1));
+    for (const file of artifact.files) console.log(`${file.name}  ${file.size} bytes  sha256 ${file.sha256}`);
+    console.log(artifact.url);
+    return;
+  }
+  if (command === 'sft') {
+    const modelId = values['model-id'];
+    if (!modelId || positionals.length < 2) throw new Error('sft needs --model-id ID and one or more files or folders');
+    const outcome = await runSft(serviceClient(config, values), {
+      modelId,
+      inputs: positionals.slice(1),
+      batchSize: values['batch-size'] ? Number(values['batch-size']) : undefined,
+      learningRate: values['learning-rate'] ? Number(values['learning-rate']) : undefined,
+    });
+    console.log(`${outcome.ok ? 'SFT job finished' : 'SFT job failed'} (${outcome.jobId}, data ${outcome.url}): ${outcome.message}`);
+    if (!outcome.ok) process.exitCode = 1;
+    return;
+  }
   const command2 = subcommand ? `${command} ${subcommand}` : command;
   switch (command2) {
     case 'serve':

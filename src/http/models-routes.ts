@@ -12,7 +12,7 @@ import {
   listEnvelope,
 } from '../api/models.ts';
 import type { CheckpointRecord } from '../store/model-repository.ts';
-import type { ModelService } from '../services/model-service.ts';
+import { toModelView, type ModelService } from '../services/model-service.ts';
 import type { TrajectoryService } from '../services/trajectory-service.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
 
@@ -27,6 +27,13 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
     '/v1/preview/models',
     { schema: { body: ModelCreateBody, response: { 200: ModelResponse } } },
     async (request) => services.models.create(request.principal, request.body),
+  );
+
+  // Beyond the interface: read one model back (the CLI names artifacts after it).
+  app.get<{ Params: { model_id: string } }>(
+    '/v1/preview/models/:model_id',
+    { schema: { response: { 200: ModelResponse } } },
+    async (request) => toModelView(await services.models.getOwned(request.principal, request.params.model_id)),
   );
 
   app.delete<{ Params: { model_id: string } }>(
