@@ -228,14 +228,18 @@ class AdapterStore:
 
 
 class LoraBatch:
-    """Per-row adapters (None = base model) applied in one batched computation per module.
+    """Per-row adapters (None = base model) applied in one batched computation per projection group.
 
-    With one adapter on every row the delta is the plain (x A^T) B^T * scale,
-    differentiable into the adapter. With mixed rows, the A's of all adapters in
-    the batch are stacked into one [sum(rank), in] matrix and the B's into
-    [out, sum(rank)]; a per-row column mask carrying each adapter's scale keeps
-    a row to its own adapter's columns. Two dense matmuls replace one matmul per
-    adapter, and rows without an adapter cost nothing extra.
+    The model asks for the delta of a group of projections that share an input
+    (q/k/v, o, gate/up, down) and are fused in the base weights. Every
+    (adapter, projection) pair present contributes r columns: the A's are
+    stacked into one [R, in] matrix and the B's, pre-multiplied by their
+    adapter's scale, into one block matrix [sum(out), R] whose blocks land on
+    their projection's output rows. With mixed rows, a 0/1 column mask keeps
+    each row to its own adapter's columns. So a group costs two dense matmuls
+    whatever the number of adapters, and rows without an adapter cost nothing
+    extra. With one adapter on every row there is no mask, and when autograd
+    is on the stacks are built from the parameters so gradients reach them.
     """
 
     def __init__(self, row_adapters: Sequence[Optional[Adapter]], dtype: torch.dtype, device,
@@ -243,82 +247,81 @@ class LoraBatch:
         self.dtype, self.device = dtype, device
         self.uniques: List[Adapter] = []
         seen: Dict[int, int] = {}
-        row_index = []
+        self.row_index: List[int] = []
         for a in row_adapters:
             if a is None:
-                row_index.append(-1)
+                self.row_index.append(-1)
                 continue
-            if id(a) not in seen:
-                seen[id(a)] = len(self.uniques)
+            if a.uid not in seen:
+                seen[a.uid] = len(self.uniques)
                 self.uniques.append(a)
-            row_index.append(seen[id(a)])
-        self.single = len(self.uniques) == 1 and all(i == 0 for i in row_index)
-        self.row_index = row_index
-        self.stack_cache = stack_cache if stack_cache is not None else StackCache()
+            self.row_index.append(seen[a.uid])
+        self.single = len(self.uniques) == 1 and all(i == 0 for i in self.row_index)
+        self.stacks = stack_cache if stack_cache is not None else StackCache()
         self._masks: Dict[Tuple, torch.Tensor] = {}
 
-    @property
-    def empty(self) -> bool:
-        return not self.uniques
-
-    def delta(self, module: str, x: torch.Tensor) -> Optional[torch.Tensor]:
-        if self.single:
-            a = self.uniques[0]
-            if module not in a.A:
-                return None
-            A, B = a.A[module].to(x.dtype), a.B[module].to(x.dtype)
-            return torch.matmul(torch.matmul(x, A.t()), B.t()) * a.config.scale
-        present = [u for u, a in enumerate(self.uniques) if module in a.A]
-        if not present:
+    def delta(self, modules: Tuple[str, ...], sizes: Tuple[int, ...], x: torch.Tensor) -> Optional[torch.Tensor]:
+        """The summed LoRA output for the concatenated outputs of `modules` (widths `sizes`), or None."""
+        parts = tuple((u, j) for u, a in enumerate(self.uniques) for j, m in enumerate(modules) if m in a.A)
+        if not parts:
             return None
-        A_cat, B_cat = self.stack_cache.get(module, [self.uniques[u] for u in present], x.dtype)
-        mask_BR = self._mask(present)
+        adapters = [self.uniques[u] for u, _ in parts]
+        if torch.is_grad_enabled():  # training: stacks built from the parameters, in the graph
+            A_cat, B_blk = build_stack(adapters, [modules[j] for _, j in parts], [j for _, j in parts], sizes, x.dtype)
+        else:
+            A_cat, B_blk = self.stacks.get(adapters, modules, parts, sizes, x.dtype)
         h = torch.matmul(x, A_cat.t())
-        h = h * mask_BR.view(mask_BR.shape[0], *([1] * (h.dim() - 2)), mask_BR.shape[1])
-        return torch.matmul(h, B_cat.t())
+        if not self.single:
+            mask_BR = self._mask(parts)
+            h = h * mask_BR.view(mask_BR.shape[0], *([1] * (h.dim() - 2)), mask_BR.shape[1])
+        return torch.matmul(h, B_blk.t())
 
-    def _mask(self, present: List[int]) -> torch.Tensor:
-        key = tuple(present)
+    def _mask(self, parts: Tuple[Tuple[int, int], ...]) -> torch.Tensor:
+        key = tuple((u, self.uniques[u].config.rank) for u, _ in parts)
         mask = self._masks.get(key)
         if mask is None:
-            col = {}
-            offset = 0
-            for u in present:
-                r = self.uniques[u].config.rank
-                col[u] = (offset, offset + r, self.uniques[u].config.scale)
-                offset += r
-            mask = torch.zeros(len(self.row_index), offset)
-            for row, u in enumerate(self.row_index):
-                if u in col:
-                    lo, hi, scale = col[u]
-                    mask[row, lo:hi] = scale
-            mask = mask.to(device=self.device, dtype=self.dtype)
+            cols = torch.tensor([u for u, r in key for _ in range(r)])
+            rows = torch.tensor(self.row_index)
+            mask = (rows[:, None] == cols[None, :]).to(device=self.device, dtype=self.dtype)
             self._masks[key] = mask
         return mask
 
 
+def build_stack(adapters: List[Adapter], modules: List[str], slots: List[int], sizes: Tuple[int, ...],
+                dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A_cat [R, in] and the scaled block B [sum(sizes), R] for (adapter, module, output slot) triples."""
+    A_cat = torch.cat([a.A[m] for a, m in zip(adapters, modules)], dim=0)
+    offsets = [sum(sizes[:j]) for j in range(len(sizes))]
+    blocks = []
+    for a, m, j in zip(adapters, modules, slots):
+        b = a.B[m] * a.config.scale
+        pad = (0, 0, offsets[j], sum(sizes) - offsets[j] - sizes[j])  # place rows at this projection's outputs
+        blocks.append(torch.nn.functional.pad(b, pad) if len(sizes) > 1 else b)
+    B_blk = torch.cat(blocks, dim=1)
+    return A_cat.to(dtype), B_blk.to(dtype)
+
+
 class StackCache:
-    """Stacked A/B matrices per (module, adapters, versions); rebuilt only when the set changes."""
+    """No-grad stacks per (group, adapters, versions): rebuilt only when the adapter set or a version changes."""
 
     def __init__(self, max_entries: int = 4096):
         self.max_entries = max_entries
         self._items: "OrderedDict[Tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
 
-    def get(self, module: str, adapters: List[Adapter], dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-        key = (module, dtype) + tuple((a.uid, a.version) for a in adapters)
+    def get(self, adapters: List[Adapter], modules: Tuple[str, ...], parts, sizes, dtype):
+        key = (modules, dtype, parts) + tuple((a.uid, a.version) for a in adapters)
         hit = self._items.get(key)
         if hit is not None:
             self._items.move_to_end(key)
             return hit
         with torch.no_grad():
-            A_cat = torch.cat([a.A[module] for a in adapters], dim=0).to(dtype)
-            B_cat = torch.cat([a.B[module] for a in adapters], dim=1).to(dtype)
-        self._items[key] = (A_cat, B_cat)
+            hit = build_stack(adapters, [modules[j] for _, j in parts], [j for _, j in parts], sizes, dtype)
+        self._items[key] = hit
         while len(self._items) > self.max_entries:
             self._items.popitem(last=False)
-        return A_cat, B_cat
+        return hit
 
     def forget(self, adapter: Adapter) -> None:
         """Free stacks that hold a dropped or retrained adapter."""
-        for key in [k for k in self._items if any(part[0] == adapter.uid for part in k[2:])]:
+        for key in [k for k in self._items if any(part[0] == adapter.uid for part in k[3:])]:
             del self._items[key]

@@ -8,8 +8,8 @@ ways a forward sees attention: packed rows with segment ids (training,
 `forward`), a prompt written into one cache slot (prefill), and one new token
 per cache slot (decode).
 
-Refuses to know: which adapter a row uses (it calls `lora.delta(module, x)` on
-whatever object it is given), how cache slots are scheduled, sampling, losses.
+Refuses to know: which adapter a row uses (it calls `lora.delta(modules, sizes, x)`
+on whatever object it is given), how cache slots are scheduled, sampling, losses.
 """
 
 from __future__ import annotations
@@ -269,7 +269,12 @@ class Block(nn.Module):
         super().__init__()
         a, e = args, dict(dtype=dtype, device=device)
         self.args, self.index = args, index
-        self.prefix = f"model.layers.{index}."
+        p = f"model.layers.{index}."
+        # LoRA groups: projections that read the same input and share one fused base matmul.
+        self.g_qkv = (p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj")
+        self.g_o = (p + "self_attn.o_proj",)
+        self.g_gate_up = (p + "mlp.gate_proj", p + "mlp.up_proj")
+        self.g_down = (p + "mlp.down_proj",)
         self.input_layernorm = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False)
         self.post_attention_layernorm = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False)
         self.qkv = nn.Parameter(torch.empty(a.q_size + 2 * a.kv_size, a.hidden_size, **e), requires_grad=False)
@@ -283,10 +288,10 @@ class Block(nn.Module):
         self.down = nn.Parameter(torch.empty(a.hidden_size, a.intermediate_size, **e), requires_grad=False)
         self.down_bias = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False) if a.mlp_bias else None
 
-    def _lora(self, lora, name: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _lora(self, lora, group: Tuple[str, ...], sizes: Tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if lora is None:
             return y
-        delta = lora.delta(self.prefix + name, x)
+        delta = lora.delta(group, sizes, x)
         return y if delta is None else y + delta
 
     def forward(self, x_BTD: torch.Tensor, ctx: ForwardContext, rope: Tuple[torch.Tensor, torch.Tensor],
@@ -294,10 +299,8 @@ class Block(nn.Module):
         a = self.args
         B, T, _ = x_BTD.shape
         h = rms_norm(x_BTD, self.input_layernorm, a.rms_norm_eps)
-        q, k, v = F.linear(h, self.qkv, self.qkv_bias).split([a.q_size, a.kv_size, a.kv_size], dim=-1)
-        q = self._lora(lora, "self_attn.q_proj", h, q)
-        k = self._lora(lora, "self_attn.k_proj", h, k)
-        v = self._lora(lora, "self_attn.v_proj", h, v)
+        qkv = self._lora(lora, self.g_qkv, (a.q_size, a.kv_size, a.kv_size), h, F.linear(h, self.qkv, self.qkv_bias))
+        q, k, v = qkv.split([a.q_size, a.kv_size, a.kv_size], dim=-1)
         q_BHTD = q.view(B, T, a.num_heads, a.head_dim)
         k_BKTD = k.view(B, T, a.num_kv_heads, a.head_dim)
         if self.q_norm is not None:
@@ -323,13 +326,13 @@ class Block(nn.Module):
             v_BKTD = cache.v[self.index, s0:s0 + B, :, :span]
         out = attention(q_BHTD, k_BKTD, v_BKTD, ctx.allowed_BTS, bias_BTS)
         out = out.transpose(1, 2).reshape(B, T, a.q_size)
-        x_BTD = x_BTD + self._lora(lora, "self_attn.o_proj", out, F.linear(out, self.o, self.o_bias))
+        x_BTD = x_BTD + self._lora(lora, self.g_o, (a.hidden_size,), out, F.linear(out, self.o, self.o_bias))
         h = rms_norm(x_BTD, self.post_attention_layernorm, a.rms_norm_eps)
-        gate, up = F.linear(h, self.gate_up, self.gate_up_bias).chunk(2, dim=-1)
-        gate = self._lora(lora, "mlp.gate_proj", h, gate)
-        up = self._lora(lora, "mlp.up_proj", h, up)
+        inter = a.intermediate_size
+        gate_up = self._lora(lora, self.g_gate_up, (inter, inter), h, F.linear(h, self.gate_up, self.gate_up_bias))
+        gate, up = gate_up.chunk(2, dim=-1)
         act = F.silu(gate) * up
-        return x_BTD + self._lora(lora, "mlp.down_proj", act, F.linear(act, self.down, self.down_bias))
+        return x_BTD + self._lora(lora, self.g_down, (a.hidden_size,), act, F.linear(act, self.down, self.down_bias))
 
 
 class Transformer(nn.Module):

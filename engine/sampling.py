@@ -204,6 +204,7 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
     x = logits_BV.clone()
 
     bias_rows = [b for b, r in enumerate(rows) if r.bias_V is not None]
+    banned_any = bool(bias_rows)
     if bias_rows:
         idx = torch.tensor(bias_rows, device=device)
         x[idx] += torch.stack([rows[b].bias_V for b in bias_rows])
@@ -213,9 +214,11 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
             banned = list(p.stop_token_ids) + ([] if p.ignore_eos else list(eos_ids))
             if banned:
                 x[b, banned] = float("-inf")
+                banned_any = True
         for word in p.bad_words_ids:
             if len(word) > 1 and len(r.output) >= len(word) - 1 and r.output[len(r.output) - len(word) + 1:] == word[:-1]:
                 x[b, word[-1]] = float("-inf")
+                banned_any = True
 
     pen_rows = [b for b, r in enumerate(rows) if r.counts_V is not None]
     if pen_rows:
@@ -234,10 +237,11 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
         pres = torch.tensor([rows[b].params.presence_penalty for b in pen_rows], device=device)[:, None]
         xs = xs - freq * counts - pres * (counts > 0).float()
         x[idx] = xs
-    # A row whose every token got banned samples from its raw logits rather than from NaNs.
-    dead = torch.isneginf(x).all(dim=-1)
-    if bool(dead.any()):
-        x[dead] = logits_BV[dead]
+    if banned_any:
+        # A row whose every token got banned samples from its raw logits rather than from NaNs.
+        dead = torch.isneginf(x).all(dim=-1)
+        if bool(dead.any()):
+            x[dead] = logits_BV[dead]
 
     tokens = torch.empty(B, dtype=torch.long, device=device)
     greedy = [b for b, r in enumerate(rows) if r.params.greedy]
@@ -245,28 +249,11 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
     if greedy:
         g_idx = torch.tensor(greedy, device=device)
         tokens[g_idx] = x[g_idx].argmax(dim=-1)
-    if rand:
+    if len(rand) == B:
+        tokens = _sample_rows(x, rows)
+    elif rand:
         r_idx = torch.tensor(rand, device=device)
-        xs = x[r_idx] / torch.tensor([rows[b].params.temperature for b in rand], device=device)[:, None]
-        xs = _filter_top_k(xs, [rows[b].params.top_k for b in rand])
-        xs = _filter_top_p(xs, [rows[b].params.top_p for b in rand])
-        probs = torch.softmax(xs, dim=-1)
-        min_p = [rows[b].params.min_p for b in rand]
-        if any(m > 0 for m in min_p):
-            floor = torch.tensor(min_p, device=device)[:, None] * probs.max(dim=-1, keepdim=True).values
-            probs = probs.masked_fill(probs < floor, 0.0)
-        # Inverse-CDF sampling with one uniform from each row's own generator:
-        # a row's draw never depends on which other rows share the batch.
-        u = torch.tensor([torch.rand(1, generator=rows[b].generator).item() for b in rand],
-                         dtype=torch.float32, device=device)
-        cdf = torch.cumsum(probs, dim=-1)
-        target = (u * cdf[:, -1])[:, None]
-        picked = torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=V - 1)
-        # A draw that lands past the last positive mass (rounding) falls back to the mode.
-        bad = probs.gather(1, picked[:, None]).squeeze(1) <= 0
-        picked = torch.where(bad, probs.argmax(dim=-1), picked)
-        tokens[r_idx] = picked
-
+        tokens[r_idx] = _sample_rows(x[r_idx], [rows[b] for b in rand])
     chosen_lp = raw_BV.gather(1, tokens[:, None]).squeeze(1)
     tops: List[Optional[List[List]]] = [None] * B
     ks = [r.params.logprobs or 0 for r in rows]
@@ -280,30 +267,83 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
     return SampleResult(tokens=tokens.tolist(), logprobs=chosen_lp.tolist(), top=tops)
 
 
-def _filter_top_k(x_BV: torch.Tensor, ks: List[int]) -> torch.Tensor:
-    V = x_BV.shape[1]
+def _uniforms(rows: Sequence[SeqSampler], device) -> torch.Tensor:
+    # One draw from each row's own generator: a row's tokens never depend on its batch.
+    return torch.tensor([torch.rand(1, generator=r.generator).item() for r in rows], dtype=torch.float32, device=device)
+
+
+def _inverse_cdf(probs_RV: torch.Tensor, u_R: torch.Tensor) -> torch.Tensor:
+    cdf = torch.cumsum(probs_RV, dim=-1)
+    picked = torch.searchsorted(cdf, (u_R * cdf[:, -1])[:, None], right=True).squeeze(1)
+    picked = picked.clamp_(max=probs_RV.shape[1] - 1)
+    # A draw that lands past the last positive mass (rounding) falls back to the mode.
+    bad = probs_RV.gather(1, picked[:, None]).squeeze(1) <= 0
+    return torch.where(bad, probs_RV.argmax(dim=-1), picked)
+
+
+TOP_P_TRIES = 8
+
+
+def _sample_rows(x_RV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor:
+    """Temperature, top-k, min-p, and top-p by rejection; one token per row.
+
+    Top-p without sorting the vocabulary: draw from the top-k/min-p
+    distribution and accept when the mass of strictly more probable tokens is
+    below top_p, i.e. when the draw lies in the nucleus (so tokens tied with
+    the nucleus' last one are all in it, as top-k keeps ties). An accepted draw is
+    distributed exactly as the nucleus-restricted distribution, and the
+    expected number of draws is 1 / (nucleus mass). Rows still rejected after
+    a few draws (flat distributions, small top_p) are filtered by a sort.
+    """
+    device = x_RV.device
+    temps = torch.tensor([r.params.temperature for r in rows], device=device)[:, None]
+    x_RV = _filter_top_k(x_RV / temps, [r.params.top_k for r in rows])
+    probs = torch.softmax(x_RV, dim=-1)  # top-p's nucleus is measured on this distribution
+    draw = probs
+    min_p = [r.params.min_p for r in rows]
+    if any(m > 0 for m in min_p):
+        floor = torch.tensor(min_p, device=device)[:, None] * probs.max(dim=-1, keepdim=True).values
+        draw = probs.masked_fill(probs < floor, 0.0)
+    picked = _inverse_cdf(draw, _uniforms(rows, device))
+    top_p = torch.tensor([r.params.top_p for r in rows], device=device)
+    pending = [i for i, r in enumerate(rows) if r.params.top_p < 1.0]
+    for _ in range(TOP_P_TRIES):
+        if not pending:
+            return picked
+        p_idx = torch.tensor(pending, device=device)
+        pp = probs[p_idx]
+        mine = pp.gather(1, picked[p_idx][:, None])
+        ahead = (pp * (pp > mine)).sum(dim=-1)
+        accepted = (ahead < top_p[p_idx]).tolist()
+        pending = [i for i, ok in zip(pending, accepted) if not ok]
+        if pending:
+            p_idx = torch.tensor(pending, device=device)
+            picked[p_idx] = _inverse_cdf(draw[p_idx], _uniforms([rows[i] for i in pending], device))
+    if pending:
+        p_idx = torch.tensor(pending, device=device)
+        nucleus = _top_p_mask(probs[p_idx], top_p[p_idx])
+        picked[p_idx] = _inverse_cdf(draw[p_idx].masked_fill(~nucleus, 0.0),
+                                     _uniforms([rows[i] for i in pending], device))
+    return picked
+
+
+def _filter_top_k(x_RV: torch.Tensor, ks: List[int]) -> torch.Tensor:
+    V = x_RV.shape[1]
     ks = [k if 0 < k < V else V for k in ks]
-    kmax = max(ks)
-    if kmax >= V:
-        if all(k >= V for k in ks):
-            return x_BV
-        kmax = V
+    if all(k >= V for k in ks):
+        return x_RV
     # Ties at the k-th value are all kept, as in vLLM and HF.
-    topv = x_BV.topk(kmax, dim=-1).values
-    kth = topv.gather(1, torch.tensor(ks, device=x_BV.device)[:, None] - 1)
-    return x_BV.masked_fill(x_BV < kth, float("-inf"))
+    topv = x_RV.topk(max(ks), dim=-1).values
+    kth = topv.gather(1, torch.tensor(ks, device=x_RV.device)[:, None] - 1)
+    return x_RV.masked_fill(x_RV < kth, float("-inf"))
 
 
-def _filter_top_p(x_BV: torch.Tensor, ps: List[float]) -> torch.Tensor:
-    if all(p >= 1.0 for p in ps):
-        return x_BV
-    sorted_x, order = x_BV.sort(dim=-1, descending=True)
-    probs = torch.softmax(sorted_x, dim=-1)
-    before = torch.cumsum(probs, dim=-1) - probs  # mass strictly ahead of each token
-    drop = before > torch.tensor(ps, device=x_BV.device)[:, None]
-    drop[:, 0] = False
-    sorted_x = sorted_x.masked_fill(drop, float("-inf"))
-    return torch.empty_like(x_BV).scatter_(1, order, sorted_x)
+def _top_p_mask(probs_RV: torch.Tensor, top_p_R: torch.Tensor) -> torch.Tensor:
+    """True for tokens whose strictly-more-probable mass is below top_p (ties at the boundary all kept)."""
+    sorted_p, _ = probs_RV.sort(dim=-1, descending=True)
+    inside = (torch.cumsum(sorted_p, dim=-1) - sorted_p) < top_p_R[:, None]
+    last = inside.sum(dim=-1, keepdim=True).clamp(min=1) - 1
+    return probs_RV >= sorted_p.gather(1, last)
 
 
 def prompt_logprob_entries(logits_TV: torch.Tensor, targets: List[int], k: int) -> List[dict]:

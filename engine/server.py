@@ -453,7 +453,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--max-adapters", type=int, default=32)
     ap.add_argument("--max-batch", type=int, default=32, help="concurrent generation sequences per base")
     ap.add_argument("--max-seq-len", type=int, default=None, help="cap on tokens per sequence (default: the model's)")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all cores)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op CPU threads (default: torch's own choice; with Debian's OpenBLAS build "
+                         "matmuls run on OpenBLAS's threads and more torch threads only oversubscribe the cores)")
     args = ap.parse_args(argv)
 
     # Frames own the real stdout; anything else printing (C or Python) lands on stderr.
@@ -462,8 +464,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stdout = sys.stderr
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cpu":
-        torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     gflops = measure_matmul_gflops(device)
     log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
     if gflops < LOW_GFLOPS:

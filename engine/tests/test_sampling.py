@@ -45,16 +45,23 @@ class TestSampling(unittest.TestCase):
 
     def test_top_k_and_top_p_restrict_support(self):
         self.assertEqual(set(draw(400, top_k=3)), {1, 11, 5})
-        probs = torch.softmax(logits(BASE), -1)[0]
-        order = probs.argsort(descending=True).tolist()
-        # Smallest prefix whose mass reaches 0.5.
-        mass, keep = 0.0, []
-        for t in order:
-            keep.append(t)
-            mass += probs[t].item()
-            if mass >= 0.5:
-                break
+        probs = torch.softmax(logits(BASE), -1)[0].tolist()
+        keep = [t for t in range(V) if sum(q for q in probs if q > probs[t]) < 0.5]
         self.assertEqual(set(draw(400, top_p=0.5)), set(keep))
+
+    def test_top_p_draws_follow_the_nucleus_distribution(self):
+        # Rejection sampling must reproduce the renormalised nucleus exactly, peaked or flat.
+        for row, top_p in ((BASE, 0.5), ([3.0, 2.5, 2.0] + [0.0] * (V - 3), 0.9), ([0.0] * V, 0.2)):
+            with self.subTest(top_p=top_p, row=row[:3]):
+                probs = torch.softmax(logits(row), -1)[0].tolist()
+                # The nucleus: tokens whose strictly-more-probable mass is below top_p (ties kept together).
+                keep = [t for t in range(V) if sum(q for q in probs if q > probs[t]) < top_p]
+                n = 4000
+                got = draw(n, row=row, top_p=top_p)
+                self.assertEqual(set(got), set(keep))
+                total = sum(probs[t] for t in keep)
+                for t in keep:
+                    self.assertAlmostEqual(got[t] / n, probs[t] / total, delta=0.03)
 
     def test_min_p(self):
         probs = torch.softmax(logits(BASE), -1)[0]
