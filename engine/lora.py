@@ -143,10 +143,44 @@ def save_peft(adapter: Adapter, folder: str, base_name: str) -> List[str]:
     W.atomic_write_json(os.path.join(folder, CONFIG_NAME), adapter.config.to_peft(base_name))
     files = [CONFIG_NAME, WEIGHTS_NAME]
     if adapter.optimizer is not None:
-        W.atomic_torch_save(os.path.join(folder, OPTIMIZER_NAME),
-                            {"param_names": adapter.names(), "state_dict": adapter.optimizer.state_dict()})
+        W.atomic_torch_save(os.path.join(folder, OPTIMIZER_NAME), optimizer_state(adapter))
         files.append(OPTIMIZER_NAME)
     return files
+
+
+OPTIMIZER_FORMAT = "engine.adamw.v1"
+
+
+def optimizer_state(adapter: Adapter) -> dict:
+    """AdamW moments and step per parameter name, tensors only.
+
+    Tensors, strings and dicts only, so `torch.load(weights_only=True)` reads
+    it on every torch (1.13's safe unpickler has no floats); learning rate and
+    betas are not state: every train_step sets them.
+    """
+    state = {}
+    for name, p in zip(adapter.names(), adapter.parameters()):
+        st = adapter.optimizer.state.get(p)
+        if st:
+            state[name] = {k: (v if torch.is_tensor(v) else torch.tensor(float(v))).detach().cpu() for k, v in st.items()}
+    return {"format": OPTIMIZER_FORMAT, "state": state}
+
+
+def load_optimizer_state(adapter: Adapter, path: str, device) -> None:
+    try:  # a checkpoint folder must not be able to run code
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:  # torch without weights_only
+        saved = torch.load(path, map_location="cpu")
+    if not isinstance(saved, dict) or saved.get("format") != OPTIMIZER_FORMAT:
+        raise ValueError(f"{path}: not an optimizer state this engine wrote")
+    names = dict(zip(adapter.names(), adapter.parameters()))
+    unknown = sorted(set(saved["state"]) - set(names))
+    if unknown:
+        raise ValueError(f"{path}: state for parameters the adapter lacks: {unknown[:4]}")
+    adapter.optimizer = make_optimizer(adapter)
+    for name, st in saved["state"].items():
+        # AdamW keeps `step` on the CPU unless capturable; the moments live with the parameter.
+        adapter.optimizer.state[names[name]] = {k: v if k == "step" else v.to(device) for k, v in st.items()}
 
 
 def load_peft(key: str, base: str, folder: str, args: ModelArgs, device) -> Adapter:
@@ -180,11 +214,7 @@ def load_peft(key: str, base: str, folder: str, args: ModelArgs, device) -> Adap
                       B={p: t.float().to(device).requires_grad_(True) for p, t in B.items()})
     opt_path = os.path.join(folder, OPTIMIZER_NAME)
     if os.path.exists(opt_path):
-        saved = torch.load(opt_path, map_location=device)
-        if saved.get("param_names") != adapter.names():
-            raise ValueError(f"{opt_path}: parameter names do not match the adapter")
-        adapter.optimizer = make_optimizer(adapter)
-        adapter.optimizer.load_state_dict(saved["state_dict"])
+        load_optimizer_state(adapter, opt_path, device)
     return adapter
 
 

@@ -23,10 +23,13 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from . import weights as W
 
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+ATTN_CHUNK_ELEMENTS = 1 << 25  # score elements per attention chunk on the non-SDPA path (128 MiB fp32)
+CHECKPOINT_TOKENS = 4096  # training rows at least this long recompute each block in backward
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 # Names the LoRA side addresses; q/k/v and gate/up are fused in the base
 # weights for speed but stay separate modules for adapters and HF loading.
@@ -255,13 +258,26 @@ def attention(q_BHTD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor,
             k_BKSD = k_BKSD[:, :, None].expand(B, K, G, S, D).reshape(B, H, S, D)
             v_BKSD = v_BKSD[:, :, None].expand(B, K, G, S, D).reshape(B, H, S, D)
         return F.scaled_dot_product_attention(q_BHTD, k_BKSD, v_BKSD, attn_mask=allowed_BTS)
+    q_BKGTD = q_BHTD.view(B, K, G, T, D)
+    # Bound the score matrix of long rows: queries in chunks, each seeing all keys.
+    chunk = max(1, ATTN_CHUNK_ELEMENTS // (B * H * S))
+    if chunk >= T:
+        out = _attend(q_BKGTD, k_BKSD, v_BKSD, bias_BTS)
+    else:
+        out = torch.cat([_attend(q_BKGTD[:, :, :, t:t + chunk], k_BKSD, v_BKSD, bias_BTS[:, :, t:t + chunk])
+                         for t in range(0, T, chunk)], dim=3)
+    return out.view(B, H, T, D)
+
+
+def _attend(q_BKGTD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor, bias_BTS: torch.Tensor) -> torch.Tensor:
     # Grouped query heads share a kv head: fold the group into the query axis
     # instead of copying keys G times.
-    q = q_BHTD.reshape(B, K, G * T, D)
-    scores = torch.matmul(q, k_BKSD.transpose(-1, -2)).mul_(1.0 / math.sqrt(D))
+    B, K, G, T, D = q_BKGTD.shape
+    S = k_BKSD.shape[2]
+    scores = torch.matmul(q_BKGTD.reshape(B, K, G * T, D), k_BKSD.transpose(-1, -2)).mul_(1.0 / math.sqrt(D))
     scores = scores.view(B, K, G, T, S).add_(bias_BTS.unsqueeze(2))
     probs = torch.softmax(scores.float(), dim=-1).to(v_BKSD.dtype).view(B, K, G * T, S)
-    return torch.matmul(probs, v_BKSD).view(B, H, T, D)
+    return torch.matmul(probs, v_BKSD).view(B, K, G, T, D)
 
 
 class Block(nn.Module):
@@ -357,8 +373,13 @@ class Transformer(nn.Module):
             # One additive mask shared by every layer.
             bias = torch.zeros(ctx.allowed_BTS.shape, dtype=torch.float32, device=x.device)
             bias.masked_fill_(~ctx.allowed_BTS, float("-inf"))
+        # Long training rows keep only each block's input and recompute the rest in backward.
+        recompute = torch.is_grad_enabled() and ctx.cache is None and tokens_BT.numel() >= CHECKPOINT_TOKENS
         for block in self.layers:
-            x = block(x, ctx, rope, bias, lora)
+            if recompute:
+                x = checkpoint(block, x, ctx, rope, bias, lora, use_reentrant=False)
+            else:
+                x = block(x, ctx, rope, bias, lora)
         return rms_norm(x, self.norm, self.args.rms_norm_eps)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:

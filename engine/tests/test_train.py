@@ -6,6 +6,8 @@ import unittest
 import torch
 
 from engine import lora as L
+from engine import model as M
+from engine import train as TR
 from engine.tests.helpers import TempModel
 from engine.train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, rl_token_loss, train_step
 
@@ -182,6 +184,31 @@ class TestTrainStep(unittest.TestCase):
         m = train_step(self.model, a, "rl", rows, LossConfig(), OptimizerConfig.from_request({}, "rl"))
         self.assertEqual((m["num_trainable_tokens"], m["grad_norm"], a.version), (0.0, 0.0, 0))
         self.assertTrue(all(torch.equal(x, y) for x, y in zip(before, a.parameters())))
+
+    def test_memory_bounding_paths_give_the_same_gradients(self):
+        # Query-chunked attention, per-block recomputation and chunked logits must change memory, not numbers.
+        from engine.tests.test_lora import randomize
+        a = randomize(self.adapter(seed=4), 3, 0.05)
+        rows = parse_rows(self.ROWS[:1], 101, 256, "rl")
+
+        def grads():
+            for t in a.parameters():
+                t.grad = None
+            lora = L.LoraBatch([a], torch.float32, "cpu")
+            new_T, _, _ = TR.row_logprobs(self.model, rows[0].tokens_T, rows[0].segment_ids_T, lora)
+            (new_T * rows[0].mask_T).sum().backward()
+            return new_T.detach(), [t.grad.clone() for t in a.parameters()]
+
+        want_lp, want_g = grads()
+        saved = (M.ATTN_CHUNK_ELEMENTS, M.CHECKPOINT_TOKENS, TR.LOGITS_CHUNK_ELEMENTS)
+        M.ATTN_CHUNK_ELEMENTS, M.CHECKPOINT_TOKENS, TR.LOGITS_CHUNK_ELEMENTS = 4 * 9 * 2, 4, 101 * 3
+        try:
+            got_lp, got_g = grads()
+        finally:
+            M.ATTN_CHUNK_ELEMENTS, M.CHECKPOINT_TOKENS, TR.LOGITS_CHUNK_ELEMENTS = saved
+        self.assertLess((got_lp - want_lp).abs().max().item(), 1e-5)
+        for g1, g2 in zip(got_g, want_g):
+            self.assertLess((g1 - g2).abs().max().item(), 1e-5)
 
     def test_row_validation(self):
         bad = [
