@@ -109,9 +109,6 @@ class Adapter:
     def parameters(self) -> List[torch.Tensor]:
         return [t for m in sorted(self.A) for t in (self.A[m], self.B[m])]
 
-    def num_parameters(self) -> int:
-        return sum(t.numel() for t in self.parameters())
-
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.parameters())
 

@@ -24,7 +24,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Dict, List, Optional
+from typing import BinaryIO, Callable, Dict, List, Optional
 
 import torch
 
@@ -134,7 +134,7 @@ class Engine:
         self.bases: Dict[str, Base] = {}
         self.adapters = L.AdapterStore(max_adapters)
         self.lock = threading.Lock()
-        self.tickets: Dict[Any, Ticket] = {}
+        self.tickets: Dict[str, Ticket] = {}
         self.jobs: "queue.Queue" = queue.Queue()
         self.send: Callable[[dict], None] = lambda obj: None
 
@@ -164,7 +164,7 @@ class Engine:
         try:
             if not isinstance(msg, dict):
                 raise ValueError("a frame must hold one JSON object")
-            if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+            if not isinstance(rid, str):
                 raise ValueError("id must be a string")
             op = msg.get("op")
             if op == "stats":
@@ -181,7 +181,7 @@ class Engine:
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as e:
-            self.error(rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None, e)
+            self.error(rid if isinstance(rid, str) else None, e)
 
     def cancel(self, target) -> bool:
         with self.lock:

@@ -2,8 +2,6 @@
 
 import unittest
 
-import torch
-
 from engine import lora as L
 from engine.generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from engine.sampling import SamplingParams

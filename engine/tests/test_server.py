@@ -52,6 +52,8 @@ class TestServer(unittest.TestCase):
         self.assertError(self.e.next(), "bad_request")
         self.e.send({"op": "stats"})
         self.assertError(self.e.next(), "bad_request", "id")
+        self.e.send({"id": 7, "op": "stats"})
+        self.assertError(self.e.next(), "bad_request", "id")
         self.e.send_raw(struct.pack(">I", 2) + b"[]")
         self.assertError(self.e.next(), "bad_request")
         self.assertError(self.call({"id": "u", "op": "fly"}), "bad_request", "fly")
@@ -171,10 +173,10 @@ class TestTcp(unittest.TestCase):
                     return json.loads(f.read(n))
 
                 self.assertEqual(frame()["event"], "ready")
-                raw = json.dumps({"id": 1, "op": "stats"}).encode()
+                raw = json.dumps({"id": "1", "op": "stats"}).encode()
                 s.sendall(struct.pack(">I", len(raw)) + raw)
                 reply = frame()
-                self.assertEqual((reply["id"], reply["done"], reply["bases"]), (1, True, []))
+                self.assertEqual((reply["id"], reply["done"], reply["bases"]), ("1", True, []))
         finally:
             proc.terminate()
             proc.wait(timeout=10)
