@@ -97,13 +97,12 @@ class Scheduler:
         return len(self.running), sum(r.params.n for r in list(self.waiting))
 
     def tokens_per_second(self) -> float:
+        """Tokens generated over the last 10 s (called from the reader thread: reads a snapshot)."""
         now = time.monotonic()
-        while self._rate and now - self._rate[0][0] > 10.0:
-            self._rate.popleft()
-        if not self._rate:
+        recent = [(t, n) for t, n in list(self._rate) if now - t <= 10.0]
+        if not recent:
             return 0.0
-        span = max(now - self._rate[0][0], 1e-3)
-        return sum(n for _, n in self._rate) / span
+        return sum(n for _, n in recent) / max(now - recent[0][0], 1e-3)
 
     # --- one iteration ------------------------------------------------------
 
@@ -211,7 +210,10 @@ class Scheduler:
 
     def _record(self, seqs: List[Sequence], result) -> None:
         """Emit each row's new token; finish rows that hit a stop rule."""
-        self._rate.append((time.monotonic(), len(seqs)))
+        now = time.monotonic()
+        self._rate.append((now, len(seqs)))
+        while now - self._rate[0][0] > 10.0:
+            self._rate.popleft()
         finished = []
         for b, seq in enumerate(seqs):
             tok = result.tokens[b]

@@ -28,6 +28,21 @@ from torch.utils.checkpoint import checkpoint
 from . import weights as W
 
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+def _sdpa_has_gqa() -> bool:
+    # torch >= 2.5 attends grouped kv heads without materialising copies of them.
+    if not HAS_SDPA:
+        return False
+    try:
+        z = torch.zeros(1, 2, 1, 4)
+        F.scaled_dot_product_attention(z, z[:, :1], z[:, :1], enable_gqa=True)
+        return True
+    except (TypeError, RuntimeError):
+        return False
+
+
+SDPA_GQA = _sdpa_has_gqa()
 ATTN_CHUNK_ELEMENTS = 1 << 25  # score elements per attention chunk on the non-SDPA path (128 MiB fp32)
 CHECKPOINT_TOKENS = 4096  # training rows at least this long recompute each block in backward
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
@@ -250,6 +265,8 @@ def attention(q_BHTD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor,
     B, H, T, D = q_BHTD.shape
     K, S = k_BKSD.shape[1], k_BKSD.shape[2]
     G = H // K
+    if SDPA_GQA and G > 1:
+        return F.scaled_dot_product_attention(q_BHTD, k_BKSD, v_BKSD, attn_mask=allowed_BTS, enable_gqa=True)
     if HAS_SDPA:
         if G > 1:
             k_BKSD = k_BKSD[:, :, None].expand(B, K, G, S, D).reshape(B, H, S, D)

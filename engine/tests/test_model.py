@@ -7,6 +7,7 @@ import unittest
 
 import torch
 
+from engine import model as M
 from engine import weights as W
 from engine.model import ForwardContext, KVCache, ModelArgs, Transformer, rope_inv_freq
 from engine.tests.helpers import make_checkpoint, tiny_config
@@ -170,6 +171,49 @@ class TestCacheAndPacking(unittest.TestCase):
                     t = torch.tensor([part])
                     alone = model.logits(model(t, ForwardContext.packed(torch.zeros_like(t))))[0]
                     self.assertLess((got[lo:lo + len(part)] - alone).abs().max().item(), 1e-5)
+
+
+def reference_sdpa(q, k, v, attn_mask=None, enable_gqa=False):
+    """torch >= 2's documented SDPA semantics (bool mask: True attends), for the path torch 1.13 cannot run."""
+    if enable_gqa:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    assert k.shape[1] == q.shape[1], "kv heads must match query heads without enable_gqa"
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return scores.masked_fill(~attn_mask, float("-inf")).softmax(-1) @ v
+
+
+class TestSdpaPath(unittest.TestCase):
+    def test_sdpa_calls_match_the_manual_path(self):
+        with tempfile.TemporaryDirectory() as d:
+            make_checkpoint(d, "qwen3", std=0.1)
+            model = Transformer.from_pretrained(d, torch.float32)
+            toks = torch.tensor([[5, 9, 2, 7, 1, 3, 8, 4]])
+            seg = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]])
+
+            def run():
+                with torch.no_grad():
+                    full = model.logits(model(toks, ForwardContext.packed(seg)))
+                    cache = KVCache(model.args, torch.float32, torch.device("cpu"), slots=1, length=16)
+                    model(toks[:, :5], ForwardContext.cached(cache, 0, [0], 5))
+                    step = model.logits(model(toks[:, 5:6], ForwardContext.cached(cache, 0, [5], 1)))
+                return full, step
+
+            want = run()
+            saved = (M.HAS_SDPA, M.SDPA_GQA, getattr(M.F, "scaled_dot_product_attention", None))
+            try:
+                M.F.scaled_dot_product_attention = reference_sdpa
+                for gqa in (False, True):
+                    M.HAS_SDPA, M.SDPA_GQA = True, gqa
+                    got = run()
+                    for g, w in zip(got, want):
+                        self.assertLess((g - w).abs().max().item(), 1e-5)
+            finally:
+                M.HAS_SDPA, M.SDPA_GQA = saved[0], saved[1]
+                if saved[2] is None:
+                    del M.F.scaled_dot_product_attention
+                else:
+                    M.F.scaled_dot_product_attention = saved[2]
 
 
 class TestRope(unittest.TestCase):
