@@ -146,7 +146,7 @@ class Engine:
     def error(self, rid, exc: BaseException) -> None:
         if isinstance(exc, Cancelled):
             code = "cancelled"
-        elif isinstance(exc, NotFound):
+        elif isinstance(exc, (NotFound, FileNotFoundError)):  # e.g. an adapter_path that does not exist
             code = "not_found"
         elif isinstance(exc, (ValueError, TypeError, KeyError)):
             code = "bad_request"
@@ -310,10 +310,15 @@ class Engine:
         if msg.get("path"):
             adapter = L.load_peft(key, base.name, str(msg["path"]), base.model.args, base.model.device)
         elif isinstance(msg.get("init"), dict):
-            init = msg["init"]
-            cfg = L.LoraConfig(rank=int(init.get("rank") or 8), alpha=float(init.get("alpha") or 16),
-                               target_modules=tuple(init.get("target_modules") or L.DEFAULT_TARGETS),
-                               seed=int(init.get("seed") or 0))
+            init = {k: v for k, v in msg["init"].items() if v is not None}
+            rank, alpha, seed = init.get("rank", 8), init.get("alpha", 16), init.get("seed", 0)
+            targets = init.get("target_modules", list(L.DEFAULT_TARGETS))
+            if any(isinstance(v, bool) or not isinstance(v, int) for v in (rank, seed)) or \
+                    isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+                raise ValueError("init.rank and init.seed must be integers, init.alpha a number")
+            if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+                raise ValueError("init.target_modules must be a list of module names")
+            cfg = L.LoraConfig(rank=rank, alpha=float(alpha), target_modules=tuple(targets), seed=seed)
             adapter = L.new_adapter(key, base.name, base.model.args, cfg, base.model.device)
         else:
             raise ValueError("ensure_adapter needs path or init")

@@ -63,6 +63,8 @@ class TestServer(unittest.TestCase):
         self.assertError(self.call({"id": "v", "op": "generate", "base": "b", "prompt": [1, 999]}), "bad_request", "vocab")
         self.assertError(self.call({"id": "t", "op": "generate", "base": "b", "prompt": [1], "top_p": "x"}), "bad_request")
         self.assertError(self.call({"id": "p", "op": "load_base", "base": "c", "path": "/nonexistent"}), "not_found")
+        self.assertError(self.call({"id": "ap", "op": "forward", "base": "b", "adapter": "new", "adapter_path": "/nonexistent",
+                                    "rows": [{"tokens": [1, 2]}]}), "not_found")
         self.assertError(self.call({"id": "f", "op": "forward", "base": "b", "rows": [{"tokens": []}]}), "bad_request")
         self.assertError(self.call({"id": "ts", "op": "train_step", "base": "b", "adapter": "zz", "loss": "rl",
                                     "rows": []}), "not_found")
@@ -116,6 +118,9 @@ class TestServer(unittest.TestCase):
         init = {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"], "seed": 3}
         self.assertEqual(self.call({"id": "e1", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], True)
         self.assertEqual(self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], False)
+        for bad in ({"rank": 0}, {"rank": "8"}, {"target_modules": ["lm_head"]}, {"alpha": None, "seed": 1.5}):
+            self.assertError(self.call({"id": "e3", "op": "ensure_adapter", "base": "b", "adapter": "y", "init": bad}),
+                             "bad_request")
         row = {"tokens": [3, 4, 5, 6, 7], "segment_ids": [0] * 5, "mask": [0, 1, 1, 1, 1], "weights": [1] * 5,
                "advantages": [0, 1, 1, 1, 1], "logprobs": [None] * 5}
         m = self.call({"id": "tr", "op": "train_step", "base": "b", "adapter": "x", "loss": "rl", "rows": [row],
