@@ -96,6 +96,8 @@ export class ChoiceOutput {
   private readonly toolCalls: ToolCallDelta[] = [];
   private content = '';
   private reasoning = '';
+  /** Just past `</think>`: the newlines that follow are the template's blank line, not content. */
+  private afterThink = false;
 
   constructor(private readonly options: OutputOptions) {
     if (!options.parseReasoning) this.phase = 'content';
@@ -234,10 +236,9 @@ export class ChoiceOutput {
         if (close !== -1) {
           add('reasoning', rest.slice(0, close));
           this.parsed += close + THINK_CLOSE.length;
-          // The template puts a blank line after </think>; it is not content.
-          const after = available.slice(this.parsed);
-          const blank = after.length - after.replace(/^\n+/, '').length;
-          this.parsed += blank;
+          // The template puts a blank line after </think>; it is not content. While streaming it may not
+          // have arrived yet, so the content phase drops the newlines that open it.
+          this.afterThink = true;
           this.phase = 'content';
         } else {
           const hold = final ? 0 : partialMarkerLength(rest, [THINK_CLOSE]);
@@ -246,6 +247,13 @@ export class ChoiceOutput {
           break;
         }
       } else if (this.phase === 'content') {
+        if (this.afterThink) {
+          const blank = rest.length - rest.replace(/^\n+/, '').length;
+          this.parsed += blank;
+          if (blank === rest.length) break; // only newlines so far: more may follow
+          this.afterThink = false;
+          continue;
+        }
         const open = this.options.parseTools ? rest.indexOf(TOOL_OPEN) : -1;
         if (open !== -1) {
           add('content', rest.slice(0, open));
@@ -263,7 +271,7 @@ export class ChoiceOutput {
       }
     }
     if (this.phase === 'tools') {
-      const calls = this.completeToolCalls(final);
+      const calls = this.completeToolCalls(final, (text) => add('content', text));
       if (calls.length > 0) delta.tool_calls = calls;
       if (final && this.toolCalls.length > 0 && this.finishReason === 'stop') this.finishReason = 'tool_calls';
       if (final && this.toolCalls.length === 0 && this.toolText !== '') {
@@ -276,7 +284,7 @@ export class ChoiceOutput {
   }
 
   /** Emits each `<tool_call>…</tool_call>` block once it is closed (or at the end, an unclosed last one). */
-  private completeToolCalls(final: boolean): ToolCallDelta[] {
+  private completeToolCalls(final: boolean, addContent: (text: string) => void): ToolCallDelta[] {
     const emitted: ToolCallDelta[] = [];
     for (;;) {
       const open = this.toolText.indexOf(TOOL_OPEN);
@@ -287,8 +295,8 @@ export class ChoiceOutput {
       const parsed = parseToolCallBody(body);
       if (!parsed) {
         if (final) break;
-        // A closed block that is not valid JSON: keep it as text.
-        this.content += this.toolText.slice(open, close + TOOL_CLOSE.length);
+        // A closed block that is not valid JSON: keep it as text (in the delta too, so streams see it).
+        addContent(this.toolText.slice(open, close + TOOL_CLOSE.length));
         this.toolText = this.toolText.slice(close + TOOL_CLOSE.length);
         continue;
       }
