@@ -1,6 +1,6 @@
 /**
  * POST /v1/chat/completions (and its trailing-slash twin): JSON, or SSE exactly as vLLM frames it
- * (`data: <json>\n\n` … `data: [DONE]\n\n`). A client that disconnects cancels its generation.
+ * (`data: <json>\n\n` … `data: [DONE]\n\n`). A client that disconnects cancels its generation, streamed or not.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ChatCompletionBody } from '../api/chat.ts';
@@ -10,7 +10,18 @@ import { chatErrorBody, toAppError } from './errors.ts';
 export function registerChatRoutes(app: FastifyInstance, chat: ChatService): void {
   const handler = async (request: FastifyRequest<{ Body: ChatCompletionBody }>, reply: FastifyReply) => {
     const header = request.headers['x-request-id'];
-    const result = await chat.create(request.principal, request.body, typeof header === 'string' ? header : undefined);
+    // A client that goes away before its whole answer is ready cancels the generation in the engine.
+    const clientGone = new AbortController();
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) clientGone.abort();
+    });
+    let result: Awaited<ReturnType<ChatService['create']>>;
+    try {
+      result = await chat.create(request.principal, request.body, typeof header === 'string' ? header : undefined, clientGone.signal);
+    } catch (error) {
+      if (clientGone.signal.aborted) return undefined; // nobody is left to answer; Fastify sends nothing to a closed socket
+      throw error;
+    }
     if (result.kind === 'json') {
       // Lets a client (and bench/chat-overhead.ts) split latency into engine time and the server's own.
       reply.header('server-timing', `engine;dur=${result.engineMs.toFixed(3)}`);

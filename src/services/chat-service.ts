@@ -53,14 +53,22 @@ export class ChatService {
     private readonly options: ChatOptions,
   ) {}
 
-  async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined): Promise<ChatResult> {
+  /** `disconnected` aborts when the client goes away: a whole (non-streamed) answer then stops generating. */
+  async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined, disconnected?: AbortSignal): Promise<ChatResult> {
     const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader });
     const prepared = await this.prepare(principal, plan);
     const engineStarted = performance.now();
     const stream = this.runtime.requireEngine().generate(prepared.request);
     if (!plan.stream) {
-      const body = await this.collect(prepared, stream);
-      return { kind: 'json', body, engineMs: performance.now() - engineStarted };
+      const cancel = () => void stream.cancel().catch(() => undefined);
+      if (disconnected?.aborted) cancel();
+      else disconnected?.addEventListener('abort', cancel, { once: true });
+      try {
+        const body = await this.collect(prepared, stream);
+        return { kind: 'json', body, engineMs: performance.now() - engineStarted };
+      } finally {
+        disconnected?.removeEventListener('abort', cancel);
+      }
     }
     return { kind: 'stream', chunks: this.chunks(prepared, stream), cancel: () => stream.cancel() };
   }
