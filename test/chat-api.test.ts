@@ -179,6 +179,41 @@ describe('chat completions (non-streaming) through the openai client', () => {
     assert.equal(kept.stop_reason, stop);
   });
 
+  test('stop_token_ids end with stop_reason = the id (the token counts); min_tokens holds them off', async () => {
+    const forced = { logit_bias: { '300': 100 }, max_tokens: 8, return_token_ids: true };
+    const stopped = (await create({ ...forced, stop_token_ids: [300] })).choices[0];
+    assert.equal(stopped.finish_reason, 'stop');
+    assert.equal(stopped.stop_reason, 300);
+    assert.deepEqual(stopped.token_ids, [300]);
+    assert.equal(stopped.message.content, '');
+    const later = (await create({ ...forced, stop_token_ids: [300], min_tokens: 3 })).choices[0];
+    assert.equal(later.finish_reason, 'stop');
+    assert.equal(later.stop_reason, 300);
+    assert.equal(later.token_ids.length, 4);
+    assert.ok(!later.token_ids.slice(0, 3).includes(300), 'the stop id is not sampled before min_tokens');
+  });
+
+  test('bad_words are never generated, even against a +100 bias; repetition_detection stops a loop', async () => {
+    const word = tokenizer.decode([300]);
+    const banned = (await create({ logit_bias: { '300': 100 }, bad_words: [word], max_tokens: 6, ignore_eos: true, return_token_ids: true })).choices[0];
+    assert.equal(banned.token_ids.length, 6);
+    assert.ok(!banned.token_ids.includes(300), JSON.stringify(banned.token_ids));
+    const looping = await create({ logit_bias: { '300': 100 }, max_tokens: 16, ignore_eos: true, return_token_ids: true, repetition_detection: { max_pattern_size: 2, min_count: 4 } });
+    const [choice] = looping.choices;
+    assert.equal(choice.finish_reason, 'repetition');
+    assert.equal(choice.stop_reason, 'repetition_detected');
+    assert.deepEqual(choice.token_ids, [300, 300, 300, 300]);
+    assert.equal(looping.usage.completion_tokens, 4);
+  });
+
+  test('truncate_prompt_tokens keeps the last k prompt tokens; X-Request-Id names the response', async () => {
+    const full = await create({ max_tokens: 1, return_token_ids: true });
+    const truncated = await create({ max_tokens: 1, return_token_ids: true, truncate_prompt_tokens: 5 }, { headers: { 'x-request-id': 'from-header-7' } });
+    assert.equal(truncated.usage.prompt_tokens, 5);
+    assert.deepEqual(truncated.prompt_token_ids, full.prompt_token_ids.slice(-5));
+    assert.equal(truncated.id, 'chatcmpl-from-header-7');
+  });
+
   test('logprobs and top_logprobs: shapes and bounds (0, 5, 20 alternatives; token text or ids)', async () => {
     for (const top of [0, 5, 20]) {
       const response = await create({ logprobs: true, top_logprobs: top, max_tokens: 4, seed: 9 });

@@ -266,6 +266,20 @@ describe('streaming with the real engine', () => {
     assert.equal(kept.chunks.at(-1)!.stop_reason, stop);
   });
 
+  test('a stop string ends the generation in the engine too, streamed or not', async () => {
+    const seed = 16;
+    const free = (await create({ seed, max_tokens: 12, ignore_eos: true })).choices[0].message.content as string;
+    const stop = free.slice(-4).includes('\uFFFD') ? free.slice(2, 5) : free.slice(-4);
+    const body = { seed, max_tokens: 1500, ignore_eos: true, stop };
+    const whole = await create(body);
+    assert.equal(whole.choices[0].finish_reason, 'stop');
+    assert.ok(whole.usage.completion_tokens <= 12);
+    assert.ok(await waitForIdleEngine(CANCEL_MS), 'no 1500-token generation left behind');
+    const { chunks } = await stream(body);
+    assert.equal(byChoice(chunks).get(0)!.chunks.at(-1)!.stop_reason, stop);
+    assert.ok(await waitForIdleEngine(CANCEL_MS), 'no 1500-token generation left behind');
+  });
+
   test('return_token_ids: prompt_token_ids on the role chunks only; token ids per chunk add up to the answer', async () => {
     const { chunks } = await stream({ return_token_ids: true, max_tokens: 5, seed: 2 });
     assert.ok(Array.isArray(chunks[0].prompt_token_ids));
