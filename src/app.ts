@@ -15,7 +15,7 @@ import multipart from '@fastify/multipart';
 import { AppError } from './errors.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes'>;
+  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat'>;
   services: Services;
 }
 
@@ -44,7 +44,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   registerHealthRoutes(app, services.health);
   registerModelRoutes(app, services);
   registerTrainingJobRoutes(app, services.trainingJobs);
-  registerChatRoutes(app, services.chat);
+  registerChatRoutes(app, services.chat, config.maxInFlightChat);
   registerIdentityRoutes(app);
   app.register(async (scope) => {
     // preservePath: file names arrive as sent, so a name with a path in it is refused rather than silently cut.

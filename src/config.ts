@@ -34,6 +34,8 @@ export interface Config {
   jobLeaseMs: number;
   /** Largest file an artifact upload may hold. */
   artifactMaxFileBytes: number;
+  /** Chat requests in flight beyond which new ones get 429 with retry-after. */
+  maxInFlightChat: number;
 }
 
 export const BUILTIN_BASE_MODEL: BaseModelSpec = {
@@ -95,6 +97,7 @@ export function loadConfig(env: Env = process.env): Config {
 
   const maxCompletionTokens = integer('MAX_COMPLETION_TOKENS', 4096, 1, 1 << 24);
   const jobLeaseMs = integer('JOB_LEASE_MS', 20_000, 1000, 3_600_000);
+  const maxInFlightChat = integer('MAX_INFLIGHT_CHAT', 256, 1, 100_000);
   const artifactMaxFileBytes = integer('ARTIFACT_MAX_FILE_BYTES', 1024 * 1024 * 1024, 1, Number.MAX_SAFE_INTEGER);
   const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
   if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
@@ -118,6 +121,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxCompletionTokens,
     jobLeaseMs,
     artifactMaxFileBytes,
+    maxInFlightChat,
   };
 }
 

@@ -10,6 +10,7 @@ export const ERROR_CATALOGUE = {
   validation_failed: { status: 422, message: 'Validation failed' },
   bad_request: { status: 400, message: 'Bad request' },
   payload_too_large: { status: 413, message: 'Request body is too large' },
+  too_many_requests: { status: 429, message: 'Too many requests in flight; retry shortly' },
   unsupported_media_type: { status: 415, message: 'Unsupported content type' },
   engine_unavailable: { status: 503, message: 'The engine is not available' },
   engine_failed: { status: 500, message: 'The engine failed' },

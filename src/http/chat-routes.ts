@@ -5,10 +5,22 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ChatCompletionBody } from '../api/chat.ts';
 import type { ChatService } from '../services/chat-service.ts';
+import { AppError } from '../errors.ts';
 import { chatErrorBody, toAppError } from './errors.ts';
 
-export function registerChatRoutes(app: FastifyInstance, chat: ChatService): void {
+export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxInFlight: number): void {
+  // Beyond this many unfinished requests the engine's batch is full enough: answer 429 instead of queueing without bound.
+  let inFlight = 0;
   const handler = async (request: FastifyRequest<{ Body: ChatCompletionBody }>, reply: FastifyReply) => {
+    if (inFlight >= maxInFlight) throw new AppError('too_many_requests', `${inFlight} chat requests are in flight (the limit is ${maxInFlight}); retry shortly`);
+    inFlight += 1;
+    let released = false;
+    const release = () => {
+      if (!released) inFlight -= 1;
+      released = true;
+    };
+    reply.raw.once('close', release);
+    reply.raw.once('finish', release);
     const header = request.headers['x-request-id'];
     // A client that goes away before its whole answer is ready cancels the generation in the engine.
     const clientGone = new AbortController();

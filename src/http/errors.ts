@@ -128,6 +128,7 @@ export function chatErrorBody(error: AppError) {
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: AppError): FastifyReply {
   if (error.status >= 500) request.log.error({ err: error }, 'request failed');
   if (error.code === 'unauthorized') reply.header('WWW-Authenticate', 'Bearer');
+  if (error.code === 'too_many_requests') reply.header('retry-after', '1');
   const chat = isChatRoute(request);
   // vLLM answers every request validation failure of chat completions with 400, never 422.
   reply.status(chat && error.code === 'validation_failed' ? 400 : error.status);
@@ -149,6 +150,8 @@ function chatErrorType(status: number): string {
       return 'PermissionDeniedError';
     case 404:
       return 'NotFoundError';
+    case 429:
+      return 'RateLimitError';
     default:
       return status >= 500 ? 'InternalServerError' : 'BadRequestError';
   }
