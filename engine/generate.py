@@ -68,7 +68,8 @@ class Scheduler:
         self.eos_ids = list(eos_ids)
         self.eos_set = set(eos_ids)
         self.window = model.args.sliding_window
-        self.cache = KVCache(model.args, model.dtype, model.device, slots=min(4, config.max_batch), length=256)
+        self.cache = KVCache(model.args, model.dtype, model.device, slots=min(4, config.max_batch),
+                             length=min(256, config.max_len), max_slots=config.max_batch, max_length=config.max_len)
         self.waiting: Deque[GenRequest] = deque()
         self.running: List[Sequence] = []
         self.stacks = StackCache()

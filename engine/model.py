@@ -186,8 +186,10 @@ class KVCache:
     A slot holds one sequence; position p of a sequence lives at index p of its slot.
     """
 
-    def __init__(self, args: ModelArgs, dtype: torch.dtype, device: torch.device, slots: int = 4, length: int = 256):
+    def __init__(self, args: ModelArgs, dtype: torch.dtype, device: torch.device, slots: int = 4, length: int = 256,
+                 max_slots: Optional[int] = None, max_length: Optional[int] = None):
         self.args, self.dtype, self.device = args, dtype, device
+        self.max_slots, self.max_length = max_slots, max_length
         self.k = self.v = torch.empty(0)
         self.slots = self.length = 0
         self.ensure(slots, length)
@@ -195,8 +197,9 @@ class KVCache:
     def ensure(self, slots: int, length: int) -> None:
         if slots <= self.slots and length <= self.length:
             return
-        new_slots = max(slots, self.slots) if slots <= self.slots else max(slots, 2 * self.slots)
-        new_len = max(length, self.length) if length <= self.length else max(length, 2 * self.length)
+        # Doubling keeps regrowth (a full copy) rare; the caps keep it from overshooting the scheduler's limits.
+        new_slots = max(slots, self.slots) if slots <= self.slots else max(slots, min(2 * self.slots, self.max_slots or 1 << 30))
+        new_len = max(length, self.length) if length <= self.length else max(length, min(2 * self.length, self.max_length or 1 << 30))
         a = self.args
         shape = (a.num_layers, new_slots, a.num_kv_heads, new_len, a.head_dim)
         k = torch.zeros(shape, dtype=self.dtype, device=self.device)
