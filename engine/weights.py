@@ -92,6 +92,16 @@ def load_file(path: str) -> Dict[str, torch.Tensor]:
     return dict(iter_file(path))
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Read once: os.umask can only be read by setting it, which is not thread-safe later.
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def _atomic_write(path: str, write: Callable) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -101,6 +111,8 @@ def _atomic_write(path: str, write: Callable) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes 0600 files; checkpoints are read by other tools and users (PEFT, vLLM).
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -250,6 +250,7 @@ class TestWeights(unittest.TestCase):
             path = os.path.join(d, "x.safetensors")
             W.save_file(tensors, path, {"k": "v"})
             self.assertEqual(os.listdir(d), ["x.safetensors"])  # no temp file left behind
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o666 & ~W._umask())  # not mkstemp's 0600
             header, meta, start = W.read_header(path)
             self.assertEqual(start % 8, 0)
             self.assertEqual(meta, {"k": "v"})
