@@ -272,17 +272,11 @@ class LoraBatch:
     def __init__(self, row_adapters: Sequence[Optional[Adapter]], dtype: torch.dtype, device,
                  stack_cache: Optional["StackCache"] = None):
         self.dtype, self.device = dtype, device
-        self.uniques: List[Adapter] = []
-        seen: Dict[int, int] = {}
-        self.row_index: List[int] = []
-        for a in row_adapters:
-            if a is None:
-                self.row_index.append(-1)
-                continue
-            if a.uid not in seen:
-                seen[a.uid] = len(self.uniques)
-                self.uniques.append(a)
-            self.row_index.append(seen[a.uid])
+        # A canonical order, so every batch over the same adapters shares one cached stack.
+        self.uniques: List[Adapter] = sorted({a.uid: a for a in row_adapters if a is not None}.values(),
+                                             key=lambda a: a.uid)
+        position = {a.uid: u for u, a in enumerate(self.uniques)}
+        self.row_index: List[int] = [-1 if a is None else position[a.uid] for a in row_adapters]
         self.single = len(self.uniques) == 1 and all(i == 0 for i in self.row_index)
         self.stacks = stack_cache if stack_cache is not None else StackCache()
         self._masks: Dict[Tuple, torch.Tensor] = {}
@@ -329,10 +323,15 @@ def build_stack(adapters: List[Adapter], modules: List[str], slots: List[int], s
 
 
 class StackCache:
-    """No-grad stacks per (group, adapters, versions): rebuilt only when the adapter set or a version changes."""
+    """No-grad stacks per (group, adapters, versions), least recently used first, bounded in bytes.
 
-    def __init__(self, max_entries: int = 4096):
-        self.max_entries = max_entries
+    Rebuilt only when the adapter set of a batch or an adapter's version
+    changes. The budget should hold one batch's stacks for every layer (about
+    a copy of the adapters in use); below that they are rebuilt every step.
+    """
+
+    def __init__(self, max_bytes: int = 1 << 30):
+        self.max_bytes, self.bytes = max_bytes, 0
         self._items: "OrderedDict[Tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
 
     def get(self, adapters: List[Adapter], modules: Tuple[str, ...], parts, sizes, dtype):
@@ -344,11 +343,16 @@ class StackCache:
         with torch.no_grad():
             hit = build_stack(adapters, [modules[j] for _, j in parts], [j for _, j in parts], sizes, dtype)
         self._items[key] = hit
-        while len(self._items) > self.max_entries:
-            self._items.popitem(last=False)
+        self.bytes += _nbytes(hit)
+        while self.bytes > self.max_bytes and len(self._items) > 1:
+            self.bytes -= _nbytes(self._items.popitem(last=False)[1])
         return hit
 
     def forget(self, adapter: Adapter) -> None:
         """Free stacks that hold a dropped or retrained adapter."""
         for key in [k for k in self._items if any(part[0] == adapter.uid for part in k[3:])]:
-            del self._items[key]
+            self.bytes -= _nbytes(self._items.pop(key))
+
+
+def _nbytes(pair: Tuple[torch.Tensor, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in pair)

@@ -114,6 +114,22 @@ class TestLora(unittest.TestCase):
             self.assertLess((mixed[b] - alone).abs().max().item(), 1e-5)
         self.assertGreater((self.logits([rows[0]], None)[0] - mixed[0]).abs().max().item(), 1e-3)
 
+    def test_stack_cache_is_shared_across_orders_and_bounded(self):
+        a1 = randomize(L.new_adapter("a1", "b", self.args, L.LoraConfig(seed=1), "cpu"), 1)
+        a2 = randomize(L.new_adapter("a2", "b", self.args, L.LoraConfig(seed=2), "cpu"), 2)
+        cache = L.StackCache()
+        first = self.logits([[3, 4], [5, 6]], L.LoraBatch([a1, a2], torch.float32, "cpu", cache))
+        entries = len(cache._items)
+        swapped = self.logits([[5, 6], [3, 4]], L.LoraBatch([a2, a1], torch.float32, "cpu", cache))
+        self.assertEqual(len(cache._items), entries)  # the same stacks serve both orders
+        self.assertTrue(torch.allclose(first, swapped.flip(0), atol=1e-6))
+        small = L.StackCache(max_bytes=1)
+        again = self.logits([[3, 4], [5, 6]], L.LoraBatch([a1, a2], torch.float32, "cpu", small))
+        self.assertEqual(len(small._items), 1)  # over budget: only the latest stack stays
+        self.assertTrue(torch.allclose(first, again, atol=1e-6))
+        cache.forget(a1)
+        self.assertEqual((len(cache._items), cache.bytes), (0, 0))
+
     def test_lru_bound_respects_pins(self):
         store = L.AdapterStore(max_adapters=2)
         ads = [L.new_adapter(f"k{i}", "b", self.args, L.LoraConfig(rank=1, target_modules=("q_proj",)), "cpu")
