@@ -143,9 +143,8 @@ class TestServer(unittest.TestCase):
     def test_stats_answered_while_training(self):
         self.call({"id": "e", "op": "ensure_adapter", "base": "b", "adapter": "busy", "init": {}})
         rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
-                for _ in range(24)]
+                for _ in range(64)]
         self.e.send({"id": "heavy", "op": "train_step", "base": "b", "adapter": "busy", "loss": "sft", "rows": rows})
-        time.sleep(0.05)
         t0 = time.monotonic()
         self.e.send({"id": "quick", "op": "stats"})
         order = []
