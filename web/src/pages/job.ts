@@ -1,0 +1,212 @@
+/**
+ * One training job, followed live through the public events endpoint (`after=<last id>`, twice a second):
+ * a progress bar over `num_sequences`, the latest step's metrics and their curves, the event log,
+ * the failure message when it fails, and cancel.
+ */
+import { get, isActive, request, TERMINAL_STATUSES, type Job, type JobEvent, type ListPage, type Model } from '../api.ts';
+import { lineChart, SERIES_COLORS, type Chart } from '../chart.ts';
+import { badge, confirmDialog, errorBox, h, replace, spinner, toast } from '../dom.ts';
+import { absoluteTime, duration, metricLabel, num, relativeTime, shortId } from '../format.ts';
+import { href, type RouteContext } from '../router.ts';
+
+const POLL_MS = 500;
+const CHART_METRICS = ['loss', 'sft_loss', 'grad_norm', 'entropy', 'tokens_per_second'];
+const CARD_METRICS = ['loss', 'policy_loss', 'sft_loss', 'reward', 'grad_norm', 'entropy', 'tokens_per_second', 'learning_rate', 'num_trainable_tokens'];
+const MAX_EVENT_ROWS = 200;
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+
+function eventSummary(event: JobEvent): string {
+  const data = event.data;
+  switch (event.type) {
+    case 'training_started':
+      return `${String(data.num_sequences)} gradient steps planned`;
+    case 'gradient_step':
+      return ['step', 'loss', 'sft_loss', 'grad_norm', 'reward']
+        .filter((key) => typeof data[key] === 'number')
+        .map((key) => `${key} ${num(data[key])}`)
+        .join(' · ');
+    case 'training_ended':
+      return `checkpoint step ${String(data.step)}`;
+    case 'training_failed':
+      return String(data.error_message ?? 'failed');
+    default:
+      return JSON.stringify(data);
+  }
+}
+
+export async function renderJob({ params, main, signal }: RouteContext) {
+  main.append(spinner('Loading job…'));
+  const id = params.id;
+  let job: Job;
+  try {
+    job = await get<Job>(`/v1/preview/training-jobs/${id}`, signal);
+  } catch (error) {
+    if (!signal.aborted) main.replaceChildren(errorBox(error), h('p', h('a', { href: href('/jobs') }, 'Back to jobs')));
+    return;
+  }
+  document.title = `Job ${shortId(job.id)} · agent-trainer`;
+
+  const events: JobEvent[] = [];
+  let cursor = '';
+  const statusSlot = h('span', { class: 'status-slot', 'aria-live': 'polite' });
+  const meta = h('p', { class: 'subtitle' });
+  const modelSlot = h('span', h('code', job.model_id));
+  const cancelButton = h('button', { class: 'btn btn-danger', type: 'button' }, 'Cancel job');
+  const outcome = h('div', { class: 'outcome' });
+  const progress = h('progress', { max: 1, value: 0, id: 'job-progress', 'aria-label': 'Gradient steps done' });
+  const progressLabel = h('span', { class: 'progress-label' });
+  const cards = h('div', { class: 'stats' });
+  const chartsGrid = h('div', { class: 'charts' });
+  const charts = new Map<string, Chart>();
+  const eventRows = h('tbody');
+  const eventCount = h('span', { class: 'count' });
+
+  get<Model>(`/v1/preview/models/${job.model_id}`, signal)
+    .then((model) => replace(modelSlot, h('a', { href: href(`/models/${model.id}`) }, `${model.entity} / ${model.project} / ${model.name}`)))
+    .catch(() => {});
+
+  const render = () => {
+    replace(statusSlot, badge(job.status));
+    replace(
+      meta,
+      'Model ',
+      modelSlot,
+      ' · created ',
+      h('span', { title: absoluteTime(job.created_at) }, relativeTime(job.created_at)),
+      job.started_at ? ` · ran ${duration(job.started_at, job.finished_at)}${job.finished_at ? '' : ' so far'}` : '',
+    );
+    cancelButton.hidden = !isActive(job.status);
+
+    const started = events.find((event) => event.type === 'training_started');
+    const total = Number(started?.data.num_sequences ?? job.num_sequences ?? 0);
+    const steps = events.filter((event) => event.type === 'gradient_step');
+    const done = job.status === 'COMPLETED' ? total : Math.min(steps.length, total);
+    progress.max = Math.max(1, total);
+    progress.value = done;
+    progress.setAttribute('aria-valuetext', `${done} of ${total} gradient steps`);
+    progressLabel.textContent =
+      job.status === 'QUEUED' ? 'Waiting in the queue…' : !started && job.status === 'RUNNING' ? 'Preparing the data…' : total > 0 ? `${done} / ${total} gradient steps` : 'No gradient steps';
+
+    const failed = events.find((event) => event.type === 'training_failed');
+    const ended = events.find((event) => event.type === 'training_ended');
+    if (job.status === 'FAILED' || job.status === 'CANCELLED') {
+      const message = job.error?.message ?? String(failed?.data.error_message ?? (job.status === 'CANCELLED' ? 'The job was cancelled.' : 'The job failed.'));
+      replace(
+        outcome,
+        h('div', { class: job.status === 'FAILED' ? 'error-box' : 'notice-box', role: 'alert' }, h('strong', job.status === 'FAILED' ? 'Training failed' : 'Cancelled'), job.error?.code ? h('code', { class: 'error-code' }, job.error.code) : null, h('p', { class: 'error-message' }, message)),
+      );
+    } else if (job.status === 'COMPLETED') {
+      const step = job.checkpoint_step ?? (ended?.data.step as number | undefined);
+      replace(
+        outcome,
+        h(
+          'div',
+          { class: 'success-box', role: 'status' },
+          h('strong', `Checkpoint step ${step ?? '?'} written`),
+          ' · ',
+          h('a', { href: href(`/models/${job.model_id}`) }, 'see the model'),
+          ' · ',
+          h('a', { href: href('/playground', { model: job.model_id, step }) }, 'chat with it'),
+        ),
+      );
+    } else replace(outcome);
+
+    const last = steps.at(-1)?.data ?? job.metrics;
+    replace(
+      cards,
+      CARD_METRICS.filter((key) => typeof last[key] === 'number').map((key) =>
+        h('div', { class: 'stat', 'data-metric': key }, h('div', { class: 'stat-label' }, metricLabel(key)), h('div', { class: 'stat-value' }, num(last[key]))),
+      ),
+    );
+
+    const present = CHART_METRICS.filter((key) => steps.some((event) => typeof event.data[key] === 'number'));
+    for (const [index, key] of present.entries()) {
+      const series = [{ key, label: metricLabel(key), color: SERIES_COLORS[index % SERIES_COLORS.length], points: steps.filter((event) => typeof event.data[key] === 'number').map((event) => ({ x: Number(event.data.step), y: Number(event.data[key]) })) }];
+      const chart = charts.get(key);
+      if (chart) chart.update(series);
+      else {
+        const created = lineChart({ title: metricLabel(key), xLabel: 'gradient step', series, height: 180 });
+        charts.set(key, created);
+        chartsGrid.append(created.element);
+      }
+    }
+
+    eventCount.textContent = `${events.length}`;
+    replace(
+      eventRows,
+      events
+        .slice(-MAX_EVENT_ROWS)
+        .reverse()
+        .map((event) => h('tr', { 'data-type': event.type }, h('td', { title: absoluteTime(event.created_at) }, new Date(event.created_at).toLocaleTimeString('en-US')), h('td', h('code', event.type)), h('td', { class: 'event-data' }, eventSummary(event)))),
+    );
+  };
+
+  cancelButton.addEventListener('click', async () => {
+    const confirmed = await confirmDialog({
+      title: 'Cancel this job?',
+      body: h('p', job.status === 'QUEUED' ? 'It has not started; it will never run.' : 'It stops before its next gradient step and writes no checkpoint.'),
+      confirm: 'Cancel job',
+      danger: true,
+    });
+    if (!confirmed) return;
+    try {
+      job = await request<Job>('POST', `/v1/preview/training-jobs/${job.id}/cancel`);
+      toast('Cancel requested');
+      render();
+    } catch (error) {
+      toast(error instanceof Error ? error.message : String(error), 'error');
+    }
+  });
+
+  main.replaceChildren(
+    h(
+      'div',
+      { class: 'page-head' },
+      h('nav', { class: 'breadcrumb', 'aria-label': 'Breadcrumb' }, h('a', { href: href('/jobs') }, 'Jobs'), h('span', { 'aria-hidden': 'true' }, ' / '), shortId(job.id)),
+      h('div', { class: 'title-row' }, h('h1', `${job.type.toUpperCase()} job `, h('span', { class: 'mono' }, shortId(job.id)), ' ', statusSlot), cancelButton),
+      meta,
+    ),
+    outcome,
+    h('section', { class: 'card', 'aria-labelledby': 'progress-title' }, h('h2', { id: 'progress-title' }, 'Progress'), h('div', { class: 'progress-row' }, progress, progressLabel), cards),
+    h('section', { class: 'card', 'aria-labelledby': 'live-title' }, h('h2', { id: 'live-title' }, 'Metrics per gradient step'), chartsGrid),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'events-title' },
+      h('h2', { id: 'events-title' }, 'Events', eventCount),
+      h('div', { class: 'table-wrap events-wrap' }, h('table', { class: 'table events' }, h('thead', h('tr', h('th', { scope: 'col' }, 'Time'), h('th', { scope: 'col' }, 'Type'), h('th', { scope: 'col' }, 'Data'))), eventRows)),
+    ),
+  );
+  render();
+
+  // Follow: drain new events, re-read the job, until it is terminal and nothing new arrives.
+  void (async () => {
+    while (!signal.aborted) {
+      try {
+        let received = 0;
+        for (;;) {
+          const page = await get<ListPage<JobEvent>>(`/v1/preview/training-jobs/${id}/events?limit=100${cursor ? `&after=${cursor}` : ''}`, signal);
+          events.push(...page.data);
+          received += page.data.length;
+          if (page.data.length > 0) cursor = page.last_id;
+          if (!page.has_more) break;
+        }
+        const wasTerminal = TERMINAL_STATUSES.includes(job.status);
+        if (received > 0 || !wasTerminal) job = await get<Job>(`/v1/preview/training-jobs/${id}`, signal);
+        render();
+        if (wasTerminal && received === 0) return;
+      } catch (error) {
+        if (signal.aborted) return;
+        replace(outcome, errorBox(error));
+      }
+      await sleep(POLL_MS, signal);
+    }
+  })();
+}
