@@ -11,6 +11,7 @@ import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { registerChatRoutes } from './http/chat-routes.ts';
 import { registerArtifactRoutes } from './http/artifact-routes.ts';
 import { registerIdentityRoutes } from './http/identity-routes.ts';
+import { registerDashboardRoutes } from './http/dashboard-routes.ts';
 import multipart from '@fastify/multipart';
 import { AppError } from './errors.ts';
 
@@ -46,6 +47,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   registerTrainingJobRoutes(app, services.trainingJobs);
   registerChatRoutes(app, services.chat, config.maxInFlightChat);
   registerIdentityRoutes(app);
+  registerDashboardRoutes(app, services.dashboard);
   app.register(async (scope) => {
     // preservePath: file names arrive as sent, so a name with a path in it is refused rather than silently cut.
     await scope.register(multipart, { preservePath: true, limits: { fileSize: config.artifactMaxFileBytes, files: 64, fields: 16 } });

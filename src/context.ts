@@ -25,6 +25,8 @@ import { ArtifactRepository } from './store/artifact-repository.ts';
 import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
 import { ArtifactService } from './artifacts/artifact-service.ts';
 import { createSftRunner } from './jobs/sft-runner.ts';
+import { DashboardRepository } from './store/dashboard-repository.ts';
+import { DashboardService } from './services/dashboard-service.ts';
 
 export interface Services {
   auth: AuthService;
@@ -40,6 +42,7 @@ export interface Services {
   runners: Record<'rl' | 'sft', JobRunner>;
   artifacts: ArtifactService;
   blobs: BlobStore;
+  dashboard: DashboardService;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -102,6 +105,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, { submitted: () => onJobSubmitted?.(), cancel: cancelJob }, artifacts),
     artifacts,
     blobs,
+    dashboard: new DashboardService(new DashboardRepository(store.db), models, baseModels),
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
     chat: new ChatService(new ModelResolver(modelRepository, baseModels), runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),

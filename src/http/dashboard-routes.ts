@@ -1,0 +1,258 @@
+/**
+ * The dashboard: its static page and assets at `/` (no key needed: the page holds no data and asks for a
+ * key), and the read-only `/v1/dashboard/...` endpoints it reads beside the public API, behind the same
+ * bearer auth. Thin: parse the query, call the service, shape the list envelope.
+ */
+import zlib from 'node:zlib';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { listEnvelope, SPLIT_PATTERN } from '../api/models.ts';
+import { AppError, validationError } from '../errors.ts';
+import { JOB_STATUSES, type DashboardService } from '../services/dashboard-service.ts';
+import type { JobStatus } from '../store/schema.ts';
+import { buildDashboard, type DashboardBundle } from '../../web/build.ts';
+import { queryInteger, queryString } from './query.ts';
+
+type Query = Record<string, unknown>;
+
+/** The page may run only its own script and style, talk only to this server, and never be framed. */
+const CONTENT_SECURITY_POLICY = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'none'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+].join('; ');
+
+const Json = Type.Record(Type.String(), Type.Unknown());
+const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
+const RewardPoint = Type.Object({ value: Type.Number(), std_dev: NullableNumber, step: Type.Integer() });
+
+const Overview = Type.Object({
+  entity: Type.String(),
+  entities: Type.Array(Type.String()),
+  base_models: Type.Array(Type.String()),
+  default_base_model: Type.String(),
+});
+
+const ModelSummary = Type.Object({
+  id: Type.String(),
+  entity: Type.String(),
+  project: Type.String(),
+  name: Type.String(),
+  base_model: Type.String(),
+  run_id: Type.String(),
+  created_at: Type.String(),
+  inference_name: Type.String(),
+  latest_step: Type.Union([Type.Integer(), Type.Null()]),
+  checkpoint_count: Type.Integer(),
+  last_reward: Type.Union([Type.Object({ ...RewardPoint.properties, split: Type.String() }), Type.Null()]),
+  rewards: Type.Record(Type.String(), RewardPoint),
+  last_job: Type.Union([Type.Object({ id: Type.String(), status: Type.String() }), Type.Null()]),
+});
+
+const MetricRow = Type.Object({
+  id: Type.String(),
+  step: Type.Integer(),
+  source: Type.String(),
+  split: Type.String(),
+  metrics: Json,
+  created_at: Type.String(),
+});
+
+const TrajectorySteps = Type.Object({
+  splits: Type.Array(
+    Type.Object({ split: Type.String(), count: Type.Integer(), steps: Type.Array(Type.Object({ step: Type.Integer(), count: Type.Integer() })) }),
+  ),
+});
+
+const TrajectoryFields = {
+  id: Type.String(),
+  split: Type.String(),
+  step: Type.Integer(),
+  group_index: Type.Integer(),
+  trajectory_index: Type.Integer(),
+  reward: NullableNumber,
+  created_at: Type.String(),
+};
+
+const TrajectorySummary = Type.Object({
+  ...TrajectoryFields,
+  num_messages: Type.Integer(),
+  num_tool_calls: Type.Integer(),
+  has_reasoning: Type.Boolean(),
+  prompt_preview: Type.String(),
+  response_preview: Type.String(),
+  metrics: Type.Record(Type.String(), Type.Number()),
+});
+
+const Trajectory = Type.Object({ ...TrajectoryFields, data: Json });
+
+const JobListItem = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('training_job'),
+  type: Type.String(),
+  model_id: Type.String(),
+  status: Type.String(),
+  created_at: Type.String(),
+  started_at: Type.Union([Type.String(), Type.Null()]),
+  finished_at: Type.Union([Type.String(), Type.Null()]),
+  error: Type.Union([Type.Object({ code: Type.String(), message: Type.String() }), Type.Null()]),
+  checkpoint_step: Type.Union([Type.Integer(), Type.Null()]),
+  num_sequences: Type.Union([Type.Integer(), Type.Null()]),
+  completed_steps: Type.Integer(),
+  metrics: Type.Record(Type.String(), Type.Number()),
+  model: Type.Object({ id: Type.String(), entity: Type.String(), project: Type.String(), name: Type.String() }),
+});
+
+function envelope<T extends { id: string }>(page: { items: T[]; hasMore: boolean }) {
+  return { object: 'list' as const, data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
+}
+
+function splitParam(query: Query): string {
+  const split = queryString(query, 'split');
+  if (split === undefined) throw validationError([{ loc: ['query', 'split'], msg: 'Field required', type: 'missing' }]);
+  if (!new RegExp(SPLIT_PATTERN).test(split)) throw validationError([{ loc: ['query', 'split'], msg: `String should match pattern '${SPLIT_PATTERN}'`, type: 'string_pattern_mismatch' }]);
+  return split;
+}
+
+function statusesParam(query: Query): JobStatus[] | undefined {
+  const raw = queryString(query, 'status');
+  if (raw === undefined) return undefined;
+  const statuses = raw.split(',').map((status) => status.trim().toUpperCase());
+  const unknown = statuses.filter((status) => !JOB_STATUSES.includes(status as JobStatus));
+  if (unknown.length > 0) {
+    throw validationError([{ loc: ['query', 'status'], msg: `Input should be a comma-separated list of ${JOB_STATUSES.join(', ')}`, type: 'literal_error' }]);
+  }
+  return statuses as JobStatus[];
+}
+
+/** Serves the built page and assets, compressed when the client accepts it. */
+function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>) {
+  let bundle: Promise<{ bundle: DashboardBundle; gzip: Map<string, Buffer>; brotli: Map<string, Buffer> }> | null = null;
+  const load = () => {
+    bundle ??= build()
+      .then((built) => {
+        const gzip = new Map<string, Buffer>();
+        const brotli = new Map<string, Buffer>();
+        for (const [urlPath, file] of built.files) {
+          if (file.body.length < 1024) continue;
+          gzip.set(urlPath, zlib.gzipSync(file.body, { level: 9 }));
+          brotli.set(urlPath, zlib.brotliCompressSync(file.body));
+        }
+        app.log.info({ buildMs: Math.round(built.buildMs), files: built.files.size }, 'dashboard built');
+        return { bundle: built, gzip, brotli };
+      })
+      .catch((error: unknown) => {
+        bundle = null;
+        throw error;
+      });
+    return bundle;
+  };
+
+  const serve = async (urlPath: string, request: FastifyRequest, reply: FastifyReply) => {
+    let loaded;
+    try {
+      loaded = await load();
+    } catch (error) {
+      request.log.error({ err: error }, 'dashboard build failed');
+      throw new AppError('internal', `The dashboard could not be built: ${(error as Error).message}`);
+    }
+    const file = loaded.bundle.files.get(urlPath);
+    if (!file) throw new AppError('not_found', `No dashboard file ${urlPath}`);
+    const accepts = String(request.headers['accept-encoding'] ?? '');
+    const brotli = /\bbr\b/.test(accepts) ? loaded.brotli.get(urlPath) : undefined;
+    const gzip = !brotli && /\bgzip\b/.test(accepts) ? loaded.gzip.get(urlPath) : undefined;
+    reply
+      .header('content-type', file.contentType)
+      .header('cache-control', file.immutable ? 'public, max-age=31536000, immutable' : 'no-cache')
+      .header('x-content-type-options', 'nosniff')
+      .header('vary', 'accept-encoding');
+    if (file.contentType.startsWith('text/html')) {
+      reply.header('content-security-policy', CONTENT_SECURITY_POLICY).header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
+    }
+    if (brotli) return reply.header('content-encoding', 'br').send(brotli);
+    if (gzip) return reply.header('content-encoding', 'gzip').send(gzip);
+    return reply.send(file.body);
+  };
+
+  const open = { config: { public: true } };
+  app.get('/', open, (request, reply) => serve('/', request, reply));
+  app.get('/index.html', open, (request, reply) => serve('/', request, reply));
+  app.get('/favicon.svg', open, (request, reply) => serve('/favicon.svg', request, reply));
+  app.get<{ Params: { file: string } }>('/assets/:file', open, (request, reply) => serve(`/assets/${request.params.file}`, request, reply));
+  // Build while the server starts listening, so the first visitor does not wait for it.
+  app.addHook('onListen', async () => {
+    load().catch((error: unknown) => app.log.error({ err: error }, 'dashboard build failed'));
+  });
+}
+
+export function registerDashboardRoutes(app: FastifyInstance, dashboard: DashboardService, options: { build?: () => Promise<DashboardBundle> } = {}): void {
+  staticFiles(app, options.build ?? (() => buildDashboard()));
+
+  app.get('/v1/dashboard/overview', { schema: { response: { 200: Overview } } }, async (request) => dashboard.overview(request.principal));
+
+  app.get<{ Querystring: Query }>('/v1/dashboard/models', { schema: { response: { 200: listEnvelope(ModelSummary) } } }, async (request) =>
+    envelope(
+      await dashboard.listModels(request.principal, {
+        project: queryString(request.query, 'project'),
+        after: queryString(request.query, 'after'),
+        limit: queryInteger(request.query, 'limit', 100, 1, 500),
+      }),
+    ),
+  );
+
+  app.get<{ Params: { model_id: string } }>('/v1/dashboard/models/:model_id', { schema: { response: { 200: ModelSummary } } }, async (request) =>
+    dashboard.getModel(request.principal, request.params.model_id),
+  );
+
+  app.get<{ Params: { model_id: string }; Querystring: Query }>(
+    '/v1/dashboard/models/:model_id/metrics',
+    { schema: { response: { 200: listEnvelope(MetricRow) } } },
+    async (request) =>
+      envelope(
+        await dashboard.metrics(request.principal, request.params.model_id, {
+          after: queryString(request.query, 'after'),
+          limit: queryInteger(request.query, 'limit', 1000, 1, 5000),
+        }),
+      ),
+  );
+
+  app.get<{ Params: { model_id: string } }>('/v1/dashboard/models/:model_id/trajectory-steps', { schema: { response: { 200: TrajectorySteps } } }, async (request) =>
+    dashboard.trajectorySteps(request.principal, request.params.model_id),
+  );
+
+  app.get<{ Params: { model_id: string }; Querystring: Query }>(
+    '/v1/dashboard/models/:model_id/trajectories',
+    { schema: { response: { 200: listEnvelope(TrajectorySummary) } } },
+    async (request) =>
+      envelope(
+        await dashboard.trajectories(request.principal, request.params.model_id, {
+          split: splitParam(request.query),
+          step: request.query.step === undefined ? undefined : queryInteger(request.query, 'step', 0, 0, Number.MAX_SAFE_INTEGER),
+          after: queryString(request.query, 'after'),
+          limit: queryInteger(request.query, 'limit', 50, 1, 200),
+        }),
+      ),
+  );
+
+  app.get<{ Params: { model_id: string; trajectory_id: string } }>(
+    '/v1/dashboard/models/:model_id/trajectories/:trajectory_id',
+    { schema: { response: { 200: Trajectory } } },
+    async (request) => dashboard.trajectory(request.principal, request.params.model_id, request.params.trajectory_id),
+  );
+
+  app.get<{ Querystring: Query }>('/v1/dashboard/jobs', { schema: { response: { 200: listEnvelope(JobListItem) } } }, async (request) =>
+    envelope(
+      await dashboard.jobs(request.principal, {
+        modelId: queryString(request.query, 'model_id'),
+        statuses: statusesParam(request.query),
+        after: queryString(request.query, 'after'),
+        limit: queryInteger(request.query, 'limit', 50, 1, 200),
+      }),
+    ),
+  );
+}

@@ -1,0 +1,316 @@
+/**
+ * What the dashboard reads: model summaries (latest step, last rewards, last job), the run's metric history,
+ * trajectories by split and step, and job lists. Read-only; every model goes through `ModelService.getOwned`
+ * or the principal's entity ids, so another entity's data is exactly as absent as missing data.
+ */
+import { notFound, validationError } from '../errors.ts';
+import type { JobStatus } from '../store/schema.ts';
+import type { DashboardRepository, JobListRow, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
+import type { Principal } from './auth-service.ts';
+import type { BaseModelRegistry } from './base-models.ts';
+import type { ModelService } from './model-service.ts';
+import { isChoice } from './trajectory-shape.ts';
+
+export interface RewardPoint {
+  value: number;
+  std_dev: number | null;
+  step: number;
+}
+
+export interface ModelSummaryView {
+  id: string;
+  entity: string;
+  project: string;
+  name: string;
+  base_model: string;
+  run_id: string;
+  created_at: string;
+  /** `entity/project/name`: the chat completions model name (add `:stepN` for a checkpoint). */
+  inference_name: string;
+  latest_step: number | null;
+  checkpoint_count: number;
+  /** The newest reward of any split, and the newest per split (`train` is the RL jobs' own reward). */
+  last_reward: (RewardPoint & { split: string }) | null;
+  rewards: Record<string, RewardPoint>;
+  last_job: { id: string; status: JobStatus } | null;
+}
+
+export interface Page<T> {
+  items: T[];
+  hasMore: boolean;
+}
+
+export interface TrajectorySummaryView {
+  id: string;
+  split: string;
+  step: number;
+  group_index: number;
+  trajectory_index: number;
+  reward: number | null;
+  created_at: string;
+  num_messages: number;
+  num_tool_calls: number;
+  has_reasoning: boolean;
+  prompt_preview: string;
+  response_preview: string;
+  metrics: Record<string, number>;
+}
+
+export interface TrajectoryView {
+  id: string;
+  split: string;
+  step: number;
+  group_index: number;
+  trajectory_index: number;
+  reward: number | null;
+  created_at: string;
+  data: Record<string, unknown>;
+}
+
+export interface JobListView {
+  id: string;
+  object: 'training_job';
+  type: string;
+  model_id: string;
+  status: JobStatus;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  error: { code: string; message: string } | null;
+  checkpoint_step: number | null;
+  num_sequences: number | null;
+  completed_steps: number;
+  metrics: Record<string, number>;
+  model: { id: string; entity: string; project: string; name: string };
+}
+
+export const JOB_STATUSES: readonly JobStatus[] = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'];
+
+/** How many of a run's newest metric rows are read to find each split's latest reward. */
+const REWARD_LOOKBACK_ROWS = 32;
+const PREVIEW_CHARS = 160;
+
+const entityIdsOf = (principal: Principal) => principal.entities.map((entity) => entity.id);
+
+/** The split a run-metrics row belongs to, and the key prefix of its metrics (`train` rows are unprefixed). */
+export function splitOfSource(source: string): { split: string; prefix: string } {
+  if (source.startsWith('log:')) {
+    const split = source.slice(4);
+    return { split, prefix: `${split}/` };
+  }
+  return { split: source, prefix: '' };
+}
+
+/** The newest reward per split among rows given newest first. */
+export function latestRewards(rows: RunMetricRow[]): { last: (RewardPoint & { split: string }) | null; bySplit: Record<string, RewardPoint> } {
+  const bySplit: Record<string, RewardPoint> = {};
+  let last: (RewardPoint & { split: string }) | null = null;
+  for (const row of rows) {
+    const { split, prefix } = splitOfSource(row.source);
+    if (split in bySplit) continue;
+    const value = row.metrics[`${prefix}reward`];
+    if (typeof value !== 'number' || !Number.isFinite(value)) continue;
+    const std = row.metrics[`${prefix}reward_std_dev`];
+    bySplit[split] = { value, std_dev: typeof std === 'number' && Number.isFinite(std) ? std : null, step: row.step };
+    last ??= { ...bySplit[split], split };
+  }
+  return { last, bySplit };
+}
+
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((part) => (part && typeof part === 'object' && typeof (part as { text?: unknown }).text === 'string' ? (part as { text: string }).text : ''))
+      .join('');
+  }
+  return '';
+}
+
+function preview(text: string): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > PREVIEW_CHARS ? `${flat.slice(0, PREVIEW_CHARS - 1)}…` : flat;
+}
+
+/** Chat messages of a trajectory, with each OpenAI Choice replaced by its assistant message. */
+function messagesOf(data: Record<string, unknown>): Record<string, unknown>[] {
+  const items = Array.isArray(data.messages_and_choices) ? (data.messages_and_choices as Record<string, unknown>[]) : [];
+  return items
+    .filter((item) => item && typeof item === 'object')
+    .map((item) => (isChoice(item) ? { role: 'assistant', ...(item.message as Record<string, unknown>) } : item));
+}
+
+export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
+  const messages = messagesOf(row.data);
+  const firstUser = messages.find((message) => message.role === 'user');
+  const lastAssistant = [...messages].reverse().find((message) => message.role === 'assistant');
+  const numToolCalls = messages.reduce((count, message) => count + (Array.isArray(message.tool_calls) ? message.tool_calls.length : 0), 0);
+  const hasReasoning = messages.some((message) => {
+    const reasoning = message.reasoning ?? message.reasoning_content;
+    return (typeof reasoning === 'string' && reasoning.length > 0) || /<think>/.test(textOf(message.content));
+  });
+  const metrics = Object.fromEntries(
+    Object.entries((row.data.metrics as Record<string, unknown> | null | undefined) ?? {}).filter(
+      (entry): entry is [string, number] => typeof entry[1] === 'number' && Number.isFinite(entry[1]),
+    ),
+  );
+  let response = lastAssistant ? textOf(lastAssistant.content) : '';
+  if (!response && lastAssistant && Array.isArray(lastAssistant.tool_calls) && lastAssistant.tool_calls.length > 0) {
+    const call = lastAssistant.tool_calls[0] as { function?: { name?: unknown } };
+    response = `→ ${String(call.function?.name ?? 'tool call')}(…)`;
+  }
+  return {
+    id: row.id,
+    split: row.split,
+    step: row.step,
+    group_index: row.groupIndex,
+    trajectory_index: row.trajectoryIndex,
+    reward: row.reward,
+    created_at: row.createdAt,
+    num_messages: messages.length,
+    num_tool_calls: numToolCalls,
+    has_reasoning: hasReasoning,
+    prompt_preview: preview(firstUser ? textOf(firstUser.content) : ''),
+    response_preview: preview(response),
+    metrics,
+  };
+}
+
+function toJobListView(row: JobListRow): JobListView {
+  return {
+    id: row.id,
+    object: 'training_job',
+    type: row.type,
+    model_id: row.model_id,
+    status: row.status,
+    created_at: row.created_at,
+    started_at: row.started_at,
+    finished_at: row.finished_at,
+    error: row.error_code ? { code: row.error_code, message: row.error_message ?? '' } : null,
+    checkpoint_step: row.checkpoint_step,
+    num_sequences: row.num_sequences,
+    completed_steps: row.completed_steps,
+    metrics: row.metrics,
+    model: { id: row.model_id, entity: row.entity_name, project: row.project, name: row.model_name },
+  };
+}
+
+export class DashboardService {
+  constructor(
+    private readonly repository: DashboardRepository,
+    private readonly models: Pick<ModelService, 'getOwned'>,
+    private readonly baseModels: Pick<BaseModelRegistry, 'loadableIds' | 'defaultId'>,
+  ) {}
+
+  overview(principal: Principal): { entity: string; entities: string[]; base_models: string[]; default_base_model: string } {
+    return {
+      entity: principal.entityName,
+      entities: principal.entities.map((entity) => entity.name),
+      base_models: this.baseModels.loadableIds(),
+      default_base_model: this.baseModels.defaultId,
+    };
+  }
+
+  private async toSummaryView(row: ModelSummaryRow): Promise<ModelSummaryView> {
+    const { last, bySplit } = latestRewards(await this.repository.latestRunMetrics(row.run_id, REWARD_LOOKBACK_ROWS));
+    return {
+      id: row.id,
+      entity: row.entity_name,
+      project: row.project,
+      name: row.name,
+      base_model: row.base_model,
+      run_id: row.run_id,
+      created_at: row.created_at,
+      inference_name: `${row.entity_name}/${row.project}/${row.name}`,
+      latest_step: row.latest_step,
+      checkpoint_count: row.checkpoint_count,
+      last_reward: last,
+      rewards: bySplit,
+      last_job: row.last_job_id && row.last_job_status ? { id: row.last_job_id, status: row.last_job_status } : null,
+    };
+  }
+
+  async listModels(principal: Principal, query: { project?: string; after?: string; limit: number }): Promise<Page<ModelSummaryView>> {
+    const entityIds = entityIdsOf(principal);
+    let after: { entityName: string; project: string; name: string } | undefined;
+    if (query.after !== undefined) {
+      const cursor = await this.repository.modelSummary(query.after, entityIds);
+      if (!cursor) throw validationError([{ loc: ['query', 'after'], msg: `No model with id ${JSON.stringify(query.after)}`, type: 'value_error' }]);
+      after = { entityName: cursor.entity_name, project: cursor.project, name: cursor.name };
+    }
+    const page = await this.repository.pageModels(entityIds, { project: query.project, after, limit: query.limit });
+    return { items: await Promise.all(page.items.map((row) => this.toSummaryView(row))), hasMore: page.hasMore };
+  }
+
+  async getModel(principal: Principal, modelId: string): Promise<ModelSummaryView> {
+    const model = await this.models.getOwned(principal, modelId);
+    const row = await this.repository.modelSummary(model.id, entityIdsOf(principal));
+    if (!row) throw new Error('an owned model has no summary');
+    return this.toSummaryView(row);
+  }
+
+  /** The run's metric history: one row per training job (`train`) or log call (`log:<split>`), in step order. */
+  async metrics(principal: Principal, modelId: string, query: { after?: string; limit: number }): Promise<Page<{ id: string; step: number; source: string; split: string; metrics: Record<string, unknown>; created_at: string }>> {
+    const model = await this.models.getOwned(principal, modelId);
+    let after: { step: number; id: number } | undefined;
+    if (query.after !== undefined) {
+      const cursor = /^\d+$/.test(query.after) ? await this.repository.findRunMetric(model.run_id, Number(query.after)) : undefined;
+      if (!cursor) throw validationError([{ loc: ['query', 'after'], msg: `No metrics row with id ${JSON.stringify(query.after)} in this run`, type: 'value_error' }]);
+      after = { step: cursor.step, id: cursor.id };
+    }
+    const page = await this.repository.pageRunMetrics(model.run_id, { after, limit: query.limit });
+    return {
+      items: page.items.map((row) => ({ id: String(row.id), step: row.step, source: row.source, split: splitOfSource(row.source).split, metrics: row.metrics, created_at: row.createdAt })),
+      hasMore: page.hasMore,
+    };
+  }
+
+  async trajectorySteps(principal: Principal, modelId: string): Promise<{ splits: { split: string; count: number; steps: { step: number; count: number }[] }[] }> {
+    const model = await this.models.getOwned(principal, modelId);
+    const splits = new Map<string, { split: string; count: number; steps: { step: number; count: number }[] }>();
+    for (const row of await this.repository.trajectorySteps(model.id)) {
+      const entry = splits.get(row.split) ?? { split: row.split, count: 0, steps: [] };
+      entry.count += row.count;
+      entry.steps.push({ step: row.step, count: row.count });
+      splits.set(row.split, entry);
+    }
+    return { splits: [...splits.values()] };
+  }
+
+  async trajectories(principal: Principal, modelId: string, query: { split: string; step?: number; after?: string; limit: number }): Promise<Page<TrajectorySummaryView>> {
+    const model = await this.models.getOwned(principal, modelId);
+    let after: { step: number; id: string } | undefined;
+    if (query.after !== undefined) {
+      const cursor = await this.repository.findTrajectory(model.id, query.after);
+      if (!cursor || cursor.split !== query.split || (query.step !== undefined && cursor.step !== query.step)) {
+        const where = `split ${JSON.stringify(query.split)}${query.step !== undefined ? ` at step ${query.step}` : ''}`;
+        throw validationError([{ loc: ['query', 'after'], msg: `No trajectory with id ${JSON.stringify(query.after)} in ${where}`, type: 'value_error' }]);
+      }
+      after = { step: cursor.step, id: cursor.id };
+    }
+    const page = await this.repository.pageTrajectories(model.id, query.split, { step: query.step, after, limit: query.limit });
+    return { items: page.items.map(summarizeTrajectory), hasMore: page.hasMore };
+  }
+
+  async trajectory(principal: Principal, modelId: string, trajectoryId: string): Promise<TrajectoryView> {
+    const model = await this.models.getOwned(principal, modelId);
+    const row = await this.repository.findTrajectory(model.id, trajectoryId);
+    if (!row) throw notFound('Trajectory');
+    return {
+      id: row.id,
+      split: row.split,
+      step: row.step,
+      group_index: row.groupIndex,
+      trajectory_index: row.trajectoryIndex,
+      reward: row.reward,
+      created_at: row.createdAt,
+      data: row.data,
+    };
+  }
+
+  async jobs(principal: Principal, query: { modelId?: string; statuses?: JobStatus[]; after?: string; limit: number }): Promise<Page<JobListView>> {
+    if (query.modelId !== undefined) await this.models.getOwned(principal, query.modelId);
+    const page = await this.repository.pageJobs(entityIdsOf(principal), { modelId: query.modelId, statuses: query.statuses, afterId: query.after, limit: query.limit });
+    return { items: page.items.map(toJobListView), hasMore: page.hasMore };
+  }
+}
