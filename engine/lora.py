@@ -260,13 +260,13 @@ class LoraBatch:
     The model asks for the delta of a group of projections that share an input
     (q/k/v, o, gate/up, down) and are fused in the base weights. Every
     (adapter, projection) pair present contributes r columns: the A's are
-    stacked into one [R, in] matrix and the B's, pre-multiplied by their
-    adapter's scale, into one block matrix [sum(out), R] whose blocks land on
-    their projection's output rows. With mixed rows, a 0/1 column mask keeps
-    each row to its own adapter's columns. So a group costs two dense matmuls
-    whatever the number of adapters, and rows without an adapter cost nothing
-    extra. With one adapter on every row there is no mask, and when autograd
-    is on the stacks are built from the parameters so gradients reach them.
+    stacked into one [R, in] matrix, so the whole group's down-projection is
+    one matmul whatever the number of adapters. With mixed rows a 0/1 column
+    mask keeps each row to its own adapter's columns (rows without an adapter
+    cost nothing extra), then one matmul per projection applies the stacked,
+    scale-multiplied B's. With one adapter on every row there is no mask and
+    the B's form one block matrix (see build_stack). When autograd is on the
+    stacks are built from the parameters so gradients reach them.
     """
 
     def __init__(self, row_adapters: Sequence[Optional[Adapter]], dtype: torch.dtype, device,
@@ -283,19 +283,22 @@ class LoraBatch:
 
     def delta(self, modules: Tuple[str, ...], sizes: Tuple[int, ...], x: torch.Tensor) -> Optional[torch.Tensor]:
         """The summed LoRA output for the concatenated outputs of `modules` (widths `sizes`), or None."""
-        parts = tuple((u, j) for u, a in enumerate(self.uniques) for j, m in enumerate(modules) if m in a.A)
+        # Projection-major column order: each projection's columns are one contiguous range.
+        parts = tuple((u, j) for j, m in enumerate(modules) for u, a in enumerate(self.uniques) if m in a.A)
         if not parts:
             return None
         adapters = [self.uniques[u] for u, _ in parts]
         if torch.is_grad_enabled():  # training: stacks built from the parameters, in the graph
-            A_cat, B_blk = build_stack(adapters, [modules[j] for _, j in parts], [j for _, j in parts], sizes, x.dtype)
+            A_cat, B = build_stack(adapters, modules, parts, sizes, x.dtype, self.single)
         else:
-            A_cat, B_blk = self.stacks.get(adapters, modules, parts, sizes, x.dtype)
+            A_cat, B = self.stacks.get(adapters, modules, parts, sizes, x.dtype, self.single)
         h = torch.matmul(x, A_cat.t())
-        if not self.single:
-            mask_BR = self._mask(parts)
-            h = h * mask_BR.view(mask_BR.shape[0], *([1] * (h.dim() - 2)), mask_BR.shape[1])
-        return torch.matmul(h, B_blk.t())
+        if self.single:
+            return torch.matmul(h, B.t())
+        mask_BR = self._mask(parts)
+        h = h * mask_BR.view(mask_BR.shape[0], *([1] * (h.dim() - 2)), mask_BR.shape[1])
+        return torch.cat([torch.matmul(h[..., lo:hi], B_j.t()) if B_j is not None else h.new_zeros(*h.shape[:-1], width)
+                          for (lo, hi, B_j), width in zip(B, sizes)], dim=-1)
 
     def _mask(self, parts: Tuple[Tuple[int, int], ...]) -> torch.Tensor:
         key = tuple((u, self.uniques[u].config.rank) for u, _ in parts)
@@ -308,18 +311,30 @@ class LoraBatch:
         return mask
 
 
-def build_stack(adapters: List[Adapter], modules: List[str], slots: List[int], sizes: Tuple[int, ...],
-                dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A_cat [R, in] and the scaled block B [sum(sizes), R] for (adapter, module, output slot) triples."""
-    A_cat = torch.cat([a.A[m] for a, m in zip(adapters, modules)], dim=0)
-    offsets = [sum(sizes[:j]) for j in range(len(sizes))]
-    blocks = []
-    for a, m, j in zip(adapters, modules, slots):
-        b = a.B[m] * a.config.scale
-        pad = (0, 0, offsets[j], sum(sizes) - offsets[j] - sizes[j])  # place rows at this projection's outputs
-        blocks.append(torch.nn.functional.pad(b, pad) if len(sizes) > 1 else b)
-    B_blk = torch.cat(blocks, dim=1)
-    return A_cat.to(dtype), B_blk.to(dtype)
+def build_stack(adapters: List[Adapter], modules: Tuple[str, ...], parts, sizes: Tuple[int, ...],
+                dtype: torch.dtype, block: bool):
+    """A_cat [R, in] over (adapter, projection) parts, and the scaled B side.
+
+    block: one [sum(sizes), R] matrix with each B on its projection's output
+    rows (zeros elsewhere): a single matmul, the cheapest form for one adapter.
+    Otherwise, per projection, (first column, end column, B_cat [out, cols]) or
+    None: no padding, whose cost would grow with the number of adapters.
+    """
+    A_cat = torch.cat([a.A[modules[j]] for a, (_, j) in zip(adapters, parts)], dim=0).to(dtype)
+    scaled = [a.B[modules[j]] * a.config.scale for a, (_, j) in zip(adapters, parts)]
+    if block:
+        offsets = [sum(sizes[:j]) for j in range(len(sizes))]
+        total = sum(sizes)
+        blocks = [b if len(sizes) == 1 else torch.nn.functional.pad(b, (0, 0, offsets[j], total - offsets[j] - sizes[j]))
+                  for b, (_, j) in zip(scaled, parts)]
+        return A_cat, torch.cat(blocks, dim=1).to(dtype)
+    per_module, col = [], 0
+    for j in range(len(sizes)):
+        mine = [b for b, (_, jj) in zip(scaled, parts) if jj == j]
+        width = sum(b.shape[1] for b in mine)
+        per_module.append((col, col + width, torch.cat(mine, dim=1).to(dtype) if mine else None))
+        col += width
+    return A_cat, per_module
 
 
 class StackCache:
@@ -334,14 +349,14 @@ class StackCache:
         self.max_bytes, self.bytes = max_bytes, 0
         self._items: "OrderedDict[Tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
 
-    def get(self, adapters: List[Adapter], modules: Tuple[str, ...], parts, sizes, dtype):
-        key = (modules, dtype, parts) + tuple((a.uid, a.version) for a in adapters)
+    def get(self, adapters: List[Adapter], modules: Tuple[str, ...], parts, sizes, dtype, block: bool):
+        key = (modules, dtype, parts, block) + tuple((a.uid, a.version) for a in adapters)
         hit = self._items.get(key)
         if hit is not None:
             self._items.move_to_end(key)
             return hit
         with torch.no_grad():
-            hit = build_stack(adapters, [modules[j] for _, j in parts], [j for _, j in parts], sizes, dtype)
+            hit = build_stack(adapters, modules, parts, sizes, dtype, block)
         self._items[key] = hit
         self.bytes += _nbytes(hit)
         while self.bytes > self.max_bytes and len(self._items) > 1:
@@ -350,9 +365,11 @@ class StackCache:
 
     def forget(self, adapter: Adapter) -> None:
         """Free stacks that hold a dropped or retrained adapter."""
-        for key in [k for k in self._items if any(part[0] == adapter.uid for part in k[3:])]:
+        for key in [k for k in self._items if any(part[0] == adapter.uid for part in k[4:])]:
             self.bytes -= _nbytes(self._items.pop(key))
 
 
-def _nbytes(pair: Tuple[torch.Tensor, torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in pair)
+def _nbytes(stack) -> int:
+    A_cat, B = stack
+    tensors = [A_cat] + ([B] if isinstance(B, torch.Tensor) else [b for _, _, b in B if b is not None])
+    return sum(t.numel() * t.element_size() for t in tensors)
