@@ -18,7 +18,7 @@ export function tick(value: number, step = 0): string {
   const mantissa = step / 10 ** exponent;
   const extra = Math.abs(mantissa - Math.round(mantissa)) > 1e-9 ? 1 : 0;
   if (Math.abs(value) >= 1e4 && step >= 1000) return `${trimZeros((value / 1000).toFixed(Math.max(0, 3 - exponent + extra)))}k`;
-  if (step < 1e-3) return value.toExponential(Math.max(0, Math.floor(Math.log10(Math.abs(value))) - exponent + extra));
+  if (step < 1e-5) return value.toExponential(Math.max(0, Math.floor(Math.log10(Math.abs(value))) - exponent + extra));
   return trimZeros(value.toFixed(Math.max(0, -exponent + extra)));
 }
 

@@ -228,7 +228,7 @@ function checkpointsSection(model: ModelSummary, signal: AbortSignal, onDeleted:
     const confirmed = await confirmDialog({
       title: steps.length === 1 ? `Delete checkpoint step ${steps[0]}?` : `Delete ${steps.length} checkpoints?`,
       body: [
-        h('p', `Steps ${steps.join(', ')} and their adapter files will be removed. This cannot be undone.`),
+        h('p', steps.length === 1 ? `Step ${steps[0]} and its adapter files will be removed. This cannot be undone.` : `Steps ${steps.join(', ')} and their adapter files will be removed. This cannot be undone.`),
         h('p', { class: 'muted' }, 'Training continues from the highest remaining step. Their metrics stay in the run history.'),
       ],
       confirm: steps.length === 1 ? 'Delete checkpoint' : `Delete ${steps.length} checkpoints`,

@@ -1,0 +1,416 @@
+/**
+ * The dashboard in headless Chromium against the real server and engine, with data from a short RL run made
+ * through the API (rollouts sampled with chat completions, three training jobs, a logged validation split
+ * with tool calls and reasoning, a failing job). Asserts on what is visible; any browser console error,
+ * page error or failed request fails the suite. Screenshots of every page land in screenshots/.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { Page } from 'playwright-core';
+import { newId } from '../src/ids.ts';
+import path from 'node:path';
+import { chromiumAvailable, CHROMIUM, openBrowser, SCREENSHOT_DIR, type BrowserSession } from './helpers/browser.ts';
+import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { startE2eServer, type E2eServer } from './helpers/server.ts';
+
+const TIMEOUT = 15_000;
+
+/** A validation split as an agent would log it: reasoning, a tool call, its result, a final answer. */
+function agentTrajectory(reward: number, city: string) {
+  return {
+    messages_and_choices: [
+      { role: 'system', content: 'You answer weather questions with the get_weather tool.' },
+      { role: 'user', content: `What is the weather in ${city}?` },
+      {
+        role: 'assistant',
+        content: '',
+        reasoning: `The user wants the weather in ${city}; I should call get_weather.`,
+        tool_calls: [{ id: `call_${city}`, type: 'function', function: { name: 'get_weather', arguments: JSON.stringify({ city, unit: 'celsius' }) } }],
+      },
+      { role: 'tool', tool_call_id: `call_${city}`, content: JSON.stringify({ city, temperature_c: 21, sky: 'clear' }) },
+      { role: 'assistant', content: `It is 21 °C and clear in ${city}.` },
+    ],
+    tools: [{ type: 'function', function: { name: 'get_weather', description: 'Current weather for a city', parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string' } }, required: ['city'] } } }],
+    reward,
+    metrics: { tool_calls: 1, answer_length: 24 + city.length },
+    metadata: { city },
+    logs: [`asked about ${city}`],
+  };
+}
+
+const valGroups = (shift: number) => [
+  { trajectories: [agentTrajectory(0.2 + shift, 'Paris'), agentTrajectory(0.6 + shift, 'Lyon')] },
+  { trajectories: [agentTrajectory(0.4 + shift, 'Oslo'), agentTrajectory(0.9 + shift, 'Rome')] },
+];
+
+const PROMPTS = ['Name a colour.', 'Count to three.'];
+/** Many small rows, so a job takes many gradient steps. */
+const MANY_ROWS = { packed_sequence_length: 32 };
+
+describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `no Chromium at ${CHROMIUM} (scripts/install.sh installs it)` }, () => {
+  let e2e: E2eServer;
+  let session: BrowserSession;
+  let page: Page;
+  let modelId: string;
+  let failedJobId: string;
+  const stepsTrained = 3;
+  let groupsForJobs: Awaited<ReturnType<typeof sampleGroup>>[] = [];
+
+  const expectNoProblems = () => assert.deepEqual(session.problems, [], 'no browser console errors, page errors or failed requests');
+
+  before(async () => {
+    e2e = await startE2eServer();
+    const created = await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'policy', base_model: 'builtin/tiny-chat' });
+    modelId = created.body.id;
+    await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'baseline', base_model: 'builtin/tiny-chat' });
+
+    // A short RL run: sample from the latest checkpoint, score, train; log a validation split at every step.
+    for (let round = 0; round < stepsTrained; round += 1) {
+      const log = await e2e.api('POST', `/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: valGroups(round * 0.03) });
+      assert.equal(log.status, 200, JSON.stringify(log.body));
+      const groups = [];
+      for (const [index, prompt] of PROMPTS.entries()) {
+        // Rewards that rise from round to round, spread within each group.
+        groups.push(await sampleGroup(e2e, 'local/dash/policy', prompt, 3, (_choice, i) => Math.min(1, 0.15 * round + 0.25 * ((i + index) % 3)), round * 10 + index * 3));
+      }
+      groupsForJobs = groups;
+      const job = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: {} });
+      assert.equal(job.status, 200, JSON.stringify(job.body));
+      assert.equal((await waitForJob(e2e, job.body.id)).status, 'COMPLETED');
+    }
+    await e2e.api('POST', `/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: valGroups(0.1) });
+
+    // A job that fails while training (the chat template cannot render a tool call without a name).
+    const broken = await e2e.api('POST', '/v1/preview/models', { project: 'experiments', name: 'broken', base_model: 'builtin/tiny-chat' });
+    const badTurn = { role: 'assistant', content: 'x', tool_calls: [{ type: 'function', function: { arguments: '{}' } }] };
+    const failing = await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: broken.body.id,
+      trajectory_groups: [{ trajectories: [0, 1].map((reward) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, badTurn], reward })) }],
+      experimental_config: { allow_training_without_logprobs: true },
+    });
+    failedJobId = failing.body.id;
+    assert.equal((await waitForJob(e2e, failedJobId)).status, 'FAILED');
+
+    session = await openBrowser(e2e.url);
+    page = session.page;
+    page.setDefaultTimeout(TIMEOUT);
+  });
+
+  after(async () => {
+    await session?.close();
+    await e2e?.close();
+  });
+
+  test('sign in by pasting an API key; the models list shows each project with base model, latest step and last reward', async () => {
+    await page.goto('/');
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    await session.screenshot('01-sign-in');
+    // A wrong key is refused with the server's message (the browser logs the 401 itself: expected, once).
+    await page.getByLabel('API key').fill('sk-not-a-key-of-this-server-000000');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').getByText('Invalid or revoked API key').waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+    assert.ok(session.problems.length === 1 && /401/.test(session.problems[0]), session.problems.join('\n'));
+    session.problems.length = 0;
+
+    await page.getByLabel('API key').fill(e2e.key);
+    await page.getByLabel('API key').press('Enter');
+    await page.getByRole('heading', { name: 'Models', level: 1 }).waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('agent-trainer.api-key')), e2e.key, 'the key lives in sessionStorage');
+    assert.equal(await page.evaluate(() => localStorage.length), 0, 'nothing in localStorage');
+
+    const dash = page.getByRole('region', { name: 'Project dash' });
+    const policy = dash.locator('tr[data-model="policy"]');
+    await policy.waitFor();
+    const cells = await policy.locator('td, th').allInnerTexts();
+    assert.equal(cells[0], 'policy');
+    assert.equal(cells[1], 'builtin/tiny-chat');
+    assert.equal(cells[2], String(stepsTrained), 'latest step');
+    assert.equal(cells[3], String(stepsTrained + 1), 'checkpoints 0..3');
+    assert.match(cells[4], /^train \d[\d.]* ± [\d.]+ @3\nval \d[\d.]* ± [\d.]+ @3$/, `last reward per split: ${cells[4]}`);
+    assert.match(cells[5].toLowerCase(), /completed/);
+    const baseline = await dash.locator('tr[data-model="baseline"] td').allInnerTexts();
+    assert.equal(baseline[1], '0', 'a fresh model is at step 0');
+    assert.equal(baseline[3], '—', 'no reward yet');
+    await page.getByRole('region', { name: 'Project experiments' }).waitFor();
+    await session.screenshot('02-models');
+    expectNoProblems();
+  });
+
+  test('the keyboard alone reaches a model: Tab to its link, Enter', async () => {
+    await page.locator('body').focus();
+    let reached = false;
+    for (let presses = 0; presses < 40 && !reached; presses += 1) {
+      await page.keyboard.press('Tab');
+      reached = await page.evaluate(() => document.activeElement?.textContent === 'policy');
+    }
+    assert.ok(reached, 'Tab reaches the model link');
+    await page.keyboard.press('Enter');
+    await page.getByRole('heading', { name: 'policy', level: 1 }).waitFor();
+    expectNoProblems();
+  });
+
+  test('model page: one chart point per step, reward with its std band, metric picker, checkpoints with metrics', async () => {
+    const reward = page.locator('figure[data-chart="Reward"]');
+    await reward.locator('circle.pt').first().waitFor();
+    const trainSteps = await reward.locator('circle.pt[data-series="train"]').evaluateAll((nodes) => nodes.map((node) => Number(node.getAttribute('data-x'))));
+    assert.deepEqual(trainSteps, [1, 2, 3], 'one train reward point per trained step');
+    const valSteps = await reward.locator('circle.pt[data-series="val"]').evaluateAll((nodes) => nodes.map((node) => Number(node.getAttribute('data-x'))));
+    assert.deepEqual(valSteps, [0, 1, 2, 3], 'one val reward point per logged step');
+    assert.equal(await reward.locator('polygon.band[data-series="val"]').count(), 1, 'val reward has a std band');
+    assert.equal(await reward.locator('polygon.band[data-series="train"]').count(), 1, 'train reward has a std band');
+    assert.equal(await page.locator('figure[data-chart="Loss"] circle.pt').count(), stepsTrained);
+    assert.deepEqual(await reward.locator('.chart-legend li').allInnerTexts().then((items) => items.map((item) => item.split('\n')[0].trim())), ['train', 'val']);
+
+    // Hover shows the values at a step; the keyboard moves the same cursor.
+    const box = (await reward.locator('circle.pt[data-series="val"][data-x="2"]').boundingBox())!;
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await reward.locator('.chart-tooltip').getByText('step 2').waitFor();
+    await reward.focus();
+    await page.keyboard.press('End');
+    await reward.locator('.chart-tooltip').getByText('step 3').waitFor();
+
+    // The picker adds and removes charts.
+    const entropyChip = page.getByRole('button', { name: 'Entropy' });
+    assert.equal(await entropyChip.getAttribute('aria-pressed'), 'true');
+    await entropyChip.click();
+    await page.locator('figure[data-chart="Entropy"]').waitFor({ state: 'detached' });
+    const learningRate = page.getByRole('button', { name: 'Learning rate' });
+    await learningRate.click();
+    await page.locator('figure[data-chart="Learning rate"] circle.pt').first().waitFor();
+    assert.match(page.url(), /metrics=/, 'the picked metrics are in the URL');
+
+    const rows = page.locator('table.checkpoints tbody tr');
+    assert.deepEqual(await rows.evaluateAll((nodes) => nodes.map((node) => Number(node.getAttribute('data-step')))), [3, 2, 1, 0]);
+    const headers = await page.locator('table.checkpoints thead th').allInnerTexts();
+    assert.ok(headers.map((text) => text.toLowerCase()).includes('reward'), headers.join('|'));
+    assert.ok(headers.includes('VAL/REWARD') || headers.includes('val/reward'), headers.join('|'));
+    assert.notEqual((await rows.first().locator('td.num').first().innerText()).trim(), '—', 'the latest checkpoint shows its reward');
+    await page.mouse.move(0, 0);
+    await session.screenshot('03-model');
+    expectNoProblems();
+  });
+
+  test('model page: delete a checkpoint after confirming', async () => {
+    await page.getByRole('checkbox', { name: 'Select step 1' }).check();
+    await page.getByRole('button', { name: 'Delete 1 selected' }).click();
+    const dialog = page.getByRole('dialog');
+    await dialog.getByText('Delete checkpoint step 1?').waitFor();
+    await session.screenshot('04-delete-confirm', { fullPage: false });
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await dialog.waitFor({ state: 'detached' });
+    assert.equal(await page.locator('table.checkpoints tbody tr[data-step="1"]').count(), 1, 'cancel keeps it');
+
+    await page.getByRole('button', { name: 'Delete 1 selected' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Delete checkpoint' }).click();
+    await page.locator('table.checkpoints tbody tr[data-step="1"]').waitFor({ state: 'detached' });
+    await page.getByText('Deleted 1 checkpoint').waitFor();
+    const listed = await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints?limit=100`);
+    assert.deepEqual(listed.body.data.map((checkpoint: { step: number }) => checkpoint.step), [0, 2, 3]);
+    // The run history keeps the deleted step's metrics: the chart still has its point.
+    assert.equal(await page.locator('figure[data-chart="Reward"] circle.pt[data-series="train"]').count(), 3);
+    expectNoProblems();
+  });
+
+  test('trajectories: browse by split and step, open one with reasoning, tool calls, tool results and rewards', async () => {
+    await page.getByRole('link', { name: 'Trajectories' }).click();
+    await page.getByLabel('Split').waitFor();
+    assert.equal(await page.getByLabel('Split').inputValue(), 'train');
+    assert.equal(await page.getByLabel('Step').inputValue(), String(stepsTrained - 1), 'the latest trained step (trajectories are kept at the step they were sampled from)');
+    const items = page.locator('.trajectory-list button[data-id]');
+    await items.first().waitFor();
+    assert.equal(await items.count(), PROMPTS.length * 3);
+    // The first trajectory opens by itself: a sampled choice with logprobs.
+    await page.locator('.trajectory-detail').getByText('choice', { exact: true }).first().waitFor();
+
+    await page.getByLabel('Split').selectOption('val');
+    await page.getByLabel('Step').selectOption('3');
+    await items.nth(1).click();
+    const detail = page.locator('.trajectory-detail');
+    const conversation = detail.locator('.conversation');
+    await detail.getByRole('heading', { name: 'Group 0 · trajectory 1' }).waitFor();
+    await conversation.getByText('What is the weather in Lyon?').waitFor();
+    await detail.locator('.reasoning').getByText('I should call get_weather').waitFor();
+    await detail.locator('.tool-call').getByText('get_weather').waitFor();
+    assert.match(await detail.locator('.tool-call pre').innerText(), /"city": "Lyon"/);
+    await detail.getByText('result of get_weather').waitFor();
+    assert.match(await detail.locator('.msg-tool pre').innerText(), /"temperature_c": 21/);
+    await conversation.getByText('It is 21 °C and clear in Lyon.').waitFor();
+    assert.equal((await detail.locator('.reward-big').innerText()).replace(/\s+/g, ' ').trim().toLowerCase(), 'reward 0.7');
+    assert.deepEqual(await detail.locator('.msg').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-role'))), ['system', 'user', 'assistant', 'tool', 'assistant']);
+    await detail.getByText('Tools (1)').waitFor();
+    assert.match(page.url(), /split=val&step=3/);
+
+    // ↓ moves to the next trajectory.
+    await items.nth(1).focus();
+    await page.keyboard.press('ArrowDown');
+    await conversation.getByText('What is the weather in Oslo?').waitFor();
+    await items.nth(2).focus();
+    await page.keyboard.press('ArrowUp');
+    await conversation.getByText('What is the weather in Lyon?').waitFor();
+    await session.screenshot('05-trajectory');
+    expectNoProblems();
+  });
+
+  test('jobs: the list shows status; cancel a queued job; follow a job live to its end', async () => {
+    // A long job, then one to follow and one to cancel, queued behind it on the same model.
+    const big = Array.from({ length: 12 }, () => groupsForJobs).flat();
+    const long = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: big, experimental_config: MANY_ROWS });
+    const followed = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [...groupsForJobs, ...groupsForJobs], experimental_config: MANY_ROWS });
+    const doomed = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groupsForJobs, experimental_config: {} });
+
+    await page.getByRole('link', { name: 'Jobs', exact: true }).first().click();
+    await page.getByRole('heading', { name: 'Training jobs' }).waitFor();
+    const doomedRow = page.locator(`tr[data-job="${doomed.body.id}"]`);
+    await doomedRow.waitFor();
+    assert.equal((await doomedRow.locator('.badge').innerText()).toLowerCase(), 'queued');
+    await page.locator(`tr[data-job="${failedJobId}"] .badge`).getByText('failed').waitFor();
+    assert.ok((await page.locator('table.jobs tbody tr').count()) >= 7);
+    await session.screenshot('06-jobs');
+
+    // Cancel the queued one from its page.
+    await doomedRow.getByRole('link', { name: /^RL / }).click();
+    await page.getByRole('button', { name: 'Cancel job' }).click();
+    await page.getByRole('dialog').getByRole('button', { name: 'Cancel job' }).click();
+    await page.locator('.status-slot .badge').getByText('cancelled').waitFor();
+    await page.getByRole('alert').getByText('Cancelled', { exact: true }).waitFor();
+    assert.equal((await e2e.api('GET', `/v1/preview/training-jobs/${doomed.body.id}`)).body.status, 'CANCELLED');
+
+    // Follow the other one: queued behind the long job, then running, then completed — without a reload.
+    await page.goto(`/#/jobs/${followed.body.id}`);
+    await page.locator('.status-slot .badge').waitFor();
+    // (A script string: tsx would wrap named functions in helpers the page does not have.)
+    await page.evaluate(`(() => {
+      const seen = (window.seen = []);
+      function read() {
+        const status = document.querySelector('.status-slot .badge')?.textContent ?? '';
+        const progress = document.querySelector('#job-progress');
+        const entry = status + ' ' + (progress ? progress.value + '/' + progress.max : '');
+        if (seen.at(-1) !== entry) seen.push(entry);
+      }
+      read();
+      new MutationObserver(read).observe(document.getElementById('content'), { subtree: true, childList: true, attributes: true, characterData: true });
+    })()`);
+    await page.locator('.status-slot .badge').getByText('completed').waitFor({ timeout: 60_000 });
+    const seen = await page.evaluate(() => (window as unknown as { seen: string[] }).seen);
+    assert.ok(seen.some((entry) => entry.startsWith('queued') || entry.startsWith('running')), `the page showed the job before it ended: ${seen.join(', ')}`);
+    const final = await waitForJob(e2e, followed.body.id);
+    const total = final.num_sequences as number;
+    assert.ok(total > 1, `several gradient steps: ${total}`);
+    assert.equal(seen.at(-1), `completed ${total}/${total}`);
+    assert.equal(await page.locator('.progress-label').innerText(), `${total} / ${total} gradient steps`);
+    await page.getByText(`Checkpoint step ${final.checkpoint_step} written`).waitFor();
+    assert.equal(await page.locator('figure[data-chart="Loss"] circle.pt').count(), total, 'one loss point per gradient step');
+    assert.equal(await page.locator('table.events tbody tr[data-type="gradient_step"]').count(), total);
+    assert.equal(await page.locator('table.events tbody tr').first().getAttribute('data-type'), 'training_ended');
+    await session.screenshot('07-job');
+    await waitForJob(e2e, long.body.id);
+
+    await page.goto(`/#/jobs/${failedJobId}`);
+    const failure = page.getByRole('alert');
+    await failure.getByText('Training failed').waitFor();
+    assert.match(await failure.innerText(), /chat template failed to render/);
+    await session.screenshot('08-job-failed');
+    expectNoProblems();
+  });
+
+  test('playground: a checkpoint streams its reply; hovering a token shows its logprob', async () => {
+    await page.getByRole('link', { name: 'Playground' }).click();
+    await page.getByLabel('Model').selectOption({ label: 'dash / policy' });
+    await page.getByLabel('Checkpoint').selectOption('3');
+    assert.match(page.url(), /step=3/);
+    await page.getByLabel('Max tokens').fill('24');
+    await page.getByLabel('Temperature').fill('1');
+
+    // Record the reply's length at every DOM change: a streamed reply grows piece by piece. The tiny model
+    // writes 24 tokens in a few milliseconds, so the network is slowed to let the pieces arrive apart.
+    await page.evaluate(`(() => {
+      const lengths = (window.lengths = []);
+      new MutationObserver(() => {
+        const reply = document.querySelector('.msg-assistant .reply-tokens');
+        if (reply && lengths.at(-1) !== reply.textContent.length) lengths.push(reply.textContent.length);
+      }).observe(document.querySelector('.chat-log'), { subtree: true, childList: true, characterData: true });
+    })()`);
+    const cdp = await session.context.newCDPSession(page);
+    await cdp.send('Network.enable');
+    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: 12 * 1024, uploadThroughput: -1 });
+    await page.getByLabel('Message').fill('Tell me a story about a robot.');
+    await page.getByLabel('Message').press('Enter');
+    const reply = page.locator('.msg-assistant').last();
+    await reply.locator('.msg-foot[data-finish]').waitFor({ timeout: 30_000 });
+    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 });
+    await cdp.detach();
+    // Random weights rarely end a reply early, but a trained tiny model may: either ending is fine.
+    const finish = await reply.locator('.msg-foot').getAttribute('data-finish');
+    assert.ok(finish === 'length' || finish === 'stop', `finish: ${finish}`);
+    assert.equal(await reply.locator('.model-name').innerText(), 'local/dash/policy:step3');
+    const pieces = await reply.locator('.tok').count();
+    assert.ok(pieces > 1, `several streamed pieces: ${pieces}`);
+    const lengths = await page.evaluate(() => (window as unknown as { lengths: number[] }).lengths);
+    assert.ok(lengths.length >= 3 && lengths.every((length, i) => i === 0 || length > lengths[i - 1]), `the reply grew while streaming: ${lengths.join(',')}`);
+    const footer = await reply.locator('.msg-foot').innerText();
+    const tokens = Number(/^(\d+) tokens · .* tokens\/s/.exec(footer)?.[1]);
+    assert.ok(tokens >= pieces - 1 && tokens <= 24, footer);
+    assert.equal(await page.locator('.msg-user').innerText().then((text) => text.includes('Tell me a story about a robot.')), true);
+
+    await reply.locator('.tok').nth(1).hover();
+    const tip = page.locator('#token-tip');
+    await tip.waitFor({ state: 'visible' });
+    assert.match(await tip.innerText(), /logprob -?\d/);
+    assert.ok((await tip.locator('.tip-table tr').count()) >= 1, 'alternatives are listed');
+    await session.screenshot('09-playground');
+
+    // The keyboard reads the same logprobs: focus the reply, → moves token by token.
+    await reply.locator('.reply-tokens').focus();
+    await page.keyboard.press('ArrowRight');
+    await page.keyboard.press('ArrowRight');
+    assert.equal(await reply.locator('.tok.active').count(), 1);
+    await tip.waitFor({ state: 'visible' });
+
+    // A second turn goes to the same checkpoint with the history.
+    await page.getByLabel('Message').fill('And then?');
+    await page.getByLabel('Message').press('Enter');
+    await page.locator('.msg-assistant').nth(1).locator('.msg-foot[data-finish]').waitFor({ timeout: 30_000 });
+    assert.equal(await page.locator('.msg-user').count(), 2);
+    expectNoProblems();
+  });
+
+  test('a model with 200 checkpoints paints in under a second', async () => {
+    const { models, trajectories } = e2e.server.services.repositories;
+    const big = await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'long-run', base_model: 'builtin/tiny-chat' });
+    const run = big.body.run_id as string;
+    for (let step = 1; step <= 200; step += 1) {
+      const metrics = { reward: Math.tanh(step / 60) + 0.05 * Math.sin(step), reward_std_dev: 0.2 / Math.sqrt(step), loss: 1 / step, grad_norm: 0.5 + 0.1 * Math.cos(step), entropy: 2 - step / 200, tokens_per_second: 900 + step };
+      const now = new Date().toISOString();
+      await models.insertCheckpoint({ id: newId(), model_id: big.body.id, step, metrics: JSON.stringify(metrics), adapter_path: null, created_at: now });
+      await trajectories.insertRunMetrics(run, step, 'train', metrics, now);
+      if (step % 10 === 0) await trajectories.insertRunMetrics(run, step, 'log:val', { 'val/reward': metrics.reward - 0.1, 'val/reward_std_dev': 0.1 }, now);
+    }
+    const fresh = await session.context.newPage();
+    fresh.setDefaultTimeout(TIMEOUT);
+    await fresh.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
+    await fresh.goto(`/#/models/${big.body.id}`);
+    await fresh.locator('figure[data-chart="Reward"] circle.pt[data-series="train"]').nth(199).waitFor({ state: 'attached' });
+    await fresh.locator('table.checkpoints tbody tr').nth(99).waitFor();
+    // Times from the browser's own clock, counted from the start of navigation.
+    const timing = await fresh.evaluate(() => ({ paint: performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null, now: performance.now() }));
+    assert.ok(timing.paint !== null && timing.paint < 1000, `first contentful paint ${timing.paint} ms`);
+    assert.ok(timing.now < 2000, `chart and checkpoints shown ${timing.now} ms after navigation started`);
+    console.log(`# 200 checkpoints: first contentful paint ${timing.paint?.toFixed(0)} ms; chart and table complete by ${timing.now.toFixed(0)} ms`);
+    assert.equal(await fresh.locator('figure[data-chart="Reward"] circle.pt[data-series="val"]').count(), 20);
+    assert.equal(await fresh.locator('table.checkpoints tbody tr').count(), 100, 'the first page of checkpoints');
+    await fresh.screenshot({ path: path.join(SCREENSHOT_DIR, '10-model-200-checkpoints.png') });
+    await fresh.getByRole('button', { name: 'Load more checkpoints' }).click();
+    await fresh.locator('table.checkpoints tbody tr').nth(199).waitFor();
+    await fresh.close();
+    expectNoProblems();
+  });
+
+  test('sign out forgets the key', async () => {
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+    assert.equal(await page.getByRole('navigation', { name: 'Main' }).isVisible(), false);
+    expectNoProblems();
+  });
+});
