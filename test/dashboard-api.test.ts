@@ -319,6 +319,10 @@ for (const backend of backends()) {
       assert.deepEqual(detail.body.data, agentTrajectory(0.75, { metadata: { seed: 3 } }), 'stored exactly as sent');
       const parts = await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories?split=test`);
       assert.equal(parts.body.data[0].prompt_preview, 'parts joined');
+      await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'think', trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: '2+2?' }, { role: 'assistant', content: '<think>Add them.</think>\n\nFour.' }], reward: 1 }] }] });
+      const thought = (await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories?split=think`)).body.data[0];
+      assert.equal(thought.response_preview, 'Four.', 'the preview is the answer, not the inline reasoning');
+      assert.equal(thought.has_reasoning, true);
       // Without a step: every step in order.
       const allVal = await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories?split=val`);
       assert.deepEqual(allVal.body.data.map((item: { step: number; reward: number }) => [item.step, item.reward]), [[0, 0.25], [0, 0.75], [1, 1]]);

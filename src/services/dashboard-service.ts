@@ -154,7 +154,8 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
       (entry): entry is [string, number] => typeof entry[1] === 'number' && Number.isFinite(entry[1]),
     ),
   );
-  let response = lastAssistant ? textOf(lastAssistant.content) : '';
+  // The answer, without the reasoning a model wrote inline.
+  let response = lastAssistant ? textOf(lastAssistant.content).replace(/^\s*<think>[\s\S]*?(<\/think>|$)/, '') : '';
   if (!response && lastAssistant && Array.isArray(lastAssistant.tool_calls) && lastAssistant.tool_calls.length > 0) {
     const call = lastAssistant.tool_calls[0] as { function?: { name?: unknown } };
     response = `→ ${String(call.function?.name ?? 'tool call')}(…)`;

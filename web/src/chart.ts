@@ -114,8 +114,9 @@ export function lineChart(options: ChartOptions): Chart {
     }
     let [xMin, xMax] = extent(xs);
     if (xMin === xMax) {
-      xMin -= 1;
-      xMax += 1;
+      // One step: centre it, with no neighbouring (perhaps negative) steps on the axis.
+      xMin -= 0.5;
+      xMax += 0.5;
     }
     let [yMin, yMax] = extent(points.flatMap((point) => [point.y, point.lo ?? point.y, point.hi ?? point.y]));
     if (yMin === yMax) {
@@ -141,7 +142,7 @@ export function lineChart(options: ChartOptions): Chart {
         s('text', { x: MARGIN.left - 8, y: y + 4, 'text-anchor': 'end', class: 'tick' }, tick(value, yStep)),
       );
     }
-    const xTicks = niceTicks(xMin, xMax, Math.max(2, Math.floor(innerWidth / 70)), true).filter((value) => value >= xMin && value <= xMax);
+    const xTicks = niceTicks(xMin, xMax, Math.max(2, Math.floor(innerWidth / 70)), true).filter((value) => value >= xMin && value <= xMax && Number.isInteger(value));
     const xStep = xTicks.length > 1 ? xTicks[1] - xTicks[0] : 1;
     for (const value of xTicks) {
       const x = scaleX(value);

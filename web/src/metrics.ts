@@ -65,8 +65,14 @@ export function chartableMetrics(table: MetricTable): string[] {
   });
 }
 
+const SPLIT_COLORS = ['train', 'val', 'test'];
+
+/** One colour per split on every chart: train, val and test keep theirs; other splits take the rest in order. */
 export function colorOfSplit(table: MetricTable, split: string): string {
-  return SERIES_COLORS[Math.max(0, table.splits.indexOf(split)) % SERIES_COLORS.length];
+  const known = SPLIT_COLORS.indexOf(split);
+  if (known !== -1) return SERIES_COLORS[known];
+  const others = table.splits.filter((name) => !SPLIT_COLORS.includes(name));
+  return SERIES_COLORS[(SPLIT_COLORS.length + others.indexOf(split)) % SERIES_COLORS.length];
 }
 
 export function seriesOf(table: MetricTable, name: string): ChartSeries[] {
