@@ -21,6 +21,7 @@ from typing import Callable, Deque, List, Optional
 
 import torch
 
+from .constraints import Automaton, Guide, step_masks
 from .lora import Adapter, LoraBatch, StackCache
 from .model import ForwardContext, KVCache, Transformer
 from .sampling import SamplingParams, SeqSampler, prompt_logprob_entries, prompt_mask, sample_step, static_bias
@@ -41,6 +42,7 @@ class GenRequest:
     cancelled: bool = False  # set from another thread; read between steps
     live: int = 0  # sequences not yet finished
     on_release: Optional[Callable[["GenRequest"], None]] = None
+    constraint: Optional[Automaton] = None  # every sequence decodes only what it accepts
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Sequence:
     last: int  # the latest sampled token, fed at the next decode step
     slot: int = -1
     generated: int = 0
+    guide: Optional[Guide] = None
 
 
 @dataclass
@@ -183,9 +186,11 @@ class Scheduler:
         bias = static_bias(params, vocab, model.device)
         pmask = prompt_mask(params, prompt, vocab, model.device)
         seqs = [Sequence(req=req, index=i, sampler=SeqSampler(params, prompt, i, vocab, bias, pmask, model.device),
-                         length=len(prompt), last=-1) for i in range(n)]
+                         length=len(prompt), last=-1, guide=Guide(req.constraint) if req.constraint else None)
+                for i in range(n)]
         req.live = n
-        result = sample_step(last_logits.expand(n, vocab), [s.sampler for s in seqs], self.eos_ids)
+        result = sample_step(last_logits.expand(n, vocab), [s.sampler for s in seqs], self.eos_ids,
+                             step_masks([s.guide for s in seqs]))
         for i, seq in enumerate(seqs):
             seq.slot = slot + i
             self.running.append(seq)
@@ -204,7 +209,7 @@ class Scheduler:
         adapters = [s.req.adapter for s in seqs]
         lora = LoraBatch(adapters, model.dtype, model.device, self.stacks) if any(a is not None for a in adapters) else None
         logits_BV = model.logits(model(tokens_B1, ctx, lora)[:, 0])
-        result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids)
+        result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids, step_masks([s.guide for s in seqs]))
         for s in seqs:
             s.length += 1
         self._record(seqs, result)
@@ -219,6 +224,8 @@ class Scheduler:
         for b, seq in enumerate(seqs):
             tok = result.tokens[b]
             seq.sampler.append(tok)
+            if seq.guide is not None:
+                seq.guide.advance(tok)
             seq.generated += 1
             seq.last = tok
             p = seq.req.params
@@ -231,8 +238,8 @@ class Scheduler:
             reason, stop_id = None, None
             if tok in p.stop_token_ids:
                 reason, stop_id = "stop", tok
-            elif tok in self.eos_set and not p.ignore_eos:
-                reason = "stop"
+            elif tok in self.eos_set and (not p.ignore_eos or seq.guide is not None):
+                reason = "stop"  # a constraint allows EOS only once its text is complete: nothing may follow
             elif (p.max_tokens is not None and seq.generated >= p.max_tokens) or \
                     seq.length + 1 >= self.config.max_len:
                 reason = "length"

@@ -4,9 +4,10 @@ Owns: SamplingParams (validated from a request dict), the per-sequence state
 (seeded generator, generated ids, penalty counts), and `sample_step`, which
 turns a batch of next-token logits into tokens + raw logprobs. Processing
 order follows vLLM: bans (allowed ids, bad words, min_tokens) and logit_bias,
-then repetition/frequency/presence penalties, then temperature, top-k, top-p,
-min-p. Reported logprobs are always the raw log-softmax of the model's logits,
-before any of that, so they equal what the trainer computes.
+then repetition/frequency/presence penalties, then a constraint's mask, then
+temperature, top-k, top-p, min-p. Reported logprobs are always the raw
+log-softmax of the model's logits, before any of that, so they equal what the
+trainer computes.
 
 Refuses to know: the model, the KV cache, scheduling, when a sequence stops
 (generate.py decides that from the returned token).
@@ -195,8 +196,10 @@ class SampleResult:
     top: List[Optional[List[List]]]  # per row: [[id, logprob], ...] or None
 
 
-def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Sequence[int]) -> SampleResult:
-    """Sample one token per row; row b's state is rows[b]."""
+def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Sequence[int],
+                allowed: Optional[Sequence[Optional[torch.Tensor]]] = None) -> SampleResult:
+    """Sample one token per row; row b's state is rows[b]. allowed[b], when given, is a bool [V]
+    mask (a constraint's): the row samples only among those tokens, whatever its other settings."""
     B, V = logits_BV.shape
     device = logits_BV.device
     logits_BV = logits_BV.float()
@@ -242,6 +245,16 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
         dead = torch.isneginf(x).all(dim=-1)
         if bool(dead.any()):
             x[dead] = logits_BV[dead]
+    constrained = [] if allowed is None else [b for b, m in enumerate(allowed) if m is not None]
+    if constrained:
+        idx = torch.tensor(constrained, device=device)
+        keep = torch.stack([allowed[b] for b in constrained])
+        xs = x[idx].masked_fill(~keep, float("-inf"))
+        # Bans that leave nothing the constraint allows yield to it: the output must stay inside.
+        dead = torch.isneginf(xs).all(dim=-1)
+        if bool(dead.any()):
+            xs[dead] = logits_BV[idx][dead].masked_fill(~keep[dead], float("-inf"))
+        x[idx] = xs
 
     tokens = torch.empty(B, dtype=torch.long, device=device)
     greedy = [b for b, r in enumerate(rows) if r.params.greedy]

@@ -29,6 +29,7 @@ from typing import BinaryIO, Callable, Dict, List, Optional
 import torch
 
 from . import lora as L
+from .constraints import ConstraintStore, TokenTable
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
 from .sampling import SamplingParams
@@ -115,6 +116,7 @@ class Base:
     model: Transformer
     scheduler: Scheduler
     max_len: int
+    tokens: Optional[TokenTable] = None  # token bytes for constraints (load_base's token_bytes)
 
 
 class Ticket:
@@ -133,6 +135,7 @@ class Engine:
         self.max_batch, self.max_seq_len, self.matmul_gflops = max_batch, max_seq_len, matmul_gflops
         self.bases: Dict[str, Base] = {}
         self.adapters = L.AdapterStore(max_adapters)
+        self.constraints = ConstraintStore()
         self.lock = threading.Lock()
         self.tickets: Dict[str, Ticket] = {}
         self.jobs: "queue.Queue" = queue.Queue()
@@ -296,6 +299,8 @@ class Engine:
             base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
             self.bases[name] = base
             log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
+        if msg.get("token_bytes") is not None:
+            base.tokens = TokenTable(msg["token_bytes"], base.model.args.vocab_size, base.model.device)
         a = base.model.args
         return {"vocab_size": a.vocab_size, "context_length": base.max_len, "eos_token_ids": a.eos_token_ids,
                 "num_parameters": base.model.num_parameters()}
@@ -348,6 +353,11 @@ class Engine:
         prompt = msg.get("prompt")
         if not isinstance(prompt, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in prompt):
             raise ValueError("prompt must be a list of token ids")
+        constraint = None
+        if msg.get("constraint") is not None:
+            if base.tokens is None:
+                raise ValueError(f"constraint: base {base.name!r} was loaded without token_bytes")
+            constraint = self.constraints.get(base.name, base.tokens, msg["constraint"], base.scheduler.eos_ids)
         adapter = self._adapter(msg, base, required=False)
 
         def finish(payload: dict) -> None:
@@ -363,7 +373,7 @@ class Engine:
                 adapter.pins -= 1
 
         req = GenRequest(id=rid, prompt=prompt, params=params, emit=lambda m: self.reply(rid, m, done=False),
-                         finish=finish, adapter=adapter, on_release=release)
+                         finish=finish, adapter=adapter, on_release=release, constraint=constraint)
         base.scheduler.submit(req)  # validates; raises before anything is pinned
         if adapter is not None:
             adapter.pins += 1
