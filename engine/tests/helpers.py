@@ -119,3 +119,7 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        while self.frames.get(timeout=10) is not None:  # until the reader thread has seen EOF
+            pass
+        self.proc.stdout.close()
+        self.proc.stderr.close()
