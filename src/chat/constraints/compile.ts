@@ -1,0 +1,129 @@
+/**
+ * A constraint as the chat layer states it (JSON schema, JSON object, regex, choice, a forced Hermes tool
+ * call) → a minimal byte-level DFA and its wire form for the engine, cached in an LRU keyed by the
+ * constraint itself. The automaton works on bytes, not tokens, so one compilation serves every
+ * tokenizer; the engine maps it onto each vocabulary.
+ */
+import crypto from 'node:crypto';
+import zlib from 'node:zlib';
+import { type Dfa, determinise } from './dfa.ts';
+import { compileJsonSchema } from './json-schema.ts';
+import { anyJsonObject, COMPACT_LAYOUT, flexibleLayout, type JsonLayout } from './json-text.ts';
+import type { WireConstraint } from '../../engine/protocol.ts';
+import { buildNfa } from './nfa.ts';
+import { alt, ConstraintError, invalid, list, literal, type Pattern, seq } from './pattern.ts';
+import { regexPattern } from './regex.ts';
+
+/** Whitespace between JSON tokens: bounded runs of any whitespace, json.dumps' separators, or a regex. */
+export type WhitespaceSpec = { kind: 'flexible' } | { kind: 'compact' } | { kind: 'pattern'; regex: string };
+
+export interface ToolSpec {
+  name: string;
+  /** The function's `parameters` schema; absent means any object. */
+  parameters: unknown;
+}
+
+export type ConstraintSpec =
+  | { kind: 'json_schema'; schema: unknown; whitespace: WhitespaceSpec; noAdditionalProperties: boolean }
+  | { kind: 'json_object'; whitespace: WhitespaceSpec }
+  | { kind: 'regex'; regex: string }
+  | { kind: 'choice'; choices: string[] }
+  /** `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`, once or (multiple) one or more times. */
+  | { kind: 'tool_call'; tools: ToolSpec[]; multiple: boolean; whitespace: WhitespaceSpec };
+
+export interface CompiledConstraint {
+  id: string;
+  dfa: Dfa;
+  wire: WireConstraint;
+}
+
+/** Nesting wherever any JSON value is allowed (json_object, `{}` schemas): each level doubles the automaton. */
+export const ANY_VALUE_DEPTH = 4;
+/** Times a recursive `$ref` may enclose itself. */
+export const MAX_RECURSION = 3;
+const MAX_NFA_STATES = 1_000_000;
+const MAX_DFA_STATES = 50_000;
+const CACHE_ENTRIES = 256;
+
+function layoutOf(spec: WhitespaceSpec): JsonLayout {
+  if (spec.kind === 'compact') return COMPACT_LAYOUT;
+  if (spec.kind === 'flexible') return flexibleLayout();
+  return flexibleLayout(regexPattern(spec.regex));
+}
+
+function schemaOptions(layout: JsonLayout, noAdditionalProperties = false) {
+  return { layout, noAdditionalProperties, anyValueDepth: ANY_VALUE_DEPTH, maxRecursion: MAX_RECURSION, maxStates: MAX_DFA_STATES };
+}
+
+function toolArguments(tool: ToolSpec, layout: JsonLayout): Pattern {
+  if (tool.parameters === undefined || tool.parameters === null) return anyJsonObject(layout, ANY_VALUE_DEPTH);
+  return compileJsonSchema(tool.parameters, schemaOptions(layout));
+}
+
+export function constraintPattern(spec: ConstraintSpec): Pattern {
+  switch (spec.kind) {
+    case 'json_schema':
+      return compileJsonSchema(spec.schema, schemaOptions(layoutOf(spec.whitespace), spec.noAdditionalProperties));
+    case 'json_object':
+      return anyJsonObject(layoutOf(spec.whitespace), ANY_VALUE_DEPTH);
+    case 'regex':
+      return regexPattern(spec.regex);
+    case 'choice':
+      return alt(...spec.choices.map(literal));
+    case 'tool_call': {
+      const layout = layoutOf(spec.whitespace);
+      const call = alt(
+        ...spec.tools.map((tool) =>
+          seq(literal(`<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `), toolArguments(tool, layout), literal('}\n</tool_call>')),
+        ),
+      );
+      return spec.multiple ? list(call, literal('\n'), 1, null) : call;
+    }
+  }
+}
+
+function encodeWire(dfa: Dfa): WireConstraint {
+  if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) throw new Error('the wire form assumes a little-endian host');
+  const accepting: number[] = [];
+  for (let state = 0; state < dfa.states; state += 1) if (dfa.accepting[state]) accepting.push(state);
+  // Deflated, a table of thousands of states travels in tens of kilobytes (mostly -1 and repeated rows).
+  const table = zlib.deflateSync(Buffer.from(dfa.next.buffer, dfa.next.byteOffset, dfa.next.byteLength)).toString('base64');
+  const body = { states: dfa.states, classes: dfa.classCount, class_of: Buffer.from(dfa.classOf).toString('base64'), start: dfa.start, accepting, table };
+  const id = crypto.createHash('sha256').update(JSON.stringify(body)).digest('hex').slice(0, 24);
+  return { id, ...body };
+}
+
+/** Uncached: the pattern, its automaton and wire form. */
+export function compileConstraintUncached(spec: ConstraintSpec): CompiledConstraint {
+  const pattern = constraintPattern(spec);
+  const dfa = determinise(buildNfa(pattern, MAX_NFA_STATES), MAX_DFA_STATES);
+  if (!dfa) throw invalid('the constraint matches no text at all');
+  const wire = encodeWire(dfa);
+  return { id: wire.id, dfa, wire };
+}
+
+const cache = new Map<string, CompiledConstraint | ConstraintError>();
+
+/** Compiles once per distinct constraint (least recently used entries go first); refusals are cached too. */
+export function compileConstraint(spec: ConstraintSpec): CompiledConstraint {
+  const key = JSON.stringify(spec);
+  let entry = cache.get(key);
+  if (entry === undefined) {
+    try {
+      entry = compileConstraintUncached(spec);
+    } catch (error) {
+      if (!(error instanceof ConstraintError)) throw error;
+      entry = error;
+    }
+  } else {
+    cache.delete(key);
+  }
+  cache.set(key, entry);
+  if (cache.size > CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
+  if (entry instanceof ConstraintError) throw entry;
+  return entry;
+}
+
+export function clearConstraintCache(): void {
+  cache.clear();
+}

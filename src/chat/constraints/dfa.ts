@@ -1,0 +1,358 @@
+/**
+ * Byte-level DFAs: determinisation of an NFA (subset construction over byte classes), trimming of states
+ * that can no longer reach a match, minimisation (Hopcroft), intersection, and walking bytes through the
+ * result. Every state of a DFA made here can still reach an accepting state, which is what lets the
+ * engine treat "no transition" as "not allowed" and never paint itself into a corner.
+ */
+import type { Nfa } from './nfa.ts';
+import { ConstraintError } from './pattern.ts';
+
+export interface Dfa {
+  states: number;
+  /** Bytes that every state treats alike share a class; `next` is indexed by class. */
+  classCount: number;
+  classOf: Uint8Array;
+  start: number;
+  accepting: Uint8Array;
+  /** `next[state * classCount + class]`: the next state, or -1 where the byte is not allowed. */
+  next: Int32Array;
+}
+
+export const DEAD = -1;
+
+export function step(dfa: Dfa, state: number, byte: number): number {
+  return dfa.next[state * dfa.classCount + dfa.classOf[byte]];
+}
+
+/** The state after `bytes` from `state` (the start by default), or DEAD. */
+export function walk(dfa: Dfa, bytes: Uint8Array, state = dfa.start): number {
+  for (const byte of bytes) {
+    if (state === DEAD) return DEAD;
+    state = step(dfa, state, byte);
+  }
+  return state;
+}
+
+export function accepts(dfa: Dfa, text: string | Uint8Array): boolean {
+  const state = walk(dfa, typeof text === 'string' ? new TextEncoder().encode(text) : text);
+  return state !== DEAD && dfa.accepting[state] === 1;
+}
+
+/** Classes from the edges' range boundaries: two bytes share a class when no edge tells them apart. */
+function nfaByteClasses(nfa: Nfa): { classOf: Uint8Array; classCount: number } {
+  const boundary = new Uint8Array(257);
+  for (const edges of nfa.edges) {
+    for (const { lo, hi } of edges) {
+      boundary[lo] = 1;
+      boundary[hi + 1] = 1;
+    }
+  }
+  const classOf = new Uint8Array(256);
+  let current = 0;
+  for (let byte = 0; byte < 256; byte += 1) {
+    if (boundary[byte] && byte > 0) current += 1;
+    classOf[byte] = current;
+  }
+  return { classOf, classCount: current + 1 };
+}
+
+/** Subset construction, then trim and minimise. Null when the language is empty. */
+export function determinise(nfa: Nfa, maxStates: number): Dfa | null {
+  const { classOf, classCount } = nfaByteClasses(nfa);
+  const seen = new Int32Array(nfa.size).fill(-1);
+  let epoch = 0;
+  const closure = (seeds: Iterable<number>): number[] => {
+    epoch += 1;
+    const result: number[] = [];
+    const stack = [...seeds];
+    while (stack.length > 0) {
+      const state = stack.pop()!;
+      if (seen[state] === epoch) continue;
+      seen[state] = epoch;
+      // Only states that read a byte (or accept) tell subsets apart; the others are just passages.
+      if (nfa.edges[state].length > 0 || state === nfa.accept) result.push(state);
+      for (const to of nfa.epsilons[state]) if (seen[to] !== epoch) stack.push(to);
+    }
+    return result.sort((a, b) => a - b);
+  };
+
+  const ids = new Map<string, number>();
+  const sets: number[][] = [];
+  const next: number[] = [];
+  const accepting: number[] = [];
+  const intern = (set: number[]): number => {
+    const key = set.join(',');
+    let id = ids.get(key);
+    if (id === undefined) {
+      if (sets.length >= maxStates) throw new ConstraintError('unsupported', `a constraint this large (over ${maxStates} automaton states)`);
+      id = sets.length;
+      ids.set(key, id);
+      sets.push(set);
+      accepting.push(set.includes(nfa.accept) ? 1 : 0);
+      for (let c = 0; c < classCount; c += 1) next.push(DEAD);
+    }
+    return id;
+  };
+  intern(closure([nfa.start]));
+  const buckets: number[][] = Array.from({ length: classCount }, () => []);
+  const bySeeds = new Map<string, number>();
+  for (let id = 0; id < sets.length; id += 1) {
+    for (const state of sets[id]) {
+      for (const { lo, hi, to } of nfa.edges[state]) {
+        for (let c = classOf[lo]; c <= classOf[hi]; c += 1) buckets[c].push(to);
+      }
+    }
+    for (let c = 0; c < classCount; c += 1) {
+      if (buckets[c].length === 0) continue;
+      // Many classes (and many states) step to the same few NFA states: close each seed set once.
+      const seedKey = buckets[c].sort((a, b) => a - b).join(',');
+      let target = bySeeds.get(seedKey);
+      if (target === undefined) {
+        target = intern(closure(buckets[c]));
+        bySeeds.set(seedKey, target);
+      }
+      next[id * classCount + c] = target;
+      buckets[c] = [];
+    }
+  }
+  return minimise({ states: sets.length, classCount, classOf, start: 0, accepting: Uint8Array.from(accepting), next: Int32Array.from(next) });
+}
+
+/** Drops states from which no accepting state is reachable; null when that is the start. */
+function trim(dfa: Dfa): Dfa | null {
+  const { states, classCount: C, next } = dfa;
+  // Predecessor lists, compressed: predecessors[offsets[t] .. offsets[t + 1]).
+  const offsets = new Int32Array(states + 1);
+  for (let i = 0; i < next.length; i += 1) if (next[i] !== DEAD) offsets[next[i] + 1] += 1;
+  for (let t = 0; t < states; t += 1) offsets[t + 1] += offsets[t];
+  const fill = offsets.slice(0, states);
+  const predecessors = new Int32Array(offsets[states]);
+  for (let i = 0; i < next.length; i += 1) if (next[i] !== DEAD) predecessors[fill[next[i]]++] = (i / C) | 0;
+  const live = new Uint8Array(states);
+  const stack = new Int32Array(states);
+  let top = 0;
+  for (let state = 0; state < states; state += 1) {
+    if (dfa.accepting[state]) {
+      live[state] = 1;
+      stack[top++] = state;
+    }
+  }
+  while (top > 0) {
+    const state = stack[--top];
+    for (let i = offsets[state]; i < offsets[state + 1]; i += 1) {
+      const from = predecessors[i];
+      if (!live[from]) {
+        live[from] = 1;
+        stack[top++] = from;
+      }
+    }
+  }
+  if (!live[dfa.start]) return null;
+  const trimmed = new Int32Array(next.length);
+  for (let i = 0; i < next.length; i += 1) trimmed[i] = next[i] !== DEAD && live[next[i]] ? next[i] : DEAD;
+  return { ...dfa, next: trimmed };
+}
+
+/**
+ * Hopcroft's partition refinement on the trimmed DFA completed with a sink; the sink's block is dropped
+ * again, states are renumbered breadth-first from the start, and byte classes that every state now
+ * treats alike are merged.
+ */
+export function minimise(input: Dfa): Dfa | null {
+  const trimmed = trim(input);
+  if (!trimmed) return null;
+  const dfa = mergeClasses(trimmed); // fewer classes, fewer refinement passes
+  const C = dfa.classCount;
+  const sink = dfa.states;
+  const N = dfa.states + 1;
+  const transitions = new Int32Array(N * C).fill(sink);
+  for (let i = 0; i < dfa.next.length; i += 1) if (dfa.next[i] !== DEAD) transitions[i] = dfa.next[i];
+
+  // Predecessors by (class, target), compressed: inverse[offsets[c * N + t] .. offsets[c * N + t + 1]).
+  const offsets = new Int32Array(C * N + 1);
+  for (let i = 0; i < N * C; i += 1) offsets[(i % C) * N + transitions[i] + 1] += 1;
+  for (let i = 1; i < offsets.length; i += 1) offsets[i] += offsets[i - 1];
+  const fill = offsets.slice(0, C * N);
+  const inverse = new Int32Array(N * C);
+  for (let i = 0; i < N * C; i += 1) inverse[fill[(i % C) * N + transitions[i]]++] = (i / C) | 0;
+
+  // The refinable partition: each block is a contiguous run of `elements`; marked members sit at its front.
+  const elements = new Int32Array(N);
+  const location = new Int32Array(N);
+  const blockOf = new Int32Array(N);
+  const blockStart = new Int32Array(N);
+  const blockEnd = new Int32Array(N);
+  const marked = new Int32Array(N);
+  const inWorklist = new Uint8Array(N);
+  const worklist = new Int32Array(N);
+  const touched = new Int32Array(N);
+  let blocks = 0;
+  let pending = 0;
+  let position = 0;
+  for (const wantAccepting of [1, 0]) {
+    const from = position;
+    for (let state = 0; state < N; state += 1) {
+      if ((state !== sink && dfa.accepting[state] === 1 ? 1 : 0) !== wantAccepting) continue;
+      elements[position] = state;
+      location[state] = position;
+      blockOf[state] = blocks;
+      position += 1;
+    }
+    if (position > from) {
+      blockStart[blocks] = from;
+      blockEnd[blocks] = position;
+      inWorklist[blocks] = 1;
+      worklist[pending++] = blocks;
+      blocks += 1;
+    }
+  }
+
+  while (pending > 0) {
+    const splitter = worklist[--pending];
+    inWorklist[splitter] = 0;
+    const members = elements.slice(blockStart[splitter], blockEnd[splitter]);
+    for (let c = 0; c < C; c += 1) {
+      let touchedCount = 0;
+      const base = c * N;
+      for (let m = 0; m < members.length; m += 1) {
+        const member = members[m];
+        for (let i = offsets[base + member]; i < offsets[base + member + 1]; i += 1) {
+          const state = inverse[i];
+          const block = blockOf[state];
+          const markAt = blockStart[block] + marked[block];
+          if (location[state] < markAt) continue;
+          if (marked[block] === 0) touched[touchedCount++] = block;
+          const other = elements[markAt];
+          elements[markAt] = state;
+          elements[location[state]] = other;
+          location[other] = location[state];
+          location[state] = markAt;
+          marked[block] += 1;
+        }
+      }
+      for (let t = 0; t < touchedCount; t += 1) {
+        const block = touched[t];
+        const count = marked[block];
+        marked[block] = 0;
+        const size = blockEnd[block] - blockStart[block];
+        if (count === size) continue;
+        const created = blocks++;
+        blockStart[created] = blockStart[block];
+        blockEnd[created] = blockStart[block] + count;
+        blockStart[block] += count;
+        for (let i = blockStart[created]; i < blockEnd[created]; i += 1) blockOf[elements[i]] = created;
+        // A block still waiting splits into two waiting blocks; otherwise the smaller half is enough.
+        const queued = inWorklist[block] || count <= size - count ? created : block;
+        inWorklist[queued] = 1;
+        worklist[pending++] = queued;
+      }
+    }
+  }
+
+  // Renumber the blocks breadth-first from the start block, leaving out the sink's.
+  const sinkBlock = blockOf[sink];
+  const number = new Int32Array(blocks).fill(-1);
+  const order = new Int32Array(blocks);
+  let count = 0;
+  number[blockOf[dfa.start]] = count;
+  order[count++] = blockOf[dfa.start];
+  for (let i = 0; i < count; i += 1) {
+    const representative = elements[blockStart[order[i]]];
+    for (let c = 0; c < C; c += 1) {
+      const block = blockOf[transitions[representative * C + c]];
+      if (block !== sinkBlock && number[block] === -1) {
+        number[block] = count;
+        order[count++] = block;
+      }
+    }
+  }
+  const next = new Int32Array(count * C).fill(DEAD);
+  const accepting = new Uint8Array(count);
+  for (let state = 0; state < count; state += 1) {
+    const representative = elements[blockStart[order[state]]];
+    accepting[state] = dfa.accepting[representative];
+    for (let c = 0; c < C; c += 1) {
+      const block = blockOf[transitions[representative * C + c]];
+      if (block !== sinkBlock) next[state * C + c] = number[block];
+    }
+  }
+  return mergeClasses({ states: count, classCount: C, classOf: dfa.classOf, start: 0, accepting, next });
+}
+
+/** Byte classes whose columns are identical in every state become one. */
+function mergeClasses(dfa: Dfa): Dfa {
+  const { states, classCount } = dfa;
+  // Column hashes first; equal hashes are confirmed cell by cell.
+  const hashes = new Int32Array(classCount);
+  for (let c = 0; c < classCount; c += 1) {
+    let hash = 17;
+    for (let state = 0; state < states; state += 1) hash = (Math.imul(hash, 31) + dfa.next[state * classCount + c]) | 0;
+    hashes[c] = hash;
+  }
+  const sameColumn = (a: number, b: number) => {
+    for (let state = 0; state < states; state += 1) if (dfa.next[state * classCount + a] !== dfa.next[state * classCount + b]) return false;
+    return true;
+  };
+  const remap = new Int32Array(classCount);
+  const representatives: number[] = [];
+  for (let c = 0; c < classCount; c += 1) {
+    const same = representatives.findIndex((r) => hashes[r] === hashes[c] && sameColumn(r, c));
+    if (same === -1) {
+      remap[c] = representatives.length;
+      representatives.push(c);
+    } else {
+      remap[c] = same;
+    }
+  }
+  const merged = representatives.length;
+  if (merged === classCount) return dfa;
+  const next = new Int32Array(states * merged);
+  for (let state = 0; state < states; state += 1) {
+    for (let r = 0; r < merged; r += 1) next[state * merged + r] = dfa.next[state * classCount + representatives[r]];
+  }
+  return { ...dfa, classCount: merged, classOf: Uint8Array.from(dfa.classOf, (c) => remap[c]), next };
+}
+
+/** The DFA of strings both accept; null when there are none. */
+export function intersect(a: Dfa, b: Dfa, maxStates: number): Dfa | null {
+  const pairClass = new Map<number, number>();
+  const classOf = new Uint8Array(256);
+  const classPairs: [number, number][] = [];
+  for (let byte = 0; byte < 256; byte += 1) {
+    const key = a.classOf[byte] * 256 + b.classOf[byte];
+    let id = pairClass.get(key);
+    if (id === undefined) {
+      id = classPairs.length;
+      pairClass.set(key, id);
+      classPairs.push([a.classOf[byte], b.classOf[byte]]);
+    }
+    classOf[byte] = id;
+  }
+  const C = classPairs.length;
+  const ids = new Map<number, number>();
+  const pairs: [number, number][] = [];
+  const next: number[] = [];
+  const intern = (sa: number, sb: number): number => {
+    const key = sa * b.states + sb;
+    let id = ids.get(key);
+    if (id === undefined) {
+      if (pairs.length >= maxStates) throw new ConstraintError('unsupported', `a constraint this large (over ${maxStates} automaton states)`);
+      id = pairs.length;
+      ids.set(key, id);
+      pairs.push([sa, sb]);
+      for (let c = 0; c < C; c += 1) next.push(DEAD);
+    }
+    return id;
+  };
+  intern(a.start, b.start);
+  for (let id = 0; id < pairs.length; id += 1) {
+    const [sa, sb] = pairs[id];
+    classPairs.forEach(([ca, cb], c) => {
+      const ta = a.next[sa * a.classCount + ca];
+      const tb = b.next[sb * b.classCount + cb];
+      if (ta !== DEAD && tb !== DEAD) next[id * C + c] = intern(ta, tb);
+    });
+  }
+  const accepting = Uint8Array.from(pairs, ([sa, sb]) => a.accepting[sa] & b.accepting[sb]);
+  return minimise({ states: pairs.length, classCount: C, classOf, start: 0, accepting, next: Int32Array.from(next) });
+}
