@@ -5,6 +5,8 @@
  */
 import { AppError } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
+import type { CompiledConstraint } from './constraints/compile.ts';
+import { compileRequestConstraint, ConstraintRequestError } from './constraints/request.ts';
 
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 128;
@@ -52,6 +54,8 @@ export interface ChatPlan {
   templateKwargs: Record<string, unknown>;
   documents: Record<string, string>[] | null;
   toolChoice: ToolChoice;
+  /** What decoding must produce (response_format, structured_outputs, or a forced tool call); null for free text. */
+  constraint: CompiledConstraint | null;
   includeReasoning: boolean;
   parallelToolCalls: boolean;
   requestedMaxTokens: number | null;
@@ -129,10 +133,6 @@ export function planChat(body: ChatCompletionBody, options: { logprobsByDefault:
   if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
     throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
   }
-  if (responseFormat && responseFormat.type !== undefined && responseFormat.type !== 'text') {
-    throw badRequest(`response_format type ${JSON.stringify(responseFormat.type)} (constrained decoding) is not supported by this server yet`, 'response_format');
-  }
-  if (isTruthyObject(body.structured_outputs)) throw badRequest('structured_outputs (constrained decoding) is not supported by this server yet', 'structured_outputs');
 
   const stream = body.stream ?? false;
   if (body.stream_options && isTruthyObject(body.stream_options) && !stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
@@ -149,6 +149,14 @@ export function planChat(body: ChatCompletionBody, options: { logprobsByDefault:
   checkRange(topLogprobs !== -1 && topLogprobs <= MAX_LOGPROBS, `Requested sample logprobs of ${topLogprobs === -1 ? 'the whole vocabulary' : topLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'top_logprobs');
 
   const toolChoice = parseToolChoice(body);
+  const parallelToolCalls = body.parallel_tool_calls ?? true;
+  let constraint: CompiledConstraint | null;
+  try {
+    constraint = compileRequestConstraint(body, toolChoice, parallelToolCalls);
+  } catch (error) {
+    if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
+    throw error;
+  }
   const addGenerationPrompt = body.add_generation_prompt ?? true;
   const continueFinalMessage = body.continue_final_message ?? false;
   if (continueFinalMessage && addGenerationPrompt) throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'continue_final_message');
@@ -252,7 +260,8 @@ export function planChat(body: ChatCompletionBody, options: { logprobsByDefault:
     documents: body.documents ?? null,
     toolChoice,
     includeReasoning: body.include_reasoning ?? true,
-    parallelToolCalls: body.parallel_tool_calls ?? true,
+    parallelToolCalls,
+    constraint,
     requestedMaxTokens,
     maxTokensParam,
     truncatePromptTokens: body.truncate_prompt_tokens ?? null,

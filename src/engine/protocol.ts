@@ -35,6 +35,8 @@ export interface LoadBaseRequest {
   base: string;
   path: string;
   dtype?: Dtype;
+  /** Base64 of each token's bytes by id; null for tokens never allowed under a constraint. */
+  token_bytes?: (string | null)[];
 }
 
 export interface LoadBaseReply {
@@ -79,6 +81,20 @@ export interface DropAdapterReply {
   dropped: boolean;
 }
 
+/** The automaton as the engine's `generate` receives it (built by chat/constraints/compile.ts). */
+export interface WireConstraint {
+  /** Names the automaton (a hash of the rest): the engine keeps what it built from it under this id. */
+  id: string;
+  states: number;
+  classes: number;
+  /** Base64 of 256 bytes: the class of each byte. */
+  class_of: string;
+  start: number;
+  accepting: number[];
+  /** Base64 of the zlib-deflated little-endian int32 table [state * classes + class] → next state, -1 where not allowed. */
+  table: string;
+}
+
 export interface GenerateRequest {
   base: string;
   adapter: string | null;
@@ -102,6 +118,8 @@ export interface GenerateRequest {
   seed?: number | null;
   logprobs?: number | null;
   prompt_logprobs?: number | null;
+  /** Decode only what this byte-level automaton accepts (chat/constraints/compile.ts builds it). */
+  constraint?: WireConstraint | null;
 }
 
 /** `[token id, logprob]`. */

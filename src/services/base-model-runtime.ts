@@ -8,6 +8,7 @@ import { AppError } from '../errors.ts';
 import type { Engine } from '../engine/client.ts';
 import type { LoadBaseReply } from '../engine/protocol.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
+import { constraintTokenBytes } from '../chat/constraints/vocabulary.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 
 /** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
@@ -79,7 +80,9 @@ export class BaseModelRuntime {
     const spec = this.registry.find(baseId);
     if (!spec) throw new AppError('not_found', `Base model ${baseId} is not available on this server`);
     const engine = this.requireEngine();
-    const [tokenizer, loaded] = await Promise.all([loadTokenizer(spec.path), engine.loadBase({ base: spec.id, path: spec.path })]);
+    // The engine needs the token bytes to apply constraints; the supervisor re-sends them after a restart.
+    const tokenizer = await loadTokenizer(spec.path);
+    const loaded = await engine.loadBase({ base: spec.id, path: spec.path, token_bytes: constraintTokenBytes(tokenizer) });
     const generation = await readGenerationDefaults(spec.path, tokenizer);
     return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation };
   }

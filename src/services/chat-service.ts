@@ -46,6 +46,11 @@ function contentText(content: unknown): string {
   return '';
 }
 
+/** A call forced by naming the function answers "stop", as vLLM does; "tool_calls" is for calls the model chose. */
+function finishReason(plan: ChatPlan, output: ChoiceOutput): ChoiceOutput['finishReason'] {
+  return typeof plan.toolChoice === 'object' && output.finishReason === 'tool_calls' ? 'stop' : output.finishReason;
+}
+
 export class ChatService {
   constructor(
     private readonly resolver: ModelResolver,
@@ -79,9 +84,6 @@ export class ChatService {
     const template = plan.chatTemplate ?? base.template;
     if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
     if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
-    if (plan.toolChoice === 'required' || typeof plan.toolChoice === 'object') {
-      throw badRequest('tool_choice "required" and named functions need constrained decoding, which this server does not support yet; use "auto"', 'tool_choice');
-    }
     const tokenizer = base.tokenizer;
     let prompt: string;
     try {
@@ -166,6 +168,7 @@ export class ChatService {
         seed: plan.sampling.seed,
         logprobs: plan.logprobs ? plan.logprobs.top : null,
         prompt_logprobs: plan.promptLogprobs,
+        constraint: plan.constraint?.wire ?? null,
       },
     };
   }
@@ -183,7 +186,7 @@ export class ChatService {
           includeStopStr: plan.includeStopStr,
           skipSpecialTokens: plan.skipSpecialTokens,
           stopTokenIds,
-          parseTools: plan.toolChoice === 'auto',
+          parseTools: plan.toolChoice !== 'none',
           parseReasoning: !thinkingOff,
           includeReasoning: plan.includeReasoning,
           logprobs: plan.logprobs,
@@ -249,7 +252,7 @@ export class ChatService {
             reasoning: message.reasoning,
           },
           logprobs: plan.logprobs ? { content: output.logprobEntries } : null,
-          finish_reason: output.finishReason,
+          finish_reason: finishReason(plan, output),
           stop_reason: output.stopReason,
           token_ids: plan.returnTokenIds ? output.tokenIds : null,
         };
@@ -282,7 +285,7 @@ export class ChatService {
               index,
               delta,
               logprobs: logprobs && plan.logprobs ? { content: logprobs } : null,
-              finish_reason: finish ? finish.finishReason : null,
+              finish_reason: finish ? finishReason(plan, finish) : null,
               ...(finish ? { stop_reason: finish.stopReason } : {}),
               ...(plan.returnTokenIds ? { token_ids: tokenIds } : {}),
             },
