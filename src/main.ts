@@ -37,7 +37,7 @@ async function withServices<T>(config: Config, work: (services: Services) => Pro
 
 async function serve(config: Config): Promise<void> {
   const server = await startServer(config);
-  const lines = [`Service listening on ${server.url}  (OpenAI base URL: ${server.url}/v1)`];
+  const lines = [`Service listening on ${server.url}  (OpenAI base URL: ${server.url}/v1, dashboard: ${server.url}/)`];
   if (server.bootstrapKey) lines.push(`Bootstrap API key for entity "local" (shown once): ${server.bootstrapKey}`);
   lines.push(`API key file: ${config.dataDir}/bootstrap-api-key  (more keys: npm run cli -- keys create --entity NAME)`);
   console.log(`\n${lines.join('\n')}\n`);
