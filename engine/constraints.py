@@ -21,7 +21,7 @@ import sys
 import time
 import zlib
 from collections import OrderedDict
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -110,33 +110,45 @@ class Automaton:
         self.table_SC = table_SC.to(tokens.device)
         self.class_of_256 = torch.tensor(list(class_of), dtype=torch.long, device=tokens.device)
         self.dead = dead
-        self.masks: "OrderedDict[int, torch.Tensor]" = OrderedDict()
+        self.cached: "OrderedDict[int, torch.Tensor]" = OrderedDict()  # by state, least recently used first
         self.max_masks = max(MIN_CACHED_MASKS, MASK_CACHE_BYTES // max(1, tokens.vocab_size))
 
-    def mask(self, state: int) -> torch.Tensor:
-        """Bool [V]: the tokens allowed in `state` (cached per state)."""
-        mask = self.masks.get(state)
-        if mask is not None:
-            self.masks.move_to_end(state)
-            return mask
+    def masks(self, states: Sequence[int]) -> List[torch.Tensor]:
+        """Bool [V] per state: the tokens allowed there. States seen for the first time are walked together
+        (one pass over the token bytes for all of them), then cached."""
+        missing = [s for s in dict.fromkeys(states) if s not in self.cached]
+        if missing:
+            self._build(missing)
+        for s in set(states):
+            self.cached.move_to_end(s)
+        found = [self.cached[s] for s in states]
+        while len(self.cached) > self.max_masks:
+            self.cached.popitem(last=False)
+        return found
+
+    def _build(self, states: List[int]) -> None:
         tokens = self.tokens
-        mask = torch.zeros(tokens.vocab_size, dtype=torch.bool, device=tokens.device)
-        if state != DEAD:
-            at_T = torch.full((tokens.ids_T.shape[0],), state, dtype=torch.long, device=tokens.device)
-            for pos, rows in enumerate(tokens.rows_at):
-                classes = self.class_of_256[tokens.bytes_LT[pos, :rows].long()]
-                at_T[:rows] = self.table_SC[at_T[:rows], classes]
-            mask[tokens.ids_T[at_T != self.dead]] = True
-            if state in self.accepting and self.eos_ids:
-                mask[self.eos_ids] = True
-        if not bool(mask.any()):
+        K, T = len(states), tokens.ids_T.shape[0]
+        start_K = torch.tensor([self.dead if s == DEAD else s for s in states], dtype=torch.long, device=tokens.device)
+        at_KT = start_K[:, None].expand(K, T).clone()
+        for pos, rows in enumerate(tokens.rows_at):
+            classes = self.class_of_256[tokens.bytes_LT[pos, :rows].long()]
+            at_KT[:, :rows] = self.table_SC[at_KT[:, :rows], classes[None, :].expand(K, rows)]
+        mask_KV = torch.zeros(K, tokens.vocab_size, dtype=torch.bool, device=tokens.device)
+        mask_KV[:, tokens.ids_T] = at_KT != self.dead
+        accepting = [k for k, s in enumerate(states) if s in self.accepting]
+        if accepting and self.eos_ids:
+            mask_KV[torch.tensor(accepting, device=tokens.device)[:, None], torch.tensor(self.eos_ids, device=tokens.device)] = True
+        empty = (~mask_KV.any(dim=-1)).nonzero().flatten().tolist()
+        for k in empty:
             # Only a vocabulary that cannot spell some byte gets here; ending beats writing outside the constraint.
-            log(f"constraint {self.id}: no token continues state {state}; allowing only EOS")
-            mask[self.eos_ids] = True
-        self.masks[state] = mask
-        if len(self.masks) > self.max_masks:
-            self.masks.popitem(last=False)
-        return mask
+            log(f"constraint {self.id}: no token continues state {states[k]}; allowing only EOS")
+            mask_KV[k, self.eos_ids] = True
+        for k, s in enumerate(states):
+            self.cached[s] = mask_KV[k].clone()  # a row of its own: the cache bound counts whole masks
+
+    def mask(self, state: int) -> torch.Tensor:
+        return self.masks([state])[0]
 
     def step(self, state: int, token: int) -> int:
         piece = self.tokens.pieces[token] if 0 <= token < self.tokens.vocab_size else None
@@ -165,10 +177,20 @@ class Guide:
 
 
 def step_masks(guides: Sequence[Optional[Guide]]) -> Optional[List[Optional[torch.Tensor]]]:
-    """Per row: the allowed-token mask, or None for an unconstrained row; None when no row is constrained."""
-    if all(g is None for g in guides):
+    """Per row: the allowed-token mask, or None for an unconstrained row; None when no row is constrained.
+    Rows of one automaton get their masks in one call, so that new states are built in one walk."""
+    rows_of: Dict[int, List[int]] = {}
+    for b, g in enumerate(guides):
+        if g is not None:
+            rows_of.setdefault(id(g.automaton), []).append(b)
+    if not rows_of:
         return None
-    return [None if g is None else g.mask() for g in guides]
+    result: List[Optional[torch.Tensor]] = [None] * len(guides)
+    for rows in rows_of.values():
+        automaton = guides[rows[0]].automaton
+        for b, mask in zip(rows, automaton.masks([guides[b].state for b in rows])):
+            result[b] = mask
+    return result
 
 
 class ConstraintStore:

@@ -88,7 +88,7 @@ class TestMasks(unittest.TestCase):
         first = store.get("b", tokens, wire(), [EOS])
         first.mask(0)
         self.assertIs(store.get("b", tokens, wire(), [EOS]), first)
-        self.assertIn(0, first.masks)
+        self.assertIn(0, first.cached)
         store.get("b", tokens, wire(ident="other"), [EOS])
         store.get("b", tokens, wire(ident="third"), [EOS])
         self.assertIsNot(store.get("b", tokens, wire(), [EOS]), first)  # evicted, rebuilt
