@@ -3,8 +3,8 @@
  * model: JSON schemas (nested objects, arrays, enums, numbers, patterns and formats, optional fields,
  * anyOf) over many seeds, every output parsed and checked with Ajv; json_object; regex and choice; the
  * SDK's parse() helper; streaming; forced tool calls (required and named) whose arguments validate; the
- * budget ending inside a constraint; constrained and free requests sharing a batch; and every refusal
- * with its status and `param`. The tiny model's weights are random, so only validity is asserted.
+ * budget ending inside a constraint; constrained and free requests sharing a batch; constraints after an
+ * engine restart; and every refusal with its status and `param`. The tiny model's weights are random, so only validity is asserted.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -250,6 +250,16 @@ describe('structured outputs through the openai client', () => {
       together.choices[0].logprobs.content.map((entry: any) => entry.token),
       alone.choices[0].logprobs.content.map((entry: any) => entry.token),
     );
+  });
+
+  test('after an engine restart constraints still work: the replayed load_base carries the token bytes', async () => {
+    const supervisor = e2e.server.supervisor ?? assert.fail('no supervisor');
+    const pid = supervisor.health().pid ?? assert.fail('no engine pid');
+    process.kill(pid, 'SIGKILL');
+    while (supervisor.health().pid === pid) await new Promise((resolve) => setTimeout(resolve, 20));
+    await supervisor.waitUntilReady();
+    const response = await create({ structured_outputs: { choice: ['alpha', 'beta'] }, n: 2, seed: 2, max_tokens: 10 });
+    for (const choice of response.choices) assert.ok(['alpha', 'beta'].includes(choice.message.content), choice.message.content);
   });
 
   test('refusals: 400 naming the field, the feature, or vLLM\'s rule', async () => {

@@ -60,7 +60,7 @@ function toolArguments(tool: ToolSpec, layout: JsonLayout): Pattern {
   return compileJsonSchema(tool.parameters, schemaOptions(layout));
 }
 
-export function constraintPattern(spec: ConstraintSpec): Pattern {
+function constraintPattern(spec: ConstraintSpec): Pattern {
   switch (spec.kind) {
     case 'json_schema':
       return compileJsonSchema(spec.schema, schemaOptions(layoutOf(spec.whitespace), spec.noAdditionalProperties));

@@ -158,7 +158,7 @@ function trim(dfa: Dfa): Dfa | null {
  * again, states are renumbered breadth-first from the start, and byte classes that every state now
  * treats alike are merged.
  */
-export function minimise(input: Dfa): Dfa | null {
+function minimise(input: Dfa): Dfa | null {
   const trimmed = trim(input);
   if (!trimmed) return null;
   const dfa = mergeClasses(trimmed); // fewer classes, fewer refinement passes

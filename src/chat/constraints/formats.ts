@@ -22,7 +22,7 @@ const FORMATS: Record<string, string> = {
   email: `[a-zA-Z0-9_+-]+(?:\\.[a-zA-Z0-9_+-]+)*@${LABEL}(?:\\.${LABEL}){1,2}`,
 };
 
-export const SUPPORTED_FORMATS = Object.keys(FORMATS);
+const SUPPORTED_FORMATS = Object.keys(FORMATS);
 
 /** The decoded characters of a string in `format`. */
 export function formatPattern(format: string): Pattern {

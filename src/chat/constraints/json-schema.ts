@@ -113,7 +113,7 @@ class SchemaCompiler {
     if (!ref.startsWith('#')) throw unsupported(`a \`$ref\` outside the schema (${ref} at ${at})`);
     if (ref !== '#' && !ref.startsWith('#/')) throw unsupported(`a \`$ref\` to an anchor (${ref} at ${at})`);
     let target: unknown = this.root;
-    for (const raw of ref.slice(2).split('/').filter((part, index, parts) => !(parts.length === 1 && part === ''))) {
+    for (const raw of ref === '#' ? [] : ref.slice(2).split('/')) {
       const key = decodeURIComponent(raw).replaceAll('~1', '/').replaceAll('~0', '~');
       if (!isSchemaObject(target) && !Array.isArray(target)) throw invalid(`$ref ${ref} (at ${at}) points nowhere`);
       target = (target as Record<string, unknown>)[key];

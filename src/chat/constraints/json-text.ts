@@ -18,7 +18,7 @@ export interface JsonLayout {
  * Whitespace runs are bounded: a model that keeps choosing newlines must still reach the end of the
  * value within its budget (xgrammar's `max_whitespace_cnt` for the same reason).
  */
-export const MAX_WHITESPACE = 16;
+const MAX_WHITESPACE = 16;
 const WHITESPACE = chars([[0x09, 0x0a], [0x0d, 0x0d], [0x20, 0x20]]);
 
 export function flexibleLayout(gap: Pattern = repeat(WHITESPACE, 0, MAX_WHITESPACE)): JsonLayout {
@@ -37,7 +37,7 @@ const UNICODE_ESCAPE = seq(
   alt(seq(chars([[0x30, 0x39], [0x41, 0x43], [0x45, 0x46], [0x61, 0x63], [0x65, 0x66]]), HEX, HEX, HEX), seq(chars([[0x44, 0x44], [0x64, 0x64]]), chars([[0x30, 0x37]]), HEX, HEX)),
 );
 /** One character of a JSON string, as written between the quotes. */
-export const STRING_CHAR = alt(chars(PLAIN), seq(literal('\\'), chars([[0x22, 0x22], [0x2f, 0x2f], [0x5c, 0x5c], [0x62, 0x62], [0x66, 0x66], [0x6e, 0x6e], [0x72, 0x72], [0x74, 0x74]])), UNICODE_ESCAPE);
+const STRING_CHAR = alt(chars(PLAIN), seq(literal('\\'), chars([[0x22, 0x22], [0x2f, 0x2f], [0x5c, 0x5c], [0x62, 0x62], [0x66, 0x66], [0x6e, 0x6e], [0x72, 0x72], [0x74, 0x74]])), UNICODE_ESCAPE);
 /** Any character of a decoded string, for padding unanchored `pattern`s (escaped afterwards). */
 export const ANY_CHAR = chars(complement([]));
 
@@ -77,8 +77,6 @@ export function escapeForJson(pattern: Pattern): Pattern {
       throw new Error('an automaton works on bytes and cannot be re-escaped');
   }
 }
-
-export const quotedPattern = (decoded: Pattern): Pattern => quoted(escapeForJson(decoded));
 
 /** JSON text of a value with json.dumps' separators: the one spelling `const` and `enum` produce. */
 export function canonicalJson(value: unknown): string {

@@ -11,7 +11,7 @@ const digitRange = (lo: number, hi: number) => chars([[0x30 + lo, 0x30 + hi]]);
 const UNSIGNED = alt(literal('0'), seq(NONZERO, repeat(DIGIT, 0, null)));
 const FRACTION = seq(literal('.'), repeat(DIGIT, 1, null));
 
-export const ANY_INTEGER = seq(optional(literal('-')), UNSIGNED);
+const ANY_INTEGER = seq(optional(literal('-')), UNSIGNED);
 export const ANY_NUMBER = seq(ANY_INTEGER, optional(FRACTION), optional(seq(chars([[0x45, 0x45], [0x65, 0x65]]), optional(chars([[0x2b, 0x2b], [0x2d, 0x2d]])), repeat(DIGIT, 1, null))));
 
 /** Decimal strings of one length, digit by digit, between `lo` and `hi` (same length, lo ≤ hi). */

@@ -294,7 +294,7 @@ function lower(ast: Ast, atStart: boolean, atEnd: boolean): Pattern {
   }
 }
 
-export function parseRegex(source: string): Ast {
+function parseRegex(source: string): Ast {
   return new Parser(source).parse();
 }
 
