@@ -22,7 +22,10 @@ start_throwaway_postgres() {
   as_owner "$bin/initdb" -D "$dir/data" -U postgres -A trust >/dev/null
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
   as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U postgres test
-  trap "as_owner '$bin/pg_ctl' -D '$dir/data' -m fast stop >/dev/null; rm -rf '$dir'" EXIT
+  # The trap runs after this function's locals are gone, so its command carries their values.
+  local stop="'$bin/pg_ctl' -D '$dir/data' -m fast stop"
+  [ "$owner" = "$(id -un)" ] || stop="runuser -u $owner -- $stop"
+  trap "$stop >/dev/null; rm -rf '$dir'" EXIT
   export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/test"
   echo "started a throwaway PostgreSQL cluster on port $port" >&2
 }
