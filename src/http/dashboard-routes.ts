@@ -7,6 +7,7 @@ import zlib from 'node:zlib';
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listEnvelope, SPLIT_PATTERN } from '../api/models.ts';
+import { TrainingJob } from '../api/training-jobs.ts';
 import { AppError, validationError } from '../errors.ts';
 import { JOB_STATUSES, type DashboardService } from '../services/dashboard-service.ts';
 import type { JobStatus } from '../store/schema.ts';
@@ -92,19 +93,8 @@ const TrajectorySummary = Type.Object({
 const Trajectory = Type.Object({ ...TrajectoryFields, data: Json });
 
 const JobListItem = Type.Object({
-  id: Type.String(),
-  object: Type.Literal('training_job'),
-  type: Type.String(),
-  model_id: Type.String(),
-  status: Type.String(),
-  created_at: Type.String(),
-  started_at: Type.Union([Type.String(), Type.Null()]),
-  finished_at: Type.Union([Type.String(), Type.Null()]),
-  error: Type.Union([Type.Object({ code: Type.String(), message: Type.String() }), Type.Null()]),
-  checkpoint_step: Type.Union([Type.Integer(), Type.Null()]),
-  num_sequences: Type.Union([Type.Integer(), Type.Null()]),
+  ...TrainingJob.properties,
   completed_steps: Type.Integer(),
-  metrics: Type.Record(Type.String(), Type.Number()),
   model: Type.Object({ id: Type.String(), entity: Type.String(), project: Type.String(), name: Type.String() }),
 });
 

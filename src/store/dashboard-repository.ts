@@ -3,6 +3,7 @@
  * job lists. Every page is a keyset seek through an index (no OFFSET), so page 1000 costs what page 1 costs.
  * Callers pass the entity ids a principal may see; this file knows nothing of keys or HTTP.
  */
+import { toStoredTrajectory, type StoredTrajectory } from './trajectory-repository.ts';
 import type { Kysely } from 'kysely';
 import type { Database, JobStatus } from './schema.ts';
 
@@ -34,16 +35,8 @@ export interface RunMetricRow {
   createdAt: string;
 }
 
-export interface TrajectoryRow {
-  id: string;
-  split: string;
-  step: number;
-  groupIndex: number;
-  trajectoryIndex: number;
-  reward: number | null;
-  data: Record<string, unknown>;
-  createdAt: string;
-}
+/** Trajectory rows are the trajectory repository's own shape. */
+export type TrajectoryRow = StoredTrajectory;
 
 export interface JobListRow {
   id: string;
@@ -188,7 +181,7 @@ export class DashboardRepository {
 
   async findTrajectory(modelId: string, id: string): Promise<TrajectoryRow | undefined> {
     const row = await this.db.selectFrom('trajectories').selectAll().where('model_id', '=', modelId).where('id', '=', id).executeTakeFirst();
-    return row && toTrajectory(row);
+    return row && toStoredTrajectory(row);
   }
 
   /**
@@ -215,7 +208,7 @@ export class DashboardRepository {
     query: { step?: number; after?: { step: number; id: string }; limit: number },
   ): Promise<{ items: TrajectoryRow[]; hasMore: boolean }> {
     const rows = await this.trajectoryPageQuery(modelId, split, query).execute();
-    return { items: rows.slice(0, query.limit).map(toTrajectory), hasMore: rows.length > query.limit };
+    return { items: rows.slice(0, query.limit).map(toStoredTrajectory), hasMore: rows.length > query.limit };
   }
 
   /** Jobs of the given entities' models, newest first (ids are UUIDv7, so id order is creation order). */
@@ -275,15 +268,3 @@ function toRunMetric(row: { id: number; step: number; source: string; metrics: s
   return { id: Number(row.id), step: Number(row.step), source: row.source, metrics: parseObject(row.metrics), createdAt: row.created_at };
 }
 
-function toTrajectory(row: Database['trajectories']): TrajectoryRow {
-  return {
-    id: row.id,
-    split: row.split,
-    step: Number(row.step),
-    groupIndex: Number(row.group_index),
-    trajectoryIndex: Number(row.trajectory_index),
-    reward: row.reward === null ? null : Number(row.reward),
-    data: parseObject(row.data),
-    createdAt: row.created_at,
-  };
-}

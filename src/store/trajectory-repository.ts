@@ -16,6 +16,20 @@ export interface StoredTrajectory {
   createdAt: string;
 }
 
+/** A stored row as the services see it (the JSON of the trajectory parsed back). */
+export function toStoredTrajectory(row: TrajectoryTable): StoredTrajectory {
+  return {
+    id: row.id,
+    split: row.split,
+    step: Number(row.step),
+    groupIndex: Number(row.group_index),
+    trajectoryIndex: Number(row.trajectory_index),
+    reward: row.reward === null ? null : Number(row.reward),
+    data: JSON.parse(row.data) as Record<string, unknown>,
+    createdAt: row.created_at,
+  };
+}
+
 export interface RunMetricRecord {
   step: number;
   source: string;
@@ -41,16 +55,7 @@ export class TrajectoryRepository {
     if (query.afterId !== undefined) select = select.where('id', '>', query.afterId);
     const rows = await select.orderBy('id').limit(query.limit + 1).execute();
     return {
-      items: rows.slice(0, query.limit).map((row) => ({
-        id: row.id,
-        split: row.split,
-        step: Number(row.step),
-        groupIndex: Number(row.group_index),
-        trajectoryIndex: Number(row.trajectory_index),
-        reward: row.reward === null ? null : Number(row.reward),
-        data: JSON.parse(row.data) as Record<string, unknown>,
-        createdAt: row.created_at,
-      })),
+      items: rows.slice(0, query.limit).map(toStoredTrajectory),
       hasMore: rows.length > query.limit,
     };
   }
