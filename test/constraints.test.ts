@@ -12,6 +12,7 @@ import { describe, test } from 'node:test';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import { compileConstraint, compileConstraintUncached, type ConstraintSpec } from '../src/chat/constraints/compile.ts';
+import { MAX_DIGITS } from '../src/chat/constraints/numbers.ts';
 import { accepts, DEAD, type Dfa, walk } from '../src/chat/constraints/dfa.ts';
 import { ConstraintError } from '../src/chat/constraints/pattern.ts';
 import { ConstraintRequestError, requestedConstraint } from '../src/chat/constraints/request.ts';
@@ -186,6 +187,15 @@ describe('JSON schema → automaton', () => {
     expectLanguage(schema({ type: 'number', exclusiveMinimum: 0, maximum: 1 }), ['0.5', '1', '1.00', '0.001'], ['0', '0.0', '-0.5', '1.5']);
     expectLanguage(schema({ type: 'number' }), ['0', '-1.5e+10', '3E2', '12.25'], ['01', '.5', '1.', '+1', 'NaN']);
     refusal(() => schema({ type: 'number', minimum: 0.5 }), 'unsupported', /non-integer `minimum`/);
+  });
+
+  test('numbers: every run of free digits ends, at MAX_DIGITS', () => {
+    const run = (length: number) => '1'.repeat(length);
+    const number = schema({ type: 'number' });
+    expectLanguage(number, [run(MAX_DIGITS), `0.${run(MAX_DIGITS)}`, `1e${run(MAX_DIGITS)}`], [run(MAX_DIGITS + 1), `0.${run(MAX_DIGITS + 1)}`, `1e${run(MAX_DIGITS + 1)}`]);
+    expectLanguage(schema({ type: 'integer', minimum: 5 }), [run(MAX_DIGITS)], [run(MAX_DIGITS + 1)]);
+    // At the bounds of a range too: the zeros after an inclusive maximum, the fraction after an exclusive minimum.
+    expectLanguage(schema({ type: 'number', exclusiveMinimum: 0, maximum: 1 }), [`1.${'0'.repeat(MAX_DIGITS)}`, `0.${run(MAX_DIGITS)}`, `0.${'0'.repeat(MAX_DIGITS - 1)}1`], [`1.${'0'.repeat(MAX_DIGITS + 1)}`, `0.${run(MAX_DIGITS + 1)}`, `0.${'0'.repeat(MAX_DIGITS)}1`]);
   });
 
   test('strings: escapes, lengths in characters, patterns (anchored or not), formats, and their intersection', () => {

@@ -5,14 +5,26 @@
  */
 import { alt, chars, literal, NOTHING, optional, type Pattern, repeat, seq, unsupported } from './pattern.ts';
 
+/**
+ * Every run of free digits (integer part, fraction, exponent) is bounded, as whitespace runs are: a model
+ * that keeps choosing digits must still close the value within its budget (outlines' `safe_subset` bounds
+ * integer digits for the same reason). 24 is beyond what int64 (19 digits) or a double (17 significant
+ * digits) holds, so the numbers programs write are not cut off.
+ */
+export const MAX_DIGITS = 24;
 const DIGIT = chars([[0x30, 0x39]]);
+const digits = (min: number) => repeat(DIGIT, min, MAX_DIGITS);
 const NONZERO = chars([[0x31, 0x39]]);
 const digitRange = (lo: number, hi: number) => chars([[0x30 + lo, 0x30 + hi]]);
-const UNSIGNED = alt(literal('0'), seq(NONZERO, repeat(DIGIT, 0, null)));
-const FRACTION = seq(literal('.'), repeat(DIGIT, 1, null));
+const UNSIGNED = alt(literal('0'), seq(NONZERO, repeat(DIGIT, 0, MAX_DIGITS - 1)));
+const FRACTION = seq(literal('.'), digits(1));
+/** Fraction digits that are not all zeros: some zeros, a nonzero digit, then the rest of the MAX_DIGITS. */
+const NONZERO_FRACTION = alt(
+  ...Array.from({ length: MAX_DIGITS }, (_, zeros) => seq(repeat(literal('0'), zeros, zeros), NONZERO, repeat(DIGIT, 0, MAX_DIGITS - 1 - zeros))),
+);
 
 const ANY_INTEGER = seq(optional(literal('-')), UNSIGNED);
-export const ANY_NUMBER = seq(ANY_INTEGER, optional(FRACTION), optional(seq(chars([[0x45, 0x45], [0x65, 0x65]]), optional(chars([[0x2b, 0x2b], [0x2d, 0x2d]])), repeat(DIGIT, 1, null))));
+export const ANY_NUMBER = seq(ANY_INTEGER, optional(FRACTION), optional(seq(chars([[0x45, 0x45], [0x65, 0x65]]), optional(chars([[0x2b, 0x2b], [0x2d, 0x2d]])), digits(1))));
 
 /** Decimal strings of one length, digit by digit, between `lo` and `hi` (same length, lo ≤ hi). */
 function sameLength(lo: string, hi: string): Pattern {
@@ -44,7 +56,7 @@ function naturals(lo: bigint, hi: bigint | null): Pattern {
     options.push(sameLength(from, to));
   }
   // Every longer number is above the bound.
-  if (hi === null) options.push(seq(NONZERO, repeat(DIGIT, loText.length, null)));
+  if (hi === null) options.push(seq(NONZERO, repeat(DIGIT, loText.length, Math.max(loText.length, MAX_DIGITS - 1))));
   return alt(...options);
 }
 
@@ -79,10 +91,10 @@ function nonNegativeDecimals(lo: Bound, hi: Bound | null): Pattern {
   const innerHi = hi === null ? null : hi.value - 1n;
   if (innerHi === null || innerLo <= innerHi) options.push(seq(naturals(innerLo, innerHi), anyFraction));
   if (lo.exclusive && (hi === null || lo.value < hi.value)) {
-    options.push(seq(literal(lo.value.toString()), literal('.'), repeat(DIGIT, 0, null), NONZERO, repeat(DIGIT, 0, null)));
+    options.push(seq(literal(lo.value.toString()), literal('.'), NONZERO_FRACTION));
   }
   if (hi !== null && !hi.exclusive && (hi.value > lo.value || (hi.value === lo.value && !lo.exclusive))) {
-    options.push(seq(literal(hi.value.toString()), optional(seq(literal('.'), repeat(literal('0'), 1, null)))));
+    options.push(seq(literal(hi.value.toString()), optional(seq(literal('.'), repeat(literal('0'), 1, MAX_DIGITS)))));
   }
   return alt(...options);
 }
