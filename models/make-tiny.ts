@@ -1,6 +1,12 @@
 /**
  * Builds the tiny built-in chat model as an HF-format folder, from nothing but the recipe in
- * `models/recipe/`: `npx tsx models/make-tiny.ts [outDir]` (default `models/tiny-chat/`).
+ * `models/recipe/`: `npx tsx models/make-tiny.ts [--pretrain] [outDir]` (default `models/tiny-chat/`).
+ *
+ * The tokenizer, config and template are made on every build (seconds). The weights are pretrained
+ * by `engine/pretrain.py` on the recipe's synthetic conversations, which takes about half an hour on
+ * two cores, so the result is committed in `models/pretrained/` under a key of everything it was
+ * trained from; a build copies it when the key matches. When the recipe changes, the build stops and
+ * asks for `--pretrain`, which trains anew and rewrites the committed files.
  *
  * Deterministic and idempotent: the folder records a hash of the recipe sources and is rebuilt only
  * when that hash changes. The folder is built beside its destination and renamed into place, so
@@ -9,16 +15,20 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { learnBpe, tokenizerJson } from './recipe/bpe.ts';
 import { buildCorpus } from './recipe/corpus.ts';
+import { type PretrainingReport, type PretrainingSet, pretrain, pretrainingSet } from './recipe/pretraining.ts';
+import { renderChat } from '../src/chat/template.ts';
 import {
   ADDED_TOKENS,
   ARCHITECTURE,
+  BPE_CHAT_DOCUMENTS,
   BPE_MERGES,
   CONTEXT_LENGTH,
   CORPUS_SEED,
+  PRETRAINING,
   SYNTHETIC_DOCUMENTS,
   VOCAB_SIZE,
   WEIGHTS_SEED,
@@ -29,6 +39,17 @@ const MODELS_DIR = dirname(fileURLToPath(import.meta.url));
 const RECIPE_DIR = join(MODELS_DIR, 'recipe');
 export const DEFAULT_TINY_MODEL_DIR = join(MODELS_DIR, 'tiny-chat');
 const RECIPE_FILE = 'recipe.json';
+/** The weights depend on the training loop too; the rest of the engine is tested to compute the same. */
+const PRETRAIN_SCRIPT = join(MODELS_DIR, '..', 'engine', 'pretrain.py');
+const PRETRAINED_WEIGHTS = join(MODELS_DIR, 'pretrained', 'tiny-chat.safetensors');
+const PRETRAINED_RECORD = join(MODELS_DIR, 'pretrained', 'tiny-chat.json');
+
+interface PretrainedRecord {
+  /** Hash of everything the weights were trained from (see `weightsKey`). */
+  weights_key: string;
+  weights_sha256: string;
+  pretraining: PretrainingReport;
+}
 
 export interface TinyModel {
   dir: string;
@@ -40,9 +61,67 @@ export interface TinyModel {
 /** Hash of every source that shapes the output, this file included. */
 async function recipeHash(): Promise<string> {
   const hash = createHash('sha256');
-  const sources = [fileURLToPath(import.meta.url), ...(await readdir(RECIPE_DIR)).sort().map((f) => join(RECIPE_DIR, f))];
-  for (const source of sources) hash.update(source.slice(MODELS_DIR.length)).update(await readFile(source));
+  const sources = [
+    fileURLToPath(import.meta.url),
+    ...(await readdir(RECIPE_DIR)).sort().map((f) => join(RECIPE_DIR, f)),
+    PRETRAIN_SCRIPT,
+    PRETRAINED_RECORD,
+  ];
+  for (const source of sources) {
+    hash.update(relative(MODELS_DIR, source)).update(existsSync(source) ? await readFile(source) : '');
+  }
   return hash.digest('hex');
+}
+
+const sha256 = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
+
+/**
+ * Everything the pretrained weights are a function of: the initial weights, the config, the tokenizer
+ * and template (which turn the conversations into token ids), the conversations, the settings and the
+ * training loop. Not the paths or comments of the files that produce them.
+ */
+async function weightsKey(dir: string, set: PretrainingSet): Promise<string> {
+  const hash = createHash('sha256');
+  for (const name of ['config.json', 'tokenizer.json', 'tokenizer_config.json', 'model.safetensors']) {
+    hash.update(name).update(await readFile(join(dir, name)));
+  }
+  hash.update(JSON.stringify(set.conversations)).update(JSON.stringify(PRETRAINING)).update(await readFile(PRETRAIN_SCRIPT));
+  return hash.digest('hex');
+}
+
+async function readPretrainedRecord(): Promise<PretrainedRecord | undefined> {
+  try {
+    return JSON.parse(await readFile(PRETRAINED_RECORD, 'utf8')) as PretrainedRecord;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Puts the pretrained weights into `dir` (whose `model.safetensors` is the init) and returns their report. */
+async function pretrainedWeights(dir: string, set: PretrainingSet, allowPretraining: boolean): Promise<PretrainingReport> {
+  const key = await weightsKey(dir, set);
+  const record = await readPretrainedRecord();
+  if (record?.weights_key === key) {
+    const weights = await readFile(PRETRAINED_WEIGHTS);
+    if (sha256(weights) !== record.weights_sha256) {
+      throw new Error(`${relative(process.cwd(), PRETRAINED_WEIGHTS)} does not have the bytes its record names: restore it from git`);
+    }
+    await writeFile(join(dir, 'model.safetensors'), weights);
+    return record.pretraining;
+  }
+  if (!allowPretraining) {
+    throw new Error(
+      'the committed tiny-model weights (models/pretrained/) were trained from another recipe. ' +
+        'Run `npx tsx models/make-tiny.ts --pretrain` (about 30 minutes on two cores) and commit models/pretrained/.',
+    );
+  }
+  const pretraining = await pretrain(dir, set);
+  const weights = await readFile(join(dir, 'model.safetensors'));
+  await mkdir(dirname(PRETRAINED_WEIGHTS), { recursive: true });
+  await writeFile(PRETRAINED_WEIGHTS, weights);
+  const newRecord: PretrainedRecord = { weights_key: key, weights_sha256: sha256(weights), pretraining };
+  await writeFile(PRETRAINED_RECORD, `${JSON.stringify(newRecord, null, 2)}\n`);
+  return pretraining;
 }
 
 async function recordedHash(dir: string): Promise<string | undefined> {
@@ -55,8 +134,19 @@ async function recordedHash(dir: string): Promise<string | undefined> {
 
 const tokenId = (content: string) => VOCAB_SIZE - ADDED_TOKENS.length + ADDED_TOKENS.findIndex((t) => t.content === content);
 
-async function writeModel(dir: string, hash: string): Promise<void> {
-  const bpe = learnBpe(buildCorpus(CORPUS_SEED, SYNTHETIC_DOCUMENTS), VOCAB_SIZE - ADDED_TOKENS.length);
+/** Rendered conversations with the added tokens cut out: BPE learns the chat format's text too. */
+function chatDocuments(set: PretrainingSet, template: string): string[] {
+  const added = new RegExp(ADDED_TOKENS.map((t) => t.content.replace(/[|\\/<>]/g, (c) => `\\${c}`)).join('|'), 'g');
+  return set.conversations
+    .slice(0, BPE_CHAT_DOCUMENTS)
+    .map((c) => renderChat({ template, messages: c.messages, tools: c.tools, addGenerationPrompt: false }).replace(added, '\n'));
+}
+
+async function writeModel(dir: string, allowPretraining: boolean): Promise<void> {
+  const template = (await readFile(join(RECIPE_DIR, 'chat-template.jinja'), 'utf8')).trimEnd();
+  const set = pretrainingSet();
+  const corpus = buildCorpus(CORPUS_SEED, SYNTHETIC_DOCUMENTS, chatDocuments(set, template));
+  const bpe = learnBpe(corpus, VOCAB_SIZE - ADDED_TOKENS.length);
   const tokenizer = tokenizerJson(bpe, ADDED_TOKENS);
   const endOfText = tokenId('<|endoftext|>');
   const imEnd = tokenId('<|im_end|>');
@@ -94,7 +184,7 @@ async function writeModel(dir: string, hash: string): Promise<void> {
     eos_token: '<|im_end|>',
     pad_token: '<|endoftext|>',
     unk_token: null,
-    chat_template: (await readFile(join(RECIPE_DIR, 'chat-template.jinja'), 'utf8')).trimEnd(),
+    chat_template: template,
     clean_up_tokenization_spaces: false,
     errors: 'replace',
     model_max_length: CONTEXT_LENGTH,
@@ -102,8 +192,7 @@ async function writeModel(dir: string, hash: string): Promise<void> {
   };
   const generationConfig = { bos_token_id: endOfText, eos_token_id: [imEnd, endOfText], pad_token_id: endOfText };
   const recipe = {
-    recipe_hash: hash,
-    description: 'Tiny built-in chat model: byte-level BPE learned from models/recipe/corpus.ts, random-init weights',
+    description: 'Tiny built-in chat model: byte-level BPE learned from models/recipe/corpus.ts, weights pretrained on the synthetic chat conversations of models/recipe/chat-data.ts',
     num_parameters: parameterCount(shape),
     bpe_merges_target: BPE_MERGES,
     corpus_seed: CORPUS_SEED,
@@ -117,18 +206,24 @@ async function writeModel(dir: string, hash: string): Promise<void> {
   await writeFile(join(dir, 'tokenizer_config.json'), json(tokenizerConfig));
   await writeFile(join(dir, 'generation_config.json'), json(generationConfig));
   await writeFile(join(dir, 'model.safetensors'), llamaSafetensors(shape, WEIGHTS_SEED));
-  await writeFile(join(dir, RECIPE_FILE), json(recipe)); // last: its presence means the folder is complete
+  const pretraining = await pretrainedWeights(dir, set, allowPretraining);
+  // Hashed after pretraining, which may have rewritten the committed record the hash covers.
+  const complete = { recipe_hash: await recipeHash(), ...recipe, pretraining };
+  await writeFile(join(dir, RECIPE_FILE), json(complete)); // last: its presence means the folder is complete
 }
 
-/** Makes sure `dir` holds the model of the current recipe; builds it when missing or stale. */
-export async function ensureTinyModel(dir: string = DEFAULT_TINY_MODEL_DIR): Promise<TinyModel> {
+/**
+ * Makes sure `dir` holds the model of the current recipe; builds it when missing or stale. With
+ * `allowPretraining`, weights the recipe no longer matches are trained anew (and committed files rewritten).
+ */
+export async function ensureTinyModel(dir: string = DEFAULT_TINY_MODEL_DIR, { allowPretraining = false } = {}): Promise<TinyModel> {
   const target = resolve(dir);
   const hash = await recipeHash();
   if ((await recordedHash(target)) === hash) return { dir: target, recipeHash: hash, built: false };
 
   const staging = `${target}.staging-${process.pid}-${Date.now()}`;
   try {
-    await writeModel(staging, hash);
+    await writeModel(staging, allowPretraining);
     if (existsSync(target)) {
       if ((await recordedHash(target)) === hash) return { dir: target, recipeHash: hash, built: false };
       await rm(target, { recursive: true, force: true });
@@ -145,7 +240,9 @@ export async function ensureTinyModel(dir: string = DEFAULT_TINY_MODEL_DIR): Pro
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const started = Date.now();
-  const model = await ensureTinyModel(process.argv[2]);
+  const args = process.argv.slice(2);
+  const allowPretraining = args.includes('--pretrain');
+  const model = await ensureTinyModel(args.find((arg) => !arg.startsWith('--')), { allowPretraining });
   const verb = model.built ? `built in ${((Date.now() - started) / 1000).toFixed(1)}s` : 'up to date';
   console.log(`tiny chat model ${verb}: ${model.dir}`);
 }

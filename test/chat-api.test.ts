@@ -3,7 +3,7 @@
  * tiny model: response shape, logprobs by default, max_tokens, n, seeds, stop strings, logprobs and token ids,
  * the chat template (tools, tool results, prefill), every validation rule with its status and `param`, model
  * resolution across entities, and a checkpoint written by training served by the next request.
- * The tiny model has random weights, so the assertions are on structure, determinism and counts, not meaning.
+ * The assertions are on structure, determinism and counts, not on what the tiny model says.
  */
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -17,6 +17,8 @@ const BASE = 'builtin/tiny-chat';
 const CONTEXT = 2048;
 const VOCAB = 2048;
 const HI = [{ role: 'user', content: 'hi' }];
+/** A request the tiny model was never trained on: its answers spread over many tokens. */
+const OPEN = [{ role: 'user', content: 'Write a poem.' }];
 const HI_PROMPT = '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n';
 const WEATHER_TOOL = {
   type: 'function',
@@ -135,7 +137,7 @@ describe('chat completions (non-streaming) through the openai client', () => {
   });
 
   test('n=3: three choices with indices 0..2, usage summing them; seeded n is reproducible', async () => {
-    const response = await create({ n: 3, seed: 7, max_tokens: 6, return_token_ids: true });
+    const response = await create({ messages: OPEN, n: 3, seed: 7, max_tokens: 6, return_token_ids: true });
     assert.deepEqual(
       response.choices.map((choice: any) => choice.index),
       [0, 1, 2],
@@ -149,7 +151,7 @@ describe('chat completions (non-streaming) through the openai client', () => {
     }
     assert.equal(response.usage.completion_tokens, sum);
     assert.equal(new Set(response.choices.map((choice: any) => JSON.stringify(choice.token_ids))).size, 3, 'the choices are sampled independently');
-    const again = await create({ n: 3, seed: 7, max_tokens: 6, return_token_ids: true });
+    const again = await create({ messages: OPEN, n: 3, seed: 7, max_tokens: 6, return_token_ids: true });
     assert.deepEqual(
       again.choices.map((choice: any) => choice.token_ids),
       response.choices.map((choice: any) => choice.token_ids),
@@ -296,7 +298,7 @@ describe('chat completions (non-streaming) through the openai client', () => {
     );
     const [choice] = response.choices;
     assert.equal(choice.message.role, 'assistant');
-    assert.ok(['stop', 'length'].includes(choice.finish_reason), 'gibberish is no tool call');
+    assert.ok(['stop', 'length'].includes(choice.finish_reason), 'after the tool result it answers in words');
     assert.deepEqual(choice.message.tool_calls, []);
 
     // The SDK's own assistant message (refusal, annotations, reasoning, empty tool_calls…) goes back as it came.
@@ -464,10 +466,12 @@ describe('chat completions (non-streaming) through the openai client', () => {
       assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
       assert.equal(job.checkpoint_step, 1);
 
+      // One small step may leave the sampled tokens as they were, but never their logprobs.
       const tokens = async (model: string) => {
         const response = await create({ model, seed: 21, max_tokens: 8, ignore_eos: true, return_token_ids: true });
         assert.equal(response.model, model);
-        return response.choices[0].token_ids as number[];
+        const [choice] = response.choices;
+        return { ids: choice.token_ids as number[], logprobs: choice.logprobs.content.map((entry: any) => entry.logprob) as number[] };
       };
       const step0 = await tokens(`${mine}:step0`);
       const step1 = await tokens(`${mine}:step1`);

@@ -3,7 +3,7 @@
  * - against the real server, engine and tiny model: the `stream()` helper, chunk order (role chunk per choice,
  *   one choice per chunk, finish chunk, usage chunk, `[DONE]`), n=3 interleaving, streamed = non-streamed for a
  *   seed, stop strings held back, token ids, echo, and a client that disconnects freeing its engine slot;
- * - over the real HTTP stack with a scripted engine (the random model never writes a tool call): Hermes tool
+ * - over the real HTTP stack with a scripted engine (exact model output on demand): Hermes tool
  *   calls and `<think>` reasoning in both modes, UTF-8 that is never split, an engine fault mid-stream;
  * - `ChoiceOutput` with the real tokenizer: token by token gives what the whole output gives.
  */
@@ -142,7 +142,7 @@ describe('streaming with the real engine', () => {
   });
 
   test('the SDK stream() helper finishes without error; its final completion holds the deltas, logprobs by default', async () => {
-    const runner = client.chat.completions.stream({ model: BASE, messages: HI as never, max_tokens: 8, seed: 3 } as never);
+    const runner = client.chat.completions.stream({ model: BASE, messages: HI as never, max_tokens: 8, ignore_eos: true, seed: 3 } as never);
     let deltas = '';
     let logprobCount = 0;
     runner.on('content.delta', ({ delta }) => (deltas += delta));
@@ -157,7 +157,7 @@ describe('streaming with the real engine', () => {
     assert.equal(logprobCount, 8);
     for (const entry of choice.logprobs.content) assert.match(entry.token, /^token_id:\d+$/);
     // The same seed without streaming gives the same answer.
-    const whole = await create({ max_tokens: 8, seed: 3 });
+    const whole = await create({ max_tokens: 8, ignore_eos: true, seed: 3 });
     assert.equal(whole.choices[0].message.content, deltas);
     assert.deepEqual(
       whole.choices[0].logprobs.content.map((entry: any) => entry.token),

@@ -10,6 +10,8 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Template } from '@huggingface/jinja';
 import { ensureTinyModel } from '../models/make-tiny.ts';
+import { pretrainingSet } from '../models/recipe/pretraining.ts';
+import { ConversationTokenizer } from '../models/recipe/sequences.ts';
 import { ChatTokenizer, loadTokenizer } from '../src/chat/tokenizer.ts';
 
 let modelDir: string;
@@ -65,7 +67,40 @@ describe('tiny model folder', () => {
     assert.equal(file.length, 8 + headerLength + dataBytes);
     const parameters = Object.values(tensors).reduce((sum, t) => sum + t.shape.reduce((a, b) => a * b, 1), 0);
     assert.equal(parameters, readJson('recipe.json').num_parameters);
-    assert.equal(file.readFloatLE(8 + headerLength + tensors['model.norm.weight'].data_offsets[0]), 1);
+    assert.ok(Object.values(tensors).every((t) => t.dtype === 'F16'), 'committed in f16');
+  });
+
+  test('is pretrained: the recipe records a falling loss and answers in the chat format', () => {
+    const report = readJson('recipe.json').pretraining as { first_loss: number; final_loss: number; ends_turn: number; accuracy: Record<string, { greedy: number }> };
+    assert.ok(report.final_loss < report.first_loss / 4, JSON.stringify(report));
+    assert.ok(report.ends_turn > 0.9, 'greedy answers end their turn');
+    assert.ok(report.accuracy.arithmetic_seen.greedy > 0, 'some sums right');
+  });
+});
+
+describe('pretraining sequences', () => {
+  test('tokenize as the whole text does, with the loss on assistant turns and their end only', async () => {
+    const template = tokenizer.chatTemplate ?? assert.fail('no template');
+    const sequences = new ConversationTokenizer(tokenizer, template);
+    const { conversations } = pretrainingSet();
+    const kinds = new Set<string>();
+    for (const conversation of [...conversations.slice(0, 200), ...conversations.filter((c) => c.thinkingOff).slice(0, 5)]) {
+      kinds.add(conversation.kind + (conversation.thinkingOff ? '+thinking-off' : ''));
+      const { ids, mask } = sequences.tokenize(conversation);
+      const text = tokenizer.decode(ids);
+      assert.deepEqual(ids, tokenizer.encode(text), 'piecewise ids equal the whole text\'s');
+      const trained = tokenizer.decode(ids.filter((_, i) => mask[i] === 1));
+      const expected = conversation.messages
+        .filter((m) => m.role === 'assistant')
+        .map((m) => `${m.content ?? ''}${(m.tool_calls as { function: { name: string; arguments: unknown } }[] | undefined)?.map((call) => `<tool_call>\n${JSON.stringify({ name: call.function.name, arguments: call.function.arguments }).replace(/":/g, '": ').replace(/,"/g, ', "')}\n</tool_call>`).join('\n') ?? ''}<|im_end|>`)
+        .join('');
+      assert.equal(trained, expected);
+      assert.ok(!text.includes('<think>\n\n</think>\n\n') || conversation.thinkingOff);
+    }
+    // Every kind, and every kind but tool use (whose last turn answers a tool result) also with thinking off.
+    assert.deepEqual([...kinds].sort(), [
+      'arithmetic', 'arithmetic+thinking-off', 'chat', 'chat+thinking-off', 'copy', 'copy+thinking-off', 'reverse', 'reverse+thinking-off', 'tool',
+    ]);
   });
 });
 

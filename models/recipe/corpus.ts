@@ -105,7 +105,7 @@ For each function call, return a json object with function name and arguments wi
 {"name": <function-name>, "arguments": <args-json-object>}
 `;
 
-const NOUNS = (
+export const NOUNS = (
   'time person year way day thing man woman child world life hand part eye place week case point number group ' +
   'problem fact question answer idea story book word name line page letter list table file folder model token ' +
   'message request response server client engine user system tool function value result error test step loss ' +
@@ -153,7 +153,7 @@ const ADVERBS = (
 ).split(' ');
 
 const FIRST_NAMES = 'Alice Bob Carol David Emma Frank Grace Henry Ivy Jack Kate Leo Mia Noah Olivia Paul'.split(' ');
-const CITIES = 'Paris London Berlin Tokyo Madrid Rome Lisbon Dublin Vienna Prague Oslo Boston Seattle Sydney'.split(' ');
+export const CITIES = 'Paris London Berlin Tokyo Madrid Rome Lisbon Dublin Vienna Prague Oslo Boston Seattle Sydney'.split(' ');
 
 interface ToolSpec {
   name: string;
@@ -301,11 +301,14 @@ function conversation(rng: Prng): string {
   return `${system}user\n${question}\nassistant\n${answer}\n`;
 }
 
-/** The whole corpus, deterministic for a given seed and document count. */
-export function buildCorpus(seed: number, syntheticDocuments: number): string[] {
+/**
+ * The whole corpus, deterministic for a given seed and document count. `chatDocuments` are rendered
+ * pretraining conversations (added tokens cut out), so the text the model trains on is cheap in tokens.
+ */
+export function buildCorpus(seed: number, syntheticDocuments: number, chatDocuments: readonly string[] = []): string[] {
   const rng = new Prng(seed);
   const exchange = (rng: Prng) => rng.pick([arithmetic, copyOrReverse])(rng).join('\n');
   const generators = [sentence, sentence, exchange, exchange, toolExchange, reasoning, conversation];
   const synthetic = Array.from({ length: syntheticDocuments }, () => rng.pick(generators)(rng));
-  return [PROSE, CODE, JSON_DOCS, TEMPLATE_TEXT, ...TOOLS.map(toolDefinition), ...synthetic];
+  return [PROSE, CODE, JSON_DOCS, TEMPLATE_TEXT, ...TOOLS.map(toolDefinition), ...synthetic, ...chatDocuments];
 }

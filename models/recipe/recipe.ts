@@ -43,3 +43,28 @@ export const WEIGHTS_SEED = 20250101;
 export const CORPUS_SEED = 7;
 /** Synthetic documents generated on top of the hand-written corpus. */
 export const SYNTHETIC_DOCUMENTS = 4000;
+/** Pretraining conversations, rendered, that the BPE merges are also learned from. */
+export const BPE_CHAT_DOCUMENTS = 3000;
+
+/**
+ * How the weights are pretrained (models/recipe/pretraining.ts → engine/pretrain.py): synthetic chat
+ * conversations, loss on the assistant turns only, full-weight AdamW with warmup and cosine decay.
+ */
+export const PRETRAINING = {
+  seed: 11,
+  conversations: 40000,
+  arithmetic: { maxOperand: 20, maxFactor: 9 },
+  /** Relative shares of the conversation kinds. */
+  mix: { arithmetic: 5, copy: 1.5, reverse: 1, chat: 1, tool: 1.5 },
+  steps: 2400,
+  learningRate: 3e-3,
+  warmupSteps: 50,
+  batchTokens: 2048,
+  rowTokens: [128, 512],
+  evalSeed: 1234,
+  evalArithmetic: 50,
+  evalMaxTokens: 48,
+  evalSamples: 4,
+  /** Half the bytes of fp32, so the weights can be committed; the engine computes in fp32 on CPU. */
+  saveDtype: 'f16',
+} as const;
