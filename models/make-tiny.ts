@@ -21,6 +21,7 @@ import { learnBpe, tokenizerJson } from './recipe/bpe.ts';
 import { buildCorpus } from './recipe/corpus.ts';
 import { type PretrainingReport, type PretrainingSet, pretrain, pretrainingSet } from './recipe/pretraining.ts';
 import { renderChat } from '../src/chat/template.ts';
+import { ADDED_TOKEN_ALTERNATION } from './recipe/sequences.ts';
 import {
   ADDED_TOKENS,
   ARCHITECTURE,
@@ -77,8 +78,8 @@ const sha256 = (bytes: Buffer | string) => createHash('sha256').update(bytes).di
 
 /**
  * Everything the pretrained weights are a function of: the initial weights, the config, the tokenizer
- * and template (which turn the conversations into token ids), the conversations, the settings and the
- * training loop. Not the paths or comments of the files that produce them.
+ * and template (which turn the conversations into token ids), the conversations, the settings, and the
+ * training loop byte for byte (an edit to engine/pretrain.py, comments included, asks for a new run).
  */
 async function weightsKey(dir: string, set: PretrainingSet): Promise<string> {
   const hash = createHash('sha256');
@@ -112,7 +113,7 @@ async function pretrainedWeights(dir: string, set: PretrainingSet, allowPretrain
   if (!allowPretraining) {
     throw new Error(
       'the committed tiny-model weights (models/pretrained/) were trained from another recipe. ' +
-        'Run `npx tsx models/make-tiny.ts --pretrain` (about 30 minutes on two cores) and commit models/pretrained/.',
+        'Run `npx tsx models/make-tiny.ts --pretrain` (about 36 minutes on two cores) and commit models/pretrained/.',
     );
   }
   const pretraining = await pretrain(dir, set);
@@ -136,7 +137,7 @@ const tokenId = (content: string) => VOCAB_SIZE - ADDED_TOKENS.length + ADDED_TO
 
 /** Rendered conversations with the added tokens cut out: BPE learns the chat format's text too. */
 function chatDocuments(set: PretrainingSet, template: string): string[] {
-  const added = new RegExp(ADDED_TOKENS.map((t) => t.content.replace(/[|\\/<>]/g, (c) => `\\${c}`)).join('|'), 'g');
+  const added = new RegExp(ADDED_TOKEN_ALTERNATION, 'g');
   return set.conversations
     .slice(0, BPE_CHAT_DOCUMENTS)
     .map((c) => renderChat({ template, messages: c.messages, tools: c.tools, addGenerationPrompt: false }).replace(added, '\n'));

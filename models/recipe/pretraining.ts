@@ -14,19 +14,7 @@ import { type Conversation, type EvalItem, evaluationItems, heldOutProblems, tra
 import { PRETRAINING } from './recipe.ts';
 import { ConversationTokenizer, renderPrompt } from './sequences.ts';
 
-export interface PretrainingReport {
-  steps: number;
-  sequences: number;
-  target_tokens: number;
-  first_loss: number;
-  final_loss: number;
-  seconds: number;
-  /** Per evaluation kind: share answered exactly right, greedily and at temperature 1. */
-  accuracy: Record<EvalItem['kind'], { items: number; greedy: number; sampled: number }>;
-  /** Share of greedy answers that end with `<|im_end|>` within their token budget. */
-  ends_turn: number;
-}
-
+/** What `engine.pretrain` prints on its last line. */
 interface PretrainSummary {
   steps: number;
   sequences: number;
@@ -34,6 +22,13 @@ interface PretrainSummary {
   first_loss: number;
   final_loss: number;
   seconds: number;
+}
+
+export interface PretrainingReport extends PretrainSummary {
+  /** Per evaluation kind: share answered exactly right, greedily and at temperature 1. */
+  accuracy: Record<EvalItem['kind'], { items: number; greedy: number; sampled: number }>;
+  /** Share of greedy answers that end with `<|im_end|>` within their token budget. */
+  ends_turn: number;
 }
 
 /** Exact answers; a tool item is right when the answer is one call with the expected name and arguments. */

@@ -23,8 +23,9 @@ const START = '<|im_start|>';
 const END = '<|im_end|>';
 const ASSISTANT_HEADER = 'assistant\n';
 const EMPTY_THINK = ['<think>', '\n\n', '</think>', '\n\n'];
-const escape = (text: string) => text.replace(/[|\\/<>]/g, (c) => `\\${c}`);
-const ADDED_TOKEN_SPLIT = new RegExp(`(${ADDED_TOKENS.map((t) => escape(t.content)).join('|')})`);
+/** A regex source matching any added token. */
+export const ADDED_TOKEN_ALTERNATION = ADDED_TOKENS.map((t) => t.content.replace(/[|\\/<>]/g, (c) => `\\${c}`)).join('|');
+const ADDED_TOKEN_SPLIT = new RegExp(`(${ADDED_TOKEN_ALTERNATION})`);
 const ADDED = new Set<string>(ADDED_TOKENS.map((t) => t.content));
 
 export function renderPrompt(template: string, messages: Message[], tools?: Tool[], thinkingOff = false): string {
