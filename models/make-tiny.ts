@@ -3,7 +3,7 @@
  * `models/recipe/`: `npx tsx models/make-tiny.ts [--pretrain] [outDir]` (default `models/tiny-chat/`).
  *
  * The tokenizer, config and template are made on every build (seconds). The weights are pretrained
- * by `engine/pretrain.py` on the recipe's synthetic conversations, which takes about half an hour on
+ * by `engine/pretrain.py` on the recipe's synthetic conversations, which takes about 36 minutes on
  * two cores, so the result is committed in `models/pretrained/` under a key of everything it was
  * trained from; a build copies it when the key matches. When the recipe changes, the build stops and
  * asks for `--pretrain`, which trains anew and rewrites the committed files.
