@@ -9,6 +9,7 @@ import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { registerChatRoutes } from './http/chat-routes.ts';
+import { registerOpenAiModelRoutes } from './http/openai-models-routes.ts';
 import { registerArtifactRoutes } from './http/artifact-routes.ts';
 import { registerIdentityRoutes } from './http/identity-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
@@ -46,6 +47,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   registerModelRoutes(app, services);
   registerTrainingJobRoutes(app, services.trainingJobs);
   registerChatRoutes(app, services.chat, config.maxInFlightChat);
+  registerOpenAiModelRoutes(app, services.served);
   registerIdentityRoutes(app);
   registerDashboardRoutes(app, services.dashboard);
   app.register(async (scope) => {

@@ -21,6 +21,7 @@ import type { Engine } from './engine/client.ts';
 import { BaseModelRuntime } from './services/base-model-runtime.ts';
 import { ChatService } from './services/chat-service.ts';
 import { ModelResolver } from './services/model-resolver.ts';
+import { ServedModelsService } from './services/served-models-service.ts';
 import { ArtifactRepository } from './store/artifact-repository.ts';
 import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
 import { ArtifactService } from './artifacts/artifact-service.ts';
@@ -32,6 +33,7 @@ export interface Services {
   auth: AuthService;
   baseModels: BaseModelRegistry;
   models: ModelService;
+  served: ServedModelsService;
   trajectories: TrajectoryService;
   health: HealthService;
   queue: JobQueue;
@@ -81,6 +83,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     for (const job of await jobRepository.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
   });
   const runtime = new BaseModelRuntime(baseModels, engine);
+  const resolver = new ModelResolver(modelRepository, baseModels);
   const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
   const artifacts = new ArtifactService(new ArtifactRepository(store.db, store.dialect), blobs, clock);
   const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
@@ -94,6 +97,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     auth: new AuthService(identityRepository, clock),
     baseModels,
     models,
+    served: new ServedModelsService(modelRepository, baseModels, resolver, clock.now().toISOString()),
     trajectories,
     health: new HealthService(store.db, {
       engine: probeEngine,
@@ -108,7 +112,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     dashboard: new DashboardService(new DashboardRepository(store.db), models, baseModels),
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
-    chat: new ChatService(new ModelResolver(modelRepository, baseModels), runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
+    chat: new ChatService(resolver, runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
     runners: {
       rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
       sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),

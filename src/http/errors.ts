@@ -114,8 +114,9 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
   return new AppError('internal');
 }
 
+/** The OpenAI-compatible routes answer OpenAI's error shape; everything else FastAPI's. */
 function isChatRoute(request: FastifyRequest): boolean {
-  return request.url.startsWith('/v1/chat/');
+  return request.url.startsWith('/v1/chat/') || request.url === '/v1/models' || request.url.startsWith('/v1/models/') || request.url.startsWith('/v1/models?');
 }
 
 /** The OpenAI/vLLM error object of a chat completion failure (also sent as an SSE event mid-stream). */

@@ -74,6 +74,21 @@ export class ModelRepository {
       .executeTakeFirst();
   }
 
+  /** Every checkpoint of the given entities' models, with the model's names, ordered by model name then step. */
+  servableCheckpoints(entityIds: string[]) {
+    return this.db
+      .selectFrom('checkpoints')
+      .innerJoin('models', 'models.id', 'checkpoints.model_id')
+      .innerJoin('entities', 'entities.id', 'models.entity_id')
+      .select(['entities.name as entity_name', 'models.project', 'models.name', 'models.base_model', 'models.created_at', 'checkpoints.step', 'checkpoints.created_at as checkpoint_created_at'])
+      .where('models.entity_id', 'in', entityIds)
+      .orderBy('entities.name')
+      .orderBy('models.project')
+      .orderBy('models.name')
+      .orderBy('checkpoints.step')
+      .execute();
+  }
+
   /**
    * Removes the model and everything hanging off it in one transaction, recording its folder as a
    * pending deletion in that same transaction so a crash before the files go leaves a note, not an orphan.

@@ -1,0 +1,20 @@
+/** GET /v1/models and /v1/models/{id}: OpenAI's model objects, with vLLM's `root`/`parent` lineage. */
+import { Type, type Static } from '@sinclair/typebox';
+
+export const ModelCard = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('model'),
+  /** Unix seconds, as OpenAI answers. */
+  created: Type.Integer(),
+  owned_by: Type.String(),
+  /** The base model the name runs on (vLLM: the served weights). */
+  root: Type.String(),
+  /** What it was made from: null for a base model, the base for a model's latest step, the model for `:stepN`. */
+  parent: Type.Union([Type.String(), Type.Null()]),
+});
+export type ModelCard = Static<typeof ModelCard>;
+
+export const ModelCardList = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(ModelCard),
+});

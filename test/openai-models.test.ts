@@ -1,0 +1,60 @@
+/** GET /v1/models through the OpenAI Node SDK: base models and every servable name of the key's entities, nothing of others. */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import OpenAI, { NotFoundError } from 'openai';
+import { newId } from '../src/ids.ts';
+import { backends } from './helpers/database.ts';
+import { startTestApp, type TestApp } from './helpers/app.ts';
+
+for (const backend of backends()) {
+  describe(`/v1/models on ${backend.name}`, () => {
+    let t: TestApp;
+    let client: OpenAI;
+    let otherClient: OpenAI;
+    before(async () => {
+      t = await startTestApp(backend);
+      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+      client = new OpenAI({ baseURL: `${url}/v1`, apiKey: t.key, maxRetries: 0 });
+      otherClient = new OpenAI({ baseURL: `${url}/v1`, apiKey: (await t.services.auth.createKey('someone-else')).key, maxRetries: 0 });
+    });
+    after(async () => {
+      await t.close();
+    });
+
+    test('list: base models, then each model by name and by step, and nothing of another entity', async () => {
+      const created = await t.call('POST', '/v1/preview/models', { project: 'demo', name: 'agent', base_model: 'test/base' });
+      await t.services.repositories.models.insertCheckpoint({ id: newId(), model_id: created.body.id, step: 3, metrics: '{}', adapter_path: null, created_at: new Date().toISOString() });
+      await otherClient.models.list(); // another entity's key sees its own (empty) list without error
+      const foreign = await t.call('POST', '/v1/preview/models', { project: 'demo', name: 'hidden', base_model: 'test/base' }, (await t.services.auth.createKey('third')).key);
+      assert.equal(foreign.status, 200);
+
+      const ids = [];
+      for await (const card of client.models.list()) ids.push(card.id);
+      assert.deepEqual(ids, ['test/base', 'local/demo/agent', 'local/demo/agent:step0', 'local/demo/agent:step3']);
+      const cards = (await client.models.list()).data as unknown as Record<string, unknown>[];
+      assert.deepEqual(cards.map((card) => [card.object, card.owned_by, card.root, card.parent]), [
+        ['model', 'agent-trainer', 'test/base', null],
+        ['model', 'local', 'test/base', 'test/base'],
+        ['model', 'local', 'test/base', 'local/demo/agent'],
+        ['model', 'local', 'test/base', 'local/demo/agent'],
+      ]);
+      assert.ok(cards.every((card) => Number.isInteger(card.created) && (card.created as number) > 1.7e9));
+      assert.deepEqual((await otherClient.models.list()).data.map((card) => card.id), ['test/base']);
+    });
+
+    test('retrieve resolves exactly the names chat completions serve; unknown or foreign names are OpenAI 404s', async () => {
+      const step = (await client.models.retrieve('local/demo/agent:step3')) as unknown as Record<string, unknown>;
+      assert.deepEqual([step.id, step.root, step.parent], ['local/demo/agent:step3', 'test/base', 'local/demo/agent']);
+      const latest = (await client.models.retrieve('local/demo/agent')) as unknown as Record<string, unknown>;
+      assert.deepEqual([latest.id, latest.parent], ['local/demo/agent', 'test/base']);
+      assert.equal((await client.models.retrieve('test/base')).owned_by, 'agent-trainer');
+      for (const [who, name] of [[client, 'local/demo/agent:step9'], [client, 'nobody/x/y'], [otherClient, 'local/demo/agent']] as const) {
+        await assert.rejects(who.models.retrieve(name), (error: unknown) => error instanceof NotFoundError && (error.error as { param?: string }).param === 'model');
+      }
+      const raw = await t.call('GET', '/v1/models/local/demo/missing');
+      assert.equal(raw.status, 404);
+      assert.equal(raw.body.error.type, 'NotFoundError');
+      assert.equal((await t.call('GET', '/v1/models', undefined, null)).status, 401);
+    });
+  });
+}
