@@ -13,8 +13,10 @@ import { registerOpenAiModelRoutes } from './http/openai-models-routes.ts';
 import { registerArtifactRoutes } from './http/artifact-routes.ts';
 import { registerIdentityRoutes } from './http/identity-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
+import { registerOpenApi } from './http/openapi.ts';
 import multipart from '@fastify/multipart';
 import { AppError } from './errors.ts';
+import { PACKAGE_VERSION } from './version.ts';
 
 export interface AppDeps {
   config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat'>;
@@ -40,16 +42,20 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     return payload;
   });
   app.setErrorHandler(errorHandler);
+  registerOpenApi(app, PACKAGE_VERSION);
   app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}`)));
 
   registerAuth(app, services.auth);
-  registerHealthRoutes(app, services.health);
-  registerModelRoutes(app, services);
-  registerTrainingJobRoutes(app, services.trainingJobs);
-  registerChatRoutes(app, services.chat, config.maxInFlightChat);
-  registerOpenAiModelRoutes(app, services.served);
-  registerIdentityRoutes(app);
-  registerDashboardRoutes(app, services.dashboard);
+  // Routes are declared in a plugin so that they come after the API description's generator has loaded.
+  app.register(async (api) => {
+    registerHealthRoutes(api, services.health);
+    registerModelRoutes(api, services);
+    registerTrainingJobRoutes(api, services.trainingJobs);
+    registerChatRoutes(api, services.chat, config.maxInFlightChat);
+    registerOpenAiModelRoutes(api, services.served);
+    registerIdentityRoutes(api);
+    registerDashboardRoutes(api, services.dashboard);
+  });
   app.register(async (scope) => {
     // preservePath: file names arrive as sent, so a name with a path in it is refused rather than silently cut.
     await scope.register(multipart, { preservePath: true, limits: { fileSize: config.artifactMaxFileBytes, files: 64, fields: 16 } });

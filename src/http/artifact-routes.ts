@@ -1,12 +1,13 @@
 /** /v1/preview/artifacts: multipart upload of a new version, version listing, file download. */
 import type { FastifyInstance } from 'fastify';
+import { ArtifactVersion, ArtifactVersionList } from '../api/artifacts.ts';
 import type { ArtifactService } from '../artifacts/artifact-service.ts';
 import { AppError, validationError } from '../errors.ts';
 
 type Target = { entity: string; project: string; name: string };
 
 export function registerArtifactRoutes(app: FastifyInstance, artifacts: ArtifactService): void {
-  app.post<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', async (request) => {
+  app.post<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', { schema: { response: { 200: ArtifactVersion } } }, async (request) => {
     if (!request.isMultipart()) throw new AppError('unsupported_media_type', 'Upload files as multipart/form-data');
     const parts = request.files();
     const files = (async function* () {
@@ -15,7 +16,7 @@ export function registerArtifactRoutes(app: FastifyInstance, artifacts: Artifact
     return artifacts.upload(request.principal, request.params, files);
   });
 
-  app.get<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', async (request) => ({
+  app.get<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', { schema: { response: { 200: ArtifactVersionList } } }, async (request) => ({
     object: 'list',
     data: await artifacts.versions(request.principal, request.params),
   }));
