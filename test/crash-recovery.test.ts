@@ -1,7 +1,7 @@
 /**
  * kill -9 of the whole server in the middle of work, then a restart on the same data, on SQLite and PostgreSQL:
  * an RL or SFT job ends FAILED with one training_failed event and no half-written checkpoint listed or left on
- * disk; a model being deleted is afterwards either whole or gone with its files; an artifact upload cut off
+ * disk; a model killed mid-deletion is gone, and the restart sweeps its half-removed files; an upload cut off
  * mid-body is never listed while acknowledged versions stay whole; the queue keeps working.
  */
 import assert from 'node:assert/strict';
@@ -138,30 +138,28 @@ for (const backend of backends()) {
       await killHard(second.child);
     });
 
-    test('kill -9 during model deletion: afterwards the model is whole or gone with its files, never half', async () => {
-      const first = await start();
-      const modelId = (await first.e2e.api('POST', '/v1/preview/models', { project: 'crash', name: 'doomed', base_model: 'builtin/tiny-chat' })).body.id;
-      const artifact = await uploadArtifact(first.e2e, 'local/crash/doomed-data', { 'train.jsonl': [sftLine(1), sftLine(2)].join('\n') });
-      const job = (await first.e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2 } })).body;
-      assert.equal((await waitForJob(first.e2e, job.id)).status, 'COMPLETED');
-      const folder = path.join(dataDir, 'models', modelId);
-      assert.ok(fs.existsSync(path.join(folder, 'checkpoints', '1')));
-      void first.e2e.api('DELETE', `/v1/preview/models/${modelId}`).catch(() => undefined);
-      await new Promise((resolve) => setTimeout(resolve, 5));
-      await killHard(first.child);
-
-      const second = await start();
-      const model = await second.e2e.api('GET', `/v1/preview/models/${modelId}`);
-      if (model.status === 200) {
-        const steps = (await second.e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints`)).body.data.map((c: { step: number }) => c.step);
-        assert.deepEqual(steps, [0, 1], 'a model that survived keeps every checkpoint');
-        assert.ok(fs.existsSync(path.join(folder, 'checkpoints', '1')), 'and its files');
-        assert.equal((await second.e2e.api('DELETE', `/v1/preview/models/${modelId}`)).status, 200);
-      } else {
-        assert.equal(model.status, 404);
+    test('kill -9 during model deletion: its rows go at once, files left half-removed are swept at restart', async () => {
+      const first = await start({ ENGINE: 'off' });
+      const create = async (name: string) => (await first.e2e.api('POST', '/v1/preview/models', { project: 'crash', name, base_model: 'builtin/tiny-chat' })).body.id as string;
+      const keptId = await create('kept');
+      const modelId = await create('doomed');
+      // Enough files that their removal is still under way when the kill lands.
+      const checkpoints = path.join(dataDir, 'models', modelId, 'checkpoints');
+      for (let step = 1; step <= 20; step += 1) {
+        fs.mkdirSync(path.join(checkpoints, String(step)), { recursive: true });
+        for (let file = 0; file < 250; file += 1) fs.writeFileSync(path.join(checkpoints, String(step), `shard-${file}`), 'x');
       }
-      assert.equal(fs.existsSync(folder), false, 'a deleted model leaves no files');
+      void first.e2e.api('DELETE', `/v1/preview/models/${modelId}`).catch(() => undefined);
+      await waitFor('the files to start going', () => fs.readdirSync(checkpoints).length < 20);
+      await killHard(first.child);
+      assert.ok(fs.existsSync(checkpoints), 'the kill landed while the files were being removed');
+
+      const second = await start({ ENGINE: 'off' });
+      assert.equal((await second.e2e.api('GET', `/v1/preview/models/${modelId}`)).status, 404);
       assert.equal((await second.e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints`)).status, 404);
+      assert.equal(fs.existsSync(path.join(dataDir, 'models', modelId)), false, 'the restart swept what the kill left');
+      assert.equal((await second.e2e.api('GET', `/v1/preview/models/${keptId}`)).status, 200);
+      assert.deepEqual((await second.e2e.api('GET', `/v1/preview/models/${keptId}/checkpoints`)).body.data.map((c: { step: number }) => c.step), [0]);
       await killHard(second.child);
     });
 
