@@ -15,11 +15,13 @@ import { registerIdentityRoutes } from './http/identity-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
 import { registerOpenApi } from './http/openapi.ts';
 import multipart from '@fastify/multipart';
-import { AppError } from './errors.ts';
+import { AppError, excerpt } from './errors.ts';
+import { registerJsonBody } from './http/json-body.ts';
+import { MAX_PARAM_LENGTH, registerTransportLimits, transportOptions, type TransportConfig } from './http/transport.ts';
 import { PACKAGE_VERSION } from './version.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat'>;
+  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat'> & TransportConfig;
   services: Services;
 }
 
@@ -30,8 +32,12 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     requestIdHeader: 'x-request-id',
     genReqId: () => newId(),
     ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true } },
-    routerOptions: { ignoreTrailingSlash: false },
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PARAM_LENGTH },
+    ...transportOptions(config),
+    frameworkErrors: errorHandler,
   });
+  registerJsonBody(app);
+  registerTransportLimits(app, config);
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -43,7 +49,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   });
   app.setErrorHandler(errorHandler);
   registerOpenApi(app, PACKAGE_VERSION);
-  app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}`)));
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${excerpt(request.url.split('?')[0])}`)));
 
   registerAuth(app, services.auth);
   // Routes are declared in a plugin so that they come after the API description's generator has loaded.
