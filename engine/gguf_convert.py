@@ -39,8 +39,10 @@ SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 PRE_TOKENIZERS = {
     "gpt-2": _BYTE_LEVEL,
-    # SmolLM: every digit alone, then GPT-2's split.
-    "smollm": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, _BYTE_LEVEL]},
+    # SmolLM: every numeric character alone, then GPT-2's split. A regex rather than HF's `Digits`, which
+    # tokenizers.js reads as ASCII digits only while Rust takes every numeric character (like "²").
+    "smollm": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": False}, _BYTE_LEVEL]},
 }
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
 RECORD = "conversion.json"
