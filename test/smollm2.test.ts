@@ -11,7 +11,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { renderChat } from '../src/chat/template.ts';
-import { SMOLLM2_BASE_MODEL, repoRoot } from '../src/config.ts';
+import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL, loadConfig, repoRoot } from '../src/config.ts';
 import type { LoadedBase } from '../src/services/base-model-runtime.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
@@ -60,6 +60,13 @@ const CHATS = [
   ],
 ];
 const LONG_TEXT = 'The quick brown fox jumps over the lazy dog. A language model predicts the next token from the ones before it, one position at a time.';
+
+test('without BASE_MODELS the server offers SmolLM2 (the default) and the tiny model', () => {
+  const config = loadConfig({});
+  assert.deepEqual(config.baseModels.map((model) => model.id), [SMOLLM2_BASE_MODEL.id, BUILTIN_BASE_MODEL.id]);
+  assert.equal(config.defaultBaseModel, SMOLLM2_BASE_MODEL.id);
+  assert.equal(loadConfig({ DEFAULT_BASE_MODEL: BUILTIN_BASE_MODEL.id }).defaultBaseModel, BUILTIN_BASE_MODEL.id);
+});
 
 describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
   let e2e: E2eServer;
