@@ -19,6 +19,7 @@ Refuses to know: which models the server offers (that is configuration).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -132,7 +133,7 @@ def read_config(reader, path: str) -> dict:
         "max_position_embeddings": int(field(reader, f"{arch}.context_length", 2048)),
         "vocab_size": int(field(reader, f"{arch}.vocab_size", len(tokens))),
         "hidden_act": "silu",
-        "attention_bias": False,
+        "attention_bias": any(t.name.endswith(".attn_q.bias") for t in reader.tensors),
         "attention_dropout": 0.0,
         "mlp_bias": False,
         # llama.cpp leaves out `output.weight` exactly when the head is the embedding.
@@ -305,16 +306,17 @@ def convert(gguf_path: str, out_dir: str, if_stale: bool = False) -> bool:
 
 
 def main(argv: List[str]) -> int:
-    args = [a for a in argv if not a.startswith("--")]
-    if len(args) != 2 or any(a not in ("--if-stale",) for a in argv if a.startswith("--")):
-        print("usage: python -m engine.gguf_convert [--if-stale] MODEL.gguf OUT_DIR", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m engine.gguf_convert", description="GGUF -> HF model folder")
+    parser.add_argument("gguf")
+    parser.add_argument("out_dir")
+    parser.add_argument("--if-stale", action="store_true", help="skip when out_dir holds this GGUF's conversion")
+    args = parser.parse_args(argv)
     try:
-        built = convert(args[0], args[1], if_stale="--if-stale" in argv)
+        built = convert(args.gguf, args.out_dir, if_stale=args.if_stale)
     except ConversionError as e:
         print(f"gguf_convert: {e}", file=sys.stderr)
         return 1
-    print(f"{args[1]}: {'converted from ' + args[0] if built else 'up to date'}", file=sys.stderr)
+    print(f"{args.out_dir}: {'converted from ' + args.gguf if built else 'up to date'}", file=sys.stderr)
     return 0
 
 
