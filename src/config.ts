@@ -52,10 +52,20 @@ export interface Config {
 
 type HttpLimits = Pick<Config, 'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'>;
 
+/** SmolLM2-135M-Instruct, converted from its GGUF by `scripts/install.sh`: what `npm start` serves by default. */
+export const SMOLLM2_BASE_MODEL: BaseModelSpec = {
+  id: 'builtin/smollm2-135m-instruct',
+  path: path.join(repoRoot, 'models', 'smollm2-135m-instruct'),
+};
+
+/** The 2M-parameter synthetic model built from `models/recipe/`: what the tests run on, for speed. */
 export const BUILTIN_BASE_MODEL: BaseModelSpec = {
   id: 'builtin/tiny-chat',
   path: path.join(repoRoot, 'models', 'tiny-chat'),
 };
+
+/** The base models served when `BASE_MODELS` is unset; the first is the default. */
+export const BUILTIN_BASE_MODELS: readonly BaseModelSpec[] = [SMOLLM2_BASE_MODEL, BUILTIN_BASE_MODEL];
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -104,7 +114,7 @@ export function loadConfig(env: Env = process.env): Config {
   }
 
   const baseModels = parseBaseModels(read('BASE_MODELS'), problems);
-  const defaultBaseModel = read('DEFAULT_BASE_MODEL') ?? baseModels[0]?.id ?? BUILTIN_BASE_MODEL.id;
+  const defaultBaseModel = read('DEFAULT_BASE_MODEL') ?? baseModels[0]?.id ?? SMOLLM2_BASE_MODEL.id;
   if (!baseModels.some((model) => model.id === defaultBaseModel)) {
     problems.push(`DEFAULT_BASE_MODEL=${JSON.stringify(defaultBaseModel)}: not one of BASE_MODELS`);
   }
@@ -161,8 +171,9 @@ function readHttpLimits(integer: (name: string, fallback: number, min: number, m
 }
 
 /** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in tiny model alone. */
+/** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in models. */
 function parseBaseModels(raw: string | undefined, problems: string[]): BaseModelSpec[] {
-  if (raw === undefined) return [BUILTIN_BASE_MODEL];
+  if (raw === undefined) return [...BUILTIN_BASE_MODELS];
   const models: BaseModelSpec[] = [];
   for (const entry of raw.split(',').map((part) => part.trim()).filter(Boolean)) {
     const separator = entry.indexOf('=');

@@ -25,7 +25,7 @@ import { EngineError } from '../src/engine/errors.ts';
 import { ReplyStream, type GenerateStream } from '../src/engine/generate-stream.ts';
 import type { GenerateRequest } from '../src/engine/protocol.ts';
 import { migrate, openStore, type Store } from '../src/store/db.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { startE2eServer, TINY_MODEL_ENV, type E2eServer } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
 const TINY_CHAT = path.join(import.meta.dirname, '..', 'models', 'tiny-chat');
@@ -448,7 +448,7 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   before(async () => {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'chat-scripted-'));
     key = `sk-${'scripted'.repeat(4)}`;
-    const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent', BOOTSTRAP_API_KEY: key, ENGINE: 'off' });
+    const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent', BOOTSTRAP_API_KEY: key, ENGINE: 'off', ...TINY_MODEL_ENV });
     store = openStore(config);
     await migrate(store);
     tokenizer = await loadTokenizer(TINY_CHAT);

@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { loadConfig } from '../../src/config.ts';
+import { BUILTIN_BASE_MODEL, loadConfig } from '../../src/config.ts';
 import { findEnginePython } from '../../src/engine/python.ts';
 import { startServer, type RunningServer } from '../../src/server.ts';
 
@@ -18,6 +18,9 @@ export interface E2eServer {
   close(): Promise<void>;
 }
 
+/** Tests serve the tiny model alone (and default to it) unless they ask for more: SmolLM2 loads in seconds, not milliseconds. */
+export const TINY_MODEL_ENV = { BASE_MODELS: `${BUILTIN_BASE_MODEL.id}=${BUILTIN_BASE_MODEL.path}` };
+
 export async function startE2eServer(options: { env?: Record<string, string>; dataDir?: string } = {}): Promise<E2eServer> {
   const dataDir = options.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'e2e-'));
   const key = `sk-${'e2e'.repeat(15)}`;
@@ -27,6 +30,7 @@ export async function startE2eServer(options: { env?: Record<string, string>; da
     LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent',
     BOOTSTRAP_API_KEY: key,
     ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? (await findEnginePython()),
+    ...TINY_MODEL_ENV,
     ...options.env,
   });
   const server = await startServer(config);
