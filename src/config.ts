@@ -36,6 +36,8 @@ export interface Config {
   artifactMaxFileBytes: number;
   /** Chat requests in flight beyond which new ones get 429 with retry-after. */
   maxInFlightChat: number;
+  /** A `chat_template` in a chat request is user code: rendered (in a budgeted worker) only when the operator trusts it. */
+  trustRequestChatTemplate: boolean;
 }
 
 export const BUILTIN_BASE_MODEL: BaseModelSpec = {
@@ -101,6 +103,8 @@ export function loadConfig(env: Env = process.env): Config {
   const artifactMaxFileBytes = integer('ARTIFACT_MAX_FILE_BYTES', 1024 * 1024 * 1024, 1, Number.MAX_SAFE_INTEGER);
   const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
   if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
+  const trustTemplates = read('TRUST_REQUEST_CHAT_TEMPLATE') ?? 'off';
+  if (trustTemplates !== 'on' && trustTemplates !== 'off') problems.push(`TRUST_REQUEST_CHAT_TEMPLATE=${JSON.stringify(trustTemplates)}: expected on or off`);
   const engine = read('ENGINE') ?? 'on';
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
@@ -122,6 +126,7 @@ export function loadConfig(env: Env = process.env): Config {
     jobLeaseMs,
     artifactMaxFileBytes,
     maxInFlightChat,
+    trustRequestChatTemplate: trustTemplates === 'on',
   };
 }
 
