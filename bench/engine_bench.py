@@ -1,7 +1,7 @@
 """Engine benchmarks: print figures and ratios against the team's goals; assert nothing.
 
-    /usr/bin/python3 bench/engine_bench.py            # ~2-3 minutes on 2 cores
-    /usr/bin/python3 bench/engine_bench.py --quick    # smaller runs, for a smoke check
+    .venv/bin/python bench/engine_bench.py            # ~2-3 minutes on 2 cores
+    .venv/bin/python bench/engine_bench.py --quick    # smaller runs, for a smoke check
 
 Figures (issue 3):
 - training MFU = 6 * params * tokens/s / measured fp32 matmul rate, on a ~25M-parameter config (goal >= 0.5);

@@ -1,45 +1,39 @@
 #!/usr/bin/env bash
-# Installs everything the service needs on a fresh Debian machine: npm packages, PyTorch for the engine
-# (Debian's python3-torch with OpenBLAS when no python3 imports torch), and the built-in tiny model.
+# Installs everything the service needs on a fresh Debian machine: npm packages, the engine's Python packages in a
+# project-local venv (.venv, pinned; Debian's python3-torch where pip cannot reach a registry), and the built-in models.
 # Idempotent and quiet when everything is already there. Prints the engine's python on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-apt_updated=""
-apt_install() {
-  [ -n "$apt_updated" ] || { as_root apt-get update -qq >&2; apt_updated=1; }
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >&2
-}
-has_package() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+source scripts/common.sh
+source scripts/python/venv.sh
 
 # npm packages: reinstalled only when the lock file changed since the last install.
 stamp=node_modules/.install-stamp
 if [ ! -f "$stamp" ] || [ package-lock.json -nt "$stamp" ] || [ package.json -nt "$stamp" ]; then
   echo "installing npm packages…" >&2
+  # better-sqlite3 builds with node-gyp when no prebuilt binary fits; node-gyp needs a C++ compiler and Node's own
+  # headers, which it cannot download here, so it is pointed at the installation's include/node.
+  command -v g++ >/dev/null 2>&1 || apt_install build-essential
+  node_prefix=$(dirname "$(dirname "$(command -v node)")")
+  if [ -z "${npm_config_nodedir:-}" ] && [ -d "$node_prefix/include/node" ]; then export npm_config_nodedir=$node_prefix; fi
   npm ci --no-audit --no-fund --loglevel=error >&2
   touch "$stamp"
 fi
 
-# The engine's python: ENGINE_PYTHON, else the first python3 that imports torch and numpy. Debian's packages
-# live in the system python, which is not always the first python3 on PATH.
-find_python() {
-  for candidate in ${ENGINE_PYTHON:-} /usr/bin/python3 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import torch, numpy' >/dev/null 2>&1; then
-      command -v "$candidate"
-      return 0
-    fi
-  done
-  return 1
-}
-if ! engine_python=$(find_python); then
-  echo "installing PyTorch from Debian (python3-torch, python3-numpy, libopenblas0-pthread)…" >&2
-  apt_install python3-torch python3-numpy libopenblas0-pthread
-  engine_python=$(find_python)
-fi
-# Without OpenBLAS, Debian's torch falls back to the reference BLAS and runs matmuls ~30x slower.
-if [ -f /etc/debian_version ] && ! has_package libopenblas0-pthread; then
-  apt_install libopenblas0-pthread
+# The engine's python: ENGINE_PYTHON when set; else the project's own venv (.venv) with the pinned packages of
+# scripts/python/engine.txt; Debian's python3-torch only where pip cannot reach a registry.
+imports_torch() { "$1" -c 'import torch, numpy' >/dev/null 2>&1; }
+if [ -n "${ENGINE_PYTHON:-}" ] && imports_torch "$ENGINE_PYTHON"; then
+  engine_python=$(command -v "$ENGINE_PYTHON")
+elif make_venv .venv scripts/python/engine.txt; then
+  engine_python="$PWD/.venv/bin/python"
+else
+  echo "pip could not install the engine's packages; falling back to Debian's python3-torch (torch 1.13)…" >&2
+  imports_torch /usr/bin/python3 || apt_install python3-torch python3-numpy libopenblas0-pthread
+  # Without OpenBLAS, Debian's torch falls back to the reference BLAS and runs matmuls ~30x slower.
+  has_package libopenblas0-pthread || apt_install libopenblas0-pthread
+  engine_python=/usr/bin/python3
 fi
 
 # Headless Chromium for the dashboard's browser tests (driven by playwright-core; no browser is downloaded).

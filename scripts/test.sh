@@ -3,10 +3,14 @@
 # TypeScript unit, API and end-to-end tests against SQLite and a real PostgreSQL server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+source scripts/common.sh
+source scripts/python/venv.sh
 
 ENGINE_PYTHON=$(bash scripts/install.sh | tail -n 1)
 export ENGINE_PYTHON
+# The tests' reference tools (transformers, peft, …) live in a venv of their own, so the service never depends on them.
+make_venv .venv-test scripts/python/reference.txt
+export REFERENCE_PYTHON="$PWD/.venv-test/bin/python"
 source scripts/postgres.sh
 
 echo "== type check"

@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
+import { findEnginePython } from '../src/engine/python.ts';
 import type { E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
 
@@ -17,7 +18,7 @@ const KEY = `sk-${'crash'.repeat(9)}`;
 /** The server as its own process (so it can be killed), with a client shaped like the in-process harness. */
 async function spawnServer(dataDir: string): Promise<{ child: ChildProcess; e2e: E2eServer }> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
-    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn', JOB_LEASE_MS: '2000', ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? '/usr/bin/python3' },
+    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn', JOB_LEASE_MS: '2000', ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? (await findEnginePython()) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const url = await new Promise<string>((resolve, reject) => {

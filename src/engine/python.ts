@@ -1,11 +1,13 @@
 /** Finds a Python that can run the engine, i.e. one that can `import torch`. */
 import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { repoRoot } from '../config.ts';
 
 /**
- * Debian's python3 carries the system torch; a pyenv or venv python3 found first on PATH often
- * does not, so the absolute path is tried before the PATH lookup.
+ * The project's own venv (scripts/install.sh) first; then Debian's python3, which carries the system torch where
+ * pip could not install one (a pyenv python3 found first on PATH often does not, so the absolute path comes first).
  */
-const PYTHON_CANDIDATES = ['/usr/bin/python3', 'python3'] as const;
+const PYTHON_CANDIDATES = [path.join(repoRoot, '.venv', 'bin', 'python'), '/usr/bin/python3', 'python3'] as const;
 
 const IMPORT_TIMEOUT_MS = 60_000;
 

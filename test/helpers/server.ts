@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { loadConfig } from '../../src/config.ts';
+import { findEnginePython } from '../../src/engine/python.ts';
 import { startServer, type RunningServer } from '../../src/server.ts';
 
 export interface E2eServer {
@@ -25,7 +26,7 @@ export async function startE2eServer(options: { env?: Record<string, string>; da
     PORT: '0',
     LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent',
     BOOTSTRAP_API_KEY: key,
-    ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? '/usr/bin/python3',
+    ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? (await findEnginePython()),
     ...options.env,
   });
   const server = await startServer(config);
