@@ -5,8 +5,7 @@
  */
 import { AppError } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
-import type { CompiledConstraint } from './constraints/compile.ts';
-import { compileRequestConstraint, ConstraintRequestError } from './constraints/request.ts';
+import { ConstraintRequestError, requestedConstraint, type RequestedConstraint } from './constraints/request.ts';
 
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 128;
@@ -54,8 +53,8 @@ export interface ChatPlan {
   templateKwargs: Record<string, unknown>;
   documents: Record<string, string>[] | null;
   toolChoice: ToolChoice;
-  /** What decoding must produce (response_format, structured_outputs, or a forced tool call); null for free text. */
-  constraint: CompiledConstraint | null;
+  /** What decoding must produce (response_format, structured_outputs, or a forced tool call), still to compile; null for free text. */
+  constraint: RequestedConstraint | null;
   includeReasoning: boolean;
   parallelToolCalls: boolean;
   requestedMaxTokens: number | null;
@@ -163,9 +162,9 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
 
   const toolChoice = parseToolChoice(body);
   const parallelToolCalls = body.parallel_tool_calls ?? true;
-  let constraint: CompiledConstraint | null;
+  let constraint: RequestedConstraint | null;
   try {
-    constraint = compileRequestConstraint(body, toolChoice, parallelToolCalls);
+    constraint = requestedConstraint(body, toolChoice, parallelToolCalls);
   } catch (error) {
     if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
     throw error;
