@@ -10,7 +10,7 @@ import { jsonSizeProblem } from './constraints/limits.ts';
 
 export const MAX_LOGPROBS = 20;
 /** Nesting of the data a chat template renders; deeper data would overflow the renderer's stack. */
-export const MAX_TEMPLATE_DATA_DEPTH = 64;
+const MAX_TEMPLATE_DATA_DEPTH = 64;
 
 /** The data a template renders (messages once tool-call arguments are parsed) must be shallow enough to render. */
 function checkTemplateData(fields: Record<string, unknown>): void {
