@@ -14,23 +14,42 @@ const OPEN_BRACKET = 0x5b;
 const CLOSE_BRACE = 0x7d;
 const CLOSE_BRACKET = 0x5d;
 
-/** Whether the JSON text nests objects and arrays deeper than `limit`; brackets inside strings do not count. */
-export function nestsDeeperThan(text: string, limit: number = MAX_JSON_DEPTH): boolean {
+const COLON = 0x3a;
+
+/**
+ * Where JSON text first nests objects and arrays deeper than `limit` (brackets inside strings do not count): the
+ * top-level key it happens under (null when the top level is not an object), or undefined when it never does.
+ */
+export function tooDeepUnder(text: string, limit: number = MAX_JSON_DEPTH): string | null | undefined {
   let depth = 0;
   let inString = false;
+  let stringStart = 0;
+  let lastTopString: string | null = null;
+  let topKey: string | null = null;
   for (let i = 0; i < text.length; i += 1) {
     const code = text.charCodeAt(i);
     if (inString) {
       if (code === BACKSLASH) i += 1;
-      else if (code === QUOTE) inString = false;
+      else if (code === QUOTE) {
+        inString = false;
+        if (depth === 1) lastTopString = text.slice(stringStart, i);
+      }
     } else if (code === QUOTE) {
       inString = true;
+      stringStart = i + 1;
+    } else if (code === COLON && depth === 1) {
+      topKey = lastTopString;
     } else if (code === OPEN_BRACE || code === OPEN_BRACKET) {
       depth += 1;
-      if (depth > limit) return true;
+      if (depth > limit) return topKey;
     } else if (code === CLOSE_BRACE || code === CLOSE_BRACKET) {
       depth -= 1;
     }
   }
-  return false;
+  return undefined;
+}
+
+/** Whether the JSON text nests objects and arrays deeper than `limit`. */
+export function nestsDeeperThan(text: string, limit: number = MAX_JSON_DEPTH): boolean {
+  return tooDeepUnder(text, limit) !== undefined;
 }

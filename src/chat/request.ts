@@ -5,10 +5,20 @@
  */
 import { AppError } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
-import type { CompiledConstraint } from './constraints/compile.ts';
-import { compileRequestConstraint, ConstraintRequestError } from './constraints/request.ts';
+import { ConstraintRequestError, requestedConstraint, type RequestedConstraint } from './constraints/request.ts';
+import { jsonSizeProblem } from './constraints/limits.ts';
 
 export const MAX_LOGPROBS = 20;
+/** Nesting of the data a chat template renders; deeper data would overflow the renderer's stack. */
+const MAX_TEMPLATE_DATA_DEPTH = 64;
+
+/** The data a template renders (messages once tool-call arguments are parsed) must be shallow enough to render. */
+function checkTemplateData(fields: Record<string, unknown>): void {
+  for (const [field, value] of Object.entries(fields)) {
+    const problem = jsonSizeProblem(value, { depth: MAX_TEMPLATE_DATA_DEPTH, nodes: Infinity });
+    if (problem) throw badRequest(`${field}: ${problem}, more than a chat template can render`, field);
+  }
+}
 export const MAX_N = 128;
 
 export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
@@ -54,8 +64,8 @@ export interface ChatPlan {
   templateKwargs: Record<string, unknown>;
   documents: Record<string, string>[] | null;
   toolChoice: ToolChoice;
-  /** What decoding must produce (response_format, structured_outputs, or a forced tool call); null for free text. */
-  constraint: CompiledConstraint | null;
+  /** What decoding must produce (response_format, structured_outputs, or a forced tool call), still to compile; null for free text. */
+  constraint: RequestedConstraint | null;
   includeReasoning: boolean;
   parallelToolCalls: boolean;
   requestedMaxTokens: number | null;
@@ -98,6 +108,25 @@ function checkRange(ok: boolean, message: string, param: string): void {
   if (!ok) throw badRequest(message, param);
 }
 
+/**
+ * Content parts are text only: the served models are text-only, and a part the template would skip
+ * (`image_url`, `input_audio`, `file`, …) must be refused, not silently left out of the prompt.
+ */
+function checkContentParts(messages: Record<string, unknown>[]): void {
+  messages.forEach((message, index) => {
+    if (!Array.isArray(message.content)) return;
+    message.content.forEach((part: unknown, at) => {
+      const param = `messages.${index}.content.${at}`;
+      const type = part !== null && typeof part === 'object' ? (part as { type?: unknown }).type : undefined;
+      if (type !== 'text') {
+        const what = typeof type === 'string' ? `content parts of type ${JSON.stringify(type)} are not supported: the served models are text-only` : 'a content part must be an object with a "type"';
+        throw badRequest(`${param}: ${what} (send {"type": "text", "text": ...} parts or a string)`, param);
+      }
+      if (typeof (part as { text?: unknown }).text !== 'string') throw badRequest(`${param}: a text content part needs a string "text"`, param);
+    });
+  });
+}
+
 /** As vLLM's chat utilities do: tool-call arguments arrive as JSON strings and reach the template as objects. */
 function normaliseMessages(messages: Record<string, unknown>[]): Record<string, unknown>[] {
   return messages.map((message) => {
@@ -125,10 +154,26 @@ function normaliseMessages(messages: Record<string, unknown>[]): Record<string, 
   });
 }
 
-export function planChat(body: ChatCompletionBody, options: { logprobsByDefault: boolean; requestIdHeader: string | undefined }): ChatPlan {
+export interface PlanOptions {
+  logprobsByDefault: boolean;
+  requestIdHeader: string | undefined;
+  /** Whether the operator lets requests bring their own `chat_template` (user code the server would run). */
+  requestTemplatesAllowed: boolean;
+}
+
+export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPlan {
+  if (typeof body.chat_template === 'string' && !options.requestTemplatesAllowed) {
+    throw badRequest(
+      'chat_template: this server does not run chat templates sent with a request, because a template is code; send none to use the model\'s own, or ask the operator to start the server with TRUST_REQUEST_CHAT_TEMPLATE=on',
+      'chat_template',
+    );
+  }
   if (body.use_beam_search) throw badRequest('use_beam_search is not supported by this server: it samples only', 'use_beam_search');
   if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
   if (isTruthyObject(body.mm_processor_kwargs)) throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');
+  checkContentParts(body.messages);
+  const messages = normaliseMessages(body.messages);
+  checkTemplateData({ messages, tools: body.tools, documents: body.documents, chat_template_kwargs: body.chat_template_kwargs });
   const responseFormat = body.response_format;
   if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
     throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
@@ -150,9 +195,9 @@ export function planChat(body: ChatCompletionBody, options: { logprobsByDefault:
 
   const toolChoice = parseToolChoice(body);
   const parallelToolCalls = body.parallel_tool_calls ?? true;
-  let constraint: CompiledConstraint | null;
+  let constraint: RequestedConstraint | null;
   try {
-    constraint = compileRequestConstraint(body, toolChoice, parallelToolCalls);
+    constraint = requestedConstraint(body, toolChoice, parallelToolCalls);
   } catch (error) {
     if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
     throw error;
@@ -223,7 +268,7 @@ export function planChat(body: ChatCompletionBody, options: { logprobsByDefault:
 
   return {
     modelName: body.model ? body.model : null,
-    messages: normaliseMessages(body.messages),
+    messages,
     tools: (body.tools as Record<string, unknown>[] | null | undefined) ?? null,
     stream,
     includeUsage: stream && (body.stream_options?.include_usage ?? false),

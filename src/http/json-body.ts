@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { AppError } from '../errors.ts';
-import { MAX_JSON_DEPTH, nestsDeeperThan } from '../json-limits.ts';
+import { MAX_JSON_DEPTH, tooDeepUnder } from '../json-limits.ts';
 
 const BLANK = /^\s*$/;
 
@@ -20,8 +20,11 @@ export function registerJsonBody(app: FastifyInstance): void {
       done(null, undefined);
       return;
     }
-    if (nestsDeeperThan(text)) {
-      done(new AppError('bad_request', `The JSON body nests objects and arrays deeper than ${MAX_JSON_DEPTH} levels`), undefined);
+    const field = tooDeepUnder(text);
+    if (field !== undefined) {
+      // Named like any field problem, so chat answers carry it as `param`.
+      const message = `${field === null ? 'The JSON body' : `\`${field}\``} is nested more than ${MAX_JSON_DEPTH} levels deep`;
+      done(new AppError('bad_request', message, field === null ? [] : [{ loc: ['body', field], msg: message, type: 'value_error' }]), undefined);
       return;
     }
     parse(request, text, done);

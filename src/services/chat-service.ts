@@ -7,8 +7,11 @@ import crypto from 'node:crypto';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { badRequest, planChat, type ChatPlan } from '../chat/request.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
-import { renderChat, TemplateError } from '../chat/template.ts';
-import type { GenerateRequest, PromptLogprobsEvent } from '../engine/protocol.ts';
+import { renderChat, TemplateError, type RenderOptions } from '../chat/template.ts';
+import type { TemplateSandbox } from '../chat/template-sandbox.ts';
+import type { ConstraintCompiler } from '../chat/constraints/constraint-compiler.ts';
+import { compileRequested, ConstraintRequestError } from '../chat/constraints/request.ts';
+import type { GenerateRequest, PromptLogprobsEvent, WireConstraint } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
 import type { Principal } from './auth-service.ts';
@@ -20,6 +23,10 @@ export interface ChatOptions {
   logprobsByDefault: boolean;
   /** Ceiling on generated tokens when a request sets no max_tokens. */
   maxCompletionTokens: number;
+  /** Where request-supplied chat templates render; null: the operator does not trust them (400). */
+  requestTemplates: TemplateSandbox | null;
+  /** Compiles constraints off the event loop. */
+  constraints: ConstraintCompiler;
 }
 
 type Chunk = Record<string, unknown>;
@@ -60,7 +67,7 @@ export class ChatService {
 
   /** `disconnected` aborts when the client goes away: a whole (non-streamed) answer then stops generating. */
   async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined, disconnected?: AbortSignal): Promise<ChatResult> {
-    const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader });
+    const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader, requestTemplatesAllowed: this.options.requestTemplates !== null });
     const prepared = await this.prepare(principal, plan);
     const engineStarted = performance.now();
     const stream = this.runtime.requireEngine().generate(prepared.request);
@@ -79,28 +86,23 @@ export class ChatService {
   }
 
   private async prepare(principal: Principal, plan: ChatPlan): Promise<Prepared> {
+    const constraint = await this.constraint(plan);
     const resolved = await this.resolver.resolve(principal, plan.modelName);
     const base = await this.runtime.load(resolved.baseId);
     const template = plan.chatTemplate ?? base.template;
     if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
     if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
     const tokenizer = base.tokenizer;
-    let prompt: string;
-    try {
-      prompt = renderChat({
-        template,
-        messages: plan.messages,
-        tools: plan.tools,
-        documents: plan.documents,
-        addGenerationPrompt: plan.addGenerationPrompt,
-        continueFinalMessage: plan.continueFinalMessage,
-        kwargs: plan.templateKwargs,
-        specialTokens: { bos_token: undefined, eos_token: tokenizer.eosToken },
-      });
-    } catch (error) {
-      if (error instanceof TemplateError) throw badRequest(error.message, 'messages');
-      throw error;
-    }
+    const prompt = await this.render(plan.chatTemplate !== null, {
+      template,
+      messages: plan.messages,
+      tools: plan.tools,
+      documents: plan.documents,
+      addGenerationPrompt: plan.addGenerationPrompt,
+      continueFinalMessage: plan.continueFinalMessage,
+      kwargs: plan.templateKwargs,
+      specialTokens: { bos_token: undefined, eos_token: tokenizer.eosToken },
+    });
     let promptIds = tokenizer.encode(prompt, { addSpecialTokens: plan.addSpecialTokens });
 
     const context = base.engine.context_length;
@@ -168,9 +170,30 @@ export class ChatService {
         seed: plan.sampling.seed,
         logprobs: plan.logprobs ? plan.logprobs.top : null,
         prompt_logprobs: plan.promptLogprobs,
-        constraint: plan.constraint?.wire ?? null,
+        constraint,
       },
     };
+  }
+
+  /** The request's constraint compiled (on the compiler thread) for the engine; a refusal is a 400 naming its field. */
+  private async constraint(plan: ChatPlan): Promise<WireConstraint | null> {
+    if (!plan.constraint) return null;
+    try {
+      return (await compileRequested(plan.constraint, (spec) => this.options.constraints.compile(spec))).wire;
+    } catch (error) {
+      if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
+      throw error;
+    }
+  }
+
+  /** The model's own template is trusted and renders here; a request's own is user code and renders in the sandbox. */
+  private async render(fromRequest: boolean, options: RenderOptions): Promise<string> {
+    try {
+      return fromRequest ? await this.options.requestTemplates!.render(options) : renderChat(options);
+    } catch (error) {
+      if (error instanceof TemplateError) throw badRequest(error.message, fromRequest ? 'chat_template' : 'messages');
+      throw error;
+    }
   }
 
   private outputs(prepared: Prepared): ChoiceOutput[] {
