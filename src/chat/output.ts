@@ -1,7 +1,8 @@
 /**
  * One choice's output, token by token: incremental detokenization that never splits a UTF-8 character,
- * stop strings (held back while they could still match), `<think>` reasoning and tool calls in the
- * base model's format (tool-calls/), repetition detection, and OpenAI-shaped logprob entries. Used alike by streaming and whole responses.
+ * stop strings (held back while they could still match), `<think>` reasoning, tool calls in the base
+ * model's format (tool-calls/), repetition detection, and OpenAI-shaped logprob entries. Used alike by
+ * streaming and whole responses.
  */
 import type { ChatTokenizer } from './tokenizer.ts';
 import { partialMarkerLength } from './tool-calls/format.ts';
