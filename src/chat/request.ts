@@ -13,7 +13,8 @@ export const MAX_LOGPROBS = 20;
 const MAX_TEMPLATE_DATA_DEPTH = 64;
 
 /** The data a template renders (messages once tool-call arguments are parsed) must be shallow enough to render. */
-function checkTemplateData(fields: Record<string, unknown>): void {
+/** Data a template walks (messages after normalisation, tools, documents, kwargs) must not nest deeper than it can render. */
+export function checkTemplateData(fields: Record<string, unknown>): void {
   for (const [field, value] of Object.entries(fields)) {
     const problem = jsonSizeProblem(value, { depth: MAX_TEMPLATE_DATA_DEPTH, nodes: Infinity });
     if (problem) throw badRequest(`${field}: ${problem}, more than a chat template can render`, field);
@@ -127,33 +128,6 @@ function checkContentParts(messages: Record<string, unknown>[]): void {
   });
 }
 
-/** As vLLM's chat utilities do: tool-call arguments arrive as JSON strings and reach the template as objects. */
-function normaliseMessages(messages: Record<string, unknown>[]): Record<string, unknown>[] {
-  return messages.map((message) => {
-    const toolCalls = message.tool_calls;
-    if (!Array.isArray(toolCalls)) return message;
-    if (toolCalls.length === 0) {
-      const { tool_calls: _dropped, ...rest } = message;
-      return rest;
-    }
-    return {
-      ...message,
-      tool_calls: toolCalls.map((call: Record<string, unknown>) => {
-        const fn = (call.function ?? {}) as Record<string, unknown>;
-        let args: unknown = fn.arguments;
-        if (typeof args === 'string') {
-          try {
-            args = args.trim() === '' ? {} : JSON.parse(args);
-          } catch {
-            // Not JSON: the template renders the string as it is.
-          }
-        }
-        return { ...call, function: { ...fn, arguments: args ?? {} } };
-      }),
-    };
-  });
-}
-
 export interface PlanOptions {
   logprobsByDefault: boolean;
   requestIdHeader: string | undefined;
@@ -172,8 +146,6 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
   if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
   if (isTruthyObject(body.mm_processor_kwargs)) throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');
   checkContentParts(body.messages);
-  const messages = normaliseMessages(body.messages);
-  checkTemplateData({ messages, tools: body.tools, documents: body.documents, chat_template_kwargs: body.chat_template_kwargs });
   const responseFormat = body.response_format;
   if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
     throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
@@ -268,7 +240,7 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
 
   return {
     modelName: body.model ? body.model : null,
-    messages,
+    messages: body.messages as Record<string, unknown>[],
     tools: (body.tools as Record<string, unknown>[] | null | undefined) ?? null,
     stream,
     includeUsage: stream && (body.stream_options?.include_usage ?? false),

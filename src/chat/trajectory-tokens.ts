@@ -5,7 +5,7 @@
  * and tokenized piece by piece, so each piece is exactly what the template appended.
  */
 import type { ChatTokenizer } from './tokenizer.ts';
-import { renderChat } from './template.ts';
+import { renderPromptText } from './prompt.ts';
 
 export interface TrainingSequence {
   tokens: number[];
@@ -86,7 +86,7 @@ export function tokenizeTrajectory(
   // Chat messages for the template: a Choice contributes its assistant message.
   const messages = items.slice(0, last + 1).map((item) => (isChoice(item) ? { ...(item.message as Record<string, unknown>), role: 'assistant' } : item));
   const render = (count: number, addGenerationPrompt: boolean) =>
-    renderChat({ template, messages: messages.slice(0, count), tools: trajectory.tools, addGenerationPrompt });
+    renderPromptText(tokenizer, { template, messages: messages.slice(0, count), tools: trajectory.tools, addGenerationPrompt });
 
   const sequence: TrainingSequence = { tokens: [], mask: [], logprobs: [] };
   const appendContext = (text: string) => {

@@ -5,12 +5,14 @@
  */
 import crypto from 'node:crypto';
 import type { ChatCompletionBody } from '../api/chat.ts';
-import { badRequest, planChat, type ChatPlan } from '../chat/request.ts';
+import { badRequest, checkTemplateData, planChat, type ChatPlan } from '../chat/request.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
-import { renderChat, TemplateError, type RenderOptions } from '../chat/template.ts';
+import { TemplateError, type RenderOptions } from '../chat/template.ts';
 import type { TemplateSandbox } from '../chat/template-sandbox.ts';
 import type { ConstraintCompiler } from '../chat/constraints/constraint-compiler.ts';
-import { compileRequested, ConstraintRequestError } from '../chat/constraints/request.ts';
+import { compileRequested, ConstraintRequestError, requestedConstraint } from '../chat/constraints/request.ts';
+import { encodePrompt, promptRenderOptions } from '../chat/prompt.ts';
+import { renderChat } from '../chat/template.ts';
 import type { GenerateRequest, PromptLogprobsEvent, WireConstraint } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
@@ -53,6 +55,8 @@ function contentText(content: unknown): string {
   return '';
 }
 
+/** Forced tool calls are constrained in the base model's own format; the plan compiled them as Hermes. */
+
 /** A call forced by naming the function answers "stop", as vLLM does; "tool_calls" is for calls the model chose. */
 function finishReason(plan: ChatPlan, output: ChoiceOutput): ChoiceOutput['finishReason'] {
   return typeof plan.toolChoice === 'object' && output.finishReason === 'tool_calls' ? 'stop' : output.finishReason;
@@ -68,7 +72,7 @@ export class ChatService {
   /** `disconnected` aborts when the client goes away: a whole (non-streamed) answer then stops generating. */
   async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined, disconnected?: AbortSignal): Promise<ChatResult> {
     const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader, requestTemplatesAllowed: this.options.requestTemplates !== null });
-    const prepared = await this.prepare(principal, plan);
+    const prepared = await this.prepare(principal, plan, body);
     const engineStarted = performance.now();
     const stream = this.runtime.requireEngine().generate(prepared.request);
     if (!plan.stream) {
@@ -85,25 +89,26 @@ export class ChatService {
     return { kind: 'stream', chunks: this.chunks(prepared, stream), cancel: () => stream.cancel() };
   }
 
-  private async prepare(principal: Principal, plan: ChatPlan): Promise<Prepared> {
-    const constraint = await this.constraint(plan);
+  private async prepare(principal: Principal, plan: ChatPlan, body: ChatCompletionBody): Promise<Prepared> {
     const resolved = await this.resolver.resolve(principal, plan.modelName);
     const base = await this.runtime.load(resolved.baseId);
     const template = plan.chatTemplate ?? base.template;
     if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
     if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
     const tokenizer = base.tokenizer;
-    const prompt = await this.render(plan.chatTemplate !== null, {
-      template,
-      messages: plan.messages,
-      tools: plan.tools,
-      documents: plan.documents,
-      addGenerationPrompt: plan.addGenerationPrompt,
-      continueFinalMessage: plan.continueFinalMessage,
-      kwargs: plan.templateKwargs,
-      specialTokens: { bos_token: undefined, eos_token: tokenizer.eosToken },
-    });
-    let promptIds = tokenizer.encode(prompt, { addSpecialTokens: plan.addSpecialTokens });
+    const prompt = await this.render(plan.chatTemplate !== null, () =>
+      promptRenderOptions(tokenizer, {
+        template,
+        messages: plan.messages,
+        tools: plan.tools,
+        documents: plan.documents,
+        addGenerationPrompt: plan.addGenerationPrompt,
+        continueFinalMessage: plan.continueFinalMessage,
+        kwargs: plan.templateKwargs,
+      }),
+    );
+    let promptIds = encodePrompt(tokenizer, prompt, { addSpecialTokens: plan.addSpecialTokens });
+    const constraint = await this.constraint(plan, body, base);
 
     const context = base.engine.context_length;
     const requested = plan.requestedMaxTokens;
@@ -176,10 +181,12 @@ export class ChatService {
   }
 
   /** The request's constraint compiled (on the compiler thread) for the engine; a refusal is a 400 naming its field. */
-  private async constraint(plan: ChatPlan): Promise<WireConstraint | null> {
-    if (!plan.constraint) return null;
+  /** What decoding must produce; forced tool calls are written in the base model's own tool-call format. */
+  private async constraint(plan: ChatPlan, body: ChatCompletionBody, base: LoadedBase): Promise<WireConstraint | null> {
+    const forcedCall = plan.toolChoice === 'required' || typeof plan.toolChoice === 'object';
     try {
-      return (await compileRequested(plan.constraint, (spec) => this.options.constraints.compile(spec))).wire;
+      const requested = forcedCall && base.toolFormat.name !== 'hermes' ? requestedConstraint(body, plan.toolChoice, plan.parallelToolCalls, base.toolFormat.name) : plan.constraint;
+      return requested && (await compileRequested(requested, (spec) => this.options.constraints.compile(spec))).wire;
     } catch (error) {
       if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
       throw error;
@@ -187,11 +194,16 @@ export class ChatService {
   }
 
   /** The model's own template is trusted and renders here; a request's own is user code and renders in the sandbox. */
-  private async render(fromRequest: boolean, options: RenderOptions): Promise<string> {
+  private async render(fromRequest: boolean, options: () => RenderOptions): Promise<string> {
+    let param = 'messages';
     try {
-      return fromRequest ? await this.options.requestTemplates!.render(options) : renderChat(options);
+      const normalised = options();
+      const { messages, tools, documents } = normalised;
+      checkTemplateData({ messages, tools, documents, chat_template_kwargs: normalised.kwargs });
+      param = fromRequest ? 'chat_template' : 'messages';
+      return fromRequest ? await this.options.requestTemplates!.render(normalised) : renderChat(normalised);
     } catch (error) {
-      if (error instanceof TemplateError) throw badRequest(error.message, fromRequest ? 'chat_template' : 'messages');
+      if (error instanceof TemplateError) throw badRequest(error.message, param);
       throw error;
     }
   }
@@ -210,6 +222,7 @@ export class ChatService {
           skipSpecialTokens: plan.skipSpecialTokens,
           stopTokenIds,
           parseTools: plan.toolChoice !== 'none',
+          toolFormat: base.toolFormat,
           parseReasoning: !thinkingOff,
           includeReasoning: plan.includeReasoning,
           logprobs: plan.logprobs,
