@@ -46,7 +46,6 @@ const TOOL_CLOSE = '</tool_call>';
 const THINK_OPEN = '<think>';
 const THINK_CLOSE = '</think>';
 const LOGPROB_FLOOR = -9999;
-const utf8 = new TextEncoder();
 
 /** Length of the longest suffix of `text` that is a proper prefix of one of `markers`. */
 function partialMarkerLength(text: string, markers: string[]): number {
@@ -158,7 +157,7 @@ export class ChoiceOutput {
       const bytes = tokenizer.tokenBytes(tokenId);
       const text = bytes ? new TextDecoder().decode(bytes) : '';
       const token = logprobs!.asTokenIds ? `token_id:${tokenId}` : text;
-      return { token, logprob: Math.max(LOGPROB_FLOOR, value ?? LOGPROB_FLOOR), bytes: bytes ? Array.from(utf8.encode(text)) : null };
+      return { token, logprob: Math.max(LOGPROB_FLOOR, value ?? LOGPROB_FLOOR), bytes: bytes ? Array.from(bytes) : null };
     };
     return { ...describe(id, logprob), top_logprobs: top.slice(0, logprobs!.top).map(([tokenId, value]) => describe(tokenId, value)) };
   }
