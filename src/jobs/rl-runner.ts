@@ -10,6 +10,7 @@ import { tokenizeTrajectory, type TrainingSequence, type TrajectoryInput } from 
 import { trainingRenderer } from '../chat/training-render.ts';
 import { TemplateError } from '../chat/template.ts';
 import type { LoadedBase } from '../services/base-model-runtime.ts';
+import type { Trajectory } from '../api/models.ts';
 import { populationStd } from '../services/trajectory-metrics.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type ScoredSequence } from './rl-data.ts';
 import { JobError, type RunContext, type RunResult } from './worker.ts';
@@ -58,6 +59,17 @@ function tokenizeHistory(base: LoadedBase, history: TrajectoryInput & { tools?: 
   }
 }
 
+/** The trainable sequences of a trajectory and its additional histories, rendered with its tools and template kwargs. */
+export function trajectorySequences(base: LoadedBase, trajectory: Trajectory, config: RlConfig, where: string): TrainingSequence[] {
+  const kwargs = { ...config.chatTemplateKwargs, ...trajectory.chat_template_kwargs };
+  const histories = [trajectory, ...(trajectory.additional_histories ?? [])];
+  return histories.flatMap((history, historyIndex) =>
+    tokenizeHistory(base, { ...history, tools: history.tools ?? trajectory.tools }, kwargs, config, historyIndex ? `${where}.additional_histories[${historyIndex - 1}]` : where).filter((sequence) =>
+      sequence.mask.some(Boolean),
+    ),
+  );
+}
+
 /** Advantages per group, then the token sequences of every trajectory that still has something to learn. */
 function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
   const { config } = payload;
@@ -78,13 +90,9 @@ function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
       const id = trajectoryIndex++;
       if (advantage === 0) return;
       const where = `trajectory_groups[${groupIndex}].trajectories[${index}]`;
-      const kwargs = { ...config.chatTemplateKwargs, ...(trajectory.chat_template_kwargs as Record<string, unknown> | null | undefined) };
-      const histories = [trajectory, ...(trajectory.additional_histories ?? [])];
-      histories.forEach((history, historyIndex) => {
-        const found = tokenizeHistory(base, { ...history, tools: history.tools ?? trajectory.tools }, kwargs, config, historyIndex ? `${where}.additional_histories[${historyIndex - 1}]` : where);
-        for (const sequence of found) if (sequence.mask.some(Boolean)) sequences.push({ ...sequence, advantage, trajectory: id });
-        if (found.some((sequence) => sequence.mask.some((m, t) => m && sequence.logprobs[t] === null)) && !withoutLogprobs.includes(where)) withoutLogprobs.push(where);
-      });
+      const found = trajectorySequences(base, trajectory, config, where);
+      for (const sequence of found) sequences.push({ ...sequence, advantage, trajectory: id });
+      if (found.some((sequence) => sequence.mask.some((m, t) => m && sequence.logprobs[t] === null))) withoutLogprobs.push(where);
     });
   });
   const groupMetrics = {
