@@ -304,9 +304,9 @@ describe('chat completions (non-streaming) through the openai client', () => {
     // The SDK's own assistant message (refusal, annotations, reasoning, empty tool_calls…) goes back as it came.
     const next = await create({ messages: [...HI, choice.message, { role: 'user', content: 'and?' }], tools: [WEATHER_TOOL], tool_choice: 'auto', max_tokens: 2 });
     assert.equal(next.choices[0].message.role, 'assistant');
-    // Custom roles and content parts, as vLLM accepts them.
+    // Custom roles and content parts, as vLLM accepts them: text parts joined with a newline.
     const parts = await create({ messages: [{ role: 'narrator', content: [{ type: 'text', text: 'Once' }, { type: 'text', text: ' upon' }] }], max_tokens: 2, return_token_ids: true });
-    assert.ok(tokenizer.decode(parts.prompt_token_ids).includes('<|im_start|>narrator\nOnce upon<|im_end|>\n'));
+    assert.ok(tokenizer.decode(parts.prompt_token_ids).includes('<|im_start|>narrator\nOnce\n upon<|im_end|>\n'));
   });
 
   test('tool-call tags the model writes that hold no valid call stay content (auto) or are left alone (none)', async () => {

@@ -98,33 +98,6 @@ function checkRange(ok: boolean, message: string, param: string): void {
   if (!ok) throw badRequest(message, param);
 }
 
-/** As vLLM's chat utilities do: tool-call arguments arrive as JSON strings and reach the template as objects. */
-function normaliseMessages(messages: Record<string, unknown>[]): Record<string, unknown>[] {
-  return messages.map((message) => {
-    const toolCalls = message.tool_calls;
-    if (!Array.isArray(toolCalls)) return message;
-    if (toolCalls.length === 0) {
-      const { tool_calls: _dropped, ...rest } = message;
-      return rest;
-    }
-    return {
-      ...message,
-      tool_calls: toolCalls.map((call: Record<string, unknown>) => {
-        const fn = (call.function ?? {}) as Record<string, unknown>;
-        let args: unknown = fn.arguments;
-        if (typeof args === 'string') {
-          try {
-            args = args.trim() === '' ? {} : JSON.parse(args);
-          } catch {
-            // Not JSON: the template renders the string as it is.
-          }
-        }
-        return { ...call, function: { ...fn, arguments: args ?? {} } };
-      }),
-    };
-  });
-}
-
 export function planChat(body: ChatCompletionBody, options: { logprobsByDefault: boolean; requestIdHeader: string | undefined }): ChatPlan {
   if (body.use_beam_search) throw badRequest('use_beam_search is not supported by this server: it samples only', 'use_beam_search');
   if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
@@ -223,7 +196,7 @@ export function planChat(body: ChatCompletionBody, options: { logprobsByDefault:
 
   return {
     modelName: body.model ? body.model : null,
-    messages: normaliseMessages(body.messages),
+    messages: body.messages as Record<string, unknown>[],
     tools: (body.tools as Record<string, unknown>[] | null | undefined) ?? null,
     stream,
     includeUsage: stream && (body.stream_options?.include_usage ?? false),

@@ -49,6 +49,9 @@ function tokenContent(value: unknown): string | undefined {
   return undefined;
 }
 
+/** transformers' SPECIAL_TOKENS_ATTRIBUTES: the named tokens every chat template render receives. */
+const TEMPLATE_TOKEN_NAMES = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
+
 export class ChatTokenizer {
   /** Every added token (special or not) by content. */
   readonly addedTokenIds: ReadonlyMap<string, number>;
@@ -57,6 +60,11 @@ export class ChatTokenizer {
   readonly eosToken: string | undefined;
   readonly eosTokenId: number | undefined;
   readonly padTokenId: number | undefined;
+  readonly bosTokenId: number | undefined;
+  /** `add_bos_token` in tokenizer_config.json: prompts must start with the BOS token. */
+  readonly addBosToken: boolean;
+  /** The named special token strings a chat template sees (`bos_token`, `eos_token`, ...), as transformers passes them. */
+  readonly templateTokens: Readonly<Record<string, string>>;
   readonly chatTemplate: string | undefined;
   /** Highest token id + 1. */
   readonly vocabSize: number;
@@ -77,6 +85,15 @@ export class ChatTokenizer {
     this.eosTokenId = this.eosToken === undefined ? undefined : this.tokenId(this.eosToken);
     const padToken = tokenContent(files.config.pad_token);
     this.padTokenId = padToken === undefined ? undefined : this.tokenId(padToken);
+    this.templateTokens = Object.fromEntries(
+      TEMPLATE_TOKEN_NAMES.flatMap((name) => {
+        const content = tokenContent(files.config[name]);
+        return content === undefined ? [] : [[name, content]];
+      }),
+    );
+    const bosToken = this.templateTokens.bos_token;
+    this.bosTokenId = bosToken === undefined ? undefined : this.tokenId(bosToken);
+    this.addBosToken = files.config.add_bos_token === true;
     const template = files.config.chat_template;
     this.chatTemplate = typeof template === 'string' ? template : undefined;
     let highestId = -1;

@@ -4,7 +4,7 @@
  * Both RL rows (trajectory-tokens.ts) and SFT rows (sft-tokens.ts) render through this and nothing else.
  */
 import type { ChatTokenizer } from './tokenizer.ts';
-import { renderChat } from './template.ts';
+import { encodePrompt, renderPromptText } from './prompt.ts';
 
 export interface TrainingRenderer {
   tokenizer: ChatTokenizer;
@@ -22,8 +22,7 @@ export interface RenderTarget {
 export function trainingRenderer(base: RenderTarget, tools: unknown[] | null | undefined, kwargs: Record<string, unknown> | null | undefined): TrainingRenderer {
   return {
     tokenizer: base.tokenizer,
-    text: (messages, addGenerationPrompt) =>
-      renderChat({ template: base.template, messages, tools, addGenerationPrompt, kwargs: kwargs ?? undefined, specialTokens: { bos_token: undefined, eos_token: base.tokenizer.eosToken } }),
-    ids: (text) => base.tokenizer.encode(text),
+    text: (messages, addGenerationPrompt) => renderPromptText(base.tokenizer, { template: base.template, messages, tools, addGenerationPrompt, kwargs: kwargs ?? undefined }),
+    ids: (text) => encodePrompt(base.tokenizer, text),
   };
 }

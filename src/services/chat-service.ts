@@ -7,7 +7,8 @@ import crypto from 'node:crypto';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { badRequest, planChat, type ChatPlan } from '../chat/request.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
-import { renderChat, TemplateError } from '../chat/template.ts';
+import { renderPrompt } from '../chat/prompt.ts';
+import { TemplateError } from '../chat/template.ts';
 import type { GenerateRequest, PromptLogprobsEvent } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
@@ -85,23 +86,15 @@ export class ChatService {
     if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
     if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
     const tokenizer = base.tokenizer;
-    let prompt: string;
+    let promptIds: number[];
     try {
-      prompt = renderChat({
-        template,
-        messages: plan.messages,
-        tools: plan.tools,
-        documents: plan.documents,
-        addGenerationPrompt: plan.addGenerationPrompt,
-        continueFinalMessage: plan.continueFinalMessage,
-        kwargs: plan.templateKwargs,
-        specialTokens: { bos_token: undefined, eos_token: tokenizer.eosToken },
-      });
+      const input = { template, messages: plan.messages, tools: plan.tools, documents: plan.documents, kwargs: plan.templateKwargs };
+      const flags = { addGenerationPrompt: plan.addGenerationPrompt, continueFinalMessage: plan.continueFinalMessage };
+      promptIds = renderPrompt(tokenizer, { ...input, ...flags }, { addSpecialTokens: plan.addSpecialTokens }).ids;
     } catch (error) {
       if (error instanceof TemplateError) throw badRequest(error.message, 'messages');
       throw error;
     }
-    let promptIds = tokenizer.encode(prompt, { addSpecialTokens: plan.addSpecialTokens });
 
     const context = base.engine.context_length;
     const requested = plan.requestedMaxTokens;

@@ -1,0 +1,34 @@
+/**
+ * The Python reference tools (`REFERENCE_PYTHON`: transformers 5.23 in `.venv-test`), run as child processes.
+ * Tests that compare against them skip with the reason when no reference Python is installed.
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { repoRoot } from '../../src/config.ts';
+
+const fallback = path.join(repoRoot, '.venv-test', 'bin', 'python');
+export const REFERENCE_PYTHON: string | undefined = process.env.REFERENCE_PYTHON ?? (fs.existsSync(fallback) ? fallback : undefined);
+export const NO_REFERENCE = REFERENCE_PYTHON ? false : 'no reference Python (set REFERENCE_PYTHON to a venv from scripts/python/reference.txt)';
+
+export interface RenderCase {
+  messages: Record<string, unknown>[];
+  tools?: unknown[];
+  add_generation_prompt?: boolean;
+  continue_final_message?: boolean;
+  chat_template_kwargs?: Record<string, unknown>;
+}
+
+export type ReferenceRender = { text: string; ids: number[]; error?: undefined } | { error: string };
+
+/** transformers' apply_chat_template (after vLLM's message preprocessing) on each case, with `folder`'s tokenizer. */
+export function referenceRender(folder: string, cases: RenderCase[]): ReferenceRender[] {
+  const script = path.join(repoRoot, 'test', 'reference', 'render_prompts.py');
+  const output = execFileSync(REFERENCE_PYTHON!, [script], {
+    input: JSON.stringify({ folder, cases }),
+    maxBuffer: 64 * 1024 * 1024,
+    stdio: ['pipe', 'pipe', 'ignore'],
+    env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' },
+  });
+  return JSON.parse(output.toString('utf8')) as ReferenceRender[];
+}
