@@ -11,7 +11,7 @@ import { baseModelsSetting, writeFamilyModel, type Family } from './helpers/fami
 import { NO_REFERENCE, referenceRender } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, waitForJob } from './helpers/rollouts.ts';
-import { agentLoop, samplerTrainerGap, WEATHER_TOOL, type LogprobsMode } from './helpers/agent-loops.ts';
+import { agentLoop, samplerTrainerGap, toolCallsIn, WEATHER_TOOL, type LogprobsMode } from './helpers/agent-loops.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
 import { trainingRenderer } from '../src/chat/training-render.ts';
@@ -91,6 +91,7 @@ for (const family of TESTED) {
       }
       // Qwen3 without thinking: the template drops the empty think block of earlier turns, so later turns start their own sequences.
       if (family === 'qwen3') trajectories.push(await agentLoop(e2e, { model: `local/rows/${family}`, mode: 'omitted', tools: true, seed: 99, maxTokens: 6, kwargs: { enable_thinking: false } }));
+      assert.ok(trajectories.filter((trajectory) => trajectory.tools).every((trajectory) => toolCallsIn(trajectory) === 1), 'each tool loop made its call');
       const gap = await samplerTrainerGap(e2e, baseId, trajectories);
       console.log(`# ${family}: ${trajectories.length} three-turn loops, max |trainer − sampler| ${gap.worst.toExponential(2)} over ${gap.compared} sampled tokens in ${gap.sequences} sequences`);
       assert.equal(gap.missing, 0, 'every trained token carries its sampler logprob');

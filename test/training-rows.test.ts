@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
-import { agentLoop, samplerTrainerGap, type LogprobsMode } from './helpers/agent-loops.ts';
+import { agentLoop, samplerTrainerGap, toolCallsIn, type LogprobsMode } from './helpers/agent-loops.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 import type { Trajectory } from '../src/api/models.ts';
 
@@ -37,6 +37,7 @@ describe('training rows (built-in model)', () => {
     for (const mode of ['omitted', 'true', 'token_id'] as LogprobsMode[]) {
       for (const tools of [false, true]) trajectories.push(await agentLoop(e2e, { model: 'local/rows/loops', mode, tools, seed: 7 }));
     }
+    assert.ok(trajectories.filter((trajectory) => trajectory.tools).every((trajectory) => toolCallsIn(trajectory) === 1), 'each tool loop made its call');
     const gap = await samplerTrainerGap(e2e, BASE, trajectories);
     console.log(`# built-in model, 6 three-turn loops: max |trainer − sampler| ${gap.worst.toExponential(2)} over ${gap.compared} tokens in ${gap.sequences} sequences`);
     assert.equal(gap.missing, 0, 'every trained token carries its sampler logprob');

@@ -4,12 +4,9 @@
  */
 import type { FieldProblem } from '../errors.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
+import { isChoice } from '../chat/trajectory-tokens.ts';
 
 type Loc = (string | number)[];
-
-export function isChoice(item: Record<string, unknown>): boolean {
-  return typeof item.message === 'object' && item.message !== null;
-}
 
 function checkItems(items: Record<string, unknown>[], loc: Loc, problems: FieldProblem[]): void {
   items.forEach((item, index) => {

@@ -17,6 +17,12 @@ export const WEATHER_TOOL = {
   function: { name: 'get_weather', description: 'Weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
 };
 
+/** No arguments at all, so a forced call is short even on random weights. */
+export const TIME_TOOL = {
+  type: 'function',
+  function: { name: 'get_time', description: 'The local time', parameters: { type: 'object', properties: {}, additionalProperties: false } },
+};
+
 export interface LoopOptions {
   model: string;
   mode: LogprobsMode;
@@ -28,8 +34,9 @@ export interface LoopOptions {
 }
 
 /**
- * A loop of `turns` sampled choices: with tools, the first turn is a forced call answered by a tool
- * result; every later turn follows a user message. Requests go through the `openai` npm client.
+ * A loop of `turns` sampled choices: with tools, the first turn is a forced call (content null, tool_calls,
+ * as our server answers it) answered by a tool result; every later turn follows a user message. Requests
+ * go through the `openai` npm client.
  */
 export async function agentLoop(e2e: E2eServer, options: LoopOptions): Promise<Trajectory> {
   const client = new OpenAI({ baseURL: `${e2e.url}/v1`, apiKey: e2e.key });
@@ -44,9 +51,10 @@ export async function agentLoop(e2e: E2eServer, options: LoopOptions): Promise<T
     const body = {
       model: options.model,
       messages,
-      max_tokens: options.maxTokens ?? 8,
+      max_tokens: forced ? 48 : (options.maxTokens ?? 8),
+      ...(forced ? { temperature: 0 } : {}),
       seed: options.seed + turn,
-      ...(options.tools ? { tools: [WEATHER_TOOL], tool_choice: forced ? 'required' : 'none' } : {}),
+      ...(options.tools ? { tools: [WEATHER_TOOL, TIME_TOOL], tool_choice: forced ? { type: 'function', function: { name: 'get_time' } } : 'none' } : {}),
       ...(options.kwargs ? { chat_template_kwargs: options.kwargs } : {}),
       ...logprobs,
     };
@@ -59,10 +67,15 @@ export async function agentLoop(e2e: E2eServer, options: LoopOptions): Promise<T
   }
   return {
     messages_and_choices: items.slice(0, -1) as Trajectory['messages_and_choices'],
-    tools: options.tools ? [WEATHER_TOOL] : null,
+    tools: options.tools ? [WEATHER_TOOL, TIME_TOOL] : null,
     reward: 0,
     ...(options.kwargs ? { chat_template_kwargs: options.kwargs } : {}),
   };
+}
+
+/** How many tool calls the loop's choices made. */
+export function toolCallsIn(trajectory: Trajectory): number {
+  return trajectory.messages_and_choices.reduce((sum, item) => sum + (((item.message as { tool_calls?: unknown[] } | undefined)?.tool_calls ?? []).length), 0);
 }
 
 export interface Gap {
