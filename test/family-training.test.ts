@@ -68,21 +68,21 @@ const SFT_CONVERSATIONS: Record<string, { messages: Record<string, unknown>[]; t
   },
 };
 
-for (const family of TESTED) {
-  describe(`training rows on ${family} (random weights, real tokenizer)`, () => {
-    let e2e: E2eServer;
-    let folder: string;
+describe('training rows on real families (random weights, real tokenizers)', () => {
+  let e2e: E2eServer;
+  const folders: Partial<Record<Family, string>> = {};
+  before(async () => {
+    for (const family of TESTED) folders[family] = writeFamilyModel(family, { seed: 1 });
+    e2e = await startE2eServer({ env: { BASE_MODELS: baseModelsSetting(folders) } });
+  });
+  after(async () => {
+    await e2e?.close();
+  });
+
+  for (const family of TESTED) {
     const baseId = `test/${family}`;
 
-    before(async () => {
-      folder = writeFamilyModel(family, { seed: 1 });
-      e2e = await startE2eServer({ env: { BASE_MODELS: baseModelsSetting({ [family]: folder }) } });
-    });
-    after(async () => {
-      await e2e?.close();
-    });
-
-    test('RL from multi-turn agent loops: every trained token has its sampler logprob; trainer = sampler at step 0', async () => {
+    test(`${family}: RL from multi-turn agent loops: every trained token has its sampler logprob; trainer = sampler at step 0`, async () => {
       const modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'rows', name: family, base_model: baseId })).body.id;
       const trajectories: Trajectory[] = [];
       let seed = 0;
@@ -107,13 +107,14 @@ for (const family of TESTED) {
       assert.ok(!(await allEvents(e2e, submitted.body.id)).some((event) => event.type === 'sampler_logprobs_missing'));
     });
 
-    test('SFT trains exactly the spans ART would on transformers’ rendering', { skip: NO_REFERENCE }, async () => {
+    test(`${family}: SFT trains exactly the spans ART would on transformers’ rendering`, { skip: NO_REFERENCE }, async () => {
       const base = await e2e.server.services.runtime.load(baseId);
       const marker = (text: string) => base.tokenizer.encode(text);
-      for (const [name, conversation] of Object.entries(SFT_CONVERSATIONS)) {
-        const rendered = referenceRender(folder, [{ messages: conversation.messages, tools: conversation.tools, add_generation_prompt: false }])[0];
-        if (rendered.error !== undefined) assert.fail(`${name}: transformers refused it: ${rendered.error}`);
-        const reference = rendered;
+      const cases = Object.entries(SFT_CONVERSATIONS);
+      const references = referenceRender(folders[family]!, cases.map(([, { messages, tools }]) => ({ messages, tools, add_generation_prompt: false })));
+      for (const [index, [name, conversation]] of cases.entries()) {
+        const reference = references[index];
+        if (reference.error !== undefined) assert.fail(`${name}: transformers refused it: ${reference.error}`);
         const row = tokenizeConversation(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, conversation.tools, null), conversation.messages, 'all')!;
         assert.deepEqual(row.tokens, reference.ids, `${name}: one rendering, the same ids as transformers`);
         const art = artMask(reference.ids, marker(ART_MARKERS[family].instruction), marker(ART_MARKERS[family].response));
@@ -128,7 +129,7 @@ for (const family of TESTED) {
       }
     });
 
-    test('SFT over HTTP with several assistant turns: trains the same number of tokens', async () => {
+    test(`${family}: SFT over HTTP with several assistant turns trains the same number of tokens`, async () => {
       const modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'rows', name: `${family}-sft`, base_model: baseId })).body.id;
       const { messages, tools } = SFT_CONVERSATIONS['three assistant turns'];
       const artifact = await uploadArtifact(e2e, `local/rows/${family}-sft`, { 'train.jsonl': `${JSON.stringify({ messages, tools })}\n` });
@@ -142,5 +143,5 @@ for (const family of TESTED) {
       const thinkBlock = family === 'qwen3' ? base.tokenizer.encode('<think>\n\n</think>\n\n').length : 0; // Qwen3 renders it in the last turn
       assert.equal(step.data.num_trainable_tokens, answers.reduce((sum, n) => sum + n + endOfTurn, 0) + thinkBlock);
     });
-  });
-}
+  }
+});

@@ -81,6 +81,18 @@ describe('training rows (built-in model)', () => {
     assert.deepEqual(missing?.data.trajectories, ['trajectory_groups[0].trajectories[1]']);
   });
 
+  test('messages no template can take are refused at submit; text content parts train', async () => {
+    const modelId = await createModel('parts');
+    const group = await sampleGroup(e2e, 'local/rows/parts', 'Say hi.', 2, (_, i) => i);
+    const withParts = (content: unknown) => group.trajectories.map((trajectory) => ({ ...trajectory, messages_and_choices: [{ role: 'user', content }, trajectory.messages_and_choices[1]] }));
+    const image = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [{ trajectories: withParts([{ type: 'image_url', image_url: { url: 'data:,' } }]) }] });
+    assert.equal(image.status, 422);
+    assert.deepEqual(image.body.detail[0].loc, ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices']);
+    assert.match(image.body.detail[0].msg, /image_url/);
+    const { job } = await train(modelId, withParts([{ type: 'text', text: 'Say hi.' }]) as Trajectory[]);
+    assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+  });
+
   test('kl_penalty_reference_step and kl_penalty_step_lag: the reference is that checkpoint’s adapter', async () => {
     const modelId = await createModel('kl');
     const group = (await sampleGroup(e2e, 'local/rows/kl', 'Name a fruit.', 2, (_, i) => i)).trajectories as Trajectory[];

@@ -8,7 +8,7 @@ import type { JobRepository, JobRow, EventRow } from '../store/job-repository.ts
 import type { RlJobBody, TrainingJob } from '../api/training-jobs.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
-import { checkTrajectoryGroups } from './trajectory-shape.ts';
+import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
 import type { SftJobBody } from '../api/training-jobs.ts';
@@ -67,7 +67,8 @@ export class TrainingJobService {
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
     const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
-    problems.push(...checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups']));
+    const shape = checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups']);
+    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(body.trajectory_groups, ['body', 'trajectory_groups']) : []));
     if (problems.length > 0) throw validationError(problems);
     const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
