@@ -4,6 +4,7 @@
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { isToolParserName, TOOL_PARSER_NAMES, type ToolParserName } from './chat/tool-calls/index.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -12,6 +13,8 @@ export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' |
 export interface BaseModelSpec {
   id: string;
   path: string;
+  /** The tool-call parser named for this base in `TOOL_CALL_PARSERS`; absent: detected from its chat template. */
+  toolCallParser?: ToolParserName;
 }
 
 export interface Config {
@@ -90,6 +93,7 @@ export function loadConfig(env: Env = process.env): Config {
   }
 
   const baseModels = parseBaseModels(read('BASE_MODELS'), problems);
+  applyToolCallParsers(read('TOOL_CALL_PARSERS'), baseModels, problems);
   const defaultBaseModel = read('DEFAULT_BASE_MODEL') ?? baseModels[0]?.id ?? BUILTIN_BASE_MODEL.id;
   if (!baseModels.some((model) => model.id === defaultBaseModel)) {
     problems.push(`DEFAULT_BASE_MODEL=${JSON.stringify(defaultBaseModel)}: not one of BASE_MODELS`);
@@ -139,4 +143,20 @@ function parseBaseModels(raw: string | undefined, problems: string[]): BaseModel
   }
   if (models.length === 0) problems.push('BASE_MODELS: no entries');
   return models;
+}
+
+/** `TOOL_CALL_PARSERS` is a comma-separated list of `base-id=parser`, overriding what the chat template suggests. */
+function applyToolCallParsers(raw: string | undefined, models: BaseModelSpec[], problems: string[]): void {
+  for (const entry of (raw ?? '').split(',').map((part) => part.trim()).filter(Boolean)) {
+    const separator = entry.lastIndexOf('=');
+    const [id, parser] = [entry.slice(0, separator), entry.slice(separator + 1)];
+    const model = models.find((candidate) => candidate.id === id);
+    if (separator <= 0 || !isToolParserName(parser)) {
+      problems.push(`TOOL_CALL_PARSERS entry ${JSON.stringify(entry)}: expected base-id=parser with parser one of ${TOOL_PARSER_NAMES.join(', ')}`);
+    } else if (!model) {
+      problems.push(`TOOL_CALL_PARSERS entry ${JSON.stringify(entry)}: ${JSON.stringify(id)} is not one of BASE_MODELS`);
+    } else {
+      model.toolCallParser = parser;
+    }
+  }
 }

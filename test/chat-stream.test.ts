@@ -17,6 +17,7 @@ import OpenAI from 'openai';
 import { buildApp } from '../src/app.ts';
 import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../src/chat/output.ts';
 import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
+import { TOOL_CALL_FORMATS } from '../src/chat/tool-calls/index.ts';
 import { systemClock } from '../src/clock.ts';
 import { loadConfig } from '../src/config.ts';
 import { createServices } from '../src/context.ts';
@@ -635,6 +636,7 @@ describe('ChoiceOutput with the real tokenizer: token by token gives what the wh
     skipSpecialTokens: true,
     stopTokenIds: new Set([EOS]),
     parseTools: true,
+    toolFormat: TOOL_CALL_FORMATS.hermes,
     parseReasoning: true,
     includeReasoning: true,
     logprobs: null,

@@ -266,7 +266,7 @@ describe('the tiny model\'s tokens through the automaton', async () => {
     assert.equal(bytes.length, tokenizer.vocabSize);
     assert.equal(bytes[tokenizer.eosTokenId!], null);
     assert.equal(Buffer.from(bytes[tokenizer.tokenId('<tool_call>')!]!, 'base64').toString(), '<tool_call>');
-    const dfa = compileConstraintUncached({ kind: 'tool_call', tools: [{ name: 'f', parameters: { type: 'object', properties: {}, additionalProperties: false } }], multiple: false, whitespace: { kind: 'compact' } }).dfa;
+    const dfa = compileConstraintUncached({ kind: 'tool_call', tools: [{ name: 'f', parameters: { type: 'object', properties: {}, additionalProperties: false } }], multiple: false, whitespace: { kind: 'compact' }, format: 'hermes' }).dfa;
     const ids = tokenizer.encode('<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>');
     assert.equal(ids[0], tokenizer.tokenId('<tool_call>'), 'the marker is one added token');
     assert.equal(dfa.accepting[walkTokens(dfa, ids).at(-1)!], 1);
@@ -297,9 +297,9 @@ describe('constraints as a request states them', () => {
     assert.deepEqual(merged, { spec: { kind: 'json_schema', schema: { type: 'integer' }, whitespace: { kind: 'compact' }, noAdditionalProperties: false }, param: 'response_format' });
     const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }, { type: 'function', function: { name: 'g' } }];
     const required = requestedConstraint(body({ tools, response_format: { type: 'json_object' } }), 'required', false);
-    assert.deepEqual(required?.spec, { kind: 'tool_call', tools: [{ name: 'f', parameters: { type: 'object' } }, { name: 'g', parameters: undefined }], multiple: false, whitespace: { kind: 'flexible' } });
+    assert.deepEqual(required?.spec, { kind: 'tool_call', tools: [{ name: 'f', parameters: { type: 'object' } }, { name: 'g', parameters: undefined }], multiple: false, whitespace: { kind: 'flexible' }, format: 'hermes' });
     const named = requestedConstraint(body({ tools }), { name: 'g' }, true);
-    assert.deepEqual(named?.spec, { kind: 'tool_call', tools: [{ name: 'g', parameters: undefined }], multiple: false, whitespace: { kind: 'flexible' } });
+    assert.deepEqual(named?.spec, { kind: 'tool_call', tools: [{ name: 'g', parameters: undefined }], multiple: false, whitespace: { kind: 'flexible' }, format: 'hermes' });
   });
 });
 

@@ -1,6 +1,7 @@
 /** Models, checkpoints, auth and isolation through the real HTTP stack, on SQLite and on PostgreSQL. */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
@@ -247,5 +248,51 @@ describe('body limits', () => {
     } finally {
       await t.close();
     }
+  });
+});
+
+describe('base models a model is created on', () => {
+  let t: TestApp;
+  const folderWith = (config: Record<string, unknown>) => {
+    const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'arch-'));
+    fs.writeFileSync(path.join(folder, 'config.json'), JSON.stringify(config));
+    return folder;
+  };
+  const QWEN3 = { model_type: 'qwen3', architectures: ['Qwen3ForCausalLM'] };
+  const BASES: Record<string, Record<string, unknown>> = {
+    'ok/qwen3': QWEN3,
+    'ok/llama31': { model_type: 'llama', architectures: ['LlamaForCausalLM'], rope_scaling: { rope_type: 'llama3', factor: 8 } },
+    'bad/gemma': { model_type: 'gemma', architectures: ['GemmaForCausalLM'] },
+    'bad/phi3': { model_type: 'phi3', architectures: ['Phi3ForCausalLM'] },
+    'bad/yarn': { ...QWEN3, rope_scaling: { rope_type: 'yarn', factor: 4 } },
+    'bad/moe': { model_type: 'qwen3', architectures: ['Qwen3MoeForCausalLM'] },
+  };
+  before(async () => {
+    const setting = Object.entries(BASES).map(([id, config]) => `${id}=${folderWith(config)}`).join(',');
+    t = await startTestApp(backends()[0], { env: { BASE_MODELS: setting } });
+  });
+  after(async () => {
+    await t.close();
+  });
+  const create = (base: string) => t.call('POST', '/v1/preview/models', { project: 'p', name: base.replace('/', '-'), base_model: base });
+
+  test('supported architectures are created; others are 422 naming the supported ones, before any use', async () => {
+    for (const base of ['ok/qwen3', 'ok/llama31']) assert.equal((await create(base)).status, 200, base);
+    for (const [base, cause] of [['bad/gemma', /model_type "gemma"/], ['bad/phi3', /model_type "phi3"/], ['bad/yarn', /rope_scaling type "yarn".*supported: default, linear, llama3/], ['bad/moe', /Qwen3MoeForCausalLM/]] as const) {
+      const response = await create(base);
+      assert.equal(response.status, 422, base);
+      assert.deepEqual(response.body.detail[0].loc, ['body', 'base_model']);
+      assert.match(response.body.detail[0].msg, cause);
+      if (!base.endsWith('yarn')) assert.match(response.body.detail[0].msg, /supported: model_type llama, mistral, qwen2, qwen3/);
+    }
+  });
+
+  test('a hub path is 422 listing the configured base models and the setting that adds one', async () => {
+    const response = await create('Qwen/Qwen3-0.6B');
+    assert.equal(response.status, 422);
+    const msg: string = response.body.detail[0].msg;
+    assert.match(msg, /Unknown base model "Qwen\/Qwen3-0.6B"/);
+    for (const id of Object.keys(BASES)) assert.ok(msg.includes(id), `${id} is listed`);
+    assert.match(msg, /BASE_MODELS setting as id=\/path\/to\/folder/);
   });
 });

@@ -6,8 +6,12 @@
  * vLLM's message preprocessing; where the reference refuses a conversation, the server answers 400 quoting why.
  */
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { baseModelsSetting, FAMILIES, writeFamilyModel, type Family } from './helpers/families.ts';
+import { renderPrompt } from '../src/chat/prompt.ts';
+import { loadTokenizer } from '../src/chat/tokenizer.ts';
+import { baseModelsSetting, FAMILIES, writeFamilyModel, writeTokenizerFolder, type Family } from './helpers/families.ts';
 import { NO_REFERENCE, referenceRender, type RenderCase } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
@@ -89,7 +93,8 @@ describe('prompt rendering matches transformers for real families', { skip: NO_R
         const response = await e2e.api('POST', '/v1/chat/completions', body);
         if (expected.error !== undefined) {
           assert.equal(response.status, 400, `${family} / ${name}: the reference refuses (${expected.error}), so must we`);
-          assert.match(response.body.error.message, /chat template/, `${family} / ${name}`);
+          const quoted = /: (.*)$/.exec(expected.error)![1];
+          assert.ok(response.body.error.message.includes(quoted), `${family} / ${name}: ${response.body.error.message} quotes ${quoted}`);
           continue;
         }
         assert.equal(response.status, 200, `${family} / ${name}: ${JSON.stringify(response.body)}`);
@@ -99,4 +104,35 @@ describe('prompt rendering matches transformers for real families', { skip: NO_R
       assert.ok(compared >= names.length - 1, `${family}: only ${compared} of ${names.length} conversations were renderable`);
     });
   }
+
+  test('messages a template cannot take are 400s naming the message and the cause', async () => {
+    const cases: [string, Record<string, unknown>, RegExp][] = [
+      ['test/llama3.1', { messages: CORPUS['two parallel calls'].messages, tools: [WEATHER, TIME] }, /chat template failed to render: This model only supports single tool-calls at once!/],
+      ['test/qwen3', { messages: [USER, { role: 'assistant', content: null, tool_calls: [call('x', 'get_weather', '{"city": Paris}')] }] }, /messages\[1\]\.tool_calls\[0\]\.function\.arguments is not valid JSON/],
+      ['test/qwen2.5', { messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }, { type: 'input_audio', input_audio: {} }] }] }, /messages\[0\]\.content\[1\]: content part type "input_audio" is not supported/],
+    ];
+    for (const [model, body, cause] of cases) {
+      const response = await e2e.api('POST', '/v1/chat/completions', { model, max_tokens: 1, ...body });
+      assert.equal(response.status, 400, `${model}: ${JSON.stringify(response.body)}`);
+      assert.match(response.body.error.message, cause);
+      assert.equal(response.body.error.param, 'messages');
+    }
+  });
+});
+
+describe('BOS: written once, whether the template writes it or the tokenizer config asks for it', () => {
+  test('Llama 3.1: the template writes <|begin_of_text|>; add_bos_token adds it only where a template does not', async () => {
+    const folder = writeTokenizerFolder('llama3.1');
+    const configFile = path.join(folder, 'tokenizer_config.json');
+    const config = JSON.parse(fs.readFileSync(configFile, 'utf8'));
+    fs.writeFileSync(configFile, JSON.stringify({ ...config, add_bos_token: true }));
+    const tokenizer = await loadTokenizer(folder);
+    const bos = tokenizer.tokenId('<|begin_of_text|>')!;
+    const input = { messages: [{ role: 'user', content: 'hi' }], addGenerationPrompt: true };
+    const own = renderPrompt(tokenizer, { ...input, template: config.chat_template }).ids;
+    assert.equal(own[0], bos);
+    assert.notEqual(own[1], bos, 'no second BOS');
+    const bare = renderPrompt(tokenizer, { ...input, template: '{% for m in messages %}{{ m.content }}{% endfor %}' }).ids;
+    assert.deepEqual(bare, [bos, ...tokenizer.encode('hi')]);
+  });
 });

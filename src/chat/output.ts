@@ -1,10 +1,12 @@
 /**
  * One choice's output, token by token: incremental detokenization that never splits a UTF-8 character,
- * stop strings (held back while they could still match), `<think>` reasoning and Hermes tool calls,
- * repetition detection, and OpenAI-shaped logprob entries. Used alike by streaming and whole responses.
+ * stop strings (held back while they could still match), `<think>` reasoning, tool calls in the base
+ * model's format (tool-calls/), repetition detection, and OpenAI-shaped logprob entries. Used alike by
+ * streaming and whole responses.
  */
-import crypto from 'node:crypto';
 import type { ChatTokenizer } from './tokenizer.ts';
+import { partialMarkerLength } from './tool-calls/format.ts';
+import type { ToolCallFormat } from './tool-calls/index.ts';
 import type { TopLogprob } from '../engine/protocol.ts';
 
 export interface LogprobEntry {
@@ -35,46 +37,17 @@ export interface OutputOptions {
   /** Token ids that end generation (EOS and stop_token_ids): their text is not part of the output. */
   stopTokenIds: Set<number>;
   parseTools: boolean;
+  /** The base model's tool-call format (Hermes, Llama 3 JSON, Mistral). */
+  toolFormat: ToolCallFormat;
   parseReasoning: boolean;
   includeReasoning: boolean;
   logprobs: { top: number; asTokenIds: boolean } | null;
   repetitionDetection: { minPatternSize: number; maxPatternSize: number; minCount: number } | null;
 }
 
-const TOOL_OPEN = '<tool_call>';
-const TOOL_CLOSE = '</tool_call>';
 const THINK_OPEN = '<think>';
 const THINK_CLOSE = '</think>';
 const LOGPROB_FLOOR = -9999;
-
-/** Length of the longest suffix of `text` that is a proper prefix of one of `markers`. */
-function partialMarkerLength(text: string, markers: string[]): number {
-  let longest = 0;
-  for (const marker of markers) {
-    for (let length = Math.min(marker.length - 1, text.length); length > longest; length -= 1) {
-      if (text.endsWith(marker.slice(0, length))) {
-        longest = length;
-        break;
-      }
-    }
-  }
-  return longest;
-}
-
-export function toolCallId(): string {
-  return `chatcmpl-tool-${crypto.randomBytes(8).toString('hex')}`;
-}
-
-/** Hermes bodies: `{"name": …, "arguments": …}`; arguments come back re-serialised as a JSON string. */
-function parseToolCallBody(body: string): { name: string; arguments: string } | null {
-  try {
-    const parsed = JSON.parse(body.trim()) as { name?: unknown; arguments?: unknown };
-    if (typeof parsed.name !== 'string') return null;
-    return { name: parsed.name, arguments: JSON.stringify(parsed.arguments ?? {}) };
-  } catch {
-    return null;
-  }
-}
 
 export class ChoiceOutput {
   readonly tokenIds: number[] = [];
@@ -97,9 +70,13 @@ export class ChoiceOutput {
   private reasoning = '';
   /** Just past `</think>`: the newlines that follow are the template's blank line, not content. */
   private afterThink = false;
+  /** The format's marker tokens (`<|python_tag|>`, `[TOOL_CALLS]`): the parser must see them even when special. */
+  private readonly markerIds: ReadonlySet<number>;
 
   constructor(private readonly options: OutputOptions) {
     if (!options.parseReasoning) this.phase = 'content';
+    const markerIds = options.parseTools ? options.toolFormat.markers.map((marker) => options.tokenizer.tokenId(marker)) : [];
+    this.markerIds = new Set(markerIds.filter((id) => id !== undefined));
   }
 
   get done(): boolean {
@@ -122,7 +99,8 @@ export class ChoiceOutput {
         entries.push(entry);
       }
       const isStopToken = this.options.stopTokenIds.has(id);
-      const hidden = (isStopToken && !this.options.includeStopStr) || (this.options.skipSpecialTokens && this.options.tokenizer.specialTokenIds.has(id));
+      const skipped = this.options.skipSpecialTokens && this.options.tokenizer.specialTokenIds.has(id) && !this.markerIds.has(id);
+      const hidden = (isStopToken && !this.options.includeStopStr) || skipped;
       if (!hidden) this.text += this.decoder.decode(this.options.tokenizer.tokenBytes(id) ?? new Uint8Array(), { stream: true });
       this.checkStopStrings();
       if (!this.stopped) this.checkRepetition();
@@ -253,15 +231,14 @@ export class ChoiceOutput {
           this.afterThink = false;
           continue;
         }
-        const open = this.options.parseTools ? rest.indexOf(TOOL_OPEN) : -1;
-        if (open !== -1) {
-          add('content', rest.slice(0, open));
-          this.parsed += open;
+        const start = this.options.parseTools ? this.options.toolFormat.start(rest, this.content === '', final) : { at: null, hold: 0 };
+        if (start.at !== null) {
+          add('content', rest.slice(0, start.at));
+          this.parsed += start.at;
           this.phase = 'tools';
         } else {
-          const hold = final || !this.options.parseTools ? 0 : partialMarkerLength(rest, [TOOL_OPEN]);
-          add('content', rest.slice(0, rest.length - hold));
-          this.parsed += rest.length - hold;
+          add('content', rest.slice(0, rest.length - start.hold));
+          this.parsed += rest.length - start.hold;
           break;
         }
       } else {
@@ -270,40 +247,27 @@ export class ChoiceOutput {
       }
     }
     if (this.phase === 'tools') {
-      const calls = this.completeToolCalls(final, (text) => add('content', text));
+      const calls = this.takeToolCalls(final, (text) => add('content', text));
       if (calls.length > 0) delta.tool_calls = calls;
       if (final && this.toolCalls.length > 0 && this.finishReason === 'stop') this.finishReason = 'tool_calls';
       if (final && this.toolCalls.length === 0 && this.toolText !== '') {
-        // Nothing parsed: the text was not a tool call after all, so it is content.
+        // Nothing parsed: the text was not a tool call after all, so it is content. After calls, it is dropped, as vLLM does.
         add('content', this.toolText);
-        this.toolText = '';
       }
+      if (final) this.toolText = '';
     }
     return delta;
   }
 
-  /** Emits each `<tool_call>…</tool_call>` block once it is closed (or at the end, an unclosed last one). */
-  private completeToolCalls(final: boolean, addContent: (text: string) => void): ToolCallDelta[] {
-    const emitted: ToolCallDelta[] = [];
-    for (;;) {
-      const open = this.toolText.indexOf(TOOL_OPEN);
-      if (open === -1) break;
-      const close = this.toolText.indexOf(TOOL_CLOSE, open);
-      if (close === -1 && !final) break;
-      const body = this.toolText.slice(open + TOOL_OPEN.length, close === -1 ? undefined : close);
-      const parsed = parseToolCallBody(body);
-      if (!parsed) {
-        if (final) break;
-        // A closed block that is not valid JSON: keep it as text (in the delta too, so streams see it).
-        addContent(this.toolText.slice(open, close + TOOL_CLOSE.length));
-        this.toolText = this.toolText.slice(close + TOOL_CLOSE.length);
-        continue;
-      }
-      this.toolText = close === -1 ? '' : this.toolText.slice(close + TOOL_CLOSE.length);
-      const call: ToolCallDelta = { index: this.toolCalls.length, id: toolCallId(), type: 'function', function: parsed };
+  /** Emits each call once the format sees it whole; at the end, what is not a call becomes content. */
+  private takeToolCalls(final: boolean, addContent: (text: string) => void): ToolCallDelta[] {
+    const taken = this.options.toolFormat.take(this.toolText, final);
+    this.toolText = taken.rest;
+    addContent(taken.content);
+    return taken.calls.map((parsed) => {
+      const call: ToolCallDelta = { index: this.toolCalls.length, id: this.options.toolFormat.callId(), type: 'function', function: parsed };
       this.toolCalls.push(call);
-      emitted.push(call);
-    }
-    return emitted;
+      return call;
+    });
   }
 }

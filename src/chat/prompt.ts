@@ -4,7 +4,7 @@
  * (named special tokens, then chat_template_kwargs on top), and tokenization without a second BOS.
  */
 import { normaliseMessages } from './messages.ts';
-import { renderChat } from './template.ts';
+import { renderChat, type RenderOptions } from './template.ts';
 import type { ChatTokenizer } from './tokenizer.ts';
 
 export interface PromptInput {
@@ -19,9 +19,9 @@ export interface PromptInput {
   kwargs?: Record<string, unknown>;
 }
 
-/** The prompt text; throws TemplateError (the caller's 400) when the messages cannot be rendered. */
-export function renderPromptText(tokenizer: ChatTokenizer, input: PromptInput): string {
-  return renderChat({
+/** What the template renderer gets (messages normalised, special tokens under the kwargs); throws TemplateError for unrenderable messages. */
+export function promptRenderOptions(tokenizer: ChatTokenizer, input: PromptInput): RenderOptions {
+  return {
     template: input.template,
     messages: normaliseMessages(input.messages),
     tools: input.tools,
@@ -29,7 +29,12 @@ export function renderPromptText(tokenizer: ChatTokenizer, input: PromptInput): 
     addGenerationPrompt: input.addGenerationPrompt,
     continueFinalMessage: input.continueFinalMessage,
     kwargs: { ...tokenizer.templateTokens, ...input.kwargs },
-  });
+  };
+}
+
+/** The prompt text; throws TemplateError (the caller's 400) when the messages cannot be rendered. */
+export function renderPromptText(tokenizer: ChatTokenizer, input: PromptInput): string {
+  return renderChat(promptRenderOptions(tokenizer, input));
 }
 
 /**

@@ -9,6 +9,7 @@ import type { Engine } from '../engine/client.ts';
 import type { LoadBaseReply } from '../engine/protocol.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
 import { constraintTokenBytes } from '../chat/constraints/vocabulary.ts';
+import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat } from '../chat/tool-calls/index.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 
 /** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
@@ -29,6 +30,8 @@ export interface LoadedBase {
   template: string | undefined;
   engine: LoadBaseReply;
   generation: GenerationDefaults;
+  /** How this base writes tool calls: the parser for its output and the format forced calls are constrained to. */
+  toolFormat: ToolCallFormat;
 }
 
 async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer): Promise<GenerationDefaults> {
@@ -82,8 +85,10 @@ export class BaseModelRuntime {
     const engine = this.requireEngine();
     // The engine needs the token bytes to apply constraints; the supervisor re-sends them after a restart.
     const tokenizer = await loadTokenizer(spec.path);
-    const loaded = await engine.loadBase({ base: spec.id, path: spec.path, token_bytes: constraintTokenBytes(tokenizer) });
+    const toolFormat = TOOL_CALL_FORMATS[spec.toolCallParser ?? detectToolParser(tokenizer.chatTemplate)];
+    const tokenBytes = constraintTokenBytes(tokenizer, toolFormat.constrainedMarkers);
+    const loaded = await engine.loadBase({ base: spec.id, path: spec.path, token_bytes: tokenBytes });
     const generation = await readGenerationDefaults(spec.path, tokenizer);
-    return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation };
+    return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat };
   }
 }

@@ -3,6 +3,30 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { BaseModelSpec } from '../config.ts';
 
+/** What engine/model.py runs (`FAMILIES`, `rope_inv_freq`): anything else fails at first use, so creation refuses it. */
+export const SUPPORTED_MODEL_TYPES = ['llama', 'mistral', 'qwen2', 'qwen3'] as const;
+const SUPPORTED_ARCHITECTURES = ['LlamaForCausalLM', 'MistralForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM'];
+const SUPPORTED_ROPE_TYPES = ['default', 'linear', 'llama3'];
+
+/** Why the engine cannot run a model with this config.json, or null when it can. */
+export function architectureProblem(config: Record<string, unknown>): string | null {
+  const supported = `supported: model_type ${SUPPORTED_MODEL_TYPES.join(', ')} (${SUPPORTED_ARCHITECTURES.join(', ')})`;
+  const modelType = config.model_type;
+  if (typeof modelType !== 'string' || !(SUPPORTED_MODEL_TYPES as readonly string[]).includes(modelType)) {
+    return `its architecture (model_type ${JSON.stringify(modelType ?? null)}) is not supported; ${supported}`;
+  }
+  const architectures = Array.isArray(config.architectures) ? (config.architectures as unknown[]) : [];
+  const unknown = architectures.filter((name) => typeof name !== 'string' || !SUPPORTED_ARCHITECTURES.includes(name));
+  if (unknown.length > 0) return `its architecture ${JSON.stringify(unknown)} is not supported; ${supported}`;
+  const rope = (config.rope_scaling ?? null) as { rope_type?: unknown; type?: unknown } | null;
+  const ropeType = rope === null ? 'default' : (rope.rope_type ?? rope.type ?? 'default');
+  if (typeof ropeType !== 'string' || !SUPPORTED_ROPE_TYPES.includes(ropeType)) {
+    return `its rope_scaling type ${JSON.stringify(ropeType)} is not supported; supported: ${SUPPORTED_ROPE_TYPES.join(', ')}`;
+  }
+  if (modelType === 'qwen2' && config.use_sliding_window === true) return 'qwen2 with use_sliding_window=true is not supported';
+  return null;
+}
+
 export class BaseModelRegistry {
   constructor(
     private readonly models: BaseModelSpec[],
@@ -17,6 +41,18 @@ export class BaseModelRegistry {
   find(id: string): BaseModelSpec | undefined {
     const model = this.models.find((candidate) => candidate.id === id);
     return model && isModelFolder(model.path) ? model : undefined;
+  }
+
+  /** Why the engine could not run this base (its config.json read now), or null when it can. */
+  architectureProblem(model: BaseModelSpec): string | null {
+    let config: unknown;
+    try {
+      config = JSON.parse(fs.readFileSync(path.join(model.path, 'config.json'), 'utf8'));
+    } catch (error) {
+      return `its config.json cannot be read: ${(error as Error).message}`;
+    }
+    if (!config || typeof config !== 'object' || Array.isArray(config)) return 'its config.json is not a JSON object';
+    return architectureProblem(config as Record<string, unknown>);
   }
 }
 

@@ -7,6 +7,8 @@ import crypto from 'node:crypto';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { badRequest, planChat, type ChatPlan } from '../chat/request.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
+import type { CompiledConstraint } from '../chat/constraints/compile.ts';
+import { compileRequestConstraint, ConstraintRequestError } from '../chat/constraints/request.ts';
 import { renderPrompt } from '../chat/prompt.ts';
 import { TemplateError } from '../chat/template.ts';
 import type { GenerateRequest, PromptLogprobsEvent } from '../engine/protocol.ts';
@@ -47,6 +49,18 @@ function contentText(content: unknown): string {
   return '';
 }
 
+/** Forced tool calls are constrained in the base model's own format; the plan compiled them as Hermes. */
+function forcedCallConstraint(plan: ChatPlan, body: ChatCompletionBody, base: LoadedBase): CompiledConstraint | null {
+  const forced = plan.toolChoice === 'required' || typeof plan.toolChoice === 'object';
+  if (!forced || base.toolFormat.name === 'hermes') return plan.constraint;
+  try {
+    return compileRequestConstraint(body, plan.toolChoice, plan.parallelToolCalls, base.toolFormat.name);
+  } catch (error) {
+    if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
+    throw error;
+  }
+}
+
 /** A call forced by naming the function answers "stop", as vLLM does; "tool_calls" is for calls the model chose. */
 function finishReason(plan: ChatPlan, output: ChoiceOutput): ChoiceOutput['finishReason'] {
   return typeof plan.toolChoice === 'object' && output.finishReason === 'tool_calls' ? 'stop' : output.finishReason;
@@ -62,7 +76,7 @@ export class ChatService {
   /** `disconnected` aborts when the client goes away: a whole (non-streamed) answer then stops generating. */
   async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined, disconnected?: AbortSignal): Promise<ChatResult> {
     const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader });
-    const prepared = await this.prepare(principal, plan);
+    const prepared = await this.prepare(principal, plan, body);
     const engineStarted = performance.now();
     const stream = this.runtime.requireEngine().generate(prepared.request);
     if (!plan.stream) {
@@ -79,7 +93,7 @@ export class ChatService {
     return { kind: 'stream', chunks: this.chunks(prepared, stream), cancel: () => stream.cancel() };
   }
 
-  private async prepare(principal: Principal, plan: ChatPlan): Promise<Prepared> {
+  private async prepare(principal: Principal, plan: ChatPlan, body: ChatCompletionBody): Promise<Prepared> {
     const resolved = await this.resolver.resolve(principal, plan.modelName);
     const base = await this.runtime.load(resolved.baseId);
     const template = plan.chatTemplate ?? base.template;
@@ -161,7 +175,7 @@ export class ChatService {
         seed: plan.sampling.seed,
         logprobs: plan.logprobs ? plan.logprobs.top : null,
         prompt_logprobs: plan.promptLogprobs,
-        constraint: plan.constraint?.wire ?? null,
+        constraint: forcedCallConstraint(plan, body, base)?.wire ?? null,
       },
     };
   }
@@ -180,6 +194,7 @@ export class ChatService {
           skipSpecialTokens: plan.skipSpecialTokens,
           stopTokenIds,
           parseTools: plan.toolChoice !== 'none',
+          toolFormat: base.toolFormat,
           parseReasoning: !thinkingOff,
           includeReasoning: plan.includeReasoning,
           logprobs: plan.logprobs,

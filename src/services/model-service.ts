@@ -50,15 +50,7 @@ export class ModelService {
     const entityName = input.entity ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity) throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
-    if (!this.baseModels.find(input.base_model)) {
-      throw validationError([
-        {
-          loc: ['body', 'base_model'],
-          msg: `Unknown base model ${JSON.stringify(input.base_model)}; this server can load: ${this.baseModels.loadableIds().join(', ') || '(none)'}`,
-          type: 'value_error',
-        },
-      ]);
-    }
+    this.checkBaseModel(input.base_model);
     const existing = await this.models.findByName(entity.name, input.project, input.name);
     if (existing) return this.existingOrConflict(existing, input);
 
@@ -87,6 +79,21 @@ export class ModelService {
     const created = await this.models.findById(modelId);
     if (!created) throw new AppError('internal', 'model vanished right after creation');
     return toModelView(created);
+  }
+
+  /** A base this server cannot run is refused now, not at the model's first chat or training job. */
+  private checkBaseModel(baseModel: string): void {
+    const invalid = (msg: string) => validationError([{ loc: ['body', 'base_model'], msg, type: 'value_error' }]);
+    const spec = this.baseModels.find(baseModel);
+    if (!spec) {
+      const known = this.baseModels.loadableIds().join(', ') || '(none)';
+      throw invalid(
+        `Unknown base model ${JSON.stringify(baseModel)}; this server can load: ${known}. It does not download models: ` +
+          'put the model folder (config.json, tokenizer files, safetensors) on disk and add it to the BASE_MODELS setting as id=/path/to/folder.',
+      );
+    }
+    const problem = this.baseModels.architectureProblem(spec);
+    if (problem) throw invalid(`Base model ${JSON.stringify(baseModel)} cannot be served: ${problem}`);
   }
 
   private existingOrConflict(existing: ModelRow, input: CreateModelInput): ModelView {

@@ -1,6 +1,6 @@
 /**
- * A constraint as the chat layer states it (JSON schema, JSON object, regex, choice, a forced Hermes tool
- * call) → a minimal byte-level DFA and its wire form for the engine, cached in an LRU keyed by the
+ * A constraint as the chat layer states it (JSON schema, JSON object, regex, choice, a forced tool call
+ * in the base model's format) → a minimal byte-level DFA and its wire form for the engine, cached in an LRU keyed by the
  * constraint itself. The automaton works on bytes, not tokens, so one compilation serves every
  * tokenizer; the engine maps it onto each vocabulary.
  */
@@ -13,6 +13,7 @@ import type { WireConstraint } from '../../engine/protocol.ts';
 import { buildNfa } from './nfa.ts';
 import { alt, ConstraintError, invalid, list, literal, type Pattern, seq } from './pattern.ts';
 import { regexPattern } from './regex.ts';
+import { TOOL_CALL_FORMATS, type ToolParserName } from '../tool-calls/index.ts';
 
 /** Whitespace between JSON tokens: bounded runs of any whitespace, json.dumps' separators, or a regex. */
 export type WhitespaceSpec = { kind: 'flexible' } | { kind: 'compact' } | { kind: 'pattern'; regex: string };
@@ -28,8 +29,8 @@ export type ConstraintSpec =
   | { kind: 'json_object'; whitespace: WhitespaceSpec }
   | { kind: 'regex'; regex: string }
   | { kind: 'choice'; choices: string[] }
-  /** `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`, once or (multiple) one or more times. */
-  | { kind: 'tool_call'; tools: ToolSpec[]; multiple: boolean; whitespace: WhitespaceSpec };
+  /** A call in `format` (Hermes: `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`), once or (multiple) one or more times. */
+  | { kind: 'tool_call'; tools: ToolSpec[]; multiple: boolean; whitespace: WhitespaceSpec; format: ToolParserName };
 
 export interface CompiledConstraint {
   id: string;
@@ -72,12 +73,8 @@ function constraintPattern(spec: ConstraintSpec): Pattern {
       return alt(...spec.choices.map(literal));
     case 'tool_call': {
       const layout = layoutOf(spec.whitespace);
-      const call = alt(
-        ...spec.tools.map((tool) =>
-          seq(literal(`<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `), toolArguments(tool, layout), literal('}\n</tool_call>')),
-        ),
-      );
-      return spec.multiple ? list(call, literal('\n'), 1, null) : call;
+      const calls = spec.tools.map((tool) => ({ name: tool.name, args: toolArguments(tool, layout) }));
+      return TOOL_CALL_FORMATS[spec.format].forcedPattern(calls, spec.multiple);
     }
   }
 }

@@ -7,6 +7,7 @@
 import type { ChatCompletionBody } from '../../api/chat.ts';
 import { type CompiledConstraint, compileConstraint, type ConstraintSpec, type WhitespaceSpec } from './compile.ts';
 import { ConstraintError } from './pattern.ts';
+import type { ToolParserName } from '../tool-calls/index.ts';
 
 export class ConstraintRequestError extends Error {
   constructor(
@@ -79,7 +80,7 @@ function specOf(kind: (typeof KINDS)[number], value: unknown, options: Record<st
   }
 }
 
-function toolSpec(body: ChatCompletionBody, toolChoice: ToolChoice, parallel: boolean): ConstraintSpec {
+function toolSpec(body: ChatCompletionBody, toolChoice: ToolChoice, parallel: boolean, format: ToolParserName): ConstraintSpec {
   const tools = (body.tools ?? []).filter((tool) => typeof toolChoice !== 'object' || tool.function.name === toolChoice.name);
   const options = body.structured_outputs ?? {};
   return {
@@ -87,21 +88,22 @@ function toolSpec(body: ChatCompletionBody, toolChoice: ToolChoice, parallel: bo
     tools: tools.map((tool) => ({ name: tool.function.name, parameters: tool.function.parameters ?? undefined })),
     multiple: toolChoice === 'required' && parallel,
     whitespace: whitespaceOf(options),
+    format,
   };
 }
 
-/** Which constraint the request asks for, and the field it comes from; null for free text. */
-export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean): { spec: ConstraintSpec; param: string } | null {
+/** Which constraint the request asks for, and the field it comes from; null for free text. Forced calls are written in `toolFormat`. */
+export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean, toolFormat: ToolParserName = 'hermes'): { spec: ConstraintSpec; param: string } | null {
   const options = body.structured_outputs ?? {};
   const fromOptions = KINDS.filter((kind) => isSet(options[kind]));
   const jsonRegexChoice = fromOptions.filter((kind) => kind === 'json' || kind === 'regex' || kind === 'choice');
   if (jsonRegexChoice.length > 1) throw new ConstraintRequestError("You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').", 'structured_outputs');
   const format = body.response_format ? fromResponseFormat(body.response_format) : null;
 
-  if (toolChoice === 'required') return { spec: toolSpec(body, toolChoice, parallelToolCalls), param: 'tool_choice' }; // replaces the others, as in vLLM
+  if (toolChoice === 'required') return { spec: toolSpec(body, toolChoice, parallelToolCalls, toolFormat), param: 'tool_choice' }; // replaces the others, as in vLLM
   if (typeof toolChoice === 'object') {
     if (fromOptions.length > 0 || format) throw new ConstraintRequestError('You can only either use constraints for structured outputs or tools, not both.', fromOptions.length > 0 ? 'structured_outputs' : 'response_format');
-    return { spec: toolSpec(body, toolChoice, parallelToolCalls), param: 'tool_choice' };
+    return { spec: toolSpec(body, toolChoice, parallelToolCalls, toolFormat), param: 'tool_choice' };
   }
 
   const kinds = [...fromOptions.map((kind) => ({ kind, value: options[kind], param: 'structured_outputs' })), ...(format ? [{ ...format, param: 'response_format' }] : [])];
@@ -121,8 +123,8 @@ export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolCh
 }
 
 /** The compiled constraint, or null for free text; refusals carry their field. */
-export function compileRequestConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean): CompiledConstraint | null {
-  const requested = requestedConstraint(body, toolChoice, parallelToolCalls);
+export function compileRequestConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean, toolFormat: ToolParserName = 'hermes'): CompiledConstraint | null {
+  const requested = requestedConstraint(body, toolChoice, parallelToolCalls, toolFormat);
   if (!requested) return null;
   try {
     return compileConstraint(requested.spec);
