@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { loadTokenizer } from '../src/chat/tokenizer.ts';
 import { renderChat } from '../src/chat/template.ts';
-import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError } from '../src/chat/trajectory-tokens.ts';
 import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
 import { trainingRenderer } from '../src/chat/training-render.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type ScoredSequence } from '../src/jobs/rl-data.ts';
@@ -133,6 +133,22 @@ describe('trajectory tokenization', async () => {
     const context = tokenizer.encode(renderChat({ template: rewriting, messages: [items[0], firstMessage.message, items[2]], addGenerationPrompt: true }));
     assert.deepEqual(sequences[1].tokens, [...context, ...second.sampled]);
     assert.deepEqual(sequences[0].tokens.filter((_, t) => sequences[0].mask[t]), first.sampled);
+  });
+
+  test('a sampled token id outside the vocabulary is a tokenize error naming where it is, never a crash in the engine', () => {
+    const outside = tokenizer.vocabSize;
+    const viaLogprobs = { message: { role: 'assistant', content: 'x' }, logprobs: { content: [{ token: 'token_id:5', logprob: -1 }, { token: `token_id:${outside}`, logprob: -1 }] } };
+    const viaTokenIds = { message: { role: 'assistant', content: 'x' }, logprobs: null, token_ids: [5, 99999999] };
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [viaLogprobs, new RegExp(`messages_and_choices\\.1\\.logprobs\\.content\\.1\\.token: token id ${outside} is outside the vocabulary`)],
+      [viaTokenIds, /messages_and_choices\.1\.token_ids\.1: token id 99999999 is outside the vocabulary/],
+    ];
+    for (const [choice, message] of cases) {
+      assert.throws(
+        () => tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: true }),
+        (error: unknown) => error instanceof TrajectoryTokenizeError && message.test(error.message),
+      );
+    }
   });
 
   test('plain assistant messages are context; without a trainable turn there is nothing to train', () => {

@@ -31,7 +31,12 @@ interface LogprobEntry {
 interface SampledTurn {
   ids: number[];
   logprobs: (number | null)[];
+  /** Where each id came from in the choice, for error messages. */
+  pathOf?(position: number): (string | number)[];
 }
+
+/** A trajectory no row can be made of (a sampled id the vocabulary lacks); the message says where. */
+export class TrajectoryTokenizeError extends Error {}
 
 export function isChoice(item: Record<string, unknown>): boolean {
   return typeof item.message === 'object' && item.message !== null;
@@ -51,19 +56,32 @@ function logprobEntries(choice: Record<string, unknown>): LogprobEntry[] {
  * The exact sampled ids with their logprobs, in order of preference: `token_id:<id>` tokens, the choice's
  * `token_ids`, the entries' `bytes` mapped through the vocabulary (an OpenAI SDK `logprobs: true` answer).
  */
-function sampledTokens(tokenizer: ChatTokenizer, choice: Record<string, unknown>): SampledTurn | null {
+function sampledTokens(tokenizer: ChatTokenizer | null, choice: Record<string, unknown>): SampledTurn | null {
   const entries = logprobEntries(choice);
-  const logprobs = entries.map((entry) => (typeof entry.logprob === 'number' && Number.isFinite(entry.logprob) ? entry.logprob : null));
+  const logprobs = entries.map((entry) => (typeof entry?.logprob === 'number' && Number.isFinite(entry.logprob) ? entry.logprob : null));
   const complete = (ids: (number | undefined)[]): ids is number[] => entries.length > 0 && ids.every((id) => id !== undefined);
-  const fromTokens = entries.map((entry) => TOKEN_ID.exec(String(entry.token ?? ''))?.[1]).map((id) => (id === undefined ? undefined : Number(id)));
-  if (complete(fromTokens)) return { ids: fromTokens, logprobs };
+  const fromTokens = entries.map((entry) => TOKEN_ID.exec(String(entry?.token ?? ''))?.[1]).map((id) => (id === undefined ? undefined : Number(id)));
+  if (complete(fromTokens)) return { ids: fromTokens, logprobs, pathOf: (position) => ['logprobs', 'content', position, 'token'] };
   const tokenIds = choice.token_ids;
   if (Array.isArray(tokenIds) && tokenIds.length > 0 && tokenIds.every((id) => Number.isInteger(id))) {
-    return { ids: tokenIds as number[], logprobs: logprobs.length === tokenIds.length ? logprobs : tokenIds.map(() => null) };
+    return { ids: tokenIds as number[], logprobs: logprobs.length === tokenIds.length ? logprobs : tokenIds.map(() => null), pathOf: (position) => ['token_ids', position] };
   }
-  const fromBytes = entries.map((entry) => (Array.isArray(entry.bytes) ? tokenizer.tokenIdOfBytes(entry.bytes as number[]) : undefined));
+  // Ids from bytes are the vocabulary's own, so they need no path.
+  const fromBytes = entries.map((entry) => (tokenizer && Array.isArray(entry?.bytes) ? tokenizer.tokenIdOfBytes(entry.bytes as number[]) : undefined));
   if (complete(fromBytes)) return { ids: fromBytes, logprobs };
   return null;
+}
+
+/**
+ * The sampled token ids of a trajectory's choices that a vocabulary of `vocabSize` does not have, with
+ * their path inside `messages_and_choices`: such a trajectory cannot train, so it is refused up front.
+ */
+export function tokenIdsOutsideVocabulary(items: Record<string, unknown>[], vocabSize: number): { path: (string | number)[]; id: number }[] {
+  return items.flatMap((item, index) => {
+    const sampled = isChoice(item) ? sampledTokens(null, item) : null;
+    if (!sampled?.pathOf) return [];
+    return sampled.ids.flatMap((id, position) => (id < 0 || id >= vocabSize ? [{ path: [index, ...sampled.pathOf!(position)], id }] : []));
+  });
 }
 
 /** What the policy produced for a turn it was not sampled with: the template's rendering of it, up to its end-of-turn token. */
@@ -100,6 +118,9 @@ function isTrainable(item: Record<string, unknown>, allowTrainingWithoutLogprobs
 /** Token sequences of one conversation; empty when nothing in it is trainable. */
 export function tokenizeTrajectory(renderer: TrainingRenderer, trajectory: TrajectoryInput, options: { allowTrainingWithoutLogprobs: boolean }): TrainingSequence[] {
   const items = trajectory.messages_and_choices;
+  const vocabSize = renderer.tokenizer.vocabSize;
+  const [outside] = tokenIdsOutsideVocabulary(items, vocabSize);
+  if (outside) throw new TrajectoryTokenizeError(`messages_and_choices.${outside.path.join('.')}: token id ${outside.id} is outside the vocabulary (${vocabSize} tokens)`);
   const messages = items.map(asMessage);
   const sequences: TrainingSequence[] = [];
   let current: TrainingSequence | null = null;

@@ -6,7 +6,7 @@
 import type { JobRow } from '../store/job-repository.ts';
 import type { RlJobPayload } from '../services/training-job-service.ts';
 import type { RlConfig } from '../services/rl-config.ts';
-import { tokenizeTrajectory, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';
 import { trainingRenderer } from '../chat/training-render.ts';
 import { TemplateError } from '../chat/template.ts';
 import type { LoadedBase } from '../services/base-model-runtime.ts';
@@ -54,7 +54,7 @@ function tokenizeHistory(base: LoadedBase, history: TrajectoryInput & { tools?: 
   try {
     return tokenizeTrajectory(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, history.tools, kwargs), history, config);
   } catch (error) {
-    if (error instanceof TemplateError) throw new JobError('bad_trajectory', `${where}: ${error.message}`);
+    if (error instanceof TemplateError || error instanceof TrajectoryTokenizeError) throw new JobError('bad_trajectory', `${where}: ${error.message}`);
     throw error;
   }
 }
