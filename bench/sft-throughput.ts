@@ -3,7 +3,8 @@
  * same batches: trainable tokens/s of each and their ratio. Prints figures; asserts nothing.
  * Usage: npx tsx bench/sft-throughput.ts
  */
-import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
+import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
+import { trainingRenderer } from '../src/chat/training-render.ts';
 import { LORA_DEFAULTS } from '../src/jobs/checkpoint-writer.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
 import { allEvents, waitForJob } from '../test/helpers/rollouts.ts';
@@ -34,7 +35,7 @@ try {
   const engine = services.runtime.requireEngine();
   await engine.ensureAdapter({ adapter: 'bench-sft', base: base.id, init: { ...LORA_DEFAULTS, seed: 1 } });
   const rows = conversations.map((conversation) => {
-    const sequence = tokenizeTrajectory(base.tokenizer, base.template!, { messages_and_choices: conversation.messages }, { allowTrainingWithoutLogprobs: true })!;
+    const sequence = tokenizeConversation(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null), conversation.messages, 'all')!;
     const mask = sequence.mask.map((m, t) => (t === 0 ? 0 : m));
     return { tokens: sequence.tokens, segment_ids: sequence.tokens.map(() => 0), mask, weights: mask };
   });

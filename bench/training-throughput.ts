@@ -5,6 +5,7 @@
  * Usage: npx tsx bench/training-throughput.ts
  */
 import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
+import { trainingRenderer } from '../src/chat/training-render.ts';
 import { packRows, rowLength, weighSequences, groupAdvantages, type ScoredSequence } from '../src/jobs/rl-data.ts';
 import { LORA_DEFAULTS } from '../src/jobs/checkpoint-writer.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
@@ -42,8 +43,9 @@ try {
   for (const group of groups) {
     const advantages = groupAdvantages(group.trajectories.map((t) => t.reward), true);
     group.trajectories.forEach((t, i) => {
-      const sequence = tokenizeTrajectory(base.tokenizer, base.template!, t, { allowTrainingWithoutLogprobs: false })!;
-      sequences.push({ ...sequence, advantage: advantages[i], trajectory: trajectory++ });
+      const id = trajectory++;
+      const renderer = trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null);
+      for (const sequence of tokenizeTrajectory(renderer, t, { allowTrainingWithoutLogprobs: false })) sequences.push({ ...sequence, advantage: advantages[i], trajectory: id });
     });
   }
   const rows = packRows(sequences, weighSequences(sequences, 0), rowLength(sequences, base.engine.context_length, null));

@@ -401,7 +401,10 @@ class Engine:
         opt_cfg = OptimizerConfig.from_request(msg.get("optimizer"), loss)
         adapter.pins += 1  # an LRU insert during the step must not evict it
         try:
-            metrics = train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg)
+            # The KL reference policy: a named adapter (an earlier checkpoint), else the base model.
+            reference = self._adapter({"adapter": msg.get("reference_adapter"), "adapter_path": msg.get("reference_adapter_path")},
+                                      base, required=False)
+            metrics = train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg, reference)
         finally:
             adapter.pins -= 1
         for b in self.bases.values():

@@ -4,7 +4,8 @@ Owns: Row (one packed row's per-token arrays, validated), LossConfig and
 OptimizerConfig (null means default, as in ../shared/spec/rl-loss.md),
 chunked logprob/entropy computation, the per-token RL loss (CISPO default,
 PPO, importance-sampling levels, ratio cap and masking, k2 tau, truncated IS,
-KL penalty against the adapter-off model), the SFT loss, and AdamW with
+KL penalty against a reference policy: the adapter-off model or a reference
+adapter, e.g. an earlier checkpoint), the SFT loss, and AdamW with
 gradient-norm clipping on the adapter's own optimizer state.
 
 Refuses to know: trajectories, chat templates, advantages from rewards and
@@ -286,11 +287,12 @@ def _probs_corr(old: torch.Tensor, new: torch.Tensor) -> float:
 
 
 def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[Row], loss_cfg: LossConfig,
-               opt_cfg: OptimizerConfig) -> Dict[str, float]:
-    """One AdamW step over all rows (gradients accumulated row by row)."""
+               opt_cfg: OptimizerConfig, reference: Optional[Adapter] = None) -> Dict[str, float]:
+    """One AdamW step over all rows (gradients accumulated row by row); the KL reference is `reference`, else the base."""
     t0 = time.perf_counter()
     device = model.device
     lora = LoraBatch([adapter], model.dtype, device)
+    ref_lora = LoraBatch([reference], model.dtype, device) if reference is not None else None
     params = adapter.parameters()
     if adapter.optimizer is None:
         adapter.optimizer = make_optimizer(adapter)
@@ -312,7 +314,7 @@ def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[R
         ref_T = None
         if loss == "rl" and loss_cfg.kl_penalty_coef > 0:
             with torch.no_grad():
-                ref_T = row_logprobs(model, row.tokens_T, row.segment_ids_T, None)[0]
+                ref_T = row_logprobs(model, row.tokens_T, row.segment_ids_T, ref_lora)[0]
         new_T, ent_T, _ = row_logprobs(model, row.tokens_T, row.segment_ids_T, lora)
         m_sum = mask_T.sum()
         if loss == "sft":

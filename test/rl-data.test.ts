@@ -5,6 +5,8 @@ import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { loadTokenizer } from '../src/chat/tokenizer.ts';
 import { renderChat } from '../src/chat/template.ts';
 import { tokenizeTrajectory, TrajectoryTokenizeError } from '../src/chat/trajectory-tokens.ts';
+import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
+import { trainingRenderer } from '../src/chat/training-render.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type ScoredSequence } from '../src/jobs/rl-data.ts';
 
 const close = (actual: number, expected: number, message?: string) => assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
@@ -65,36 +67,72 @@ describe('trajectory tokenization', async () => {
   const tokenizer = await loadTokenizer(BUILTIN_BASE_MODEL.path);
   const template = tokenizer.chatTemplate!;
   const eos = tokenizer.eosTokenId!;
+  const renderer = trainingRenderer({ tokenizer, template }, null, null);
+  const promptIds = (messages: Record<string, unknown>[]) => tokenizer.encode(renderChat({ template, messages, addGenerationPrompt: true }));
+  /** A choice as our server returns it, its logprob entries built by `entry` from each sampled id. */
+  const choiceOf = (content: string, entry: (id: number, i: number) => Record<string, unknown>, extra: Record<string, unknown> = {}) => {
+    const sampled = [...tokenizer.encode(content), eos];
+    return { sampled, choice: { finish_reason: 'stop', index: 0, message: { role: 'assistant', content, ...extra }, logprobs: { content: sampled.map(entry) } } };
+  };
+  const asTokenIds = (id: number, i: number) => ({ token: `token_id:${id}`, logprob: -0.1 * (i + 1), bytes: [], top_logprobs: [] });
+  const asText = (id: number, i: number) => ({ token: tokenizer.decode([id]), logprob: -0.1 * (i + 1), bytes: Array.from(tokenizer.tokenBytes(id)!), top_logprobs: [] });
 
   test('a Choice trains on its exact sampled ids with their logprobs; everything else is context', () => {
-    const sampled = [...tokenizer.encode('Paris'), eos];
-    const choice = {
-      finish_reason: 'stop',
-      index: 0,
-      message: { role: 'assistant', content: 'Paris' },
-      logprobs: { content: sampled.map((id, i) => ({ token: `token_id:${id}`, logprob: -0.1 * (i + 1), bytes: [], top_logprobs: [] })) },
-    };
+    const { sampled, choice } = choiceOf('Paris', asTokenIds);
     const messages = [
       { role: 'system', content: 'Answer briefly.' },
       { role: 'user', content: 'Capital of France?' },
     ];
-    const sequence = tokenizeTrajectory(tokenizer, template, { messages_and_choices: [...messages, choice, { role: 'user', content: 'dropped' }] }, { allowTrainingWithoutLogprobs: false })!;
-    const prompt = tokenizer.encode(renderChat({ template, messages, addGenerationPrompt: true }));
-    assert.deepEqual(sequence.tokens.slice(0, prompt.length), prompt);
-    assert.deepEqual(sequence.tokens.slice(prompt.length, prompt.length + sampled.length), sampled);
+    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: [...messages, choice, { role: 'user', content: 'dropped' }] }, { allowTrainingWithoutLogprobs: false });
+    assert.equal(sequences.length, 1);
+    const [sequence] = sequences;
+    const prompt = promptIds(messages);
+    assert.deepEqual(sequence.tokens, [...prompt, ...sampled]);
     assert.deepEqual(sequence.mask.filter(Boolean).length, sampled.length);
     assert.deepEqual(sequence.logprobs.filter((l) => l !== null), sampled.map((_, i) => -0.1 * (i + 1)));
-    // The rendering of the whole conversation tokenizes to the same ids.
-    const whole = tokenizer.encode(renderChat({ template, messages: [...messages, { role: 'assistant', content: 'Paris' }], addGenerationPrompt: false }));
-    assert.deepEqual(sequence.tokens, whole);
   });
 
-  test('plain assistant messages are context; without a trainable turn there is nothing to train', () => {
-    const items = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }];
-    assert.equal(tokenizeTrajectory(tokenizer, template, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: false }), null);
-    const allowed = tokenizeTrajectory(tokenizer, template, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: true })!;
-    const trained = allowed.tokens.filter((_, i) => allowed.mask[i]);
-    assert.equal(tokenizer.decode(trained), 'hello<|im_end|>');
+  test('OpenAI SDK logprobs (decoded strings with bytes) recover the same ids and keep every logprob', () => {
+    // A multi-byte character split across byte tokens: its pieces decode to U+FFFD, only the bytes identify them.
+    const { sampled, choice } = choiceOf('Größe 東京', asText);
+    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: false })[0];
+    assert.deepEqual(sequence.tokens.filter((_, t) => sequence.mask[t]), sampled);
+    assert.ok(sequence.mask.every((m, t) => !m || sequence.logprobs[t] !== null), 'every trained token keeps its sampler logprob');
+  });
+
+  test('logprobs that identify no token: re-tokenized, trained without sampler logprobs', () => {
+    const { choice } = choiceOf('Paris', (id, i) => ({ token: tokenizer.decode([id]), logprob: -0.1 * (i + 1), bytes: null, top_logprobs: [] }));
+    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: false })[0];
+    assert.equal(tokenizer.decode(sequence.tokens.filter((_, t) => sequence.mask[t])), 'Paris<|im_end|>');
+    assert.ok(sequence.logprobs.every((l) => l === null));
+  });
+
+  test('consecutive choices whose contexts extend one another share one sequence', () => {
+    const first = choiceOf('Paris', asTokenIds);
+    const second = choiceOf('Rome', asTokenIds);
+    const items = [{ role: 'user', content: 'France?' }, first.choice, { role: 'user', content: 'Italy?' }, second.choice];
+    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: false });
+    assert.equal(sequences.length, 1);
+    const secondPrompt = promptIds([items[0], { role: 'assistant', content: 'Paris' }, items[2]]);
+    assert.deepEqual(sequences[0].tokens, [...secondPrompt, ...second.sampled]);
+    assert.equal(sequences[0].mask.filter(Boolean).length, first.sampled.length + second.sampled.length);
+  });
+
+  test('a template that rewrites earlier turns: the later choice is trained in its own context, never an error', () => {
+    // Reasoning only in the last assistant turn, as Qwen3 renders it.
+    const rewriting =
+      "{%- for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}{%- if m.role == 'assistant' and loop.last and m.reasoning %}{{ '<think>\\n' + m.reasoning + '\\n</think>\\n\\n' }}{%- endif %}{{ m.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}";
+    const thinking = { ...renderer, text: trainingRenderer({ tokenizer, template: rewriting }, null, null).text };
+    const think = (answer: string) => `<think>\nhmm\n</think>\n\n${answer}`;
+    const first = choiceOf(think('Paris'), asTokenIds);
+    const second = choiceOf(think('Rome'), asTokenIds);
+    const firstMessage = { ...first.choice, message: { role: 'assistant', content: 'Paris', reasoning: 'hmm' } };
+    const items = [{ role: 'user', content: 'France?' }, firstMessage, { role: 'user', content: 'Italy?' }, second.choice];
+    const sequences = tokenizeTrajectory(thinking, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: false });
+    assert.equal(sequences.length, 2, 'the second context drops the first turn’s reasoning, so it cannot extend the first sequence');
+    const context = tokenizer.encode(renderChat({ template: rewriting, messages: [items[0], firstMessage.message, items[2]], addGenerationPrompt: true }));
+    assert.deepEqual(sequences[1].tokens, [...context, ...second.sampled]);
+    assert.deepEqual(sequences[0].tokens.filter((_, t) => sequences[0].mask[t]), first.sampled);
   });
 
   test('a sampled token id outside the vocabulary is a tokenize error naming where it is, never a crash in the engine', () => {
@@ -107,9 +145,42 @@ describe('trajectory tokenization', async () => {
     ];
     for (const [choice, message] of cases) {
       assert.throws(
-        () => tokenizeTrajectory(tokenizer, template, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: true }),
+        () => tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: true }),
         (error: unknown) => error instanceof TrajectoryTokenizeError && message.test(error.message),
       );
     }
+  });
+
+  test('plain assistant messages are context; without a trainable turn there is nothing to train', () => {
+    const items = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }];
+    assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: false }), []);
+    const [allowed] = tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: true });
+    const trained = allowed.tokens.filter((_, i) => allowed.mask[i]);
+    assert.equal(tokenizer.decode(trained), 'hello<|im_end|>');
+  });
+});
+
+describe('SFT rows', async () => {
+  const tokenizer = await loadTokenizer(BUILTIN_BASE_MODEL.path);
+  const renderer = trainingRenderer({ tokenizer, template: tokenizer.chatTemplate! }, null, null);
+  const conversation = [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'France?' },
+    { role: 'assistant', content: 'Paris' },
+    { role: 'user', content: 'Italy?' },
+    { role: 'assistant', content: 'Rome' },
+  ];
+  const trained = (turns: 'all' | 'last') => {
+    const row = tokenizeConversation(renderer, conversation, turns)!;
+    assert.deepEqual(row.tokens, tokenizer.encode(renderer.text(conversation, false)), 'one rendering of the whole conversation');
+    return tokenizer.decode(row.tokens.filter((_, t) => row.mask[t]));
+  };
+
+  test('every assistant span is trained, its end-of-turn token included; system and user turns are masked', () => {
+    assert.equal(trained('all'), 'Paris<|im_end|>\nRome<|im_end|>\n');
+  });
+
+  test('assistant_turns "last" trains only the last span', () => {
+    assert.equal(trained('last'), 'Rome<|im_end|>\n');
   });
 });

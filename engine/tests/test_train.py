@@ -177,6 +177,16 @@ class TestTrainStep(unittest.TestCase):
         self.assertGreater(m["grad_norm"], 1e-3)
         self.assertTrue(any(not torch.equal(before[k], a.B[k]) for k in before))
 
+    def test_kl_reference_adapter(self):
+        # The reference is the named adapter when one is given (an earlier checkpoint), else the base model.
+        from engine.tests.test_lora import randomize
+        a = randomize(self.adapter(seed=5), 3, 0.05)
+        rows = parse_rows(self.ROWS, 101, 256, "rl")
+        cfg = LossConfig.from_request({"kl_penalty_coef": 0.5, "kl_penalty_source": "current_learner"})
+        opt = OptimizerConfig.from_request({"learning_rate": 0.0}, "rl")
+        self.assertAlmostEqual(train_step(self.model, a, "rl", rows, cfg, opt, reference=a)["kl_policy_ref"], 0.0, places=6)
+        self.assertGreater(abs(train_step(self.model, a, "rl", rows, cfg, opt)["kl_policy_ref"]), 1e-4)
+
     def test_nothing_trainable_changes_nothing(self):
         a = self.adapter()
         rows = parse_rows([{"tokens": [1, 2, 3], "mask": [0, 0, 0], "advantages": [0, 0, 0]}], 101, 256, "rl")

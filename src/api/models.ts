@@ -101,6 +101,8 @@ export const Trajectory = Type.Object(
     metadata: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
     logs: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()])),
     start_time: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+    /** The kwargs the client sent with its chat requests (e.g. enable_thinking): the training render uses them too. */
+    chat_template_kwargs: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
   },
   { additionalProperties: true },
 );

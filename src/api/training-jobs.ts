@@ -46,7 +46,10 @@ export const SftJobBody = Type.Object(
         Type.Object(
           {
             batch_size: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 4096 }), Type.Literal('auto'), Type.Null()])),
-            learning_rate: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0 }), Type.Array(Type.Number({ exclusiveMinimum: 0 }), { minItems: 1 }), Type.Null()])),
+            // Checked by the service, which names the bad entry (a schedule may decay to 0).
+            learning_rate: Type.Optional(Type.Union([Type.Number(), Type.Array(Type.Number(), { minItems: 1 }), Type.Null()])),
+            assistant_turns: Type.Optional(Type.Union([Type.Literal('all'), Type.Literal('last'), Type.Null()])),
+            chat_template_kwargs: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
           },
           { additionalProperties: true },
         ),

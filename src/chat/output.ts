@@ -48,7 +48,6 @@ export interface OutputOptions {
 const THINK_OPEN = '<think>';
 const THINK_CLOSE = '</think>';
 const LOGPROB_FLOOR = -9999;
-const utf8 = new TextEncoder();
 
 export class ChoiceOutput {
   readonly tokenIds: number[] = [];
@@ -136,7 +135,7 @@ export class ChoiceOutput {
       const bytes = tokenizer.tokenBytes(tokenId);
       const text = bytes ? new TextDecoder().decode(bytes) : '';
       const token = logprobs!.asTokenIds ? `token_id:${tokenId}` : text;
-      return { token, logprob: Math.max(LOGPROB_FLOOR, value ?? LOGPROB_FLOOR), bytes: bytes ? Array.from(utf8.encode(text)) : null };
+      return { token, logprob: Math.max(LOGPROB_FLOOR, value ?? LOGPROB_FLOOR), bytes: bytes ? Array.from(bytes) : null };
     };
     return { ...describe(id, logprob), top_logprobs: top.slice(0, logprobs!.top).map(([tokenId, value]) => describe(tokenId, value)) };
   }

@@ -70,6 +70,7 @@ export class ChatTokenizer {
   readonly vocabSize: number;
   private readonly tokenizer: HfTokenizer;
   private readonly byteLevel: boolean;
+  private idsByBytes: Map<string, number> | undefined;
 
   constructor(
     readonly folder: string,
@@ -128,6 +129,27 @@ export class ChatTokenizer {
       if (byte === undefined) throw new Error(`token ${id} of ${this.folder} is not byte-level: ${piece}`);
       return byte;
     });
+  }
+
+  /**
+   * The token whose bytes these are (an OpenAI logprob entry's `bytes`), undefined when none is. Where an
+   * added token spells the same bytes as a vocabulary entry, the added token wins: samplers emit it whole.
+   */
+  tokenIdOfBytes(bytes: readonly number[]): number | undefined {
+    if (!this.idsByBytes) {
+      const key = (value: Uint8Array) => String.fromCharCode(...value);
+      const map = new Map<string, number>();
+      for (let id = 0; id < this.vocabSize; id += 1) {
+        const piece = this.tokenizer.id_to_token(id);
+        if (piece === undefined || this.addedTokenIds.has(piece) || (this.byteLevel && [...piece].some((c) => !BYTE_OF_CHARACTER.has(c)))) continue;
+        const value = this.tokenBytes(id)!;
+        if (!map.has(key(value))) map.set(key(value), id);
+      }
+      for (const [content, id] of this.addedTokenIds) map.set(key(utf8.encode(content)), id);
+      this.idsByBytes = map;
+    }
+    if (!bytes.every((byte) => Number.isInteger(byte) && byte >= 0 && byte < 256)) return undefined;
+    return this.idsByBytes.get(String.fromCharCode(...bytes));
   }
 }
 

@@ -1,11 +1,12 @@
 /**
- * A trajectory (chat messages and OpenAI `Choice` items) → one token sequence for training: token ids,
- * a trainable mask and the sampler's logprobs. Trainable turns use the exact sampled ids when the choice
- * carries them (`token_id:<id>` logprob tokens or `token_ids`); context is rendered with the chat template
- * and tokenized piece by piece, so each piece is exactly what the template appended.
+ * A trajectory (chat messages and OpenAI `Choice` items) → token sequences for RL, per training-rows.md §3:
+ * every trainable choice is trained in exactly the context it was sampled in (the rendering of everything
+ * before it with a generation prompt), followed by its sampled ids. Consecutive choices whose contexts
+ * extend one another share a sequence; where the template rewrites earlier turns (Qwen3 drops earlier
+ * `<think>` blocks) the later choice starts a sequence of its own.
  */
 import type { ChatTokenizer } from './tokenizer.ts';
-import { renderPromptText } from './prompt.ts';
+import type { TrainingRenderer } from './training-render.ts';
 
 export interface TrainingSequence {
   tokens: number[];
@@ -17,37 +18,57 @@ export interface TrainingSequence {
 
 export interface TrajectoryInput {
   messages_and_choices: Record<string, unknown>[];
-  tools?: unknown[] | null;
 }
-
-export class TrajectoryTokenizeError extends Error {}
 
 const TOKEN_ID = /^token_id:(\d+)$/;
 
-function isChoice(item: Record<string, unknown>): boolean {
-  return typeof item.message === 'object' && item.message !== null;
+interface LogprobEntry {
+  token?: unknown;
+  logprob?: unknown;
+  bytes?: unknown;
 }
 
-interface Sampled {
+interface SampledTurn {
   ids: number[];
   logprobs: (number | null)[];
   /** Where each id came from in the choice, for error messages. */
-  pathOf(position: number): (string | number)[];
+  pathOf?(position: number): (string | number)[];
 }
 
-/** The exact sampled ids and their logprobs, when the choice lets us recover them. */
-function sampledTokens(choice: Record<string, unknown>): Sampled | null {
-  const content = (choice.logprobs as { content?: { token?: unknown; logprob?: unknown }[] } | null | undefined)?.content;
-  const entries = Array.isArray(content) ? content : [];
-  const fromLogprobs = entries.map((entry) => TOKEN_ID.exec(String(entry?.token ?? ''))?.[1]);
+/** A trajectory no row can be made of (a sampled id the vocabulary lacks); the message says where. */
+export class TrajectoryTokenizeError extends Error {}
+
+export function isChoice(item: Record<string, unknown>): boolean {
+  return typeof item.message === 'object' && item.message !== null;
+}
+
+/** A choice as the assistant message a client sends back in its next request. */
+export function asMessage(item: Record<string, unknown>): Record<string, unknown> {
+  return isChoice(item) ? { ...(item.message as Record<string, unknown>), role: 'assistant' } : item;
+}
+
+function logprobEntries(choice: Record<string, unknown>): LogprobEntry[] {
+  const content = (choice.logprobs as { content?: unknown } | null | undefined)?.content;
+  return Array.isArray(content) ? (content as LogprobEntry[]) : [];
+}
+
+/**
+ * The exact sampled ids with their logprobs, in order of preference: `token_id:<id>` tokens, the choice's
+ * `token_ids`, the entries' `bytes` mapped through the vocabulary (an OpenAI SDK `logprobs: true` answer).
+ */
+function sampledTokens(tokenizer: ChatTokenizer | null, choice: Record<string, unknown>): SampledTurn | null {
+  const entries = logprobEntries(choice);
   const logprobs = entries.map((entry) => (typeof entry?.logprob === 'number' && Number.isFinite(entry.logprob) ? entry.logprob : null));
-  if (entries.length > 0 && fromLogprobs.every((id) => id !== undefined)) {
-    return { ids: fromLogprobs.map(Number), logprobs, pathOf: (position) => ['logprobs', 'content', position, 'token'] };
-  }
+  const complete = (ids: (number | undefined)[]): ids is number[] => entries.length > 0 && ids.every((id) => id !== undefined);
+  const fromTokens = entries.map((entry) => TOKEN_ID.exec(String(entry?.token ?? ''))?.[1]).map((id) => (id === undefined ? undefined : Number(id)));
+  if (complete(fromTokens)) return { ids: fromTokens, logprobs, pathOf: (position) => ['logprobs', 'content', position, 'token'] };
   const tokenIds = choice.token_ids;
-  if (Array.isArray(tokenIds) && tokenIds.every((id) => Number.isInteger(id))) {
+  if (Array.isArray(tokenIds) && tokenIds.length > 0 && tokenIds.every((id) => Number.isInteger(id))) {
     return { ids: tokenIds as number[], logprobs: logprobs.length === tokenIds.length ? logprobs : tokenIds.map(() => null), pathOf: (position) => ['token_ids', position] };
   }
+  // Ids from bytes are the vocabulary's own, so they need no path.
+  const fromBytes = entries.map((entry) => (tokenizer && Array.isArray(entry?.bytes) ? tokenizer.tokenIdOfBytes(entry.bytes as number[]) : undefined));
+  if (complete(fromBytes)) return { ids: fromBytes, logprobs };
   return null;
 }
 
@@ -57,78 +78,63 @@ function sampledTokens(choice: Record<string, unknown>): Sampled | null {
  */
 export function tokenIdsOutsideVocabulary(items: Record<string, unknown>[], vocabSize: number): { path: (string | number)[]; id: number }[] {
   return items.flatMap((item, index) => {
-    const sampled = isChoice(item) ? sampledTokens(item) : null;
-    if (!sampled) return [];
-    return sampled.ids.flatMap((id, position) => (id < 0 || id >= vocabSize ? [{ path: [index, ...sampled.pathOf(position)], id }] : []));
+    const sampled = isChoice(item) ? sampledTokens(null, item) : null;
+    if (!sampled?.pathOf) return [];
+    return sampled.ids.flatMap((id, position) => (id < 0 || id >= vocabSize ? [{ path: [index, ...sampled.pathOf!(position)], id }] : []));
   });
 }
 
-function hasLogprobs(choice: Record<string, unknown>): boolean {
-  return choice.logprobs !== null && choice.logprobs !== undefined;
+/** What the policy produced for a turn it was not sampled with: the template's rendering of it, up to its end-of-turn token. */
+function retokenizedTurn(renderer: TrainingRenderer, messages: Record<string, unknown>[], index: number, context: string): SampledTurn {
+  const { tokenizer } = renderer;
+  const full = renderer.text(messages.slice(0, index + 1), false);
+  const content = messages[index].content;
+  const eos = tokenizer.eosToken ?? '';
+  let turn = full.startsWith(context) ? full.slice(context.length) : `${typeof content === 'string' ? content : ''}${eos}`;
+  const eosAt = eos ? turn.indexOf(eos) : -1;
+  if (eosAt !== -1) turn = turn.slice(0, eosAt + eos.length);
+  const ids = tokenizer.encode(turn);
+  return { ids, logprobs: ids.map(() => null) };
 }
 
-export function tokenizeTrajectory(
-  tokenizer: ChatTokenizer,
-  template: string,
-  trajectory: TrajectoryInput,
-  options: { allowTrainingWithoutLogprobs: boolean },
-): TrainingSequence | null {
+function startsWith(ids: readonly number[], prefix: readonly number[]): boolean {
+  return prefix.length <= ids.length && prefix.every((id, t) => ids[t] === id);
+}
+
+function append(sequence: TrainingSequence, ids: readonly number[], trained: 0 | 1, logprobs?: readonly (number | null)[]): void {
+  ids.forEach((id, t) => {
+    sequence.tokens.push(id);
+    sequence.mask.push(trained);
+    sequence.logprobs.push(logprobs?.[t] ?? null);
+  });
+}
+
+/** Only choices with logprobs are trainable, unless the job allows training without them (then plain assistant messages too). */
+function isTrainable(item: Record<string, unknown>, allowTrainingWithoutLogprobs: boolean): boolean {
+  if (isChoice(item)) return allowTrainingWithoutLogprobs || (item.logprobs !== null && item.logprobs !== undefined);
+  return allowTrainingWithoutLogprobs && item.role === 'assistant';
+}
+
+/** Token sequences of one conversation; empty when nothing in it is trainable. */
+export function tokenizeTrajectory(renderer: TrainingRenderer, trajectory: TrajectoryInput, options: { allowTrainingWithoutLogprobs: boolean }): TrainingSequence[] {
   const items = trajectory.messages_and_choices;
-  const [outside] = tokenIdsOutsideVocabulary(items, tokenizer.vocabSize);
-  if (outside) {
-    throw new TrajectoryTokenizeError(`messages_and_choices.${outside.path.join('.')}: token id ${outside.id} is outside the vocabulary (${tokenizer.vocabSize} tokens)`);
-  }
-  const trainable = items.map((item) =>
-    isChoice(item) ? hasLogprobs(item) || options.allowTrainingWithoutLogprobs : options.allowTrainingWithoutLogprobs && item.role === 'assistant',
-  );
-  const last = trainable.lastIndexOf(true);
-  if (last === -1) return null;
-  // Chat messages for the template: a Choice contributes its assistant message.
-  const messages = items.slice(0, last + 1).map((item) => (isChoice(item) ? { ...(item.message as Record<string, unknown>), role: 'assistant' } : item));
-  const render = (count: number, addGenerationPrompt: boolean) =>
-    renderPromptText(tokenizer, { template, messages: messages.slice(0, count), tools: trajectory.tools, addGenerationPrompt });
-
-  const sequence: TrainingSequence = { tokens: [], mask: [], logprobs: [] };
-  const appendContext = (text: string) => {
-    for (const id of tokenizer.encode(text)) {
-      sequence.tokens.push(id);
-      sequence.mask.push(0);
-      sequence.logprobs.push(null);
+  const vocabSize = renderer.tokenizer.vocabSize;
+  const [outside] = tokenIdsOutsideVocabulary(items, vocabSize);
+  if (outside) throw new TrajectoryTokenizeError(`messages_and_choices.${outside.path.join('.')}: token id ${outside.id} is outside the vocabulary (${vocabSize} tokens)`);
+  const messages = items.map(asMessage);
+  const sequences: TrainingSequence[] = [];
+  let current: TrainingSequence | null = null;
+  items.forEach((item, index) => {
+    if (!isTrainable(item, options.allowTrainingWithoutLogprobs)) return;
+    const contextText = renderer.text(messages.slice(0, index), true);
+    const context = renderer.ids(contextText);
+    if (current === null || !startsWith(context, current.tokens)) {
+      current = { tokens: [], mask: [], logprobs: [] };
+      sequences.push(current);
     }
-  };
-  let rendered = '';
-  const advanceTo = (text: string) => {
-    if (!text.startsWith(rendered)) {
-      throw new TrajectoryTokenizeError('the chat template rewrites earlier turns, so this trajectory cannot be tokenized turn by turn; send later turns as additional_histories');
-    }
-    appendContext(text.slice(rendered.length));
-    rendered = text;
-  };
-
-  for (let index = 0; index <= last; index += 1) {
-    if (!trainable[index]) {
-      advanceTo(render(index + 1, false));
-      continue;
-    }
-    advanceTo(render(index, true));
-    const full = render(index + 1, false);
-    const turn = full.slice(rendered.length);
-    const eos = tokenizer.eosToken;
-    const eosAt = eos ? turn.indexOf(eos) : -1;
-    // What the policy produced: the turn up to and including its end-of-turn token; the rest is template.
-    const producedText = eosAt === -1 ? turn : turn.slice(0, eosAt + eos!.length);
-    const sampled = isChoice(items[index]) ? sampledTokens(items[index]) : null;
-    const ids = sampled?.ids ?? tokenizer.encode(producedText);
-    const logprobs = sampled?.logprobs ?? ids.map(() => null);
-    ids.forEach((id, position) => {
-      sequence.tokens.push(id);
-      sequence.mask.push(1);
-      sequence.logprobs.push(logprobs[position] ?? null);
-    });
-    // A sampled turn that stopped without its end-of-turn token (length, stop string) gets it as context.
-    const endsWithEos = eos !== undefined && tokenizer.eosTokenId !== undefined && ids.at(-1) === tokenizer.eosTokenId;
-    appendContext(eosAt === -1 || endsWithEos ? turn.slice(producedText.length) : turn.slice(eosAt));
-    rendered = full;
-  }
-  return sequence;
+    append(current, context.slice(current.tokens.length), 0);
+    const sampled = (isChoice(item) ? sampledTokens(renderer.tokenizer, item) : null) ?? retokenizedTurn(renderer, messages, index, contextText);
+    append(current, sampled.ids, 1, sampled.logprobs);
+  });
+  return sequences;
 }

@@ -209,6 +209,9 @@ export interface TrainStepRequest {
   rows: TrainRow[];
   loss_config?: LossConfig;
   optimizer: OptimizerConfig;
+  /** The KL penalty's reference policy (loaded from the path if not resident); absent: the base model. */
+  reference_adapter?: string;
+  reference_adapter_path?: string;
 }
 
 export interface TrainStepReply {

@@ -31,6 +31,8 @@ export interface TrainingSession {
   adapter: string;
   /** The step the trajectories were sampled from: the latest checkpoint when the session opened. */
   fromStep: number;
+  /** The engine adapter of an earlier step as a KL reference; null for the base model (step 0 or an adapter-less step). */
+  reference(step: number): Promise<{ reference_adapter: string; reference_adapter_path: string } | null>;
   commit(metrics: Record<string, number>): Promise<RunResult>;
 }
 
@@ -64,6 +66,11 @@ export class CheckpointWriter {
       engine,
       adapter,
       fromStep: latest?.step ?? Number(model.last_step),
+      reference: async (step) => {
+        const checkpoint = await this.models.findCheckpointByStep(model.id, step);
+        if (!checkpoint && step !== 0) throw new JobError('kl_reference_missing', `The KL reference step ${step} has no checkpoint (it was deleted or does not exist yet)`);
+        return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
+      },
       commit: async (metrics) => {
         const current = await this.models.findById(model.id);
         if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');

@@ -6,7 +6,11 @@
 import type { JobRow } from '../store/job-repository.ts';
 import type { RlJobPayload } from '../services/training-job-service.ts';
 import type { RlConfig } from '../services/rl-config.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence } from '../chat/trajectory-tokens.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';
+import { trainingRenderer } from '../chat/training-render.ts';
+import { TemplateError } from '../chat/template.ts';
+import type { LoadedBase } from '../services/base-model-runtime.ts';
+import type { Trajectory } from '../api/models.ts';
 import { populationStd } from '../services/trajectory-metrics.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type ScoredSequence } from './rl-data.ts';
 import { JobError, type RunContext, type RunResult } from './worker.ts';
@@ -38,6 +42,83 @@ export interface RlRunnerDeps {
   storeTrajectories(modelId: string, split: string, step: number, groups: RlJobPayload['trajectory_groups']): Promise<void>;
 }
 
+/** The job's data as token sequences, with the figures its metrics and events report. */
+interface JobData {
+  sequences: ScoredSequence[];
+  groupMetrics: Record<string, number>;
+  /** Trajectories with trained tokens that carry no sampler logprob, by location in the request. */
+  withoutLogprobs: string[];
+}
+
+function tokenizeHistory(base: LoadedBase, history: TrajectoryInput & { tools?: unknown[] | null }, kwargs: Record<string, unknown> | null, config: RlConfig, where: string): TrainingSequence[] {
+  try {
+    return tokenizeTrajectory(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, history.tools, kwargs), history, config);
+  } catch (error) {
+    if (error instanceof TemplateError || error instanceof TrajectoryTokenizeError) throw new JobError('bad_trajectory', `${where}: ${error.message}`);
+    throw error;
+  }
+}
+
+/** The trainable sequences of a trajectory and its additional histories, rendered with its tools and template kwargs. */
+export function trajectorySequences(base: LoadedBase, trajectory: Trajectory, config: RlConfig, where: string): TrainingSequence[] {
+  const kwargs = { ...config.chatTemplateKwargs, ...trajectory.chat_template_kwargs };
+  const histories = [trajectory, ...(trajectory.additional_histories ?? [])];
+  return histories.flatMap((history, historyIndex) =>
+    tokenizeHistory(base, { ...history, tools: history.tools ?? trajectory.tools }, kwargs, config, historyIndex ? `${where}.additional_histories[${historyIndex - 1}]` : where).filter((sequence) =>
+      sequence.mask.some(Boolean),
+    ),
+  );
+}
+
+/** Advantages per group, then the token sequences of every trajectory that still has something to learn. */
+function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
+  const { config } = payload;
+  const sequences: ScoredSequence[] = [];
+  const rewards: number[] = [];
+  const groupSpreads: number[] = [];
+  const withoutLogprobs: string[] = [];
+  let trainableGroups = 0;
+  let trajectoryIndex = 0;
+  payload.trajectory_groups.forEach((group, groupIndex) => {
+    const groupRewards = group.trajectories.map((trajectory) => trajectory.reward);
+    rewards.push(...groupRewards);
+    if (groupRewards.length > 1) groupSpreads.push(populationStd(groupRewards));
+    if (new Set(groupRewards).size > 1) trainableGroups += 1;
+    const advantages = groupAdvantages(groupRewards, config.scaleRewards);
+    group.trajectories.forEach((trajectory, index) => {
+      const advantage = advantages[index];
+      const id = trajectoryIndex++;
+      if (advantage === 0) return;
+      const where = `trajectory_groups[${groupIndex}].trajectories[${index}]`;
+      const found = trajectorySequences(base, trajectory, config, where);
+      for (const sequence of found) sequences.push({ ...sequence, advantage, trajectory: id });
+      if (found.some((sequence) => sequence.mask.some((m, t) => m && sequence.logprobs[t] === null))) withoutLogprobs.push(where);
+    });
+  });
+  const groupMetrics = {
+    reward: mean(rewards),
+    reward_std_dev: mean(groupSpreads),
+    num_groups_submitted: payload.trajectory_groups.length,
+    num_groups_trainable: trainableGroups,
+    frac_sampler_logprobs: samplerLogprobCoverage(sequences),
+  };
+  return { sequences, groupMetrics, withoutLogprobs };
+}
+
+/** The fraction of trained tokens that carry the sampler's logprob (1 when nothing is trained). */
+function samplerLogprobCoverage(sequences: TrainingSequence[]): number {
+  let trained = 0;
+  let covered = 0;
+  for (const sequence of sequences) {
+    sequence.mask.forEach((m, t) => {
+      if (t === 0 || !m) return; // the first token of a sequence is never trained (packRows)
+      trained += 1;
+      if (sequence.logprobs[t] !== null) covered += 1;
+    });
+  }
+  return trained === 0 ? 1 : covered / trained;
+}
+
 export function createRlRunner(deps: RlRunnerDeps) {
   return async function runRl(job: JobRow, context: RunContext): Promise<RunResult> {
     const payload = await deps.queue.readPayload<RlJobPayload>(job);
@@ -45,50 +126,17 @@ export function createRlRunner(deps: RlRunnerDeps) {
     const session = await deps.checkpoints.open(job.model_id);
     const { base } = session;
     if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render trajectories with`);
-
-    // Advantages per group, then token sequences of every trajectory that still has something to learn.
-    const sequences: ScoredSequence[] = [];
-    const rewards: number[] = [];
-    const groupSpreads: number[] = [];
-    let trainableGroups = 0;
-    let trajectoryIndex = 0;
-    payload.trajectory_groups.forEach((group, groupIndex) => {
-      const groupRewards = group.trajectories.map((trajectory) => trajectory.reward);
-      rewards.push(...groupRewards);
-      if (groupRewards.length > 1) groupSpreads.push(populationStd(groupRewards));
-      if (new Set(groupRewards).size > 1) trainableGroups += 1;
-      const advantages = groupAdvantages(groupRewards, config.scaleRewards);
-      group.trajectories.forEach((trajectory, index) => {
-        const advantage = advantages[index];
-        const id = trajectoryIndex++;
-        if (advantage === 0) return;
-        const histories = [trajectory, ...(trajectory.additional_histories ?? [])];
-        histories.forEach((history, historyIndex) => {
-          let sequence: TrainingSequence | null;
-          try {
-            sequence = tokenizeTrajectory(base.tokenizer, base.template!, { messages_and_choices: history.messages_and_choices, tools: history.tools ?? trajectory.tools }, config);
-          } catch (error) {
-            if (error instanceof TrajectoryTokenizeError) {
-              throw new JobError('bad_trajectory', `trajectory_groups[${groupIndex}].trajectories[${index}]${historyIndex ? `.additional_histories[${historyIndex - 1}]` : ''}: ${error.message}`);
-            }
-            throw error;
-          }
-          if (sequence && sequence.mask.some(Boolean)) sequences.push({ ...sequence, advantage, trajectory: id });
-        });
-      });
-    });
+    const { sequences, groupMetrics, withoutLogprobs } = jobData(payload, base);
+    const reference = config.klPenaltyCoef > 0 ? await session.reference(referenceStep(config, session.fromStep)) : null;
 
     const length = rowLength(sequences, base.engine.context_length, config.packedSequenceLength);
     const rows = packRows(sequences, weighSequences(sequences, config.advantageBalance), length);
     await context.emit('training_started', { num_sequences: rows.length });
     await context.setProgress({ numSequences: rows.length });
-
-    const groupMetrics = {
-      reward: mean(rewards),
-      reward_std_dev: mean(groupSpreads),
-      num_groups_submitted: payload.trajectory_groups.length,
-      num_groups_trainable: trainableGroups,
-    };
+    if (withoutLogprobs.length > 0) {
+      // Never silent: these trained tokens have ratio 1 (old = new), so the update is not importance-weighted.
+      await context.emit('sampler_logprobs_missing', { trajectories: withoutLogprobs, frac_sampler_logprobs: groupMetrics.frac_sampler_logprobs });
+    }
     let trainRows: TrainRow[] = rows;
     if (config.precalculateLogprobs && rows.length > 0) {
       // The pre-update policy's logprobs become `old`; the sampler's are kept as `original`.
@@ -106,6 +154,7 @@ export function createRlRunner(deps: RlRunnerDeps) {
         rows: [row],
         loss_config: lossConfig(config),
         optimizer: { learning_rate: config.learningRate, betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 },
+        ...reference,
       });
       const data = { step: index + 1, ...numericOnly(metrics), ...groupMetrics };
       stepMetrics.push(data);
@@ -118,6 +167,13 @@ export function createRlRunner(deps: RlRunnerDeps) {
     await deps.storeTrajectories(job.model_id, 'train', session.fromStep, payload.trajectory_groups);
     return session.commit(jobMetrics);
   };
+}
+
+/** The KL reference step: the one named, or `lag` behind the step this job writes (floored at 0, as ART's PipelineTrainer does). */
+function referenceStep(config: RlConfig, fromStep: number): number {
+  if (config.klPenaltyReferenceStep !== null) return config.klPenaltyReferenceStep;
+  if (config.klPenaltyStepLag !== null) return Math.max(0, fromStep + 1 - config.klPenaltyStepLag);
+  return 0;
 }
 
 function numericOnly(metrics: Record<string, unknown>): Record<string, number> {

@@ -1,11 +1,14 @@
 /**
- * Runs one SFT job: the artifact's conversations, streamed line by line, rendered with the chat template
- * (assistant turns trained, everything else masked), one optimizer step per batch, then the next
+ * Runs one SFT job: the artifact's conversations, streamed line by line, each rendered once with the chat
+ * template (its assistant spans trained, everything else masked; sft-tokens.ts), one optimizer step per batch, then the next
  * checkpoint exactly as RL writes it.
  */
 import type { Readable } from 'node:stream';
 import type { JobRow } from '../store/job-repository.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError } from '../chat/trajectory-tokens.ts';
+import type { TrainingSequence } from '../chat/trajectory-tokens.ts';
+import { tokenizeConversation, type AssistantTurns } from '../chat/sft-tokens.ts';
+import { trainingRenderer } from '../chat/training-render.ts';
+import type { LoadedBase } from '../services/base-model-runtime.ts';
 import type { TrainRow } from '../engine/protocol.ts';
 import type { CheckpointWriter } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
@@ -19,6 +22,9 @@ export interface SftJobPayload {
   /** One rate for every batch, or one per batch. */
   learning_rate: number | number[];
   num_conversations: number;
+  /** Which assistant spans of each conversation are trained (older payloads: all). */
+  assistant_turns?: AssistantTurns;
+  chat_template_kwargs?: Record<string, unknown> | null;
 }
 
 export interface SftRunnerDeps {
@@ -39,6 +45,15 @@ async function* batches(conversations: AsyncIterable<Conversation>, size: number
     }
   }
   if (batch.length > 0) yield batch;
+}
+
+function conversationRow(base: LoadedBase, conversation: Conversation, payload: SftJobPayload, file: string): TrainingSequence | null {
+  const renderer = trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, conversation.tools, payload.chat_template_kwargs);
+  try {
+    return tokenizeConversation(renderer, conversation.messages, payload.assistant_turns ?? 'all');
+  } catch (error) {
+    throw new JobError('bad_training_data', `${file} line ${conversation.line}: the conversation cannot be rendered (${(error as Error).message})`);
+  }
 }
 
 export function createSftRunner(deps: SftRunnerDeps) {
@@ -63,13 +78,7 @@ export function createSftRunner(deps: SftRunnerDeps) {
       const learningRate = rates ? rates[step - 1] : (payload.learning_rate as number);
       const rows: TrainRow[] = [];
       for (const conversation of batch) {
-        let sequence;
-        try {
-          sequence = tokenizeTrajectory(base.tokenizer, base.template, { messages_and_choices: conversation.messages, tools: conversation.tools }, { allowTrainingWithoutLogprobs: true });
-        } catch (error) {
-          if (error instanceof TrajectoryTokenizeError) throw new JobError('bad_training_data', `${file} line ${conversation.line}: ${error.message}`);
-          throw new JobError('bad_training_data', `${file} line ${conversation.line}: the conversation cannot be rendered (${(error as Error).message})`);
-        }
+        const sequence = conversationRow(base, conversation, payload, file);
         // Too long for the context, or nothing to learn from: dropped and counted.
         if (!sequence || sequence.tokens.length > base.engine.context_length || !sequence.mask.some(Boolean)) {
           dropped += 1;

@@ -9,7 +9,7 @@ import type { DashboardRepository, JobListRow, ModelSummaryRow, RunMetricRow, Tr
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
-import { isChoice } from './trajectory-shape.ts';
+import { isChoice } from '../chat/trajectory-tokens.ts';
 
 export interface RewardPoint {
   value: number;

@@ -24,6 +24,12 @@ export interface RlConfig {
   packedSequenceLength: number | null;
   klPenaltyCoef: number;
   klPenaltySource: 'sample' | 'current_learner';
+  /** The checkpoint step whose adapter is the KL reference; null: the base model. */
+  klPenaltyReferenceStep: number | null;
+  /** The KL reference is this many steps behind the step being trained (floored at step 0). */
+  klPenaltyStepLag: number | null;
+  /** Chat template kwargs for every trajectory of the job (a trajectory's own take precedence). */
+  chatTemplateKwargs: Record<string, unknown> | null;
 }
 
 /** Keys we accept only at their default value (what ART sends when the user did not set them). */
@@ -31,8 +37,6 @@ const DEFAULT_ONLY: Record<string, unknown> = {
   plot_tensors: false,
   scale_learning_rate_by_reward_std_dev: false,
   num_trajectories_learning_rate_multiplier_power: 0,
-  kl_penalty_reference_step: null,
-  kl_penalty_step_lag: null,
   kl_ref_adapter_path: null,
   save_checkpoint: true,
 };
@@ -58,6 +62,9 @@ const KNOWN = new Set([
   'packed_sequence_length',
   'kl_penalty_coef',
   'kl_penalty_source',
+  'kl_penalty_reference_step',
+  'kl_penalty_step_lag',
+  'chat_template_kwargs',
 ]);
 
 const isK2Tau = (key: string) => key.endsWith('_k2_tau');
@@ -123,6 +130,12 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
   const normalizeAdvantages = bool('normalize_advantages');
   const klPenaltyCoef = number('kl_penalty_coef', (v) => (v >= 0 ? null : 'must be >= 0')) ?? 0;
   const k2TauKey = Object.keys(values).find(isK2Tau);
+  const integer = (key: string, minimum: number) => number(key, (v) => (Number.isInteger(v) && v >= minimum ? null : `must be an integer >= ${minimum}`));
+  const klPenaltyReferenceStep = integer('kl_penalty_reference_step', 0);
+  const klPenaltyStepLag = integer('kl_penalty_step_lag', 1);
+  if (klPenaltyReferenceStep !== null && klPenaltyStepLag !== null) problem('kl_penalty_step_lag', 'Only one of kl_penalty_reference_step and kl_penalty_step_lag may be set');
+  const kwargs = values.chat_template_kwargs;
+  if (kwargs !== null && kwargs !== undefined && (typeof kwargs !== 'object' || Array.isArray(kwargs))) problem('chat_template_kwargs', 'Input should be a valid dictionary', 'dict_type');
 
   return {
     config: {
@@ -142,6 +155,9 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
       packedSequenceLength: number('packed_sequence_length', (v) => (Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16')),
       klPenaltyCoef,
       klPenaltySource: oneOf('kl_penalty_source', ['sample', 'current_learner'] as const) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner'),
+      klPenaltyReferenceStep,
+      klPenaltyStepLag,
+      chatTemplateKwargs: kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
     },
     problems,
   };

@@ -8,7 +8,7 @@ import type { JobRepository, JobRow, EventRow } from '../store/job-repository.ts
 import type { RlJobBody, TrainingJob } from '../api/training-jobs.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
-import { checkTrajectoryGroups } from './trajectory-shape.ts';
+import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
 import type { SftJobBody } from '../api/training-jobs.ts';
@@ -46,6 +46,14 @@ export function toEventView(event: EventRow) {
   return { id: event.id, type: event.type, created_at: event.created_at, data: JSON.parse(event.data) as Record<string, unknown> };
 }
 
+/** A rate, or a schedule with one per batch: each finite and >= 0 (ART's schedules decay to 0 on the last batch). */
+function learningRateProblems(rate: number | number[]): FieldProblem[] {
+  const loc = ['body', 'config', 'learning_rate'];
+  const bad = (value: number) => !Number.isFinite(value) || value < 0;
+  if (!Array.isArray(rate)) return bad(rate) ? [{ loc, msg: `must be a finite number >= 0, got ${rate}`, type: 'value_error' }] : [];
+  return rate.flatMap((value, index) => (bad(value) ? [{ loc: [...loc, index], msg: `must be a finite number >= 0, got ${value}`, type: 'value_error' }] : []));
+}
+
 export class TrainingJobService {
   constructor(
     private readonly models: ModelService,
@@ -61,7 +69,8 @@ export class TrainingJobService {
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
     const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
-    problems.push(...checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model)));
+    const shape = checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
+    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(body.trajectory_groups, ['body', 'trajectory_groups']) : []));
     if (problems.length > 0) throw validationError(problems);
     const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
@@ -83,6 +92,7 @@ export class TrainingJobService {
     const config = body.config ?? {};
     const batchSize = typeof config.batch_size === 'number' ? config.batch_size : DEFAULT_SFT_BATCH_SIZE;
     const learningRate = config.learning_rate ?? this.defaultLearningRate(model.base_model);
+    problems.push(...learningRateProblems(learningRate));
     const numConversations = await countConversations(this.artifacts.openFile(resolved.key, file));
     const numBatches = Math.ceil(numConversations / batchSize);
     if (Array.isArray(learningRate) && learningRate.length !== numBatches) {
@@ -93,7 +103,14 @@ export class TrainingJobService {
       });
     }
     if (problems.length > 0) throw validationError(problems);
-    const payload: SftJobPayload = { artifact: { key: resolved.key, file }, batch_size: batchSize, learning_rate: learningRate, num_conversations: numConversations };
+    const payload: SftJobPayload = {
+      artifact: { key: resolved.key, file },
+      batch_size: batchSize,
+      learning_rate: learningRate,
+      num_conversations: numConversations,
+      assistant_turns: config.assistant_turns ?? 'all',
+      chat_template_kwargs: config.chat_template_kwargs ?? null,
+    };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'sft', payload });
     this.notify.submitted();
     return { id: job.id };

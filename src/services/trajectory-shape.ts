@@ -1,17 +1,16 @@
 /**
  * Shape checks the JSON schema cannot express: every `messages_and_choices` item is either a chat
- * message (a string `role`) or an OpenAI `Choice` (an object `message` with role assistant), and, where
- * the base model's vocabulary is known, every sampled token id a choice carries is inside it.
+ * message (a string `role`) or an OpenAI `Choice` (an object `message` with role assistant); where the base
+ * model's vocabulary is known, that every sampled token id a choice carries is inside it; and, for training,
+ * that every message is one a chat template can be given (text content, JSON arguments).
  */
 import type { FieldProblem } from '../errors.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
-import { tokenIdsOutsideVocabulary } from '../chat/trajectory-tokens.ts';
+import { asMessage, isChoice, tokenIdsOutsideVocabulary } from '../chat/trajectory-tokens.ts';
+import { normaliseMessages } from '../chat/messages.ts';
+import { TemplateError } from '../chat/template.ts';
 
 type Loc = (string | number)[];
-
-export function isChoice(item: Record<string, unknown>): boolean {
-  return typeof item.message === 'object' && item.message !== null;
-}
 
 function checkItems(items: Record<string, unknown>[], loc: Loc, problems: FieldProblem[], vocabSize: number | null): void {
   if (vocabSize !== null) {
@@ -44,6 +43,27 @@ export function checkTrajectoryGroups(groups: TrajectoryGroup[], loc: Loc, vocab
       (trajectory.additional_histories ?? []).forEach((history, historyIndex) => {
         checkItems(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices'], problems, vocabSize);
       });
+    });
+  });
+  return problems;
+}
+
+/** Trajectories a training job renders: a message no template can take is refused now, not when the job runs. */
+export function checkRenderable(groups: TrajectoryGroup[], loc: Loc): FieldProblem[] {
+  const problems: FieldProblem[] = [];
+  const check = (items: Record<string, unknown>[], itemsLoc: Loc) => {
+    try {
+      normaliseMessages(items.map(asMessage));
+    } catch (error) {
+      if (!(error instanceof TemplateError)) throw error;
+      problems.push({ loc: itemsLoc, msg: error.message, type: 'value_error' });
+    }
+  };
+  groups.forEach((group, groupIndex) => {
+    group.trajectories.forEach((trajectory, trajectoryIndex) => {
+      const trajectoryLoc = [...loc, groupIndex, 'trajectories', trajectoryIndex];
+      check(trajectory.messages_and_choices, [...trajectoryLoc, 'messages_and_choices']);
+      (trajectory.additional_histories ?? []).forEach((history, historyIndex) => check(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices']));
     });
   });
   return problems;

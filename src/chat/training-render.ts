@@ -1,0 +1,28 @@
+/**
+ * How training renders a conversation: exactly as chat completions render a prompt (same template context,
+ * same message normalisation, same tokenization), with a trajectory's tools and chat template kwargs bound.
+ * Both RL rows (trajectory-tokens.ts) and SFT rows (sft-tokens.ts) render through this and nothing else.
+ */
+import type { ChatTokenizer } from './tokenizer.ts';
+import { encodePrompt, renderPromptText } from './prompt.ts';
+
+export interface TrainingRenderer {
+  tokenizer: ChatTokenizer;
+  /** The prompt text of `messages` (choices already turned into assistant messages). */
+  text(messages: Record<string, unknown>[], addGenerationPrompt: boolean): string;
+  /** The ids of a whole rendering, tokenized as a chat prompt is. */
+  ids(text: string): number[];
+}
+
+export interface RenderTarget {
+  tokenizer: ChatTokenizer;
+  template: string;
+}
+
+export function trainingRenderer(base: RenderTarget, tools: unknown[] | null | undefined, kwargs: Record<string, unknown> | null | undefined): TrainingRenderer {
+  return {
+    tokenizer: base.tokenizer,
+    text: (messages, addGenerationPrompt) => renderPromptText(base.tokenizer, { template: base.template, messages, tools, addGenerationPrompt, kwargs: kwargs ?? undefined }),
+    ids: (text) => encodePrompt(base.tokenizer, text),
+  };
+}
