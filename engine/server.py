@@ -13,6 +13,7 @@ called through model.py, lora.py, generate.py and train.py.
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
 import os
@@ -127,12 +128,43 @@ class Ticket:
         self.req: Optional[GenRequest] = None
 
 
+@dataclass
+class Limits:
+    """The serving limits of the command line, named as vLLM names them."""
+    max_model_len: Optional[int] = None  # tokens per sequence, prompt included (None: the model's)
+    max_num_seqs: int = 32  # sequences decoding at once per base
+    max_num_batched_tokens: int = 2048  # prompt tokens prefilled between two decode steps
+    kv_cache_memory_bytes: Optional[int] = None  # KV cache per base (None: what the two above need)
+
+    def sized(self, args, dtype: torch.dtype) -> tuple:
+        """(max_len, max_batch) for a base: the KV budget caps concurrent full-length sequences, then length.
+
+        The cache holds at most max_batch x max_len positions, so an admitted request never grows it
+        past the budget: requests beyond max_batch wait in the queue.
+        """
+        max_len = args.max_position_embeddings if self.max_model_len is None else \
+            min(self.max_model_len, args.max_position_embeddings)
+        if self.kv_cache_memory_bytes is None:
+            return max_len, self.max_num_seqs
+        per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * torch.finfo(dtype).bits // 8
+        positions = self.kv_cache_memory_bytes // per_token
+        if positions < 2:
+            raise ValueError(f"kv_cache_memory_bytes={self.kv_cache_memory_bytes} holds less than 2 positions "
+                             f"({per_token} bytes each)")
+        return min(max_len, positions), max(1, min(self.max_num_seqs, positions // max_len))
+
+    def to_json(self, threads: int) -> dict:
+        return {"max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "kv_cache_memory_bytes": self.kv_cache_memory_bytes, "threads": threads}
+
+
 class Engine:
-    def __init__(self, device: torch.device, max_adapters: int = 32, max_batch: int = 32,
-                 max_seq_len: Optional[int] = None, matmul_gflops: float = 0.0):
+    def __init__(self, device: torch.device, max_adapters: int = 32, limits: Optional[Limits] = None,
+                 matmul_gflops: float = 0.0, dtype: Optional[torch.dtype] = None):
         self.device = device
-        self.default_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        self.max_batch, self.max_seq_len, self.matmul_gflops = max_batch, max_seq_len, matmul_gflops
+        self.default_dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+        self.limits, self.matmul_gflops = limits or Limits(), matmul_gflops
         self.bases: Dict[str, Base] = {}
         self.adapters = L.AdapterStore(max_adapters)
         self.constraints = ConstraintStore()
@@ -294,8 +326,10 @@ class Engine:
             t0 = time.perf_counter()
             args = load_args(path)
             model = Transformer.from_pretrained(path, dtype, self.device)
-            max_len = args.max_position_embeddings if self.max_seq_len is None else min(self.max_seq_len, args.max_position_embeddings)
-            sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(max_batch=self.max_batch, max_len=max_len))
+            max_len, max_batch = self.limits.sized(args, dtype)
+            budget = self.limits.max_num_batched_tokens
+            sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
+                max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget)))
             base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
             self.bases[name] = base
             log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
@@ -459,20 +493,90 @@ def serve_stream(engine: Engine, rfile: BinaryIO, wfile: BinaryIO, ready: dict) 
         engine.handle(msg)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def authenticate(rfile: BinaryIO, wfile: BinaryIO, secret: str) -> bool:
+    """A TCP connection's first frame must be {id, op: "auth", secret}; anything else is refused and closed."""
+    head = read_exact(rfile, 4)
+    length = struct.unpack(">I", head)[0] if head is not None else 0
+    msg = None
+    if 0 < length <= 64 * 1024:
+        body = read_exact(rfile, length)
+        try:
+            msg = json.loads(body.decode("utf-8")) if body is not None else None
+        except (UnicodeDecodeError, ValueError):
+            msg = None
+    rid = msg.get("id") if isinstance(msg, dict) and isinstance(msg.get("id"), str) else None
+    given = msg.get("secret") if isinstance(msg, dict) and msg.get("op") == "auth" else None
+    ok = isinstance(given, str) and hmac.compare_digest(given.encode("utf-8"), secret.encode("utf-8"))
+    reply = {"id": rid, "done": True, "authenticated": True} if ok else \
+        {"id": rid, "done": True, "error": {"code": "unauthorized", "message": "wrong or missing engine secret"}}
+    try:
+        wfile.write(encode_frame(reply))
+        wfile.flush()
+    except OSError:
+        return False
+    return ok
+
+
+def serve_tcp(engine: Engine, address: str, secret: Optional[str], ready: dict) -> None:
+    """One connection at a time; with a secret, a connection is served only after its auth frame."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if secret is None and host not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit(f"refusing to listen on {host} without ENGINE_SECRET: anyone could drive the engine")
+    srv = socket.create_server((host, int(port)))
+    bound = srv.getsockname()
+    log(f"listening on {bound[0]}:{bound[1]}" + (" (secret required)" if secret else ""))
+    while True:
+        conn, peer = srv.accept()
+        log(f"connection from {peer}")
+        with conn, conn.makefile("rb") as rf, conn.makefile("wb") as wf:
+            if secret is not None:
+                conn.settimeout(10.0)  # a silent client must not hold the only connection
+                try:
+                    accepted = authenticate(rf, wf, secret)
+                except OSError:
+                    accepted = False
+                if not accepted:
+                    log(f"refused {peer}: wrong or missing secret")
+                    continue
+                conn.settimeout(None)
+            serve_stream(engine, rf, wf, ready)
+        engine.cancel_all()  # nobody is left to read their tokens
+
+
+def parse_args(argv: Optional[List[str]]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python3 -m engine", description="LLM engine speaking framed JSON on stdio")
-    ap.add_argument("--tcp", metavar="HOST:PORT", help="serve on TCP instead of stdio (one connection at a time)")
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--tcp", metavar="HOST:PORT",
+                    help="serve on TCP instead of stdio (one connection at a time); the ENGINE_SECRET environment "
+                         "variable, when set, is the secret a connection's first frame must carry "
+                         "(required beyond loopback)")
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    ap.add_argument("--dtype", choices=list(DTYPES), default=None,
+                    help="default weights dtype (default: float32 on CPU, bfloat16 on CUDA)")
     ap.add_argument("--max-adapters", type=int, default=32)
-    ap.add_argument("--max-batch", type=int, default=32, help="concurrent generation sequences per base")
-    ap.add_argument("--max-seq-len", type=int, default=None, help="cap on tokens per sequence (default: the model's)")
+    ap.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", type=int, default=32,
+                    help="concurrent generation sequences per base")
+    ap.add_argument("--max-model-len", "--max-seq-len", dest="max_model_len", type=int, default=None,
+                    help="cap on tokens per sequence, prompt included (default: the model's)")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                    help="prompt tokens prefilled between two decode steps")
+    ap.add_argument("--kv-cache-memory-bytes", type=int, default=None,
+                    help="KV cache per base; caps concurrent full-length sequences (default: unbounded)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op CPU threads (default: torch's own choice; with Debian's OpenBLAS build "
                          "matmuls run on OpenBLAS's threads and more torch threads only oversubscribe the cores)")
     args = ap.parse_args(argv)
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
 
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
     # Frames own the real stdout; anything else printing (C or Python) lands on stderr.
     frame_out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
@@ -486,25 +590,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if gflops < LOW_GFLOPS:
         log(f"WARNING: fp32 matmul reaches only {gflops:.1f} GFLOP/s (< {LOW_GFLOPS:.0f}); this looks like the "
             "reference BLAS. Install an optimized one (Debian: libopenblas0-pthread).")
-    engine = Engine(device, args.max_adapters, args.max_batch, args.max_seq_len, round(gflops, 1))
+    limits = Limits(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.kv_cache_memory_bytes)
+    engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None)
     ready = {"id": None, "event": "ready", "device": device.type,
              "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
-             "matmul_gflops": round(gflops, 1)}
+             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads())}
     stop = threading.Event()
     worker = threading.Thread(target=engine.compute_loop, args=(stop,), name="compute", daemon=True)
     worker.start()
     try:
         if args.tcp:
-            host, _, port = args.tcp.rpartition(":")
-            srv = socket.create_server((host or "127.0.0.1", int(port)))
-            bound = srv.getsockname()
-            log(f"listening on {bound[0]}:{bound[1]}")
-            while True:
-                conn, peer = srv.accept()
-                log(f"connection from {peer}")
-                with conn, conn.makefile("rb") as rf, conn.makefile("wb") as wf:
-                    serve_stream(engine, rf, wf, ready)
-                engine.cancel_all()  # nobody is left to read their tokens
+            serve_tcp(engine, args.tcp, os.environ.get("ENGINE_SECRET") or None, ready)
         else:
             serve_stream(engine, sys.stdin.buffer, frame_out, ready)
     except KeyboardInterrupt:

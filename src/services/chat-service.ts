@@ -63,7 +63,7 @@ export class ChatService {
     const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader });
     const prepared = await this.prepare(principal, plan);
     const engineStarted = performance.now();
-    const stream = this.runtime.requireEngine().generate(prepared.request);
+    const stream = this.runtime.sampler().generate(prepared.request);
     if (!plan.stream) {
       const cancel = () => void stream.cancel().catch(() => undefined);
       if (disconnected?.aborted) cancel();
