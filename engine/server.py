@@ -337,7 +337,7 @@ class Engine:
             base.tokens = TokenTable(msg["token_bytes"], base.model.args.vocab_size, base.model.device)
         a = base.model.args
         return {"vocab_size": a.vocab_size, "context_length": base.max_len, "eos_token_ids": a.eos_token_ids,
-                "num_parameters": base.model.num_parameters()}
+                "num_parameters": base.model.num_parameters(), "max_num_seqs": base.scheduler.config.max_batch}
 
     def op_ensure_adapter(self, rid, msg) -> dict:
         key = _req(msg, "adapter", str, "an adapter key")

@@ -11,6 +11,10 @@ import tempfile
 import time
 import unittest
 
+import torch
+
+from engine.model import ModelArgs
+from engine.server import Limits
 from engine.tests.helpers import REPO, EngineProcess, make_checkpoint
 
 
@@ -185,6 +189,33 @@ class TestTcp(unittest.TestCase):
             proc.terminate()
             proc.wait(timeout=10)
             proc.stderr.close()
+
+    def test_refuses_to_listen_beyond_loopback_without_a_secret(self):
+        env = {k: v for k, v in os.environ.items() if k != "ENGINE_SECRET"}
+        done = subprocess.run([sys.executable, "-m", "engine", "--tcp", "0.0.0.0:0"], cwd=REPO, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn(b"without ENGINE_SECRET", done.stderr)
+
+
+class TestLimits(unittest.TestCase):
+    ARGS = ModelArgs(family="llama", vocab_size=100, hidden_size=64, intermediate_size=128, num_layers=2,
+                     num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=1024)
+    PER_TOKEN = 2 * 2 * 2 * 16 * 4  # k and v, layers, kv heads, head_dim, fp32 bytes
+
+    def test_without_a_budget_the_model_and_flags_decide(self):
+        self.assertEqual(Limits(max_num_seqs=8).sized(self.ARGS, torch.float32), (1024, 8))
+        self.assertEqual(Limits(max_model_len=4096).sized(self.ARGS, torch.float32), (1024, 32))
+        self.assertEqual(Limits(max_model_len=300).sized(self.ARGS, torch.float32), (300, 32))
+
+    def test_the_kv_budget_caps_full_length_sequences_then_length(self):
+        budget = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3 + 5)
+        self.assertEqual(budget.sized(self.ARGS, torch.float32), (1024, 3))  # 3 full-length sequences fit
+        self.assertEqual(budget.sized(self.ARGS, torch.bfloat16), (1024, 6))  # half the bytes per position
+        tight = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 500)
+        self.assertEqual(tight.sized(self.ARGS, torch.float32), (500, 1))
+        with self.assertRaises(ValueError):
+            Limits(kv_cache_memory_bytes=self.PER_TOKEN).sized(self.ARGS, torch.float32)
 
 
 if __name__ == "__main__":

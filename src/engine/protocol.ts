@@ -54,6 +54,8 @@ export interface LoadBaseReply {
   context_length: number;
   eos_token_ids: number[];
   num_parameters: number;
+  /** Most sequences one generate may ask for (`n`): the engine's max_num_seqs, lowered by its KV-cache budget. */
+  max_num_seqs: number;
 }
 
 export interface AdapterInit {

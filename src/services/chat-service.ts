@@ -104,6 +104,9 @@ export class ChatService {
     let promptIds = tokenizer.encode(prompt, { addSpecialTokens: plan.addSpecialTokens });
 
     const context = base.engine.context_length;
+    if (plan.n > base.engine.max_num_seqs) {
+      throw badRequest(`n=${plan.n} exceeds max_num_seqs=${base.engine.max_num_seqs}, the most sequences this server decodes at once. Please request fewer choices.`, 'n');
+    }
     const requested = plan.requestedMaxTokens;
     if (requested !== null && requested > context) {
       throw badRequest(`${plan.maxTokensParam}=${requested} cannot be greater than max_model_len=${context}. Please request fewer output tokens.`, plan.maxTokensParam);
