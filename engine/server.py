@@ -24,8 +24,9 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, List, Optional
+from typing import BinaryIO, Callable, Deque, Dict, List, Optional
 
 import torch
 
@@ -171,6 +172,9 @@ class Engine:
         self.lock = threading.Lock()
         self.tickets: Dict[str, Ticket] = {}
         self.jobs: "queue.Queue" = queue.Queue()
+        self.deferred: Deque = deque()  # ops held back while the training thread works
+        self.train_jobs: "queue.Queue" = queue.Queue()
+        self.training: Optional[str] = None  # the id of the train_step or forward on the training thread
         self.send: Callable[[dict], None] = lambda obj: None
 
     # --- replies -------------------------------------------------------------
@@ -252,22 +256,9 @@ class Engine:
 
     def compute_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            busy = any(b.scheduler.has_work() for b in list(self.bases.values()))
-            try:
-                job = self.jobs.get_nowait() if busy else self.jobs.get(timeout=0.2)
-            except queue.Empty:
-                job = None
+            job = self._next_job()
             if job is not None:
-                op, rid, msg = job
-                try:
-                    result = getattr(self, "op_" + op)(rid, msg)
-                    if result is not None:
-                        self.reply(rid, result)
-                except Exception as e:
-                    if op == "generate":
-                        with self.lock:
-                            self.tickets.pop(rid, None)
-                    self.error(rid, e)
+                self._run_job(*job)
                 continue  # drain the job queue before the next decode step
             for base in list(self.bases.values()):
                 if base.scheduler.has_work():
@@ -276,6 +267,74 @@ class Engine:
                     except Exception as e:
                         log(f"generation step failed on {base.name}: {e!r}")
                         base.scheduler.fail_all(e)
+
+    def _next_job(self):
+        """The next op to run: held-back ops first once training is done; None when it is time to decode.
+
+        While a train_step or forward runs on the training thread, every op but `generate` is held back
+        (and so is a `generate` queued behind one), so ops still take effect in arrival order.
+        """
+        if self.deferred and self.training is None:
+            return self.deferred.popleft()
+        busy = any(b.scheduler.has_work() for b in list(self.bases.values()))
+        while True:
+            try:
+                job = self.jobs.get_nowait() if busy else self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                return None
+            if job[0] == "_trained" or self.training is None or (job[0] == "generate" and not self.deferred):
+                return job
+            self.deferred.append(job)
+            if not busy:
+                return None
+
+    def _run_job(self, op: str, rid, msg) -> None:
+        try:
+            result = getattr(self, "op_" + op)(rid, msg)
+            if result is not None:
+                self.reply(rid, result)
+        except Exception as e:
+            if op == "generate":
+                with self.lock:
+                    self.tickets.pop(rid, None)
+            self.error(rid, e)
+
+    # --- training thread -----------------------------------------------------
+
+    def _train_beside_decode(self, rid, adapter: Optional[L.Adapter], work: Callable[[], dict], trains: bool) -> None:
+        """Runs `work` on the training thread; decode steps go on meanwhile (torch releases the GIL in its ops).
+
+        The adapter stays pinned (an LRU insert must not evict it) until `op__trained` answers on this thread.
+        """
+        if adapter is not None:
+            adapter.pins += 1
+        self.training = rid
+        self.train_jobs.put((rid, adapter, work, trains))
+
+    def train_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                rid, adapter, work, trains = self.train_jobs.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                outcome = work()
+            except Exception as e:  # answered as an error reply by the compute thread
+                outcome = e
+            self.jobs.put(("_trained", rid, {"adapter": adapter, "outcome": outcome, "trains": trains}))
+
+    def op__trained(self, rid, msg) -> Optional[dict]:
+        """Back on the compute thread: release the adapter, drop its stale stacks, answer."""
+        self.training = None
+        adapter, outcome = msg["adapter"], msg["outcome"]
+        if adapter is not None:
+            adapter.pins -= 1
+            if msg["trains"]:
+                for b in self.bases.values():
+                    b.scheduler.stacks.forget(adapter)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     def _base(self, msg: dict) -> Base:
         name = _req(msg, "base", str, "a loaded base name")
@@ -326,6 +385,9 @@ class Engine:
             t0 = time.perf_counter()
             args = load_args(path)
             model = Transformer.from_pretrained(path, dtype, self.device)
+            # Rope tables grow on the first use of a position: grown now, the training thread and the
+            # compute thread never race to replace them.
+            model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)
             max_len, max_batch = self.limits.sized(args, dtype)
             budget = self.limits.max_num_batched_tokens
             sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
@@ -418,13 +480,13 @@ class Engine:
                 req.cancelled = ticket.cancelled
         return None
 
-    def op_forward(self, rid, msg) -> dict:
+    def op_forward(self, rid, msg) -> None:
         base = self._base(msg)
         adapter = self._adapter(msg, base, required=False)
         rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, None)
-        return {"logprobs": forward_logprobs(base.model, rows, adapter)}
+        self._train_beside_decode(rid, adapter, lambda: {"logprobs": forward_logprobs(base.model, rows, adapter)}, False)
 
-    def op_train_step(self, rid, msg) -> dict:
+    def op_train_step(self, rid, msg) -> None:
         base = self._base(msg)
         adapter = self._adapter(msg, base, required=True)
         loss = msg.get("loss")
@@ -433,14 +495,8 @@ class Engine:
         rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, loss)
         loss_cfg = LossConfig.from_request(msg.get("loss_config") if loss == "rl" else None)
         opt_cfg = OptimizerConfig.from_request(msg.get("optimizer"), loss)
-        adapter.pins += 1  # an LRU insert during the step must not evict it
-        try:
-            metrics = train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg)
-        finally:
-            adapter.pins -= 1
-        for b in self.bases.values():
-            b.scheduler.stacks.forget(adapter)
-        return {"metrics": metrics}
+        work = lambda: {"metrics": train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg)}  # noqa: E731
+        self._train_beside_decode(rid, adapter, work, True)
 
 
 def rss_bytes() -> int:
@@ -596,8 +652,8 @@ def main(argv: Optional[List[str]] = None) -> int:
              "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
              "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads())}
     stop = threading.Event()
-    worker = threading.Thread(target=engine.compute_loop, args=(stop,), name="compute", daemon=True)
-    worker.start()
+    for target, name in ((engine.compute_loop, "compute"), (engine.train_loop, "train")):
+        threading.Thread(target=target, args=(stop,), name=name, daemon=True).start()
     try:
         if args.tcp:
             serve_tcp(engine, args.tcp, os.environ.get("ENGINE_SECRET") or None, ready)

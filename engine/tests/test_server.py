@@ -159,6 +159,22 @@ class TestServer(unittest.TestCase):
         self.assertEqual(order[0][0], "quick", order)
         self.assertLess(order[0][1], 1.0)
 
+    def test_generation_goes_on_beside_a_train_step_and_later_ops_keep_their_order(self):
+        self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "beside", "init": {}})
+        rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
+                for _ in range(64)]
+        self.e.send({"id": "train", "op": "train_step", "base": "b", "adapter": "beside", "loss": "sft", "rows": rows})
+        self.e.send({"id": "gen", "op": "generate", "base": "b", "adapter": None, "prompt": [3, 4, 5],
+                     "max_tokens": 4, "temperature": 0})
+        self.e.send({"id": "drop", "op": "drop_adapter", "adapter": "beside"})  # must wait for the step
+        order = []
+        while len(order) < 3:
+            f = self.e.next(timeout=120)
+            if f["id"] in ("train", "drop", "gen") and f["done"]:
+                self.assertNotIn("error", f)
+                order.append(f["id"])
+        self.assertEqual(order, ["gen", "train", "drop"])
+
 
 class TestTcp(unittest.TestCase):
     def test_tcp_mode(self):
