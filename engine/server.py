@@ -1,11 +1,13 @@
 """The framed protocol of docs/engine-protocol.md over stdio or TCP, and the engine's state.
 
-Owns: framing (4-byte big-endian length + UTF-8 JSON), request validation at
-the edge, error replies (bad_request, not_found, cancelled, internal), the
-registry of loaded bases and resident adapters, and the two threads: the
+Owns: framing (4-byte big-endian length + UTF-8 JSON), the TCP secret,
+request validation at the edge, error replies (bad_request, not_found,
+cancelled, internal, unauthorized), the serving limits (vLLM's names), the
+registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
 step) and queues everything else for the compute thread, which runs ops in
-arrival order and steps the generation schedulers between them.
+arrival order and steps the generation schedulers between them; train_step
+and forward go on to the training thread, so decoding never waits for them.
 
 Refuses to know: the numerics. Models, adapters, sampling and losses are
 called through model.py, lora.py, generate.py and train.py.
