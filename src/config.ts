@@ -169,6 +169,27 @@ export function loadConfig(env: Env = process.env): Config {
   };
 }
 
+/** `serve` flags that stand for an environment variable (a flag wins over the variable). */
+export const SERVE_FLAGS = {
+  engines: 'ENGINES',
+  samplers: 'SAMPLERS',
+  'max-model-len': 'MAX_MODEL_LEN',
+  'max-num-seqs': 'MAX_NUM_SEQS',
+  'max-num-batched-tokens': 'MAX_NUM_BATCHED_TOKENS',
+  'kv-cache-memory-bytes': 'KV_CACHE_MEMORY_BYTES',
+  dtype: 'DTYPE',
+} as const;
+
+/** The environment with the given `serve` flags applied over it. */
+export function withServeFlags(env: Env, flags: Partial<Record<keyof typeof SERVE_FLAGS, string>>): Env {
+  const applied = { ...env };
+  for (const [flag, name] of Object.entries(SERVE_FLAGS)) {
+    const value = flags[flag as keyof typeof SERVE_FLAGS];
+    if (value !== undefined) applied[name] = value;
+  }
+  return applied;
+}
+
 type Read = (name: string) => string | undefined;
 type ReadInteger = (name: string, fallback: number, min: number, max: number) => number;
 

@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { ConfigError, loadConfig } from '../src/config.ts';
+import { execFile } from 'node:child_process';
+import { ConfigError, loadConfig, repoRoot, withServeFlags } from '../src/config.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 /** The tiny model's KV bytes per position in float32: k and v × 4 layers × 2 KV heads × 32 dims × 4 bytes. */
@@ -99,5 +100,16 @@ describe('engine configuration', () => {
     assert.deepEqual(config.serving, { maxModelLen: null, maxNumSeqs: 32, maxNumBatchedTokens: 2048, kvCacheMemoryBytes: null, dtype: null });
     const single = loadConfig({ ENGINES: 'single', TRAINER_URL: 'tcp://gpu:7000', ENGINE_SECRET: 's' });
     assert.deepEqual([single.engines.mode, single.engines.trainerUrl, single.engines.samplerThreads], ['single', 'tcp://gpu:7000', null]);
+  });
+
+  test('serve flags override their variables; a bad one stops serve naming it', async () => {
+    const config = loadConfig(withServeFlags({ MAX_NUM_SEQS: '8', DTYPE: 'float16' }, { 'max-num-seqs': '2', engines: 'single' }));
+    assert.deepEqual([config.serving.maxNumSeqs, config.serving.dtype, config.engines.mode], [2, 'float16', 'single']);
+    const outcome = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = execFile(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve', '--max-num-seqs', '0', '--dtype', 'fp8'], { cwd: repoRoot, env: { ...process.env, DATA_DIR: '/nonexistent' } }, (_error, _stdout, stderr) => resolve({ code: child.exitCode, stderr }));
+    });
+    assert.equal(outcome.code, 1);
+    assert.match(outcome.stderr, /MAX_NUM_SEQS="0"/);
+    assert.match(outcome.stderr, /DTYPE="fp8"/);
   });
 });
