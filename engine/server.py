@@ -140,21 +140,25 @@ class Limits:
     kv_cache_memory_bytes: Optional[int] = None  # KV cache per base (None: what the two above need)
 
     def sized(self, args, dtype: torch.dtype) -> tuple:
-        """(max_len, max_batch) for a base: the KV budget caps concurrent full-length sequences, then length.
+        """(max_len, max_batch, prefix_cache_tokens) for a base.
 
-        The cache holds at most max_batch x max_len positions, so an admitted request never grows it
-        past the budget: requests beyond max_batch wait in the queue.
+        The KV budget caps concurrent full-length sequences, then the length: the cache holds at most
+        max_batch x max_len positions, so an admitted request never grows it past the budget (requests
+        beyond max_batch wait in the queue). The prefix cache keeps what the budget leaves (at most four
+        full-length prompts); without a budget, one.
         """
         max_len = args.max_position_embeddings if self.max_model_len is None else \
             min(self.max_model_len, args.max_position_embeddings)
         if self.kv_cache_memory_bytes is None:
-            return max_len, self.max_num_seqs
+            return max_len, self.max_num_seqs, max_len
         per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * torch.finfo(dtype).bits // 8
         positions = self.kv_cache_memory_bytes // per_token
         if positions < 2:
             raise ValueError(f"kv_cache_memory_bytes={self.kv_cache_memory_bytes} holds less than 2 positions "
                              f"({per_token} bytes each)")
-        return min(max_len, positions), max(1, min(self.max_num_seqs, positions // max_len))
+        max_len = min(max_len, positions)
+        max_batch = max(1, min(self.max_num_seqs, positions // max_len))
+        return max_len, max_batch, min(4 * max_len, positions - max_batch * max_len)
 
     def to_json(self, threads: int) -> dict:
         return {"max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
@@ -390,10 +394,11 @@ class Engine:
             # Rope tables grow on the first use of a position: grown now, the training thread and the
             # compute thread never race to replace them.
             model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)
-            max_len, max_batch = self.limits.sized(args, dtype)
+            max_len, max_batch, prefix_tokens = self.limits.sized(args, dtype)
             budget = self.limits.max_num_batched_tokens
             sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
-                max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget)))
+                max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget),
+                prefix_cache_tokens=prefix_tokens))
             base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
             self.bases[name] = base
             log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")

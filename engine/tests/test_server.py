@@ -220,16 +220,18 @@ class TestLimits(unittest.TestCase):
     PER_TOKEN = 2 * 2 * 2 * 16 * 4  # k and v, layers, kv heads, head_dim, fp32 bytes
 
     def test_without_a_budget_the_model_and_flags_decide(self):
-        self.assertEqual(Limits(max_num_seqs=8).sized(self.ARGS, torch.float32), (1024, 8))
-        self.assertEqual(Limits(max_model_len=4096).sized(self.ARGS, torch.float32), (1024, 32))
-        self.assertEqual(Limits(max_model_len=300).sized(self.ARGS, torch.float32), (300, 32))
+        self.assertEqual(Limits(max_num_seqs=8).sized(self.ARGS, torch.float32), (1024, 8, 1024))
+        self.assertEqual(Limits(max_model_len=4096).sized(self.ARGS, torch.float32), (1024, 32, 1024))
+        self.assertEqual(Limits(max_model_len=300).sized(self.ARGS, torch.float32), (300, 32, 300))
 
     def test_the_kv_budget_caps_full_length_sequences_then_length(self):
         budget = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3 + 5)
-        self.assertEqual(budget.sized(self.ARGS, torch.float32), (1024, 3))  # 3 full-length sequences fit
-        self.assertEqual(budget.sized(self.ARGS, torch.bfloat16), (1024, 6))  # half the bytes per position
+        self.assertEqual(budget.sized(self.ARGS, torch.float32), (1024, 3, 0))  # 3 full-length sequences fit
+        self.assertEqual(budget.sized(self.ARGS, torch.bfloat16), (1024, 6, 0))  # half the bytes per position
+        self.assertEqual(Limits(max_num_seqs=2, kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3).sized(
+            self.ARGS, torch.float32), (1024, 2, 1024))  # what the batch leaves goes to the prefix cache
         tight = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 500)
-        self.assertEqual(tight.sized(self.ARGS, torch.float32), (500, 1))
+        self.assertEqual(tight.sized(self.ARGS, torch.float32), (500, 1, 0))
         with self.assertRaises(ValueError):
             Limits(kv_cache_memory_bytes=self.PER_TOKEN).sized(self.ARGS, torch.float32)
 
