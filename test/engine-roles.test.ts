@@ -105,6 +105,16 @@ describe('separate sampler and trainer engines', () => {
     assert.ok(!sameTokens || moved > 1e-4, `the trained checkpoint samples exactly like step 0 (max logprob change ${moved})`);
   });
 
+  test('a prompt shared with an earlier request reuses its KV: usage reports the cached prompt tokens', async () => {
+    const content = `Remember this list: ${Array.from({ length: 40 }, (_, i) => `item ${i}`).join(', ')}.`;
+    const ask = (seed: number) => e2e.api('POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 2, seed });
+    const first = await ask(1);
+    const second = await ask(2);
+    assert.equal(second.status, 200);
+    assert.equal(first.body.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(second.body.usage.prompt_tokens_details.cached_tokens, second.body.usage.prompt_tokens - 1);
+  });
+
   test('kill -9 of the trainer fails the running job with training_failed; chat keeps answering and the next job works', async () => {
     const trainer = engineOf(e2e, 'trainer');
     const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: MANY_STEPS })).body;
