@@ -76,16 +76,16 @@ class PrefixCache:
 
     def __init__(self, max_tokens: int, min_tokens: int = 32):
         self.max_tokens, self.min_tokens, self.tokens = max_tokens, min_tokens, 0
-        self._items: "OrderedDict[tuple, Tuple[List[int], torch.Tensor, torch.Tensor]]" = OrderedDict()
+        self._items: "OrderedDict[tuple, Tuple[List[int], tuple]]" = OrderedDict()  # (prompt, KVCache.read_prefix)
 
     @staticmethod
     def _owner(adapter: Optional[Adapter]) -> tuple:
         return (adapter.uid, adapter.version) if adapter is not None else (None, None)
 
     def lookup(self, adapter: Optional[Adapter], prompt: List[int]):
-        """(k, v, L): the longest kept prefix of `prompt` (at most all but its last token), or None."""
+        """(kv, L): the longest kept prefix of `prompt` (at most all but its last token), or None."""
         owner, best, best_len = self._owner(adapter), None, 0
-        for key, (tokens, k, v) in self._items.items():
+        for key, (tokens, _) in self._items.items():
             if key[0] != owner:
                 continue
             n = _common_prefix(tokens, prompt, len(prompt) - 1)
@@ -94,18 +94,17 @@ class PrefixCache:
         if best is None or best_len < self.min_tokens:
             return None
         self._items.move_to_end(best)
-        _, k, v = self._items[best]
-        return k, v, best_len
+        return self._items[best][1], best_len
 
-    def store(self, adapter: Optional[Adapter], prompt: List[int], k: torch.Tensor, v: torch.Tensor) -> None:
-        """Keeps a copy of k/v ([layers, kv_heads, len(prompt), head_dim]) unless it is too short or too long."""
+    def store(self, adapter: Optional[Adapter], prompt: List[int], read: Callable[[], tuple]) -> None:
+        """Keeps the prompt's KV (`read()` copies it out of the cache) unless the prompt is too short or too long."""
         if len(prompt) < self.min_tokens or len(prompt) > self.max_tokens:
             return
         key = (self._owner(adapter), tuple(prompt))
         if key in self._items:
             self._items.move_to_end(key)
             return
-        self._items[key] = (list(prompt), k.clone(), v.clone())
+        self._items[key] = (list(prompt), read())
         self.tokens += len(prompt)
         while self.tokens > self.max_tokens:
             self.tokens -= len(self._items.popitem(last=False)[1][0])
@@ -224,9 +223,8 @@ class Scheduler:
         reused = self.prefix.lookup(req.adapter, prompt) if self.prefix is not None and not want_prompt_lp else None
         begin = 0
         if reused is not None:
-            k, v, begin = reused
-            self.cache.k[:, slot, :, :begin] = k[:, :, :begin]
-            self.cache.v[:, slot, :, :begin] = v[:, :, :begin]
+            kv, begin = reused
+            self.cache.write_prefix(slot, kv, begin)
         req.cached = begin
         entries: List[Optional[dict]] = [None]
         last_logits = None
@@ -245,7 +243,7 @@ class Scheduler:
         if want_prompt_lp:
             req.emit({"type": "prompt", "prompt_logprobs": entries[:len(prompt)]})
         if self.prefix is not None:
-            self.prefix.store(req.adapter, prompt, self.cache.k[:, slot, :, :len(prompt)], self.cache.v[:, slot, :, :len(prompt)])
+            self.prefix.store(req.adapter, prompt, lambda: self.cache.read_prefix(slot, len(prompt)))
         for i in range(1, n):
             self.cache.copy_slot(slot, slot + i, len(prompt))
         bias = static_bias(params, vocab, model.device)

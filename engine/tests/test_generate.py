@@ -215,11 +215,11 @@ class TestPrefixCache(unittest.TestCase):
 
     def test_bounded_in_positions_least_recently_used_first(self):
         cache = PrefixCache(max_tokens=100, min_tokens=4)
-        k = torch.zeros(1, 1, 60, 2)
-        cache.store(None, list(range(60)), k, k)
-        cache.store(None, list(range(100, 150)), k[:, :, :50], k[:, :, :50])  # 110 > 100: the first goes
+        kv = lambda n: (torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))  # noqa: E731
+        cache.store(None, list(range(60)), lambda: kv(60))
+        cache.store(None, list(range(100, 150)), lambda: kv(50))  # 110 > 100: the first goes
         self.assertIsNone(cache.lookup(None, list(range(60))))
-        self.assertEqual(cache.lookup(None, list(range(100, 150)) + [1])[2], 50)
+        self.assertEqual(cache.lookup(None, list(range(100, 150)) + [1])[1], 50)
         self.assertIsNone(cache.lookup(self.adapter, list(range(100, 150)) + [1]))  # another adapter's KV
-        cache.store(None, list(range(200)), torch.zeros(1, 1, 200, 2), torch.zeros(1, 1, 200, 2))  # too long to keep
+        cache.store(None, list(range(200)), lambda: kv(200))  # too long to keep
         self.assertEqual(cache.tokens, 50)
