@@ -138,6 +138,7 @@ def serve_tcp(engine: Engine, address: str, secret: Optional[str], ready: dict) 
     while True:
         conn, peer = srv.accept()
         log(f"connection from {peer}")
+        _keepalive(conn)
         with conn, conn.makefile("rb") as rf, conn.makefile("wb") as wf:
             if secret is not None:
                 conn.settimeout(10.0)  # a silent client must not hold the only connection
@@ -151,3 +152,11 @@ def serve_tcp(engine: Engine, address: str, secret: Optional[str], ready: dict) 
                 conn.settimeout(None)
             serve_stream(engine, rf, wf, ready)
         engine.cancel_all()  # nobody is left to read their tokens
+
+
+def _keepalive(conn: socket.socket) -> None:
+    """A peer gone without a FIN (a host or network failure) frees the only connection within about a minute."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):  # Linux; elsewhere the system defaults apply
+            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)

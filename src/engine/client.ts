@@ -101,6 +101,7 @@ export class EngineClient implements Engine {
       socket.once('connect', () => {
         socket.off('error', reject);
         socket.setNoDelay(true);
+        socket.setKeepAlive(true, 30_000); // a dead engine host shows up as a closed connection, then a reconnect
         const client = new EngineClient(socket, socket, { peer: `the engine at ${host}:${port}`, ...options });
         if (options.secret) void client.request('auth', { secret: options.secret }).catch((error: EngineError) => client.close(error));
         resolve(client);
