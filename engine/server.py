@@ -492,6 +492,8 @@ def parse_args(argv: Optional[List[str]]):
                     help="prompt tokens prefilled between two decode steps")
     ap.add_argument("--kv-cache-memory-bytes", type=int, default=None,
                     help="KV cache per base; caps concurrent full-length sequences (default: unbounded)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="lower this process's CPU priority (a trainer sharing cores with samplers yields to them)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op CPU threads (default: torch's own choice; with Debian's OpenBLAS build "
                          "matmuls run on OpenBLAS's threads and more torch threads only oversubscribe the cores)")
@@ -513,6 +515,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.nice:
+        os.nice(args.nice)
     gflops = measure_matmul_gflops(device)
     log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
     if gflops < LOW_GFLOPS:

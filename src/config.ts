@@ -62,6 +62,8 @@ export interface EngineTopology {
   /** `cpu`, `cuda` or `cuda:N` per child engine; null: CUDA when available. */
   samplerDevice: string | null;
   trainerDevice: string | null;
+  /** CPU priority the child trainer gives up (`nice`), so where it shares cores with samplers, decode steps go first. */
+  trainerNice: number;
 }
 
 export interface ServingLimits {
@@ -230,6 +232,7 @@ function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[
     trainerThreads: read('TRAINER_THREADS') === undefined ? share : integer('TRAINER_THREADS', 1, 1, 1024),
     samplerDevice: device('SAMPLER_DEVICE'),
     trainerDevice: device('TRAINER_DEVICE'),
+    trainerNice: integer('TRAINER_NICE', 10, 0, 19),
   };
 }
 

@@ -4,6 +4,7 @@
  * the trainer with SIGKILL fails only what it was doing.
  */
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { RoleEngine } from '../src/engine/roles.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
@@ -69,6 +70,9 @@ describe('separate sampler and trainer engines', () => {
     const engines = check.body.engine.engines as Record<string, any>[];
     assert.deepEqual(engines.map((engine) => engine.role), ['trainer', 'sampler']);
     assert.notEqual(engines[0].pid, engines[1].pid);
+    // The trainer yields the cores to the sampler (field 19 of /proc/PID/stat is the nice value).
+    const nice = (pid: number) => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[16]);
+    assert.deepEqual([nice(engines[0].pid), nice(engines[1].pid)], [10, 0]);
     for (const engine of engines) {
       assert.equal(engine.state, 'ready');
       assert.equal(engine.limits.max_num_seqs, 32);

@@ -77,6 +77,7 @@ describe('engine configuration', () => {
       MAX_NUM_SEQS: '0',
       DTYPE: 'int8',
       KV_CACHE_MEMORY_BYTES: 'lots',
+      TRAINER_NICE: '20',
     };
     const error = (() => {
       try {
@@ -87,7 +88,7 @@ describe('engine configuration', () => {
       return assert.fail('expected a ConfigError');
     })();
     assert.ok(error instanceof ConfigError);
-    for (const name of ['ENGINES=', 'SAMPLER_URLS:', 'SAMPLERS=', 'SAMPLER_DEVICE=', 'MAX_NUM_SEQS=', 'DTYPE=', 'KV_CACHE_MEMORY_BYTES=', 'ENGINE_SECRET:']) {
+    for (const name of ['ENGINES=', 'SAMPLER_URLS:', 'SAMPLERS=', 'SAMPLER_DEVICE=', 'MAX_NUM_SEQS=', 'DTYPE=', 'KV_CACHE_MEMORY_BYTES=', 'TRAINER_NICE=', 'ENGINE_SECRET:']) {
       assert.ok(error.problems.some((problem) => problem.startsWith(name)), `${name} not named in ${error.message}`);
     }
   });
@@ -97,6 +98,7 @@ describe('engine configuration', () => {
     assert.equal(config.engines.mode, 'separate');
     assert.equal(config.engines.samplers, 1);
     assert.ok(config.engines.samplerThreads! >= 1 && config.engines.trainerThreads! >= 1);
+    assert.equal(config.engines.trainerNice, 10);
     assert.deepEqual(config.serving, { maxModelLen: null, maxNumSeqs: 32, maxNumBatchedTokens: 2048, kvCacheMemoryBytes: null, dtype: null });
     const single = loadConfig({ ENGINES: 'single', TRAINER_URL: 'tcp://gpu:7000', ENGINE_SECRET: 's' });
     assert.deepEqual([single.engines.mode, single.engines.trainerUrl, single.engines.samplerThreads], ['single', 'tcp://gpu:7000', null]);

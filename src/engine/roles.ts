@@ -77,20 +77,20 @@ function parseUrl(url: string, secret: string | null): RemoteEngine {
 }
 
 export function createEngineRoles({ topology, serving, python, logger, extraArgs = [] }: EngineRolesOptions): EngineRoles {
-  const make = (role: EngineRole, index: number, url: string | null, threads: number | null, device: string | null): RoleEngine => ({
+  const make = (role: EngineRole, index: number, url: string | null, threads: number | null, device: string | null, nice = 0): RoleEngine => ({
     role,
     supervisor: new EngineSupervisor({
       python,
       logger: tagged(logger, { role, engine: index }),
       remote: url === null ? null : parseUrl(url, topology.secret),
-      args: [...engineArgs(serving, threads, device), ...extraArgs],
+      args: [...engineArgs(serving, threads, device), ...(nice ? ['--nice', String(nice)] : []), ...extraArgs],
     }),
   });
   if (topology.mode === 'single') {
     const only = make('sampler+trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice);
     return { sampler: only.supervisor, trainer: only.supervisor, all: [only] };
   }
-  const trainer = make('trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice);
+  const trainer = make('trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice, topology.trainerNice);
   const samplerUrls = topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
   const samplers = samplerUrls.map((url, index) => make('sampler', index + 1, url, topology.samplerThreads, topology.samplerDevice));
   const sampler = samplers.length === 1 ? samplers[0].supervisor : new SamplerPool(samplers.map((engine) => engine.supervisor));
