@@ -35,7 +35,8 @@ from engine import lora as L  # noqa: E402
 from engine.generate import GenRequest, Scheduler, SchedulerConfig  # noqa: E402
 from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
-from engine.server import encode_frame, measure_matmul_gflops  # noqa: E402
+from engine.server import measure_matmul_gflops  # noqa: E402
+from engine.transport import encode_frame  # noqa: E402
 from engine.train import LossConfig, OptimizerConfig, parse_rows, train_step  # noqa: E402
 
 CONFIG_25M = {

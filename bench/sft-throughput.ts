@@ -31,8 +31,8 @@ try {
   const trainable = (await allEvents(e2e, job.id)).filter((e) => e.type === 'gradient_step').reduce((sum, e) => sum + Number(e.data.num_trainable_tokens), 0);
 
   const services = e2e.server.services;
-  const base = await services.runtime.load('builtin/tiny-chat');
-  const engine = services.runtime.requireEngine();
+  const base = await services.runtime.loadForTraining('builtin/tiny-chat');
+  const engine = services.runtime.trainer();
   await engine.ensureAdapter({ adapter: 'bench-sft', base: base.id, init: { ...LORA_DEFAULTS, seed: 1 } });
   const rows = conversations.map((conversation) => {
     const sequence = tokenizeConversation(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null), conversation.messages, 'all')!;

@@ -37,7 +37,7 @@ try {
 
   // The engine alone: the same rows, straight into train_step on a fresh adapter.
   const services = e2e.server.services;
-  const base = await services.runtime.load('builtin/tiny-chat');
+  const base = await services.runtime.loadForTraining('builtin/tiny-chat');
   const sequences: ScoredSequence[] = [];
   let trajectory = 0;
   for (const group of groups) {
@@ -49,7 +49,7 @@ try {
     });
   }
   const rows = packRows(sequences, weighSequences(sequences, 0), rowLength(sequences, base.engine.context_length, null));
-  const engine = services.runtime.requireEngine();
+  const engine = services.runtime.trainer();
   await engine.ensureAdapter({ adapter: 'bench-direct', base: base.id, init: { ...LORA_DEFAULTS, seed: 1 } });
   const engineStarted = performance.now();
   for (const row of rows) {

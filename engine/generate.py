@@ -15,9 +15,9 @@ how logits become tokens (sampling.py), adapter storage (lora.py).
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Callable, Deque, List, Optional
+from typing import Callable, Deque, List, Optional, Tuple
 
 import torch
 
@@ -43,6 +43,7 @@ class GenRequest:
     live: int = 0  # sequences not yet finished
     on_release: Optional[Callable[["GenRequest"], None]] = None
     constraint: Optional[Automaton] = None  # every sequence decodes only what it accepts
+    cached: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 @dataclass
@@ -63,6 +64,58 @@ class SchedulerConfig:
     max_len: int = 4096  # tokens per sequence, prompt included
     prefill_chunk: int = 512  # bounds attention memory of long prompts
     prefill_budget: int = 2048  # prompt tokens admitted between two decode steps
+    prefix_cache_tokens: int = 0  # KV positions kept of recent prompts for reuse (0: no prefix cache)
+
+
+class PrefixCache:
+    """The KV of recent prompts, so a request sharing a prompt prefix prefills only the rest.
+
+    Keyed by adapter (uid, version: KV depends on the adapter, and a trained adapter's version moves),
+    least recently used first, bounded in KV positions. Prompts shorter than `min_tokens` are not kept.
+    """
+
+    def __init__(self, max_tokens: int, min_tokens: int = 32):
+        self.max_tokens, self.min_tokens, self.tokens = max_tokens, min_tokens, 0
+        self._items: "OrderedDict[tuple, Tuple[List[int], tuple]]" = OrderedDict()  # (prompt, KVCache.read_prefix)
+
+    @staticmethod
+    def _owner(adapter: Optional[Adapter]) -> tuple:
+        return (adapter.uid, adapter.version) if adapter is not None else (None, None)
+
+    def lookup(self, adapter: Optional[Adapter], prompt: List[int]):
+        """(kv, L): the longest kept prefix of `prompt` (at most all but its last token), or None."""
+        owner, best, best_len = self._owner(adapter), None, 0
+        for key, (tokens, _) in self._items.items():
+            if key[0] != owner:
+                continue
+            n = _common_prefix(tokens, prompt, len(prompt) - 1)
+            if n > best_len:
+                best, best_len = key, n
+        if best is None or best_len < self.min_tokens:
+            return None
+        self._items.move_to_end(best)
+        return self._items[best][1], best_len
+
+    def store(self, adapter: Optional[Adapter], prompt: List[int], read: Callable[[], tuple]) -> None:
+        """Keeps the prompt's KV (`read()` copies it out of the cache) unless the prompt is too short or too long."""
+        if len(prompt) < self.min_tokens or len(prompt) > self.max_tokens:
+            return
+        key = (self._owner(adapter), tuple(prompt))
+        if key in self._items:
+            self._items.move_to_end(key)
+            return
+        self._items[key] = (list(prompt), read())
+        self.tokens += len(prompt)
+        while self.tokens > self.max_tokens:
+            self.tokens -= len(self._items.popitem(last=False)[1][0])
+
+
+def _common_prefix(a: List[int], b: List[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class Scheduler:
@@ -76,6 +129,7 @@ class Scheduler:
         self.waiting: Deque[GenRequest] = deque()
         self.running: List[Sequence] = []
         self.stacks = StackCache()
+        self.prefix = PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens > 0 else None
         self._rate: Deque = deque()  # (time, tokens) of recent steps
 
     # --- queue --------------------------------------------------------------
@@ -122,7 +176,7 @@ class Scheduler:
             self.waiting.popleft()
             budget -= len(req.prompt)
             try:
-                self._admit(req)
+                budget += self._admit(req)  # a reused prefix costs nothing
             except Exception as e:  # a bad request must not take the batch down
                 self._drop_request(req)
                 req.finish({"error": e})
@@ -157,7 +211,8 @@ class Scheduler:
 
     # --- prefill ------------------------------------------------------------
 
-    def _admit(self, req: GenRequest) -> None:
+    def _admit(self, req: GenRequest) -> int:
+        """Prefills the prompt (after any cached prefix) into the next free slots; answers the tokens reused."""
         params, prompt, n = req.params, req.prompt, req.params.n
         model, vocab = self.model, self.model.args.vocab_size
         slot = len(self.running)
@@ -165,10 +220,16 @@ class Scheduler:
         lora = LoraBatch([req.adapter], model.dtype, model.device, self.stacks) if req.adapter else None
         tokens = torch.tensor(prompt, device=model.device)
         want_prompt_lp = params.prompt_logprobs is not None
+        reused = self.prefix.lookup(req.adapter, prompt) if self.prefix is not None and not want_prompt_lp else None
+        begin = 0
+        if reused is not None:
+            kv, begin = reused
+            self.cache.write_prefix(slot, kv, begin)
+        req.cached = begin
         entries: List[Optional[dict]] = [None]
         last_logits = None
         chunk = self.config.prefill_chunk
-        for start in range(0, len(prompt), chunk):
+        for start in range(begin, len(prompt), chunk):
             piece = tokens[start:start + chunk]
             ctx = ForwardContext.cached(self.cache, slot, [start], piece.shape[0], self.window)
             h = model(piece[None, :], ctx, lora)[0]
@@ -181,6 +242,8 @@ class Scheduler:
                 last_logits = model.logits(h[-1:])
         if want_prompt_lp:
             req.emit({"type": "prompt", "prompt_logprobs": entries[:len(prompt)]})
+        if self.prefix is not None:
+            self.prefix.store(req.adapter, prompt, lambda: self.cache.read_prefix(slot, len(prompt)))
         for i in range(1, n):
             self.cache.copy_slot(slot, slot + i, len(prompt))
         bias = static_bias(params, vocab, model.device)
@@ -195,6 +258,7 @@ class Scheduler:
             seq.slot = slot + i
             self.running.append(seq)
         self._record(seqs, result)
+        return begin
 
     # --- decode -------------------------------------------------------------
 
@@ -254,7 +318,7 @@ class Scheduler:
                 self._drop_request(req)
                 # A cancel that raced with the last token still ends the request as cancelled.
                 req.finish({"error": Cancelled("cancelled")} if req.cancelled else
-                           {"prompt_tokens": len(req.prompt), "cached_tokens": 0})
+                           {"prompt_tokens": len(req.prompt), "cached_tokens": req.cached})
 
     def _remove(self, seq: Sequence) -> None:
         """Take a sequence out of the batch; the last slot's sequence moves into its slot."""

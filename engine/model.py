@@ -213,6 +213,15 @@ class KVCache:
         self.k[:, dst, :, :length] = self.k[:, src, :, :length]
         self.v[:, dst, :, :length] = self.v[:, src, :, :length]
 
+    def read_prefix(self, slot: int, length: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the first `length` positions of a slot (for the prefix cache)."""
+        return self.k[:, slot, :, :length].clone(), self.v[:, slot, :, :length].clone()
+
+    def write_prefix(self, slot: int, kv: Tuple[torch.Tensor, torch.Tensor], length: int) -> None:
+        """Puts the first `length` positions of a `read_prefix` result into a slot."""
+        self.k[:, slot, :, :length] = kv[0][:, :, :length]
+        self.v[:, slot, :, :length] = kv[1][:, :, :length]
+
 
 @dataclass
 class ForwardContext:

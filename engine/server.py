@@ -1,30 +1,28 @@
-"""The framed protocol of docs/engine-protocol.md over stdio or TCP, and the engine's state.
+"""The ops of docs/engine-protocol.md and the engine's state.
 
-Owns: framing (4-byte big-endian length + UTF-8 JSON), request validation at
-the edge, error replies (bad_request, not_found, cancelled, internal), the
-registry of loaded bases and resident adapters, and the two threads: the
+Owns: request validation at the edge, error replies (bad_request, not_found,
+cancelled, internal, unauthorized), the serving limits (vLLM's names), the
+registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
 step) and queues everything else for the compute thread, which runs ops in
-arrival order and steps the generation schedulers between them.
+arrival order and steps the generation schedulers between them; train_step
+and forward go on to the training thread, so decoding never waits for them.
 
-Refuses to know: the numerics. Models, adapters, sampling and losses are
-called through model.py, lora.py, generate.py and train.py.
+Refuses to know: the numerics (model.py, lora.py, generate.py, train.py) and
+how frames travel (transport.py).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import queue
-import socket
-import struct
 import sys
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional
 
 import torch
 
@@ -34,19 +32,14 @@ from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
 from .sampling import SamplingParams
 from .train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, train_step
+from .transport import log, serve_stream, serve_tcp
 
-MAX_FRAME = 512 * 1024 * 1024
 LOW_GFLOPS = 20.0
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class NotFound(LookupError):
     pass
-
-
-def log(msg: str) -> None:
-    sys.stderr.write(f"{time.strftime('%H:%M:%S')} engine: {msg}\n")
-    sys.stderr.flush()
 
 
 def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0.25) -> float:
@@ -69,37 +62,6 @@ def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def _finite(obj):
-    """JSON has no NaN/inf: they become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def encode_frame(obj: dict) -> bytes:
-    try:
-        data = json.dumps(obj, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        data = json.dumps(_finite(obj), separators=(",", ":"))
-    raw = data.encode("utf-8")
-    return struct.pack(">I", len(raw)) + raw
-
-
-def read_exact(stream: BinaryIO, n: int) -> Optional[bytes]:
-    chunks, got = [], 0
-    while got < n:
-        piece = stream.read(min(n - got, 1 << 20))
-        if not piece:
-            return None
-        chunks.append(piece)
-        got += len(piece)
-    return b"".join(chunks)
 
 
 def _req(msg: dict, key: str, kind, what: str):
@@ -127,18 +89,56 @@ class Ticket:
         self.req: Optional[GenRequest] = None
 
 
+@dataclass
+class Limits:
+    """The serving limits of the command line, named as vLLM names them."""
+    max_model_len: Optional[int] = None  # tokens per sequence, prompt included (None: the model's)
+    max_num_seqs: int = 32  # sequences decoding at once per base
+    max_num_batched_tokens: int = 2048  # prompt tokens prefilled between two decode steps
+    kv_cache_memory_bytes: Optional[int] = None  # KV cache per base (None: what the two above need)
+
+    def sized(self, args, dtype: torch.dtype) -> tuple:
+        """(max_len, max_batch, prefix_cache_tokens) for a base.
+
+        The KV budget caps concurrent full-length sequences, then the length: the cache holds at most
+        max_batch x max_len positions, so an admitted request never grows it past the budget (requests
+        beyond max_batch wait in the queue). The prefix cache keeps what the budget leaves (at most four
+        full-length prompts); without a budget, one.
+        """
+        max_len = args.max_position_embeddings if self.max_model_len is None else \
+            min(self.max_model_len, args.max_position_embeddings)
+        if self.kv_cache_memory_bytes is None:
+            return max_len, self.max_num_seqs, max_len
+        per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * torch.finfo(dtype).bits // 8
+        positions = self.kv_cache_memory_bytes // per_token
+        if positions < 2:
+            raise ValueError(f"kv_cache_memory_bytes={self.kv_cache_memory_bytes} holds less than 2 positions "
+                             f"({per_token} bytes each)")
+        max_len = min(max_len, positions)
+        max_batch = max(1, min(self.max_num_seqs, positions // max_len))
+        return max_len, max_batch, min(4 * max_len, positions - max_batch * max_len)
+
+    def to_json(self, threads: int) -> dict:
+        return {"max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "kv_cache_memory_bytes": self.kv_cache_memory_bytes, "threads": threads}
+
+
 class Engine:
-    def __init__(self, device: torch.device, max_adapters: int = 32, max_batch: int = 32,
-                 max_seq_len: Optional[int] = None, matmul_gflops: float = 0.0):
+    def __init__(self, device: torch.device, max_adapters: int = 32, limits: Optional[Limits] = None,
+                 matmul_gflops: float = 0.0, dtype: Optional[torch.dtype] = None):
         self.device = device
-        self.default_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        self.max_batch, self.max_seq_len, self.matmul_gflops = max_batch, max_seq_len, matmul_gflops
+        self.default_dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+        self.limits, self.matmul_gflops = limits or Limits(), matmul_gflops
         self.bases: Dict[str, Base] = {}
         self.adapters = L.AdapterStore(max_adapters)
         self.constraints = ConstraintStore()
         self.lock = threading.Lock()
         self.tickets: Dict[str, Ticket] = {}
         self.jobs: "queue.Queue" = queue.Queue()
+        self.deferred: Deque = deque()  # ops held back while the training thread works
+        self.train_jobs: "queue.Queue" = queue.Queue()
+        self.training: Optional[str] = None  # the id of the train_step or forward on the training thread
         self.send: Callable[[dict], None] = lambda obj: None
 
     # --- replies -------------------------------------------------------------
@@ -220,22 +220,9 @@ class Engine:
 
     def compute_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            busy = any(b.scheduler.has_work() for b in list(self.bases.values()))
-            try:
-                job = self.jobs.get_nowait() if busy else self.jobs.get(timeout=0.2)
-            except queue.Empty:
-                job = None
+            job = self._next_job()
             if job is not None:
-                op, rid, msg = job
-                try:
-                    result = getattr(self, "op_" + op)(rid, msg)
-                    if result is not None:
-                        self.reply(rid, result)
-                except Exception as e:
-                    if op == "generate":
-                        with self.lock:
-                            self.tickets.pop(rid, None)
-                    self.error(rid, e)
+                self._run_job(*job)
                 continue  # drain the job queue before the next decode step
             for base in list(self.bases.values()):
                 if base.scheduler.has_work():
@@ -244,6 +231,74 @@ class Engine:
                     except Exception as e:
                         log(f"generation step failed on {base.name}: {e!r}")
                         base.scheduler.fail_all(e)
+
+    def _next_job(self):
+        """The next op to run: held-back ops first once training is done; None when it is time to decode.
+
+        While a train_step or forward runs on the training thread, every op but `generate` is held back
+        (and so is a `generate` queued behind one), so ops still take effect in arrival order.
+        """
+        if self.deferred and self.training is None:
+            return self.deferred.popleft()
+        busy = any(b.scheduler.has_work() for b in list(self.bases.values()))
+        while True:
+            try:
+                job = self.jobs.get_nowait() if busy else self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                return None
+            if job[0] == "_trained" or self.training is None or (job[0] == "generate" and not self.deferred):
+                return job
+            self.deferred.append(job)
+            if not busy:
+                return None
+
+    def _run_job(self, op: str, rid, msg) -> None:
+        try:
+            result = getattr(self, "op_" + op)(rid, msg)
+            if result is not None:
+                self.reply(rid, result)
+        except Exception as e:
+            if op == "generate":
+                with self.lock:
+                    self.tickets.pop(rid, None)
+            self.error(rid, e)
+
+    # --- training thread -----------------------------------------------------
+
+    def _train_beside_decode(self, rid, adapter: Optional[L.Adapter], work: Callable[[], dict], trains: bool) -> None:
+        """Runs `work` on the training thread; decode steps go on meanwhile (torch releases the GIL in its ops).
+
+        The adapter stays pinned (an LRU insert must not evict it) until `op__trained` answers on this thread.
+        """
+        if adapter is not None:
+            adapter.pins += 1
+        self.training = rid
+        self.train_jobs.put((rid, adapter, work, trains))
+
+    def train_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                rid, adapter, work, trains = self.train_jobs.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                outcome = work()
+            except Exception as e:  # answered as an error reply by the compute thread
+                outcome = e
+            self.jobs.put(("_trained", rid, {"adapter": adapter, "outcome": outcome, "trains": trains}))
+
+    def op__trained(self, rid, msg) -> Optional[dict]:
+        """Back on the compute thread: release the adapter, drop its stale stacks, answer."""
+        self.training = None
+        adapter, outcome = msg["adapter"], msg["outcome"]
+        if adapter is not None:
+            adapter.pins -= 1
+            if msg["trains"]:
+                for b in self.bases.values():
+                    b.scheduler.stacks.forget(adapter)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     def _base(self, msg: dict) -> Base:
         name = _req(msg, "base", str, "a loaded base name")
@@ -294,8 +349,14 @@ class Engine:
             t0 = time.perf_counter()
             args = load_args(path)
             model = Transformer.from_pretrained(path, dtype, self.device)
-            max_len = args.max_position_embeddings if self.max_seq_len is None else min(self.max_seq_len, args.max_position_embeddings)
-            sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(max_batch=self.max_batch, max_len=max_len))
+            # Rope tables grow on the first use of a position: grown now, the training thread and the
+            # compute thread never race to replace them.
+            model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)
+            max_len, max_batch, prefix_tokens = self.limits.sized(args, dtype)
+            budget = self.limits.max_num_batched_tokens
+            sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
+                max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget),
+                prefix_cache_tokens=prefix_tokens))
             base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
             self.bases[name] = base
             log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
@@ -303,7 +364,7 @@ class Engine:
             base.tokens = TokenTable(msg["token_bytes"], base.model.args.vocab_size, base.model.device)
         a = base.model.args
         return {"vocab_size": a.vocab_size, "context_length": base.max_len, "eos_token_ids": a.eos_token_ids,
-                "num_parameters": base.model.num_parameters()}
+                "num_parameters": base.model.num_parameters(), "max_num_seqs": base.scheduler.config.max_batch}
 
     def op_ensure_adapter(self, rid, msg) -> dict:
         key = _req(msg, "adapter", str, "an adapter key")
@@ -384,13 +445,13 @@ class Engine:
                 req.cancelled = ticket.cancelled
         return None
 
-    def op_forward(self, rid, msg) -> dict:
+    def op_forward(self, rid, msg) -> None:
         base = self._base(msg)
         adapter = self._adapter(msg, base, required=False)
         rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, None)
-        return {"logprobs": forward_logprobs(base.model, rows, adapter)}
+        self._train_beside_decode(rid, adapter, lambda: {"logprobs": forward_logprobs(base.model, rows, adapter)}, False)
 
-    def op_train_step(self, rid, msg) -> dict:
+    def op_train_step(self, rid, msg) -> None:
         base = self._base(msg)
         adapter = self._adapter(msg, base, required=True)
         loss = msg.get("loss")
@@ -399,17 +460,15 @@ class Engine:
         rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, loss)
         loss_cfg = LossConfig.from_request(msg.get("loss_config") if loss == "rl" else None)
         opt_cfg = OptimizerConfig.from_request(msg.get("optimizer"), loss)
-        adapter.pins += 1  # an LRU insert during the step must not evict it
+        adapter.pins += 1  # loading the reference must not evict the adapter being trained
         try:
             # The KL reference policy: a named adapter (an earlier checkpoint), else the base model.
             reference = self._adapter({"adapter": msg.get("reference_adapter"), "adapter_path": msg.get("reference_adapter_path")},
                                       base, required=False)
-            metrics = train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg, reference)
         finally:
             adapter.pins -= 1
-        for b in self.bases.values():
-            b.scheduler.stacks.forget(adapter)
-        return {"metrics": metrics}
+        work = lambda: {"metrics": train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg, reference)}  # noqa: E731
+        self._train_beside_decode(rid, adapter, work, True)
 
 
 def rss_bytes() -> int:
@@ -420,62 +479,41 @@ def rss_bytes() -> int:
         return 0
 
 
-class FrameWriter:
-    def __init__(self, stream: BinaryIO):
-        self.stream, self.lock, self.broken = stream, threading.Lock(), False
-
-    def __call__(self, obj: dict) -> None:
-        data = encode_frame(obj)
-        with self.lock:
-            if self.broken:
-                return
-            try:
-                self.stream.write(data)
-                self.stream.flush()
-            except (OSError, ValueError):
-                self.broken = True  # peer gone; the reader sees EOF and shuts down
-
-
-def serve_stream(engine: Engine, rfile: BinaryIO, wfile: BinaryIO, ready: dict) -> None:
-    """Read frames until EOF; replies go to wfile."""
-    writer = FrameWriter(wfile)
-    engine.send = writer
-    writer(ready)
-    while True:
-        head = read_exact(rfile, 4)
-        if head is None:
-            return
-        (length,) = struct.unpack(">I", head)
-        if length > MAX_FRAME:
-            engine.error(None, ValueError(f"frame of {length} bytes exceeds {MAX_FRAME}"))
-            if read_exact(rfile, length) is None:  # skip it to stay in sync
-                return
-            continue
-        body = read_exact(rfile, length)
-        if body is None:
-            return
-        try:
-            msg = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            engine.error(None, ValueError(f"frame is not valid UTF-8 JSON: {e}"))
-            continue
-        engine.handle(msg)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
+def parse_args(argv: Optional[List[str]]):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python3 -m engine", description="LLM engine speaking framed JSON on stdio")
-    ap.add_argument("--tcp", metavar="HOST:PORT", help="serve on TCP instead of stdio (one connection at a time)")
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--tcp", metavar="HOST:PORT",
+                    help="serve on TCP instead of stdio (one connection at a time); the ENGINE_SECRET environment "
+                         "variable, when set, is the secret a connection's first frame must carry "
+                         "(required beyond loopback)")
+    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
+    ap.add_argument("--dtype", choices=list(DTYPES), default=None,
+                    help="default weights dtype (default: float32 on CPU, bfloat16 on CUDA)")
     ap.add_argument("--max-adapters", type=int, default=32)
-    ap.add_argument("--max-batch", type=int, default=32, help="concurrent generation sequences per base")
-    ap.add_argument("--max-seq-len", type=int, default=None, help="cap on tokens per sequence (default: the model's)")
+    ap.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", type=int, default=32,
+                    help="concurrent generation sequences per base")
+    ap.add_argument("--max-model-len", "--max-seq-len", dest="max_model_len", type=int, default=None,
+                    help="cap on tokens per sequence, prompt included (default: the model's)")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                    help="prompt tokens prefilled between two decode steps")
+    ap.add_argument("--kv-cache-memory-bytes", type=int, default=None,
+                    help="KV cache per base; caps concurrent full-length sequences (default: unbounded)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="lower this process's CPU priority (a trainer sharing cores with samplers yields to them)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch intra-op CPU threads (default: torch's own choice; with Debian's OpenBLAS build "
                          "matmuls run on OpenBLAS's threads and more torch threads only oversubscribe the cores)")
     args = ap.parse_args(argv)
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
 
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
     # Frames own the real stdout; anything else printing (C or Python) lands on stderr.
     frame_out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
@@ -484,30 +522,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.nice:
+        os.nice(args.nice)
     gflops = measure_matmul_gflops(device)
     log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
     if gflops < LOW_GFLOPS:
         log(f"WARNING: fp32 matmul reaches only {gflops:.1f} GFLOP/s (< {LOW_GFLOPS:.0f}); this looks like the "
             "reference BLAS. Install an optimized one (Debian: libopenblas0-pthread).")
-    engine = Engine(device, args.max_adapters, args.max_batch, args.max_seq_len, round(gflops, 1))
+    limits = Limits(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.kv_cache_memory_bytes)
+    engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None)
     ready = {"id": None, "event": "ready", "device": device.type,
              "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
-             "matmul_gflops": round(gflops, 1)}
+             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads())}
     stop = threading.Event()
-    worker = threading.Thread(target=engine.compute_loop, args=(stop,), name="compute", daemon=True)
-    worker.start()
+    for target, name in ((engine.compute_loop, "compute"), (engine.train_loop, "train")):
+        threading.Thread(target=target, args=(stop,), name=name, daemon=True).start()
     try:
         if args.tcp:
-            host, _, port = args.tcp.rpartition(":")
-            srv = socket.create_server((host or "127.0.0.1", int(port)))
-            bound = srv.getsockname()
-            log(f"listening on {bound[0]}:{bound[1]}")
-            while True:
-                conn, peer = srv.accept()
-                log(f"connection from {peer}")
-                with conn, conn.makefile("rb") as rf, conn.makefile("wb") as wf:
-                    serve_stream(engine, rf, wf, ready)
-                engine.cancel_all()  # nobody is left to read their tokens
+            serve_tcp(engine, args.tcp, os.environ.get("ENGINE_SECRET") or None, ready)
         else:
             serve_stream(engine, sys.stdin.buffer, frame_out, ready)
     except KeyboardInterrupt:

@@ -2,6 +2,7 @@
  * Environment → typed configuration. Every bad variable is reported in one error,
  * so an operator fixes a deployment in one pass instead of one variable per restart.
  */
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isToolParserName, TOOL_PARSER_NAMES, type ToolParserName } from './chat/tool-calls/index.ts';
@@ -53,6 +54,46 @@ export interface Config {
   maxConnectionsPerClient: number;
   /** A `chat_template` in a chat request is user code: rendered (in a budgeted worker) only when the operator trusts it. */
   trustRequestChatTemplate: boolean;
+  /** Which engine processes serve and train, and where they run. */
+  engines: EngineTopology;
+  /** vLLM-named limits every sampling engine started by this server runs with. */
+  serving: ServingLimits;
+}
+
+export type EngineDtype = 'float32' | 'bfloat16' | 'float16';
+
+/**
+ * `separate`: a trainer and `samplers` sampling engines, so chat keeps answering while a job trains;
+ * `single`: one engine holds both roles (machines too small for two). An engine with a URL is a remote
+ * `python -m engine --tcp` reached with `secret`; one without is a child process of this server.
+ */
+export interface EngineTopology {
+  mode: 'separate' | 'single';
+  samplers: number;
+  samplerUrls: string[];
+  trainerUrl: string | null;
+  secret: string | null;
+  /** CPU threads per child engine; null lets torch choose. */
+  samplerThreads: number | null;
+  trainerThreads: number | null;
+  /** `cpu`, `cuda` or `cuda:N` per child engine; null: CUDA when available. */
+  samplerDevice: string | null;
+  trainerDevice: string | null;
+  /** CPU priority the child trainer gives up (`nice`), so where it shares cores with samplers, decode steps go first. */
+  trainerNice: number;
+}
+
+export interface ServingLimits {
+  /** Most tokens (prompt included) one sequence may hold; null: the model's own. */
+  maxModelLen: number | null;
+  /** Most sequences decoding at once per engine. */
+  maxNumSeqs: number;
+  /** Most prompt tokens prefilled between two decode steps. */
+  maxNumBatchedTokens: number;
+  /** KV-cache bytes per engine and base; null: as large as max_num_seqs × max_model_len needs. */
+  kvCacheMemoryBytes: number | null;
+  /** Weights and compute dtype; null: float32 on CPU, bfloat16 on CUDA. */
+  dtype: EngineDtype | null;
 }
 
 type HttpLimits = Pick<Config, 'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'>;
@@ -137,6 +178,8 @@ export function loadConfig(env: Env = process.env): Config {
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
   const httpLimits = readHttpLimits(integer, problems);
+  const engines = parseEngineTopology(read, integer, problems);
+  const serving = parseServingLimits(read, integer, problems);
 
   if (problems.length > 0) throw new ConfigError(problems);
   return {
@@ -158,6 +201,85 @@ export function loadConfig(env: Env = process.env): Config {
     artifactMaxFileBytes,
     maxInFlightChat,
     trustRequestChatTemplate: trustTemplates === 'on',
+    engines,
+    serving,
+  };
+}
+
+/** `serve` flags that stand for an environment variable (a flag wins over the variable). */
+export const SERVE_FLAGS = {
+  engines: 'ENGINES',
+  samplers: 'SAMPLERS',
+  'max-model-len': 'MAX_MODEL_LEN',
+  'max-num-seqs': 'MAX_NUM_SEQS',
+  'max-num-batched-tokens': 'MAX_NUM_BATCHED_TOKENS',
+  'kv-cache-memory-bytes': 'KV_CACHE_MEMORY_BYTES',
+  dtype: 'DTYPE',
+} as const;
+
+/** The environment with the given `serve` flags applied over it. */
+export function withServeFlags(env: Env, flags: Partial<Record<keyof typeof SERVE_FLAGS, string>>): Env {
+  const applied = { ...env };
+  for (const [flag, name] of Object.entries(SERVE_FLAGS)) {
+    const value = flags[flag as keyof typeof SERVE_FLAGS];
+    if (value !== undefined) applied[name] = value;
+  }
+  return applied;
+}
+
+type Read = (name: string) => string | undefined;
+type ReadInteger = (name: string, fallback: number, min: number, max: number) => number;
+
+const ENGINE_URL_PATTERN = /^tcp:\/\/[^\s/:]+:\d{1,5}$/;
+const DEVICE_PATTERN = /^(cpu|cuda(:\d+)?)$/;
+const DTYPES: EngineDtype[] = ['float32', 'bfloat16', 'float16'];
+
+/** Threads per child engine default to an equal share of the cores, so two engines never fight over them. */
+function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[]): EngineTopology {
+  const mode = read('ENGINES') ?? 'separate';
+  if (mode !== 'separate' && mode !== 'single') problems.push(`ENGINES=${JSON.stringify(mode)}: expected separate or single`);
+  const urls = (name: string) => {
+    const list = (read(name) ?? '').split(',').map((part) => part.trim()).filter(Boolean);
+    for (const url of list) if (!ENGINE_URL_PATTERN.test(url)) problems.push(`${name}: ${JSON.stringify(url)} is not tcp://host:port`);
+    return list;
+  };
+  const samplerUrls = urls('SAMPLER_URLS');
+  const trainerUrls = urls('TRAINER_URL');
+  if (trainerUrls.length > 1) problems.push('TRAINER_URL: expected one tcp://host:port');
+  if (mode === 'single' && samplerUrls.length > 0) problems.push('SAMPLER_URLS: not used with ENGINES=single (set TRAINER_URL for a remote single engine)');
+  const samplers = integer('SAMPLERS', 1, 1, 64);
+  const secret = read('ENGINE_SECRET') ?? null;
+  if ((samplerUrls.length > 0 || trainerUrls.length > 0) && secret === null) problems.push('ENGINE_SECRET: required when SAMPLER_URLS or TRAINER_URL names a remote engine');
+  const localEngines = mode === 'single' ? 1 : (samplerUrls.length > 0 ? 0 : samplers) + (trainerUrls.length > 0 ? 0 : 1);
+  const share = mode === 'single' ? null : Math.max(1, Math.floor(availableParallelism() / Math.max(1, localEngines)));
+  const device = (name: string) => {
+    const value = read(name) ?? null;
+    if (value !== null && !DEVICE_PATTERN.test(value)) problems.push(`${name}=${JSON.stringify(value)}: expected cpu, cuda or cuda:N`);
+    return value;
+  };
+  return {
+    mode: mode === 'single' ? 'single' : 'separate',
+    samplers,
+    samplerUrls,
+    trainerUrl: trainerUrls[0] ?? null,
+    secret,
+    samplerThreads: read('SAMPLER_THREADS') === undefined ? share : integer('SAMPLER_THREADS', 1, 1, 1024),
+    trainerThreads: read('TRAINER_THREADS') === undefined ? share : integer('TRAINER_THREADS', 1, 1, 1024),
+    samplerDevice: device('SAMPLER_DEVICE'),
+    trainerDevice: device('TRAINER_DEVICE'),
+    trainerNice: integer('TRAINER_NICE', 10, 0, 19),
+  };
+}
+
+function parseServingLimits(read: Read, integer: ReadInteger, problems: string[]): ServingLimits {
+  const dtype = (read('DTYPE') ?? null) as EngineDtype | null;
+  if (dtype !== null && !DTYPES.includes(dtype)) problems.push(`DTYPE=${JSON.stringify(dtype)}: expected one of ${DTYPES.join(', ')}`);
+  return {
+    maxModelLen: read('MAX_MODEL_LEN') === undefined ? null : integer('MAX_MODEL_LEN', 0, 2, 1 << 24),
+    maxNumSeqs: integer('MAX_NUM_SEQS', 32, 1, 4096),
+    maxNumBatchedTokens: integer('MAX_NUM_BATCHED_TOKENS', 2048, 16, 1 << 24),
+    kvCacheMemoryBytes: read('KV_CACHE_MEMORY_BYTES') === undefined ? null : integer('KV_CACHE_MEMORY_BYTES', 0, 1 << 16, Number.MAX_SAFE_INTEGER),
+    dtype,
   };
 }
 

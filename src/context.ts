@@ -17,8 +17,7 @@ import { JobQueue } from './jobs/queue.ts';
 import { CheckpointWriter } from './jobs/checkpoint-writer.ts';
 import { createRlRunner } from './jobs/rl-runner.ts';
 import type { JobRunner } from './jobs/worker.ts';
-import type { Engine } from './engine/client.ts';
-import { BaseModelRuntime } from './services/base-model-runtime.ts';
+import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
 import { ChatService } from './services/chat-service.ts';
 import { ModelResolver } from './services/model-resolver.ts';
 import { ServedModelsService } from './services/served-models-service.ts';
@@ -62,9 +61,9 @@ export interface ContextOptions {
   config: Config;
   store: Store;
   clock: Clock;
-  /** The engine, or null when this process serves without one (ENGINE=off, or tests of the HTTP layer). */
-  engine?: Engine | null;
-  /** How the system check asks whether the engine works; by default a `stats` round trip. */
+  /** The engines by role, or null when this process serves without one (ENGINE=off, or tests of the HTTP layer). */
+  engines?: RuntimeEngines | null;
+  /** How the system check asks whether the engines work (and what it shows of them); by default a `stats` round trip. */
   engineProbe?: Probe;
   /** Called after a job is queued, so a worker can start it without waiting for its next poll. */
   onJobSubmitted?: () => void;
@@ -72,7 +71,7 @@ export interface ContextOptions {
   onCancelRequested?: (jobId: string) => void;
 }
 
-export function createServices({ config, store, clock, engine = null, engineProbe, onJobSubmitted, onCancelRequested }: ContextOptions): Services {
+export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested }: ContextOptions): Services {
   const identityRepository = new IdentityRepository(store.db);
   const modelRepository = new ModelRepository(store.db);
   const trajectoryRepository = new TrajectoryRepository(store.db);
@@ -88,7 +87,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
   const models = new ModelService(modelRepository, baseModels, clock, config.dataDir, async (modelId) => {
     for (const job of await jobRepository.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
   });
-  const runtime = new BaseModelRuntime(baseModels, engine);
+  const runtime = new BaseModelRuntime(baseModels, engines, config.serving.dtype);
   const resolver = new ModelResolver(modelRepository, baseModels);
   const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
   const artifacts = new ArtifactService(new ArtifactRepository(store.db, store.dialect), blobs, clock);
@@ -99,7 +98,8 @@ export function createServices({ config, store, clock, engine = null, engineProb
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
-      await runtime.requireEngine().stats();
+      await runtime.sampler().stats();
+      await runtime.trainer().stats();
     });
   return {
     auth: new AuthService(identityRepository, clock),

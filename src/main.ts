@@ -3,7 +3,7 @@
  * Run as `npm run cli -- <command>`.
  */
 import { parseArgs } from 'node:util';
-import { loadConfig, ConfigError, type Config } from './config.ts';
+import { loadConfig, ConfigError, SERVE_FLAGS, withServeFlags, type Config } from './config.ts';
 import { openStore, migrate } from './store/db.ts';
 import { createServices, type Services } from './context.ts';
 import { startServer } from './server.ts';
@@ -13,7 +13,9 @@ import { runSft } from './cli/sft.ts';
 import { systemClock } from './clock.ts';
 
 const USAGE = `usage: npm run cli -- <command>
-  serve                                  start the HTTP service
+  serve [--engines separate|single] [--samplers N] [--max-model-len N] [--max-num-seqs N]
+        [--max-num-batched-tokens N] [--kv-cache-memory-bytes N] [--dtype float32|bfloat16|float16]
+                                         start the HTTP service (each flag overrides its variable, e.g. MAX_NUM_SEQS)
   keys create --entity NAME              create an API key (prints the key alone on the last line)
   keys list                              list keys (prefixes only)
   keys revoke ID|KEY                     revoke a key
@@ -65,6 +67,7 @@ async function main(argv: string[]): Promise<void> {
       url: { type: 'string' },
       key: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
+      ...(Object.fromEntries(Object.keys(SERVE_FLAGS).map((flag) => [flag, { type: 'string' }])) as { [flag in keyof typeof SERVE_FLAGS]: { type: 'string' } }),
     },
   });
   const [command, subcommand, argument] = positionals;
@@ -72,7 +75,7 @@ async function main(argv: string[]): Promise<void> {
     console.log(USAGE);
     return;
   }
-  const config = loadConfig();
+  const config = loadConfig(command === 'serve' ? withServeFlags(process.env, values) : process.env);
   if (command === 'upload') {
     if (!values.project || !values.name) throw new Error('upload needs --project P --name N and one or more files or folders');
     const client = serviceClient(config, values);

@@ -1,6 +1,7 @@
 /**
- * The whole service in one process: database (migrated), engine supervisor, services, job worker and
- * HTTP listener, started in that order and stopped in reverse. `serve` and the end-to-end tests use it.
+ * The whole service in one process: database (migrated), engine supervisors (a trainer and samplers, or
+ * one engine for both), services, job worker and HTTP listener, started in that order and stopped in
+ * reverse. `serve` and the end-to-end tests use it.
  */
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
@@ -8,7 +9,8 @@ import { buildApp } from './app.ts';
 import { systemClock, type Clock } from './clock.ts';
 import type { Config } from './config.ts';
 import { createServices, type Services } from './context.ts';
-import { EngineSupervisor } from './engine/supervisor.ts';
+import type { EngineSupervisor } from './engine/supervisor.ts';
+import { createEngineRoles, rolesHealth, type EngineRoles } from './engine/roles.ts';
 import { JobWorker } from './jobs/worker.ts';
 import { migrate, openStore } from './store/db.ts';
 
@@ -16,7 +18,12 @@ export interface RunningServer {
   app: FastifyInstance;
   url: string;
   services: Services;
+  /** Every engine by role; null with ENGINE=off. */
+  engines: EngineRoles | null;
+  /** The first engine that serves chat (the only one in single mode). */
   supervisor: EngineSupervisor | null;
+  /** Resolves when every engine answers. */
+  waitForEngines(): Promise<void>;
   worker: JobWorker;
   bootstrapKey: string | null;
   close(): Promise<void>;
@@ -26,23 +33,19 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
   const logger = pino({ level: config.logLevel });
   const store = openStore(config);
   await migrate(store);
-  const engineLogger = logger.child({ component: 'engine' });
-  const supervisor = config.engineEnabled
-    ? new EngineSupervisor({
-        python: config.enginePython,
-        args: options.engineArgs,
-        logger: engineLogger,
-      })
+  const engines = config.engineEnabled
+    ? createEngineRoles({ topology: config.engines, serving: config.serving, python: config.enginePython, logger: logger.child({ component: 'engine' }), extraArgs: options.engineArgs })
     : null;
-  supervisor?.start();
+  for (const { supervisor } of engines?.all ?? []) supervisor.start();
+  const supervisor = engines?.all.find(({ role }) => role !== 'trainer')?.supervisor ?? null;
 
   let worker: JobWorker | undefined;
   const services = createServices({
     config,
     store,
     clock: options.clock ?? systemClock,
-    engine: supervisor,
-    engineProbe: supervisor ? () => supervisor.probe() : undefined,
+    engines,
+    engineProbe: engines ? () => probeEngines(engines) : undefined,
     onJobSubmitted: () => worker?.wake(),
     onCancelRequested: (jobId) => worker?.cancelLocal(jobId),
   });
@@ -63,7 +66,11 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     app,
     url: address.replace('[::1]', 'localhost'),
     services,
+    engines,
     supervisor,
+    async waitForEngines() {
+      await Promise.all((engines?.all ?? []).map(({ supervisor }) => supervisor.waitUntilReady()));
+    },
     worker,
     bootstrapKey: bootstrap?.key ?? null,
     async close() {
@@ -71,8 +78,27 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
       services.templateSandbox?.close();
       await services.constraintCompiler.close();
       await worker?.stop();
-      await supervisor?.stop();
+      await Promise.all((engines?.all ?? []).map(({ supervisor }) => supervisor.stop()));
       await store.close();
     },
   };
+}
+
+/** The system check's engine entry: every engine's role, state and limits; it fails naming those that do not answer. */
+async function probeEngines(engines: EngineRoles): Promise<Record<string, unknown>> {
+  const outcomes = await Promise.allSettled(engines.all.map(({ supervisor }) => supervisor.probe()));
+  const report = rolesHealth(engines).map((health, index) => ({
+    role: health.role,
+    state: health.state,
+    pid: health.pid,
+    url: health.url,
+    restarts: health.restarts,
+    device: health.engine?.device ?? null,
+    dtype: health.engine?.dtype ?? null,
+    limits: health.engine?.limits ?? null,
+    ok: outcomes[index].status === 'fulfilled',
+  }));
+  const down = report.filter((engine) => !engine.ok);
+  if (down.length > 0) throw new Error(`engines not answering: ${down.map((engine) => `${engine.role} (${engine.state})`).join(', ')}`);
+  return { engines: report };
 }

@@ -121,7 +121,7 @@ describe('streaming with the real engine', () => {
   const create = (body: Record<string, unknown>): Promise<any> => client.chat.completions.create({ model: BASE, messages: HI, max_tokens: 6, ...body } as never) as Promise<any>;
   const stream = (body: Record<string, unknown>, signal?: AbortSignal) => sse(e2e.url, e2e.key, { model: BASE, messages: HI, max_tokens: 6, ...body }, signal);
   const engineLoad = async () => {
-    const stats = await e2e.server.services.runtime.requireEngine().stats();
+    const stats = await e2e.server.services.runtime.sampler().stats();
     return stats.running + stats.waiting;
   };
   const waitForIdleEngine = async (timeoutMs: number) => {
@@ -454,7 +454,7 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
     await migrate(store);
     tokenizer = await loadTokenizer(TINY_CHAT);
     engine = new ScriptedEngine(tokenizer);
-    const services = createServices({ config, store, clock: systemClock, engine: engine as unknown as Engine });
+    const services = createServices({ config, store, clock: systemClock, engines: { sampler: engine as unknown as Engine, trainer: engine as unknown as Engine } });
     await services.auth.bootstrap(dataDir, key);
     app = buildApp({ config, services });
     url = (await app.listen({ port: 0, host: '127.0.0.1' })).replace('[::1]', 'localhost');

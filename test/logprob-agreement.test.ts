@@ -1,6 +1,7 @@
 /**
- * The logprobs chat completions report for sampled tokens equal the trainer's logprobs for the same
- * tokens under the same checkpoint (same engine, same adapter, the runner's own tokenization).
+ * The logprobs chat completions report for sampled tokens (on the sampler engine) equal the trainer
+ * engine's logprobs for the same tokens under the same checkpoint (same adapter files from the
+ * checkpoint store, the runner's own tokenization).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -33,7 +34,7 @@ describe('sampler vs trainer logprobs', () => {
     for (const seed of [11, 12, 13]) {
       const sampled = await sampleGroup(e2e, 'local/agree/m:step1', 'Describe the weather.', 1, () => 0, seed);
       const [sequence] = tokenizeTrajectory(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null), sampled.trajectories[0], { allowTrainingWithoutLogprobs: false });
-      const forward = await services.runtime.requireEngine().forward({
+      const forward = await services.runtime.trainer().forward({
         base: base.id,
         adapter: servingAdapterKey(checkpoint.id),
         adapter_path: checkpoint.adapterPath!,

@@ -2,8 +2,10 @@
 
 import unittest
 
+import torch
+
 from engine import lora as L
-from engine.generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
+from engine.generate import Cancelled, GenRequest, PrefixCache, Scheduler, SchedulerConfig
 from engine.sampling import SamplingParams
 from engine.tests.helpers import TempModel
 from engine.tests.test_lora import randomize
@@ -174,3 +176,50 @@ class TestGenerate(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestPrefixCache(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tm = TempModel("qwen3", std=0.15)
+        cls.adapter = randomize(L.new_adapter("a", "b", cls.tm.args, L.LoraConfig(seed=3), "cpu"), 13, 0.2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tm.dir.cleanup()
+
+    def run_all(self, prefix_tokens, specs):
+        sched = Scheduler(self.tm.model, [EOS], SchedulerConfig(max_len=256, prefill_chunk=16,
+                                                                  prefix_cache_tokens=prefix_tokens))
+        runs = [(step, Run(**kw)) for step, kw in specs]
+        drive(sched, runs)
+        return [run for _, run in runs]
+
+    def test_a_shared_prefix_is_reused_and_samples_exactly_as_a_full_prefill(self):
+        shared = [(7 * i) % 90 + 3 for i in range(60)]
+        specs = [
+            (0, dict(prompt=shared + [4, 5], seed=1, max_tokens=5, logprobs=0, ignore_eos=True)),
+            (2, dict(prompt=shared + [4, 5], seed=2, max_tokens=5, logprobs=0, ignore_eos=True)),  # all but the last
+            (3, dict(prompt=shared[:50] + [9, 9, 9], seed=3, max_tokens=5, logprobs=0, ignore_eos=True, n=2)),
+            (4, dict(prompt=shared + [4, 5], adapter=self.adapter, seed=4, max_tokens=5, logprobs=0, ignore_eos=True)),
+            (9, dict(prompt=shared[:10], seed=5, max_tokens=5, logprobs=0, ignore_eos=True)),  # shorter than min
+        ]
+        cached, plain = self.run_all(256, specs), self.run_all(0, specs)
+        self.assertEqual([r.result["cached_tokens"] for r in cached], [0, 61, 50, 0, 0])
+        self.assertEqual([r.result["cached_tokens"] for r in plain], [0] * 5)
+        for a, b in zip(cached, plain):
+            self.assertEqual(a.tokens, b.tokens)
+            for s in a.logprobs:
+                for x, y in zip(a.logprobs[s], b.logprobs[s]):
+                    self.assertAlmostEqual(x, y, places=4)
+
+    def test_bounded_in_positions_least_recently_used_first(self):
+        cache = PrefixCache(max_tokens=100, min_tokens=4)
+        kv = lambda n: (torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))  # noqa: E731
+        cache.store(None, list(range(60)), lambda: kv(60))
+        cache.store(None, list(range(100, 150)), lambda: kv(50))  # 110 > 100: the first goes
+        self.assertIsNone(cache.lookup(None, list(range(60))))
+        self.assertEqual(cache.lookup(None, list(range(100, 150)) + [1])[1], 50)
+        self.assertIsNone(cache.lookup(self.adapter, list(range(100, 150)) + [1]))  # another adapter's KV
+        cache.store(None, list(range(200)), lambda: kv(200))  # too long to keep
+        self.assertEqual(cache.tokens, 50)

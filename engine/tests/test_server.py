@@ -11,6 +11,10 @@ import tempfile
 import time
 import unittest
 
+import torch
+
+from engine.model import ModelArgs
+from engine.server import Limits
 from engine.tests.helpers import REPO, EngineProcess, make_checkpoint
 
 
@@ -155,6 +159,22 @@ class TestServer(unittest.TestCase):
         self.assertEqual(order[0][0], "quick", order)
         self.assertLess(order[0][1], 1.0)
 
+    def test_generation_goes_on_beside_a_train_step_and_later_ops_keep_their_order(self):
+        self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "beside", "init": {}})
+        rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
+                for _ in range(64)]
+        self.e.send({"id": "train", "op": "train_step", "base": "b", "adapter": "beside", "loss": "sft", "rows": rows})
+        self.e.send({"id": "gen", "op": "generate", "base": "b", "adapter": None, "prompt": [3, 4, 5],
+                     "max_tokens": 4, "temperature": 0})
+        self.e.send({"id": "drop", "op": "drop_adapter", "adapter": "beside"})  # must wait for the step
+        order = []
+        while len(order) < 3:
+            f = self.e.next(timeout=120)
+            if f["id"] in ("train", "drop", "gen") and f["done"]:
+                self.assertNotIn("error", f)
+                order.append(f["id"])
+        self.assertEqual(order, ["gen", "train", "drop"])
+
 
 class TestTcp(unittest.TestCase):
     def test_tcp_mode(self):
@@ -185,6 +205,35 @@ class TestTcp(unittest.TestCase):
             proc.terminate()
             proc.wait(timeout=10)
             proc.stderr.close()
+
+    def test_refuses_to_listen_beyond_loopback_without_a_secret(self):
+        env = {k: v for k, v in os.environ.items() if k != "ENGINE_SECRET"}
+        done = subprocess.run([sys.executable, "-m", "engine", "--tcp", "0.0.0.0:0"], cwd=REPO, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn(b"without ENGINE_SECRET", done.stderr)
+
+
+class TestLimits(unittest.TestCase):
+    ARGS = ModelArgs(family="llama", vocab_size=100, hidden_size=64, intermediate_size=128, num_layers=2,
+                     num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=1024)
+    PER_TOKEN = 2 * 2 * 2 * 16 * 4  # k and v, layers, kv heads, head_dim, fp32 bytes
+
+    def test_without_a_budget_the_model_and_flags_decide(self):
+        self.assertEqual(Limits(max_num_seqs=8).sized(self.ARGS, torch.float32), (1024, 8, 1024))
+        self.assertEqual(Limits(max_model_len=4096).sized(self.ARGS, torch.float32), (1024, 32, 1024))
+        self.assertEqual(Limits(max_model_len=300).sized(self.ARGS, torch.float32), (300, 32, 300))
+
+    def test_the_kv_budget_caps_full_length_sequences_then_length(self):
+        budget = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3 + 5)
+        self.assertEqual(budget.sized(self.ARGS, torch.float32), (1024, 3, 0))  # 3 full-length sequences fit
+        self.assertEqual(budget.sized(self.ARGS, torch.bfloat16), (1024, 6, 0))  # half the bytes per position
+        self.assertEqual(Limits(max_num_seqs=2, kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3).sized(
+            self.ARGS, torch.float32), (1024, 2, 1024))  # what the batch leaves goes to the prefix cache
+        tight = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 500)
+        self.assertEqual(tight.sized(self.ARGS, torch.float32), (500, 1, 0))
+        with self.assertRaises(ValueError):
+            Limits(kv_cache_memory_bytes=self.PER_TOKEN).sized(self.ARGS, torch.float32)
 
 
 if __name__ == "__main__":

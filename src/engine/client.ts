@@ -56,7 +56,7 @@ type Pending =
   | { kind: 'unary'; resolve(reply: Reply): void; reject(error: EngineError): void }
   | { kind: 'stream'; stream: ReplyStream };
 
-const REPLY_ERROR_CODES: readonly string[] = ['bad_request', 'not_found', 'cancelled', 'internal'] satisfies ReplyErrorCode[];
+const REPLY_ERROR_CODES: readonly string[] = ['bad_request', 'not_found', 'cancelled', 'internal', 'unauthorized'] satisfies ReplyErrorCode[];
 const STREAM_EVENT_TYPES: readonly string[] = ['prompt', 'tokens', 'finish'] satisfies GenerateEvent['type'][];
 
 // Process-wide, so ids stay unique across engine restarts and a log line names one request.
@@ -90,14 +90,21 @@ export class EngineClient implements Engine {
     output.on('error', lost('stopped reading (write error)'));
   }
 
-  /** A client over TCP, for an engine started elsewhere with `python3 -m engine --tcp HOST:PORT`. */
-  static connect(host: string, port: number, options: EngineClientOptions = {}): Promise<EngineClient> {
+  /**
+   * A client over TCP, for an engine started elsewhere with `python3 -m engine --tcp HOST:PORT`. With a
+   * secret, the first frame authenticates; the engine sends `ready` only after it accepted the secret.
+   */
+  static connect(host: string, port: number, options: EngineClientOptions & { secret?: string | null } = {}): Promise<EngineClient> {
     return new Promise((resolve, reject) => {
       const socket = connectTcp({ host, port });
       socket.once('error', reject);
       socket.once('connect', () => {
         socket.off('error', reject);
-        resolve(new EngineClient(socket, socket, { peer: `the engine at ${host}:${port}`, ...options }));
+        socket.setNoDelay(true);
+        socket.setKeepAlive(true, 30_000); // a dead engine host shows up as a closed connection, then a reconnect
+        const client = new EngineClient(socket, socket, { peer: `the engine at ${host}:${port}`, ...options });
+        if (options.secret) void client.request('auth', { secret: options.secret }).catch((error: EngineError) => client.close(error));
+        resolve(client);
       });
     });
   }

@@ -13,10 +13,20 @@ export interface ReadyEvent {
   dtype: string;
   torch: string;
   matmul_gflops: number;
+  /** The limits the engine runs with (its command line), as vLLM names them. */
+  limits?: EngineLimits;
 }
 
-/** Codes of the engine's error replies. */
-export type ReplyErrorCode = 'bad_request' | 'not_found' | 'cancelled' | 'internal';
+export interface EngineLimits {
+  max_model_len: number | null;
+  max_num_seqs: number;
+  max_num_batched_tokens: number;
+  kv_cache_memory_bytes: number | null;
+  threads: number;
+}
+
+/** Codes of the engine's error replies; `unauthorized` answers a TCP connection's wrong secret (then it closes). */
+export type ReplyErrorCode = 'bad_request' | 'not_found' | 'cancelled' | 'internal' | 'unauthorized';
 
 export interface StatsReply {
   device: string;
@@ -44,6 +54,8 @@ export interface LoadBaseReply {
   context_length: number;
   eos_token_ids: number[];
   num_parameters: number;
+  /** Most sequences one generate may ask for (`n`): the engine's max_num_seqs, lowered by its KV-cache budget. */
+  max_num_seqs: number;
 }
 
 export interface AdapterInit {

@@ -1,9 +1,10 @@
 /**
- * Keeps one engine process alive: spawns `python -m engine` in the repo root, waits for its
- * `ready` frame, logs its stderr, restarts it with backoff when it exits, and puts back the bases
- * and adapters it was asked to load before answering requests again. Requests that were in flight
- * when the process died fail with `engine_exited`; requests made while it restarts wait for it.
- * Offers the same `Engine` interface as the client, so callers never hold a dead connection.
+ * Keeps one engine alive: spawns `python -m engine` in the repo root (or connects to a remote one
+ * over TCP), waits for its `ready` frame, logs its stderr, restarts it (reconnects to it) with backoff
+ * when it exits, and puts back the bases and adapters it was asked to load before answering requests
+ * again. Requests that were in flight when the process died (or the connection dropped) fail with
+ * `engine_exited`; requests made while it restarts wait for it. Offers the same `Engine` interface
+ * as the client, so callers never hold a dead connection.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -33,8 +34,17 @@ import { findEnginePython } from './python.ts';
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
+/** A remote engine (`python -m engine --tcp HOST:PORT`) and the secret its first frame must carry. */
+export interface RemoteEngine {
+  host: string;
+  port: number;
+  secret: string | null;
+}
+
 export interface EngineSupervisorOptions {
   logger: EngineLogger;
+  /** Connect to this engine instead of spawning a child process. */
+  remote?: RemoteEngine | null;
   /** The Python to run (config's ENGINE_PYTHON); by default the first that can import torch. */
   python?: string | null;
   /** Arguments after `-m engine`, e.g. `['--max-adapters', '8']`. */
@@ -58,6 +68,8 @@ export type EngineState = 'stopped' | 'starting' | 'ready' | 'restarting';
 export interface EngineHealth {
   state: EngineState;
   pid: number | null;
+  /** `tcp://host:port` of a remote engine; null for a child process. */
+  url: string | null;
   /** Processes started after the first. */
   restarts: number;
   /** The current process's ready frame (device, dtype, torch, matmul rate); null until ready. */
@@ -66,11 +78,14 @@ export interface EngineHealth {
   inFlight: number;
 }
 
+/** One process (or connection) of the engine, from start to exit. */
 interface Run {
-  child: ChildProcessWithoutNullStreams;
   client: EngineClient;
+  pid: number | null;
   startedAt: number;
   exited: Promise<void>;
+  /** SIGKILL for a child; dropping the connection for a remote engine (which goes on for the next one). */
+  kill(): void;
 }
 
 interface Waiter {
@@ -91,8 +106,8 @@ export class EngineSupervisor implements Engine {
   /** What to load again after a restart, in the order it was last asked for. */
   private readonly bases = new Map<string, LoadBaseRequest>();
   private readonly adapters = new Map<string, EnsureAdapterRequest>();
-  private readonly options: Required<Omit<EngineSupervisorOptions, 'python' | 'env'>> &
-    Pick<EngineSupervisorOptions, 'python' | 'env'>;
+  private readonly options: Required<Omit<EngineSupervisorOptions, 'python' | 'env' | 'remote'>> &
+    Pick<EngineSupervisorOptions, 'python' | 'env' | 'remote'>;
 
   constructor(options: EngineSupervisorOptions) {
     const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
@@ -100,6 +115,7 @@ export class EngineSupervisor implements Engine {
       logger: options.logger,
       python: options.python,
       env: options.env,
+      remote: options.remote,
       args: options.args ?? [],
       cwd: options.cwd ?? REPO_ROOT,
       readyTimeoutMs,
@@ -133,7 +149,7 @@ export class EngineSupervisor implements Engine {
     if (!run) return;
     // Closing stdin asks the engine to finish; SIGKILL if it does not in time.
     run.client.close(new EngineError('engine_exited', 'the engine was stopped while this request was in flight'));
-    const kill = setTimeout(() => run.child.kill('SIGKILL'), this.options.stopGraceMs);
+    const kill = setTimeout(() => run.kill(), this.options.stopGraceMs);
     await run.exited;
     clearTimeout(kill);
   }
@@ -141,7 +157,8 @@ export class EngineSupervisor implements Engine {
   health(): EngineHealth {
     return {
       state: this.state,
-      pid: this.run?.child.pid ?? null,
+      pid: this.run?.pid ?? null,
+      url: this.options.remote ? `tcp://${this.options.remote.host}:${this.options.remote.port}` : null,
       restarts: this.restarts,
       engine: this.engine,
       lastExit: this.lastExit,
@@ -230,53 +247,29 @@ export class EngineSupervisor implements Engine {
   }
 
   private async spawnEngine(): Promise<void> {
-    let python: string;
+    let run: Run;
     try {
-      python = this.options.python ?? (await findEnginePython());
+      run = this.options.remote ? await this.connectRemote(this.options.remote) : await this.spawnChild();
     } catch (error) {
       this.options.logger.error({ error: (error as Error).message }, 'cannot start the engine');
       this.scheduleRestart(Date.now());
       return;
     }
-    if (this.state === 'stopped') return;
-
-    const child = spawn(python, ['-m', 'engine', ...this.options.args], {
-      cwd: this.options.cwd,
-      env: { ...(this.options.env ?? process.env), PYTHONUNBUFFERED: '1' },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    const pid = child.pid ?? null;
-    const { logger } = this.options;
-    const client = new EngineClient(child.stdout, child.stdin, { peer: `the engine (pid ${pid})`, logger });
-    let markExited!: () => void;
-    const run: Run = { child, client, startedAt: Date.now(), exited: new Promise((resolve) => (markExited = resolve)) };
+    if (this.state === 'stopped') {
+      run.client.close();
+      return;
+    }
     this.run = run;
-    logger.info({ pid, python, cwd: this.options.cwd }, 'engine starting');
-    createInterface({ input: child.stderr }).on('line', (line) => logger.info({ pid, source: 'engine' }, line));
-
+    const { logger } = this.options;
+    const { client, pid } = run;
     const readyTimer = setTimeout(() => {
       logger.error({ pid }, `engine not ready after ${this.options.readyTimeoutMs} ms; killing it`);
-      child.kill('SIGKILL');
+      run.kill();
     }, this.options.readyTimeoutMs);
-    let exited = false;
-    const onExit = (code: number | null, signal: string | null) => {
-      if (exited) return;
-      exited = true;
-      clearTimeout(readyTimer);
-      this.handleExit(run, code, signal);
-      markExited();
-    };
-    child.once('exit', onExit);
-    child.once('error', (error) => {
-      logger.error({ pid, error: error.message }, 'engine process error');
-      onExit(null, null);
-    });
+    void run.exited.then(() => clearTimeout(readyTimer));
     client.onClose(() => {
-      // Stdout closes before the exit event arrives: stop handing out this client at once.
+      // The connection closes before a child's exit event arrives: stop handing out this client at once.
       if (this.run === run && this.state === 'ready') this.state = 'restarting';
-      // A connection the client gave up on (a corrupt frame) means a process not worth keeping;
-      // when stopping, closing stdin is the polite request to exit and stop() waits for it.
-      if (!exited && this.state !== 'stopped') child.kill('SIGKILL');
     });
 
     try {
@@ -288,9 +281,59 @@ export class EngineSupervisor implements Engine {
       this.engine = ready;
       this.state = 'ready';
       for (const waiter of this.waiters) this.settle(waiter, client);
-    } catch {
-      // Closed before ready: the exit handler restarts it.
+    } catch (error) {
+      // Closed before ready (the exit handler restarts it); a refused secret is worth saying why.
+      if (error instanceof EngineError && error.code === 'unauthorized') logger.error({ error: error.message }, 'the engine refused our ENGINE_SECRET');
     }
+  }
+
+  private async spawnChild(): Promise<Run> {
+    const python = this.options.python ?? (await findEnginePython());
+    const child: ChildProcessWithoutNullStreams = spawn(python, ['-m', 'engine', ...this.options.args], {
+      cwd: this.options.cwd,
+      env: { ...(this.options.env ?? process.env), PYTHONUNBUFFERED: '1' },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const pid = child.pid ?? null;
+    const { logger } = this.options;
+    const client = new EngineClient(child.stdout, child.stdin, { peer: `the engine (pid ${pid})`, logger });
+    logger.info({ pid, python, cwd: this.options.cwd }, 'engine starting');
+    createInterface({ input: child.stderr }).on('line', (line) => logger.info({ pid, source: 'engine' }, line));
+    let markExited!: () => void;
+    const run: Run = { client, pid, startedAt: Date.now(), exited: new Promise((resolve) => (markExited = resolve)), kill: () => child.kill('SIGKILL') };
+    let exited = false;
+    const onExit = (code: number | null, signal: string | null) => {
+      if (exited) return;
+      exited = true;
+      this.handleExit(run, code === null && signal === null ? 'failed to start' : signal ? `signal ${signal}` : `code ${code}`, { code, signal });
+      markExited();
+    };
+    child.once('exit', onExit);
+    child.once('error', (error) => {
+      logger.error({ pid, error: error.message }, 'engine process error');
+      onExit(null, null);
+    });
+    // A connection the client gave up on (a corrupt frame) means a process not worth keeping;
+    // when stopping, closing stdin is the polite request to exit and stop() waits for it.
+    client.onClose(() => {
+      if (!exited && this.state !== 'stopped') child.kill('SIGKILL');
+    });
+    return run;
+  }
+
+  /** A remote engine lives on after our connection drops: "exit" here is the connection closing. */
+  private async connectRemote(remote: RemoteEngine): Promise<Run> {
+    const { logger } = this.options;
+    const url = `tcp://${remote.host}:${remote.port}`;
+    logger.info({ url }, 'engine connecting');
+    const client = await EngineClient.connect(remote.host, remote.port, { logger, secret: remote.secret });
+    let markExited!: () => void;
+    const run: Run = { client, pid: null, startedAt: Date.now(), exited: new Promise((resolve) => (markExited = resolve)), kill: () => client.close() };
+    client.onClose((error) => {
+      this.handleExit(run, `connection closed: ${error.message}`, { code: null, signal: null });
+      markExited();
+    });
+    return run;
   }
 
   private async restore(client: EngineClient): Promise<void> {
@@ -310,15 +353,15 @@ export class EngineSupervisor implements Engine {
     }
   }
 
-  private handleExit(run: Run, code: number | null, signal: string | null): void {
-    const how = signal ? `signal ${signal}` : `code ${code}`;
-    run.client.close(new EngineError('engine_exited', `the engine (pid ${run.child.pid}) exited (${how}) while this request was in flight`));
+  private handleExit(run: Run, how: string, status: { code: number | null; signal: string | null }): void {
+    const who = run.pid === null ? 'the engine' : `the engine (pid ${run.pid})`;
+    run.client.close(new EngineError('engine_exited', `${who} exited (${how}) while this request was in flight`));
     if (this.run !== run) return;
     this.run = undefined;
     this.engine = null;
-    this.lastExit = { code, signal, at: new Date().toISOString() };
+    this.lastExit = { ...status, at: new Date().toISOString() };
     if (this.state === 'stopped') return;
-    this.options.logger.warn({ pid: run.child.pid, code, signal }, 'engine exited; restarting');
+    this.options.logger.warn({ pid: run.pid, how }, 'engine exited; restarting');
     this.state = 'restarting';
     this.scheduleRestart(run.startedAt);
   }

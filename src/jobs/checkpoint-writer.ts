@@ -1,8 +1,9 @@
 /**
- * A training session on one model's adapter: opened from the latest checkpoint (adapter and optimizer
- * state) or a fresh no-op adapter, and committed as the next step — files written into a temporary folder,
- * renamed into place, then the checkpoint row, then the adapter warmed in the engine so the checkpoint is
- * servable before the job reports it. A crash at any point leaves no listed half-written checkpoint.
+ * A training session on one model's adapter in the trainer engine: opened from the latest checkpoint
+ * (adapter and optimizer state) or a fresh no-op adapter, and committed as the next step — files written
+ * by the trainer into a temporary folder of the checkpoint store, renamed into place, then the checkpoint
+ * row, then the adapter loaded from the store into the sampler engines, so the checkpoint is servable
+ * before the job reports it. A crash at any point leaves no listed half-written checkpoint.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -48,8 +49,8 @@ export class CheckpointWriter {
   async open(modelId: string): Promise<TrainingSession> {
     const model = await this.models.findById(modelId);
     if (!model) throw new JobError('model_deleted', 'The model was deleted before its job ran');
-    const base = await this.runtime.load(model.base_model);
-    const engine = this.runtime.requireEngine();
+    const base = await this.runtime.loadForTraining(model.base_model);
+    const engine = this.runtime.trainer();
     const adapter = `train:${model.id}`;
     const latest = await this.models.latestCheckpoint(model.id);
     // Always start from what is on disk: a checkpoint may have been deleted since this adapter was resident.
@@ -85,7 +86,7 @@ export class CheckpointWriter {
         const now = this.clock.now().toISOString();
         await this.models.insertCheckpoint({ id: checkpointId, model_id: model.id, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
         await this.trajectories.insertRunMetrics(model.run_id, step, 'train', metrics, now);
-        await engine.ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: base.id, path: final });
+        await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: base.id, path: final });
         return { step, checkpointId };
       },
     };

@@ -1,12 +1,14 @@
 /**
  * What it takes to use a base model: its tokenizer and chat template (cached per folder) and its weights
- * loaded in the engine (once per base, on first use). Chat and training both go through here.
+ * loaded in the engines (once per base and engine role, on first use). Chat and training both go through
+ * here: chat samples on the sampler engine, jobs train on the trainer engine (the same one in single mode).
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AppError } from '../errors.ts';
 import type { Engine } from '../engine/client.ts';
-import type { LoadBaseReply } from '../engine/protocol.ts';
+import type { LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
+import type { EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
 import { constraintTokenBytes } from '../chat/constraints/vocabulary.ts';
 import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat } from '../chat/tool-calls/index.ts';
@@ -55,18 +57,25 @@ async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer):
   };
 }
 
+/** The engines by role; one object may hold both. */
+export interface RuntimeEngines {
+  sampler: Engine;
+  trainer: Engine;
+}
+
 export class BaseModelRuntime {
   private readonly loading = new Map<string, Promise<LoadedBase>>();
+  private readonly trainerLoading = new Map<string, Promise<LoadedBase>>();
 
   constructor(
     private readonly registry: BaseModelRegistry,
-    private readonly engine: Engine | null,
+    private readonly engines: RuntimeEngines | null,
+    private readonly dtype: EngineDtype | null = null,
   ) {}
 
-  /** The engine, or a clear 503 when this server runs without one. */
-  requireEngine(): Engine {
-    if (!this.engine) throw new AppError('engine_unavailable', 'This server runs without an engine (ENGINE=off): chat completions and training are unavailable');
-    return this.engine;
+  /** The engine that serves chat, or a clear 503 when this server runs without engines. */
+  sampler(): Engine {
+    return this.requireEngines().sampler;
   }
 
   /** The vocabulary size from the tokenizer alone (no engine needed), or null when it cannot be read. */
@@ -80,26 +89,56 @@ export class BaseModelRuntime {
     }
   }
 
+  /** The engine that trains and saves adapters. */
+  trainer(): Engine {
+    return this.requireEngines().trainer;
+  }
+
+  /** The base, loaded on the sampler; what serving needs. */
   load(baseId: string): Promise<LoadedBase> {
-    let entry = this.loading.get(baseId);
-    if (!entry) {
-      entry = this.loadOnce(baseId);
-      this.loading.set(baseId, entry);
-      entry.catch(() => this.loading.delete(baseId));
-    }
-    return entry;
+    return cached(this.loading, baseId, () => this.loadOnce(baseId));
+  }
+
+  /** The base, loaded on the sampler (its tokenizer and limits) and on the trainer. */
+  loadForTraining(baseId: string): Promise<LoadedBase> {
+    return cached(this.trainerLoading, baseId, async () => {
+      const base = await this.load(baseId);
+      const { sampler, trainer } = this.requireEngines();
+      if (trainer !== sampler) await trainer.loadBase(this.loadRequest(base.id, base.path, base.tokenizer, base.toolFormat));
+      return base;
+    });
+  }
+
+  private requireEngines(): RuntimeEngines {
+    if (!this.engines) throw new AppError('engine_unavailable', 'This server runs without an engine (ENGINE=off): chat completions and training are unavailable');
+    return this.engines;
+  }
+
+  private loadRequest(base: string, folder: string, tokenizer: ChatTokenizer, toolFormat: ToolCallFormat): LoadBaseRequest {
+    // The engine needs the token bytes to apply constraints; the supervisor re-sends them after a restart.
+    const tokenBytes = constraintTokenBytes(tokenizer, toolFormat.constrainedMarkers);
+    return { base, path: folder, token_bytes: tokenBytes, ...(this.dtype ? { dtype: this.dtype } : {}) };
   }
 
   private async loadOnce(baseId: string): Promise<LoadedBase> {
     const spec = this.registry.find(baseId);
     if (!spec) throw new AppError('not_found', `Base model ${baseId} is not available on this server`);
-    const engine = this.requireEngine();
-    // The engine needs the token bytes to apply constraints; the supervisor re-sends them after a restart.
+    const engine = this.sampler();
     const tokenizer = await loadTokenizer(spec.path);
     const toolFormat = TOOL_CALL_FORMATS[spec.toolCallParser ?? detectToolParser(tokenizer.chatTemplate)];
-    const tokenBytes = constraintTokenBytes(tokenizer, toolFormat.constrainedMarkers);
-    const loaded = await engine.loadBase({ base: spec.id, path: spec.path, token_bytes: tokenBytes });
+    const loaded = await engine.loadBase(this.loadRequest(spec.id, spec.path, tokenizer, toolFormat));
     const generation = await readGenerationDefaults(spec.path, tokenizer);
     return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat };
   }
+}
+
+/** One promise per key; a failed one is forgotten so the next call tries again. */
+function cached<T>(map: Map<string, Promise<T>>, key: string, make: () => Promise<T>): Promise<T> {
+  let entry = map.get(key);
+  if (!entry) {
+    entry = make();
+    map.set(key, entry);
+    entry.catch(() => map.delete(key));
+  }
+  return entry;
 }

@@ -74,7 +74,7 @@ export class ChatService {
     const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader, requestTemplatesAllowed: this.options.requestTemplates !== null });
     const prepared = await this.prepare(principal, plan, body);
     const engineStarted = performance.now();
-    const stream = this.runtime.requireEngine().generate(prepared.request);
+    const stream = this.runtime.sampler().generate(prepared.request);
     if (!plan.stream) {
       const cancel = () => void stream.cancel().catch(() => undefined);
       if (disconnected?.aborted) cancel();
@@ -111,6 +111,9 @@ export class ChatService {
     const constraint = await this.constraint(plan, body, base);
 
     const context = base.engine.context_length;
+    if (plan.n > base.engine.max_num_seqs) {
+      throw badRequest(`n=${plan.n} exceeds max_num_seqs=${base.engine.max_num_seqs}, the most sequences this server decodes at once. Please request fewer choices.`, 'n');
+    }
     const requested = plan.requestedMaxTokens;
     if (requested !== null && requested > context) {
       throw badRequest(`${plan.maxTokensParam}=${requested} cannot be greater than max_model_len=${context}. Please request fewer output tokens.`, plan.maxTokensParam);

@@ -6,10 +6,12 @@ export interface ProbeResult {
   success: boolean;
   duration_ms: number;
   error?: string;
+  /** What the probe reports beside success (the engines: their roles, state and limits). */
+  [detail: string]: unknown;
 }
 
-/** Anything the system check can ask whether it works (the engine supervisor, the job queue). */
-export type Probe = () => Promise<void>;
+/** Anything the system check can ask whether it works (the engine supervisors, the job queue); it may answer details to show. */
+export type Probe = () => Promise<void | Record<string, unknown>>;
 
 const PROBE_TIMEOUT_MS = 3000;
 
@@ -17,13 +19,13 @@ async function timed(probe: Probe): Promise<ProbeResult> {
   const started = performance.now();
   let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([
+    const details = await Promise.race([
       probe(),
-      new Promise((_, reject) => {
+      new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`no answer within ${PROBE_TIMEOUT_MS} ms`)), PROBE_TIMEOUT_MS);
       }),
     ]);
-    return { success: true, duration_ms: Math.round((performance.now() - started) * 100) / 100 };
+    return { ...details, success: true, duration_ms: Math.round((performance.now() - started) * 100) / 100 };
   } catch (error) {
     return { success: false, duration_ms: Math.round((performance.now() - started) * 100) / 100, error: (error as Error).message };
   } finally {

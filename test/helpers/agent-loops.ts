@@ -90,13 +90,13 @@ export interface Gap {
 /** The RL runner's rows of these trajectories, scored by the engine's forward pass on the model's current weights (step 0: the base). */
 export async function samplerTrainerGap(e2e: E2eServer, baseId: string, trajectories: Trajectory[], adapter: { adapter: string | null; adapter_path?: string } = { adapter: null }): Promise<Gap> {
   const services = e2e.server.services;
-  const base = await services.runtime.load(baseId);
+  const base = await services.runtime.loadForTraining(baseId);
   const { config } = parseRlConfig({}, 1e-5);
   const gap: Gap = { worst: 0, compared: 0, missing: 0, sequences: 0 };
   for (const trajectory of trajectories) {
     for (const sequence of trajectorySequences(base, trajectory, config, 'test')) {
       gap.sequences += 1;
-      const forward = await services.runtime.requireEngine().forward({ base: base.id, ...adapter, rows: [{ tokens: sequence.tokens }] });
+      const forward = await services.runtime.trainer().forward({ base: base.id, ...adapter, rows: [{ tokens: sequence.tokens }] });
       sequence.mask.forEach((trained, t) => {
         if (!trained) return;
         const sampled = sequence.logprobs[t];

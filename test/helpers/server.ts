@@ -34,7 +34,7 @@ export async function startE2eServer(options: { env?: Record<string, string>; da
     ...options.env,
   });
   const server = await startServer(config);
-  await server.supervisor?.waitUntilReady();
+  await server.waitForEngines();
   const api = async (method: string, route: string, body?: unknown, useKey = key) => {
     const response = await fetch(`${server.url}${route}`, {
       method,
