@@ -27,6 +27,8 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     requestIdHeader: 'x-request-id',
     genReqId: () => newId(),
     ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true } },
+    // toAppError words the answer from the capped problem list; Fastify's own message joined every ajv error.
+    schemaErrorFormatter: (errors, dataVar) => new Error(`${dataVar}: ${errors.length} validation errors`),
     routerOptions: { ignoreTrailingSlash: false },
   });
 

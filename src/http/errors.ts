@@ -34,11 +34,21 @@ function locOf(context: string, instancePath: string): (string | number)[] {
   return [root, ...parts];
 }
 
+/**
+ * Field problems listed in one answer. A million-item array of wrong types is a million ajv errors: listing
+ * them all took seconds of the event loop and a 90 MB body, so the rest are summed up in one last item.
+ */
+export const MAX_LISTED_PROBLEMS = 100;
+
 /** ajv's errors as FastAPI `detail` items; a union's alternatives collapse to one problem per location. */
 export function ajvToProblems(context: string, errors: AjvError[]): FieldProblem[] {
   const problems: FieldProblem[] = [];
   const seen = new Set<string>();
-  for (const error of errors) {
+  for (const [index, error] of errors.entries()) {
+    if (problems.length === MAX_LISTED_PROBLEMS) {
+      problems.push({ loc: locOf(context, ''), msg: `${errors.length - index} more problems are not listed`, type: 'too_many_errors' });
+      break;
+    }
     const loc = locOf(context, error.instancePath);
     let problem: FieldProblem;
     switch (error.keyword) {
