@@ -13,10 +13,12 @@ import { registerArtifactRoutes } from './http/artifact-routes.ts';
 import { registerIdentityRoutes } from './http/identity-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
 import multipart from '@fastify/multipart';
-import { AppError } from './errors.ts';
+import { AppError, excerpt } from './errors.ts';
+import { registerJsonBody } from './http/json-body.ts';
+import { MAX_PARAM_LENGTH, registerTransportLimits, transportOptions, type TransportConfig } from './http/transport.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat'>;
+  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat'> & TransportConfig;
   services: Services;
 }
 
@@ -29,8 +31,12 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true } },
     // toAppError words the answer from the capped problem list; Fastify's own message joined every ajv error.
     schemaErrorFormatter: (errors, dataVar) => new Error(`${dataVar}: ${errors.length} validation errors`),
-    routerOptions: { ignoreTrailingSlash: false },
+    routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PARAM_LENGTH },
+    ...transportOptions(config),
+    frameworkErrors: errorHandler,
   });
+  registerJsonBody(app);
+  registerTransportLimits(app, config);
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -41,7 +47,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     return payload;
   });
   app.setErrorHandler(errorHandler);
-  app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}`)));
+  app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${excerpt(request.url.split('?')[0])}`)));
 
   registerAuth(app, services.auth);
   registerHealthRoutes(app, services.health);

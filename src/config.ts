@@ -36,7 +36,21 @@ export interface Config {
   artifactMaxFileBytes: number;
   /** Chat requests in flight beyond which new ones get 429 with retry-after. */
   maxInFlightChat: number;
+  /** A request's headers must all arrive within this long (408 otherwise). */
+  headersTimeoutMs: number;
+  /** A request whose body stops arriving for this long is answered 408 and closed; a body that keeps coming is never cut. */
+  bodyIdleTimeoutMs: number;
+  /** The whole request must arrive within this long (0: no limit); bounds a body trickled a byte at a time. */
+  requestTimeoutMs: number;
+  /** An idle keep-alive connection is closed after this long. */
+  keepAliveTimeoutMs: number;
+  /** Open connections beyond which new ones are closed at once. */
+  maxConnections: number;
+  /** Open connections one client address may hold. */
+  maxConnectionsPerClient: number;
 }
+
+type HttpLimits = Pick<Config, 'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'>;
 
 export const BUILTIN_BASE_MODEL: BaseModelSpec = {
   id: 'builtin/tiny-chat',
@@ -104,8 +118,11 @@ export function loadConfig(env: Env = process.env): Config {
   const engine = read('ENGINE') ?? 'on';
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
+  const httpLimits = readHttpLimits(integer, problems);
+
   if (problems.length > 0) throw new ConfigError(problems);
   return {
+    ...httpLimits,
     port,
     host: read('HOST') ?? '127.0.0.1',
     dataDir: path.resolve(read('DATA_DIR') ?? './data'),
@@ -123,6 +140,24 @@ export function loadConfig(env: Env = process.env): Config {
     artifactMaxFileBytes,
     maxInFlightChat,
   };
+}
+
+/** Timeouts and connection caps: what keeps slow or hostile clients from holding sockets and file descriptors. */
+function readHttpLimits(integer: (name: string, fallback: number, min: number, max: number) => number, problems: string[]): HttpLimits {
+  const hour = 3_600_000;
+  const limits: HttpLimits = {
+    headersTimeoutMs: integer('HEADERS_TIMEOUT_MS', 30_000, 50, hour),
+    bodyIdleTimeoutMs: integer('BODY_IDLE_TIMEOUT_MS', 60_000, 50, hour),
+    requestTimeoutMs: integer('REQUEST_TIMEOUT_MS', hour, 0, 24 * hour),
+    keepAliveTimeoutMs: integer('KEEP_ALIVE_TIMEOUT_MS', 72_000, 50, hour),
+    maxConnections: integer('MAX_CONNECTIONS', 10_000, 1, 1_000_000),
+    maxConnectionsPerClient: integer('MAX_CONNECTIONS_PER_CLIENT', 1_000, 1, 1_000_000),
+  };
+  // Node refuses a headers timeout longer than the whole-request timeout.
+  if (limits.requestTimeoutMs > 0 && limits.requestTimeoutMs < limits.headersTimeoutMs) {
+    problems.push(`REQUEST_TIMEOUT_MS=${limits.requestTimeoutMs}: must be 0 or at least HEADERS_TIMEOUT_MS (${limits.headersTimeoutMs})`);
+  }
+  return limits;
 }
 
 /** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in tiny model alone. */

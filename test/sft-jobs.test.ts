@@ -55,6 +55,15 @@ describe('SFT jobs', () => {
     assert.match(String(events.at(-1)?.data.error_message), /line 3/);
   });
 
+  test('a line nested thousands deep fails the job naming the line and the depth limit', async () => {
+    const deep = `{"messages":[{"role":"user","content":"hi","extra":${'['.repeat(5000)}${']'.repeat(5000)}}]}`;
+    const artifact = await uploadArtifact(e2e, 'local/sft/deep', { 'train.jsonl': `${line('a', 'b')}\n${deep}\n` });
+    const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 1 } });
+    const job = await waitForJob(e2e, submitted.body.id);
+    assert.equal(job.status, 'FAILED');
+    assert.match(job.error.message, /train\.jsonl line 2: nests objects and arrays deeper than 64 levels/);
+  });
+
   test('refused at submit: a schedule of the wrong length, a missing artifact, another scheme, unknown config keys', async () => {
     const artifact = await uploadArtifact(e2e, 'local/sft/sched', { 'train.jsonl': [line('a', 'b'), line('c', 'd'), line('e', 'f')].join('\n') });
     const wrong = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 1e-3, 1e-3] } });

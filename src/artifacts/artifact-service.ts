@@ -4,7 +4,7 @@
  * Writes need a key that may act for the entity; reads of another entity's artifacts are plain 404s.
  */
 import type { Readable } from 'node:stream';
-import { AppError, validationError, type FieldProblem } from '../errors.ts';
+import { AppError, excerpt, validationError, type FieldProblem } from '../errors.ts';
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
 import type { ArtifactRepository, ArtifactVersion } from '../store/artifact-repository.ts';
@@ -73,7 +73,7 @@ export class ArtifactService {
   }
 
   /** Streams every file into staging, then commits them as the next version; nothing is kept on failure. */
-  async upload(principal: Principal, target: { entity: string; project: string; name: string }, files: AsyncIterable<{ fileName: string; stream: Readable }>): Promise<ArtifactView> {
+  async upload(principal: Principal, target: { entity: string; project: string; name: string }, files: AsyncIterable<{ field: string; fileName: string | undefined; stream: Readable }>): Promise<ArtifactView> {
     checkName('project', target.project);
     checkName('name', target.name);
     const entity = this.writableEntity(principal, target.entity);
@@ -81,6 +81,11 @@ export class ArtifactService {
     const staged: StagedFile[] = [];
     try {
       for await (const file of files) {
+        // busboy calls a part with a content type a file even when it names no file.
+        if (!file.fileName) {
+          file.stream.resume();
+          throw validationError([{ loc: ['body', excerpt(file.field)], msg: 'this part has a content type but no filename; send files with Content-Disposition: form-data; name="file"; filename="..."', type: 'missing' }]);
+        }
         if (!isSafeFileName(file.fileName)) {
           file.stream.resume();
           throw validationError([{ loc: ['body', 'files', file.fileName], msg: 'file names are 1-255 letters, digits, ".", "_" or "-", without path separators', type: 'value_error' }]);

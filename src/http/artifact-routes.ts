@@ -5,12 +5,17 @@ import { AppError, validationError } from '../errors.ts';
 
 type Target = { entity: string; project: string; name: string };
 
+const MULTIPART_BOUNDARY = /;\s*boundary=\S/i;
+
 export function registerArtifactRoutes(app: FastifyInstance, artifacts: ArtifactService): void {
   app.post<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', async (request) => {
     if (!request.isMultipart()) throw new AppError('unsupported_media_type', 'Upload files as multipart/form-data');
+    if (!MULTIPART_BOUNDARY.test(request.headers['content-type'] ?? '')) {
+      throw new AppError('bad_request', 'The multipart/form-data content type has no boundary parameter (content-type: multipart/form-data; boundary=...)');
+    }
     const parts = request.files();
     const files = (async function* () {
-      for await (const part of parts) yield { fileName: part.filename, stream: part.file };
+      for await (const part of parts) yield { field: part.fieldname, fileName: part.filename, stream: part.file };
     })();
     return artifacts.upload(request.principal, request.params, files);
   });

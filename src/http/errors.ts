@@ -1,10 +1,13 @@
 /**
  * Maps every failure to the body its endpoint family promises: FastAPI-shaped `{"detail": ...}` for the
  * preview and health endpoints, OpenAI/vLLM-shaped `{"error": {...}}` for chat completions. Never a bare 500
- * for a client mistake: malformed JSON, wrong content type and oversized bodies get their own 4xx.
+ * for a client mistake: malformed JSON, wrong content type and oversized bodies get their own 4xx, and so do
+ * the framework's and Node's own refusals (bad URL escapes, long parameters, oversized headers, timeouts).
  */
-import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, ERROR_CATALOGUE, type FieldProblem } from '../errors.ts';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import type { ConnectionError, FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError, ERROR_CATALOGUE, excerpt, validationError, type FieldProblem } from '../errors.ts';
 import { EngineError } from '../engine/errors.ts';
 
 interface AjvError {
@@ -99,8 +102,9 @@ const FASTIFY_CODES: Record<string, AppError['code']> = {
   FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
   FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'bad_request',
-  FST_ERR_CTP_EMPTY_JSON_BODY: 'bad_request',
   FST_ERR_CTP_INVALID_JSON_BODY: 'bad_request',
+  FST_ERR_BAD_URL: 'bad_request',
+  FST_ERR_MAX_PARAM_LENGTH: 'uri_too_long',
 };
 
 /** Any thrown value as an AppError (with field problems for schema failures). */
@@ -117,15 +121,16 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
     return new AppError('validation_failed', problems.map((p) => `${p.loc.join('.')}: ${p.msg}`).join('; '), problems);
   }
   const mapped = fastifyError.code ? FASTIFY_CODES[fastifyError.code] : undefined;
-  if (mapped) return new AppError(mapped, fastifyError.message);
+  // Framework messages quote the URL, which may be 16 KB long.
+  if (mapped) return new AppError(mapped, excerpt(fastifyError.message));
   if (error instanceof SyntaxError || fastifyError.statusCode === 400) return new AppError('bad_request', `Malformed request body: ${error.message}`);
   if (fastifyError.statusCode === 413) return new AppError('payload_too_large', error.message);
   if (fastifyError.statusCode === 415 || fastifyError.statusCode === 406) return new AppError('unsupported_media_type', error.message);
   return new AppError('internal');
 }
 
-function isChatRoute(request: FastifyRequest): boolean {
-  return request.url.startsWith('/v1/chat/');
+export function isChatPath(url: string): boolean {
+  return url.startsWith('/v1/chat/');
 }
 
 /** The OpenAI/vLLM error object of a chat completion failure (also sent as an SSE event mid-stream). */
@@ -139,14 +144,16 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: A
   if (error.status >= 500) request.log.error({ err: error }, 'request failed');
   if (error.code === 'unauthorized') reply.header('WWW-Authenticate', 'Bearer');
   if (error.code === 'too_many_requests') reply.header('retry-after', '1');
-  const chat = isChatRoute(request);
+  const chat = isChatPath(request.url);
   // vLLM answers every request validation failure of chat completions with 400, never 422.
   reply.status(chat && error.code === 'validation_failed' ? 400 : error.status);
-  if (chat) {
-    return reply.send(chatErrorBody(error));
-  }
-  if (error.code === 'validation_failed') return reply.send({ detail: error.problems });
-  return reply.send({ detail: error.message });
+  return reply.send(errorBody(error, chat));
+}
+
+function errorBody(error: AppError, chat: boolean): object {
+  if (chat) return chatErrorBody(error);
+  if (error.code === 'validation_failed') return { detail: error.problems };
+  return { detail: error.message };
 }
 
 function chatErrorType(status: number): string {
@@ -168,9 +175,47 @@ function chatErrorType(status: number): string {
 }
 
 export function errorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  // An empty body reaches the schema as undefined (see json-body.ts): say it is missing, as FastAPI does.
+  if (request.body === undefined && (error as { validationContext?: string }).validationContext === 'body') {
+    return sendError(request, reply, validationError([{ loc: ['body'], msg: 'Field required', type: 'missing' }]));
+  }
   const appError = toAppError(error);
   if (appError.code === 'internal') request.log.error({ err: error }, 'unhandled error');
   return sendError(request, reply, appError);
+}
+
+/** A request line this long is what overflowed Node's 16 KiB of headers: the URL is too long. */
+const LONG_REQUEST_LINE = 8 * 1024;
+
+/** Node's parser errors (before any route exists) as the catalogue's code: the request line alone overflowing is a long URL. */
+function clientErrorOf(error: ConnectionError, packet: Buffer | undefined): AppError {
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return new AppError('request_timeout');
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    const lineEnd = packet?.indexOf('\n') ?? -1;
+    const lineLength = lineEnd === -1 ? (packet?.length ?? 0) : lineEnd;
+    return new AppError(lineLength > LONG_REQUEST_LINE ? 'uri_too_long' : 'headers_too_large');
+  }
+  return new AppError('bad_request', `Malformed HTTP request (${error.code || error.message})`);
+}
+
+/**
+ * Fastify's `clientErrorHandler`: errors Node raises while parsing a request, answered on the raw socket in
+ * the catalogue's shapes (the route family is read off the request line, when the packet holds it).
+ */
+export function clientErrorHandler(error: ConnectionError, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  // Node hands the packet being parsed as a Buffer (Fastify's type says otherwise).
+  const packet = Buffer.isBuffer(error.rawPacket) ? error.rawPacket : undefined;
+  const requestLine = packet?.toString('latin1', 0, 64) ?? '';
+  if (socket.writable) socket.write(rawErrorResponse(clientErrorOf(error, packet), isChatPath(requestLine.slice(requestLine.indexOf(' ') + 1))));
+  socket.destroy();
+}
+
+/** A whole HTTP/1.1 error response for a socket no Fastify reply owns; the connection closes after it. */
+export function rawErrorResponse(error: AppError, chat: boolean): string {
+  const status = chat && error.code === 'validation_failed' ? 400 : error.status;
+  const body = JSON.stringify(errorBody(error, chat));
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }
 
 export { ERROR_CATALOGUE };

@@ -5,6 +5,7 @@
  */
 import readline from 'node:readline';
 import type { Readable } from 'node:stream';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../json-limits.ts';
 import { JobError } from './worker.ts';
 
 /** The data file names we accept, in order of preference. */
@@ -17,6 +18,8 @@ export interface Conversation {
 }
 
 export function parseConversation(file: string, line: number, text: string): Conversation {
+  // Checked before parsing, as for request bodies: the line goes on to the engine through JSON.stringify.
+  if (nestsDeeperThan(text)) throw new JobError('bad_training_data', `${file} line ${line}: nests objects and arrays deeper than ${MAX_JSON_DEPTH} levels`);
   let value: unknown;
   try {
     value = JSON.parse(text);

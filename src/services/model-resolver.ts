@@ -3,7 +3,7 @@
  * the same without the scheme, a base model id, or nothing (the default base). Another entity's model is
  * exactly as unknown as a missing one.
  */
-import { AppError } from '../errors.ts';
+import { AppError, excerpt } from '../errors.ts';
 import type { CheckpointRecord, ModelRepository } from '../store/model-repository.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import { canActFor, type Principal } from './auth-service.ts';
@@ -17,7 +17,7 @@ export interface ResolvedModel {
 const MODEL_NAME = /^(?:wandb-artifact:\/\/\/)?([^/:]+)\/([^/:]+)\/([^/:]+)(?::(step(\d+)|latest))?$/;
 
 export function unknownModel(name: string): AppError {
-  return new AppError('not_found', `The model \`${name}\` does not exist.`, [{ loc: ['body', 'model'], msg: 'unknown model', type: 'not_found' }]);
+  return new AppError('not_found', `The model \`${excerpt(name)}\` does not exist.`, [{ loc: ['body', 'model'], msg: 'unknown model', type: 'not_found' }]);
 }
 
 export class ModelResolver {

@@ -30,6 +30,13 @@ function toCheckpoint(row: CheckpointTable): CheckpointRecord {
   };
 }
 
+/** Most values bound in one statement: under the 999 of older SQLite builds, let alone PostgreSQL's 65,535. */
+const SQL_BATCH = 500;
+
+function* batches<T>(items: T[], size: number = SQL_BATCH): Iterable<T[]> {
+  for (let start = 0; start < items.length; start += size) yield items.slice(start, start + size);
+}
+
 export class ModelRepository {
   constructor(private readonly db: Kysely<Database>) {}
 
@@ -119,18 +126,27 @@ export class ModelRepository {
     return { items: rows.slice(0, query.limit).map(toCheckpoint), hasMore: rows.length > query.limit };
   }
 
-  /** Deletes the listed steps; their adapter folders become pending deletions in the same transaction. */
+  /**
+   * Deletes the listed steps (any number of them: the statements go in batches under the databases' limits on
+   * bound variables); their adapter folders become pending deletions in the same transaction.
+   */
   async deleteCheckpoints(modelId: string, steps: number[], now: string): Promise<{ deletedSteps: number[]; folders: string[] }> {
-    if (steps.length === 0) return { deletedSteps: [], folders: [] };
     return this.db.transaction().execute(async (trx) => {
-      const rows = await trx.selectFrom('checkpoints').selectAll().where('model_id', '=', modelId).where('step', 'in', steps).execute();
-      if (rows.length === 0) return { deletedSteps: [], folders: [] };
-      await trx.deleteFrom('checkpoints').where('id', 'in', rows.map((row) => row.id)).execute();
-      const folders = rows.map((row) => row.adapter_path).filter((p): p is string => p !== null);
-      if (folders.length > 0) {
-        await trx.insertInto('pending_file_deletions').values(folders.map((p) => ({ path: p, created_at: now }))).execute();
+      const deletedSteps: number[] = [];
+      const folders: string[] = [];
+      for (const batch of batches(steps)) {
+        const rows = await trx.selectFrom('checkpoints').select(['id', 'step', 'adapter_path']).where('model_id', '=', modelId).where('step', 'in', batch).execute();
+        if (rows.length === 0) continue;
+        await trx.deleteFrom('checkpoints').where('id', 'in', rows.map((row) => row.id)).execute();
+        const paths = rows.map((row) => row.adapter_path).filter((p): p is string => p !== null);
+        // Two bound values per row.
+        for (const chunk of batches(paths, SQL_BATCH / 2)) {
+          await trx.insertInto('pending_file_deletions').values(chunk.map((p) => ({ path: p, created_at: now }))).execute();
+        }
+        deletedSteps.push(...rows.map((row) => Number(row.step)));
+        folders.push(...paths);
       }
-      return { deletedSteps: rows.map((row) => Number(row.step)), folders };
+      return { deletedSteps, folders };
     });
   }
 
