@@ -48,6 +48,8 @@ export interface Config {
   maxConnections: number;
   /** Open connections one client address may hold. */
   maxConnectionsPerClient: number;
+  /** A `chat_template` in a chat request is user code: rendered (in a budgeted worker) only when the operator trusts it. */
+  trustRequestChatTemplate: boolean;
 }
 
 type HttpLimits = Pick<Config, 'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'>;
@@ -115,6 +117,8 @@ export function loadConfig(env: Env = process.env): Config {
   const artifactMaxFileBytes = integer('ARTIFACT_MAX_FILE_BYTES', 1024 * 1024 * 1024, 1, Number.MAX_SAFE_INTEGER);
   const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
   if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
+  const trustTemplates = read('TRUST_REQUEST_CHAT_TEMPLATE') ?? 'off';
+  if (trustTemplates !== 'on' && trustTemplates !== 'off') problems.push(`TRUST_REQUEST_CHAT_TEMPLATE=${JSON.stringify(trustTemplates)}: expected on or off`);
   const engine = read('ENGINE') ?? 'on';
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
@@ -139,6 +143,7 @@ export function loadConfig(env: Env = process.env): Config {
     jobLeaseMs,
     artifactMaxFileBytes,
     maxInFlightChat,
+    trustRequestChatTemplate: trustTemplates === 'on',
   };
 }
 

@@ -27,6 +27,7 @@ import { ArtifactService } from './artifacts/artifact-service.ts';
 import { createSftRunner } from './jobs/sft-runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
+import { TemplateSandbox } from './chat/template-sandbox.ts';
 
 export interface Services {
   auth: AuthService;
@@ -43,6 +44,8 @@ export interface Services {
   artifacts: ArtifactService;
   blobs: BlobStore;
   dashboard: DashboardService;
+  /** Renders request-supplied chat templates; null unless TRUST_REQUEST_CHAT_TEMPLATE=on. Closed with the server. */
+  templateSandbox: TemplateSandbox | null;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -85,6 +88,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
   const artifacts = new ArtifactService(new ArtifactRepository(store.db, store.dialect), blobs, clock);
   const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
   const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock);
+  const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
@@ -108,7 +112,12 @@ export function createServices({ config, store, clock, engine = null, engineProb
     dashboard: new DashboardService(new DashboardRepository(store.db), models, baseModels),
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
-    chat: new ChatService(new ModelResolver(modelRepository, baseModels), runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
+    chat: new ChatService(new ModelResolver(modelRepository, baseModels), runtime, {
+      logprobsByDefault: config.logprobsByDefault,
+      maxCompletionTokens: config.maxCompletionTokens,
+      requestTemplates: templateSandbox,
+    }),
+    templateSandbox,
     runners: {
       rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
       sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),

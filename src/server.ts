@@ -68,6 +68,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     bootstrapKey: bootstrap?.key ?? null,
     async close() {
       await app.close();
+      services.templateSandbox?.close();
       await worker?.stop();
       await supervisor?.stop();
       await store.close();

@@ -125,7 +125,20 @@ function normaliseMessages(messages: Record<string, unknown>[]): Record<string, 
   });
 }
 
-export function planChat(body: ChatCompletionBody, options: { logprobsByDefault: boolean; requestIdHeader: string | undefined }): ChatPlan {
+export interface PlanOptions {
+  logprobsByDefault: boolean;
+  requestIdHeader: string | undefined;
+  /** Whether the operator lets requests bring their own `chat_template` (user code the server would run). */
+  requestTemplatesAllowed: boolean;
+}
+
+export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPlan {
+  if (typeof body.chat_template === 'string' && !options.requestTemplatesAllowed) {
+    throw badRequest(
+      'chat_template: this server does not run chat templates sent with a request, because a template is code; send none to use the model\'s own, or ask the operator to start the server with TRUST_REQUEST_CHAT_TEMPLATE=on',
+      'chat_template',
+    );
+  }
   if (body.use_beam_search) throw badRequest('use_beam_search is not supported by this server: it samples only', 'use_beam_search');
   if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
   if (isTruthyObject(body.mm_processor_kwargs)) throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');

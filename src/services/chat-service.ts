@@ -7,7 +7,8 @@ import crypto from 'node:crypto';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { badRequest, planChat, type ChatPlan } from '../chat/request.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
-import { renderChat, TemplateError } from '../chat/template.ts';
+import { renderChat, TemplateError, type RenderOptions } from '../chat/template.ts';
+import type { TemplateSandbox } from '../chat/template-sandbox.ts';
 import type { GenerateRequest, PromptLogprobsEvent } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
@@ -20,6 +21,8 @@ export interface ChatOptions {
   logprobsByDefault: boolean;
   /** Ceiling on generated tokens when a request sets no max_tokens. */
   maxCompletionTokens: number;
+  /** Where request-supplied chat templates render; null: the operator does not trust them (400). */
+  requestTemplates: TemplateSandbox | null;
 }
 
 type Chunk = Record<string, unknown>;
@@ -60,7 +63,7 @@ export class ChatService {
 
   /** `disconnected` aborts when the client goes away: a whole (non-streamed) answer then stops generating. */
   async create(principal: Principal, body: ChatCompletionBody, requestIdHeader: string | undefined, disconnected?: AbortSignal): Promise<ChatResult> {
-    const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader });
+    const plan = planChat(body, { logprobsByDefault: this.options.logprobsByDefault, requestIdHeader, requestTemplatesAllowed: this.options.requestTemplates !== null });
     const prepared = await this.prepare(principal, plan);
     const engineStarted = performance.now();
     const stream = this.runtime.requireEngine().generate(prepared.request);
@@ -85,22 +88,16 @@ export class ChatService {
     if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
     if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
     const tokenizer = base.tokenizer;
-    let prompt: string;
-    try {
-      prompt = renderChat({
-        template,
-        messages: plan.messages,
-        tools: plan.tools,
-        documents: plan.documents,
-        addGenerationPrompt: plan.addGenerationPrompt,
-        continueFinalMessage: plan.continueFinalMessage,
-        kwargs: plan.templateKwargs,
-        specialTokens: { bos_token: undefined, eos_token: tokenizer.eosToken },
-      });
-    } catch (error) {
-      if (error instanceof TemplateError) throw badRequest(error.message, 'messages');
-      throw error;
-    }
+    const prompt = await this.render(plan.chatTemplate !== null, {
+      template,
+      messages: plan.messages,
+      tools: plan.tools,
+      documents: plan.documents,
+      addGenerationPrompt: plan.addGenerationPrompt,
+      continueFinalMessage: plan.continueFinalMessage,
+      kwargs: plan.templateKwargs,
+      specialTokens: { bos_token: undefined, eos_token: tokenizer.eosToken },
+    });
     let promptIds = tokenizer.encode(prompt, { addSpecialTokens: plan.addSpecialTokens });
 
     const context = base.engine.context_length;
@@ -171,6 +168,16 @@ export class ChatService {
         constraint: plan.constraint?.wire ?? null,
       },
     };
+  }
+
+  /** The model's own template is trusted and renders here; a request's own is user code and renders in the sandbox. */
+  private async render(fromRequest: boolean, options: RenderOptions): Promise<string> {
+    try {
+      return fromRequest ? await this.options.requestTemplates!.render(options) : renderChat(options);
+    } catch (error) {
+      if (error instanceof TemplateError) throw badRequest(error.message, fromRequest ? 'chat_template' : 'messages');
+      throw error;
+    }
   }
 
   private outputs(prepared: Prepared): ChoiceOutput[] {
