@@ -20,6 +20,7 @@ for (const backend of backends()) {
         const report = await runFuzz({ seed: SEED, requests: REQUESTS, databaseUrl: database.databaseUrl, progress: (line) => console.log(line) });
         console.log(formatReport(report));
         assert.equal(report.crashed, null, 'the server process crashed');
+        assert.equal(report.wedged, false, 'the server stopped answering health');
         assert.deepEqual(report.findings.map((f) => `#${f.index} ${f.status} ${f.label}`), [], 'no 5xx, timeout or refused connection');
         assert.equal(report.health.failures + report.health.slow, 0, `health answered late or not at all (slowest ${report.health.maxMs} ms)`);
         assert.ok(report.health.polls > 0);

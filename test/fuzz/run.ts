@@ -55,12 +55,15 @@ export interface FuzzReport {
   health: HealthReport;
   crashed: string | null;
   crossEntityChanges: string[];
+  /** Health went unanswered for WEDGED_MS: the run stopped there. */
+  wedged: boolean;
   seconds: number;
   spans: Span[];
 }
 
 const KEY_A = `sk-${'fuzz'.repeat(8)}`;
 const ENTITY_B = 'fuzz-b';
+const WEDGED_MS = 30_000;
 
 /** Polls /v1/health every 100 ms from a thread of its own, so the fuzzer's own work cannot slow the clock. */
 const HEALTH_POLLER = `
@@ -68,6 +71,8 @@ const { parentPort, workerData } = require('node:worker_threads');
 const http = require('node:http');
 const report = { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] };
 let stopped = false;
+let lastAnswer = Date.now();
+let wedged = false;
 parentPort.on('message', () => { stopped = true; });
 const poll = () => new Promise((resolve) => {
   const request = http.get(workerData.url + '/v1/health', { agent: false, timeout: 5000 }, (response) => {
@@ -84,19 +89,30 @@ const poll = () => new Promise((resolve) => {
     const ok = await poll();
     const ms = performance.now() - started;
     if (!ok || ms > 1000) report.late.push({ at, ms: Math.round(ms) });
+    if (ok) lastAnswer = Date.now();
+    if (!wedged && Date.now() - lastAnswer > workerData.wedgedMs) {
+      wedged = true;
+      parentPort.postMessage({ wedged: true });
+    }
     report.polls += 1;
     if (!ok) report.failures += 1;
     if (ms > 1000) report.slow += 1;
     report.maxMs = Math.max(report.maxMs, Math.round(ms));
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  parentPort.postMessage(report);
+  parentPort.postMessage({ report });
 })();
 `;
 
-function startHealthPoller(url: string): () => Promise<HealthReport> {
-  const worker = new Worker(HEALTH_POLLER, { eval: true, workerData: { url } });
-  const report = new Promise<HealthReport>((resolve) => worker.once('message', resolve));
+/** Starts the poller; `onWedged` runs once health has not answered for `wedgedMs`. Resolves its figures when stopped. */
+function startHealthPoller(url: string, wedgedMs: number, onWedged: () => void): () => Promise<HealthReport> {
+  const worker = new Worker(HEALTH_POLLER, { eval: true, workerData: { url, wedgedMs } });
+  const report = new Promise<HealthReport>((resolve) => {
+    worker.on('message', (message: { wedged?: true; report?: HealthReport }) => {
+      if (message.wedged) onWedged();
+      if (message.report) resolve(message.report);
+    });
+  });
   return async () => {
     worker.postMessage('stop');
     const result = await report;
@@ -127,25 +143,39 @@ function remember(world: World, draft: Draft, outcome: Outcome): void {
   if (id && /"entity":"local"/.test(outcome.detail)) world.a.disposableModelIds.push(id);
 }
 
+/** Counts the answer in the histogram; a 5xx, a hung request or a refused connection is a finding. */
+function record(report: FuzzReport, index: number, draft: Draft, outcome: Outcome, at: number): void {
+  report.spans.push({ at, ms: Math.round(outcome.ms), request: `#${index} ${describeRequest(draft).slice(0, 160)}`, status: outcome.status });
+  const row = report.histogram.get(draft.label) ?? new Map<string, number>();
+  row.set(String(outcome.status), (row.get(String(outcome.status)) ?? 0) + 1);
+  report.histogram.set(draft.label, row);
+  const bad = (typeof outcome.status === 'number' && outcome.status >= 500) || outcome.status === 'timeout' || outcome.status === 'refused';
+  if (bad) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: outcome.status, detail: outcome.detail });
+}
+
+/** Sends the requests; stops early when the server dies or health stops answering (then the requests in flight are the suspects). */
 async function fire(server: ServerProcess, world: World, options: FuzzOptions, report: FuzzReport): Promise<void> {
   let next = 0;
+  const inFlight = new Map<number, Draft>();
+  const stopPoller = startHealthPoller(server.url, WEDGED_MS, () => {
+    report.wedged = true;
+    for (const [index, draft] of inFlight) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: 'in flight while wedged', detail: '' });
+  });
   const worker = async () => {
-    while (next < options.requests && server.exit() === null) {
+    while (next < options.requests && server.exit() === null && !report.wedged) {
       const index = next++;
       const draft = drawRequest(options.seed, index, world);
       const at = Date.now();
+      inFlight.set(index, draft);
       const outcome = await send(server.url, draft, options.timeoutMs ?? 60_000);
-      report.spans.push({ at, ms: Math.round(outcome.ms), request: `#${index} ${describeRequest(draft).slice(0, 160)}`, status: outcome.status });
-      const row = report.histogram.get(draft.label) ?? new Map<string, number>();
-      row.set(String(outcome.status), (row.get(String(outcome.status)) ?? 0) + 1);
-      report.histogram.set(draft.label, row);
-      const bad = (typeof outcome.status === 'number' && outcome.status >= 500) || outcome.status === 'timeout' || outcome.status === 'refused';
-      if (bad) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: outcome.status, detail: outcome.detail });
+      inFlight.delete(index);
+      record(report, index, draft, outcome, at);
       remember(world, draft, outcome);
       if ((index + 1) % 500 === 0) options.progress?.(`fuzz: ${index + 1}/${options.requests} requests, ${report.findings.length} findings`);
     }
   };
   await Promise.all(Array.from({ length: options.concurrency ?? 4 }, worker));
+  report.health = await stopPoller();
 }
 
 export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
@@ -153,18 +183,16 @@ export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
   const started = performance.now();
   // A small artifact file limit, so the fuzzer reaches the "file too large" path without sending a gigabyte.
   const server = await spawnServerProcess({ dataDir, key: KEY_A, databaseUrl: options.databaseUrl, env: { ARTIFACT_MAX_FILE_BYTES: '1000000' } });
-  const report: FuzzReport = { histogram: new Map(), findings: [], health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] }, crashed: null, crossEntityChanges: [], seconds: 0, spans: [] };
+  const report: FuzzReport = { histogram: new Map(), findings: [], health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] }, crashed: null, crossEntityChanges: [], wedged: false, seconds: 0, spans: [] };
   try {
     const keyB = await server.createKey(ENTITY_B);
     const [a, b] = await Promise.all([seedEntity(server.url, 'local', KEY_A, false), seedEntity(server.url, ENTITY_B, keyB, true)]);
     const world: World = { url: server.url, a, b };
     const before = await snapshot(server.url, b);
     options.progress?.(`fuzz: seeded in ${Math.round((performance.now() - started) / 1000)} s; sending ${options.requests} requests (seed ${options.seed})`);
-    const stopPoller = startHealthPoller(server.url);
     await fire(server, world, options, report);
-    report.health = await stopPoller();
     report.crashed = server.exit();
-    if (report.crashed === null) report.crossEntityChanges = snapshotChanges(before, await snapshot(server.url, b));
+    if (report.crashed === null && !report.wedged) report.crossEntityChanges = snapshotChanges(before, await snapshot(server.url, b));
   } finally {
     await server.stop();
     fs.rmSync(dataDir, { recursive: true, force: true });
@@ -179,7 +207,7 @@ export function formatReport(report: FuzzReport): string {
     .sort(([x], [y]) => x.localeCompare(y))
     .map(([label, row]) => `${label.padEnd(72)} ${[...row.entries()].sort().map(([status, count]) => `${status}×${count}`).join('  ')}`);
   const total = [...report.histogram.values()].reduce((sum, row) => sum + [...row.values()].reduce((a, b) => a + b, 0), 0);
-  lines.push(`requests: ${total} in ${report.seconds.toFixed(1)} s; findings (5xx, timeouts, refused): ${report.findings.length}; crashed: ${report.crashed ?? 'no'}`);
+  lines.push(`requests: ${total} in ${report.seconds.toFixed(1)} s; findings (5xx, timeouts, refused): ${report.findings.length}; crashed: ${report.crashed ?? 'no'}${report.wedged ? `; WEDGED (health unanswered for ${WEDGED_MS / 1000} s, run stopped)` : ''}`);
   lines.push(`health: ${report.health.polls} polls, ${report.health.slow} over 1 s, ${report.health.failures} failed, slowest ${report.health.maxMs} ms`);
   lines.push(`cross-entity changes: ${report.crossEntityChanges.length === 0 ? 'none' : report.crossEntityChanges.join(', ')}`);
   for (const finding of report.findings.slice(0, 30)) lines.push(`  #${finding.index} ${finding.status} ${finding.request}\n      → ${finding.detail}`);

@@ -74,7 +74,10 @@ export async function spawnServerProcess(options: ServerProcessOptions): Promise
       if (exit !== null) return;
       const ended = new Promise((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');
+      // A server whose event loop is stuck never runs its SIGTERM handler.
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
       await ended;
+      clearTimeout(timer);
     },
   };
 }
