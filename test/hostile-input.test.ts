@@ -259,7 +259,7 @@ describe('slow and hostile clients over real sockets', () => {
     assert.ok(closedAfterMs !== null && closedAfterMs >= 400 && closedAfterMs < 3000, `closed after ${closedAfterMs} ms`);
   });
 
-  test('oversized headers are 431, an oversized URL is 414, a 20 MB model name is not echoed; chat keeps its error shape', async () => {
+  test('oversized headers are 431, an oversized URL 414, garbage 400, an oversized body 413, a 20 MB model name is not echoed; chat keeps its error shape', async () => {
     const big = exchange(e2e.url, (socket) => socket.write(`GET /v1/preview/me HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`));
     const bigAnswer = parseResponse((await big.done).response);
     assert.equal(bigAnswer.status, 431);
@@ -272,6 +272,17 @@ describe('slow and hostile clients over real sockets', () => {
     const longAnswer = parseResponse((await longUrl.done).response);
     assert.equal(longAnswer.status, 414);
     assert.equal(longAnswer.body.detail, 'The request URL is too long');
+
+    const garbage = exchange(e2e.url, (socket) => socket.write('NOT-HTTP at all\r\n\r\n'));
+    const garbageAnswer = parseResponse((await garbage.done).response);
+    assert.equal(garbageAnswer.status, 400);
+    assert.match(garbageAnswer.body.detail, /^Malformed HTTP request \(HPE_/);
+    const huge = exchange(e2e.url, (socket) =>
+      socket.write(`POST /v1/preview/models HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: ${2 ** 40}\r\n\r\n{`),
+    );
+    const hugeAnswer = parseResponse((await huge.done).response);
+    assert.equal(hugeAnswer.status, 413);
+    assert.equal(typeof hugeAnswer.body.detail, 'string');
 
     const name = 'm'.repeat(20 * 1024 * 1024);
     const unknown = await e2e.api('POST', '/v1/chat/completions', { model: name, messages: [{ role: 'user', content: 'hi' }] });
