@@ -122,7 +122,7 @@ function startHealthPoller(url: string, wedgedMs: number, onWedged: () => void):
 }
 
 /** Request i: which route, which key, which entity's ids, and how it is broken. */
-function drawRequest(seed: number, index: number, world: World): Draft {
+export function drawRequest(seed: number, index: number, world: World): Draft {
   const rng = new Prng((seed ^ Math.imul(index + 1, 0x9e3779b9)) >>> 0);
   const endpoint = rng.weighted<Endpoint>(ENDPOINTS.map((candidate) => [candidate.weight, candidate] as const));
   const key = endpoint.writes || rng.chance(0.6) ? world.a.key : world.b.key;
