@@ -28,6 +28,7 @@ import { createSftRunner } from './jobs/sft-runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { TemplateSandbox } from './chat/template-sandbox.ts';
+import { ConstraintCompiler } from './chat/constraints/constraint-compiler.ts';
 
 export interface Services {
   auth: AuthService;
@@ -46,6 +47,8 @@ export interface Services {
   dashboard: DashboardService;
   /** Renders request-supplied chat templates; null unless TRUST_REQUEST_CHAT_TEMPLATE=on. Closed with the server. */
   templateSandbox: TemplateSandbox | null;
+  /** Compiles chat constraints on a worker thread. Closed with the server. */
+  constraintCompiler: ConstraintCompiler;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -89,6 +92,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
   const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
   const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock);
   const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
+  const constraintCompiler = new ConstraintCompiler();
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
@@ -106,7 +110,15 @@ export function createServices({ config, store, clock, engine = null, engineProb
       },
     }),
     queue,
-    trainingJobs: new TrainingJobService(models, jobRepository, queue, defaultLearningRate, { submitted: () => onJobSubmitted?.(), cancel: cancelJob }, artifacts),
+    trainingJobs: new TrainingJobService(
+      models,
+      jobRepository,
+      queue,
+      defaultLearningRate,
+      { submitted: () => onJobSubmitted?.(), cancel: cancelJob },
+      artifacts,
+      (baseId) => runtime.vocabularySize(baseId),
+    ),
     artifacts,
     blobs,
     dashboard: new DashboardService(new DashboardRepository(store.db), models, baseModels),
@@ -116,8 +128,10 @@ export function createServices({ config, store, clock, engine = null, engineProb
       logprobsByDefault: config.logprobsByDefault,
       maxCompletionTokens: config.maxCompletionTokens,
       requestTemplates: templateSandbox,
+      constraints: constraintCompiler,
     }),
     templateSandbox,
+    constraintCompiler,
     runners: {
       rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
       sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),

@@ -69,6 +69,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     async close() {
       await app.close();
       services.templateSandbox?.close();
+      await services.constraintCompiler.close();
       await worker?.stop();
       await supervisor?.stop();
       await store.close();

@@ -15,6 +15,8 @@ import { compileConstraint, compileConstraintUncached, type ConstraintSpec } fro
 import { MAX_DIGITS } from '../src/chat/constraints/numbers.ts';
 import { accepts, DEAD, type Dfa, walk } from '../src/chat/constraints/dfa.ts';
 import { ConstraintError } from '../src/chat/constraints/pattern.ts';
+import { CONSTRAINT_LIMITS, WorkBudget } from '../src/chat/constraints/limits.ts';
+import { ConstraintCompiler } from '../src/chat/constraints/constraint-compiler.ts';
 import { ConstraintRequestError, requestedConstraint } from '../src/chat/constraints/request.ts';
 import { constraintTokenBytes } from '../src/chat/constraints/vocabulary.ts';
 import { loadTokenizer } from '../src/chat/tokenizer.ts';
@@ -327,5 +329,77 @@ describe('compilation: cache and wire form', () => {
     assert.equal(compileConstraintUncached(fiftyProperties()).wire.id, wire.id);
     assert.notEqual(compileConstraintUncached({ kind: 'regex', regex: 'a' }).wire.id, wire.id);
     assert.ok(Buffer.byteLength(JSON.stringify(wire)) < 200_000, 'a 50-property schema travels in under 200 kB');
+  });
+});
+
+describe('limits: caps before compiling, a step budget while compiling', () => {
+  const { regexLength, regexNesting, schemaDepth, schemaNodes, choices, choiceCharacters, tools } = CONSTRAINT_LIMITS;
+  const nested = (depth: number): unknown => {
+    let value: unknown = { type: 'string' };
+    for (let level = 1; level < depth; level += 1) value = { type: 'array', items: value };
+    return value;
+  };
+  /** Refused before any automaton work: the budget is untouched. */
+  const refusedUpFront = (spec: ConstraintSpec, message: RegExp) => {
+    const budget = new WorkBudget();
+    refusal(() => compileConstraintUncached(spec, budget), 'unsupported', message);
+    assert.equal(budget.used, 0);
+  };
+
+  test('regexes: length and group nesting, at and past the cap', () => {
+    expectLanguage(regex('a'.repeat(regexLength)), ['a'.repeat(regexLength)], ['a'.repeat(regexLength - 1)]);
+    refusedUpFront({ kind: 'regex', regex: 'a'.repeat(regexLength + 1) }, new RegExp(`more than ${regexLength} characters`));
+    expectLanguage(regex(`${'('.repeat(regexNesting)}a${')'.repeat(regexNesting)}`), ['a'], ['aa']);
+    refusal(() => regex(`${'('.repeat(regexNesting + 1)}a${')'.repeat(regexNesting + 1)}`), 'unsupported', /nested more than/);
+    refusal(() => regex(`${'('.repeat(100_000)}a${')'.repeat(100_000)}`), 'unsupported', /more than \d+ characters/);
+    // The same caps hold for a schema's pattern and a whitespace pattern.
+    refusal(() => schema({ type: 'string', pattern: 'a'.repeat(regexLength + 1) }), 'unsupported', /more than \d+ characters/);
+  });
+
+  test('schemas: depth and size, counted without recursion, and depth reached through $ref chains', () => {
+    expectLanguage(schema(nested(schemaDepth)), [`${'['.repeat(schemaDepth - 1)}${']'.repeat(schemaDepth - 1)}`], []);
+    refusedUpFront({ kind: 'json_schema', schema: nested(schemaDepth + 1), whitespace: { kind: 'compact' }, noAdditionalProperties: false }, /nested more than/);
+    refusedUpFront({ kind: 'json_schema', schema: nested(100_000), whitespace: { kind: 'compact' }, noAdditionalProperties: false }, /nested more than/);
+    const wide = { type: 'object', properties: Object.fromEntries(Array.from({ length: schemaNodes }, (_, i) => [`p${i}`, { type: 'string' }])) };
+    refusedUpFront({ kind: 'json_schema', schema: wide, whitespace: { kind: 'compact' }, noAdditionalProperties: false }, new RegExp(`more than ${schemaNodes} nodes`));
+    // Shallow in the text, deep once the references are followed.
+    const defs: Record<string, unknown> = Object.fromEntries(Array.from({ length: schemaDepth + 5 }, (_, i) => [`d${i}`, { type: 'array', items: { $ref: `#/$defs/d${i + 1}` } }]));
+    defs[`d${schemaDepth + 5}`] = { type: 'string' };
+    refusal(() => schema({ $defs: defs, $ref: '#/$defs/d0' }), 'unsupported', /nested more than/);
+  });
+
+  test('choices and tools: counts and total size', () => {
+    refusedUpFront({ kind: 'choice', choices: Array.from({ length: choices + 1 }, (_, i) => String(i)) }, new RegExp(`more than ${choices} choices`));
+    refusedUpFront({ kind: 'choice', choices: ['x'.repeat(choiceCharacters + 1)] }, new RegExp(`more than ${choiceCharacters} characters`));
+    const tool = (name: string) => ({ name, parameters: undefined });
+    refusedUpFront({ kind: 'tool_call', tools: Array.from({ length: tools + 1 }, (_, i) => tool(`f${i}`)), multiple: false, whitespace: { kind: 'compact' } }, new RegExp(`more than ${tools} tools`));
+  });
+
+  test('the step budget stops a small constraint whose automaton explodes, as soon as it is spent', () => {
+    for (const regexSource of ['(a|b)*a(a|b){24}', '((a{1000}){1000}){1000}']) {
+      const budget = new WorkBudget(200_000);
+      refusal(() => compileConstraintUncached({ kind: 'regex', regex: regexSource }, budget), 'unsupported', /more than 200000 steps/);
+      assert.ok(budget.used < 200_000 * 1.1, `stopped at ${budget.used} steps`);
+    }
+    const defs = Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`d${i}`, i === 9 ? { type: 'string' } : { type: 'object', properties: Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }])) }]));
+    refusal(() => schema({ $defs: defs, $ref: '#/$defs/d0' }), 'unsupported', /steps to build/);
+    // The largest constraint served in ordinary use fits with room to spare.
+    const budget = new WorkBudget();
+    compileConstraintUncached({ kind: 'json_object', whitespace: { kind: 'flexible' } }, budget);
+    assert.ok(budget.used < CONSTRAINT_LIMITS.steps / 2, `json_object took ${budget.used} steps`);
+  });
+
+  test('the server compiles on a worker thread: the same automaton, refusals as ConstraintErrors, one compilation per constraint', async () => {
+    const compiler = new ConstraintCompiler();
+    try {
+      const spec: ConstraintSpec = { kind: 'regex', regex: 'thread-(one|two)[0-9]{2}' };
+      const [first, second] = await Promise.all([compiler.compile(spec), compiler.compile(spec)]);
+      assert.equal(first, second, 'concurrent requests share one compilation');
+      assert.deepEqual(first.dfa, compileConstraintUncached(spec).dfa);
+      await assert.rejects(compiler.compile({ kind: 'regex', regex: '(a|b)*a(a|b){24}' }), (error: unknown) => error instanceof ConstraintError && /steps to build|automaton states/.test(error.message));
+      await assert.rejects(compiler.compile({ kind: 'regex', regex: 'a'.repeat(regexLength + 1) }), ConstraintError);
+    } finally {
+      await compiler.close();
+    }
   });
 });

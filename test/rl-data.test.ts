@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { loadTokenizer } from '../src/chat/tokenizer.ts';
 import { renderChat } from '../src/chat/template.ts';
-import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError } from '../src/chat/trajectory-tokens.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type ScoredSequence } from '../src/jobs/rl-data.ts';
 
 const close = (actual: number, expected: number, message?: string) => assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
@@ -95,5 +95,21 @@ describe('trajectory tokenization', async () => {
     const allowed = tokenizeTrajectory(tokenizer, template, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: true })!;
     const trained = allowed.tokens.filter((_, i) => allowed.mask[i]);
     assert.equal(tokenizer.decode(trained), 'hello<|im_end|>');
+  });
+
+  test('a sampled token id outside the vocabulary is a tokenize error naming where it is, never a crash in the engine', () => {
+    const outside = tokenizer.vocabSize;
+    const viaLogprobs = { message: { role: 'assistant', content: 'x' }, logprobs: { content: [{ token: 'token_id:5', logprob: -1 }, { token: `token_id:${outside}`, logprob: -1 }] } };
+    const viaTokenIds = { message: { role: 'assistant', content: 'x' }, logprobs: null, token_ids: [5, 99999999] };
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [viaLogprobs, new RegExp(`messages_and_choices\\.1\\.logprobs\\.content\\.1\\.token: token id ${outside} is outside the vocabulary`)],
+      [viaTokenIds, /messages_and_choices\.1\.token_ids\.1: token id 99999999 is outside the vocabulary/],
+    ];
+    for (const [choice, message] of cases) {
+      assert.throws(
+        () => tokenizeTrajectory(tokenizer, template, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: true }),
+        (error: unknown) => error instanceof TrajectoryTokenizeError && message.test(error.message),
+      );
+    }
   });
 });

@@ -148,6 +148,18 @@ describe('RL training jobs', () => {
     assert.equal(config.status, 422);
     assert.deepEqual(config.body.detail.map((d: { loc: string[] }) => d.loc.at(-1)).sort(), ['another_key', 'epsilon', 'plot_tensors']);
 
+    // A sampled token id the base model's vocabulary does not have is refused at submission, where it is.
+    const [sampled] = groups[0].trajectories;
+    const choice = structuredClone(sampled.messages_and_choices[1]) as { logprobs: { content: { token: string }[] } };
+    choice.logprobs.content[0].token = 'token_id:99999999';
+    const outside = await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: [{ trajectories: [sampled, { ...sampled, messages_and_choices: [sampled.messages_and_choices[0], choice] }] }],
+    });
+    assert.equal(outside.status, 422);
+    assert.deepEqual(outside.body.detail.map((d: { loc: unknown[] }) => d.loc), [['body', 'trajectory_groups', 0, 'trajectories', 1, 'messages_and_choices', 1, 'logprobs', 'content', 0, 'token']]);
+    assert.match(outside.body.detail[0].msg, /token id 99999999 is outside the base model's vocabulary/);
+
     const other = await e2e.server.services.auth.createKey('rl-outsider');
     const foreign = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups }, other.key);
     assert.equal(foreign.status, 404);

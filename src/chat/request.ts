@@ -5,8 +5,7 @@
  */
 import { AppError } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
-import type { CompiledConstraint } from './constraints/compile.ts';
-import { compileRequestConstraint, ConstraintRequestError } from './constraints/request.ts';
+import { ConstraintRequestError, requestedConstraint, type RequestedConstraint } from './constraints/request.ts';
 
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 128;
@@ -54,8 +53,8 @@ export interface ChatPlan {
   templateKwargs: Record<string, unknown>;
   documents: Record<string, string>[] | null;
   toolChoice: ToolChoice;
-  /** What decoding must produce (response_format, structured_outputs, or a forced tool call); null for free text. */
-  constraint: CompiledConstraint | null;
+  /** What decoding must produce (response_format, structured_outputs, or a forced tool call), still to compile; null for free text. */
+  constraint: RequestedConstraint | null;
   includeReasoning: boolean;
   parallelToolCalls: boolean;
   requestedMaxTokens: number | null;
@@ -96,6 +95,25 @@ function parseToolChoice(body: ChatCompletionBody): ToolChoice {
 
 function checkRange(ok: boolean, message: string, param: string): void {
   if (!ok) throw badRequest(message, param);
+}
+
+/**
+ * Content parts are text only: the served models are text-only, and a part the template would skip
+ * (`image_url`, `input_audio`, `file`, …) must be refused, not silently left out of the prompt.
+ */
+function checkContentParts(messages: Record<string, unknown>[]): void {
+  messages.forEach((message, index) => {
+    if (!Array.isArray(message.content)) return;
+    message.content.forEach((part: unknown, at) => {
+      const param = `messages.${index}.content.${at}`;
+      const type = part !== null && typeof part === 'object' ? (part as { type?: unknown }).type : undefined;
+      if (type !== 'text') {
+        const what = typeof type === 'string' ? `content parts of type ${JSON.stringify(type)} are not supported: the served models are text-only` : 'a content part must be an object with a "type"';
+        throw badRequest(`${param}: ${what} (send {"type": "text", "text": ...} parts or a string)`, param);
+      }
+      if (typeof (part as { text?: unknown }).text !== 'string') throw badRequest(`${param}: a text content part needs a string "text"`, param);
+    });
+  });
 }
 
 /** As vLLM's chat utilities do: tool-call arguments arrive as JSON strings and reach the template as objects. */
@@ -142,6 +160,7 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
   if (body.use_beam_search) throw badRequest('use_beam_search is not supported by this server: it samples only', 'use_beam_search');
   if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
   if (isTruthyObject(body.mm_processor_kwargs)) throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');
+  checkContentParts(body.messages);
   const responseFormat = body.response_format;
   if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
     throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
@@ -163,9 +182,9 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
 
   const toolChoice = parseToolChoice(body);
   const parallelToolCalls = body.parallel_tool_calls ?? true;
-  let constraint: CompiledConstraint | null;
+  let constraint: RequestedConstraint | null;
   try {
-    constraint = compileRequestConstraint(body, toolChoice, parallelToolCalls);
+    constraint = requestedConstraint(body, toolChoice, parallelToolCalls);
   } catch (error) {
     if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
     throw error;

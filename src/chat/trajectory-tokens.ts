@@ -28,18 +28,39 @@ function isChoice(item: Record<string, unknown>): boolean {
   return typeof item.message === 'object' && item.message !== null;
 }
 
+interface Sampled {
+  ids: number[];
+  logprobs: (number | null)[];
+  /** Where each id came from in the choice, for error messages. */
+  pathOf(position: number): (string | number)[];
+}
+
 /** The exact sampled ids and their logprobs, when the choice lets us recover them. */
-function sampledTokens(choice: Record<string, unknown>): { ids: number[]; logprobs: (number | null)[] } | null {
+function sampledTokens(choice: Record<string, unknown>): Sampled | null {
   const content = (choice.logprobs as { content?: { token?: unknown; logprob?: unknown }[] } | null | undefined)?.content;
   const entries = Array.isArray(content) ? content : [];
-  const fromLogprobs = entries.map((entry) => TOKEN_ID.exec(String(entry.token ?? ''))?.[1]);
-  const logprobs = entries.map((entry) => (typeof entry.logprob === 'number' && Number.isFinite(entry.logprob) ? entry.logprob : null));
-  if (entries.length > 0 && fromLogprobs.every((id) => id !== undefined)) return { ids: fromLogprobs.map(Number), logprobs };
+  const fromLogprobs = entries.map((entry) => TOKEN_ID.exec(String(entry?.token ?? ''))?.[1]);
+  const logprobs = entries.map((entry) => (typeof entry?.logprob === 'number' && Number.isFinite(entry.logprob) ? entry.logprob : null));
+  if (entries.length > 0 && fromLogprobs.every((id) => id !== undefined)) {
+    return { ids: fromLogprobs.map(Number), logprobs, pathOf: (position) => ['logprobs', 'content', position, 'token'] };
+  }
   const tokenIds = choice.token_ids;
   if (Array.isArray(tokenIds) && tokenIds.every((id) => Number.isInteger(id))) {
-    return { ids: tokenIds as number[], logprobs: logprobs.length === tokenIds.length ? logprobs : tokenIds.map(() => null) };
+    return { ids: tokenIds as number[], logprobs: logprobs.length === tokenIds.length ? logprobs : tokenIds.map(() => null), pathOf: (position) => ['token_ids', position] };
   }
   return null;
+}
+
+/**
+ * The sampled token ids of a trajectory's choices that a vocabulary of `vocabSize` does not have, with
+ * their path inside `messages_and_choices`: such a trajectory cannot train, so it is refused up front.
+ */
+export function tokenIdsOutsideVocabulary(items: Record<string, unknown>[], vocabSize: number): { path: (string | number)[]; id: number }[] {
+  return items.flatMap((item, index) => {
+    const sampled = isChoice(item) ? sampledTokens(item) : null;
+    if (!sampled) return [];
+    return sampled.ids.flatMap((id, position) => (id < 0 || id >= vocabSize ? [{ path: [index, ...sampled.pathOf(position)], id }] : []));
+  });
 }
 
 function hasLogprobs(choice: Record<string, unknown>): boolean {
@@ -53,6 +74,10 @@ export function tokenizeTrajectory(
   options: { allowTrainingWithoutLogprobs: boolean },
 ): TrainingSequence | null {
   const items = trajectory.messages_and_choices;
+  const [outside] = tokenIdsOutsideVocabulary(items, tokenizer.vocabSize);
+  if (outside) {
+    throw new TrajectoryTokenizeError(`messages_and_choices.${outside.path.join('.')}: token id ${outside.id} is outside the vocabulary (${tokenizer.vocabSize} tokens)`);
+  }
   const trainable = items.map((item) =>
     isChoice(item) ? hasLogprobs(item) || options.allowTrainingWithoutLogprobs : options.allowTrainingWithoutLogprobs && item.role === 'assistant',
   );

@@ -66,6 +66,17 @@ export class BaseModelRuntime {
     return this.engine;
   }
 
+  /** The vocabulary size from the tokenizer alone (no engine needed), or null when it cannot be read. */
+  async vocabularySize(baseId: string): Promise<number | null> {
+    const spec = this.registry.find(baseId);
+    if (!spec) return null;
+    try {
+      return (await loadTokenizer(spec.path)).vocabSize;
+    } catch {
+      return null; // the job reports the unreadable tokenizer when it runs
+    }
+  }
+
   load(baseId: string): Promise<LoadedBase> {
     let entry = this.loading.get(baseId);
     if (!entry) {

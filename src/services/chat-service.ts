@@ -9,7 +9,9 @@ import { badRequest, planChat, type ChatPlan } from '../chat/request.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
 import { renderChat, TemplateError, type RenderOptions } from '../chat/template.ts';
 import type { TemplateSandbox } from '../chat/template-sandbox.ts';
-import type { GenerateRequest, PromptLogprobsEvent } from '../engine/protocol.ts';
+import type { ConstraintCompiler } from '../chat/constraints/constraint-compiler.ts';
+import { compileRequested, ConstraintRequestError } from '../chat/constraints/request.ts';
+import type { GenerateRequest, PromptLogprobsEvent, WireConstraint } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
 import type { Principal } from './auth-service.ts';
@@ -23,6 +25,8 @@ export interface ChatOptions {
   maxCompletionTokens: number;
   /** Where request-supplied chat templates render; null: the operator does not trust them (400). */
   requestTemplates: TemplateSandbox | null;
+  /** Compiles constraints off the event loop. */
+  constraints: ConstraintCompiler;
 }
 
 type Chunk = Record<string, unknown>;
@@ -82,6 +86,7 @@ export class ChatService {
   }
 
   private async prepare(principal: Principal, plan: ChatPlan): Promise<Prepared> {
+    const constraint = await this.constraint(plan);
     const resolved = await this.resolver.resolve(principal, plan.modelName);
     const base = await this.runtime.load(resolved.baseId);
     const template = plan.chatTemplate ?? base.template;
@@ -165,9 +170,20 @@ export class ChatService {
         seed: plan.sampling.seed,
         logprobs: plan.logprobs ? plan.logprobs.top : null,
         prompt_logprobs: plan.promptLogprobs,
-        constraint: plan.constraint?.wire ?? null,
+        constraint,
       },
     };
+  }
+
+  /** The request's constraint compiled (on the compiler thread) for the engine; a refusal is a 400 naming its field. */
+  private async constraint(plan: ChatPlan): Promise<WireConstraint | null> {
+    if (!plan.constraint) return null;
+    try {
+      return (await compileRequested(plan.constraint, (spec) => this.options.constraints.compile(spec))).wire;
+    } catch (error) {
+      if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
+      throw error;
+    }
   }
 
   /** The model's own template is trusted and renders here; a request's own is user code and renders in the sandbox. */

@@ -54,12 +54,14 @@ export class TrainingJobService {
     private readonly defaultLearningRate: (baseModel: string) => number,
     private readonly notify: { submitted(): void; cancel(jobId: string): Promise<JobRow | undefined> },
     private readonly artifacts: ArtifactService,
+    /** The base model's vocabulary size from its tokenizer, or null when that cannot be read now (the job checks again). */
+    private readonly vocabularySize: (baseModel: string) => Promise<number | null>,
   ) {}
 
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
     const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
-    problems.push(...checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups']));
+    problems.push(...checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model)));
     if (problems.length > 0) throw validationError(problems);
     const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });

@@ -1,9 +1,11 @@
 /**
  * Shape checks the JSON schema cannot express: every `messages_and_choices` item is either a chat
- * message (a string `role`) or an OpenAI `Choice` (an object `message` with role assistant).
+ * message (a string `role`) or an OpenAI `Choice` (an object `message` with role assistant), and, where
+ * the base model's vocabulary is known, every sampled token id a choice carries is inside it.
  */
 import type { FieldProblem } from '../errors.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
+import { tokenIdsOutsideVocabulary } from '../chat/trajectory-tokens.ts';
 
 type Loc = (string | number)[];
 
@@ -11,7 +13,12 @@ export function isChoice(item: Record<string, unknown>): boolean {
   return typeof item.message === 'object' && item.message !== null;
 }
 
-function checkItems(items: Record<string, unknown>[], loc: Loc, problems: FieldProblem[]): void {
+function checkItems(items: Record<string, unknown>[], loc: Loc, problems: FieldProblem[], vocabSize: number | null): void {
+  if (vocabSize !== null) {
+    for (const { path, id } of tokenIdsOutsideVocabulary(items, vocabSize)) {
+      problems.push({ loc: [...loc, ...path], msg: `token id ${id} is outside the base model's vocabulary (${vocabSize} tokens)`, type: 'value_error' });
+    }
+  }
   items.forEach((item, index) => {
     if (isChoice(item)) {
       const role = (item.message as Record<string, unknown>).role;
@@ -24,7 +31,8 @@ function checkItems(items: Record<string, unknown>[], loc: Loc, problems: FieldP
   });
 }
 
-export function checkTrajectoryGroups(groups: TrajectoryGroup[], loc: Loc): FieldProblem[] {
+/** `vocabSize`: the base model's, when known; null skips the token id check. */
+export function checkTrajectoryGroups(groups: TrajectoryGroup[], loc: Loc, vocabSize: number | null = null): FieldProblem[] {
   const problems: FieldProblem[] = [];
   groups.forEach((group, groupIndex) => {
     group.trajectories.forEach((trajectory, trajectoryIndex) => {
@@ -32,9 +40,9 @@ export function checkTrajectoryGroups(groups: TrajectoryGroup[], loc: Loc): Fiel
       if (!Number.isFinite(trajectory.reward)) {
         problems.push({ loc: [...trajectoryLoc, 'reward'], msg: 'Input should be a finite number', type: 'finite_number' });
       }
-      checkItems(trajectory.messages_and_choices, [...trajectoryLoc, 'messages_and_choices'], problems);
+      checkItems(trajectory.messages_and_choices, [...trajectoryLoc, 'messages_and_choices'], problems, vocabSize);
       (trajectory.additional_histories ?? []).forEach((history, historyIndex) => {
-        checkItems(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices'], problems);
+        checkItems(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices'], problems, vocabSize);
       });
     });
   });

@@ -13,6 +13,7 @@ import type { WireConstraint } from '../../engine/protocol.ts';
 import { buildNfa } from './nfa.ts';
 import { alt, ConstraintError, invalid, list, literal, type Pattern, seq } from './pattern.ts';
 import { regexPattern } from './regex.ts';
+import { checkJsonSize, CONSTRAINT_LIMITS, tooLarge, WorkBudget } from './limits.ts';
 
 /** Whitespace between JSON tokens: bounded runs of any whitespace, json.dumps' separators, or a regex. */
 export type WhitespaceSpec = { kind: 'flexible' } | { kind: 'compact' } | { kind: 'pattern'; regex: string };
@@ -45,25 +46,44 @@ const MAX_NFA_STATES = 1_000_000;
 const MAX_DFA_STATES = 50_000;
 const CACHE_ENTRIES = 256;
 
+/** The caps that need no compiling: a constraint past them is refused before any work starts. */
+function checkLimits(spec: ConstraintSpec): void {
+  switch (spec.kind) {
+    case 'json_schema':
+      return checkJsonSize(spec.schema, 'a JSON schema');
+    case 'choice': {
+      const { choices, choiceCharacters } = CONSTRAINT_LIMITS;
+      if (spec.choices.length > choices) throw tooLarge(`a choice list of more than ${choices} choices`);
+      if (spec.choices.reduce((sum, choice) => sum + choice.length, 0) > choiceCharacters) throw tooLarge(`a choice list of more than ${choiceCharacters} characters`);
+      return;
+    }
+    case 'tool_call':
+      if (spec.tools.length > CONSTRAINT_LIMITS.tools) throw tooLarge(`a tool call among more than ${CONSTRAINT_LIMITS.tools} tools`);
+      return checkJsonSize(spec.tools.map((tool) => tool.parameters ?? null), 'the tools\' parameter schemas');
+    default:
+      return; // regexes are measured where they are parsed
+  }
+}
+
 function layoutOf(spec: WhitespaceSpec): JsonLayout {
   if (spec.kind === 'compact') return COMPACT_LAYOUT;
   if (spec.kind === 'flexible') return flexibleLayout();
   return flexibleLayout(regexPattern(spec.regex));
 }
 
-function schemaOptions(layout: JsonLayout, noAdditionalProperties = false) {
-  return { layout, noAdditionalProperties, anyValueDepth: ANY_VALUE_DEPTH, maxRecursion: MAX_RECURSION, maxStates: MAX_DFA_STATES };
+function schemaOptions(budget: WorkBudget, layout: JsonLayout, noAdditionalProperties = false) {
+  return { layout, noAdditionalProperties, anyValueDepth: ANY_VALUE_DEPTH, maxRecursion: MAX_RECURSION, maxStates: MAX_DFA_STATES, budget };
 }
 
-function toolArguments(tool: ToolSpec, layout: JsonLayout): Pattern {
+function toolArguments(tool: ToolSpec, layout: JsonLayout, budget: WorkBudget): Pattern {
   if (tool.parameters === undefined || tool.parameters === null) return anyJsonObject(layout, ANY_VALUE_DEPTH);
-  return compileJsonSchema(tool.parameters, schemaOptions(layout));
+  return compileJsonSchema(tool.parameters, schemaOptions(budget, layout));
 }
 
-function constraintPattern(spec: ConstraintSpec): Pattern {
+function constraintPattern(spec: ConstraintSpec, budget: WorkBudget): Pattern {
   switch (spec.kind) {
     case 'json_schema':
-      return compileJsonSchema(spec.schema, schemaOptions(layoutOf(spec.whitespace), spec.noAdditionalProperties));
+      return compileJsonSchema(spec.schema, schemaOptions(budget, layoutOf(spec.whitespace), spec.noAdditionalProperties));
     case 'json_object':
       return anyJsonObject(layoutOf(spec.whitespace), ANY_VALUE_DEPTH);
     case 'regex':
@@ -74,7 +94,7 @@ function constraintPattern(spec: ConstraintSpec): Pattern {
       const layout = layoutOf(spec.whitespace);
       const call = alt(
         ...spec.tools.map((tool) =>
-          seq(literal(`<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `), toolArguments(tool, layout), literal('}\n</tool_call>')),
+          seq(literal(`<tool_call>\n{"name": ${JSON.stringify(tool.name)}, "arguments": `), toolArguments(tool, layout, budget), literal('}\n</tool_call>')),
         ),
       );
       return spec.multiple ? list(call, literal('\n'), 1, null) : call;
@@ -93,21 +113,47 @@ function encodeWire(dfa: Dfa): WireConstraint {
   return { id, ...body };
 }
 
-/** Uncached: the pattern, its automaton and wire form. */
-export function compileConstraintUncached(spec: ConstraintSpec): CompiledConstraint {
-  const pattern = constraintPattern(spec);
-  const dfa = determinise(buildNfa(pattern, MAX_NFA_STATES), MAX_DFA_STATES);
+/** Uncached: the pattern, its automaton and wire form, within the size caps and the step budget. */
+export function compileConstraintUncached(spec: ConstraintSpec, budget = new WorkBudget()): CompiledConstraint {
+  checkLimits(spec);
+  const pattern = constraintPattern(spec, budget);
+  const dfa = determinise(buildNfa(pattern, MAX_NFA_STATES, budget), MAX_DFA_STATES, budget);
   if (!dfa) throw invalid('the constraint matches no text at all');
   const wire = encodeWire(dfa);
   return { id: wire.id, dfa, wire };
 }
 
-const cache = new Map<string, CompiledConstraint | ConstraintError>();
+/** A compilation's outcome as the cache keeps it: the constraint, or the refusal (refusals are cached too). */
+export type CompileOutcome = CompiledConstraint | ConstraintError;
 
-/** Compiles once per distinct constraint (least recently used entries go first); refusals are cached too. */
+const cache = new Map<string, CompileOutcome>();
+
+/** The cache key, once the size caps pass: a schema nested thousands deep must not reach JSON.stringify. */
+export function constraintKey(spec: ConstraintSpec): string {
+  checkLimits(spec);
+  return JSON.stringify(spec);
+}
+
+/** The cached outcome, now the most recently used; undefined when it was never compiled or was evicted. */
+export function cachedOutcome(key: string): CompileOutcome | undefined {
+  const entry = cache.get(key);
+  if (entry !== undefined) {
+    cache.delete(key);
+    cache.set(key, entry);
+  }
+  return entry;
+}
+
+/** Keeps an outcome; the least recently used entry goes first. */
+export function cacheOutcome(key: string, outcome: CompileOutcome): void {
+  cache.set(key, outcome);
+  if (cache.size > CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
+}
+
+/** Compiles on this thread, once per distinct constraint. The server compiles off its event loop instead (constraint-compiler.ts). */
 export function compileConstraint(spec: ConstraintSpec): CompiledConstraint {
-  const key = JSON.stringify(spec);
-  let entry = cache.get(key);
+  const key = constraintKey(spec);
+  let entry = cachedOutcome(key);
   if (entry === undefined) {
     try {
       entry = compileConstraintUncached(spec);
@@ -115,11 +161,8 @@ export function compileConstraint(spec: ConstraintSpec): CompiledConstraint {
       if (!(error instanceof ConstraintError)) throw error;
       entry = error;
     }
-  } else {
-    cache.delete(key);
+    cacheOutcome(key, entry);
   }
-  cache.set(key, entry);
-  if (cache.size > CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
   if (entry instanceof ConstraintError) throw entry;
   return entry;
 }

@@ -6,6 +6,7 @@
  */
 import type { Nfa } from './nfa.ts';
 import { ConstraintError } from './pattern.ts';
+import type { WorkBudget } from './limits.ts';
 
 export interface Dfa {
   states: number;
@@ -57,7 +58,7 @@ function nfaByteClasses(nfa: Nfa): { classOf: Uint8Array; classCount: number } {
 }
 
 /** Subset construction, then trim and minimise. Null when the language is empty. */
-export function determinise(nfa: Nfa, maxStates: number): Dfa | null {
+export function determinise(nfa: Nfa, maxStates: number, budget: WorkBudget): Dfa | null {
   const { classOf, classCount } = nfaByteClasses(nfa);
   const seen = new Int32Array(nfa.size).fill(-1);
   let epoch = 0;
@@ -65,14 +66,17 @@ export function determinise(nfa: Nfa, maxStates: number): Dfa | null {
     epoch += 1;
     const result: number[] = [];
     const stack = [...seeds];
+    let steps = stack.length;
     while (stack.length > 0) {
       const state = stack.pop()!;
+      steps += 1;
       if (seen[state] === epoch) continue;
       seen[state] = epoch;
       // Only states that read a byte (or accept) tell subsets apart; the others are just passages.
       if (nfa.edges[state].length > 0 || state === nfa.accept) result.push(state);
       for (const to of nfa.epsilons[state]) if (seen[to] !== epoch) stack.push(to);
     }
+    budget.spend(steps + result.length);
     return result.sort((a, b) => a - b);
   };
 
@@ -85,6 +89,7 @@ export function determinise(nfa: Nfa, maxStates: number): Dfa | null {
     let id = ids.get(key);
     if (id === undefined) {
       if (sets.length >= maxStates) throw new ConstraintError('unsupported', `a constraint this large (over ${maxStates} automaton states)`);
+      budget.spend(classCount + key.length);
       id = sets.length;
       ids.set(key, id);
       sets.push(set);
@@ -97,13 +102,17 @@ export function determinise(nfa: Nfa, maxStates: number): Dfa | null {
   const buckets: number[][] = Array.from({ length: classCount }, () => []);
   const bySeeds = new Map<string, number>();
   for (let id = 0; id < sets.length; id += 1) {
+    let steps = 0;
     for (const state of sets[id]) {
       for (const { lo, hi, to } of nfa.edges[state]) {
         for (let c = classOf[lo]; c <= classOf[hi]; c += 1) buckets[c].push(to);
+        steps += classOf[hi] - classOf[lo] + 1;
       }
     }
+    budget.spend(steps);
     for (let c = 0; c < classCount; c += 1) {
       if (buckets[c].length === 0) continue;
+      budget.spend(buckets[c].length);
       // Many classes (and many states) step to the same few NFA states: close each seed set once.
       const seedKey = buckets[c].sort((a, b) => a - b).join(',');
       let target = bySeeds.get(seedKey);
@@ -115,7 +124,7 @@ export function determinise(nfa: Nfa, maxStates: number): Dfa | null {
       buckets[c] = [];
     }
   }
-  return minimise({ states: sets.length, classCount, classOf, start: 0, accepting: Uint8Array.from(accepting), next: Int32Array.from(next) });
+  return minimise({ states: sets.length, classCount, classOf, start: 0, accepting: Uint8Array.from(accepting), next: Int32Array.from(next) }, budget);
 }
 
 /** Drops states from which no accepting state is reachable; null when that is the start. */
@@ -158,7 +167,8 @@ function trim(dfa: Dfa): Dfa | null {
  * again, states are renumbered breadth-first from the start, and byte classes that every state now
  * treats alike are merged.
  */
-function minimise(input: Dfa): Dfa | null {
+function minimise(input: Dfa, budget: WorkBudget): Dfa | null {
+  budget.spend(2 * input.next.length); // trimming and the tables below
   const trimmed = trim(input);
   if (!trimmed) return null;
   const dfa = mergeClasses(trimmed); // fewer classes, fewer refinement passes
@@ -211,6 +221,7 @@ function minimise(input: Dfa): Dfa | null {
     const splitter = worklist[--pending];
     inWorklist[splitter] = 0;
     const members = elements.slice(blockStart[splitter], blockEnd[splitter]);
+    budget.spend(members.length * C);
     for (let c = 0; c < C; c += 1) {
       let touchedCount = 0;
       const base = c * N;
@@ -314,7 +325,7 @@ function mergeClasses(dfa: Dfa): Dfa {
 }
 
 /** The DFA of strings both accept; null when there are none. */
-export function intersect(a: Dfa, b: Dfa, maxStates: number): Dfa | null {
+export function intersect(a: Dfa, b: Dfa, maxStates: number, budget: WorkBudget): Dfa | null {
   const pairClass = new Map<number, number>();
   const classOf = new Uint8Array(256);
   const classPairs: [number, number][] = [];
@@ -337,6 +348,7 @@ export function intersect(a: Dfa, b: Dfa, maxStates: number): Dfa | null {
     let id = ids.get(key);
     if (id === undefined) {
       if (pairs.length >= maxStates) throw new ConstraintError('unsupported', `a constraint this large (over ${maxStates} automaton states)`);
+      budget.spend(C);
       id = pairs.length;
       ids.set(key, id);
       pairs.push([sa, sb]);
@@ -354,5 +366,5 @@ export function intersect(a: Dfa, b: Dfa, maxStates: number): Dfa | null {
     });
   }
   const accepting = Uint8Array.from(pairs, ([sa, sb]) => a.accepting[sa] & b.accepting[sb]);
-  return minimise({ states: pairs.length, classCount: C, classOf, start: 0, accepting, next: Int32Array.from(next) });
+  return minimise({ states: pairs.length, classCount: C, classOf, start: 0, accepting, next: Int32Array.from(next) }, budget);
 }

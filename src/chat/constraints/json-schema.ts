@@ -14,6 +14,7 @@ import { anyJsonObject, anyJsonValue, ANY_CHAR, canonicalJson, escapeForJson, js
 import { ANY_NUMBER, type Bound, decimalRange, integerBound, integerRange } from './numbers.ts';
 import { alt, ConstraintError, invalid, isNothing, list, literal, NOTHING, optional, type Pattern, seq, unsupported } from './pattern.ts';
 import { searchPattern } from './regex.ts';
+import { CONSTRAINT_LIMITS, tooLarge, type WorkBudget } from './limits.ts';
 
 export interface SchemaOptions {
   layout: JsonLayout;
@@ -25,6 +26,8 @@ export interface SchemaOptions {
   maxRecursion: number;
   /** Bound on the automata built for intersections and oneOf checks. */
   maxStates: number;
+  /** The compilation's step budget, spent here too: `$ref`s and branches can multiply the work of a small schema. */
+  budget: WorkBudget;
 }
 
 type Schema = Record<string, unknown>;
@@ -37,6 +40,9 @@ const REFUSED = [
   'not', 'if', 'then', 'else', 'dependentRequired', 'dependentSchemas', 'dependencies', 'patternProperties', 'propertyNames',
   'unevaluatedItems', 'contains', 'minContains', 'maxContains', 'multipleOf', '$dynamicRef', '$recursiveRef',
 ];
+
+/** One subschema costs as much as many automaton steps: its patterns, and the NFA states they become. */
+const SUBSCHEMA_STEPS = 200;
 
 const isSchemaObject = (value: unknown): value is Schema => value !== null && typeof value === 'object' && !Array.isArray(value);
 
@@ -53,13 +59,26 @@ export function compileJsonSchema(root: unknown, options: SchemaOptions): Patter
 class SchemaCompiler {
   cutRecursion = false;
   private readonly refStack: string[] = [];
+  private depth = 0;
 
   constructor(
     private readonly root: unknown,
     private readonly options: SchemaOptions,
   ) {}
 
+  /** Counts the nesting (which `$ref`s can deepen past the schema's own) and the work of every subschema. */
   schema(schema: unknown, at: string): Pattern {
+    if (this.depth >= CONSTRAINT_LIMITS.schemaDepth) throw tooLarge(`a JSON schema nested more than ${CONSTRAINT_LIMITS.schemaDepth} levels deep (at ${at})`);
+    this.options.budget.spend(SUBSCHEMA_STEPS);
+    this.depth += 1;
+    try {
+      return this.subschema(schema, at);
+    } finally {
+      this.depth -= 1;
+    }
+  }
+
+  private subschema(schema: unknown, at: string): Pattern {
     if (schema === true) return anyJsonValue(this.options.layout, this.options.anyValueDepth);
     if (schema === false) return NOTHING;
     if (!isSchemaObject(schema)) throw invalid(`${at} is not a schema (an object or a boolean)`);
@@ -123,12 +142,12 @@ class SchemaCompiler {
   }
 
   private checkDisjoint(patterns: Pattern[], at: string): void {
-    const dfas = patterns.map((pattern) => determinise(buildNfa(pattern, this.options.maxStates * 8), this.options.maxStates));
+    const dfas = patterns.map((pattern) => determinise(buildNfa(pattern, this.options.maxStates * 8, this.options.budget), this.options.maxStates, this.options.budget));
     for (let i = 0; i < dfas.length; i += 1) {
       for (let j = i + 1; j < dfas.length; j += 1) {
         const a = dfas[i];
         const b = dfas[j];
-        if (a && b && intersect(a, b, this.options.maxStates)) throw unsupported(`\`oneOf\` whose branches ${i} and ${j} can write the same JSON (at ${at}); use anyOf`);
+        if (a && b && intersect(a, b, this.options.maxStates, this.options.budget)) throw unsupported(`\`oneOf\` whose branches ${i} and ${j} can write the same JSON (at ${at}); use anyOf`);
       }
     }
   }
@@ -226,11 +245,11 @@ class SchemaCompiler {
 
   /** Strings that every shape allows, as one embedded automaton. */
   private intersection(shapes: Pattern[], at: string): Pattern {
-    const { maxStates } = this.options;
-    let result = determinise(buildNfa(shapes[0], maxStates * 8), maxStates);
+    const { maxStates, budget } = this.options;
+    let result = determinise(buildNfa(shapes[0], maxStates * 8, budget), maxStates, budget);
     for (const shape of shapes.slice(1)) {
-      const next = determinise(buildNfa(shape, maxStates * 8), maxStates);
-      result = result && next ? intersect(result, next, maxStates) : null;
+      const next = determinise(buildNfa(shape, maxStates * 8, budget), maxStates, budget);
+      result = result && next ? intersect(result, next, maxStates, budget) : null;
     }
     if (!result) throw invalid(`${at}: no string satisfies its length, pattern and format together`);
     return { kind: 'dfa', dfa: result };

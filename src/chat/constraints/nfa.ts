@@ -6,6 +6,7 @@
 import type { Pattern } from './pattern.ts';
 import { ConstraintError } from './pattern.ts';
 import { utf8Sequences } from './utf8.ts';
+import type { WorkBudget } from './limits.ts';
 
 export interface ByteEdge {
   lo: number;
@@ -13,13 +14,23 @@ export interface ByteEdge {
   to: number;
 }
 
+/**
+ * Building the NFA costs more per state and edge than the subset construction does per step (arrays,
+ * UTF-8 expansion, and the GC that follows): measured on bench/constraint-limits.ts, about six times.
+ */
+const STATE_STEPS = 48;
+const EDGE_STEPS = 6;
+
 export class Nfa {
   readonly epsilons: number[][] = [];
   readonly edges: ByteEdge[][] = [];
   start = 0;
   accept = 0;
 
-  constructor(private readonly maxStates: number) {}
+  constructor(
+    private readonly maxStates: number,
+    private readonly budget: WorkBudget,
+  ) {}
 
   get size(): number {
     return this.edges.length;
@@ -29,22 +40,25 @@ export class Nfa {
     if (this.edges.length >= this.maxStates) {
       throw new ConstraintError('unsupported', `a constraint this large (over ${this.maxStates} automaton states before determinisation)`);
     }
+    this.budget.spend(STATE_STEPS);
     this.epsilons.push([]);
     this.edges.push([]);
     return this.edges.length - 1;
   }
 
   epsilon(from: number, to: number): void {
+    this.budget.spend(EDGE_STEPS);
     if (from !== to) this.epsilons[from].push(to);
   }
 
   edge(from: number, lo: number, hi: number, to: number): void {
+    this.budget.spend(EDGE_STEPS);
     this.edges[from].push({ lo, hi, to });
   }
 }
 
-export function buildNfa(pattern: Pattern, maxStates: number): Nfa {
-  const nfa = new Nfa(maxStates);
+export function buildNfa(pattern: Pattern, maxStates: number, budget: WorkBudget): Nfa {
+  const nfa = new Nfa(maxStates, budget);
   nfa.start = nfa.addState();
   nfa.accept = compile(nfa, pattern, nfa.start);
   return nfa;

@@ -6,6 +6,7 @@
  * property escapes are refused by name. `.` and the class escapes are ASCII-minded as in xgrammar:
  * `\d` is [0-9], `\w` is [A-Za-z0-9_], `.` is anything but a newline.
  */
+import { CONSTRAINT_LIMITS, tooLarge } from './limits.ts';
 import { alt, chars, complement, type CodeRange, EMPTY, invalid, MAX_CODE_POINT, normaliseRanges, type Pattern, repeat, seq, unsupported } from './pattern.ts';
 
 type Ast =
@@ -23,6 +24,7 @@ const SIMPLE_ESCAPES: Record<string, number> = { n: 0x0a, r: 0x0d, t: 0x09, f: 0
 
 class Parser {
   private position = 0;
+  private nesting = 0;
   private readonly points: number[];
 
   constructor(private readonly source: string) {
@@ -146,7 +148,10 @@ class Parser {
         throw unsupported('an inline flag or other `(?…)` group');
       }
     }
+    if (this.nesting >= CONSTRAINT_LIMITS.regexNesting) throw tooLarge(`a regex with groups nested more than ${CONSTRAINT_LIMITS.regexNesting} deep`);
+    this.nesting += 1;
     const inner = this.alternation();
+    this.nesting -= 1;
     if (this.peek() !== ')') throw this.error('missing ), unterminated subpattern');
     this.position += 1;
     return inner;
@@ -284,10 +289,14 @@ function lower(ast: Ast, atStart: boolean, atEnd: boolean): Pattern {
     case 'repeat':
       return repeat(lower(ast.item, false, false), ast.min, ast.max);
     case 'seq': {
-      const anchorsOnly = (items: Ast[], at: 'start' | 'end') => items.every((item) => item.type === 'anchor' && item.at === at);
+      // An item is at the start when only start anchors precede it, at the end when only end anchors follow.
+      const isAnchor = (item: Ast, at: 'start' | 'end') => item.type === 'anchor' && item.at === at;
+      const leading = ast.items.findIndex((item) => !isAnchor(item, 'start'));
+      let trailing = ast.items.length - 1;
+      while (trailing >= 0 && isAnchor(ast.items[trailing], 'end')) trailing -= 1;
       return seq(
         ...ast.items.map((item, index) =>
-          lower(item, atStart && anchorsOnly(ast.items.slice(0, index), 'start'), atEnd && anchorsOnly(ast.items.slice(index + 1), 'end')),
+          lower(item, atStart && (leading === -1 || index <= leading), atEnd && (trailing === -1 || index >= trailing)),
         ),
       );
     }
@@ -295,6 +304,8 @@ function lower(ast: Ast, atStart: boolean, atEnd: boolean): Pattern {
 }
 
 function parseRegex(source: string): Ast {
+  const { regexLength } = CONSTRAINT_LIMITS;
+  if (source.length > regexLength) throw tooLarge(`a regex of more than ${regexLength} characters (this one has ${source.length})`);
   return new Parser(source).parse();
 }
 

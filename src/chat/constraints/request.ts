@@ -5,7 +5,7 @@
  * from, so the caller can answer a 400 with that `param`.
  */
 import type { ChatCompletionBody } from '../../api/chat.ts';
-import { type CompiledConstraint, compileConstraint, type ConstraintSpec, type WhitespaceSpec } from './compile.ts';
+import type { CompiledConstraint, ConstraintSpec, WhitespaceSpec } from './compile.ts';
 import { ConstraintError } from './pattern.ts';
 
 export class ConstraintRequestError extends Error {
@@ -90,8 +90,14 @@ function toolSpec(body: ChatCompletionBody, toolChoice: ToolChoice, parallel: bo
   };
 }
 
+/** A constraint as a request asks for it, with the request field it comes from. */
+export interface RequestedConstraint {
+  spec: ConstraintSpec;
+  param: string;
+}
+
 /** Which constraint the request asks for, and the field it comes from; null for free text. */
-export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean): { spec: ConstraintSpec; param: string } | null {
+export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean): RequestedConstraint | null {
   const options = body.structured_outputs ?? {};
   const fromOptions = KINDS.filter((kind) => isSet(options[kind]));
   const jsonRegexChoice = fromOptions.filter((kind) => kind === 'json' || kind === 'regex' || kind === 'choice');
@@ -120,12 +126,10 @@ export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolCh
   return { spec: specOf(kind, value, options, param), param };
 }
 
-/** The compiled constraint, or null for free text; refusals carry their field. */
-export function compileRequestConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean): CompiledConstraint | null {
-  const requested = requestedConstraint(body, toolChoice, parallelToolCalls);
-  if (!requested) return null;
+/** The compiled constraint; a refusal becomes a `ConstraintRequestError` that names its field. */
+export async function compileRequested(requested: RequestedConstraint, compile: (spec: ConstraintSpec) => Promise<CompiledConstraint>): Promise<CompiledConstraint> {
   try {
-    return compileConstraint(requested.spec);
+    return await compile(requested.spec);
   } catch (error) {
     if (!(error instanceof ConstraintError)) throw error;
     const field = requested.param === 'tool_choice' ? 'the tool parameters' : requested.param;
