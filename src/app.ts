@@ -5,6 +5,7 @@ import type { Services } from './context.ts';
 import { newId } from './ids.ts';
 import { registerAuth } from './http/auth.ts';
 import { errorHandler, sendError } from './http/errors.ts';
+import { boundedValidatorCompiler } from './http/validation.ts';
 import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
@@ -28,13 +29,13 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     bodyLimit: config.bodyLimitBytes,
     requestIdHeader: 'x-request-id',
     genReqId: () => newId(),
-    ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true } },
     // toAppError words the answer from the capped problem list; Fastify's own message joined every ajv error.
     schemaErrorFormatter: (errors, dataVar) => new Error(`${dataVar}: ${errors.length} validation errors`),
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PARAM_LENGTH },
     ...transportOptions(config),
     frameworkErrors: errorHandler,
   });
+  app.setValidatorCompiler(boundedValidatorCompiler());
   registerJsonBody(app);
   registerTransportLimits(app, config);
 
