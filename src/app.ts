@@ -41,6 +41,8 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    // No id, name or query value can hold a NUL, and PostgreSQL refuses even to compare one: say so on both databases.
+    if (/%00/.test(request.url)) throw new AppError('bad_request', 'The URL holds a NUL character (%00); no id, name or query value can contain one');
   });
   app.addHook('onSend', async (_request, reply, payload) => {
     const timing = reply.getHeader('server-timing');

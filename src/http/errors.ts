@@ -7,6 +7,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import pg from 'pg';
 import { AppError, ERROR_CATALOGUE, excerpt, validationError, type FieldProblem } from '../errors.ts';
 import { EngineError } from '../engine/errors.ts';
 
@@ -115,6 +116,9 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
     if (error.code === 'engine_unavailable') return new AppError('engine_unavailable', error.message);
     return new AppError('engine_failed', `The engine failed: ${error.message}`);
   }
+  // PostgreSQL refuses values that SQLite stores or simply matches nothing with (a NUL character, an integer past
+  // its column): a data exception (SQLSTATE class 22) comes from the request's values, so it is the client's 400.
+  if (error instanceof pg.DatabaseError && error.code?.startsWith('22')) return new AppError('bad_request', `A value in the request cannot be used: ${error.message}`);
   const fastifyError = error as FastifyError & { validation?: AjvError[]; validationContext?: string };
   if (fastifyError.validation) {
     const problems = ajvToProblems(fastifyError.validationContext ?? 'body', fastifyError.validation);
