@@ -3,11 +3,13 @@
  * the widest and deepest schemas, the largest choice lists), how long it works (best of 5) and how many
  * budget steps it spent before compiling or being refused. The server runs this work on its compiler
  * thread, so these are the delays a constrained request can add to other first-time constraints, not
- * to the event loop. Prints figures; asserts nothing.
+ * to the event loop; the last line measures that: the longest event-loop stall while the server's compiler
+ * works through all of them. Prints figures; asserts nothing.
  * Usage: npx tsx bench/constraint-limits.ts
  */
 import { compileConstraintUncached, type ConstraintSpec } from '../src/chat/constraints/compile.ts';
 import { CONSTRAINT_LIMITS, WorkBudget } from '../src/chat/constraints/limits.ts';
+import { ConstraintCompiler } from '../src/chat/constraints/constraint-compiler.ts';
 
 const { regexLength, choices, choiceCharacters, schemaDepth } = CONSTRAINT_LIMITS;
 const compact = { kind: 'compact' } as const;
@@ -64,3 +66,18 @@ for (const [label, spec] of cases) {
   }
   console.log(`${label.padEnd(44)} ${best.toFixed(1).padStart(7)} ms  ${String(steps).padStart(8)} steps  ${(steps / best / 1000).toFixed(1).padStart(5)} Msteps/s  ${outcome}`);
 }
+
+// The same constraints through the server's compiler thread, with a 5 ms timer watching the event loop.
+const compiler = new ConstraintCompiler();
+let worstLag = 0;
+let last = performance.now();
+const watch = setInterval(() => {
+  const now = performance.now();
+  worstLag = Math.max(worstLag, now - last - 5);
+  last = now;
+}, 5);
+const started = performance.now();
+for (const [, spec] of cases) await compiler.compile(spec).catch(() => undefined);
+clearInterval(watch);
+await compiler.close();
+console.log(`all ${cases.length} through the compiler thread: ${(performance.now() - started).toFixed(0)} ms; longest event-loop stall meanwhile ${worstLag.toFixed(1)} ms`);

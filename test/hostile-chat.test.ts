@@ -120,10 +120,15 @@ describe('hostile constraints and content', () => {
     await assertStillServes(chat);
   });
 
-  test('deeply nested schemas are a 400, in response_format and in tool parameters', async () => {
+  test('deeply nested schemas and template data are a 400 naming the field', async () => {
     await expectRefused(`"response_format":{"type":"json_schema","json_schema":{"name":"deep","schema":${nestedArraySchema(1000)}}}`, 'response_format', /nested more than \d+ levels/);
     const tool = `{"type":"function","function":{"name":"deep","parameters":{"type":"object","properties":{"a":${nestedArraySchema(5000)}}}}}`;
     await expectRefused(`"tools":[${tool}],"tool_choice":"required"`, 'tools', /nested more than \d+ levels/);
+    // Data the model's own (trusted) template renders is bounded too, with the field named.
+    await expectRefused(`"tools":[${tool}]`, 'tools', /nested more than \d+ levels/);
+    await expectRefused(`"chat_template_kwargs":{"x":${nestedArraySchema(5000)}}`, 'chat_template_kwargs', /nested more than \d+ levels/);
+    const call = `{"id":"c","type":"function","function":{"name":"f","arguments":${JSON.stringify(nestedArraySchema(5000))}}}`;
+    await expectRefused(`"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[${call}]},{"role":"user","content":"and?"}]`, 'messages', /nested more than \d+ levels/);
     await assertStillServes(chat);
   });
 

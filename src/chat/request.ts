@@ -6,8 +6,19 @@
 import { AppError } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { ConstraintRequestError, requestedConstraint, type RequestedConstraint } from './constraints/request.ts';
+import { jsonSizeProblem } from './constraints/limits.ts';
 
 export const MAX_LOGPROBS = 20;
+/** Nesting of the data a chat template renders; deeper data would overflow the renderer's stack. */
+const MAX_TEMPLATE_DATA_DEPTH = 64;
+
+/** The data a template renders (messages once tool-call arguments are parsed) must be shallow enough to render. */
+function checkTemplateData(fields: Record<string, unknown>): void {
+  for (const [field, value] of Object.entries(fields)) {
+    const problem = jsonSizeProblem(value, { depth: MAX_TEMPLATE_DATA_DEPTH, nodes: Infinity });
+    if (problem) throw badRequest(`${field}: ${problem}, more than a chat template can render`, field);
+  }
+}
 export const MAX_N = 128;
 
 export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
@@ -161,6 +172,8 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
   if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
   if (isTruthyObject(body.mm_processor_kwargs)) throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');
   checkContentParts(body.messages);
+  const messages = normaliseMessages(body.messages);
+  checkTemplateData({ messages, tools: body.tools, documents: body.documents, chat_template_kwargs: body.chat_template_kwargs });
   const responseFormat = body.response_format;
   if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
     throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
@@ -255,7 +268,7 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
 
   return {
     modelName: body.model ? body.model : null,
-    messages: normaliseMessages(body.messages),
+    messages,
     tools: (body.tools as Record<string, unknown>[] | null | undefined) ?? null,
     stream,
     includeUsage: stream && (body.stream_options?.include_usage ?? false),

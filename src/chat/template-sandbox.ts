@@ -65,7 +65,7 @@ class Slot {
       const onMessage = (answer: RenderAnswer) => {
         if (answer.id === pending.job.id) finish(answer, false);
       };
-      const onExit = () => finish({ error: `the chat template exceeded its memory budget (${this.budget.heapMb} MB heap) and was stopped` }, true);
+      const onExit = () => finish({ error: `the chat template exceeded its memory budget (${this.budget.heapMb} MB heap) or crashed, and was stopped` }, true);
       const timer = setTimeout(() => finish({ error: `the chat template ran longer than its time budget (${this.budget.timeMs} ms) and was stopped` }, true), this.budget.timeMs);
       child.on('message', onMessage);
       child.once('exit', onExit);
@@ -86,20 +86,20 @@ class Slot {
     });
     this.child = child;
     return new Promise((resolve, reject) => {
-      const fail = () => {
-        this.kill();
+      const settle = (message?: unknown) => {
+        clearTimeout(timer);
+        child.off('error', settle);
+        child.off('exit', settle);
+        child.off('message', settle);
+        if (message === READY) return resolve(child);
+        child.kill('SIGKILL');
+        if (this.child === child) this.child = null;
         reject(new TemplateError('the chat template renderer could not be started'));
       };
-      const timer = setTimeout(fail, START_TIMEOUT_MS);
-      child.once('error', fail);
-      child.once('exit', fail);
-      child.once('message', (message) => {
-        clearTimeout(timer);
-        child.off('error', fail);
-        child.off('exit', fail);
-        if (message === READY) resolve(child);
-        else fail();
-      });
+      const timer = setTimeout(settle, START_TIMEOUT_MS);
+      child.once('error', settle);
+      child.once('exit', settle);
+      child.once('message', settle);
     });
   }
 

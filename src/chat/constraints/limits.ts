@@ -49,16 +49,26 @@ export class WorkBudget {
   }
 }
 
-/** Depth and node count of a JSON value, walked without recursion and abandoned as soon as a cap is passed. */
-export function checkJsonSize(value: unknown, what: string, limits: { depth: number; nodes: number } = { depth: CONSTRAINT_LIMITS.schemaDepth, nodes: CONSTRAINT_LIMITS.schemaNodes }): void {
+/**
+ * How a JSON value breaks a depth or node cap ("nested more than 48 levels deep"), or null. Walked
+ * without recursion and abandoned at the first breach, so a value nested thousands deep costs nothing.
+ */
+export function jsonSizeProblem(value: unknown, limits: { depth: number; nodes: number } = { depth: CONSTRAINT_LIMITS.schemaDepth, nodes: CONSTRAINT_LIMITS.schemaNodes }): string | null {
   const stack: [unknown, number][] = [[value, 1]];
   let nodes = 0;
   while (stack.length > 0) {
     const [node, depth] = stack.pop()!;
     nodes += 1;
-    if (nodes > limits.nodes) throw tooLarge(`${what} with more than ${limits.nodes} nodes`);
+    if (nodes > limits.nodes) return `with more than ${limits.nodes} nodes`;
     if (node === null || typeof node !== 'object') continue;
-    if (depth > limits.depth) throw tooLarge(`${what} nested more than ${limits.depth} levels deep`);
+    if (depth > limits.depth) return `nested more than ${limits.depth} levels deep`;
     for (const child of Array.isArray(node) ? node : Object.values(node)) stack.push([child, depth + 1]);
   }
+  return null;
+}
+
+/** The same check as a constraint refusal. */
+export function checkJsonSize(value: unknown, what: string): void {
+  const problem = jsonSizeProblem(value);
+  if (problem) throw tooLarge(`${what} ${problem}`);
 }
