@@ -27,10 +27,15 @@ export interface Outcome {
   detail: string;
 }
 
+/** Percent-encodes a path segment; a lone surrogate (which encodeURIComponent refuses) goes as U+FFFD, as UTF-8 would carry it. */
+function encodeSegment(value: string): string {
+  return encodeURIComponent(Buffer.from(value, 'utf8').toString('utf8'));
+}
+
 export function renderPath(draft: Draft): string {
   const path = draft.template.replace(/:([a-zA-Z_]+)/g, (_match, name: string) => {
     const value = draft.params[name] ?? '';
-    return draft.rawParams.has(name) ? value : encodeURIComponent(value);
+    return draft.rawParams.has(name) ? value : encodeSegment(value);
   });
   return draft.query ? `${path}?${draft.query}` : path;
 }

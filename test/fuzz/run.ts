@@ -149,7 +149,7 @@ function record(report: FuzzReport, index: number, draft: Draft, outcome: Outcom
   const row = report.histogram.get(draft.label) ?? new Map<string, number>();
   row.set(String(outcome.status), (row.get(String(outcome.status)) ?? 0) + 1);
   report.histogram.set(draft.label, row);
-  const bad = (typeof outcome.status === 'number' && outcome.status >= 500) || outcome.status === 'timeout' || outcome.status === 'refused';
+  const bad = (typeof outcome.status === 'number' && outcome.status >= 500) || ['timeout', 'refused', 'fuzzer error'].includes(String(outcome.status));
   if (bad) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: outcome.status, detail: outcome.detail });
 }
 
@@ -167,7 +167,8 @@ async function fire(server: ServerProcess, world: World, options: FuzzOptions, r
       const draft = drawRequest(options.seed, index, world);
       const at = Date.now();
       inFlight.set(index, draft);
-      const outcome = await send(server.url, draft, options.timeoutMs ?? 60_000);
+      // A bug of the fuzzer's own is a finding too, not the end of the run.
+      const outcome = await send(server.url, draft, options.timeoutMs ?? 60_000).catch((error: Error) => ({ status: 'fuzzer error', ms: 0, detail: error.stack ?? error.message }));
       inFlight.delete(index);
       record(report, index, draft, outcome, at);
       remember(world, draft, outcome);
