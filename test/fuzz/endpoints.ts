@@ -12,6 +12,8 @@ export interface Ctx {
   world: World;
   /** The entity whose ids and names the request uses (the fuzzing entity, or the one that must not change). */
   target: Entity;
+  /** Sent with the protected entity's key: it may only read. */
+  readOnly: boolean;
 }
 
 type Body = any;

@@ -126,7 +126,7 @@ export function drawRequest(seed: number, index: number, world: World): Draft {
   const rng = new Prng((seed ^ Math.imul(index + 1, 0x9e3779b9)) >>> 0);
   const endpoint = rng.weighted<Endpoint>(ENDPOINTS.map((candidate) => [candidate.weight, candidate] as const));
   const key = endpoint.writes || rng.chance(0.6) ? world.a.key : world.b.key;
-  const c: Ctx = { rng, world, target: rng.chance(0.6) ? world.a : world.b };
+  const c: Ctx = { rng, world, target: rng.chance(0.6) ? world.a : world.b, readOnly: key === world.b.key };
   return buildDraft(endpoint, c, key, rng.chance(0.2));
 }
 
