@@ -41,5 +41,17 @@ for (const backend of backends()) {
         assert.ok(response.status >= 400 && response.status < 500, `${method} ${url} ${JSON.stringify(body)}: ${response.status} ${JSON.stringify(response.body)}`);
       }
     });
+
+    test('logging that races the deletion of its model is a 404, never a 500', async () => {
+      const trajectory = (i: number) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: `x${i}` }], reward: i });
+      const statuses = new Set<number>();
+      for (let round = 0; round < 8; round += 1) {
+        const model = (await t.call('POST', '/v1/preview/models', { project: 'race', name: `m${round}`, base_model: 'test/base' })).body.id;
+        const logs = Array.from({ length: 4 }, (_, i) => t.call('POST', `/v1/preview/models/${model}/log`, { split: 'train', trajectory_groups: [{ trajectories: [trajectory(i)] }] }));
+        const answers = await Promise.all([t.call('DELETE', `/v1/preview/models/${model}`), ...logs]);
+        for (const answer of answers) statuses.add(answer.status);
+      }
+      assert.deepEqual([...statuses].filter((status) => status !== 200 && status !== 404), []);
+    });
   });
 }

@@ -116,9 +116,14 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
     if (error.code === 'engine_unavailable') return new AppError('engine_unavailable', error.message);
     return new AppError('engine_failed', `The engine failed: ${error.message}`);
   }
-  // PostgreSQL refuses values that SQLite stores or simply matches nothing with (a NUL character, an integer past
-  // its column): a data exception (SQLSTATE class 22) comes from the request's values, so it is the client's 400.
-  if (error instanceof pg.DatabaseError && error.code?.startsWith('22')) return new AppError('bad_request', `A value in the request cannot be used: ${error.message}`);
+  if (error instanceof pg.DatabaseError) {
+    // PostgreSQL refuses values that SQLite stores or simply matches nothing with (a NUL character, an integer past
+    // its column): a data exception (SQLSTATE class 22) comes from the request's values, so it is the client's 400.
+    if (error.code?.startsWith('22')) return new AppError('bad_request', `A value in the request cannot be used: ${error.message}`);
+    // A foreign key violation: what the request refers to (a model, say) was deleted while it ran. SQLite
+    // serialises writes and answers the same race with the plain 404 of a lookup.
+    if (error.code === '23503') return new AppError('not_found', 'What this request refers to was deleted while it ran');
+  }
   const fastifyError = error as FastifyError & { validation?: AjvError[]; validationContext?: string };
   if (fastifyError.validation) {
     const problems = ajvToProblems(fastifyError.validationContext ?? 'body', fastifyError.validation);
