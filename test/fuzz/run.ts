@@ -59,6 +59,8 @@ export interface FuzzReport {
   wedged: boolean;
   seconds: number;
   spans: Span[];
+  /** The server's own error log lines (the last few), which name the cause of a 5xx. */
+  serverErrors: string[];
 }
 
 const KEY_A = `sk-${'fuzz'.repeat(8)}`;
@@ -184,7 +186,7 @@ export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
   const started = performance.now();
   // A small artifact file limit, so the fuzzer reaches the "file too large" path without sending a gigabyte.
   const server = await spawnServerProcess({ dataDir, key: KEY_A, databaseUrl: options.databaseUrl, env: { ARTIFACT_MAX_FILE_BYTES: '1000000' } });
-  const report: FuzzReport = { histogram: new Map(), findings: [], health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] }, crashed: null, crossEntityChanges: [], wedged: false, seconds: 0, spans: [] };
+  const report: FuzzReport = { histogram: new Map(), findings: [], health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] }, crashed: null, crossEntityChanges: [], wedged: false, seconds: 0, spans: [], serverErrors: [] };
   try {
     const keyB = await server.createKey(ENTITY_B);
     const [a, b] = await Promise.all([seedEntity(server.url, 'local', KEY_A, false), seedEntity(server.url, ENTITY_B, keyB, true)]);
@@ -195,6 +197,7 @@ export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
     report.crashed = server.exit();
     if (report.crashed === null && !report.wedged) report.crossEntityChanges = snapshotChanges(before, await snapshot(server.url, b));
   } finally {
+    report.serverErrors = server.errorLines.slice(-10);
     await server.stop();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
@@ -212,6 +215,7 @@ export function formatReport(report: FuzzReport): string {
   lines.push(`health: ${report.health.polls} polls, ${report.health.slow} over 1 s, ${report.health.failures} failed, slowest ${report.health.maxMs} ms`);
   lines.push(`cross-entity changes: ${report.crossEntityChanges.length === 0 ? 'none' : report.crossEntityChanges.join(', ')}`);
   for (const finding of report.findings.slice(0, 30)) lines.push(`  #${finding.index} ${finding.status} ${finding.request}\n      → ${finding.detail}`);
+  if (report.serverErrors.length > 0) lines.push('server error log (last lines):', ...report.serverErrors.map((line) => `  ${line.slice(0, 600)}`));
   lines.push('slowest requests:', ...[...report.spans].sort((x, y) => y.ms - x.ms).slice(0, 5).map((span) => `      ${span.ms} ms ${span.status} ${span.request}`));
   for (const late of report.health.late.slice(0, 10)) {
     const overlapping = report.spans.filter((span) => span.at < late.at + late.ms && span.at + span.ms > late.at).sort((x, y) => y.ms - x.ms);

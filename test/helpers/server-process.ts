@@ -5,6 +5,7 @@
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import readline from 'node:readline';
 import { promisify } from 'node:util';
 import { findEnginePython } from '../../src/engine/python.ts';
 
@@ -14,6 +15,8 @@ export interface ServerProcess {
   key: string;
   /** The exit code or signal once the process has ended; null while it runs. */
   exit(): string | null;
+  /** The server's error and fatal log lines so far (the last 50), to explain a 5xx. */
+  errorLines: string[];
   /** The engine's process id (the server's python child), once started. */
   enginePid(): number | null;
   createKey(entity: string): Promise<string>;
@@ -57,12 +60,18 @@ export async function spawnServerProcess(options: ServerProcessOptions): Promise
     });
     child.once('exit', (code, signal) => reject(new Error(`server exited with ${signal ?? code} before listening`)));
   });
-  child.stdout!.resume();
+  const errorLines: string[] = [];
+  readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+    if (!/"level":(50|60)/.test(line)) return;
+    errorLines.push(line.slice(0, 2000));
+    if (errorLines.length > 50) errorLines.shift();
+  });
   await waitUntilReady(url, () => exit);
   return {
     child,
     url,
     key: options.key,
+    errorLines,
     exit: () => exit,
     enginePid: () => childPids(child.pid!)[0] ?? null,
     async createKey(entity) {
