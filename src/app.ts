@@ -5,6 +5,7 @@ import type { Services } from './context.ts';
 import { newId } from './ids.ts';
 import { registerAuth } from './http/auth.ts';
 import { errorHandler, sendError } from './http/errors.ts';
+import { boundedValidatorCompiler } from './http/validation.ts';
 import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
@@ -31,16 +32,20 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     bodyLimit: config.bodyLimitBytes,
     requestIdHeader: 'x-request-id',
     genReqId: () => newId(),
-    ajv: { customOptions: { allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true } },
+    // toAppError words the answer from the capped problem list; Fastify's own message joined every ajv error.
+    schemaErrorFormatter: (errors, dataVar) => new Error(`${dataVar}: ${errors.length} validation errors`),
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: MAX_PARAM_LENGTH },
     ...transportOptions(config),
     frameworkErrors: errorHandler,
   });
+  app.setValidatorCompiler(boundedValidatorCompiler());
   registerJsonBody(app);
   registerTransportLimits(app, config);
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    // No id, name or query value can hold a NUL, and PostgreSQL refuses even to compare one: say so on both databases.
+    if (/%00/.test(request.url)) throw new AppError('bad_request', 'The URL holds a NUL character (%00); no id, name or query value can contain one');
   });
   app.addHook('onSend', async (_request, reply, payload) => {
     const timing = reply.getHeader('server-timing');

@@ -1,6 +1,8 @@
 /** Artifact upload, listing and download through the real HTTP stack, on SQLite and PostgreSQL. */
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
@@ -61,6 +63,25 @@ for (const backend of backends()) {
       const response = await upload('/v1/preview/artifacts/local/data/big', [{ name: 'train.jsonl', content: Buffer.alloc(10_000, 97) }]);
       assert.equal(response.statusCode, 413, response.body);
       assert.equal((await t.call('GET', '/v1/preview/artifacts/local/data/big')).status, 404);
+    });
+
+    test('a complete body that ends inside a part or without its closing boundary is a prompt 400 and nothing is stored', async () => {
+      const boundary = 'cutBoundary';
+      const head = `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="train.jsonl"\r\nContent-Type: application/octet-stream\r\n\r\n`;
+      for (const payload of [`${head}hello\n\r\n`, `${head}hello\n\r\n--${boundary}`, `${head}hel`]) {
+        const started = performance.now();
+        const response = await t.app.inject({
+          method: 'POST',
+          url: '/v1/preview/artifacts/local/data/cut',
+          payload,
+          headers: { authorization: `Bearer ${t.key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+        });
+        assert.equal(response.statusCode, 400, `${JSON.stringify(payload)}: ${response.body}`);
+        assert.match(JSON.parse(response.body).detail, /closing boundary/);
+        assert.ok(performance.now() - started < 5000);
+      }
+      assert.equal((await t.call('GET', '/v1/preview/artifacts/local/data/cut')).status, 404);
+      assert.deepEqual(fs.readdirSync(path.join(t.dataDir, 'artifacts', '.staging')), []);
     });
 
     test('another entity may neither write nor read', async () => {

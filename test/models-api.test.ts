@@ -208,6 +208,18 @@ for (const backend of backends()) {
       assert.equal(await t.services.models.sweepPendingDeletions(), 0);
     });
 
+    test('a model folder that cannot be removed yet does not fail the deletion; it stays pending for the next sweep', async () => {
+      // Stands in for a folder a cancelled job is still writing into (ENOTEMPTY): any path rm refuses.
+      const blocker = path.join(t.dataDir, 'a-file');
+      fs.writeFileSync(blocker, 'x');
+      await t.store.db.insertInto('pending_file_deletions').values({ path: path.join(blocker, 'folder'), created_at: new Date().toISOString() }).execute();
+      const model = (await createModel('busy-folder')).body;
+      assert.equal((await t.call('DELETE', `/v1/preview/models/${model.id}`)).status, 200);
+      assert.equal((await new ModelRepository(t.store.db).pendingFileDeletions()).length, 1);
+      fs.rmSync(blocker);
+      assert.equal(await t.services.models.sweepPendingDeletions(), 1);
+    });
+
     test('malformed JSON, wrong content type and unknown routes are clear 4xx', async () => {
       const malformed = await t.app.inject({ method: 'POST', url: '/v1/preview/models', headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }, payload: '{"project":' });
       assert.equal(malformed.statusCode, 400);

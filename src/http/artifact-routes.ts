@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { ArtifactVersion, ArtifactVersionList } from '../api/artifacts.ts';
 import type { ArtifactService } from '../artifacts/artifact-service.ts';
 import { AppError, validationError } from '../errors.ts';
+import { multipartFiles } from './multipart-files.ts';
 
 type Target = { entity: string; project: string; name: string };
 
@@ -14,11 +15,7 @@ export function registerArtifactRoutes(app: FastifyInstance, artifacts: Artifact
     if (!MULTIPART_BOUNDARY.test(request.headers['content-type'] ?? '')) {
       throw new AppError('bad_request', 'The multipart/form-data content type has no boundary parameter (content-type: multipart/form-data; boundary=...)');
     }
-    const parts = request.files();
-    const files = (async function* () {
-      for await (const part of parts) yield { field: part.fieldname, fileName: part.filename, stream: part.file };
-    })();
-    return artifacts.upload(request.principal, request.params, files);
+    return artifacts.upload(request.principal, request.params, multipartFiles(request));
   });
 
   app.get<{ Params: Target }>('/v1/preview/artifacts/:entity/:project/:name', { schema: { response: { 200: ArtifactVersionList } } }, async (request) => ({

@@ -7,6 +7,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import pg from 'pg';
 import { AppError, ERROR_CATALOGUE, excerpt, validationError, type FieldProblem } from '../errors.ts';
 import { EngineError } from '../engine/errors.ts';
 
@@ -37,11 +38,21 @@ function locOf(context: string, instancePath: string): (string | number)[] {
   return [root, ...parts];
 }
 
+/**
+ * Field problems listed in one answer. A million-item array of wrong types is a million ajv errors: listing
+ * them all took seconds of the event loop and a 90 MB body, so the rest are summed up in one last item.
+ */
+export const MAX_LISTED_PROBLEMS = 100;
+
 /** ajv's errors as FastAPI `detail` items; a union's alternatives collapse to one problem per location. */
 export function ajvToProblems(context: string, errors: AjvError[]): FieldProblem[] {
   const problems: FieldProblem[] = [];
   const seen = new Set<string>();
-  for (const error of errors) {
+  for (const [index, error] of errors.entries()) {
+    if (problems.length === MAX_LISTED_PROBLEMS) {
+      problems.push({ loc: locOf(context, ''), msg: `${errors.length - index} more problems are not listed`, type: 'too_many_errors' });
+      break;
+    }
     const loc = locOf(context, error.instancePath);
     let problem: FieldProblem;
     switch (error.keyword) {
@@ -104,6 +115,14 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
     if (error.code === 'bad_request') return new AppError('bad_request', error.message);
     if (error.code === 'engine_unavailable') return new AppError('engine_unavailable', error.message);
     return new AppError('engine_failed', `The engine failed: ${error.message}`);
+  }
+  if (error instanceof pg.DatabaseError) {
+    // PostgreSQL refuses values that SQLite stores or simply matches nothing with (a NUL character, an integer past
+    // its column): a data exception (SQLSTATE class 22) comes from the request's values, so it is the client's 400.
+    if (error.code?.startsWith('22')) return new AppError('bad_request', `A value in the request cannot be used: ${error.message}`);
+    // A foreign key violation: what the request refers to (a model, say) was deleted while it ran. SQLite
+    // serialises writes and answers the same race with the plain 404 of a lookup.
+    if (error.code === '23503') return new AppError('not_found', 'What this request refers to was deleted while it ran');
   }
   const fastifyError = error as FastifyError & { validation?: AjvError[]; validationContext?: string };
   if (fastifyError.validation) {

@@ -156,10 +156,18 @@ export class ModelService {
   /** Removes files whose rows are already gone; run at start so a crash mid-delete leaves no orphans. */
   async sweepPendingDeletions(): Promise<number> {
     const pending = await this.models.pendingFileDeletions();
+    let removed = 0;
     for (const entry of pending) {
-      await fs.rm(entry.path, { recursive: true, force: true });
+      // A job of a model being deleted may still be writing a checkpoint into its folder until its cancel lands
+      // (ENOTEMPTY). The deletion is already committed; a folder that will not go yet stays pending for the next sweep.
+      const gone = await fs.rm(entry.path, { recursive: true, force: true, maxRetries: 5, retryDelay: 50 }).then(
+        () => true,
+        () => false,
+      );
+      if (!gone) continue;
       await this.models.forgetPendingFileDeletion(entry.id);
+      removed += 1;
     }
-    return pending.length;
+    return removed;
   }
 }

@@ -3,6 +3,8 @@ import { sql, type Kysely } from 'kysely';
 import type { Dialect } from './migrations/index.ts';
 import type { ArtifactVersionTable, Database } from './schema.ts';
 
+const MAX_VERSION = 2 ** 31 - 1;
+
 export interface ArtifactFile {
   name: string;
   size: number;
@@ -82,6 +84,8 @@ export class ArtifactRepository {
 
   /** A version by number, or the latest when `version` is 'latest'. */
   async find(entityId: string, project: string, name: string, version: number | 'latest'): Promise<ArtifactVersion | undefined> {
+    // The column is a 32-bit integer: a larger version names nothing (and PostgreSQL would refuse the comparison).
+    if (version !== 'latest' && !(Number.isSafeInteger(version) && version <= MAX_VERSION)) return undefined;
     let select = this.db.selectFrom('artifact_versions').selectAll().where('entity_id', '=', entityId).where('project', '=', project).where('name', '=', name);
     select = version === 'latest' ? select.orderBy('version', 'desc').limit(1) : select.where('version', '=', version);
     const row = await select.executeTakeFirst();

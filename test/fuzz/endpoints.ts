@@ -1,0 +1,178 @@
+/**
+ * Every route of the server (from src/http/*-routes.ts) with a generator of valid-ish requests, and the
+ * attacks that only make sense on that route (the issue's repros among them). The mutator in mutate.ts
+ * then breaks these requests in general ways. Keep this list in step with the routes.
+ */
+import { deepNesting, hugeArray, hugeString, Raw } from './hostile.ts';
+import type { Prng } from './prng.ts';
+import { ARTIFACT_NAMES, BASE_MODEL, PROJECT, type Entity, type World } from './world.ts';
+
+export interface Ctx {
+  rng: Prng;
+  world: World;
+  /** The entity whose ids and names the request uses (the fuzzing entity, or the one that must not change). */
+  target: Entity;
+  /** Sent with the protected entity's key: it may only read. */
+  readOnly: boolean;
+}
+
+type Body = any;
+
+export interface Endpoint {
+  method: string;
+  template: string;
+  /** Changes data: only the fuzzing entity's key sends it, so the other entity's data must stay as it was. */
+  writes: boolean;
+  weight: number;
+  params?: (c: Ctx) => Record<string, string>;
+  query?: (c: Ctx) => Record<string, string | number>;
+  body?: (c: Ctx) => Body;
+  multipart?: true;
+  attacks?: ((c: Ctx, body: Body) => void)[];
+}
+
+const modelParam = (c: Ctx) => ({ model_id: c.rng.pick(c.target.modelIds) });
+const jobParam = (c: Ctx) => ({ id: c.rng.pick(c.target.jobIds) });
+const pageQuery = (c: Ctx, ids: string[]) => ({
+  ...(c.rng.chance(0.5) ? { limit: c.rng.pick([1, 2, 20, 100]) } : {}),
+  ...(c.rng.chance(0.3) && ids.length > 0 ? { after: c.rng.pick(ids) } : {}),
+});
+
+function trajectory(c: Ctx): Body {
+  const content = c.rng.pick(['Hi', 'Say a word.', 'What is 2+2?']);
+  return { messages_and_choices: [{ role: 'user', content }, { role: 'assistant', content: c.rng.word(3) }], reward: c.rng.next(), metrics: { score: c.rng.int(10) }, metadata: { note: c.rng.word() } };
+}
+
+function chatBody(c: Ctx): Body {
+  const { rng } = c;
+  const body: Body = {
+    model: rng.chance(0.7) ? c.target.inferenceName : BASE_MODEL,
+    messages: [{ role: 'user', content: rng.pick(['Hi', 'Say a word.', '', 'Count: 1 2 3']) }],
+    max_tokens: 1 + rng.int(6),
+    seed: rng.int(1000),
+  };
+  if (rng.chance(0.3)) body.stream = true;
+  if (body.stream && rng.chance(0.5)) body.stream_options = { include_usage: true };
+  if (rng.chance(0.3)) Object.assign(body, { logprobs: true, top_logprobs: rng.int(5) });
+  if (rng.chance(0.2)) body.n = 1 + rng.int(3);
+  if (rng.chance(0.3)) body.temperature = rng.pick([0, 0.7, 1.5]);
+  if (rng.chance(0.15)) body.tools = [{ type: 'function', function: { name: 'get_time', description: 'Time now', parameters: { type: 'object', properties: { zone: { type: 'string' } } } } }];
+  if (rng.chance(0.1)) body.response_format = rng.pick([{ type: 'json_object' }, { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'] } } }]);
+  if (rng.chance(0.1)) body.structured_outputs = rng.pick([{ choice: ['yes', 'no'] }, { regex: '[a-z]{1,3}' }]);
+  if (rng.chance(0.1)) body.messages.unshift({ role: 'system', content: 'Be brief.' });
+  return body;
+}
+
+const CHAT_ATTACKS: Endpoint['attacks'] = [
+  (c, b) => (b.chat_template = c.rng.pick(['{{ range(999999999) | length }}', '{% for i in range(3000) %}{% for j in range(3000) %}x{% endfor %}{% endfor %}', '{{ messages[0].content }}'])),
+  (c, b) => (b.structured_outputs = { regex: 'a'.repeat(c.rng.pick([65_536, 262_144, 1_048_576])) }),
+  (c, b) => (b.structured_outputs = c.rng.pick([{ choice: hugeArray(c.rng, 100_000) }, { json: deepNesting(c.rng) }, { grammar: hugeString(c.rng) }, { regex: '(a+)+$' }, { regex: '[' }])),
+  (c, b) => (b.response_format = { type: 'json_schema', json_schema: { name: 'deep', schema: deepNesting(c.rng, c.rng.pick([1000, 5000])) } }),
+  (c, b) => (b.tools = [{ type: 'function', function: { name: 'f', parameters: deepNesting(c.rng, 5000) } }]),
+  (c, b) => (b.tools = [c.rng.pick([{ type: 'function', function: {} }, { type: 'function' }, { function: { name: '' } }, { type: 'retrieval', function: { name: 'x' } }])]),
+  (c, b) => (b.messages = [{ role: 'user', content: [{ type: c.rng.pick(['image_url', 'input_audio', 'file', 'text', 'video_url']), image_url: { url: 'http://169.254.169.254/' } }] }]),
+  (c, b) => (b.model = c.rng.pick([hugeString(c.rng), `${c.target.name}/${PROJECT}/nope`, 'local/../../etc', ''])),
+  (c, b) => Object.assign(b, c.rng.pick([{ n: 1_000_000 }, { max_tokens: 2 ** 31 }, { top_logprobs: 1000 }, { logit_bias: Object.fromEntries(Array.from({ length: 50_000 }, (_, i) => [String(i), 100])) }])),
+  (c, b) => Object.assign(b, c.rng.pick([{ stop: hugeArray(c.rng, 100_000) }, { allowed_token_ids: [99_999_999] }, { stop_token_ids: [-1] }, { prompt_logprobs: 5 }, { echo: true }, { truncate_prompt_tokens: 3 }])),
+  (c, b) => (b.messages = Array.from({ length: c.rng.pick([1000, 20_000]) }, () => ({ role: 'user', content: 'hi' }))),
+  (c, b) => (b.messages = [{ role: c.rng.pick(['tool', 'assistant', 'system', 'function', 'developer', 'root']), content: null, tool_calls: [{ id: 1, type: 'function', function: { name: 'x', arguments: '{not json' } }] }]),
+  (c, b) => Object.assign(b, { continue_final_message: true, add_generation_prompt: true, tool_choice: { type: 'function', function: { name: 'missing' } } }),
+];
+
+function rlBody(c: Ctx): Body {
+  const group = c.rng.chance(0.8) ? c.target.group : { trajectories: [trajectory(c), trajectory(c)] };
+  return { model_id: c.rng.pick(c.target.modelIds), trajectory_groups: [structuredClone(group)], experimental_config: c.rng.chance(0.5) ? {} : { learning_rate: 1e-4 } };
+}
+
+const TRAJECTORY_ATTACKS: Endpoint['attacks'] = [
+  (c, b) => (b.trajectory_groups[0].trajectories[0].metadata = { deep: deepNesting(c.rng, c.rng.pick([1000, 5000, 20_000])) }),
+  (c, b) => (b.trajectory_groups[0].trajectories[0].metrics = c.rng.pick([{ deep: deepNesting(c.rng, 5000) }, { s: 'text' }, { n: new Raw('1e999') }])),
+  (c, b) => (b.trajectory_groups[0].metadata = deepNesting(c.rng, 5000)),
+  (c, b) => (b.trajectory_groups = hugeArray(c.rng, c.rng.pick([10_000, 200_000]))),
+  (c, b) => (b.trajectory_groups[0].trajectories[0].tools = [{ type: 'function', function: { name: 'f', parameters: deepNesting(c.rng, 5000) } }]),
+  (c, b) => (b.trajectory_groups[0].trajectories[0].messages_and_choices = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }]),
+  (c, b) => {
+    const choice = b.trajectory_groups[0].trajectories[0].messages_and_choices.at(-1);
+    const content = choice?.logprobs?.content;
+    if (content?.length) content[0].token = c.rng.pick(['token_id:99999999', 'token_id:-1', 'token_id:abc', 'token_id:', '']);
+  },
+];
+
+function modelEndpoints(): Endpoint[] {
+  return [
+    {
+      method: 'POST', template: '/v1/preview/models', writes: true, weight: 3,
+      body: (c) => ({ project: PROJECT, name: c.rng.word(), base_model: BASE_MODEL, ...(c.rng.chance(0.5) ? { entity: c.target.name } : {}), ...(c.rng.chance(0.2) ? { return_existing: true } : {}) }),
+      attacks: [(c, b) => Object.assign(b, c.rng.pick([{ name: 'a'.repeat(129) }, { base_model: '../../etc' }, { entity: 'fuzz-b' }, { project: '..' }]))],
+    },
+    { method: 'GET', template: '/v1/preview/models/:model_id', writes: false, weight: 2, params: modelParam },
+    {
+      method: 'DELETE', template: '/v1/preview/models/:model_id', writes: true, weight: 1,
+      params: (c) => ({ model_id: c.target.disposableModelIds.length > 0 && c.rng.chance(0.7) ? c.rng.pick(c.target.disposableModelIds) : c.rng.pick(c.target.modelIds) }),
+    },
+    { method: 'GET', template: '/v1/preview/models/:model_id/checkpoints', writes: false, weight: 2, params: modelParam, query: (c) => ({ ...pageQuery(c, c.target.checkpointIds), ...(c.rng.chance(0.3) ? { order: c.rng.pick(['asc', 'desc']) } : {}) }) },
+    {
+      method: 'DELETE', template: '/v1/preview/models/:model_id/checkpoints', writes: true, weight: 2, params: modelParam,
+      body: (c) => ({ steps: [c.rng.int(3)] }),
+      attacks: [(c, b) => (b.steps = new Raw(`[${Array.from({ length: c.rng.pick([40_000, 100_000]) }, (_, i) => i).join(',')}]`)), (c, b) => (b.steps = [-1, 1.5, 2 ** 60])],
+    },
+    {
+      method: 'POST', template: '/v1/preview/models/:model_id/log', writes: true, weight: 3, params: modelParam,
+      body: (c) => ({ split: c.rng.pick(['train', 'val', c.rng.word()]), trajectory_groups: [{ trajectories: [trajectory(c), trajectory(c)] }] }),
+      attacks: TRAJECTORY_ATTACKS,
+    },
+  ];
+}
+
+function jobEndpoints(): Endpoint[] {
+  return [
+    { method: 'POST', template: '/v1/preview/training-jobs', writes: true, weight: 2, body: rlBody, attacks: TRAJECTORY_ATTACKS },
+    {
+      method: 'POST', template: '/v1/preview/sft-training-jobs', writes: true, weight: 2,
+      body: (c) => ({ model_id: c.rng.pick(c.target.modelIds), training_data_url: c.target.artifactUrl, config: { batch_size: 1 + c.rng.int(2), learning_rate: 1e-4 } }),
+      attacks: [
+        (c, b) => (b.training_data_url = c.rng.pick(['file:///etc/passwd', 'http://169.254.169.254/latest', 'wandb-artifact:///fuzz-b/fz/data:v0', 'wandb-artifact:///local/fz/data:v99999999999999999999', 'wandb-artifact:///local/../../data:latest'])),
+        (c, b) => (b.config = c.rng.pick([{ batch_size: 0 }, { batch_size: 'auto' }, { learning_rate: hugeArray(c.rng, 100_000) }, { learning_rate: [1e-4, 0] }])),
+      ],
+    },
+    { method: 'GET', template: '/v1/preview/training-jobs/:id', writes: false, weight: 2, params: jobParam },
+    { method: 'POST', template: '/v1/preview/training-jobs/:id/cancel', writes: true, weight: 1, params: jobParam },
+    { method: 'GET', template: '/v1/preview/training-jobs/:id/events', writes: false, weight: 2, params: jobParam, query: (c) => pageQuery(c, []) },
+  ];
+}
+
+function otherEndpoints(): Endpoint[] {
+  const artifact = (c: Ctx) => ({ entity: c.target.name, project: c.rng.chance(0.8) ? PROJECT : 'other', name: c.rng.pick(ARTIFACT_NAMES) });
+  return [
+    { method: 'POST', template: '/v1/chat/completions', writes: false, weight: 8, body: chatBody, attacks: CHAT_ATTACKS },
+    { method: 'POST', template: '/v1/preview/artifacts/:entity/:project/:name', writes: true, weight: 3, params: artifact, multipart: true },
+    { method: 'GET', template: '/v1/preview/artifacts/:entity/:project/:name', writes: false, weight: 1, params: artifact },
+    {
+      method: 'GET', template: '/v1/preview/artifacts/:entity/:project/:nameVersion/files/:file', writes: false, weight: 2,
+      params: (c) => ({ entity: c.target.name, project: PROJECT, nameVersion: `${c.rng.pick(ARTIFACT_NAMES)}:${c.rng.pick(['v0', 'latest', 'v1', 'v99999999999999999999', 'vx'])}`, file: c.rng.pick(['train.jsonl', 'nope', '..', '.']) }),
+    },
+    { method: 'GET', template: '/v1/dashboard/overview', writes: false, weight: 1 },
+    { method: 'GET', template: '/v1/dashboard/models', writes: false, weight: 1, query: (c) => ({ ...pageQuery(c, c.target.modelIds), ...(c.rng.chance(0.3) ? { project: PROJECT } : {}) }) },
+    { method: 'GET', template: '/v1/dashboard/models/:model_id', writes: false, weight: 1, params: modelParam },
+    { method: 'GET', template: '/v1/dashboard/models/:model_id/metrics', writes: false, weight: 1, params: modelParam, query: (c) => pageQuery(c, []) },
+    { method: 'GET', template: '/v1/dashboard/models/:model_id/trajectory-steps', writes: false, weight: 1, params: modelParam },
+    {
+      method: 'GET', template: '/v1/dashboard/models/:model_id/trajectories', writes: false, weight: 2, params: modelParam,
+      query: (c) => ({ split: c.rng.pick(['train', 'val', 'nope']), ...(c.rng.chance(0.3) ? { step: c.rng.int(3) } : {}), ...pageQuery(c, c.target.trajectoryIds) }),
+    },
+    { method: 'GET', template: '/v1/dashboard/models/:model_id/trajectories/:trajectory_id', writes: false, weight: 2, params: (c) => ({ ...modelParam(c), trajectory_id: c.rng.pick(c.target.trajectoryIds) }) },
+    {
+      method: 'GET', template: '/v1/dashboard/jobs', writes: false, weight: 1,
+      query: (c) => ({ ...pageQuery(c, c.target.jobIds), ...(c.rng.chance(0.3) ? { model_id: c.target.modelIds[0] } : {}), ...(c.rng.chance(0.3) ? { status: 'COMPLETED,FAILED' } : {}) }),
+    },
+    { method: 'GET', template: '/v1/preview/me', writes: false, weight: 1 },
+    { method: 'GET', template: '/v1/health', writes: false, weight: 1 },
+    { method: 'GET', template: '/v1/system-check', writes: false, weight: 0.5 },
+    { method: 'GET', template: '/', writes: false, weight: 0.5 },
+    { method: 'GET', template: '/index.html', writes: false, weight: 0.3 },
+    { method: 'GET', template: '/favicon.svg', writes: false, weight: 0.3 },
+    { method: 'GET', template: '/assets/:file', writes: false, weight: 0.5, params: (c) => ({ file: c.rng.pick(['index.js', 'app.css', '..', '%00', 'x'.repeat(300)]) }) },
+  ];
+}
+
+export const ENDPOINTS: Endpoint[] = [...modelEndpoints(), ...jobEndpoints(), ...otherEndpoints()];
