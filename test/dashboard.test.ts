@@ -63,6 +63,7 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     const created = await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'policy', base_model: 'builtin/tiny-chat' });
     modelId = created.body.id;
     await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'baseline', base_model: 'builtin/tiny-chat' });
+    const rival = await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'rival', base_model: 'builtin/tiny-chat' });
 
     // A short RL run: sample from the latest checkpoint, score, train; log a validation split at every step.
     for (let round = 0; round < stepsTrained; round += 1) {
@@ -79,6 +80,10 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
       assert.equal((await waitForJob(e2e, job.body.id)).status, 'COMPLETED');
     }
     await e2e.api('POST', `/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: valGroups(0.1) });
+    // Another run's history, to overlay.
+    for (let step = 1; step <= 3; step += 1) {
+      await e2e.server.services.repositories.trajectories.insertRunMetrics(rival.body.run_id, step, 'train', { reward: 0.1 * step, reward_std_dev: 0.3, loss: 0.5 }, new Date().toISOString());
+    }
 
     // A job that fails while training (the chat template cannot render a tool call without a name).
     const broken = await e2e.api('POST', '/v1/preview/models', { project: 'experiments', name: 'broken', base_model: 'builtin/tiny-chat' });
@@ -150,25 +155,35 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     expectNoProblems();
   });
 
-  test('model page: one chart point per step, reward with its std band, metric picker, checkpoints with metrics', async () => {
+  test('model page: one chart per metric family on uPlot, reward band inside [0, 1], hover synced across charts', async () => {
     const reward = page.locator('figure[data-chart="Reward"]');
-    await reward.locator('circle.pt').first().waitFor();
-    const trainSteps = await reward.locator('circle.pt[data-series="train"]').evaluateAll((nodes) => nodes.map((node) => Number(node.getAttribute('data-x'))));
-    assert.deepEqual(trainSteps, [1, 2, 3], 'one train reward point per trained step');
-    const valSteps = await reward.locator('circle.pt[data-series="val"]').evaluateAll((nodes) => nodes.map((node) => Number(node.getAttribute('data-x'))));
-    assert.deepEqual(valSteps, [0, 1, 2, 3], 'one val reward point per logged step');
-    assert.equal(await reward.locator('polygon.band[data-series="val"]').count(), 1, 'val reward has a std band');
-    assert.equal(await reward.locator('polygon.band[data-series="train"]').count(), 1, 'train reward has a std band');
-    assert.equal(await page.locator('figure[data-chart="Loss"] circle.pt').count(), stepsTrained);
-    assert.deepEqual(await reward.locator('.chart-legend li').allInnerTexts().then((items) => items.map((item) => item.split('\n')[0].trim())), ['train', 'val']);
+    await reward.locator('canvas').first().waitFor();
+    assert.equal(await reward.getAttribute('data-series-count'), '2', 'train and val');
+    const legend = reward.locator('.chart-legend li');
+    assert.deepEqual(await legend.evaluateAll((nodes) => nodes.map((node) => [node.textContent!.replace(/[\d.]+$/, ''), node.getAttribute('data-points')])), [
+      ['train', String(stepsTrained)],
+      ['val', String(stepsTrained + 1)],
+    ]);
+    assert.equal(await reward.getAttribute('data-x-min'), '0');
+    assert.equal(await reward.getAttribute('data-x-max'), String(stepsTrained));
+    const bandMin = Number(await reward.getAttribute('data-band-min'));
+    const bandMax = Number(await reward.getAttribute('data-band-max'));
+    assert.ok(bandMin >= 0 && bandMax <= 1 && bandMax > bandMin, `the reward's ±σ band stays in [0, 1]: ${bandMin}..${bandMax}`);
+    // loss and policy_loss are one family: one chart, one picker chip.
+    const loss = page.locator('figure[data-chart="Loss"]');
+    assert.equal(await loss.getAttribute('data-series-count'), '1');
+    assert.equal(await page.locator('[data-metric="policy_loss"]').count(), 0, 'no second, near-identical loss chart');
 
-    // Hover shows the values at a step; the keyboard moves the same cursor.
-    const box = (await reward.locator('circle.pt[data-series="val"][data-x="2"]').boundingBox())!;
-    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    // Hover at a step shows its values on this chart and on the loss chart at the same step.
+    const box = (await reward.locator('.u-over').boundingBox())!;
+    const xAt = (step: number) => box.x + (step / stepsTrained) * box.width;
+    await page.mouse.move(xAt(2), box.y + box.height / 2);
     await reward.locator('.chart-tooltip').getByText('step 2').waitFor();
+    await loss.locator('.chart-tooltip').getByText('step 2').waitFor();
     await reward.focus();
     await page.keyboard.press('End');
     await reward.locator('.chart-tooltip').getByText('step 3').waitFor();
+    await page.mouse.move(0, 0);
 
     // The picker adds and removes charts.
     const entropyChip = page.getByRole('button', { name: 'Entropy' });
@@ -177,7 +192,7 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     await page.locator('figure[data-chart="Entropy"]').waitFor({ state: 'detached' });
     const learningRate = page.getByRole('button', { name: 'Learning rate' });
     await learningRate.click();
-    await page.locator('figure[data-chart="Learning rate"] circle.pt').first().waitFor();
+    await page.locator('figure[data-chart="Learning rate"] canvas').first().waitFor();
     assert.match(page.url(), /metrics=/, 'the picked metrics are in the URL');
 
     const rows = page.locator('table.checkpoints tbody tr');
@@ -208,7 +223,59 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     const listed = await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints?limit=100`);
     assert.deepEqual(listed.body.data.map((checkpoint: { step: number }) => checkpoint.step), [0, 2, 3]);
     // The run history keeps the deleted step's metrics: the chart still has its point.
-    assert.equal(await page.locator('figure[data-chart="Reward"] circle.pt[data-series="train"]').count(), 3);
+    assert.equal(await page.locator('figure[data-chart="Reward"] .chart-legend li[data-series="0:train:reward"]').getAttribute('data-points'), '3');
+    expectNoProblems();
+  });
+
+  test('model page charts: drag to zoom and reset, EMA smoothing, wall-clock axis, another run overlaid, a click opens that step', async () => {
+    const reward = page.locator('figure[data-chart="Reward"]');
+    const over = reward.locator('.u-over');
+    await reward.scrollIntoViewIfNeeded();
+    let box = (await over.boundingBox())!;
+    const xAt = (step: number) => box.x + (step / stepsTrained) * box.width;
+    await page.mouse.move(xAt(0.9), box.y + 10);
+    await page.mouse.down();
+    await page.mouse.move(xAt(2.1), box.y + 20, { steps: 5 });
+    await page.mouse.up();
+    await reward.getByRole('button', { name: 'Reset zoom' }).waitFor();
+    const zoomed = [Number(await reward.getAttribute('data-x-min')), Number(await reward.getAttribute('data-x-max'))];
+    assert.ok(zoomed[0] > 0.5 && zoomed[0] < 1.3 && zoomed[1] > 1.7 && zoomed[1] < 2.5, `zoomed to about steps 1..2: ${zoomed}`);
+    await reward.getByRole('button', { name: 'Reset zoom' }).click();
+    await reward.getByRole('button', { name: 'Reset zoom' }).waitFor({ state: 'hidden' });
+    assert.deepEqual([await reward.getAttribute('data-x-min'), await reward.getAttribute('data-x-max')], ['0', String(stepsTrained)]);
+
+    // Smoothing: the readout gives the EMA beside the raw value; the URL keeps it.
+    await page.getByLabel('Smoothing (EMA)').fill('0.6');
+    box = (await over.boundingBox())!;
+    await page.mouse.move(xAt(3) - 2, box.y + box.height / 2);
+    await reward.locator('.chart-tooltip').getByText(/EMA/).first().waitFor();
+    assert.match(page.url(), /smooth=0.6/);
+
+    // Wall-clock time on x: the scale is in epoch seconds of the rows.
+    await page.getByLabel('X axis').selectOption('time');
+    assert.ok(Number(await reward.getAttribute('data-x-min')) > 1.7e9, 'x is wall-clock seconds');
+    await page.getByLabel('X axis').selectOption('step');
+
+    // Overlay another run: its train reward joins as a third series with its own legend entry.
+    const rivalId = (await e2e.api('GET', '/v1/dashboard/models?project=dash')).body.data.find((model: { name: string }) => model.name === 'rival').id;
+    await page.getByLabel('Compare with').selectOption([rivalId]);
+    await page.locator('figure[data-chart="Reward"][data-series-count="3"]').waitFor();
+    assert.deepEqual(await reward.locator('.chart-legend li').evaluateAll((nodes) => nodes.map((node) => node.querySelector('span:nth-child(2)')!.textContent)), ['policy · train', 'policy · val', 'rival · train']);
+    await page.mouse.move(0, 0);
+    await session.screenshot('03b-model-compare');
+    await page.getByLabel('Compare with').selectOption([]);
+    await page.locator('figure[data-chart="Reward"][data-series-count="2"]').waitFor();
+    await page.getByLabel('Smoothing (EMA)').fill('0');
+
+    // A click on the train reward at step 3 opens the trajectories it was computed from (sampled at step 2).
+    await reward.scrollIntoViewIfNeeded();
+    box = (await over.boundingBox())!;
+    const trainReward = (await e2e.api('GET', `/v1/dashboard/models/${modelId}`)).body.rewards.train.value as number;
+    const [yMin, yMax] = [Number(await reward.getAttribute('data-y-min')), Number(await reward.getAttribute('data-y-max'))];
+    await page.mouse.click(xAt(3) - 1, box.y + (1 - (trainReward - yMin) / (yMax - yMin)) * box.height);
+    await page.getByLabel('Split').waitFor();
+    assert.equal(await page.getByLabel('Split').inputValue(), 'train');
+    assert.equal(await page.getByLabel('Step').inputValue(), String(stepsTrained - 1));
     expectNoProblems();
   });
 
@@ -300,7 +367,7 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     assert.equal(seen.at(-1), `completed ${total}/${total}`);
     assert.equal(await page.locator('.progress-label').innerText(), `${total} / ${total} gradient steps`);
     await page.getByText(`Checkpoint step ${final.checkpoint_step} written`).waitFor();
-    assert.equal(await page.locator('figure[data-chart="Loss"] circle.pt').count(), total, 'one loss point per gradient step');
+    assert.equal(await page.locator('figure[data-chart="Loss"] .chart-legend li').getAttribute('data-points'), String(total), 'one loss point per gradient step');
     assert.equal(await page.locator('table.events tbody tr[data-type="gradient_step"]').count(), total);
     assert.equal(await page.locator('table.events tbody tr').first().getAttribute('data-type'), 'training_ended');
     await session.screenshot('07-job');
@@ -390,14 +457,15 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     fresh.setDefaultTimeout(TIMEOUT);
     await fresh.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
     await fresh.goto(`/#/models/${big.body.id}`);
-    await fresh.locator('figure[data-chart="Reward"] circle.pt[data-series="train"]').nth(199).waitFor({ state: 'attached' });
+    await fresh.locator('figure[data-chart="Reward"][data-series-count="2"] canvas').waitFor();
     await fresh.locator('table.checkpoints tbody tr').nth(99).waitFor();
     // Times from the browser's own clock, counted from the start of navigation.
     const timing = await fresh.evaluate(() => ({ paint: performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null, now: performance.now() }));
     assert.ok(timing.paint !== null && timing.paint < 1000, `first contentful paint ${timing.paint} ms`);
     assert.ok(timing.now < 2000, `chart and checkpoints shown ${timing.now} ms after navigation started`);
     console.log(`# 200 checkpoints: first contentful paint ${timing.paint?.toFixed(0)} ms; chart and table complete by ${timing.now.toFixed(0)} ms`);
-    assert.equal(await fresh.locator('figure[data-chart="Reward"] circle.pt[data-series="val"]').count(), 20);
+    const points = await fresh.locator('figure[data-chart="Reward"] .chart-legend li').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-points')));
+    assert.deepEqual(points, ['200', '20'], 'train at every step, val at every tenth');
     assert.equal(await fresh.locator('table.checkpoints tbody tr').count(), 100, 'the first page of checkpoints');
     await fresh.screenshot({ path: path.join(SCREENSHOT_DIR, '10-model-200-checkpoints.png') });
     await fresh.getByRole('button', { name: 'Load more checkpoints' }).click();

@@ -158,7 +158,8 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
   let response = lastAssistant ? textOf(lastAssistant.content).replace(/^\s*<think>[\s\S]*?(<\/think>|$)/, '') : '';
   if (!response && lastAssistant && Array.isArray(lastAssistant.tool_calls) && lastAssistant.tool_calls.length > 0) {
     const call = lastAssistant.tool_calls[0] as { function?: { name?: unknown } };
-    response = `→ ${String(call.function?.name ?? 'tool call')}(…)`;
+    // The list marks every preview as a reply with its own arrow.
+    response = `${String(call.function?.name ?? 'tool call')}(…)`;
   }
   return {
     id: row.id,
