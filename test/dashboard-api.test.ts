@@ -311,6 +311,10 @@ for (const backend of backends()) {
           has_reasoning: true,
           prompt_preview: 'Weather in Paris?',
           response_preview: 'It is 21 °C in Paris.',
+          // Both assistant turns' text; the sampled Choice kept no logprobs; it stopped by itself.
+          response_chars: 52,
+          completion_tokens: null,
+          finish_reason: 'stop',
           metrics: { tool_calls: 1 },
         },
       );

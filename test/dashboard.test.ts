@@ -319,6 +319,40 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     expectNoProblems();
   });
 
+  test('groups: a step\'s rollouts side by side, sorted by reward, with advantage, length, finish reason; a diff of two', async () => {
+    await page.getByRole('link', { name: 'Groups' }).click();
+    await page.locator('section.group').first().waitFor();
+    assert.match(page.url(), new RegExp(`split=train&step=${stepsTrained - 1}`));
+    assert.equal(await page.locator('section.group').count(), PROMPTS.length);
+    for (const group of await page.locator('section.group').all()) {
+      const cards = await group.locator('article.rollout').evaluateAll((nodes) =>
+        nodes.map((node) => ({ reward: Number(node.getAttribute('data-reward')), advantage: Number(node.getAttribute('data-advantage')), text: (node as HTMLElement).innerText })),
+      );
+      assert.equal(cards.length, 3);
+      const rewards = cards.map((card) => card.reward);
+      assert.deepEqual(rewards, [...rewards].sort((a, b) => b - a), 'sorted by reward, best first');
+      // rl-loss.md: A = (r − mean) / (population std + 1e-6).
+      const mean = rewards.reduce((sum, reward) => sum + reward, 0) / rewards.length;
+      const std = Math.sqrt(rewards.reduce((sum, reward) => sum + (reward - mean) ** 2, 0) / rewards.length);
+      cards.forEach((card) => assert.ok(Math.abs(card.advantage - (card.reward - mean) / (std + 1e-6)) < 1e-9, JSON.stringify(card)));
+      for (const card of cards) assert.match(card.text, /length\s+\d+ tokens[\s\S]*finish\s+(stop|length)[\s\S]*tool calls\s+0/);
+    }
+    const first = page.locator('section.group').first();
+    await first.getByRole('checkbox', { name: 'Diff trajectory 0' }).check();
+    await first.getByRole('checkbox', { name: 'Diff trajectory 1' }).check();
+    await first.locator('pre.diff').waitFor();
+    assert.match(await first.locator('.group-diff h4').innerText(), /^T\d \(reward [\d.]+\) → T\d \(reward [\d.]+\)$/);
+
+    // A logged split of plain messages: tool calls counted, no finish reason (nothing was sampled here).
+    await page.getByLabel('Split').selectOption('val');
+    await page.locator('section.group[data-group="1"] article.rollout').first().waitFor();
+    const rome = page.locator('section.group[data-group="1"] article.rollout').first();
+    assert.match(await rome.innerText(), /finish\s+—[\s\S]*tool calls\s+1/);
+    assert.equal(await rome.getAttribute('data-reward'), '1', 'Rome scored highest in the last logged split (0.9 + 0.1)');
+    await session.screenshot('05b-groups');
+    expectNoProblems();
+  });
+
   test('jobs: the list shows status; cancel a queued job; follow a job live to its end', async () => {
     // A long job, then one to follow and one to cancel, queued behind it on the same model.
     const big = Array.from({ length: 12 }, () => groupsForJobs).flat();

@@ -87,6 +87,9 @@ const TrajectorySummary = Type.Object({
   has_reasoning: Type.Boolean(),
   prompt_preview: Type.String(),
   response_preview: Type.String(),
+  response_chars: Type.Integer(),
+  completion_tokens: Type.Union([Type.Integer(), Type.Null()]),
+  finish_reason: Type.Union([Type.String(), Type.Null()]),
   metrics: Type.Record(Type.String(), Type.Number()),
 });
 

@@ -53,6 +53,12 @@ export interface TrajectorySummaryView {
   has_reasoning: boolean;
   prompt_preview: string;
   response_preview: string;
+  /** Characters the assistant wrote over the whole trajectory. */
+  response_chars: number;
+  /** Sampled tokens, from the choices' logprobs; null when no choice kept them. */
+  completion_tokens: number | null;
+  /** Of the last sampled choice; null when the trajectory holds plain messages only. */
+  finish_reason: string | null;
   metrics: Record<string, number>;
 }
 
@@ -140,6 +146,19 @@ function messagesOf(data: Record<string, unknown>): Record<string, unknown>[] {
     .map((item) => (isChoice(item) ? { role: 'assistant', ...(item.message as Record<string, unknown>) } : item));
 }
 
+/** What the group view compares rollouts by: length in characters and tokens, and how sampling stopped. */
+function samplingOf(data: Record<string, unknown>, messages: Record<string, unknown>[]) {
+  const items: unknown[] = Array.isArray(data.messages_and_choices) ? data.messages_and_choices : [];
+  const choices = items.filter((item) => typeof item === 'object' && item !== null && isChoice(item as Record<string, unknown>)) as { finish_reason?: unknown; logprobs?: { content?: unknown } | null }[];
+  const counted = choices.filter((choice) => Array.isArray(choice.logprobs?.content));
+  const lastReason = choices.at(-1)?.finish_reason;
+  return {
+    response_chars: messages.filter((message) => message.role === 'assistant').reduce((sum, message) => sum + textOf(message.content).length, 0),
+    completion_tokens: counted.length === 0 ? null : counted.reduce((sum, choice) => sum + (choice.logprobs!.content as unknown[]).length, 0),
+    finish_reason: typeof lastReason === 'string' ? lastReason : null,
+  };
+}
+
 export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
   const messages = messagesOf(row.data);
   const firstUser = messages.find((message) => message.role === 'user');
@@ -174,6 +193,7 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
     has_reasoning: hasReasoning,
     prompt_preview: preview(firstUser ? textOf(firstUser.content) : ''),
     response_preview: preview(response),
+    ...samplingOf(row.data, messages),
     metrics,
   };
 }

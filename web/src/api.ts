@@ -153,6 +153,9 @@ export interface TrajectorySummary {
   has_reasoning: boolean;
   prompt_preview: string;
   response_preview: string;
+  response_chars: number;
+  completion_tokens: number | null;
+  finish_reason: string | null;
   metrics: Record<string, number>;
 }
 

@@ -15,7 +15,7 @@ const REFRESH_MS = 2000;
 /** Without a running job, look for new jobs every this many ticks. */
 const IDLE_TICKS = 5;
 
-export function modelHeader(model: ModelSummary, current: 'overview' | 'trajectories'): HTMLElement {
+export function modelHeader(model: ModelSummary, current: 'overview' | 'trajectories' | 'groups'): HTMLElement {
   const tab = (label: string, target: string, name: string) =>
     h('a', { href: target, class: 'tab', 'aria-current': current === name ? 'page' : undefined }, label);
   return h(
@@ -38,6 +38,7 @@ export function modelHeader(model: ModelSummary, current: 'overview' | 'trajecto
       { class: 'tabs', 'aria-label': 'Model sections' },
       tab('Overview', href(`/models/${model.id}`), 'overview'),
       tab('Trajectories', href(`/models/${model.id}/trajectories`), 'trajectories'),
+      tab('Groups', href(`/models/${model.id}/groups`), 'groups'),
       tab('Jobs', href('/jobs', { model: model.id }), 'jobs'),
     ),
   );
