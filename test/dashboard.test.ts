@@ -400,6 +400,13 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     assert.ok(total > 1, `several gradient steps: ${total}`);
     assert.equal(seen.at(-1), `completed ${total}/${total}`);
     assert.equal(await page.locator('.progress-label').innerText(), `${total} / ${total} gradient steps`);
+    assert.match(await page.locator('.progress-rate').innerText(), /^[\d.]+ steps\/s on average$/, 'the measured step rate');
+    // The configuration it ran with, defaults filled in, and how much data it got.
+    const config = page.locator('dl.job-config');
+    assert.equal(await config.locator('dd[data-key="packed_sequence_length"]').innerText(), '32');
+    assert.ok(Number(await config.locator('dd[data-key="learning_rate"]').innerText()) > 0, 'the default learning rate is shown');
+    assert.equal(await config.locator('dd[data-key="allow_training_without_logprobs"]').innerText(), 'false');
+    await page.getByText(`${2 * PROMPTS.length} groups · ${2 * PROMPTS.length * 3} trajectories`).waitFor();
     await page.getByText(`Checkpoint step ${final.checkpoint_step} written`).waitFor();
     assert.equal(await page.locator('figure[data-chart="Loss"] .chart-legend li').getAttribute('data-points'), String(total), 'one loss point per gradient step');
     assert.equal(await page.locator('table.events tbody tr[data-type="gradient_step"]').count(), total);
@@ -411,6 +418,8 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     const failure = page.getByRole('alert');
     await failure.getByText('Training failed').waitFor();
     assert.match(await failure.innerText(), /chat template failed to render/);
+    await page.locator('dl.job-config dd[data-key="allow_training_without_logprobs"]').getByText('true').waitFor();
+    assert.equal(await page.locator('.progress-rate').innerText(), '', 'no rate without steps');
     await session.screenshot('08-job-failed');
     expectNoProblems();
   });

@@ -101,6 +101,14 @@ const JobListItem = Type.Object({
   model: Type.Object({ id: Type.String(), entity: Type.String(), project: Type.String(), name: Type.String() }),
 });
 
+const JobConfig = Type.Object({
+  job_id: Type.String(),
+  type: Type.String(),
+  config: Type.Union([Json, Type.Null()]),
+  num_trajectory_groups: Type.Union([Type.Integer(), Type.Null()]),
+  num_trajectories: Type.Union([Type.Integer(), Type.Null()]),
+});
+
 function envelope<T extends { id: string }>(page: { items: T[]; hasMore: boolean }) {
   return { object: 'list' as const, data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
 }
@@ -236,6 +244,10 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
     '/v1/dashboard/models/:model_id/trajectories/:trajectory_id',
     { schema: { response: { 200: Trajectory } } },
     async (request) => dashboard.trajectory(request.principal, request.params.model_id, request.params.trajectory_id),
+  );
+
+  app.get<{ Params: { job_id: string } }>('/v1/dashboard/jobs/:job_id/config', { schema: { response: { 200: JobConfig } } }, async (request) =>
+    dashboard.jobConfig(request.principal, request.params.job_id),
   );
 
   app.get<{ Querystring: Query }>('/v1/dashboard/jobs', { schema: { response: { 200: listEnvelope(JobListItem) } } }, async (request) =>

@@ -3,6 +3,7 @@
  * trajectories by split and step, and job lists. Read-only; every model goes through `ModelService.getOwned`
  * or the principal's entity ids, so another entity's data is exactly as absent as missing data.
  */
+import fs from 'node:fs/promises';
 import { notFound, validationError } from '../errors.ts';
 import type { JobStatus } from '../store/schema.ts';
 import type { DashboardRepository, JobListRow, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
@@ -88,6 +89,15 @@ export interface JobListView {
   completed_steps: number;
   metrics: Record<string, number>;
   model: { id: string; entity: string; project: string; name: string };
+}
+
+export interface JobConfigView {
+  job_id: string;
+  type: string;
+  /** RL: the parsed experimental_config with every default filled in; SFT: batch size, learning rate(s), conversations. Null once the request file is gone. */
+  config: Record<string, unknown> | null;
+  num_trajectory_groups: number | null;
+  num_trajectories: number | null;
 }
 
 export const JOB_STATUSES: readonly JobStatus[] = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'];
@@ -327,6 +337,31 @@ export class DashboardService {
       reward: row.reward,
       created_at: row.createdAt,
       data: row.data,
+    };
+  }
+
+  /** The configuration a job ran with, read from the request it was queued with. */
+  async jobConfig(principal: Principal, jobId: string): Promise<JobConfigView> {
+    const job = await this.repository.findJob(jobId, entityIdsOf(principal));
+    if (!job) throw notFound('Training job');
+    const view: JobConfigView = { job_id: job.id, type: job.type, config: null, num_trajectory_groups: null, num_trajectories: null };
+    let payload: Record<string, unknown>;
+    try {
+      payload = JSON.parse(await fs.readFile(job.payload_path, 'utf8')) as Record<string, unknown>;
+    } catch {
+      return view;
+    }
+    if (job.type !== 'rl') {
+      const { artifact: _artifact, ...config } = payload;
+      return { ...view, config };
+    }
+    const groups = Array.isArray(payload.trajectory_groups) ? (payload.trajectory_groups as { trajectories?: unknown[] }[]) : [];
+    return {
+      ...view,
+      // Spelled as experimental_config spells it (the parsed config is camelCase inside).
+      config: payload.config ? Object.fromEntries(Object.entries(payload.config).map(([key, value]) => [key.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`), value])) : null,
+      num_trajectory_groups: groups.length,
+      num_trajectories: groups.reduce((sum, group) => sum + (Array.isArray(group.trajectories) ? group.trajectories.length : 0), 0),
     };
   }
 

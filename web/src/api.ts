@@ -189,6 +189,14 @@ export interface Job {
   metrics: Record<string, number>;
 }
 
+export interface JobConfig {
+  job_id: string;
+  type: string;
+  config: Record<string, unknown> | null;
+  num_trajectory_groups: number | null;
+  num_trajectories: number | null;
+}
+
 export interface JobListItem extends Job {
   completed_steps: number;
   model: { id: string; entity: string; project: string; name: string };
