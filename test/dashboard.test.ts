@@ -517,6 +517,42 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     expectNoProblems();
   });
 
+  test('at 390 px wide the navigation fits, nothing scrolls sideways, and the keyboard still reaches every page', async () => {
+    const phone = await session.context.newPage();
+    phone.setDefaultTimeout(TIMEOUT);
+    await phone.setViewportSize({ width: 390, height: 844 });
+    await phone.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
+    phone.on('pageerror', (error) => session.problems.push(`page error: ${error.message}`));
+    for (const target of [`/#/models/${modelId}`, `/#/models/${modelId}/groups`, '/#/jobs']) {
+      await phone.goto(target);
+      await phone.locator('main h1').first().waitFor();
+      for (const link of await phone.getByRole('navigation', { name: 'Main' }).getByRole('link').all()) {
+        const box = (await link.boundingBox())!;
+        assert.ok(box.x >= 0 && box.x + box.width <= 390, `${await link.innerText()} is on screen at ${target}: ${JSON.stringify(box)}`);
+      }
+      const widths = await phone.evaluate(() => {
+        const client = document.documentElement.clientWidth;
+        // The outermost elements that stick out, to name the culprit.
+        const wide = [...document.querySelectorAll('body *')].filter((node) => node.getBoundingClientRect().right > client + 1 && !(node.parentElement && node.parentElement.getBoundingClientRect().right > client + 1));
+        return { scroll: document.documentElement.scrollWidth, client, wide: wide.slice(0, 5).map((node) => `${node.tagName}.${node.className}`) };
+      });
+      assert.ok(widths.scroll <= widths.client, `no sideways scroll at ${target}: ${JSON.stringify(widths)}`);
+    }
+    await phone.goto(`/#/models/${modelId}`);
+    await phone.locator('figure[data-chart="Reward"] canvas').waitFor();
+    await phone.screenshot({ path: path.join(SCREENSHOT_DIR, '12-phone-model.png'), fullPage: true });
+    // From the page's content, back up into the top bar.
+    await phone.locator('main').focus();
+    let reached = false;
+    for (let presses = 0; presses < 10 && !reached; presses += 1) {
+      await phone.keyboard.press('Shift+Tab');
+      reached = await phone.evaluate(() => document.activeElement?.textContent === 'Playground');
+    }
+    assert.ok(reached, 'Tab reaches the Playground link');
+    await phone.close();
+    expectNoProblems();
+  });
+
   test('sign out forgets the key', async () => {
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByRole('heading', { name: 'Sign in' }).waitFor();
