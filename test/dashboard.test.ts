@@ -517,6 +517,21 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     expectNoProblems();
   });
 
+  test('empty and partial states: a model with no jobs, a model whose only job failed at once, no trajectories to group', async () => {
+    const models = (await e2e.api('GET', '/v1/dashboard/models?limit=100')).body.data as { id: string; name: string }[];
+    const idOf = (name: string) => models.find((model) => model.name === name)!.id;
+    await page.goto(`/#/models/${idOf('baseline')}`);
+    await page.getByText('No metrics yet').waitFor();
+    await page.getByText('No jobs yet').waitFor();
+    await page.goto(`/#/models/${idOf('broken')}`);
+    await page.getByText('No metrics yet').waitFor();
+    await page.locator('table.jobs tr[data-status="FAILED"]').waitFor();
+    await page.goto(`/#/models/${idOf('baseline')}/groups`);
+    await page.getByText('No trajectories yet').waitFor();
+    await session.screenshot('11-empty-groups');
+    expectNoProblems();
+  });
+
   test('at 390 px wide the navigation fits, nothing scrolls sideways, and the keyboard still reaches every page', async () => {
     const phone = await session.context.newPage();
     phone.setDefaultTimeout(TIMEOUT);
