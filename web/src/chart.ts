@@ -61,181 +61,190 @@ function legendItems(series: ChartSeries[]): HTMLElement[] {
   });
 }
 
-export function lineChart(options: ChartOptions): Chart {
-  const height = options.height ?? 220;
-  let series = options.series;
-  let view = options.view ?? DEFAULT_VIEW;
-  let bandRange = options.bandRange;
-  let aligned = alignSeries(series, view, bandRange);
-  const titleId = uid('chart-title');
-  const legend = h('ul', { class: 'chart-legend' });
-  const plot = h('div', { class: 'chart-plot' });
-  const tooltip = h('div', { class: 'chart-tooltip', hidden: true, role: 'status', 'aria-live': 'polite' });
-  const resetZoom = h('button', { type: 'button', class: 'btn btn-small chart-reset', hidden: true }, 'Reset zoom');
-  const element = h(
-    'figure',
-    { class: 'chart', tabindex: '0', 'aria-labelledby': titleId, 'data-chart': options.title },
-    h('figcaption', { id: titleId }, h('span', { class: 'chart-title' }, options.title), legend, resetZoom),
-    plot,
-    tooltip,
-  );
-  let plotInstance: uPlot | null = null;
-  let width = 0;
-  let zoomed = false;
+/** One readout row per series with a value at this index: raw, EMA when smoothing, band. */
+function tooltipRows(series: ChartSeries[], u: uPlot, index: number, smoothing: number): HTMLElement[] {
+  return series.flatMap((entry, position) => {
+    const column = 1 + position * COLUMNS_PER_SERIES;
+    const raw = u.data[column][index];
+    if (raw === null || raw === undefined) return [];
+    const [smooth, lo, hi] = [u.data[column + 1][index], u.data[column + 2][index], u.data[column + 3][index]];
+    const swatch = h('span', { class: 'swatch', 'aria-hidden': 'true' });
+    swatch.style.background = entry.color;
+    return [
+      h(
+        'div',
+        { class: 'tooltip-row', 'data-series': entry.key },
+        swatch,
+        `${entry.label}: `,
+        h('strong', num(raw)),
+        smoothing > 0 && typeof smooth === 'number' ? h('span', { class: 'muted' }, ` (EMA ${num(smooth)})`) : null,
+        typeof lo === 'number' && typeof hi === 'number' ? h('span', { class: 'muted' }, ` [${num(lo, 3)}, ${num(hi, 3)}]`) : null,
+      ),
+    ];
+  });
+}
 
-  const xValue = (x: number) => (view.xMode === 'time' ? new Date(x * 1000).toLocaleString() : `${options.xLabel} ${x}`);
+/** What is drawn, on the figure's data-* attributes: series count, x and y ranges, the band's extent. Returns whether x is zoomed in. */
+function describe(element: HTMLElement, u: uPlot, seriesCount: number): boolean {
+  element.dataset.seriesCount = String(seriesCount);
+  element.dataset.xMin = String(u.scales.x.min ?? '');
+  element.dataset.xMax = String(u.scales.x.max ?? '');
+  element.dataset.yMin = String(u.scales.y.min ?? '');
+  element.dataset.yMax = String(u.scales.y.max ?? '');
+  const bands = u.data.filter((_column, index) => index > 0 && (index - 1) % COLUMNS_PER_SERIES >= 2);
+  const [bandMin, bandMax] = extent(bands.flatMap((column) => Array.from(column)));
+  element.dataset.bandMin = Number.isFinite(bandMin) ? String(bandMin) : '';
+  element.dataset.bandMax = Number.isFinite(bandMax) ? String(bandMax) : '';
+  const xs = u.data[0];
+  return xs.length > 1 && ((u.scales.x.min ?? xs[0]) > xs[0] || (u.scales.x.max ?? xs.at(-1)!) < xs.at(-1)!);
+}
 
-  function showTooltip(u: uPlot): void {
-    const index = u.cursor.idx;
-    if (index === null || index === undefined) {
-      tooltip.hidden = true;
+/** The series whose smoothed line passes nearest this height at this index; −1 when none has a value. */
+function nearestSeries(u: uPlot, seriesCount: number, index: number, top: number): number {
+  let best = -1;
+  let bestDistance = Infinity;
+  for (let position = 0; position < seriesCount; position += 1) {
+    const value = u.data[1 + position * COLUMNS_PER_SERIES + 1][index];
+    if (typeof value !== 'number') continue;
+    const distance = Math.abs(u.valToPos(value, 'y') - top);
+    if (distance < bestDistance) [best, bestDistance] = [position, distance];
+  }
+  return best;
+}
+
+class LineChart implements Chart {
+  readonly element: HTMLElement;
+  private readonly legend = h('ul', { class: 'chart-legend' });
+  private readonly plot = h('div', { class: 'chart-plot' });
+  private readonly tooltip = h('div', { class: 'chart-tooltip', hidden: true, role: 'status', 'aria-live': 'polite' });
+  private readonly resetZoom = h('button', { type: 'button', class: 'btn btn-small chart-reset', hidden: true }, 'Reset zoom');
+  private series: ChartSeries[];
+  private view: ChartView;
+  private bandRange?: [number, number];
+  private aligned: AlignedChart;
+  private uplot: uPlot | null = null;
+  private width = 0;
+  private zoomed = false;
+
+  constructor(private readonly options: ChartOptions) {
+    this.series = options.series;
+    this.view = options.view ?? DEFAULT_VIEW;
+    this.bandRange = options.bandRange;
+    this.aligned = alignSeries(this.series, this.view, this.bandRange);
+    const titleId = uid('chart-title');
+    this.element = h(
+      'figure',
+      { class: 'chart', tabindex: '0', 'aria-labelledby': titleId, 'data-chart': options.title },
+      h('figcaption', { id: titleId }, h('span', { class: 'chart-title' }, options.title), this.legend, this.resetZoom),
+      this.plot,
+      this.tooltip,
+    );
+    this.resetZoom.addEventListener('click', () => {
+      const xs = this.uplot?.data[0];
+      if (xs && xs.length > 0) this.uplot!.setScale('x', { min: xs[0], max: xs.at(-1)! });
+    });
+    keyboardCursor(this.element, () => this.uplot, (u) => this.pick(u, -1));
+    new ResizeObserver((entries) => this.resize(Math.floor(entries[0].contentRect.width))).observe(this.plot);
+    replace(this.legend, legendItems(this.series));
+  }
+
+  update(series: ChartSeries[], bandRange?: [number, number]): void {
+    this.series = series;
+    this.bandRange = bandRange ?? this.bandRange;
+    this.redraw();
+  }
+
+  setView(view: ChartView): void {
+    const rebuild = view.xMode !== this.view.xMode;
+    this.view = view;
+    if (!rebuild) return this.redraw();
+    this.zoomed = false;
+    this.aligned = alignSeries(this.series, this.view, this.bandRange);
+    if (this.width > 0) this.create();
+  }
+
+  private resize(width: number): void {
+    if (width === this.width || width <= 0) return;
+    this.width = width;
+    if (this.uplot) this.uplot.setSize({ width, height: this.options.height ?? 220 });
+    else this.create();
+  }
+
+  private redraw(): void {
+    this.aligned = alignSeries(this.series, this.view, this.bandRange);
+    replace(this.legend, legendItems(this.series));
+    const sameShape = this.uplot && this.uplot.series.length === 1 + this.series.length * COLUMNS_PER_SERIES && this.aligned.data[0].length > 0;
+    if (this.uplot && sameShape) {
+      // Keep the user's zoom while new steps arrive.
+      this.uplot.setData(this.aligned.data, !this.zoomed);
+      this.described(this.uplot);
+    } else if (this.width > 0) this.create();
+  }
+
+  private described(u: uPlot): void {
+    this.zoomed = describe(this.element, u, this.series.length);
+    this.resetZoom.hidden = !this.zoomed;
+  }
+
+  private create(): void {
+    this.uplot?.destroy();
+    this.uplot = null;
+    if (this.aligned.data[0].length === 0) {
+      replace(this.plot, h('p', { class: 'chart-empty' }, 'No data yet'));
+      this.element.dataset.seriesCount = '0';
       return;
     }
-    const rows = series.flatMap((entry, position) => {
-      const column = 1 + position * COLUMNS_PER_SERIES;
-      const raw = u.data[column][index];
-      if (raw === null || raw === undefined) return [];
-      const lo = u.data[column + 2][index];
-      const hi = u.data[column + 3][index];
-      const smooth = u.data[column + 1][index];
-      const swatch = h('span', { class: 'swatch', 'aria-hidden': 'true' });
-      swatch.style.background = entry.color;
-      return [
-        h(
-          'div',
-          { class: 'tooltip-row', 'data-series': entry.key },
-          swatch,
-          `${entry.label}: `,
-          h('strong', num(raw)),
-          view.smoothing > 0 && typeof smooth === 'number' ? h('span', { class: 'muted' }, ` (EMA ${num(smooth)})`) : null,
-          typeof lo === 'number' && typeof hi === 'number' ? h('span', { class: 'muted' }, ` [${num(lo, 3)}, ${num(hi, 3)}]`) : null,
-        ),
-      ];
-    });
-    const step = aligned.steps.map((column) => column[index]).find((value) => value !== null && value !== undefined);
-    const title = view.xMode === 'time' && step !== undefined ? `step ${step} · ${xValue(u.data[0][index])}` : xValue(u.data[0][index]);
-    replace(tooltip, h('div', { class: 'tooltip-title' }, title), rows);
-    tooltip.hidden = false;
-    const left = u.valToPos(u.data[0][index], 'x') + u.over.offsetLeft;
-    tooltip.style.left = `${Math.min(Math.max(0, left + 12), Math.max(0, width - 220))}px`;
-  }
-
-  function describe(u: uPlot): void {
-    element.dataset.seriesCount = String(series.length);
-    element.dataset.xMin = String(u.scales.x.min ?? '');
-    element.dataset.xMax = String(u.scales.x.max ?? '');
-    element.dataset.yMin = String(u.scales.y.min ?? '');
-    element.dataset.yMax = String(u.scales.y.max ?? '');
-    const bands = u.data.filter((_column, index) => index > 0 && (index - 1) % COLUMNS_PER_SERIES >= 2);
-    const [bandMin, bandMax] = extent(bands.flatMap((column) => Array.from(column)));
-    element.dataset.bandMin = Number.isFinite(bandMin) ? String(bandMin) : '';
-    element.dataset.bandMax = Number.isFinite(bandMax) ? String(bandMax) : '';
-    const xs = u.data[0];
-    zoomed = xs.length > 1 && ((u.scales.x.min ?? xs[0]) > xs[0] || (u.scales.x.max ?? xs.at(-1)!) < xs.at(-1)!);
-    resetZoom.hidden = !zoomed;
-  }
-
-  function nearestSeries(u: uPlot, index: number, top: number): number {
-    let best = -1;
-    let bestDistance = Infinity;
-    series.forEach((_entry, position) => {
-      const value = u.data[1 + position * COLUMNS_PER_SERIES + 1][index];
-      if (typeof value !== 'number') return;
-      const distance = Math.abs(u.valToPos(value, 'y') - top);
-      if (distance < bestDistance) [best, bestDistance] = [position, distance];
-    });
-    return best;
-  }
-
-  function create(): void {
-    plotInstance?.destroy();
-    if (aligned.data[0].length === 0) {
-      plotInstance = null;
-      replace(plot, h('p', { class: 'chart-empty' }, 'No data yet'));
-      element.dataset.seriesCount = '0';
-      return;
-    }
-    replace(plot);
-    const bands = aligned.banded.flatMap((banded, position) => {
+    replace(this.plot);
+    const bands = this.aligned.banded.flatMap((banded, position) => {
       const base = 1 + position * COLUMNS_PER_SERIES;
-      return banded ? [{ series: [base + 3, base + 2] as [number, number], fill: `${series[position].color}24` }] : [];
+      return banded ? [{ series: [base + 3, base + 2] as [number, number], fill: `${this.series[position].color}24` }] : [];
     });
+    const time = this.view.xMode === 'time';
     const opts: uPlot.Options = {
-      width: Math.max(120, width),
-      height,
-      series: uplotSeries(series, aligned),
+      width: Math.max(120, this.width),
+      height: this.options.height ?? 220,
+      series: uplotSeries(this.series, this.aligned),
       bands,
-      scales: { x: { time: view.xMode === 'time' } },
-      axes: [view.xMode === 'time' ? { size: 36 } : { label: options.xLabel, labelSize: 16, size: 36, incrs: STEP_INCREMENTS }, { size: 56 }],
+      scales: { x: { time } },
+      axes: [time ? { size: 36 } : { label: this.options.xLabel, labelSize: 16, size: 36, incrs: STEP_INCREMENTS }, { size: 56 }],
       legend: { show: false },
-      cursor: { sync: options.syncKey ? { key: options.syncKey } : undefined, drag: { x: true, y: false }, points: { show: false } },
-      hooks: { setCursor: [showTooltip], setScale: [describe], ready: [describe] },
+      cursor: { sync: this.options.syncKey ? { key: this.options.syncKey } : undefined, drag: { x: true, y: false }, points: { show: false } },
+      hooks: { setCursor: [(u) => this.showTooltip(u)], setScale: [(u) => this.described(u)], ready: [(u) => this.described(u)] },
     };
-    plotInstance = new uPlot(opts, aligned.data, plot);
-    attachPick(plotInstance);
-  }
-
-  function attachPick(u: uPlot): void {
+    const u = new uPlot(opts, this.aligned.data, this.plot);
+    this.uplot = u;
     let downAt = -1;
     u.over.addEventListener('mousedown', (event) => (downAt = event.clientX));
-    u.over.addEventListener('click', (event) => {
-      // A drag zooms; only a still click picks.
-      if (Math.abs(event.clientX - downAt) <= 3) pick(u, u.cursor.top ?? 0);
-    });
+    // A drag zooms; only a still click picks.
+    u.over.addEventListener('click', (event) => Math.abs(event.clientX - downAt) <= 3 && this.pick(u, u.cursor.top ?? 0));
   }
 
-  function pick(u: uPlot, top: number): void {
+  private showTooltip(u: uPlot): void {
     const index = u.cursor.idx;
-    if (index === null || index === undefined || !options.onPick) return;
-    const position = nearestSeries(u, index, top);
-    const step = position >= 0 ? aligned.steps[position][index] : null;
-    if (position >= 0 && step !== null) options.onPick(series[position].key, step);
+    if (index === null || index === undefined) {
+      this.tooltip.hidden = true;
+      return;
+    }
+    const x = u.data[0][index];
+    const step = this.aligned.steps.map((column) => column[index]).find((value) => value !== null && value !== undefined);
+    const title = this.view.xMode === 'time' ? `${step !== undefined ? `step ${step} · ` : ''}${new Date(x * 1000).toLocaleString()}` : `${this.options.xLabel} ${x}`;
+    replace(this.tooltip, h('div', { class: 'tooltip-title' }, title), tooltipRows(this.series, u, index, this.view.smoothing));
+    this.tooltip.hidden = false;
+    const left = u.valToPos(x, 'x') + u.over.offsetLeft;
+    this.tooltip.style.left = `${Math.min(Math.max(0, left + 12), Math.max(0, this.width - 220))}px`;
   }
 
-  function redraw(): void {
-    aligned = alignSeries(series, view, bandRange);
-    replace(legend, legendItems(series));
-    const sameShape = plotInstance && plotInstance.series.length === 1 + series.length * COLUMNS_PER_SERIES && aligned.data[0].length > 0;
-    if (sameShape && plotInstance) {
-      plotInstance.setData(aligned.data, !zoomed);
-      describe(plotInstance);
-    } else if (width > 0) create();
+  private pick(u: uPlot, top: number): void {
+    const index = u.cursor.idx;
+    if (index === null || index === undefined || !this.options.onPick) return;
+    const position = nearestSeries(u, this.series.length, index, top);
+    const step = position >= 0 ? this.aligned.steps[position][index] : null;
+    if (position >= 0 && step !== null) this.options.onPick(this.series[position].key, step);
   }
+}
 
-  resetZoom.addEventListener('click', () => {
-    if (!plotInstance) return;
-    const xs = plotInstance.data[0];
-    plotInstance.setScale('x', { min: xs[0], max: xs.at(-1)! });
-  });
-  keyboardCursor(element, () => plotInstance, (u) => pick(u, -1));
-
-  const observer = new ResizeObserver((entries) => {
-    const next = Math.floor(entries[0].contentRect.width);
-    if (next === width || next <= 0) return;
-    width = next;
-    if (plotInstance) plotInstance.setSize({ width, height });
-    else create();
-  });
-  observer.observe(plot);
-  replace(legend, legendItems(series));
-
-  return {
-    element,
-    update(next, nextRange) {
-      series = next;
-      bandRange = nextRange ?? bandRange;
-      redraw();
-    },
-    setView(next) {
-      const rebuild = next.xMode !== view.xMode;
-      view = next;
-      if (rebuild) {
-        zoomed = false;
-        aligned = alignSeries(series, view, bandRange);
-        if (width > 0) create();
-      } else redraw();
-    },
-  };
+export function lineChart(options: ChartOptions): Chart {
+  return new LineChart(options);
 }
 
 /**

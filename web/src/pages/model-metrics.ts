@@ -65,6 +65,21 @@ function controls(state: MetricsState, others: ModelSummary[], onChange: () => v
   );
 }
 
+/** The family's chart, made once and updated after: zoom and hover survive new data. */
+function chartFor(charts: Map<string, Chart>, name: string, tables: RunTable[], options: { view: ChartView; syncKey: string; onPick: (key: string, step: number) => void }): Chart {
+  const series = seriesOf(tables, name);
+  const range = bandRangeOf(name, series);
+  let chart = charts.get(name);
+  if (chart) {
+    chart.setView(options.view);
+    chart.update(series, range);
+  } else {
+    chart = lineChart({ title: metricLabel(name), xLabel: 'step', series, bandRange: range, ...options });
+    charts.set(name, chart);
+  }
+  return chart;
+}
+
 export function metricsSection(model: ModelSummary, initial: MetricTable, others: ModelSummary[], state: MetricsState, signal: AbortSignal, onState: () => void): MetricsSection {
   let own = initial;
   const compared = new Map<string, MetricTable>();
@@ -88,35 +103,19 @@ export function metricsSection(model: ModelSummary, initial: MetricTable, others
     if (target) navigate(`/models/${target}/trajectories`, { split, step: trajectoryStepOf(split, step) });
   };
 
-  const drawPicker = (available: string[]) =>
-    replace(
-      picker,
-      available.map((name) =>
-        h(
-          'button',
-          {
-            type: 'button',
-            class: 'chip',
-            'aria-pressed': String(state.metrics.includes(name)),
-            'data-metric': name,
-            onclick: () => {
-              state.metrics = state.metrics.includes(name) ? state.metrics.filter((other) => other !== name) : [...state.metrics, name];
-              if (state.metrics.length === 0) state.metrics = [name];
-              onState();
-              draw();
-              picker.querySelector<HTMLButtonElement>(`[data-metric="${CSS.escape(name)}"]`)?.focus();
-            },
-          },
-          metricLabel(name),
-        ),
-      ),
-    );
+  const toggle = (name: string) => {
+    state.metrics = state.metrics.includes(name) ? state.metrics.filter((other) => other !== name) : [...state.metrics, name];
+    if (state.metrics.length === 0) state.metrics = [name];
+    onState();
+    draw();
+    picker.querySelector<HTMLButtonElement>(`[data-metric="${CSS.escape(name)}"]`)?.focus();
+  };
 
   const draw = () => {
     const tables = runs();
     const available = chartableMetrics(tables.map((run) => run.table));
     if (state.metrics.length === 0) state.metrics = DEFAULT_METRICS.filter((name) => available.includes(name));
-    drawPicker(available);
+    replace(picker, available.map((name) => h('button', { type: 'button', class: 'chip', 'aria-pressed': String(state.metrics.includes(name)), 'data-metric': name, onclick: () => toggle(name) }, metricLabel(name))));
     const shown = available.filter((name) => state.metrics.includes(name));
     if (shown.length === 0) {
       replace(grid, emptyState('No metrics yet', h('p', 'Metrics appear here after the first training job or logged split.')));
@@ -124,21 +123,7 @@ export function metricsSection(model: ModelSummary, initial: MetricTable, others
       return;
     }
     for (const name of [...charts.keys()]) if (!shown.includes(name)) charts.delete(name);
-    grid.replaceChildren(...shown.map((name) => chartOf(name, tables).element));
-  };
-
-  const chartOf = (name: string, tables: RunTable[]): Chart => {
-    const series = seriesOf(tables, name);
-    const range = bandRangeOf(name, series);
-    let chart = charts.get(name);
-    if (chart) {
-      chart.setView(view());
-      chart.update(series, range);
-    } else {
-      chart = lineChart({ title: metricLabel(name), xLabel: 'step', series, bandRange: range, view: view(), syncKey, onPick: openPoint });
-      charts.set(name, chart);
-    }
-    return chart;
+    grid.replaceChildren(...shown.map((name) => chartFor(charts, name, tables, { view: view(), syncKey, onPick: openPoint }).element));
   };
 
   const loadCompared = async () => {
