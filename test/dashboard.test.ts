@@ -289,6 +289,24 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     assert.equal(await items.count(), PROMPTS.length * 3);
     // The first trajectory opens by itself: a sampled choice with logprobs.
     await page.locator('.trajectory-detail').getByText('choice', { exact: true }).first().waitFor();
+    // Its sampled tokens, coloured by the sampler's probability: hue 120·p, p = exp(logprob).
+    const tokens = page.locator('.trajectory-detail .token-view .tok');
+    await tokens.first().waitFor();
+    const painted = await tokens.evaluateAll((nodes) => nodes.map((node) => [Number(node.getAttribute('data-logprob')), Number(node.getAttribute('data-hue')), getComputedStyle(node).backgroundColor]));
+    assert.ok(painted.length > 0);
+    for (const [logprob, hue, background] of painted) {
+      assert.equal(hue, Math.round(120 * Math.min(1, Math.exp(logprob as number))), `token with logprob ${logprob}`);
+      assert.notEqual(background, 'rgba(0, 0, 0, 0)', 'every token is painted');
+    }
+    // By advantage: one colour for the whole response, green above the group mean, red below.
+    const listed = (await e2e.api('GET', `/v1/dashboard/models/${modelId}/trajectories?split=train&step=${stepsTrained - 1}`)).body.data as { group_index: number; trajectory_index: number; reward: number }[];
+    const rewards = listed.filter((item) => item.group_index === 0).map((item) => item.reward);
+    const mean = rewards.reduce((sum, reward) => sum + reward, 0) / rewards.length;
+    await page.getByLabel('Colour tokens by').selectOption('advantage');
+    const hues = new Set(await tokens.evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-hue'))));
+    assert.deepEqual([...hues], [rewards[0] >= mean ? '120' : '0']);
+    await tokens.nth(0).hover();
+    assert.match(await page.locator('.token-readout').innerText(), /#0 · logprob -?[\d.]+ · p [\d.]+ · advantage -?[\d.]+ · trainer logprob: not stored/);
 
     await page.getByLabel('Split').selectOption('val');
     await page.getByLabel('Step').selectOption('3');
@@ -303,6 +321,7 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     await detail.getByText('result of get_weather').waitFor();
     assert.match(await detail.locator('.msg-tool pre').innerText(), /"temperature_c": 21/);
     await conversation.getByText('It is 21 °C and clear in Lyon.').waitFor();
+    await detail.locator('.empty-tokens').getByText('No sampled logprobs').waitFor();
     assert.equal((await detail.locator('.reward-big').innerText()).replace(/\s+/g, ' ').trim().toLowerCase(), 'reward 0.7');
     assert.deepEqual(await detail.locator('.msg').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-role'))), ['system', 'user', 'assistant', 'tool', 'assistant']);
     await detail.getByText('Tools (1)').waitFor();
