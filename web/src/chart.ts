@@ -8,7 +8,7 @@
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { h, replace, uid } from './dom.ts';
-import { num } from './format.ts';
+import { num, tick } from './format.ts';
 import { alignSeries, COLUMNS_PER_SERIES, extent, type AlignedChart, type ChartSeries, type ChartView } from './chart-data.ts';
 
 export type { ChartPoint, ChartSeries, ChartView } from './chart-data.ts';
@@ -34,6 +34,9 @@ export interface Chart {
 }
 
 export const SERIES_COLORS = ['#3b5bdb', '#e8590c', '#2b8a3e', '#ae3ec9', '#1098ad', '#c92a2a', '#5f3dc4', '#a61e4d'];
+/** Tick labels with as many digits as the tick spacing needs (0.0015 and 0.002 stay apart). */
+const yTicks = (_u: uPlot, splits: number[]) => splits.map((value) => tick(value, splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 0));
+
 /** Steps are whole numbers: no tick at step 1.5. */
 const STEP_INCREMENTS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000, 100000];
 const DEFAULT_VIEW: ChartView = { xMode: 'step', smoothing: 0 };
@@ -206,7 +209,7 @@ class LineChart implements Chart {
       series: uplotSeries(this.series, this.aligned),
       bands,
       scales: { x: { time } },
-      axes: [time ? { size: 36 } : { label: this.options.xLabel, labelSize: 16, size: 36, incrs: STEP_INCREMENTS }, { size: 56 }],
+      axes: [time ? { size: 36 } : { label: this.options.xLabel, labelSize: 16, size: 36, incrs: STEP_INCREMENTS }, { size: 56, values: yTicks }],
       legend: { show: false },
       cursor: { sync: this.options.syncKey ? { key: this.options.syncKey } : undefined, drag: { x: true, y: false }, points: { show: false } },
       hooks: { setCursor: [(u) => this.showTooltip(u)], setScale: [(u) => this.described(u)], ready: [(u) => this.described(u)] },
