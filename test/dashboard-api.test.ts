@@ -198,6 +198,14 @@ for (const backend of backends()) {
       assert.deepEqual((await t.call('GET', '/v1/dashboard/jobs', undefined, outsider)).body.data, []);
       assert.ok(!(await t.call('GET', '/v1/dashboard/models?limit=500')).body.data.some((entry: { id: string }) => entry.id === theirs.id));
       assert.ok((await t.call('GET', '/v1/dashboard/jobs?limit=200')).body.data.some((entry: { id: string }) => entry.id === jobId));
+      // A job's configuration: another entity's job is as unknown as a missing one; a request file that is
+      // gone leaves the configuration null, not a 500.
+      for (const [id, key] of [[jobId, outsider], [newId(), undefined]] as const) {
+        const missing = await t.call('GET', `/v1/dashboard/jobs/${id}/config`, undefined, key);
+        assert.equal(missing.status, 404);
+        assert.equal(missing.body.detail, 'Training job not found');
+      }
+      assert.deepEqual((await t.call('GET', `/v1/dashboard/jobs/${jobId}/config`)).body, { job_id: jobId, type: 'rl', config: null, num_trajectory_groups: null, num_trajectories: null });
       // A cursor naming another entity's model is as unknown as a missing one.
       assert.equal((await t.call('GET', `/v1/dashboard/models?after=${theirs.id}`)).status, 422);
       // A trajectory id of one model does not open under another.
@@ -311,6 +319,10 @@ for (const backend of backends()) {
           has_reasoning: true,
           prompt_preview: 'Weather in Paris?',
           response_preview: 'It is 21 °C in Paris.',
+          // Both assistant turns' text; the sampled Choice kept no logprobs; it stopped by itself.
+          response_chars: 52,
+          completion_tokens: null,
+          finish_reason: 'stop',
           metrics: { tool_calls: 1 },
         },
       );

@@ -63,6 +63,7 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     const created = await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'policy', base_model: 'builtin/tiny-chat' });
     modelId = created.body.id;
     await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'baseline', base_model: 'builtin/tiny-chat' });
+    const rival = await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'rival', base_model: 'builtin/tiny-chat' });
 
     // A short RL run: sample from the latest checkpoint, score, train; log a validation split at every step.
     for (let round = 0; round < stepsTrained; round += 1) {
@@ -79,6 +80,10 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
       assert.equal((await waitForJob(e2e, job.body.id)).status, 'COMPLETED');
     }
     await e2e.api('POST', `/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: valGroups(0.1) });
+    // Another run's history, to overlay.
+    for (let step = 1; step <= 3; step += 1) {
+      await e2e.server.services.repositories.trajectories.insertRunMetrics(rival.body.run_id, step, 'train', { reward: 0.1 * step, reward_std_dev: 0.3, loss: 0.5 }, new Date().toISOString());
+    }
 
     // A job that fails while training (the chat template cannot render a tool call without a name).
     const broken = await e2e.api('POST', '/v1/preview/models', { project: 'experiments', name: 'broken', base_model: 'builtin/tiny-chat' });
@@ -150,25 +155,35 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     expectNoProblems();
   });
 
-  test('model page: one chart point per step, reward with its std band, metric picker, checkpoints with metrics', async () => {
+  test('model page: one chart per metric family on uPlot, reward band inside [0, 1], hover synced across charts', async () => {
     const reward = page.locator('figure[data-chart="Reward"]');
-    await reward.locator('circle.pt').first().waitFor();
-    const trainSteps = await reward.locator('circle.pt[data-series="train"]').evaluateAll((nodes) => nodes.map((node) => Number(node.getAttribute('data-x'))));
-    assert.deepEqual(trainSteps, [1, 2, 3], 'one train reward point per trained step');
-    const valSteps = await reward.locator('circle.pt[data-series="val"]').evaluateAll((nodes) => nodes.map((node) => Number(node.getAttribute('data-x'))));
-    assert.deepEqual(valSteps, [0, 1, 2, 3], 'one val reward point per logged step');
-    assert.equal(await reward.locator('polygon.band[data-series="val"]').count(), 1, 'val reward has a std band');
-    assert.equal(await reward.locator('polygon.band[data-series="train"]').count(), 1, 'train reward has a std band');
-    assert.equal(await page.locator('figure[data-chart="Loss"] circle.pt').count(), stepsTrained);
-    assert.deepEqual(await reward.locator('.chart-legend li').allInnerTexts().then((items) => items.map((item) => item.split('\n')[0].trim())), ['train', 'val']);
+    await reward.locator('canvas').first().waitFor();
+    assert.equal(await reward.getAttribute('data-series-count'), '2', 'train and val');
+    const legend = reward.locator('.chart-legend li');
+    assert.deepEqual(await legend.evaluateAll((nodes) => nodes.map((node) => [node.textContent!.replace(/[\d.]+$/, ''), node.getAttribute('data-points')])), [
+      ['train', String(stepsTrained)],
+      ['val', String(stepsTrained + 1)],
+    ]);
+    assert.equal(await reward.getAttribute('data-x-min'), '0');
+    assert.equal(await reward.getAttribute('data-x-max'), String(stepsTrained));
+    const bandMin = Number(await reward.getAttribute('data-band-min'));
+    const bandMax = Number(await reward.getAttribute('data-band-max'));
+    assert.ok(bandMin >= 0 && bandMax <= 1 && bandMax > bandMin, `the reward's ±σ band stays in [0, 1]: ${bandMin}..${bandMax}`);
+    // loss and policy_loss are one family: one chart, one picker chip.
+    const loss = page.locator('figure[data-chart="Loss"]');
+    assert.equal(await loss.getAttribute('data-series-count'), '1');
+    assert.equal(await page.locator('[data-metric="policy_loss"]').count(), 0, 'no second, near-identical loss chart');
 
-    // Hover shows the values at a step; the keyboard moves the same cursor.
-    const box = (await reward.locator('circle.pt[data-series="val"][data-x="2"]').boundingBox())!;
-    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    // Hover at a step shows its values on this chart and on the loss chart at the same step.
+    const box = (await reward.locator('.u-over').boundingBox())!;
+    const xAt = (step: number) => box.x + (step / stepsTrained) * box.width;
+    await page.mouse.move(xAt(2), box.y + box.height / 2);
     await reward.locator('.chart-tooltip').getByText('step 2').waitFor();
+    await loss.locator('.chart-tooltip').getByText('step 2').waitFor();
     await reward.focus();
     await page.keyboard.press('End');
     await reward.locator('.chart-tooltip').getByText('step 3').waitFor();
+    await page.mouse.move(0, 0);
 
     // The picker adds and removes charts.
     const entropyChip = page.getByRole('button', { name: 'Entropy' });
@@ -177,7 +192,7 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     await page.locator('figure[data-chart="Entropy"]').waitFor({ state: 'detached' });
     const learningRate = page.getByRole('button', { name: 'Learning rate' });
     await learningRate.click();
-    await page.locator('figure[data-chart="Learning rate"] circle.pt').first().waitFor();
+    await page.locator('figure[data-chart="Learning rate"] canvas').first().waitFor();
     assert.match(page.url(), /metrics=/, 'the picked metrics are in the URL');
 
     const rows = page.locator('table.checkpoints tbody tr');
@@ -208,7 +223,59 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     const listed = await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints?limit=100`);
     assert.deepEqual(listed.body.data.map((checkpoint: { step: number }) => checkpoint.step), [0, 2, 3]);
     // The run history keeps the deleted step's metrics: the chart still has its point.
-    assert.equal(await page.locator('figure[data-chart="Reward"] circle.pt[data-series="train"]').count(), 3);
+    assert.equal(await page.locator('figure[data-chart="Reward"] .chart-legend li[data-series="0:train:reward"]').getAttribute('data-points'), '3');
+    expectNoProblems();
+  });
+
+  test('model page charts: drag to zoom and reset, EMA smoothing, wall-clock axis, another run overlaid, a click opens that step', async () => {
+    const reward = page.locator('figure[data-chart="Reward"]');
+    const over = reward.locator('.u-over');
+    await reward.scrollIntoViewIfNeeded();
+    let box = (await over.boundingBox())!;
+    const xAt = (step: number) => box.x + (step / stepsTrained) * box.width;
+    await page.mouse.move(xAt(0.9), box.y + 10);
+    await page.mouse.down();
+    await page.mouse.move(xAt(2.1), box.y + 20, { steps: 5 });
+    await page.mouse.up();
+    await reward.getByRole('button', { name: 'Reset zoom' }).waitFor();
+    const zoomed = [Number(await reward.getAttribute('data-x-min')), Number(await reward.getAttribute('data-x-max'))];
+    assert.ok(zoomed[0] > 0.5 && zoomed[0] < 1.3 && zoomed[1] > 1.7 && zoomed[1] < 2.5, `zoomed to about steps 1..2: ${zoomed}`);
+    await reward.getByRole('button', { name: 'Reset zoom' }).click();
+    await reward.getByRole('button', { name: 'Reset zoom' }).waitFor({ state: 'hidden' });
+    assert.deepEqual([await reward.getAttribute('data-x-min'), await reward.getAttribute('data-x-max')], ['0', String(stepsTrained)]);
+
+    // Smoothing: the readout gives the EMA beside the raw value; the URL keeps it.
+    await page.getByLabel('Smoothing (EMA)').fill('0.6');
+    box = (await over.boundingBox())!;
+    await page.mouse.move(xAt(3) - 2, box.y + box.height / 2);
+    await reward.locator('.chart-tooltip').getByText(/EMA/).first().waitFor();
+    assert.match(page.url(), /smooth=0.6/);
+
+    // Wall-clock time on x: the scale is in epoch seconds of the rows.
+    await page.getByLabel('X axis').selectOption('time');
+    assert.ok(Number(await reward.getAttribute('data-x-min')) > 1.7e9, 'x is wall-clock seconds');
+    await page.getByLabel('X axis').selectOption('step');
+
+    // Overlay another run: its train reward joins as a third series with its own legend entry.
+    const rivalId = (await e2e.api('GET', '/v1/dashboard/models?project=dash')).body.data.find((model: { name: string }) => model.name === 'rival').id;
+    await page.getByLabel('Compare with').selectOption([rivalId]);
+    await page.locator('figure[data-chart="Reward"][data-series-count="3"]').waitFor();
+    assert.deepEqual(await reward.locator('.chart-legend li').evaluateAll((nodes) => nodes.map((node) => node.querySelector('span:nth-child(2)')!.textContent)), ['policy · train', 'policy · val', 'rival · train']);
+    await page.mouse.move(0, 0);
+    await session.screenshot('03b-model-compare');
+    await page.getByLabel('Compare with').selectOption([]);
+    await page.locator('figure[data-chart="Reward"][data-series-count="2"]').waitFor();
+    await page.getByLabel('Smoothing (EMA)').fill('0');
+
+    // A click on the train reward at step 3 opens the trajectories it was computed from (sampled at step 2).
+    await reward.scrollIntoViewIfNeeded();
+    box = (await over.boundingBox())!;
+    const trainReward = (await e2e.api('GET', `/v1/dashboard/models/${modelId}`)).body.rewards.train.value as number;
+    const [yMin, yMax] = [Number(await reward.getAttribute('data-y-min')), Number(await reward.getAttribute('data-y-max'))];
+    await page.mouse.click(xAt(3) - 1, box.y + (1 - (trainReward - yMin) / (yMax - yMin)) * box.height);
+    await page.getByLabel('Split').waitFor();
+    assert.equal(await page.getByLabel('Split').inputValue(), 'train');
+    assert.equal(await page.getByLabel('Step').inputValue(), String(stepsTrained - 1));
     expectNoProblems();
   });
 
@@ -222,6 +289,24 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     assert.equal(await items.count(), PROMPTS.length * 3);
     // The first trajectory opens by itself: a sampled choice with logprobs.
     await page.locator('.trajectory-detail').getByText('choice', { exact: true }).first().waitFor();
+    // Its sampled tokens, coloured by the sampler's probability: hue 120·p, p = exp(logprob).
+    const tokens = page.locator('.trajectory-detail .token-view .tok');
+    await tokens.first().waitFor();
+    const painted = await tokens.evaluateAll((nodes) => nodes.map((node) => [Number(node.getAttribute('data-logprob')), Number(node.getAttribute('data-hue')), getComputedStyle(node).backgroundColor]));
+    assert.ok(painted.length > 0);
+    for (const [logprob, hue, background] of painted) {
+      assert.equal(hue, Math.round(120 * Math.min(1, Math.exp(logprob as number))), `token with logprob ${logprob}`);
+      assert.notEqual(background, 'rgba(0, 0, 0, 0)', 'every token is painted');
+    }
+    // By advantage: one colour for the whole response, green above the group mean, red below.
+    const listed = (await e2e.api('GET', `/v1/dashboard/models/${modelId}/trajectories?split=train&step=${stepsTrained - 1}`)).body.data as { group_index: number; trajectory_index: number; reward: number }[];
+    const rewards = listed.filter((item) => item.group_index === 0).map((item) => item.reward);
+    const mean = rewards.reduce((sum, reward) => sum + reward, 0) / rewards.length;
+    await page.getByLabel('Colour tokens by').selectOption('advantage');
+    const hues = new Set(await tokens.evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-hue'))));
+    assert.deepEqual([...hues], [rewards[0] >= mean ? '120' : '0']);
+    await tokens.nth(0).hover();
+    assert.match(await page.locator('.token-readout').innerText(), /#0 · logprob -?[\d.]+ · p [\d.]+ · advantage -?[\d.]+ · trainer logprob: not stored/);
 
     await page.getByLabel('Split').selectOption('val');
     await page.getByLabel('Step').selectOption('3');
@@ -236,6 +321,7 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     await detail.getByText('result of get_weather').waitFor();
     assert.match(await detail.locator('.msg-tool pre').innerText(), /"temperature_c": 21/);
     await conversation.getByText('It is 21 °C and clear in Lyon.').waitFor();
+    await detail.locator('.empty-tokens').getByText('No sampled logprobs').waitFor();
     assert.equal((await detail.locator('.reward-big').innerText()).replace(/\s+/g, ' ').trim().toLowerCase(), 'reward 0.7');
     assert.deepEqual(await detail.locator('.msg').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-role'))), ['system', 'user', 'assistant', 'tool', 'assistant']);
     await detail.getByText('Tools (1)').waitFor();
@@ -249,6 +335,40 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     await page.keyboard.press('ArrowUp');
     await conversation.getByText('What is the weather in Lyon?').waitFor();
     await session.screenshot('05-trajectory');
+    expectNoProblems();
+  });
+
+  test('groups: a step\'s rollouts side by side, sorted by reward, with advantage, length, finish reason; a diff of two', async () => {
+    await page.getByRole('link', { name: 'Groups' }).click();
+    await page.locator('section.group').first().waitFor();
+    assert.match(page.url(), new RegExp(`split=train&step=${stepsTrained - 1}`));
+    assert.equal(await page.locator('section.group').count(), PROMPTS.length);
+    for (const group of await page.locator('section.group').all()) {
+      const cards = await group.locator('article.rollout').evaluateAll((nodes) =>
+        nodes.map((node) => ({ reward: Number(node.getAttribute('data-reward')), advantage: Number(node.getAttribute('data-advantage')), text: (node as HTMLElement).innerText })),
+      );
+      assert.equal(cards.length, 3);
+      const rewards = cards.map((card) => card.reward);
+      assert.deepEqual(rewards, [...rewards].sort((a, b) => b - a), 'sorted by reward, best first');
+      // rl-loss.md: A = (r − mean) / (population std + 1e-6).
+      const mean = rewards.reduce((sum, reward) => sum + reward, 0) / rewards.length;
+      const std = Math.sqrt(rewards.reduce((sum, reward) => sum + (reward - mean) ** 2, 0) / rewards.length);
+      cards.forEach((card) => assert.ok(Math.abs(card.advantage - (card.reward - mean) / (std + 1e-6)) < 1e-9, JSON.stringify(card)));
+      for (const card of cards) assert.match(card.text, /length\s+\d+ tokens[\s\S]*finish\s+(stop|length)[\s\S]*tool calls\s+0/);
+    }
+    const first = page.locator('section.group').first();
+    await first.getByRole('checkbox', { name: 'Diff trajectory 0' }).check();
+    await first.getByRole('checkbox', { name: 'Diff trajectory 1' }).check();
+    await first.locator('pre.diff').waitFor();
+    assert.match(await first.locator('.group-diff h4').innerText(), /^T\d \(reward [\d.]+\) → T\d \(reward [\d.]+\)$/);
+
+    // A logged split of plain messages: tool calls counted, no finish reason (nothing was sampled here).
+    await page.getByLabel('Split').selectOption('val');
+    await page.locator('section.group[data-group="1"] article.rollout').first().waitFor();
+    const rome = page.locator('section.group[data-group="1"] article.rollout').first();
+    assert.match(await rome.innerText(), /finish\s+—[\s\S]*tool calls\s+1/);
+    assert.equal(await rome.getAttribute('data-reward'), '1', 'Rome scored highest in the last logged split (0.9 + 0.1)');
+    await session.screenshot('05b-groups');
     expectNoProblems();
   });
 
@@ -299,8 +419,15 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     assert.ok(total > 1, `several gradient steps: ${total}`);
     assert.equal(seen.at(-1), `completed ${total}/${total}`);
     assert.equal(await page.locator('.progress-label').innerText(), `${total} / ${total} gradient steps`);
+    assert.match(await page.locator('.progress-rate').innerText(), /^[\d.]+ steps\/s on average$/, 'the measured step rate');
+    // The configuration it ran with, defaults filled in, and how much data it got.
+    const config = page.locator('dl.job-config');
+    assert.equal(await config.locator('dd[data-key="packed_sequence_length"]').innerText(), '32');
+    assert.ok(Number(await config.locator('dd[data-key="learning_rate"]').innerText()) > 0, 'the default learning rate is shown');
+    assert.equal(await config.locator('dd[data-key="allow_training_without_logprobs"]').innerText(), 'false');
+    await page.getByText(`${2 * PROMPTS.length} groups · ${2 * PROMPTS.length * 3} trajectories`).waitFor();
     await page.getByText(`Checkpoint step ${final.checkpoint_step} written`).waitFor();
-    assert.equal(await page.locator('figure[data-chart="Loss"] circle.pt').count(), total, 'one loss point per gradient step');
+    assert.equal(await page.locator('figure[data-chart="Loss"] .chart-legend li').getAttribute('data-points'), String(total), 'one loss point per gradient step');
     assert.equal(await page.locator('table.events tbody tr[data-type="gradient_step"]').count(), total);
     assert.equal(await page.locator('table.events tbody tr').first().getAttribute('data-type'), 'training_ended');
     await session.screenshot('07-job');
@@ -310,6 +437,8 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     const failure = page.getByRole('alert');
     await failure.getByText('Training failed').waitFor();
     assert.match(await failure.innerText(), /chat template failed to render/);
+    await page.locator('dl.job-config dd[data-key="allow_training_without_logprobs"]').getByText('true').waitFor();
+    assert.equal(await page.locator('.progress-rate').innerText(), '', 'no rate without steps');
     await session.screenshot('08-job-failed');
     expectNoProblems();
   });
@@ -390,19 +519,71 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     fresh.setDefaultTimeout(TIMEOUT);
     await fresh.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
     await fresh.goto(`/#/models/${big.body.id}`);
-    await fresh.locator('figure[data-chart="Reward"] circle.pt[data-series="train"]').nth(199).waitFor({ state: 'attached' });
+    await fresh.locator('figure[data-chart="Reward"][data-series-count="2"] canvas').waitFor();
     await fresh.locator('table.checkpoints tbody tr').nth(99).waitFor();
     // Times from the browser's own clock, counted from the start of navigation.
     const timing = await fresh.evaluate(() => ({ paint: performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null, now: performance.now() }));
     assert.ok(timing.paint !== null && timing.paint < 1000, `first contentful paint ${timing.paint} ms`);
     assert.ok(timing.now < 2000, `chart and checkpoints shown ${timing.now} ms after navigation started`);
     console.log(`# 200 checkpoints: first contentful paint ${timing.paint?.toFixed(0)} ms; chart and table complete by ${timing.now.toFixed(0)} ms`);
-    assert.equal(await fresh.locator('figure[data-chart="Reward"] circle.pt[data-series="val"]').count(), 20);
+    const points = await fresh.locator('figure[data-chart="Reward"] .chart-legend li').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-points')));
+    assert.deepEqual(points, ['200', '20'], 'train at every step, val at every tenth');
     assert.equal(await fresh.locator('table.checkpoints tbody tr').count(), 100, 'the first page of checkpoints');
     await fresh.screenshot({ path: path.join(SCREENSHOT_DIR, '10-model-200-checkpoints.png') });
     await fresh.getByRole('button', { name: 'Load more checkpoints' }).click();
     await fresh.locator('table.checkpoints tbody tr').nth(199).waitFor();
     await fresh.close();
+    expectNoProblems();
+  });
+
+  test('empty and partial states: a model with no jobs, a model whose only job failed at once, no trajectories to group', async () => {
+    const models = (await e2e.api('GET', '/v1/dashboard/models?limit=100')).body.data as { id: string; name: string }[];
+    const idOf = (name: string) => models.find((model) => model.name === name)!.id;
+    await page.goto(`/#/models/${idOf('baseline')}`);
+    await page.getByText('No metrics yet').waitFor();
+    await page.getByText('No jobs yet').waitFor();
+    await page.goto(`/#/models/${idOf('broken')}`);
+    await page.getByText('No metrics yet').waitFor();
+    await page.locator('table.jobs tr[data-status="FAILED"]').waitFor();
+    await page.goto(`/#/models/${idOf('baseline')}/groups`);
+    await page.getByText('No trajectories yet').waitFor();
+    await session.screenshot('11-empty-groups');
+    expectNoProblems();
+  });
+
+  test('at 390 px wide the navigation fits, nothing scrolls sideways, and the keyboard still reaches every page', async () => {
+    const phone = await session.context.newPage();
+    phone.setDefaultTimeout(TIMEOUT);
+    await phone.setViewportSize({ width: 390, height: 844 });
+    await phone.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
+    phone.on('pageerror', (error) => session.problems.push(`page error: ${error.message}`));
+    for (const target of [`/#/models/${modelId}`, `/#/models/${modelId}/groups`, '/#/jobs']) {
+      await phone.goto(target);
+      await phone.locator('main h1').first().waitFor();
+      for (const link of await phone.getByRole('navigation', { name: 'Main' }).getByRole('link').all()) {
+        const box = (await link.boundingBox())!;
+        assert.ok(box.x >= 0 && box.x + box.width <= 390, `${await link.innerText()} is on screen at ${target}: ${JSON.stringify(box)}`);
+      }
+      const widths = await phone.evaluate(() => {
+        const client = document.documentElement.clientWidth;
+        // The outermost elements that stick out, to name the culprit.
+        const wide = [...document.querySelectorAll('body *')].filter((node) => node.getBoundingClientRect().right > client + 1 && !(node.parentElement && node.parentElement.getBoundingClientRect().right > client + 1));
+        return { scroll: document.documentElement.scrollWidth, client, wide: wide.slice(0, 5).map((node) => `${node.tagName}.${node.className}`) };
+      });
+      assert.ok(widths.scroll <= widths.client, `no sideways scroll at ${target}: ${JSON.stringify(widths)}`);
+    }
+    await phone.goto(`/#/models/${modelId}`);
+    await phone.locator('figure[data-chart="Reward"] canvas').waitFor();
+    await phone.screenshot({ path: path.join(SCREENSHOT_DIR, '12-phone-model.png'), fullPage: true });
+    // From the page's content, back up into the top bar.
+    await phone.locator('main').focus();
+    let reached = false;
+    for (let presses = 0; presses < 10 && !reached; presses += 1) {
+      await phone.keyboard.press('Shift+Tab');
+      reached = await phone.evaluate(() => document.activeElement?.textContent === 'Playground');
+    }
+    assert.ok(reached, 'Tab reaches the Playground link');
+    await phone.close();
     expectNoProblems();
   });
 

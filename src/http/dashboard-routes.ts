@@ -87,6 +87,9 @@ const TrajectorySummary = Type.Object({
   has_reasoning: Type.Boolean(),
   prompt_preview: Type.String(),
   response_preview: Type.String(),
+  response_chars: Type.Integer(),
+  completion_tokens: Type.Union([Type.Integer(), Type.Null()]),
+  finish_reason: Type.Union([Type.String(), Type.Null()]),
   metrics: Type.Record(Type.String(), Type.Number()),
 });
 
@@ -96,6 +99,14 @@ const JobListItem = Type.Object({
   ...TrainingJob.properties,
   completed_steps: Type.Integer(),
   model: Type.Object({ id: Type.String(), entity: Type.String(), project: Type.String(), name: Type.String() }),
+});
+
+const JobConfig = Type.Object({
+  job_id: Type.String(),
+  type: Type.String(),
+  config: Type.Union([Json, Type.Null()]),
+  num_trajectory_groups: Type.Union([Type.Integer(), Type.Null()]),
+  num_trajectories: Type.Union([Type.Integer(), Type.Null()]),
 });
 
 function envelope<T extends { id: string }>(page: { items: T[]; hasMore: boolean }) {
@@ -233,6 +244,10 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
     '/v1/dashboard/models/:model_id/trajectories/:trajectory_id',
     { schema: { response: { 200: Trajectory } } },
     async (request) => dashboard.trajectory(request.principal, request.params.model_id, request.params.trajectory_id),
+  );
+
+  app.get<{ Params: { job_id: string } }>('/v1/dashboard/jobs/:job_id/config', { schema: { response: { 200: JobConfig } } }, async (request) =>
+    dashboard.jobConfig(request.principal, request.params.job_id),
   );
 
   app.get<{ Querystring: Query }>('/v1/dashboard/jobs', { schema: { response: { 200: listEnvelope(JobListItem) } } }, async (request) =>

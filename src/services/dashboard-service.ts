@@ -3,6 +3,7 @@
  * trajectories by split and step, and job lists. Read-only; every model goes through `ModelService.getOwned`
  * or the principal's entity ids, so another entity's data is exactly as absent as missing data.
  */
+import fs from 'node:fs/promises';
 import { notFound, validationError } from '../errors.ts';
 import type { JobStatus } from '../store/schema.ts';
 import type { DashboardRepository, JobListRow, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
@@ -53,6 +54,12 @@ export interface TrajectorySummaryView {
   has_reasoning: boolean;
   prompt_preview: string;
   response_preview: string;
+  /** Characters the assistant wrote over the whole trajectory. */
+  response_chars: number;
+  /** Sampled tokens, from the choices' logprobs; null when no choice kept them. */
+  completion_tokens: number | null;
+  /** Of the last sampled choice; null when the trajectory holds plain messages only. */
+  finish_reason: string | null;
   metrics: Record<string, number>;
 }
 
@@ -82,6 +89,15 @@ export interface JobListView {
   completed_steps: number;
   metrics: Record<string, number>;
   model: { id: string; entity: string; project: string; name: string };
+}
+
+export interface JobConfigView {
+  job_id: string;
+  type: string;
+  /** RL: the parsed experimental_config with every default filled in; SFT: batch size, learning rate(s), conversations. Null once the request file is gone. */
+  config: Record<string, unknown> | null;
+  num_trajectory_groups: number | null;
+  num_trajectories: number | null;
 }
 
 export const JOB_STATUSES: readonly JobStatus[] = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'];
@@ -140,6 +156,19 @@ function messagesOf(data: Record<string, unknown>): Record<string, unknown>[] {
     .map((item) => (isChoice(item) ? { role: 'assistant', ...(item.message as Record<string, unknown>) } : item));
 }
 
+/** What the group view compares rollouts by: length in characters and tokens, and how sampling stopped. */
+function samplingOf(data: Record<string, unknown>, messages: Record<string, unknown>[]) {
+  const items: unknown[] = Array.isArray(data.messages_and_choices) ? data.messages_and_choices : [];
+  const choices = items.filter((item) => typeof item === 'object' && item !== null && isChoice(item as Record<string, unknown>)) as { finish_reason?: unknown; logprobs?: { content?: unknown } | null }[];
+  const counted = choices.filter((choice) => Array.isArray(choice.logprobs?.content));
+  const lastReason = choices.at(-1)?.finish_reason;
+  return {
+    response_chars: messages.filter((message) => message.role === 'assistant').reduce((sum, message) => sum + textOf(message.content).length, 0),
+    completion_tokens: counted.length === 0 ? null : counted.reduce((sum, choice) => sum + (choice.logprobs!.content as unknown[]).length, 0),
+    finish_reason: typeof lastReason === 'string' ? lastReason : null,
+  };
+}
+
 export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
   const messages = messagesOf(row.data);
   const firstUser = messages.find((message) => message.role === 'user');
@@ -158,7 +187,8 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
   let response = lastAssistant ? textOf(lastAssistant.content).replace(/^\s*<think>[\s\S]*?(<\/think>|$)/, '') : '';
   if (!response && lastAssistant && Array.isArray(lastAssistant.tool_calls) && lastAssistant.tool_calls.length > 0) {
     const call = lastAssistant.tool_calls[0] as { function?: { name?: unknown } };
-    response = `→ ${String(call.function?.name ?? 'tool call')}(…)`;
+    // The list marks every preview as a reply with its own arrow.
+    response = `${String(call.function?.name ?? 'tool call')}(…)`;
   }
   return {
     id: row.id,
@@ -173,6 +203,7 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
     has_reasoning: hasReasoning,
     prompt_preview: preview(firstUser ? textOf(firstUser.content) : ''),
     response_preview: preview(response),
+    ...samplingOf(row.data, messages),
     metrics,
   };
 }
@@ -306,6 +337,31 @@ export class DashboardService {
       reward: row.reward,
       created_at: row.createdAt,
       data: row.data,
+    };
+  }
+
+  /** The configuration a job ran with, read from the request it was queued with. */
+  async jobConfig(principal: Principal, jobId: string): Promise<JobConfigView> {
+    const job = await this.repository.findJob(jobId, entityIdsOf(principal));
+    if (!job) throw notFound('Training job');
+    const view: JobConfigView = { job_id: job.id, type: job.type, config: null, num_trajectory_groups: null, num_trajectories: null };
+    let payload: Record<string, unknown>;
+    try {
+      payload = JSON.parse(await fs.readFile(job.payload_path, 'utf8')) as Record<string, unknown>;
+    } catch {
+      return view;
+    }
+    if (job.type !== 'rl') {
+      const { artifact: _artifact, ...config } = payload;
+      return { ...view, config };
+    }
+    const groups = Array.isArray(payload.trajectory_groups) ? (payload.trajectory_groups as { trajectories?: unknown[] }[]) : [];
+    return {
+      ...view,
+      // Spelled as experimental_config spells it (the parsed config is camelCase inside).
+      config: payload.config ? Object.fromEntries(Object.entries(payload.config).map(([key, value]) => [key.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`), value])) : null,
+      num_trajectory_groups: groups.length,
+      num_trajectories: groups.reduce((sum, group) => sum + (Array.isArray(group.trajectories) ? group.trajectories.length : 0), 0),
     };
   }
 

@@ -212,6 +212,18 @@ export class DashboardRepository {
   }
 
   /** Jobs of the given entities' models, newest first (ids are UUIDv7, so id order is creation order). */
+  /** A job of one of these entities: where its request lies, for the configuration it ran with. */
+  async findJob(jobId: string, entityIds: string[]): Promise<{ id: string; type: string; payload_path: string } | undefined> {
+    if (entityIds.length === 0) return undefined;
+    return this.db
+      .selectFrom('training_jobs as j')
+      .innerJoin('models as m', 'm.id', 'j.model_id')
+      .select(['j.id', 'j.type', 'j.payload_path'])
+      .where('j.id', '=', jobId)
+      .where('m.entity_id', 'in', entityIds)
+      .executeTakeFirst();
+  }
+
   async pageJobs(
     entityIds: string[],
     query: { modelId?: string; statuses?: JobStatus[]; afterId?: string; limit: number },

@@ -153,6 +153,9 @@ export interface TrajectorySummary {
   has_reasoning: boolean;
   prompt_preview: string;
   response_preview: string;
+  response_chars: number;
+  completion_tokens: number | null;
+  finish_reason: string | null;
   metrics: Record<string, number>;
 }
 
@@ -184,6 +187,14 @@ export interface Job {
   checkpoint_step: number | null;
   num_sequences: number | null;
   metrics: Record<string, number>;
+}
+
+export interface JobConfig {
+  job_id: string;
+  type: string;
+  config: Record<string, unknown> | null;
+  num_trajectory_groups: number | null;
+  num_trajectories: number | null;
 }
 
 export interface JobListItem extends Job {

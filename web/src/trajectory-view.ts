@@ -3,6 +3,7 @@
  * their arguments as formatted JSON, tool results tied to their call, then tools, metrics, metadata, logs
  * and additional histories. Everything enters the DOM as text.
  */
+import { tokenView } from './token-view.ts';
 import type { TrajectoryDetail } from './api.ts';
 import { h, type Child } from './dom.ts';
 import { num } from './format.ts';
@@ -146,7 +147,8 @@ function keyValues(title: string, record: unknown): HTMLElement | null {
   );
 }
 
-export function trajectoryView(trajectory: TrajectoryDetail): HTMLElement {
+/** `advantage`: the trajectory's, when its whole group is known to the caller (colours the tokens). */
+export function trajectoryView(trajectory: TrajectoryDetail, advantage: number | null = null): HTMLElement {
   const data = trajectory.data;
   const items = Array.isArray(data.messages_and_choices) ? data.messages_and_choices : [];
   const histories = Array.isArray(data.additional_histories) ? data.additional_histories.filter(isObject) : [];
@@ -167,6 +169,7 @@ export function trajectoryView(trajectory: TrajectoryDetail): HTMLElement {
       ),
     ),
     conversationView(items),
+    tokenView(items, advantage),
     toolsView(data.tools),
     histories.map((history, index) =>
       h(

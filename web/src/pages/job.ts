@@ -3,9 +3,9 @@
  * a progress bar over `num_sequences`, the latest step's metrics and their curves, the event log,
  * the failure message when it fails, and cancel.
  */
-import { get, isActive, request, TERMINAL_STATUSES, type Job, type JobEvent, type ListPage, type Model } from '../api.ts';
+import { get, isActive, request, TERMINAL_STATUSES, type Job, type JobConfig, type JobEvent, type ListPage, type Model } from '../api.ts';
 import { lineChart, SERIES_COLORS, type Chart } from '../chart.ts';
-import { badge, confirmDialog, errorBox, h, replace, spinner, toast } from '../dom.ts';
+import { badge, confirmDialog, emptyState, errorBox, h, replace, spinner, toast } from '../dom.ts';
 import { absoluteTime, duration, metricLabel, num, relativeTime, shortId } from '../format.ts';
 import { href, type RouteContext } from '../router.ts';
 
@@ -42,6 +42,47 @@ function eventSummary(event: JobEvent): string {
   }
 }
 
+/** Gradient steps per second over the steps seen so far (the first step's own time is not measured). */
+export function stepRate(steps: JobEvent[]): number | null {
+  if (steps.length < 2) return null;
+  const seconds = (Date.parse(steps.at(-1)!.created_at) - Date.parse(steps[0].created_at)) / 1000;
+  return seconds > 0 ? (steps.length - 1) / seconds : null;
+}
+
+function rateText(steps: JobEvent[], total: number, running: boolean): string {
+  const rate = stepRate(steps);
+  if (rate === null) return running && total > 0 ? 'ETA after the second step' : '';
+  const perSecond = `${num(rate, 3)} steps/s`;
+  if (!running) return `${perSecond} on average`;
+  const remaining = Math.max(0, total - steps.length);
+  return `${perSecond} · ETA ${remaining === 0 ? 'now' : `${Math.ceil(remaining / rate)} s`}`;
+}
+
+const configValue = (value: unknown) => (typeof value === 'number' ? num(value, 6) : typeof value === 'string' ? value : JSON.stringify(value));
+
+/** The configuration the job ran with (defaults filled in), and how much data it got. */
+function configSection(jobId: string, signal: AbortSignal): HTMLElement {
+  const body = h('div', spinner('Loading configuration…'));
+  get<JobConfig>(`/v1/dashboard/jobs/${jobId}/config`, signal)
+    .then((view) => {
+      if (!view.config) {
+        replace(body, emptyState('Configuration not kept', h('p', 'The request this job was queued with is no longer on disk.')));
+        return;
+      }
+      const entries = Object.entries(view.config).sort(([a], [b]) => a.localeCompare(b));
+      const data = view.num_trajectory_groups === null ? null : `${view.num_trajectory_groups} groups · ${view.num_trajectories} trajectories`;
+      replace(
+        body,
+        data ? h('p', { class: 'muted' }, data) : null,
+        h('dl', { class: 'kv job-config' }, entries.map(([key, value]) => [h('dt', key), h('dd', { 'data-key': key }, configValue(value))])),
+      );
+    })
+    .catch((error) => {
+      if (!signal.aborted) replace(body, errorBox(error));
+    });
+  return h('section', { class: 'card', 'aria-labelledby': 'config-title' }, h('h2', { id: 'config-title' }, 'Configuration'), body);
+}
+
 export async function renderJob({ params, main, signal }: RouteContext) {
   main.append(spinner('Loading job…'));
   const id = params.id;
@@ -63,6 +104,7 @@ export async function renderJob({ params, main, signal }: RouteContext) {
   const outcome = h('div', { class: 'outcome' });
   const progress = h('progress', { max: 1, value: 0, id: 'job-progress', 'aria-label': 'Gradient steps done' });
   const progressLabel = h('span', { class: 'progress-label' });
+  const progressRate = h('span', { class: 'progress-rate muted' });
   const cards = h('div', { class: 'stats' });
   const chartsGrid = h('div', { class: 'charts' });
   const charts = new Map<string, Chart>();
@@ -94,6 +136,7 @@ export async function renderJob({ params, main, signal }: RouteContext) {
     progress.setAttribute('aria-valuetext', `${done} of ${total} gradient steps`);
     progressLabel.textContent =
       job.status === 'QUEUED' ? 'Waiting in the queue…' : !started && job.status === 'RUNNING' ? 'Preparing the data…' : total > 0 ? `${done} / ${total} gradient steps` : 'No gradient steps';
+    progressRate.textContent = rateText(steps, total, job.status === 'RUNNING');
 
     const failed = events.find((event) => event.type === 'training_failed');
     const ended = events.find((event) => event.type === 'training_ended');
@@ -175,7 +218,8 @@ export async function renderJob({ params, main, signal }: RouteContext) {
       meta,
     ),
     outcome,
-    h('section', { class: 'card', 'aria-labelledby': 'progress-title' }, h('h2', { id: 'progress-title' }, 'Progress'), h('div', { class: 'progress-row' }, progress, progressLabel), cards),
+    h('section', { class: 'card', 'aria-labelledby': 'progress-title' }, h('h2', { id: 'progress-title' }, 'Progress'), h('div', { class: 'progress-row' }, progress, progressLabel, progressRate), cards),
+    configSection(job.id, signal),
     h('section', { class: 'card', 'aria-labelledby': 'live-title' }, h('h2', { id: 'live-title' }, 'Metrics per gradient step'), chartsGrid),
     h(
       'section',

@@ -3,10 +3,10 @@
  * the checkpoints table (delete with confirmation) and its recent jobs.
  */
 import { get, getAll, isActive, query, request, type Checkpoint, type JobListItem, type ListPage, type MetricRow, type ModelSummary } from '../api.ts';
-import { lineChart } from '../chart.ts';
 import { badge, confirmDialog, emptyState, errorBox, h, replace, spinner, toast } from '../dom.ts';
 import { absoluteTime, duration, metricLabel, num, relativeTime, shortId } from '../format.ts';
-import { chartableMetrics, DEFAULT_METRICS, metricTable, seriesOf, type MetricTable } from '../metrics.ts';
+import { metricTable } from '../metrics.ts';
+import { loadRunMetrics, metricsSection, type MetricsState } from './model-metrics.ts';
 import { href, replaceQuery, type RouteContext } from '../router.ts';
 
 const CHECKPOINT_PAGE = 100;
@@ -15,7 +15,7 @@ const REFRESH_MS = 2000;
 /** Without a running job, look for new jobs every this many ticks. */
 const IDLE_TICKS = 5;
 
-export function modelHeader(model: ModelSummary, current: 'overview' | 'trajectories'): HTMLElement {
+export function modelHeader(model: ModelSummary, current: 'overview' | 'trajectories' | 'groups'): HTMLElement {
   const tab = (label: string, target: string, name: string) =>
     h('a', { href: target, class: 'tab', 'aria-current': current === name ? 'page' : undefined }, label);
   return h(
@@ -38,6 +38,7 @@ export function modelHeader(model: ModelSummary, current: 'overview' | 'trajecto
       { class: 'tabs', 'aria-label': 'Model sections' },
       tab('Overview', href(`/models/${model.id}`), 'overview'),
       tab('Trajectories', href(`/models/${model.id}/trajectories`), 'trajectories'),
+      tab('Groups', href(`/models/${model.id}/groups`), 'groups'),
       tab('Jobs', href('/jobs', { model: model.id }), 'jobs'),
     ),
   );
@@ -59,68 +60,6 @@ function statCards(model: ModelSummary): HTMLElement {
     otherSplits.map(reward),
     card('Last job', model.last_job ? h('a', { href: href(`/jobs/${model.last_job.id}`) }, badge(model.last_job.status)) : '—'),
   );
-}
-
-/** The metric picker and one chart per picked metric. */
-function metricsSection(initial: MetricTable, picked: string[], onPick: (names: string[]) => void): { element: HTMLElement; update(table: MetricTable): void } {
-  let table = initial;
-  const picker = h('div', { class: 'picker', role: 'group', 'aria-label': 'Metrics to chart' });
-  const grid = h('div', { class: 'charts' });
-  let selected = picked;
-  const charts = new Map<string, ReturnType<typeof lineChart>>();
-
-  const draw = () => {
-    const available = chartableMetrics(table);
-    if (selected.length === 0) selected = DEFAULT_METRICS.filter((name) => available.includes(name));
-    replace(
-      picker,
-      available.map((name) =>
-        h(
-          'button',
-          {
-            type: 'button',
-            class: 'chip',
-            'aria-pressed': String(selected.includes(name)),
-            'data-metric': name,
-            onclick: () => {
-              selected = selected.includes(name) ? selected.filter((other) => other !== name) : [...selected, name];
-              if (selected.length === 0) selected = [name];
-              onPick(selected);
-              draw();
-              picker.querySelector<HTMLButtonElement>(`[data-metric="${CSS.escape(name)}"]`)?.focus();
-            },
-          },
-          metricLabel(name),
-        ),
-      ),
-    );
-    const shown = available.filter((name) => selected.includes(name));
-    if (shown.length === 0) {
-      replace(grid, emptyState('No metrics yet', h('p', 'Metrics appear here after the first training job or logged split.')));
-      charts.clear();
-      return;
-    }
-    for (const name of [...charts.keys()]) if (!shown.includes(name)) charts.delete(name);
-    const elements = shown.map((name) => {
-      const series = seriesOf(table, name);
-      let chart = charts.get(name);
-      if (chart) chart.update(series);
-      else {
-        chart = lineChart({ title: metricLabel(name), xLabel: 'step', series });
-        charts.set(name, chart);
-      }
-      return chart.element;
-    });
-    grid.replaceChildren(...elements);
-  };
-  draw();
-  return {
-    element: h('section', { class: 'card', 'aria-labelledby': 'metrics-title' }, h('h2', { id: 'metrics-title' }, 'Metrics per step'), picker, grid),
-    update(next) {
-      table = next;
-      draw();
-    },
-  };
 }
 
 function checkpointsSection(model: ModelSummary, signal: AbortSignal, onDeleted: () => void): { element: HTMLElement; reload(): void } {
@@ -311,14 +250,16 @@ export function jobsTable(jobs: JobListItem[], options: { showModel: boolean }):
 export async function renderModel({ params, query: search, main, signal }: RouteContext) {
   main.append(spinner('Loading model…'));
   const id = params.id;
-  let picked = (search.get('metrics') ?? '').split(',').filter(Boolean);
-  const loadMetrics = () => getAll<MetricRow>(`/v1/dashboard/models/${id}/metrics`, { limit: 1000 }, signal);
+  const list = (name: string) => (search.get(name) ?? '').split(',').filter(Boolean);
+  const state: MetricsState = { metrics: list('metrics'), compare: list('compare'), smoothing: Math.min(0.99, Math.max(0, Number(search.get('smooth')) || 0)), xMode: search.get('x') === 'time' ? 'time' : 'step' };
+  const loadMetrics = () => loadRunMetrics(id, signal);
   const loadJobs = () => get<ListPage<JobListItem>>(`/v1/dashboard/jobs${query({ model_id: id, limit: 5 })}`, signal);
   let model: ModelSummary;
   let rows: MetricRow[];
   let jobs: ListPage<JobListItem>;
+  let others: ModelSummary[];
   try {
-    [model, rows, jobs] = await Promise.all([get<ModelSummary>(`/v1/dashboard/models/${id}`, signal), loadMetrics(), loadJobs()]);
+    [model, rows, jobs, others] = await Promise.all([get<ModelSummary>(`/v1/dashboard/models/${id}`, signal), loadMetrics(), loadJobs(), getAll<ModelSummary>('/v1/dashboard/models', { limit: 100 }, signal)]);
   } catch (error) {
     if (signal.aborted) return;
     main.replaceChildren(errorBox(error), h('p', h('a', { href: href('/') }, 'Back to models')));
@@ -326,10 +267,9 @@ export async function renderModel({ params, query: search, main, signal }: Route
   }
   document.title = `${model.name} · agent-trainer`;
   const stats = h('div', statCards(model));
-  const metrics = metricsSection(metricTable(rows), picked, (names) => {
-    picked = names;
-    replaceQuery({ metrics: names.join(',') });
-  });
+  const metrics = metricsSection(model, metricTable(rows), others, state, signal, () =>
+    replaceQuery({ metrics: state.metrics.join(','), compare: state.compare.join(',') || undefined, smooth: state.smoothing || undefined, x: state.xMode === 'time' ? 'time' : undefined }),
+  );
   const jobsBody = h('div', { class: 'table-wrap' });
   const renderJobs = (page: ListPage<JobListItem>) =>
     replace(jobsBody, page.data.length === 0 ? emptyState('No jobs yet', h('p', 'Submit one with POST /v1/preview/training-jobs.')) : jobsTable(page.data, { showModel: false }));

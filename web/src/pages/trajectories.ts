@@ -7,6 +7,7 @@ import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
 import { replaceQuery, type RouteContext } from '../router.ts';
 import { trajectoryView } from '../trajectory-view.ts';
+import { advantages } from './groups.ts';
 import { modelHeader } from './model.ts';
 
 const PAGE_SIZE = 50;
@@ -66,6 +67,14 @@ export async function renderTrajectories({ params, query: search, main, signal }
 
   const syncUrl = () => replaceQuery({ split: state.split, step: state.step, after: state.after, t: state.selected });
 
+  // The advantage the trainer gives a trajectory, from its group's rewards on this page.
+  const advantageOf = (trajectoryId: string): number | null => {
+    const item = page?.data.find((entry) => entry.id === trajectoryId);
+    if (!item || !page) return null;
+    const group = page.data.filter((entry) => entry.step === item.step && entry.group_index === item.group_index);
+    return advantages(group.map((entry) => entry.reward))[group.indexOf(item)];
+  };
+
   const showDetail = async (trajectoryId: string) => {
     state.selected = trajectoryId;
     syncUrl();
@@ -77,7 +86,7 @@ export async function renderTrajectories({ params, query: search, main, signal }
     replace(detail, spinner('Loading trajectory…'));
     try {
       const trajectory = await get<TrajectoryDetail>(`/v1/dashboard/models/${id}/trajectories/${trajectoryId}`, controller.signal);
-      replace(detail, trajectoryView(trajectory));
+      replace(detail, trajectoryView(trajectory, advantageOf(trajectory.id)));
     } catch (error) {
       if (!controller.signal.aborted) replace(detail, errorBox(error));
     }
