@@ -105,7 +105,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     auth: new AuthService(identityRepository, clock),
     baseModels,
     models,
-    served: new ServedModelsService(modelRepository, baseModels, resolver, clock.now().toISOString()),
+    served: new ServedModelsService(modelRepository, baseModels, resolver, clock.now().toISOString(), (baseId) => runtime.toolCallParser(baseId)),
     trajectories,
     health: new HealthService(store.db, {
       engine: probeEngine,

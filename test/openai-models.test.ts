@@ -2,9 +2,19 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI, { NotFoundError } from 'openai';
+import fs from 'node:fs';
+import path from 'node:path';
 import { newId } from '../src/ids.ts';
 import { backends } from './helpers/database.ts';
-import { startTestApp, type TestApp } from './helpers/app.ts';
+import { fakeBaseModelFolder, startTestApp, type TestApp } from './helpers/app.ts';
+import { writeTokenizerFolder } from './helpers/families.ts';
+
+/** Real tokenizers and templates in folders that pass for models (no weights: listing never loads them). */
+function familyFolder(family: 'qwen3' | 'llama3.1'): string {
+  const folder = writeTokenizerFolder(family);
+  fs.writeFileSync(path.join(folder, 'config.json'), '{"model_type": "llama"}');
+  return folder;
+}
 
 for (const backend of backends()) {
   describe(`/v1/models on ${backend.name}`, () => {
@@ -12,7 +22,8 @@ for (const backend of backends()) {
     let client: OpenAI;
     let otherClient: OpenAI;
     before(async () => {
-      t = await startTestApp(backend);
+      const bases = `test/base=${fakeBaseModelFolder()},test/qwen3=${familyFolder('qwen3')},test/llama3.1=${familyFolder('llama3.1')}`;
+      t = await startTestApp(backend, { env: { BASE_MODELS: bases, DEFAULT_BASE_MODEL: 'test/base' } });
       const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
       client = new OpenAI({ baseURL: `${url}/v1`, apiKey: t.key, maxRetries: 0 });
       otherClient = new OpenAI({ baseURL: `${url}/v1`, apiKey: (await t.services.auth.createKey('someone-else')).key, maxRetries: 0 });
@@ -30,16 +41,18 @@ for (const backend of backends()) {
 
       const ids = [];
       for await (const card of client.models.list()) ids.push(card.id);
-      assert.deepEqual(ids, ['test/base', 'local/demo/agent', 'local/demo/agent:step0', 'local/demo/agent:step3']);
+      assert.deepEqual(ids, ['test/base', 'test/qwen3', 'test/llama3.1', 'local/demo/agent', 'local/demo/agent:step0', 'local/demo/agent:step3']);
       const cards = (await client.models.list()).data as unknown as Record<string, unknown>[];
-      assert.deepEqual(cards.map((card) => [card.object, card.owned_by, card.root, card.parent]), [
-        ['model', 'agent-trainer', 'test/base', null],
-        ['model', 'local', 'test/base', 'test/base'],
-        ['model', 'local', 'test/base', 'local/demo/agent'],
-        ['model', 'local', 'test/base', 'local/demo/agent'],
+      assert.deepEqual(cards.map((card) => [card.object, card.owned_by, card.root, card.parent, card.tool_call_parser]), [
+        ['model', 'agent-trainer', 'test/base', null, null],
+        ['model', 'agent-trainer', 'test/qwen3', null, 'hermes'],
+        ['model', 'agent-trainer', 'test/llama3.1', null, 'llama3_json'],
+        ['model', 'local', 'test/base', 'test/base', null],
+        ['model', 'local', 'test/base', 'local/demo/agent', null],
+        ['model', 'local', 'test/base', 'local/demo/agent', null],
       ]);
       assert.ok(cards.every((card) => Number.isInteger(card.created) && (card.created as number) > 1.7e9));
-      assert.deepEqual((await otherClient.models.list()).data.map((card) => card.id), ['test/base']);
+      assert.deepEqual((await otherClient.models.list()).data.map((card) => card.id), ['test/base', 'test/qwen3', 'test/llama3.1']);
     });
 
     test('retrieve resolves exactly the names chat completions serve; unknown or foreign names are OpenAI 404s', async () => {
@@ -48,6 +61,7 @@ for (const backend of backends()) {
       const latest = (await client.models.retrieve('local/demo/agent')) as unknown as Record<string, unknown>;
       assert.deepEqual([latest.id, latest.parent], ['local/demo/agent', 'test/base']);
       assert.equal((await client.models.retrieve('test/base')).owned_by, 'agent-trainer');
+      assert.equal(((await client.models.retrieve('test/llama3.1')) as unknown as Record<string, unknown>).tool_call_parser, 'llama3_json');
       for (const [who, name] of [[client, 'local/demo/agent:step9'], [client, 'nobody/x/y'], [otherClient, 'local/demo/agent']] as const) {
         await assert.rejects(who.models.retrieve(name), (error: unknown) => error instanceof NotFoundError && (error.error as { param?: string }).param === 'model');
       }

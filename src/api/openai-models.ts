@@ -11,6 +11,8 @@ export const ModelCard = Type.Object({
   root: Type.String(),
   /** What it was made from: null for a base model, the base for a model's latest step, the model for `:stepN`. */
   parent: Type.Union([Type.String(), Type.Null()]),
+  /** How tool calls are read from this model's answers (vLLM's `--tool-call-parser`): hermes, llama3_json, mistral. */
+  tool_call_parser: Type.Union([Type.String(), Type.Null()]),
 });
 export type ModelCard = Static<typeof ModelCard>;
 

@@ -8,10 +8,10 @@ import path from 'node:path';
 import { AppError } from '../errors.ts';
 import type { Engine } from '../engine/client.ts';
 import type { LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
-import type { EngineDtype } from '../config.ts';
+import type { BaseModelSpec, EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
 import { constraintTokenBytes } from '../chat/constraints/vocabulary.ts';
-import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat } from '../chat/tool-calls/index.ts';
+import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat, type ToolParserName } from '../chat/tool-calls/index.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 
 /** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
@@ -80,12 +80,23 @@ export class BaseModelRuntime {
 
   /** The vocabulary size from the tokenizer alone (no engine needed), or null when it cannot be read. */
   async vocabularySize(baseId: string): Promise<number | null> {
+    return (await this.tokenizerOnly(baseId))?.vocabSize ?? null;
+  }
+
+  /** The tool-call parser a base model's answers go through (no engine needed), or null when its tokenizer cannot be read. */
+  async toolCallParser(baseId: string): Promise<ToolParserName | null> {
+    const spec = this.registry.find(baseId);
+    const tokenizer = await this.tokenizerOnly(baseId);
+    return spec && tokenizer ? toolFormatOf(spec, tokenizer).name : null;
+  }
+
+  private async tokenizerOnly(baseId: string): Promise<ChatTokenizer | null> {
     const spec = this.registry.find(baseId);
     if (!spec) return null;
     try {
-      return (await loadTokenizer(spec.path)).vocabSize;
+      return await loadTokenizer(spec.path);
     } catch {
-      return null; // the job reports the unreadable tokenizer when it runs
+      return null; // whatever needs the model reports the unreadable tokenizer
     }
   }
 
@@ -125,7 +136,7 @@ export class BaseModelRuntime {
     if (!spec) throw new AppError('not_found', `Base model ${baseId} is not available on this server`);
     const engine = this.sampler();
     const tokenizer = await loadTokenizer(spec.path);
-    const toolFormat = TOOL_CALL_FORMATS[spec.toolCallParser ?? detectToolParser(tokenizer.chatTemplate)];
+    const toolFormat = toolFormatOf(spec, tokenizer);
     const loaded = await engine.loadBase(this.loadRequest(spec.id, spec.path, tokenizer, toolFormat));
     const generation = await readGenerationDefaults(spec.path, tokenizer);
     return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat };
@@ -141,4 +152,9 @@ function cached<T>(map: Map<string, Promise<T>>, key: string, make: () => Promis
     entry.catch(() => map.delete(key));
   }
   return entry;
+}
+
+/** The operator's choice for the base (TOOL_CALL_PARSERS), else what its chat template writes. */
+function toolFormatOf(spec: BaseModelSpec, tokenizer: ChatTokenizer): ToolCallFormat {
+  return TOOL_CALL_FORMATS[spec.toolCallParser ?? detectToolParser(tokenizer.chatTemplate)];
 }

@@ -18,17 +18,21 @@ export class ServedModelsService {
     private readonly baseModels: BaseModelRegistry,
     private readonly resolver: ModelResolver,
     private readonly startedAt: string,
+    private readonly toolCallParser: (baseId: string) => Promise<string | null>,
   ) {}
 
   async list(principal: Principal): Promise<ModelCard[]> {
-    const cards = this.baseModels.loadableIds().map((id) => this.baseCard(id));
+    const parsers = new Map<string, string | null>();
+    for (const id of this.baseModels.loadableIds()) parsers.set(id, await this.toolCallParser(id));
+    const cards = [...parsers.keys()].map((id) => this.baseCard(id, parsers.get(id) ?? null));
     const rows = await this.models.servableCheckpoints(principal.entities.map((entity) => entity.id));
     let previous = '';
     for (const row of rows) {
       const name = `${row.entity_name}/${row.project}/${row.name}`;
-      if (name !== previous) cards.push({ id: name, object: 'model', created: unixSeconds(row.created_at), owned_by: row.entity_name, root: row.base_model, parent: row.base_model });
+      const common = { object: 'model' as const, owned_by: row.entity_name, root: row.base_model, tool_call_parser: parsers.get(row.base_model) ?? null };
+      if (name !== previous) cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
       previous = name;
-      cards.push({ id: `${name}:step${Number(row.step)}`, object: 'model', created: unixSeconds(row.checkpoint_created_at), owned_by: row.entity_name, root: row.base_model, parent: name });
+      cards.push({ id: `${name}:step${Number(row.step)}`, created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
     }
     return cards;
   }
@@ -36,13 +40,14 @@ export class ServedModelsService {
   /** One name exactly as chat completions would resolve it (404 with `param: "model"` otherwise). */
   async retrieve(principal: Principal, name: string): Promise<ModelCard> {
     const resolved = await this.resolver.resolve(principal, name);
-    if (!resolved.checkpoint) return this.baseCard(resolved.baseId);
+    const parser = await this.toolCallParser(resolved.baseId);
+    if (!resolved.checkpoint) return this.baseCard(resolved.baseId, parser);
     const owner = name.replace(/^wandb-artifact:\/\/\//, '').split('/')[0];
     const parent = /:step\d+$/.test(name) ? name.replace(/:step\d+$/, '') : resolved.baseId;
-    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: owner, root: resolved.baseId, parent };
+    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: owner, root: resolved.baseId, parent, tool_call_parser: parser };
   }
 
-  private baseCard(id: string): ModelCard {
-    return { id, object: 'model', created: unixSeconds(this.startedAt), owned_by: OWNER_OF_BASE_MODELS, root: id, parent: null };
+  private baseCard(id: string, toolCallParser: string | null): ModelCard {
+    return { id, object: 'model', created: unixSeconds(this.startedAt), owned_by: OWNER_OF_BASE_MODELS, root: id, parent: null, tool_call_parser: toolCallParser };
   }
 }
