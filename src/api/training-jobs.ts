@@ -46,7 +46,8 @@ export const SftJobBody = Type.Object(
         Type.Object(
           {
             batch_size: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 4096 }), Type.Literal('auto'), Type.Null()])),
-            learning_rate: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0 }), Type.Array(Type.Number({ exclusiveMinimum: 0 }), { minItems: 1 }), Type.Null()])),
+            // A per-batch schedule may reach 0: ART's linear decay (train_sft_from_file) ends every schedule on 0.
+            learning_rate: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0 }), Type.Array(Type.Number({ minimum: 0 }), { minItems: 1 }), Type.Null()])),
           },
           { additionalProperties: true },
         ),
