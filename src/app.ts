@@ -32,6 +32,10 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    // openai-python (ART's client) sends `content-type: application/json` on a DELETE without a body: there an
+    // empty body means no body, not malformed JSON.
+    const length = request.headers['content-length'];
+    if (request.method === 'DELETE' && (length === undefined || length === '0') && !request.headers['transfer-encoding']) delete request.headers['content-type'];
   });
   app.addHook('onSend', async (_request, reply, payload) => {
     const timing = reply.getHeader('server-timing');
