@@ -11,6 +11,9 @@ export ENGINE_PYTHON
 # The tests' reference tools (transformers, peft, …) live in a venv of their own, so the service never depends on them.
 make_venv .venv-test scripts/python/reference.txt
 export REFERENCE_PYTHON="$PWD/.venv-test/bin/python"
+# OpenPipe ART's real client, for test/art-client.test.ts: its own venv, as its openai/polars pins differ (art.txt).
+make_venv .venv-art scripts/python/art.txt
+export ART_PYTHON="$PWD/.venv-art/bin/python"
 source scripts/postgres.sh
 
 echo "== type check"

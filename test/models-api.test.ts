@@ -186,8 +186,10 @@ for (const backend of backends()) {
       const logged = await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ trajectories: [{ messages_and_choices: [], reward: 1 }] }] });
       assert.equal(logged.status, 200);
 
-      const deleted = await t.call('DELETE', `/v1/preview/models/${model.id}`);
-      assert.equal(deleted.status, 200);
+      // As openai-python (ART's client) sends it: a JSON content type and no body.
+      const response = await t.app.inject({ method: 'DELETE', url: `/v1/preview/models/${model.id}`, headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' } });
+      const deleted = { status: response.statusCode, body: JSON.parse(response.body) };
+      assert.equal(deleted.status, 200, response.body);
       assert.deepEqual(deleted.body, { model_id: model.id, deleted_checkpoints: 2, deleted_run: true });
       assert.equal(fs.existsSync(folder), false);
       assert.equal((await t.call('GET', `/v1/preview/models/${model.id}/checkpoints`)).status, 404);

@@ -69,7 +69,10 @@ describe('SFT jobs', () => {
     const wrong = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 1e-3, 1e-3] } });
     assert.equal(wrong.status, 422);
     assert.deepEqual(wrong.body.detail[0].loc, ['body', 'config', 'learning_rate']);
-    const right = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 5e-4] } });
+    const negative = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, -1e-3] } });
+    assert.equal(negative.status, 422);
+    // ART's linear schedule (train_sft_from_file) ends on a learning rate of 0.
+    const right = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 0] } });
     assert.equal(right.status, 200);
     assert.equal((await waitForJob(e2e, right.body.id)).status, 'COMPLETED');
 
