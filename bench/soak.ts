@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { rssBytes, spawnServerProcess, type ServerProcess } from '../test/helpers/server-process.ts';
+import { childPids, rssBytes, spawnServerProcess, type ServerProcess } from '../test/helpers/server-process.ts';
 import { apiFor, type Api } from '../test/fuzz/world.ts';
 
 const { values } = parseArgs({ options: { minutes: { type: 'string', default: '30' }, 'sample-seconds': { type: 'string', default: '60' }, 'warmup-minutes': { type: 'string', default: '5' } } });
@@ -123,8 +123,10 @@ async function pruneCheckpoints(api: Api, modelId: string, tally: Tally): Promis
 function sampleLoop(server: ServerProcess, tally: Tally, started: number, until: number): Promise<Sample[]> {
   const samples: Sample[] = [];
   const take = () => {
-    const enginePid = server.enginePid();
-    const sample = { seconds: Math.round((Date.now() - started) / 1000), server: rssBytes(server.child.pid!), engine: enginePid ? rssBytes(enginePid) : null, requests: tally.requests, jobs: tally.jobs };
+    // Every engine process (a sampler and a trainer by default), summed: together they are what the service holds.
+    const engines = childPids(server.child.pid!).map(rssBytes).filter((rss): rss is number => rss !== null);
+    const engine = engines.length > 0 ? engines.reduce((a, b) => a + b, 0) : null;
+    const sample = { seconds: Math.round((Date.now() - started) / 1000), server: rssBytes(server.child.pid!), engine, requests: tally.requests, jobs: tally.jobs };
     samples.push(sample);
     console.log(`t=${String(sample.seconds).padStart(5)} s  server ${mb(sample.server)}  engine ${mb(sample.engine)}  requests ${sample.requests}  jobs ${sample.jobs}`);
   };
