@@ -195,7 +195,8 @@ def bench(gguf_path: str, threads: int, quick: bool, probe: str) -> dict:
     import llama_cpp as lib
 
     lib.llama_backend_init()
-    lib.llama_log_set(lib.llama_log_callback(lambda level, text, data: None), None)
+    quiet = lib.llama_log_callback(lambda level, text, data: None)  # kept referenced while llama.cpp may call it
+    lib.llama_log_set(quiet, None)
     model = lib.llama_model_load_from_file(gguf_path.encode(), lib.llama_model_default_params())
     reps, new_tokens = (1, 16) if quick else (3, 48)
     out = {"llama_cpp_python": lib.__version__, "threads": threads}

@@ -93,6 +93,15 @@ def print_ratios(ours: dict, ours_name: str, llama: dict, suffix: str) -> None:
             print(f"  {label:22s} {ratio:5.2f}x  (goal >= {GOALS[key]}x: {verdict})")
 
 
+def compare_probes(ours: str, llama: str) -> str:
+    """Both engines' logits for the same prompt: equal up to float error only if the GGUF holds our weights."""
+    import numpy as np
+
+    a, b = np.fromfile(ours, dtype=np.float32), np.fromfile(llama, dtype=np.float32)
+    return (f"same weights check: max |logit difference| ours vs llama.cpp = {np.abs(a - b).max():.2e} "
+            f"(logits span {a.min():.2f}..{a.max():.2f}; argmax {int(a.argmax())} vs {int(b.argmax())})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", help="HF folder of a llama-family model (default: SmolLM2-135M's shape, random weights)")
@@ -105,7 +114,8 @@ def main() -> None:
     model = os.path.abspath(a.model) if a.model else random_model(os.path.join(REPO, "data", "bench", "smollm2-135m-shape"))
     common = ["--model", model, "--threads", str(a.threads)] + (["--quick"] if a.quick else [])
     worker = os.path.join(BENCH, "torch_stack_worker.py")
-    jobs = {"torch 2.13 fp32": (engine_python(), [worker, "--dtype", "float32"] + common)}
+    probes = {name: os.path.join(REPO, "data", "bench", f"probe-{name}.f32") for name in ("ours", "llama")}
+    jobs = {"torch 2.13 fp32": (engine_python(), [worker, "--dtype", "float32", "--probe", probes["ours"]] + common)}
     if "bf16" not in skip:
         jobs["torch 2.13 bf16"] = (engine_python(), [worker, "--dtype", "bfloat16"] + common)
     if "debian" not in skip and os.path.exists(DEBIAN_PYTHON):
@@ -115,13 +125,15 @@ def main() -> None:
         gguf = os.path.join(REPO, "data", "bench", os.path.basename(model.rstrip("/")) + ".f32.gguf")
         lw = os.path.join(BENCH, "llama_cpp_worker.py")
         subprocess.run([py, lw, "write-gguf", "--model", model, "--out", gguf], cwd=REPO, check=True)
-        jobs["llama.cpp f32"] = (py, [lw, "bench", "--gguf", gguf] + common[2:])
+        jobs["llama.cpp f32"] = (py, [lw, "bench", "--gguf", gguf, "--probe", probes["llama"]] + common[2:])
     print(f"model {os.path.relpath(model, REPO)}, {a.threads} threads, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
     columns = {}
     for name, (python, args) in jobs.items():
         columns[name] = run_worker(python, args, a.threads)
         print(f"  {name}: done ({time.perf_counter() - t0:.0f}s)", flush=True)
+    if all(os.path.exists(p) for p in probes.values()):
+        print("  " + compare_probes(probes["ours"], probes["llama"]))
     for n, c in columns.items():
         if "error" in c:
             print(f"  {n}: failed: {c['error']}")

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import lora as L  # noqa: E402
 from engine.generate import GenRequest, Scheduler, SchedulerConfig  # noqa: E402
-from engine.model import Transformer  # noqa: E402
+from engine.model import ForwardContext, KVCache, Transformer  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.train import LossConfig, OptimizerConfig, parse_rows, train_step  # noqa: E402
 
@@ -115,10 +115,16 @@ def main() -> None:
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--probe", default="", help="write the last-position logits of a fixed prompt here (f32)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dtype = DTYPES[a.dtype]
     model = Transformer.from_pretrained(a.model, dtype, "cpu")
+    if a.probe:  # last-position logits of a fixed prompt, to check llama.cpp runs the same weights
+        with torch.no_grad():
+            ids = torch.tensor([prompt(0, 32, model.args.vocab_size)])
+            ctx = ForwardContext.cached(KVCache(model.args, dtype, model.device, 1, 64), 0, [0], 32)
+            model.logits(model(ids, ctx)[:, -1])[0].float().numpy().tofile(a.probe)
     reps, new_tokens = (1, 16) if a.quick else (3, 48)
     out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "params": model.num_parameters()}
     figures = {"decode_1": best(decode(model, 1, new_tokens) for _ in range(reps)),
