@@ -470,9 +470,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--max-adapters", type=int, default=32)
     ap.add_argument("--max-batch", type=int, default=32, help="concurrent generation sequences per base")
     ap.add_argument("--max-seq-len", type=int, default=None, help="cap on tokens per sequence (default: the model's)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch intra-op CPU threads (default: torch's own choice; with Debian's OpenBLAS build "
-                         "matmuls run on OpenBLAS's threads and more torch threads only oversubscribe the cores)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
+                         "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
+                         "peers (bench/torch_stack.py --threads); give more on a dedicated machine)")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default=None,
                     help="dtype of bases loaded without one (default: bfloat16 on CUDA, float32 on CPU; bfloat16 "
                          "runs batched matmuls ~4x faster on CPUs with AVX512-BF16 or AMX, see bench/torch_stack.py)")
@@ -484,8 +485,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stdout = sys.stderr
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads < 1:
+        ap.error("--threads must be at least 1")
+    torch.set_num_threads(args.threads)
     gflops = measure_matmul_gflops(device)
     log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
     if gflops < LOW_GFLOPS:

@@ -156,8 +156,8 @@ class TestServer(unittest.TestCase):
         self.assertLess(order[0][1], 1.0)
 
 
-class TestDtypeFlag(unittest.TestCase):
-    def test_dtype_flag_sets_the_default_of_loaded_bases(self):
+class TestFlags(unittest.TestCase):
+    def test_dtype_flag_sets_the_default_of_loaded_bases_and_bad_flags_are_refused(self):
         with tempfile.TemporaryDirectory() as d:
             path = make_checkpoint(os.path.join(d, "base"), "llama", std=0.1)
             e = EngineProcess("--dtype", "bfloat16")
@@ -170,10 +170,11 @@ class TestDtypeFlag(unittest.TestCase):
                 self.assertRegex(again["error"]["message"], "already loaded .* torch.bfloat16")
             finally:
                 e.close()
-        bad = subprocess.run([sys.executable, "-m", "engine", "--dtype", "int8"], cwd=REPO, capture_output=True,
-                             text=True, stdin=subprocess.DEVNULL, timeout=60)
-        self.assertNotEqual(bad.returncode, 0)
-        self.assertIn("--dtype", bad.stderr)
+        for flag, value in (("--dtype", "int8"), ("--threads", "0")):
+            bad = subprocess.run([sys.executable, "-m", "engine", flag, value], cwd=REPO, capture_output=True,
+                                 text=True, stdin=subprocess.DEVNULL, timeout=60)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn(flag, bad.stderr)
 
 
 class TestTcp(unittest.TestCase):
