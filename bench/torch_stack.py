@@ -6,15 +6,18 @@
 
 Each column is a subprocess: the engine under `.venv/bin/python` (torch 2.13) in fp32 and in bf16, the engine under
 `/usr/bin/python3` (Debian's torch 1.13) in fp32, and llama.cpp (PyPI `llama-cpp-python`, built from source into
-`.venv-bench` from scripts/python/bench.txt on first use, a few minutes) on the same weights written as an f32 GGUF.
-All use the same thread count (--threads, default: the engine's own default). Figures:
+`.venv-bench` from scripts/python/bench.txt on first use: about 7 CPU-minutes of C++) on the same weights written
+as an f32 GGUF.
+All use the same thread count (--threads, default 1 as the engine's `--threads`). Figures:
 - decode tokens/s with 1 and 32 concurrent greedy streams (prompt 32 tokens, timed after prefill);
 - prefill tokens/s of one 512-token prompt;
 - train tokens/s of an SFT step (rank-8 LoRA on every projection) and its MFU against the matmul peak of the same
   dtype measured in the same process: 6 * params * tokens/s / peak.
 The engine runs its real Scheduler and train_step (bench/torch_stack_worker.py); llama.cpp runs its C API through
 llama-cpp-python's bindings (bench/llama_cpp_worker.py: 32 streams are 32 sequences of one context decoded as one
-llama_batch per step, greedy argmax in numpy). Figures are best-of-N: the machine may be shared.
+llama_batch per step, greedy argmax in numpy; llama.cpp keeps its default f16 KV cache). Figures are best-of-N,
+printed twice: wall-clock, and per CPU-second of the worker process, which at 1 thread does not depend on what else
+a shared machine runs. A same-weights check compares both engines' logits for one prompt.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def compare_probes(ours: str, llama: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", help="HF folder of a llama-family model (default: SmolLM2-135M's shape, random weights)")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads for every column (default 2)")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads for every column (default 1, the engine's)")
     ap.add_argument("--quick", action="store_true", help="shorter runs (noisier figures)")
     ap.add_argument("--skip", default="", help="comma-separated columns to leave out: bf16, debian, llama")
     a = ap.parse_args()
