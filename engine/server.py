@@ -128,6 +128,7 @@ class Engine:
     def __init__(self, device: torch.device, max_adapters: int = 32, limits: Optional[Limits] = None,
                  matmul_gflops: float = 0.0, dtype: Optional[torch.dtype] = None):
         self.device = device
+        # fp32 on CPU keeps logits within 1e-4 of fp32 references; bf16 is the CPU's speed option (--dtype).
         self.default_dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
         self.limits, self.matmul_gflops = limits or Limits(), matmul_gflops
         self.bases: Dict[str, Base] = {}
@@ -501,9 +502,10 @@ def parse_args(argv: Optional[List[str]]):
                     help="KV cache per base; caps concurrent full-length sequences (default: unbounded)")
     ap.add_argument("--nice", type=int, default=0,
                     help="lower this process's CPU priority (a trainer sharing cores with samplers yields to them)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch intra-op CPU threads (default: torch's own choice; with Debian's OpenBLAS build "
-                         "matmuls run on OpenBLAS's threads and more torch threads only oversubscribe the cores)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
+                         "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
+                         "peers (bench/torch_stack.py --threads); give more on a dedicated machine)")
     args = ap.parse_args(argv)
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes", "threads"):
         value = getattr(args, name)
@@ -520,8 +522,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stdout = sys.stderr
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads < 1:
+        ap.error("--threads must be at least 1")
+    torch.set_num_threads(args.threads)
     if args.nice:
         os.nice(args.nice)
     gflops = measure_matmul_gflops(device)

@@ -176,6 +176,27 @@ class TestServer(unittest.TestCase):
         self.assertEqual(order, ["gen", "train", "drop"])
 
 
+class TestFlags(unittest.TestCase):
+    def test_dtype_flag_sets_the_default_of_loaded_bases_and_bad_flags_are_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = make_checkpoint(os.path.join(d, "base"), "llama", std=0.1)
+            e = EngineProcess("--dtype", "bfloat16")
+            try:
+                self.assertEqual(e.ready["dtype"], "bfloat16")
+                self.assertNotIn("error", e.call({"id": "l", "op": "load_base", "base": "b", "path": path}))
+                self.assertEqual(e.call({"id": "s", "op": "stats"})["dtype"], "bfloat16")
+                # Loading the same base again in another dtype is refused: one dtype per loaded base.
+                again = e.call({"id": "l2", "op": "load_base", "base": "b", "path": path, "dtype": "float32"})
+                self.assertRegex(again["error"]["message"], "already loaded .* torch.bfloat16")
+            finally:
+                e.close()
+        for flag, value in (("--dtype", "int8"), ("--threads", "0")):
+            bad = subprocess.run([sys.executable, "-m", "engine", flag, value], cwd=REPO, capture_output=True,
+                                 text=True, stdin=subprocess.DEVNULL, timeout=60)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn(flag, bad.stderr)
+
+
 class TestTcp(unittest.TestCase):
     def test_tcp_mode(self):
         proc = subprocess.Popen([sys.executable, "-m", "engine", "--tcp", "127.0.0.1:0"], cwd=REPO,
