@@ -48,6 +48,8 @@ export interface Config {
   maxConnections: number;
   /** Open connections one client address may hold. */
   maxConnectionsPerClient: number;
+  /** `/metrics` answers without an API key (for a Prometheus that scrapes without one); off by default. */
+  metricsPublic: boolean;
 }
 
 type HttpLimits = Pick<Config, 'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'>;
@@ -115,6 +117,8 @@ export function loadConfig(env: Env = process.env): Config {
   const artifactMaxFileBytes = integer('ARTIFACT_MAX_FILE_BYTES', 1024 * 1024 * 1024, 1, Number.MAX_SAFE_INTEGER);
   const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
   if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
+  const metricsPublic = read('METRICS_PUBLIC') ?? 'off';
+  if (metricsPublic !== 'on' && metricsPublic !== 'off') problems.push(`METRICS_PUBLIC=${JSON.stringify(metricsPublic)}: expected on or off`);
   const engine = read('ENGINE') ?? 'on';
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
@@ -139,6 +143,7 @@ export function loadConfig(env: Env = process.env): Config {
     jobLeaseMs,
     artifactMaxFileBytes,
     maxInFlightChat,
+    metricsPublic: metricsPublic === 'on',
   };
 }
 

@@ -28,6 +28,7 @@ import { ArtifactService } from './artifacts/artifact-service.ts';
 import { createSftRunner } from './jobs/sft-runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
+import { Metrics } from './services/metrics.ts';
 
 export interface Services {
   auth: AuthService;
@@ -45,6 +46,7 @@ export interface Services {
   artifacts: ArtifactService;
   blobs: BlobStore;
   dashboard: DashboardService;
+  metrics: Metrics;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -112,6 +114,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     dashboard: new DashboardService(new DashboardRepository(store.db), models, baseModels),
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
+    metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engine ? engine.stats() : null) }),
     chat: new ChatService(resolver, runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
     runners: {
       rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
