@@ -29,6 +29,7 @@ import { createSftRunner } from './jobs/sft-runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { Metrics } from './services/metrics.ts';
+import { CheckpointExporter } from './services/checkpoint-export.ts';
 
 export interface Services {
   auth: AuthService;
@@ -47,6 +48,7 @@ export interface Services {
   blobs: BlobStore;
   dashboard: DashboardService;
   metrics: Metrics;
+  exports: CheckpointExporter;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -114,6 +116,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     dashboard: new DashboardService(new DashboardRepository(store.db), models, baseModels),
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
+    exports: new CheckpointExporter(models, modelRepository),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engine ? engine.stats() : null) }),
     chat: new ChatService(resolver, runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
     runners: {

@@ -131,3 +131,9 @@ export const LogResponse = Type.Object({
   step: Type.Integer(),
   metrics: Type.Record(Type.String(), Type.Number()),
 });
+
+/** A checkpoint's PEFT adapter as a tar archive (`GET …/checkpoints/{step}/adapter`). */
+export const AdapterArchive = {
+  description: 'A tar archive holding adapter_config.json (base_model_name_or_path: the public base model id) and adapter_model.safetensors',
+  content: { 'application/x-tar': { schema: { type: 'string', format: 'binary' } } },
+};

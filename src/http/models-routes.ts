@@ -1,6 +1,7 @@
 /** /v1/preview/models: create, delete, checkpoints (list and delete) and trajectory logging. Thin: parse, call, shape. */
 import type { FastifyInstance } from 'fastify';
 import {
+  AdapterArchive,
   Checkpoint,
   CheckpointDeleteBody,
   CheckpointDeleteResponse,
@@ -15,6 +16,8 @@ import type { CheckpointRecord } from '../store/model-repository.ts';
 import { toModelView, type ModelService } from '../services/model-service.ts';
 import type { TrajectoryService } from '../services/trajectory-service.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
+import type { CheckpointExporter } from '../services/checkpoint-export.ts';
+import { validationError } from '../errors.ts';
 
 type Query = Record<string, unknown>;
 
@@ -22,7 +25,7 @@ export function toCheckpointView(checkpoint: CheckpointRecord) {
   return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
 }
 
-export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService }): void {
+export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService; exports: CheckpointExporter }): void {
   app.post<{ Body: ModelCreateBody }>(
     '/v1/preview/models',
     { schema: { body: ModelCreateBody, response: { 200: ModelResponse } } },
@@ -61,6 +64,17 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
     '/v1/preview/models/:model_id/checkpoints',
     { schema: { body: CheckpointDeleteBody, response: { 200: CheckpointDeleteResponse } } },
     async (request) => services.models.deleteCheckpoints(request.principal, request.params.model_id, request.body.steps),
+  );
+
+  app.get<{ Params: { model_id: string; step: string } }>(
+    '/v1/preview/models/:model_id/checkpoints/:step/adapter',
+    { schema: { summary: 'Download a checkpoint as a PEFT adapter (tar: adapter_config.json, adapter_model.safetensors)', response: { 200: AdapterArchive } } },
+    async (request, reply) => {
+      const { step } = request.params;
+      if (!/^\d{1,15}$/.test(step)) throw validationError([{ loc: ['path', 'step'], msg: 'must be a step number (0, 1, 2, …)', type: 'int_parsing' }]);
+      const { fileName, archive } = await services.exports.adapterArchive(request.principal, request.params.model_id, Number(step));
+      return reply.type('application/x-tar').header('content-disposition', `attachment; filename="${fileName}"`).send(archive);
+    },
   );
 
   app.post<{ Params: { model_id: string }; Body: LogBody }>(

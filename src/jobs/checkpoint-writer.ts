@@ -15,6 +15,7 @@ import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import type { ModelService } from '../services/model-service.ts';
 import { JobError, type RunResult } from './worker.ts';
+import { ADAPTER_CONFIG, publicAdapterConfig } from '../services/checkpoint-export.ts';
 
 export const LORA_DEFAULTS = {
   rank: 8,
@@ -72,6 +73,8 @@ export class CheckpointWriter {
         const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
         const final = path.join(checkpointsDir, String(step));
         await engine.saveAdapter({ adapter, path: temporary });
+        // The engine names the base by the folder it loaded; a checkpoint names it by the id users know it by.
+        await fs.writeFile(path.join(temporary, ADAPTER_CONFIG), `${JSON.stringify(await publicAdapterConfig(temporary, base.id), null, 2)}\n`);
         await fs.rm(final, { recursive: true, force: true });
         await fs.rename(temporary, final);
         const checkpointId = newId();

@@ -1,0 +1,94 @@
+/**
+ * A trained checkpoint leaves the service as a PEFT adapter archive: standard `tar` unpacks it, its config names
+ * the base model by its public id, its weights are the checkpoint's, and Python `peft` on the Hugging Face base
+ * model gives the same logprobs as our engine. Step 0, unknown steps, bad steps and other entities are refused.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { after, before, describe, test } from 'node:test';
+import { repoRoot } from '../src/config.ts';
+import { servingAdapterKey } from '../src/jobs/checkpoint-writer.ts';
+import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+
+const run = promisify(execFile);
+
+/** Logprob of each token given the ones before it, from transformers + peft on the exported adapter. */
+const PEFT_LOGPROBS = `
+import json, sys, torch
+from transformers import AutoModelForCausalLM
+from peft import PeftModel
+base, adapter, tokens = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32), adapter).eval()
+with torch.no_grad():
+    logits = model(torch.tensor([tokens])).logits[0].double()
+lp = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(tokens[1:]).unsqueeze(1)).squeeze(1)
+print(json.dumps([None] + lp.tolist()))
+`;
+
+describe('checkpoint export as a PEFT adapter', () => {
+  let e2e: E2eServer;
+  let modelId: string;
+  let folder: string;
+  const download = (route: string, key = e2e.key) => fetch(`${e2e.url}${route}`, { headers: { authorization: `Bearer ${key}` } });
+  before(async () => {
+    e2e = await startE2eServer();
+    modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'export', name: 'agent', base_model: 'builtin/tiny-chat' })).body.id;
+    const group = await sampleGroup(e2e, 'local/export/agent', 'Say something.', 2, (_choice, index) => index);
+    const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [group], experimental_config: { learning_rate: 0.01 } })).body;
+    assert.equal((await waitForJob(e2e, job.id)).status, 'COMPLETED');
+    folder = fs.mkdtempSync(path.join(os.tmpdir(), 'export-'));
+  });
+  after(async () => {
+    await e2e?.close();
+    fs.rmSync(folder, { recursive: true, force: true });
+  });
+
+  test('the archive unpacks with tar into the public adapter config and the checkpoint weights', async () => {
+    const response = await download(`/v1/preview/models/${modelId}/checkpoints/1/adapter`);
+    assert.equal(response.status, 200);
+    assert.equal(response.headers.get('content-type'), 'application/x-tar');
+    assert.match(response.headers.get('content-disposition') ?? '', /attachment; filename="agent-step1-adapter\.tar"/);
+    fs.writeFileSync(path.join(folder, 'a.tar'), Buffer.from(await response.arrayBuffer()));
+    const { stdout } = await run('tar', ['-xvf', 'a.tar'], { cwd: folder });
+    assert.deepEqual(stdout.trim().split('\n'), ['adapter_config.json', 'adapter_model.safetensors']);
+    const config = JSON.parse(fs.readFileSync(path.join(folder, 'adapter_config.json'), 'utf8'));
+    assert.deepEqual([config.peft_type, config.base_model_name_or_path, config.r], ['LORA', 'builtin/tiny-chat', 8]);
+    const checkpoint = (await e2e.server.services.repositories.models.findCheckpointByStep(modelId, 1))!;
+    assert.ok(fs.readFileSync(path.join(folder, 'adapter_model.safetensors')).equals(fs.readFileSync(path.join(checkpoint.adapterPath!, 'adapter_model.safetensors'))));
+    // The checkpoint on disk names the public id too: no local path leaks into a copied folder either.
+    assert.equal(JSON.parse(fs.readFileSync(path.join(checkpoint.adapterPath!, 'adapter_config.json'), 'utf8')).base_model_name_or_path, 'builtin/tiny-chat');
+  });
+
+  test('refusals: step 0 has no adapter (409), unknown step 404, malformed step 422, another entity 404, no key 401', async () => {
+    const step0 = await download(`/v1/preview/models/${modelId}/checkpoints/0/adapter`);
+    assert.equal(step0.status, 409);
+    assert.match((await step0.json()).detail ?? '', /base model builtin\/tiny-chat itself/);
+    assert.equal((await download(`/v1/preview/models/${modelId}/checkpoints/7/adapter`)).status, 404);
+    const malformed = await download(`/v1/preview/models/${modelId}/checkpoints/-1/adapter`);
+    assert.equal(malformed.status, 422);
+    assert.match(JSON.stringify(await malformed.json()), /step/);
+    const stranger = (await e2e.server.services.auth.createKey('stranger')).key;
+    assert.equal((await download(`/v1/preview/models/${modelId}/checkpoints/1/adapter`, stranger)).status, 404);
+    assert.equal((await fetch(`${e2e.url}/v1/preview/models/${modelId}/checkpoints/1/adapter`)).status, 401);
+  });
+
+  test('Python peft on the Hugging Face base model gives our engine’s logprobs for the exported adapter', { skip: !process.env.REFERENCE_PYTHON && 'REFERENCE_PYTHON unset' }, async () => {
+    assert.ok(fs.existsSync(path.join(folder, 'adapter_config.json')), 'the first test unpacked the archive');
+    const services = e2e.server.services;
+    const base = await services.runtime.load('builtin/tiny-chat');
+    const tokens = base.tokenizer.encode('The quick brown fox jumps over the lazy dog, twice.');
+    const checkpoint = (await services.repositories.models.findCheckpointByStep(modelId, 1))!;
+    const ours = await services.runtime.requireEngine().forward({ base: base.id, adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath!, rows: [{ tokens }] });
+    const { stdout } = await run(process.env.REFERENCE_PYTHON!, ['-c', PEFT_LOGPROBS, path.join(repoRoot, 'models', 'tiny-chat'), folder, JSON.stringify(tokens)]);
+    const theirs = JSON.parse(stdout) as (number | null)[];
+    let worst = 0;
+    for (let t = 1; t < tokens.length; t += 1) worst = Math.max(worst, Math.abs(ours.logprobs[0][t]! - theirs[t]!));
+    console.log(`# exported adapter, peft vs engine: max |logprob difference| ${worst.toExponential(2)} over ${tokens.length - 1} tokens`);
+    assert.ok(worst <= 1e-4, `max difference ${worst}`);
+  });
+});
