@@ -10,6 +10,7 @@ import { startServer } from './server.ts';
 import { serviceClient } from './cli/client.ts';
 import { uploadFiles } from './cli/upload.ts';
 import { runSft } from './cli/sft.ts';
+import { downloadAdapter } from './cli/download.ts';
 import { systemClock } from './clock.ts';
 
 const USAGE = `usage: npm run cli -- <command>
@@ -22,7 +23,14 @@ const USAGE = `usage: npm run cli -- <command>
                                          (prints its wandb-artifact:/// URL on the last line)
   sft --model-id ID PATH... [--batch-size N] [--learning-rate X]
                                          upload SFT data, start a job and follow it to its end
-  (upload and sft talk to a running server: --url or SERVICE_URL, --key or API_KEY, else the local bootstrap key)`;
+  checkpoints download --model-id ID --step N [--output FILE]
+                                         save a checkpoint as a PEFT adapter archive (tar)
+  (upload, sft and checkpoints talk to a running server: --url or SERVICE_URL, --key or API_KEY, else the local bootstrap key)`;
+
+async function downloadCommand(config: Config, values: { 'model-id'?: string; step?: string; output?: string; url?: string; key?: string }): Promise<void> {
+  if (!values['model-id'] || !/^\d+$/.test(values.step ?? '')) throw new Error('checkpoints download needs --model-id ID and --step N');
+  console.log(await downloadAdapter(serviceClient(config, values), values['model-id'], Number(values.step), values.output));
+}
 
 /** Runs one administrative action against the migrated database, then closes it. */
 async function withServices<T>(config: Config, work: (services: Services) => Promise<T>): Promise<T> {
@@ -62,6 +70,8 @@ async function main(argv: string[]): Promise<void> {
       'model-id': { type: 'string' },
       'batch-size': { type: 'string' },
       'learning-rate': { type: 'string' },
+      step: { type: 'string' },
+      output: { type: 'string', short: 'o' },
       url: { type: 'string' },
       key: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -95,6 +105,7 @@ async function main(argv: string[]): Promise<void> {
     if (!outcome.ok) process.exitCode = 1;
     return;
   }
+  if (command === 'checkpoints' && subcommand === 'download') return downloadCommand(config, values);
   const command2 = subcommand ? `${command} ${subcommand}` : command;
   switch (command2) {
     case 'serve':

@@ -64,6 +64,18 @@ describe('checkpoint export as a PEFT adapter', () => {
     assert.equal(JSON.parse(fs.readFileSync(path.join(checkpoint.adapterPath!, 'adapter_config.json'), 'utf8')).base_model_name_or_path, 'builtin/tiny-chat');
   });
 
+  test('cli checkpoints download writes the same archive, and reports a refusal with the server\'s reason', async () => {
+    const target = path.join(folder, 'cli.tar');
+    const cli = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'src/main.ts', 'checkpoints', 'download', '--model-id', modelId, ...args, '--url', e2e.url, '--key', e2e.key], { cwd: repoRoot });
+    const { stdout, stderr } = await cli(['--step', '1', '--output', target]);
+    assert.equal(stdout.trim(), target);
+    assert.match(stderr, /download \[#+\] 100%/);
+    // Byte for byte: an archive's entries carry the checkpoint's own time, so every export of it is identical.
+    assert.ok(fs.readFileSync(target).equals(fs.readFileSync(path.join(folder, 'a.tar'))));
+    assert.ok(!fs.existsSync(`${target}.partial`));
+    await assert.rejects(cli(['--step', '0', '--output', path.join(folder, 'zero.tar')]), /409.*no adapter to export/);
+  });
+
   test('refusals: step 0 has no adapter (409), unknown step 404, malformed step 422, another entity 404, no key 401', async () => {
     const step0 = await download(`/v1/preview/models/${modelId}/checkpoints/0/adapter`);
     assert.equal(step0.status, 409);

@@ -49,6 +49,11 @@ async function* blocks(entries: TarEntry[], mtime: number): AsyncGenerator<Buffe
   yield Buffer.alloc(2 * BLOCK); // the end-of-archive marker
 }
 
-export function tarStream(entries: TarEntry[], mtime = Date.now() / 1000): Readable {
+/** The archive's exact length, known before it is written (so a download can say its content-length). */
+export function tarSize(entries: Pick<TarEntry, 'size'>[]): number {
+  return entries.reduce((sum, entry) => sum + BLOCK + Math.ceil(entry.size / BLOCK) * BLOCK, 2 * BLOCK);
+}
+
+export function tarStream(entries: TarEntry[], mtime: number): Readable {
   return Readable.from(blocks(entries, mtime));
 }

@@ -72,8 +72,9 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
     async (request, reply) => {
       const { step } = request.params;
       if (!/^\d{1,15}$/.test(step)) throw validationError([{ loc: ['path', 'step'], msg: 'must be a step number (0, 1, 2, …)', type: 'int_parsing' }]);
-      const { fileName, archive } = await services.exports.adapterArchive(request.principal, request.params.model_id, Number(step));
-      return reply.type('application/x-tar').header('content-disposition', `attachment; filename="${fileName}"`).send(archive);
+      const { fileName, size, archive } = await services.exports.adapterArchive(request.principal, request.params.model_id, Number(step));
+      reply.type('application/x-tar').header('content-length', size).header('content-disposition', `attachment; filename="${fileName}"`);
+      return reply.send(archive);
     },
   );
 

@@ -8,7 +8,7 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { AppError, notFound } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import { tarStream } from '../artifacts/tar.ts';
+import { tarSize, tarStream, type TarEntry } from '../artifacts/tar.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
 
@@ -27,7 +27,7 @@ export class CheckpointExporter {
     private readonly checkpoints: ModelRepository,
   ) {}
 
-  async adapterArchive(principal: Principal, modelId: string, step: number): Promise<{ fileName: string; archive: Readable }> {
+  async adapterArchive(principal: Principal, modelId: string, step: number): Promise<{ fileName: string; size: number; archive: Readable }> {
     const model = await this.models.getOwned(principal, modelId);
     const checkpoint = await this.checkpoints.findCheckpointByStep(model.id, step);
     if (!checkpoint) throw notFound(`Checkpoint at step ${step} of model ${model.name}`);
@@ -44,11 +44,13 @@ export class CheckpointExporter {
       throw error;
     });
     const { size } = await weights.stat();
-    const archive = tarStream([
+    const entries: TarEntry[] = [
       { name: ADAPTER_CONFIG, size: config.length, open: () => config },
       { name: ADAPTER_WEIGHTS, size, open: () => weights.createReadStream() },
-    ]);
+    ];
+    // Entries dated by the checkpoint, not the download: every export of a checkpoint is the same bytes.
+    const archive = tarStream(entries, Date.parse(checkpoint.createdAt) / 1000);
     archive.once('close', () => void weights.close().catch(() => undefined));
-    return { fileName: `${model.name}-step${step}-adapter.tar`, archive };
+    return { fileName: `${model.name}-step${step}-adapter.tar`, size: tarSize(entries), archive };
   }
 }
