@@ -30,6 +30,7 @@ import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { Metrics } from './services/metrics.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
+import { ModelLineage } from './services/model-lineage.ts';
 
 export interface Services {
   auth: AuthService;
@@ -49,6 +50,7 @@ export interface Services {
   dashboard: DashboardService;
   metrics: Metrics;
   exports: CheckpointExporter;
+  lineage: ModelLineage;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -117,6 +119,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
     runtime,
     exports: new CheckpointExporter(models, modelRepository),
+    lineage: new ModelLineage(models, modelRepository),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engine ? engine.stats() : null) }),
     chat: new ChatService(resolver, runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
     runners: {

@@ -2,6 +2,7 @@
  * A trained checkpoint leaves the service as a PEFT adapter archive: standard `tar` unpacks it, its config names
  * the base model by its public id, its weights are the checkpoint's, and Python `peft` on the Hugging Face base
  * model gives the same logprobs as our engine. Step 0, unknown steps, bad steps and other entities are refused.
+ * A fork of a checkpoint serves it identically, trains on from it and outlives its parent.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -30,7 +31,7 @@ lp = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(tokens[1:]).unsqu
 print(json.dumps([None] + lp.tolist()))
 `;
 
-describe('checkpoint export as a PEFT adapter', () => {
+describe('checkpoints leave as PEFT adapters and start forks', () => {
   let e2e: E2eServer;
   let modelId: string;
   let folder: string;
@@ -102,5 +103,35 @@ describe('checkpoint export as a PEFT adapter', () => {
     for (let t = 1; t < tokens.length; t += 1) worst = Math.max(worst, Math.abs(ours.logprobs[0][t]! - theirs[t]!));
     console.log(`# exported adapter, peft vs engine: max |logprob difference| ${worst.toExponential(2)} over ${tokens.length - 1} tokens`);
     assert.ok(worst <= 1e-4, `max difference ${worst}`);
+  });
+
+  test('a fork starts from its parent\'s checkpoint, serves it identically, trains on, and outlives the parent', async () => {
+    const chat = (model: string) =>
+      e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 6, seed: 5, logprobs: true });
+    const fork = await e2e.api('POST', `/v1/preview/models/${modelId}/fork`, { name: 'fork', step: 1 });
+    assert.equal(fork.status, 200);
+    assert.deepEqual([fork.body.project, fork.body.base_model], ['export', 'builtin/tiny-chat']);
+    const [parentAnswer, forkAnswer] = [await chat('local/export/agent:step1'), await chat('local/export/fork')];
+    assert.deepEqual(forkAnswer.body.choices[0].logprobs, parentAnswer.body.choices[0].logprobs);
+    const step0 = (await e2e.server.services.repositories.models.findCheckpointByStep(fork.body.id, 0))!;
+    assert.ok(fs.existsSync(path.join(step0.adapterPath!, 'optimizer.pt')), 'the optimizer state comes along, so training goes on where the parent stood');
+
+    const group = await sampleGroup(e2e, 'local/export/fork', 'Say something.', 2, (_choice, index) => index);
+    const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: fork.body.id, trajectory_groups: [group], experimental_config: { learning_rate: 0.01 } })).body;
+    assert.equal((await waitForJob(e2e, job.id)).status, 'COMPLETED');
+    const steps = (await e2e.api('GET', `/v1/preview/models/${fork.body.id}/checkpoints`)).body.data.map((c: { step: number }) => c.step);
+    assert.deepEqual(steps, [0, 1]);
+    assert.notDeepEqual((await chat('local/export/fork:step1')).body.choices[0].logprobs, forkAnswer.body.choices[0].logprobs);
+
+    assert.equal((await e2e.api('POST', `/v1/preview/models/${modelId}/fork`, { name: 'fork' })).status, 409);
+    assert.equal((await e2e.api('POST', `/v1/preview/models/${modelId}/fork`, { name: 'nowhere', step: 9 })).status, 404);
+    assert.equal((await e2e.api('POST', `/v1/preview/models/${modelId}/fork`, { name: 'x', step: -1 })).status, 422);
+    const stranger = (await e2e.server.services.auth.createKey('stranger2')).key;
+    assert.equal((await e2e.api('POST', `/v1/preview/models/${modelId}/fork`, { name: 'theirs' }, stranger)).status, 404);
+    const names = (await e2e.api('GET', '/v1/models')).body.data.map((card: { id: string }) => card.id);
+    assert.ok(!names.some((id: string) => id.includes('nowhere')));
+
+    assert.equal((await e2e.api('DELETE', `/v1/preview/models/${modelId}`)).status, 200);
+    assert.deepEqual((await chat('local/export/fork:step0')).body.choices[0].logprobs, forkAnswer.body.choices[0].logprobs);
   });
 });

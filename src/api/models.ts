@@ -137,3 +137,14 @@ export const AdapterArchive = {
   description: 'A tar archive holding adapter_config.json (base_model_name_or_path: the public base model id) and adapter_model.safetensors',
   content: { 'application/x-tar': { schema: { type: 'string', format: 'binary' } } },
 };
+
+/** POST /v1/preview/models/{id}/fork: a new model of the same entity and base, starting from one checkpoint. */
+export const ModelForkBody = Type.Object(
+  {
+    name: Type.String({ pattern: NAME_PATTERN }),
+    project: Type.Optional(Type.String({ pattern: NAME_PATTERN })),
+    step: Type.Optional(Type.Integer({ minimum: 0 })),
+  },
+  { additionalProperties: false },
+);
+export type ModelForkBody = Static<typeof ModelForkBody>;

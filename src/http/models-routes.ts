@@ -6,6 +6,7 @@ import {
   CheckpointDeleteBody,
   CheckpointDeleteResponse,
   LogBody,
+  ModelForkBody,
   LogResponse,
   ModelCreateBody,
   ModelDeleteResponse,
@@ -17,6 +18,7 @@ import { toModelView, type ModelService } from '../services/model-service.ts';
 import type { TrajectoryService } from '../services/trajectory-service.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
 import type { CheckpointExporter } from '../services/checkpoint-export.ts';
+import type { ModelLineage } from '../services/model-lineage.ts';
 import { validationError } from '../errors.ts';
 
 type Query = Record<string, unknown>;
@@ -25,7 +27,7 @@ export function toCheckpointView(checkpoint: CheckpointRecord) {
   return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
 }
 
-export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService; exports: CheckpointExporter }): void {
+export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService; exports: CheckpointExporter; lineage: ModelLineage }): void {
   app.post<{ Body: ModelCreateBody }>(
     '/v1/preview/models',
     { schema: { body: ModelCreateBody, response: { 200: ModelResponse } } },
@@ -76,6 +78,12 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
       reply.type('application/x-tar').header('content-length', size).header('content-disposition', `attachment; filename="${fileName}"`);
       return reply.send(archive);
     },
+  );
+
+  app.post<{ Params: { model_id: string }; Body: ModelForkBody }>(
+    '/v1/preview/models/:model_id/fork',
+    { schema: { summary: 'A new model starting from a checkpoint of this one (latest unless step is given)', body: ModelForkBody, response: { 200: ModelResponse } } },
+    async (request) => services.lineage.fork(request.principal, request.params.model_id, request.body),
   );
 
   app.post<{ Params: { model_id: string }; Body: LogBody }>(

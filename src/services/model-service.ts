@@ -46,7 +46,11 @@ export class ModelService {
     return path.join(this.dataDir, 'models', modelId);
   }
 
-  async create(principal: Principal, input: CreateModelInput): Promise<ModelView> {
+  /**
+   * A new model with its step 0. `startFrom`, when given, writes the adapter step 0 holds (a fork, an import) into
+   * the folder it is handed; without it step 0 is the base model itself.
+   */
+  async create(principal: Principal, input: CreateModelInput, startFrom?: (folder: string) => Promise<void>): Promise<ModelView> {
     const entityName = input.entity ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity) throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
@@ -64,7 +68,9 @@ export class ModelService {
 
     const now = this.clock.now().toISOString();
     const modelId = newId();
+    const step0Folder = startFrom ? path.join(this.modelFolder(modelId), 'checkpoints', '0') : null;
     try {
+      if (startFrom && step0Folder) await startFrom(step0Folder);
       await this.models.insertModel(
         {
           id: modelId,
@@ -76,9 +82,10 @@ export class ModelService {
           last_step: 0,
           created_at: now,
         },
-        { id: newId(), model_id: modelId, step: 0, metrics: '{}', adapter_path: null, created_at: now },
+        { id: newId(), model_id: modelId, step: 0, metrics: '{}', adapter_path: step0Folder, created_at: now },
       );
     } catch (error) {
+      await fs.rm(this.modelFolder(modelId), { recursive: true, force: true });
       // A concurrent create of the same name won the unique constraint.
       const winner = await this.models.findByName(entity.name, input.project, input.name);
       if (winner) return this.existingOrConflict(winner, input);
