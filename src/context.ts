@@ -31,6 +31,7 @@ import { DashboardService } from './services/dashboard-service.ts';
 import { Metrics } from './services/metrics.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
+import { AdapterImporter } from './services/adapter-import.ts';
 
 export interface Services {
   auth: AuthService;
@@ -51,6 +52,7 @@ export interface Services {
   metrics: Metrics;
   exports: CheckpointExporter;
   lineage: ModelLineage;
+  imports: AdapterImporter;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -120,6 +122,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     runtime,
     exports: new CheckpointExporter(models, modelRepository),
     lineage: new ModelLineage(models, modelRepository),
+    imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engine ? engine.stats() : null) }),
     chat: new ChatService(resolver, runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),
     runners: {

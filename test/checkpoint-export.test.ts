@@ -2,7 +2,8 @@
  * A trained checkpoint leaves the service as a PEFT adapter archive: standard `tar` unpacks it, its config names
  * the base model by its public id, its weights are the checkpoint's, and Python `peft` on the Hugging Face base
  * model gives the same logprobs as our engine. Step 0, unknown steps, bad steps and other entities are refused.
- * A fork of a checkpoint serves it identically, trains on from it and outlives its parent.
+ * The archive imported into a new model serves identical logprobs; a corrupt or mismatched one is a 422 that names
+ * the problem and keeps nothing. A fork of a checkpoint serves it identically, trains on from it and outlives its parent.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -31,11 +32,16 @@ lp = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(tokens[1:]).unsqu
 print(json.dumps([None] + lp.tolist()))
 `;
 
-describe('checkpoints leave as PEFT adapters and start forks', () => {
+describe('checkpoints leave and come back as PEFT adapters, and start forks', () => {
   let e2e: E2eServer;
   let modelId: string;
   let folder: string;
   const download = (route: string, key = e2e.key) => fetch(`${e2e.url}${route}`, { headers: { authorization: `Bearer ${key}` } });
+  const upload = async (name: string, body: Buffer, base = 'builtin/tiny-chat') => {
+    const query = new URLSearchParams({ project: 'export', name, base_model: base });
+    const response = await fetch(`${e2e.url}/v1/preview/models/import?${query}`, { method: 'POST', headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/x-tar' }, body: new Uint8Array(body) });
+    return { status: response.status, body: await response.json() };
+  };
   before(async () => {
     e2e = await startE2eServer();
     modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'export', name: 'agent', base_model: 'builtin/tiny-chat' })).body.id;
@@ -103,6 +109,50 @@ describe('checkpoints leave as PEFT adapters and start forks', () => {
     for (let t = 1; t < tokens.length; t += 1) worst = Math.max(worst, Math.abs(ours.logprobs[0][t]! - theirs[t]!));
     console.log(`# exported adapter, peft vs engine: max |logprob difference| ${worst.toExponential(2)} over ${tokens.length - 1} tokens`);
     assert.ok(worst <= 1e-4, `max difference ${worst}`);
+  });
+
+  test('an exported archive imported into a new model serves identical logprobs and trains on', async () => {
+    const chat = (model: string) =>
+      e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 6, seed: 8, logprobs: true });
+    const imported = await upload('imported', fs.readFileSync(path.join(folder, 'a.tar')));
+    assert.equal(imported.status, 200, JSON.stringify(imported.body));
+    assert.deepEqual([imported.body.name, imported.body.base_model], ['imported', 'builtin/tiny-chat']);
+    const [source, copy] = [await chat('local/export/agent:step1'), await chat('local/export/imported')];
+    assert.deepEqual(copy.body.choices[0].logprobs, source.body.choices[0].logprobs);
+    const group = await sampleGroup(e2e, 'local/export/imported', 'Say something.', 2, (_choice, index) => index);
+    const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: imported.body.id, trajectory_groups: [group], experimental_config: { learning_rate: 0.01 } })).body;
+    assert.equal((await waitForJob(e2e, job.id)).status, 'COMPLETED');
+  });
+
+  test('a corrupt or mismatched archive is a 422 naming the problem, and leaves nothing behind', async () => {
+    const models = () => fs.readdirSync(path.join(e2e.dataDir, 'models')).length;
+    const before = models();
+    const good = JSON.parse(fs.readFileSync(path.join(folder, 'adapter_config.json'), 'utf8'));
+    const weights = fs.readFileSync(path.join(folder, 'adapter_model.safetensors'));
+    const archive = async (files: Record<string, string | Buffer>) => {
+      const dir = fs.mkdtempSync(path.join(folder, 'bad-'));
+      for (const [name, content] of Object.entries(files)) fs.writeFileSync(path.join(dir, name), content);
+      await run('tar', ['-cf', 'x.tar', ...Object.keys(files)], { cwd: dir });
+      return fs.readFileSync(path.join(dir, 'x.tar'));
+    };
+    const cases: [string, Buffer, RegExp][] = [
+      ['random bytes', Buffer.alloc(3000, 7), /not a readable tar archive/],
+      ['no weights', await archive({ 'adapter_config.json': JSON.stringify(good) }), /no adapter_model\.safetensors/],
+      ['rank mismatch', await archive({ 'adapter_config.json': JSON.stringify({ ...good, r: 4 }), 'adapter_model.safetensors': weights }), /shape \[8,192\]; the base model and rank 4 need \[4,192\]/],
+      ['unknown target', await archive({ 'adapter_config.json': JSON.stringify({ ...good, target_modules: ['lm_head'] }), 'adapter_model.safetensors': weights }), /lm_head\W{0,3} is not supported/],
+      ['fewer targets than tensors', await archive({ 'adapter_config.json': JSON.stringify({ ...good, target_modules: ['q_proj'] }), 'adapter_model.safetensors': weights }), /module k_proj is not among target_modules/],
+      ['not safetensors', await archive({ 'adapter_config.json': JSON.stringify(good), 'adapter_model.safetensors': Buffer.alloc(100, 255) }), /runs past the file/],
+    ];
+    for (const [label, body, reason] of cases) {
+      const response = await upload(`bad-${label.replace(/ /g, '-')}`, body);
+      assert.equal(response.status, 422, label);
+      assert.match(JSON.stringify(response.body.detail), reason, label);
+    }
+    assert.equal((await upload('other-base', fs.readFileSync(path.join(folder, 'a.tar')), 'nobody/base')).status, 422);
+    assert.equal(models(), before);
+    assert.deepEqual(fs.readdirSync(path.join(e2e.dataDir, 'imports')), []);
+    const names = (await e2e.api('GET', '/v1/models')).body.data.map((card: { id: string }) => card.id);
+    assert.ok(!names.some((id: string) => id.includes('bad-')));
   });
 
   test('a fork starts from its parent\'s checkpoint, serves it identically, trains on, and outlives the parent', async () => {

@@ -148,3 +148,15 @@ export const ModelForkBody = Type.Object(
   { additionalProperties: false },
 );
 export type ModelForkBody = Static<typeof ModelForkBody>;
+
+/** POST /v1/preview/models/import?project=…&name=…&base_model=…: the body is the adapter tar itself. */
+export const ModelImportQuery = Type.Object(
+  {
+    project: Type.String({ pattern: NAME_PATTERN }),
+    name: Type.String({ pattern: NAME_PATTERN }),
+    base_model: Type.String({ minLength: 1 }),
+    entity: Type.Optional(Type.String({ minLength: 1 })),
+  },
+  { additionalProperties: false },
+);
+export type ModelImportQuery = Static<typeof ModelImportQuery>;

@@ -2,6 +2,7 @@
  * A streamed ustar archive of regular files: enough for a checkpoint export that `tar -xf`, Python's
  * `tarfile` and every archive tool read, without buffering the files or depending on a tar package.
  */
+import type { FileHandle } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 
 export interface TarEntry {
@@ -56,4 +57,41 @@ export function tarSize(entries: Pick<TarEntry, 'size'>[]): number {
 
 export function tarStream(entries: TarEntry[], mtime: number): Readable {
   return Readable.from(blocks(entries, mtime));
+}
+
+/** One member of an archive on disk: where its bytes are. */
+export interface TarMember {
+  name: string;
+  /** '0' a regular file, '5' a folder; anything else (links, devices) is refused by callers. */
+  type: string;
+  offset: number;
+  size: number;
+}
+
+function readField(block: Buffer, offset: number, length: number): string {
+  const raw = block.subarray(offset, offset + length);
+  const end = raw.indexOf(0);
+  return raw.subarray(0, end === -1 ? length : end).toString('utf8');
+}
+
+/** The members of a ustar (or old-style) archive held in a file; throws a plain message on anything malformed. */
+export async function listTar(handle: FileHandle): Promise<TarMember[]> {
+  const { size: total } = await handle.stat();
+  const members: TarMember[] = [];
+  const block = Buffer.alloc(BLOCK);
+  for (let at = 0; at + BLOCK <= total; ) {
+    await handle.read(block, 0, BLOCK, at);
+    if (block.every((byte) => byte === 0)) return members;
+    const stored = parseInt(readField(block, 148, 8).trim() || 'x', 8);
+    const sum = block.reduce((acc, byte, i) => acc + (i >= 148 && i < 156 ? 32 : byte), 0);
+    if (stored !== sum) throw new Error(`not a tar archive (bad header checksum at byte ${at})`);
+    const size = parseInt(readField(block, 124, 12).trim() || '0', 8);
+    const prefix = readField(block, 345, 155);
+    const name = readField(block, 0, 100);
+    const member = { name: prefix ? `${prefix}/${name}` : name, type: readField(block, 156, 1) || '0', offset: at + BLOCK, size };
+    if (member.offset + size > total) throw new Error(`truncated tar archive (${member.name} runs past its end)`);
+    members.push(member);
+    at = member.offset + Math.ceil(size / BLOCK) * BLOCK;
+  }
+  throw new Error('truncated tar archive (no end-of-archive marker)');
 }

@@ -7,6 +7,7 @@ import {
   CheckpointDeleteResponse,
   LogBody,
   ModelForkBody,
+  ModelImportQuery,
   LogResponse,
   ModelCreateBody,
   ModelDeleteResponse,
@@ -19,7 +20,9 @@ import type { TrajectoryService } from '../services/trajectory-service.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
 import type { CheckpointExporter } from '../services/checkpoint-export.ts';
 import type { ModelLineage } from '../services/model-lineage.ts';
-import { validationError } from '../errors.ts';
+import type { AdapterImporter } from '../services/adapter-import.ts';
+import type { Readable } from 'node:stream';
+import { AppError, validationError } from '../errors.ts';
 
 type Query = Record<string, unknown>;
 
@@ -27,7 +30,7 @@ export function toCheckpointView(checkpoint: CheckpointRecord) {
   return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
 }
 
-export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService; exports: CheckpointExporter; lineage: ModelLineage }): void {
+export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService; exports: CheckpointExporter; lineage: ModelLineage; imports: AdapterImporter }): void {
   app.post<{ Body: ModelCreateBody }>(
     '/v1/preview/models',
     { schema: { body: ModelCreateBody, response: { 200: ModelResponse } } },
@@ -84,6 +87,17 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
     '/v1/preview/models/:model_id/fork',
     { schema: { summary: 'A new model starting from a checkpoint of this one (latest unless step is given)', body: ModelForkBody, response: { 200: ModelResponse } } },
     async (request) => services.lineage.fork(request.principal, request.params.model_id, request.body),
+  );
+
+  // The archive arrives as the raw body and is streamed to disk by the service, never buffered here.
+  app.addContentTypeParser(['application/x-tar', 'application/octet-stream'], (_request, payload, done) => done(null, payload));
+  app.post<{ Querystring: ModelImportQuery; Body: Readable }>(
+    '/v1/preview/models/import',
+    { schema: { summary: 'Create a model from a PEFT adapter tar (the request body, application/x-tar)', querystring: ModelImportQuery, response: { 200: ModelResponse } } },
+    async (request) => {
+      if (typeof (request.body as Readable | undefined)?.pipe !== 'function') throw new AppError('unsupported_media_type', 'Send the adapter archive as the body with content-type: application/x-tar');
+      return services.imports.import(request.principal, request.query, request.body);
+    },
   );
 
   app.post<{ Params: { model_id: string }; Body: LogBody }>(
