@@ -7,6 +7,7 @@ import { registerAuth } from './http/auth.ts';
 import { errorHandler, sendError } from './http/errors.ts';
 import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
+import { registerPortabilityRoutes } from './http/checkpoint-portability-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { registerChatRoutes } from './http/chat-routes.ts';
 import { registerOpenAiModelRoutes } from './http/openai-models-routes.ts';
@@ -58,6 +59,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   app.register(async (api) => {
     registerHealthRoutes(api, services.health);
     registerModelRoutes(api, services);
+    registerPortabilityRoutes(api, services);
     registerTrainingJobRoutes(api, services.trainingJobs);
     registerChatRoutes(api, services.chat, config.maxInFlightChat, services.metrics);
     registerOpenAiModelRoutes(api, services.served);

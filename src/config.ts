@@ -4,6 +4,7 @@
  */
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { checkPolicy, type RetentionPolicy } from './services/retention.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -48,6 +49,8 @@ export interface Config {
   maxConnections: number;
   /** Open connections one client address may hold. */
   maxConnectionsPerClient: number;
+  /** Checkpoint retention of models that set none (RETENTION_KEEP_LAST, RETENTION_KEEP_BEST, RETENTION_BEST_METRIC, RETENTION_BEST_MODE). */
+  retention: RetentionPolicy;
   /** `/metrics` answers without an API key (for a Prometheus that scrapes without one); off by default. */
   metricsPublic: boolean;
 }
@@ -123,6 +126,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
   const httpLimits = readHttpLimits(integer, problems);
+  const retention = readRetention(read, integer, problems);
 
   if (problems.length > 0) throw new ConfigError(problems);
   return {
@@ -144,7 +148,18 @@ export function loadConfig(env: Env = process.env): Config {
     artifactMaxFileBytes,
     maxInFlightChat,
     metricsPublic: metricsPublic === 'on',
+    retention,
   };
+}
+
+/** The server's default retention policy; unset variables keep every checkpoint. */
+function readRetention(read: (name: string) => string | undefined, integer: (name: string, fallback: number, min: number, max: number) => number, problems: string[]): RetentionPolicy {
+  const optional = (name: string) => (read(name) === undefined ? null : integer(name, 1, 0, 1_000_000));
+  const mode = read('RETENTION_BEST_MODE') ?? 'max';
+  if (mode !== 'max' && mode !== 'min') problems.push(`RETENTION_BEST_MODE=${JSON.stringify(mode)}: expected max or min`);
+  const policy: RetentionPolicy = { keep_last: optional('RETENTION_KEEP_LAST'), keep_best: optional('RETENTION_KEEP_BEST'), best_metric: read('RETENTION_BEST_METRIC') ?? null, best_mode: mode === 'min' ? 'min' : 'max' };
+  for (const problem of checkPolicy(policy, [])) problems.push(`RETENTION_${String(problem.loc[0]).toUpperCase()}: ${problem.msg}`);
+  return policy;
 }
 
 /** Timeouts and connection caps: what keeps slow or hostile clients from holding sockets and file descriptors. */

@@ -32,6 +32,7 @@ import { Metrics } from './services/metrics.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
 import { AdapterImporter } from './services/adapter-import.ts';
+import { RetentionService } from './services/retention.ts';
 
 export interface Services {
   auth: AuthService;
@@ -53,6 +54,7 @@ export interface Services {
   exports: CheckpointExporter;
   lineage: ModelLineage;
   imports: AdapterImporter;
+  retention: RetentionService;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -95,7 +97,8 @@ export function createServices({ config, store, clock, engine = null, engineProb
   const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
   const artifacts = new ArtifactService(new ArtifactRepository(store.db, store.dialect), blobs, clock);
   const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
-  const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock);
+  const retention = new RetentionService(models, modelRepository, config.retention);
+  const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock, retention);
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
@@ -122,6 +125,7 @@ export function createServices({ config, store, clock, engine = null, engineProb
     runtime,
     exports: new CheckpointExporter(models, modelRepository),
     lineage: new ModelLineage(models, modelRepository),
+    retention,
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engine ? engine.stats() : null) }),
     chat: new ChatService(resolver, runtime, { logprobsByDefault: config.logprobsByDefault, maxCompletionTokens: config.maxCompletionTokens }),

@@ -160,3 +160,21 @@ export const ModelImportQuery = Type.Object(
   { additionalProperties: false },
 );
 export type ModelImportQuery = Static<typeof ModelImportQuery>;
+
+const RetentionFields = {
+  keep_last: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: 'Keep this many most recent checkpoints; null: no limit' }),
+  keep_best: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: 'Keep this many best checkpoints by best_metric; null: none for being best' }),
+  best_metric: Type.Union([Type.String({ minLength: 1 }), Type.Null()]),
+  best_mode: Type.Union([Type.Literal('max'), Type.Literal('min')]),
+};
+
+/** PUT /v1/preview/models/{id}/retention: fields left out keep everything on that axis (best_mode: max). */
+export const RetentionBody = Type.Partial(Type.Object(RetentionFields, { additionalProperties: false }));
+export type RetentionBody = Static<typeof RetentionBody>;
+
+export const RetentionResponse = Type.Object({
+  policy: Type.Object(RetentionFields),
+  /** Whether the policy is the model's own or the server default. */
+  source: Type.Union([Type.Literal('model'), Type.Literal('server')]),
+  deleted_steps: Type.Optional(Type.Array(Type.Integer())),
+});

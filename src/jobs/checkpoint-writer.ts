@@ -14,7 +14,8 @@ import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import type { ModelService } from '../services/model-service.ts';
-import { JobError, type RunResult } from './worker.ts';
+import { JobError, type RunContext, type RunResult } from './worker.ts';
+import type { RetentionService } from '../services/retention.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from '../services/checkpoint-export.ts';
 
 export const LORA_DEFAULTS = {
@@ -42,9 +43,11 @@ export class CheckpointWriter {
     private readonly trajectories: TrajectoryRepository,
     private readonly runtime: BaseModelRuntime,
     private readonly clock: Clock,
+    private readonly retention: RetentionService,
   ) {}
 
-  async open(modelId: string): Promise<TrainingSession> {
+  /** `emit` records the job's events: here, the checkpoints retention deleted after this one was written. */
+  async open(modelId: string, emit: RunContext['emit'] = async () => {}): Promise<TrainingSession> {
     const model = await this.models.findById(modelId);
     if (!model) throw new JobError('model_deleted', 'The model was deleted before its job ran');
     const base = await this.runtime.load(model.base_model);
@@ -82,6 +85,8 @@ export class CheckpointWriter {
         await this.models.insertCheckpoint({ id: checkpointId, model_id: model.id, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
         await this.trajectories.insertRunMetrics(model.run_id, step, 'train', metrics, now);
         await engine.ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: base.id, path: final });
+        const deleted = await this.retention.apply(model.id);
+        if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },
     };

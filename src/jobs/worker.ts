@@ -10,7 +10,7 @@ import { JobQueue } from './queue.ts';
 export interface RunContext {
   owner: string;
   signal: AbortSignal;
-  emit(type: string, data: Record<string, number>): Promise<void>;
+  emit(type: string, data: Record<string, unknown>): Promise<void>;
   setProgress(progress: { numSequences?: number; metrics?: Record<string, number> }): Promise<void>;
 }
 

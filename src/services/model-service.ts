@@ -132,10 +132,15 @@ export class ModelService {
   async deleteCheckpoints(principal: Principal, modelId: string, steps: number[]): Promise<{ deleted_count: number; not_found_steps: number[] }> {
     const model = await this.getOwned(principal, modelId);
     const unique = [...new Set(steps)];
-    const { deletedSteps } = await this.models.deleteCheckpoints(model.id, unique, this.clock.now().toISOString());
-    await this.sweepPendingDeletions();
-    const deleted = new Set(deletedSteps);
+    const deleted = new Set(await this.removeCheckpoints(model.id, unique));
     return { deleted_count: deleted.size, not_found_steps: unique.filter((step) => !deleted.has(step)) };
+  }
+
+  /** Deletes checkpoints' rows, then their folders; answers the steps that existed. */
+  async removeCheckpoints(modelId: string, steps: number[]): Promise<number[]> {
+    const { deletedSteps } = await this.models.deleteCheckpoints(modelId, steps, this.clock.now().toISOString());
+    await this.sweepPendingDeletions();
+    return deletedSteps;
   }
 
   /** Removes checkpoint folders a crashed job left half-written (they were never listed). */
