@@ -25,7 +25,7 @@ const USAGE = `usage: npm run cli -- <command>
                                          upload SFT data, start a job and follow it to its end
   checkpoints download --model-id ID --step N [--output FILE]
                                          save a checkpoint as a PEFT adapter archive (tar)
-  (upload, sft and checkpoints talk to a running server: --url or SERVICE_URL, --key or API_KEY, else the local bootstrap key)`;
+  (upload, sft and checkpoints talk to a running server: --url or AGENT_TRAINER_URL, --key or API_KEY, else the local bootstrap key)`;
 
 async function downloadCommand(config: Config, values: { 'model-id'?: string; step?: string; output?: string; url?: string; key?: string }): Promise<void> {
   if (!values['model-id'] || !/^\d+$/.test(values.step ?? '')) throw new Error('checkpoints download needs --model-id ID and --step N');
