@@ -11,6 +11,7 @@ import { serviceClient } from './cli/client.ts';
 import { uploadFiles } from './cli/upload.ts';
 import { runSft } from './cli/sft.ts';
 import { downloadAdapter } from './cli/download.ts';
+import { checkSftData, describeProblems } from './cli/sft-check.ts';
 import { systemClock } from './clock.ts';
 
 const USAGE = `usage: npm run cli -- <command>
@@ -21,11 +22,20 @@ const USAGE = `usage: npm run cli -- <command>
   teams add-member --team TEAM --entity NAME   let NAME's keys act for TEAM
   upload PATH... --project P --name N [--entity E]   upload files or folders as a new artifact version
                                          (prints its wandb-artifact:/// URL on the last line)
-  sft --model-id ID PATH... [--batch-size N] [--learning-rate X]
-                                         upload SFT data, start a job and follow it to its end
+  sft --model-id ID PATH... [--batch-size N] [--learning-rate X] [--dry-run]
+                                         check every line of the SFT data here, then upload it, start a job
+                                         and follow it to its end (--dry-run: only the check)
   checkpoints download --model-id ID --step N [--output FILE]
                                          save a checkpoint as a PEFT adapter archive (tar)
   (upload, sft and checkpoints talk to a running server: --url or AGENT_TRAINER_URL, --key or API_KEY, else the local bootstrap key)`;
+
+async function dryRunSft(inputs: string[]): Promise<void> {
+  if (inputs.length === 0) throw new Error('sft --dry-run needs one or more files or folders');
+  const check = await checkSftData(inputs);
+  for (const { file, conversations } of check.files) console.log(`${file}: ${conversations} conversations`);
+  if (check.problems.length) throw new Error(describeProblems(check));
+  console.log('the SFT data is valid; nothing was uploaded (--dry-run)');
+}
 
 async function downloadCommand(config: Config, values: { 'model-id'?: string; step?: string; output?: string; url?: string; key?: string }): Promise<void> {
   if (!values['model-id'] || !/^\d+$/.test(values.step ?? '')) throw new Error('checkpoints download needs --model-id ID and --step N');
@@ -71,6 +81,7 @@ async function main(argv: string[]): Promise<void> {
       'batch-size': { type: 'string' },
       'learning-rate': { type: 'string' },
       step: { type: 'string' },
+      'dry-run': { type: 'boolean' },
       output: { type: 'string', short: 'o' },
       url: { type: 'string' },
       key: { type: 'string' },
@@ -92,6 +103,7 @@ async function main(argv: string[]): Promise<void> {
     console.log(artifact.url);
     return;
   }
+  if (command === 'sft' && values['dry-run']) return dryRunSft(positionals.slice(1));
   if (command === 'sft') {
     const modelId = values['model-id'];
     if (!modelId || positionals.length < 2) throw new Error('sft needs --model-id ID and one or more files or folders');

@@ -2,6 +2,7 @@
 import type { ServiceClient } from './client.ts';
 import { ProgressBar } from './progress.ts';
 import { uploadFiles } from './upload.ts';
+import { checkSftData, describeProblems } from './sft-check.ts';
 
 interface Event {
   id: string;
@@ -32,6 +33,8 @@ export async function runSft(
   client: ServiceClient,
   options: { modelId: string; inputs: string[]; batchSize?: number; learningRate?: number },
 ): Promise<{ ok: boolean; message: string; jobId: string; url: string }> {
+  const check = await checkSftData(options.inputs);
+  if (check.problems.length) throw new Error(`the SFT data has problems (nothing was uploaded):\n${describeProblems(check)}`);
   const model = await findModel(client, options.modelId);
   const artifact = await uploadFiles(client, { entity: model.entity, project: model.project, name: `${model.name}-sft-data` }, options.inputs);
   const config = { ...(options.batchSize ? { batch_size: options.batchSize } : {}), ...(options.learningRate ? { learning_rate: options.learningRate } : {}) };
