@@ -7,7 +7,7 @@ import { loadConfig, ConfigError, type Config } from './config.ts';
 import { openStore, migrate } from './store/db.ts';
 import { createServices, type Services } from './context.ts';
 import { startServer } from './server.ts';
-import { serviceClient } from './cli/client.ts';
+import { resolveModelId, serviceClient } from './cli/client.ts';
 import { uploadFiles } from './cli/upload.ts';
 import { runSft } from './cli/sft.ts';
 import { downloadAdapter } from './cli/download.ts';
@@ -27,6 +27,7 @@ const USAGE = `usage: npm run cli -- <command>
                                          and follow it to its end (--dry-run: only the check)
   checkpoints download --model-id ID --step N [--output FILE]
                                          save a checkpoint as a PEFT adapter archive (tar)
+  (--model-id takes an id, entity/project/name or project/name)
   (upload, sft and checkpoints talk to a running server: --url or AGENT_TRAINER_URL, --key or API_KEY, else the local bootstrap key)`;
 
 async function dryRunSft(inputs: string[]): Promise<void> {
@@ -39,7 +40,8 @@ async function dryRunSft(inputs: string[]): Promise<void> {
 
 async function downloadCommand(config: Config, values: { 'model-id'?: string; step?: string; output?: string; url?: string; key?: string }): Promise<void> {
   if (!values['model-id'] || !/^\d+$/.test(values.step ?? '')) throw new Error('checkpoints download needs --model-id ID and --step N');
-  console.log(await downloadAdapter(serviceClient(config, values), values['model-id'], Number(values.step), values.output));
+  const client = serviceClient(config, values);
+  console.log(await downloadAdapter(client, await resolveModelId(client, values['model-id']), Number(values.step), values.output));
 }
 
 /** Runs one administrative action against the migrated database, then closes it. */

@@ -71,9 +71,9 @@ describe('checkpoints leave and come back as PEFT adapters, and start forks', ()
     assert.equal(JSON.parse(fs.readFileSync(path.join(checkpoint.adapterPath!, 'adapter_config.json'), 'utf8')).base_model_name_or_path, 'builtin/tiny-chat');
   });
 
-  test('cli checkpoints download writes the same archive, and reports a refusal with the server\'s reason', async () => {
+  test('cli checkpoints download (by model name) writes the same archive, and reports a refusal with the server\'s reason', async () => {
     const target = path.join(folder, 'cli.tar');
-    const cli = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'src/main.ts', 'checkpoints', 'download', '--model-id', modelId, ...args, '--url', e2e.url, '--key', e2e.key], { cwd: repoRoot });
+    const cli = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'src/main.ts', 'checkpoints', 'download', '--model-id', 'export/agent', ...args, '--url', e2e.url, '--key', e2e.key], { cwd: repoRoot });
     const { stdout, stderr } = await cli(['--step', '1', '--output', target]);
     assert.equal(stdout.trim(), target);
     assert.match(stderr, /download \[#+\] 100%/);
@@ -94,6 +94,9 @@ describe('checkpoints leave and come back as PEFT adapters, and start forks', ()
     const stranger = (await e2e.server.services.auth.createKey('stranger')).key;
     assert.equal((await download(`/v1/preview/models/${modelId}/checkpoints/1/adapter`, stranger)).status, 404);
     assert.equal((await fetch(`${e2e.url}/v1/preview/models/${modelId}/checkpoints/1/adapter`)).status, 401);
+    // Names resolve for the owner only.
+    assert.equal((await e2e.api('GET', '/v1/preview/models/by-name/local/export/agent')).body.id, modelId);
+    assert.equal((await e2e.api('GET', '/v1/preview/models/by-name/local/export/agent', undefined, stranger)).status, 404);
   });
 
   test('Python peft on the Hugging Face base model gives our engine’s logprobs for the exported adapter', { skip: !process.env.REFERENCE_PYTHON && 'REFERENCE_PYTHON unset' }, async () => {

@@ -34,9 +34,9 @@ describe('cli upload and sft', () => {
     assert.match(stderr, /upload \[#+\]\s+100%/);
   });
 
-  test('sft uploads, starts a job and follows it to its checkpoint', async () => {
+  test('sft (given the model by name) uploads, starts a job and follows it to its checkpoint', async () => {
     const model = (await e2e.api('POST', '/v1/preview/models', { project: 'cli', name: 'tuned', base_model: 'builtin/tiny-chat' })).body;
-    const { stdout, stderr } = await cli(['sft', '--model-id', model.id, path.join(folder, 'train.jsonl'), '--batch-size', '1']);
+    const { stdout, stderr } = await cli(['sft', '--model-id', 'local/cli/tuned', path.join(folder, 'train.jsonl'), '--batch-size', '1']);
     assert.match(stdout, /SFT job finished .*wandb-artifact:\/\/\/local\/cli\/tuned-sft-data:v0.*checkpoint step 1/);
     assert.match(stderr, /train \[#+\]\s+100% 3\/3/);
     const checkpoints = await e2e.api('GET', `/v1/preview/models/${model.id}/checkpoints`);

@@ -46,3 +46,13 @@ export function serviceClient(config: Config, flags: { url?: string; key?: strin
     },
   };
 }
+
+/** A model id, or a name (`entity/project/name`, or `project/name` of the key's own entity) resolved to one. */
+export async function resolveModelId(client: ServiceClient, idOrName: string): Promise<string> {
+  const parts = idOrName.split('/');
+  if (parts.length === 1) return idOrName;
+  if (parts.length > 3 || parts.some((part) => part === '')) throw new Error(`${idOrName}: expected a model id, entity/project/name or project/name`);
+  const [entity, project, name] = parts.length === 3 ? parts : [(await client.json<{ entity: string }>('GET', '/v1/preview/me')).entity, ...parts];
+  const route = `/v1/preview/models/by-name/${[entity, project, name].map(encodeURIComponent).join('/')}`;
+  return (await client.json<{ id: string }>('GET', route)).id;
+}

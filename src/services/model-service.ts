@@ -4,7 +4,7 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { AppError, notFound, validationError } from '../errors.ts';
+import { AppError, excerpt, notFound, validationError } from '../errors.ts';
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
 import type { CheckpointPageQuery, CheckpointRecord, ModelRepository, ModelRow } from '../store/model-repository.ts';
@@ -99,6 +99,13 @@ export class ModelService {
   private existingOrConflict(existing: ModelRow, input: CreateModelInput): ModelView {
     if (input.return_existing) return toModelView(existing);
     throw new AppError('conflict', `Model ${existing.entity_name}/${existing.project}/${existing.name} already exists (pass return_existing: true to reuse it)`);
+  }
+
+  /** The model named `entity/project/name`, on the same terms as getOwned. */
+  async getOwnedByName(principal: Principal, entity: string, project: string, name: string): Promise<ModelRow> {
+    const model = await this.models.findByName(entity, project, name);
+    if (!model || !canActFor(principal, model.entity_id)) throw notFound(`Model ${excerpt(`${entity}/${project}/${name}`)}`);
+    return model;
   }
 
   /** The model if the principal may see it; another entity's model is exactly as absent as a missing one. */
