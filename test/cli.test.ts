@@ -30,6 +30,20 @@ describe('cli', () => {
     await assert.rejects(cli(['keys', 'revoke', key], env), /no live key/);
   });
 
+  test('every command has its own --help; a missing required option names it', async () => {
+    const env = { DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'cli-test-')) };
+    for (const [args, expected] of [
+      [['--help'], /Usage: npm run cli -- \[options\] \[command\][\s\S]*checkpoints/],
+      [['sft', '--help'], /Usage: npm run cli -- sft \[options\] <paths\.\.\.>[\s\S]*--model-id <model>[\s\S]*--dry-run/],
+      [['checkpoints', 'download', '--help'], /--url <url>[\s\S]*--step <n>[\s\S]*--output <file>/],
+      [['keys', 'create', '--help'], /--entity <name>/],
+    ] as const) {
+      assert.match((await cli([...args], env)).stdout, expected, args.join(' '));
+    }
+    await assert.rejects(cli(['keys', 'create'], env), /required option '--entity <name>' not specified/);
+    await assert.rejects(cli(['nonsense'], env), /unknown command 'nonsense'/);
+  });
+
   test('a command with no server answering says where it looked and how to point it elsewhere', async () => {
     const env = { DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'cli-test-')), API_KEY: `sk-${'c'.repeat(43)}` };
     const args = ['checkpoints', 'download', '--model-id', 'm', '--step', '1'];
