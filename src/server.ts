@@ -56,6 +56,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
   await services.models.sweepPendingDeletions();
   await services.models.sweepTemporaryCheckpoints();
   await services.blobs.sweepStaging();
+  await services.imports.sweepStaging();
   worker.start();
 
   const app = buildApp({ config, services });

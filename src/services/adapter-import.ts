@@ -48,6 +48,11 @@ export class AdapterImporter {
     }
   }
 
+  /** Removes uploads a crash left staged (run at start, before any import can be under way). */
+  async sweepStaging(): Promise<void> {
+    await fs.rm(this.stagingDir, { recursive: true, force: true });
+  }
+
   private async stage(upload: Readable, file: string): Promise<void> {
     let received = 0;
     const limit = this.maxBytes;
