@@ -37,16 +37,19 @@ export function registerPortabilityRoutes(app: FastifyInstance, services: Portab
     async (request) => services.lineage.fork(request.principal, request.params.model_id, request.body),
   );
 
-  // The archive arrives as the raw body and is streamed to disk by the service, never buffered here.
-  app.addContentTypeParser(['application/x-tar', 'application/octet-stream'], (_request, payload, done) => done(null, payload));
-  app.post<{ Querystring: ModelImportQuery; Body: Readable }>(
-    '/v1/preview/models/import',
-    { schema: { summary: 'Create a model from a PEFT adapter tar (the request body, application/x-tar)', querystring: ModelImportQuery, response: { 200: ModelResponse } } },
-    async (request) => {
-      if (typeof (request.body as Readable | undefined)?.pipe !== 'function') throw new AppError('unsupported_media_type', 'Send the adapter archive as the body with content-type: application/x-tar');
-      return services.imports.import(request.principal, request.query, request.body);
-    },
-  );
+  // The archive arrives as the raw body and is streamed to disk by the service, never buffered here; the parser
+  // lives in a scope of its own so that other routes still refuse these content types with a 415.
+  app.register(async (scope) => {
+    scope.addContentTypeParser(['application/x-tar', 'application/octet-stream'], (_request, payload, done) => done(null, payload));
+    scope.post<{ Querystring: ModelImportQuery; Body: Readable }>(
+      '/v1/preview/models/import',
+      { schema: { summary: 'Create a model from a PEFT adapter tar (the request body, application/x-tar)', querystring: ModelImportQuery, response: { 200: ModelResponse } } },
+      async (request) => {
+        if (typeof (request.body as Readable | undefined)?.pipe !== 'function') throw new AppError('unsupported_media_type', 'Send the adapter archive as the body with content-type: application/x-tar');
+        return services.imports.import(request.principal, request.query, request.body);
+      },
+    );
+  });
 
   app.get<{ Params: { model_id: string } }>('/v1/preview/models/:model_id/retention', { schema: { response: { 200: RetentionResponse } } }, async (request) =>
     services.retention.get(request.principal, request.params.model_id),
@@ -56,5 +59,4 @@ export function registerPortabilityRoutes(app: FastifyInstance, services: Portab
     { schema: { summary: 'Set the checkpoint retention policy and apply it now (the latest checkpoint is always kept)', body: RetentionBody, response: { 200: RetentionResponse } } },
     async (request) => services.retention.set(request.principal, request.params.model_id, { ...KEEP_EVERYTHING, ...request.body }),
   );
-
 }
