@@ -8,6 +8,7 @@ import { errorHandler, sendError } from './http/errors.ts';
 import { boundedValidatorCompiler } from './http/validation.ts';
 import { registerHealthRoutes } from './http/health-routes.ts';
 import { registerModelRoutes } from './http/models-routes.ts';
+import { registerPortabilityRoutes } from './http/checkpoint-portability-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { registerChatRoutes } from './http/chat-routes.ts';
 import { registerOpenAiModelRoutes } from './http/openai-models-routes.ts';
@@ -15,6 +16,7 @@ import { registerArtifactRoutes } from './http/artifact-routes.ts';
 import { registerIdentityRoutes } from './http/identity-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
 import { registerOpenApi } from './http/openapi.ts';
+import { registerMetricsHook, registerMetricsRoute } from './http/metrics-routes.ts';
 import multipart from '@fastify/multipart';
 import { AppError, excerpt } from './errors.ts';
 import { registerJsonBody } from './http/json-body.ts';
@@ -22,7 +24,7 @@ import { MAX_PARAM_LENGTH, registerTransportLimits, transportOptions, type Trans
 import { PACKAGE_VERSION } from './version.ts';
 
 export interface AppDeps {
-  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat'> & TransportConfig;
+  config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat' | 'metricsPublic'> & TransportConfig;
   services: Services;
 }
 
@@ -53,6 +55,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     return payload;
   });
   app.setErrorHandler(errorHandler);
+  registerMetricsHook(app, services.metrics);
   registerOpenApi(app, PACKAGE_VERSION);
   app.setNotFoundHandler((request, reply) => sendError(request, reply, new AppError('not_found', `No route for ${request.method} ${excerpt(request.url.split('?')[0])}`)));
 
@@ -61,11 +64,13 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
   app.register(async (api) => {
     registerHealthRoutes(api, services.health);
     registerModelRoutes(api, services);
+    registerPortabilityRoutes(api, services);
     registerTrainingJobRoutes(api, services.trainingJobs);
-    registerChatRoutes(api, services.chat, config.maxInFlightChat);
+    registerChatRoutes(api, services.chat, config.maxInFlightChat, services.metrics);
     registerOpenAiModelRoutes(api, services.served);
     registerIdentityRoutes(api);
     registerDashboardRoutes(api, services.dashboard);
+    registerMetricsRoute(api, services.metrics, config.metricsPublic);
   });
   app.register(async (scope) => {
     // preservePath: file names arrive as sent, so a name with a path in it is refused rather than silently cut.

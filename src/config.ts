@@ -6,6 +6,7 @@ import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isToolParserName, TOOL_PARSER_NAMES, type ToolParserName } from './chat/tool-calls/index.ts';
+import { checkPolicy, type RetentionPolicy } from './services/retention.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -57,7 +58,10 @@ export interface Config {
   /** Which engine processes serve and train, and where they run. */
   engines: EngineTopology;
   /** vLLM-named limits every sampling engine started by this server runs with. */
-  serving: ServingLimits;
+  serving: ServingLimits;  /** Checkpoint retention of models that set none (RETENTION_KEEP_LAST, RETENTION_KEEP_BEST, RETENTION_BEST_METRIC, RETENTION_BEST_MODE). */
+  retention: RetentionPolicy;
+  /** `/metrics` answers without an API key (for a Prometheus that scrapes without one); off by default. */
+  metricsPublic: boolean;
 }
 
 export type EngineDtype = 'float32' | 'bfloat16' | 'float16';
@@ -174,12 +178,15 @@ export function loadConfig(env: Env = process.env): Config {
   if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
   const trustTemplates = read('TRUST_REQUEST_CHAT_TEMPLATE') ?? 'off';
   if (trustTemplates !== 'on' && trustTemplates !== 'off') problems.push(`TRUST_REQUEST_CHAT_TEMPLATE=${JSON.stringify(trustTemplates)}: expected on or off`);
+  const metricsPublic = read('METRICS_PUBLIC') ?? 'off';
+  if (metricsPublic !== 'on' && metricsPublic !== 'off') problems.push(`METRICS_PUBLIC=${JSON.stringify(metricsPublic)}: expected on or off`);
   const engine = read('ENGINE') ?? 'on';
   if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
 
   const httpLimits = readHttpLimits(integer, problems);
   const engines = parseEngineTopology(read, integer, problems);
   const serving = parseServingLimits(read, integer, problems);
+  const retention = readRetention(read, integer, problems);
 
   if (problems.length > 0) throw new ConfigError(problems);
   return {
@@ -203,6 +210,8 @@ export function loadConfig(env: Env = process.env): Config {
     trustRequestChatTemplate: trustTemplates === 'on',
     engines,
     serving,
+    metricsPublic: metricsPublic === 'on',
+    retention,
   };
 }
 
@@ -281,6 +290,16 @@ function parseServingLimits(read: Read, integer: ReadInteger, problems: string[]
     kvCacheMemoryBytes: read('KV_CACHE_MEMORY_BYTES') === undefined ? null : integer('KV_CACHE_MEMORY_BYTES', 0, 1 << 16, Number.MAX_SAFE_INTEGER),
     dtype,
   };
+}
+
+/** The server's default retention policy; unset variables keep every checkpoint. */
+function readRetention(read: (name: string) => string | undefined, integer: (name: string, fallback: number, min: number, max: number) => number, problems: string[]): RetentionPolicy {
+  const optional = (name: string) => (read(name) === undefined ? null : integer(name, 1, 0, 1_000_000));
+  const mode = read('RETENTION_BEST_MODE') ?? 'max';
+  if (mode !== 'max' && mode !== 'min') problems.push(`RETENTION_BEST_MODE=${JSON.stringify(mode)}: expected max or min`);
+  const policy: RetentionPolicy = { keep_last: optional('RETENTION_KEEP_LAST'), keep_best: optional('RETENTION_KEEP_BEST'), best_metric: read('RETENTION_BEST_METRIC') ?? null, best_mode: mode === 'min' ? 'min' : 'max' };
+  for (const problem of checkPolicy(policy, [])) problems.push(`RETENTION_${String(problem.loc[0]).toUpperCase()}: ${problem.msg}`);
+  return policy;
 }
 
 /** Timeouts and connection caps: what keeps slow or hostile clients from holding sockets and file descriptors. */

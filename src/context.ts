@@ -29,6 +29,11 @@ import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { TemplateSandbox } from './chat/template-sandbox.ts';
 import { ConstraintCompiler } from './chat/constraints/constraint-compiler.ts';
+import { Metrics } from './services/metrics.ts';
+import { CheckpointExporter } from './services/checkpoint-export.ts';
+import { ModelLineage } from './services/model-lineage.ts';
+import { AdapterImporter } from './services/adapter-import.ts';
+import { RetentionService } from './services/retention.ts';
 
 export interface Services {
   auth: AuthService;
@@ -50,6 +55,11 @@ export interface Services {
   templateSandbox: TemplateSandbox | null;
   /** Compiles chat constraints on a worker thread. Closed with the server. */
   constraintCompiler: ConstraintCompiler;
+  metrics: Metrics;
+  exports: CheckpointExporter;
+  lineage: ModelLineage;
+  imports: AdapterImporter;
+  retention: RetentionService;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -92,7 +102,8 @@ export function createServices({ config, store, clock, engines = null, enginePro
   const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
   const artifacts = new ArtifactService(new ArtifactRepository(store.db, store.dialect), blobs, clock);
   const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
-  const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock);
+  const retention = new RetentionService(models, modelRepository, config.retention);
+  const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock, retention);
   const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
   const constraintCompiler = new ConstraintCompiler();
   const probeEngine: Probe =
@@ -136,6 +147,11 @@ export function createServices({ config, store, clock, engines = null, enginePro
     }),
     templateSandbox,
     constraintCompiler,
+    exports: new CheckpointExporter(models, modelRepository),
+    lineage: new ModelLineage(models, modelRepository),
+    retention,
+    imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
+    metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
     runners: {
       rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
       sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),

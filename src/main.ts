@@ -1,30 +1,27 @@
 /**
- * The command line: `serve` runs the service; `keys create|list|revoke` and `teams add-member` manage access.
+ * The command line (commander: `--help` on every command): `serve` runs the service; `keys` and `teams` manage
+ * access in the local database; `upload`, `sft` and `checkpoints download` talk to a running server.
  * Run as `npm run cli -- <command>`.
  */
-import { parseArgs } from 'node:util';
+import { Command } from 'commander';
 import { loadConfig, ConfigError, SERVE_FLAGS, withServeFlags, type Config } from './config.ts';
 import { openStore, migrate } from './store/db.ts';
 import { createServices, type Services } from './context.ts';
 import { startServer } from './server.ts';
-import { serviceClient } from './cli/client.ts';
+import { resolveModelId, serviceClient } from './cli/client.ts';
 import { uploadFiles } from './cli/upload.ts';
 import { runSft } from './cli/sft.ts';
+import { downloadAdapter } from './cli/download.ts';
+import { checkSftData, describeProblems } from './cli/sft-check.ts';
 import { systemClock } from './clock.ts';
 
-const USAGE = `usage: npm run cli -- <command>
-  serve [--engines separate|single] [--samplers N] [--max-model-len N] [--max-num-seqs N]
-        [--max-num-batched-tokens N] [--kv-cache-memory-bytes N] [--dtype float32|bfloat16|float16]
-                                         start the HTTP service (each flag overrides its variable, e.g. MAX_NUM_SEQS)
-  keys create --entity NAME              create an API key (prints the key alone on the last line)
-  keys list                              list keys (prefixes only)
-  keys revoke ID|KEY                     revoke a key
-  teams add-member --team TEAM --entity NAME   let NAME's keys act for TEAM
-  upload PATH... --project P --name N [--entity E]   upload files or folders as a new artifact version
-                                         (prints its wandb-artifact:/// URL on the last line)
-  sft --model-id ID PATH... [--batch-size N] [--learning-rate X]
-                                         upload SFT data, start a job and follow it to its end
-  (upload and sft talk to a running server: --url or SERVICE_URL, --key or API_KEY, else the local bootstrap key)`;
+async function dryRunSft(inputs: string[]): Promise<void> {
+  if (inputs.length === 0) throw new Error('sft --dry-run needs one or more files or folders');
+  const check = await checkSftData(inputs);
+  for (const { file, conversations } of check.files) console.log(`${file}: ${conversations} conversations`);
+  if (check.problems.length) throw new Error(describeProblems(check));
+  console.log('the SFT data is valid; nothing was uploaded (--dry-run)');
+}
 
 /** Runs one administrative action against the migrated database, then closes it. */
 async function withServices<T>(config: Config, work: (services: Services) => Promise<T>): Promise<T> {
@@ -52,91 +49,90 @@ async function serve(config: Config): Promise<void> {
   process.once('SIGTERM', () => void shutdown());
 }
 
-async function main(argv: string[]): Promise<void> {
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      entity: { type: 'string' },
-      team: { type: 'string' },
-      project: { type: 'string' },
-      name: { type: 'string' },
-      'model-id': { type: 'string' },
-      'batch-size': { type: 'string' },
-      'learning-rate': { type: 'string' },
-      url: { type: 'string' },
-      key: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-      ...(Object.fromEntries(Object.keys(SERVE_FLAGS).map((flag) => [flag, { type: 'string' }])) as { [flag in keyof typeof SERVE_FLAGS]: { type: 'string' } }),
-    },
-  });
-  const [command, subcommand, argument] = positionals;
-  if (values.help || !command) {
-    console.log(USAGE);
-    return;
-  }
-  const config = loadConfig(command === 'serve' ? withServeFlags(process.env, values) : process.env);
-  if (command === 'upload') {
-    if (!values.project || !values.name) throw new Error('upload needs --project P --name N and one or more files or folders');
-    const client = serviceClient(config, values);
-    const entity = values.entity ?? (await client.json<{ entity: string }>('GET', '/v1/preview/me')).entity;
-    const artifact = await uploadFiles(client, { entity, project: values.project, name: values.name }, positionals.slice(1));
-    for (const file of artifact.files) console.log(`${file.name}  ${file.size} bytes  sha256 ${file.sha256}`);
-    console.log(artifact.url);
-    return;
-  }
-  if (command === 'sft') {
-    const modelId = values['model-id'];
-    if (!modelId || positionals.length < 2) throw new Error('sft needs --model-id ID and one or more files or folders');
-    const outcome = await runSft(serviceClient(config, values), {
-      modelId,
-      inputs: positionals.slice(1),
-      batchSize: values['batch-size'] ? Number(values['batch-size']) : undefined,
-      learningRate: values['learning-rate'] ? Number(values['learning-rate']) : undefined,
-    });
-    console.log(`${outcome.ok ? 'SFT job finished' : 'SFT job failed'} (${outcome.jobId}, data ${outcome.url}): ${outcome.message}`);
-    if (!outcome.ok) process.exitCode = 1;
-    return;
-  }
-  const command2 = subcommand ? `${command} ${subcommand}` : command;
-  switch (command2) {
-    case 'serve':
-      return serve(config);
-    case 'keys create': {
-      if (!values.entity) throw new Error('keys create needs --entity NAME');
-      const entity = values.entity;
-      const created = await withServices(config, (services) => services.auth.createKey(entity));
-      console.log(`Created key ${created.id} for entity ${entity}. It is shown once:`);
-      console.log(created.key);
-      return;
-    }
-    case 'keys list': {
-      const keys = await withServices(config, (services) => services.auth.listKeys());
-      for (const key of keys) {
-        console.log(`${key.id}  ${key.entityName.padEnd(20)} ${key.keyPrefix}…  created ${key.createdAt}${key.revokedAt ? `  REVOKED ${key.revokedAt}` : ''}`);
-      }
-      return;
-    }
-    case 'keys revoke': {
-      if (!argument) throw new Error('keys revoke needs a key id or the key');
-      const revoked = await withServices(config, (services) => services.auth.revokeKey(argument));
-      if (!revoked) throw new Error(`no live key matches ${argument}`);
-      console.log('Revoked.');
-      return;
-    }
-    case 'teams add-member': {
-      if (!values.team || !values.entity) throw new Error('teams add-member needs --team TEAM --entity NAME');
-      const { team, entity } = values as { team: string; entity: string };
-      await withServices(config, (services) => services.auth.addMembership(team, entity));
-      console.log(`Keys of ${entity} may now act for ${team}.`);
-      return;
-    }
-    default:
-      throw new Error(`unknown command: ${command2}\n${USAGE}`);
-  }
+/** Commander's camelCased option values back under their flag names (`maxModelLen` → `max-model-len`). */
+function serveFlagsOf(options: Record<string, string | undefined>): Partial<Record<keyof typeof SERVE_FLAGS, string>> {
+  const camel = (flag: string) => flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase());
+  return Object.fromEntries(Object.keys(SERVE_FLAGS).map((flag) => [flag, options[camel(flag)]]));
 }
 
-main(process.argv.slice(2)).catch((error: unknown) => {
-  console.error(error instanceof ConfigError ? error.message : `error: ${(error as Error).message}`);
-  process.exit(1);
-});
+/** Adds the options of commands that talk to a running server. */
+function remote(command: Command): Command {
+  return command
+    .option('--url <url>', 'the server (default: AGENT_TRAINER_URL, else this machine\'s HOST and PORT)')
+    .option('--key <key>', 'an API key (default: API_KEY, else the local bootstrap key)');
+}
+
+type Remote = { url?: string; key?: string };
+
+function program(): Command {
+  const cli = new Command('npm run cli --').description('agent-trainer: serve, manage keys, upload data, train and take checkpoints away').showHelpAfterError();
+  const serveCommand = cli.command('serve').description('start the HTTP service; each flag overrides its environment variable');
+  for (const [flag, variable] of Object.entries(SERVE_FLAGS)) serveCommand.option(`--${flag} <value>`, `overrides ${variable}`);
+  serveCommand.action((options: Record<string, string | undefined>) => serve(loadConfig(withServeFlags(process.env, serveFlagsOf(options)))));
+  const keys = cli.command('keys').description('API keys');
+  keys.command('create').description('create an API key (prints the key alone on the last line)').requiredOption('--entity <name>', 'the entity the key acts as').action(async ({ entity }: { entity: string }) => {
+    const created = await withServices(loadConfig(), (services) => services.auth.createKey(entity));
+    console.log(`Created key ${created.id} for entity ${entity}. It is shown once:`);
+    console.log(created.key);
+  });
+  keys.command('list').description('list keys (prefixes only)').action(async () => {
+    for (const key of await withServices(loadConfig(), (services) => services.auth.listKeys())) {
+      console.log(`${key.id}  ${key.entityName.padEnd(20)} ${key.keyPrefix}…  created ${key.createdAt}${key.revokedAt ? `  REVOKED ${key.revokedAt}` : ''}`);
+    }
+  });
+  keys.command('revoke').description('revoke a key').argument('<id-or-key>', 'the key id or the key itself').action(async (argument: string) => {
+    if (!(await withServices(loadConfig(), (services) => services.auth.revokeKey(argument)))) throw new Error(`no live key matches ${argument}`);
+    console.log('Revoked.');
+  });
+  cli.command('teams').description('teams').command('add-member').description("let an entity's keys act for a team").requiredOption('--team <team>').requiredOption('--entity <name>').action(async ({ team, entity }: { team: string; entity: string }) => {
+    await withServices(loadConfig(), (services) => services.auth.addMembership(team, entity));
+    console.log(`Keys of ${entity} may now act for ${team}.`);
+  });
+  addDataCommands(cli);
+  return cli;
+}
+
+/** upload, sft and checkpoints download: the commands that talk to a running server. */
+function addDataCommands(cli: Command): void {
+  remote(cli.command('upload').description('upload files or folders as a new artifact version (prints its wandb-artifact:/// URL last)'))
+    .argument('<paths...>')
+    .requiredOption('--project <project>')
+    .requiredOption('--name <name>')
+    .option('--entity <entity>', "default: the key's own entity")
+    .action(async (paths: string[], options: Remote & { project: string; name: string; entity?: string }) => {
+      const client = serviceClient(loadConfig(), options);
+      const entity = options.entity ?? (await client.json<{ entity: string }>('GET', '/v1/preview/me')).entity;
+      const artifact = await uploadFiles(client, { entity, project: options.project, name: options.name }, paths);
+      for (const file of artifact.files) console.log(`${file.name}  ${file.size} bytes  sha256 ${file.sha256}`);
+      console.log(artifact.url);
+    });
+  remote(cli.command('sft').description('check every line of the SFT data here, upload it, start a job and follow it to its end'))
+    .argument('<paths...>', '.jsonl files, or folders with train.jsonl')
+    .option('--model-id <model>', 'an id, entity/project/name or project/name (not needed with --dry-run)')
+    .option('--batch-size <n>', 'sequences per step', Number)
+    .option('--learning-rate <x>', 'learning rate', Number)
+    .option('--dry-run', 'only check the data; upload nothing')
+    .action(async (paths: string[], options: Remote & { modelId?: string; batchSize?: number; learningRate?: number; dryRun?: boolean }) => {
+      if (options.dryRun) return dryRunSft(paths);
+      if (!options.modelId) throw new Error('sft needs --model-id (or --dry-run)');
+      const outcome = await runSft(serviceClient(loadConfig(), options), { modelId: options.modelId, inputs: paths, batchSize: options.batchSize, learningRate: options.learningRate });
+      console.log(`${outcome.ok ? 'SFT job finished' : 'SFT job failed'} (${outcome.jobId}, data ${outcome.url}): ${outcome.message}`);
+      if (!outcome.ok) process.exitCode = 1;
+    });
+  remote(cli.command('checkpoints').description('checkpoints').command('download').description('save a checkpoint as a PEFT adapter archive (tar); prints the file name'))
+    .requiredOption('--model-id <model>', 'an id, entity/project/name or project/name')
+    .requiredOption('--step <n>', 'the checkpoint step')
+    .option('-o, --output <file>', 'default: the name the server suggests, in this folder')
+    .action(async (options: Remote & { modelId: string; step: string; output?: string }) => {
+      if (!/^\d+$/.test(options.step)) throw new Error(`--step ${options.step}: expected a step number`);
+      const client = serviceClient(loadConfig(), options);
+      console.log(await downloadAdapter(client, await resolveModelId(client, options.modelId), Number(options.step), options.output));
+    });
+}
+
+program()
+  .parseAsync(process.argv)
+  .catch((error: unknown) => {
+    console.error(error instanceof ConfigError ? error.message : `error: ${(error as Error).message}`);
+    process.exit(1);
+  });

@@ -53,11 +53,13 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     pollMs: 500,
     // Renew well before the lease runs out, so a slow step never loses it.
     heartbeatMs: Math.max(250, Math.floor(config.jobLeaseMs / 4)),
+    onFinished: (type, status, seconds) => services.metrics.observeJob(type, status, seconds),
   });
   const bootstrap = await services.auth.bootstrap(config.dataDir, config.bootstrapApiKey);
   await services.models.sweepPendingDeletions();
   await services.models.sweepTemporaryCheckpoints();
   await services.blobs.sweepStaging();
+  await services.imports.sweepStaging();
   worker.start();
 
   const app = buildApp({ config, services });

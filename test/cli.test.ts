@@ -2,6 +2,8 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
+import { once } from 'node:events';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -26,6 +28,32 @@ describe('cli', () => {
     await cli(['keys', 'revoke', key], env);
     assert.match((await cli(['keys', 'list'], env)).stdout, /REVOKED/);
     await assert.rejects(cli(['keys', 'revoke', key], env), /no live key/);
+  });
+
+  test('every command has its own --help; a missing required option names it', async () => {
+    const env = { DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'cli-test-')) };
+    for (const [args, expected] of [
+      [['--help'], /Usage: npm run cli -- \[options\] \[command\][\s\S]*checkpoints/],
+      [['sft', '--help'], /Usage: npm run cli -- sft \[options\] <paths\.\.\.>[\s\S]*--model-id <model>[\s\S]*--dry-run/],
+      [['checkpoints', 'download', '--help'], /--url <url>[\s\S]*--step <n>[\s\S]*--output <file>/],
+      [['keys', 'create', '--help'], /--entity <name>/],
+    ] as const) {
+      assert.match((await cli([...args], env)).stdout, expected, args.join(' '));
+    }
+    await assert.rejects(cli(['keys', 'create'], env), /required option '--entity <name>' not specified/);
+    await assert.rejects(cli(['nonsense'], env), /unknown command 'nonsense'/);
+  });
+
+  test('a command with no server answering says where it looked and how to point it elsewhere', async () => {
+    const env = { DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'cli-test-')), API_KEY: `sk-${'c'.repeat(43)}` };
+    const args = ['checkpoints', 'download', '--model-id', 'm', '--step', '1'];
+    // A port that was free a moment ago: nothing listens there.
+    const probe = net.createServer().listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const port = (probe.address() as net.AddressInfo).port;
+    probe.close();
+    await assert.rejects(cli([...args, '--url', `http://127.0.0.1:${port}`], env), new RegExp(`no agent-trainer server answers at http://127\\.0\\.0\\.1:${port} \\(ECONNREFUSED\\).*--url or AGENT_TRAINER_URL`));
+    await assert.rejects(cli(args, { ...env, AGENT_TRAINER_URL: `http://127.0.0.1:${port}/` }), new RegExp(`answers at http://127\\.0\\.0\\.1:${port} `));
   });
 
   test('serve bootstraps the configured key into an owner-only file and answers with it', async () => {

@@ -40,7 +40,7 @@ describe('OpenAPI document', () => {
     const result = await new Validator().validate(doc as unknown as Record<string, unknown>);
     assert.equal(result.valid, true, JSON.stringify(result.errors));
     assert.equal((doc as unknown as { openapi: string }).openapi, '3.1.0');
-    for (const path of ['/v1/chat/completions', '/v1/models', '/v1/preview/models', '/v1/preview/training-jobs/{id}/events', '/v1/dashboard/jobs']) assert.ok(doc.paths[path], path);
+    for (const path of ['/v1/chat/completions', '/v1/models', '/metrics', '/v1/preview/models/{model_id}/checkpoints/{step}/adapter', '/v1/preview/models', '/v1/preview/training-jobs/{id}/events', '/v1/dashboard/jobs']) assert.ok(doc.paths[path], path);
     assert.equal(doc.paths['/'], undefined);
     assert.deepEqual((doc.paths['/v1/health'].get as unknown as { security: unknown[] }).security, []);
     const docs = await fetch(`${e2e.url}/docs`);
@@ -80,6 +80,10 @@ describe('OpenAPI document', () => {
     await call('GET', `/v1/preview/training-jobs/${job.id}/events?limit=100`);
     await call('POST', `/v1/preview/training-jobs/${job.id}/cancel`);
     await call('GET', `/v1/preview/models/${model.id}/checkpoints`);
+    await call('GET', `/v1/preview/models/by-name/${model.entity}/oa/agent`);
+    await call('GET', `/v1/preview/models/${model.id}/retention`);
+    await call('PUT', `/v1/preview/models/${model.id}/retention`, { keep_last: 5 });
+    await call('POST', `/v1/preview/models/${model.id}/fork`, { name: 'agent-fork' });
     await call('GET', '/v1/models');
     await call('GET', `/v1/models/${name}:step1`);
     const upload = await uploadArtifact(e2e, `${model.entity}/oa/data`, { 'train.jsonl': '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n' });
@@ -98,6 +102,6 @@ describe('OpenAPI document', () => {
     await call('GET', `/v1/preview/models/${model.id}`);
     // Every answer of the session has a documented schema but chat completions' (JSON or SSE) and the final 404's.
     assert.deepEqual(unchecked.map((line) => line.replace(/[0-9a-f-]{36}/g, '{id}')), ['POST /v1/chat/completions 200', 'GET /v1/preview/models/{id} 404']);
-    assert.equal(checked.length, 24);
+    assert.equal(checked.length, 28);
   });
 });

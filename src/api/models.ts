@@ -133,3 +133,50 @@ export const LogResponse = Type.Object({
   step: Type.Integer(),
   metrics: Type.Record(Type.String(), Type.Number()),
 });
+
+/** A checkpoint's PEFT adapter as a tar archive (`GET …/checkpoints/{step}/adapter`). */
+export const AdapterArchive = {
+  description: 'A tar archive holding adapter_config.json (base_model_name_or_path: the public base model id) and adapter_model.safetensors',
+  content: { 'application/x-tar': { schema: { type: 'string', format: 'binary' } } },
+};
+
+/** POST /v1/preview/models/{id}/fork: a new model of the same entity and base, starting from one checkpoint. */
+export const ModelForkBody = Type.Object(
+  {
+    name: Type.String({ pattern: NAME_PATTERN }),
+    project: Type.Optional(Type.String({ pattern: NAME_PATTERN })),
+    step: Type.Optional(Type.Integer({ minimum: 0 })),
+  },
+  { additionalProperties: false },
+);
+export type ModelForkBody = Static<typeof ModelForkBody>;
+
+/** POST /v1/preview/models/import?project=…&name=…&base_model=…: the body is the adapter tar itself. */
+export const ModelImportQuery = Type.Object(
+  {
+    project: Type.String({ pattern: NAME_PATTERN }),
+    name: Type.String({ pattern: NAME_PATTERN }),
+    base_model: Type.String({ minLength: 1 }),
+    entity: Type.Optional(Type.String({ minLength: 1 })),
+  },
+  { additionalProperties: false },
+);
+export type ModelImportQuery = Static<typeof ModelImportQuery>;
+
+const RetentionFields = {
+  keep_last: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: 'Keep this many most recent checkpoints; null: no limit' }),
+  keep_best: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: 'Keep this many best checkpoints by best_metric; null: none for being best' }),
+  best_metric: Type.Union([Type.String({ minLength: 1 }), Type.Null()]),
+  best_mode: Type.Union([Type.Literal('max'), Type.Literal('min')]),
+};
+
+/** PUT /v1/preview/models/{id}/retention: fields left out keep everything on that axis (best_mode: max). */
+export const RetentionBody = Type.Partial(Type.Object(RetentionFields, { additionalProperties: false }));
+export type RetentionBody = Static<typeof RetentionBody>;
+
+export const RetentionResponse = Type.Object({
+  policy: Type.Object(RetentionFields),
+  /** Whether the policy is the model's own or the server default. */
+  source: Type.Union([Type.Literal('model'), Type.Literal('server')]),
+  deleted_steps: Type.Optional(Type.Array(Type.Integer())),
+});

@@ -1,7 +1,8 @@
 /** `sft`: upload the data, start an SFT job on a model, and follow its events with a progress bar until it ends. */
-import type { ServiceClient } from './client.ts';
+import { resolveModelId, type ServiceClient } from './client.ts';
 import { ProgressBar } from './progress.ts';
 import { uploadFiles } from './upload.ts';
+import { checkSftData, describeProblems } from './sft-check.ts';
 
 interface Event {
   id: string;
@@ -32,10 +33,13 @@ export async function runSft(
   client: ServiceClient,
   options: { modelId: string; inputs: string[]; batchSize?: number; learningRate?: number },
 ): Promise<{ ok: boolean; message: string; jobId: string; url: string }> {
-  const model = await findModel(client, options.modelId);
+  const check = await checkSftData(options.inputs);
+  if (check.problems.length) throw new Error(`the SFT data has problems (nothing was uploaded):\n${describeProblems(check)}`);
+  const modelId = await resolveModelId(client, options.modelId);
+  const model = await findModel(client, modelId);
   const artifact = await uploadFiles(client, { entity: model.entity, project: model.project, name: `${model.name}-sft-data` }, options.inputs);
   const config = { ...(options.batchSize ? { batch_size: options.batchSize } : {}), ...(options.learningRate ? { learning_rate: options.learningRate } : {}) };
-  const job = await client.json<{ id: string }>('POST', '/v1/preview/sft-training-jobs', { model_id: options.modelId, training_data_url: artifact.url, config });
+  const job = await client.json<{ id: string }>('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config });
   const outcome = await followJob(client, job.id);
   return { ...outcome, jobId: job.id, url: artifact.url };
 }

@@ -47,7 +47,7 @@ export async function uploadFiles(client: ServiceClient, target: { entity: strin
     }
     yield encoder.encode(`--${boundary}--\r\n`);
   }
-  const response = await fetch(`${client.url}/v1/preview/artifacts/${target.entity}/${target.project}/${target.name}`, {
+  const response = await client.fetch(`/v1/preview/artifacts/${target.entity}/${target.project}/${target.name}`, {
     method: 'POST',
     headers: { authorization: `Bearer ${client.key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
     // undici streams an async iterable as the request body (chunked), so nothing is held in memory.

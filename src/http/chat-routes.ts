@@ -5,10 +5,11 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ChatCompletionBody } from '../api/chat.ts';
 import type { ChatService } from '../services/chat-service.ts';
+import type { Metrics } from '../services/metrics.ts';
 import { AppError } from '../errors.ts';
 import { chatErrorBody, toAppError } from './errors.ts';
 
-export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxInFlight: number): void {
+export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxInFlight: number, metrics: Metrics): void {
   // Beyond this many unfinished requests the engine's batch is full enough: answer 429 instead of queueing without bound.
   let inFlight = 0;
   const handler = async (request: FastifyRequest<{ Body: ChatCompletionBody }>, reply: FastifyReply) => {
@@ -28,6 +29,7 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxI
       if (!reply.raw.writableFinished) clientGone.abort();
     });
     let result: Awaited<ReturnType<ChatService['create']>>;
+    const observation = metrics.chat(request.body.stream === true);
     try {
       result = await chat.create(request.principal, request.body, typeof header === 'string' ? header : undefined, clientGone.signal);
     } catch (error) {
@@ -37,6 +39,7 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxI
     if (result.kind === 'json') {
       // Lets a client (and bench/chat-overhead.ts) split latency into engine time and the server's own.
       reply.header('server-timing', `engine;dur=${result.engineMs.toFixed(3)}`);
+      observation.finished(completionTokens(result.body.usage));
       return result.body;
     }
 
@@ -49,6 +52,7 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxI
       'x-request-id': request.id,
     });
     let disconnected = false;
+    const tokens = streamedTokens();
     raw.on('close', () => {
       if (raw.writableFinished) return;
       disconnected = true;
@@ -57,6 +61,7 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxI
     try {
       for await (const chunk of result.chunks) {
         if (disconnected) break;
+        if (tokens.count(chunk)) observation.firstToken();
         raw.write(`data: ${JSON.stringify(chunk)}\n\n`);
       }
     } catch (error) {
@@ -66,9 +71,36 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxI
         raw.write(`data: ${JSON.stringify(chatErrorBody(appError))}\n\n`);
       }
     }
+    observation.finished(tokens.total());
     if (!disconnected) raw.end('data: [DONE]\n\n');
   };
   const options = { schema: { body: ChatCompletionBody } };
   app.post('/v1/chat/completions', options, handler);
   app.post('/v1/chat/completions/', options, handler);
+}
+
+function completionTokens(usage: unknown): number {
+  const tokens = (usage as { completion_tokens?: unknown } | undefined)?.completion_tokens;
+  return typeof tokens === 'number' ? tokens : 0;
+}
+
+/**
+ * Completion tokens of a stream: the usage chunk's count when the client asked for one, else one per content
+ * delta (close to the token count: a delta holds the text one decode step produced, and steps that decode to
+ * nothing yet send none).
+ */
+function streamedTokens() {
+  let deltas = 0;
+  let reported: number | undefined;
+  return {
+    /** Answers whether the chunk carries generated content. */
+    count(chunk: unknown): boolean {
+      const { choices, usage } = chunk as { choices?: { delta?: { content?: unknown; tool_calls?: unknown } }[]; usage?: unknown };
+      if (usage) reported = completionTokens(usage);
+      const content = (choices ?? []).filter((choice) => (typeof choice.delta?.content === 'string' && choice.delta.content !== '') || choice.delta?.tool_calls !== undefined).length;
+      deltas += content;
+      return content > 0;
+    },
+    total: () => reported ?? deltas,
+  };
 }

@@ -36,6 +36,13 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
     async (request) => toModelView(await services.models.getOwned(request.principal, request.params.model_id)),
   );
 
+  // Names where the CLI and people have them; every other route takes the id this answers.
+  app.get<{ Params: { entity: string; project: string; name: string } }>(
+    '/v1/preview/models/by-name/:entity/:project/:name',
+    { schema: { summary: 'Read one model by its entity/project/name', response: { 200: ModelResponse } } },
+    async (request) => toModelView(await services.models.getOwnedByName(request.principal, request.params.entity, request.params.project, request.params.name)),
+  );
+
   app.delete<{ Params: { model_id: string } }>(
     '/v1/preview/models/:model_id',
     { schema: { response: { 200: ModelDeleteResponse } } },

@@ -39,5 +39,5 @@ export function registerOpenApi(app: FastifyInstance, version: string): void {
 }
 
 function isApiPath(url: string): boolean {
-  return url.startsWith('/v1/');
+  return url.startsWith('/v1/') || url === '/metrics';
 }

@@ -15,7 +15,9 @@ import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import type { ModelService } from '../services/model-service.ts';
-import { JobError, type RunResult } from './worker.ts';
+import { JobError, type RunContext, type RunResult } from './worker.ts';
+import type { RetentionService } from '../services/retention.ts';
+import { ADAPTER_CONFIG, publicAdapterConfig } from '../services/checkpoint-export.ts';
 
 export const LORA_DEFAULTS = {
   rank: 8,
@@ -44,9 +46,11 @@ export class CheckpointWriter {
     private readonly trajectories: TrajectoryRepository,
     private readonly runtime: BaseModelRuntime,
     private readonly clock: Clock,
+    private readonly retention: RetentionService,
   ) {}
 
-  async open(modelId: string): Promise<TrainingSession> {
+  /** `emit` records the job's events: here, the checkpoints retention deleted after this one was written. */
+  async open(modelId: string, emit: RunContext['emit'] = async () => {}): Promise<TrainingSession> {
     const model = await this.models.findById(modelId);
     if (!model) throw new JobError('model_deleted', 'The model was deleted before its job ran');
     const base = await this.runtime.loadForTraining(model.base_model);
@@ -80,6 +84,8 @@ export class CheckpointWriter {
         const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
         const final = path.join(checkpointsDir, String(step));
         await engine.saveAdapter({ adapter, path: temporary });
+        // The engine names the base by the folder it loaded; a checkpoint names it by the id users know it by.
+        await fs.writeFile(path.join(temporary, ADAPTER_CONFIG), `${JSON.stringify(await publicAdapterConfig(temporary, base.id), null, 2)}\n`);
         await fs.rm(final, { recursive: true, force: true });
         await fs.rename(temporary, final);
         const checkpointId = newId();
@@ -87,6 +93,8 @@ export class CheckpointWriter {
         await this.models.insertCheckpoint({ id: checkpointId, model_id: model.id, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
         await this.trajectories.insertRunMetrics(model.run_id, step, 'train', metrics, now);
         await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: base.id, path: final });
+        const deleted = await this.retention.apply(model.id);
+        if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },
     };

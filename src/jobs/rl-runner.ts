@@ -123,7 +123,7 @@ export function createRlRunner(deps: RlRunnerDeps) {
   return async function runRl(job: JobRow, context: RunContext): Promise<RunResult> {
     const payload = await deps.queue.readPayload<RlJobPayload>(job);
     const { config } = payload;
-    const session = await deps.checkpoints.open(job.model_id);
+    const session = await deps.checkpoints.open(job.model_id, context.emit);
     const { base } = session;
     if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render trajectories with`);
     const { sequences, groupMetrics, withoutLogprobs } = jobData(payload, base);

@@ -59,7 +59,7 @@ function conversationRow(base: LoadedBase, conversation: Conversation, payload: 
 export function createSftRunner(deps: SftRunnerDeps) {
   return async function runSft(job: JobRow, context: RunContext): Promise<RunResult> {
     const payload = await deps.queue.readPayload<SftJobPayload>(job);
-    const session = await deps.checkpoints.open(job.model_id);
+    const session = await deps.checkpoints.open(job.model_id, context.emit);
     const { base } = session;
     if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render conversations with`);
     const numBatches = Math.ceil(payload.num_conversations / payload.batch_size);

@@ -34,6 +34,8 @@ export class JobError extends Error {
 export interface WorkerOptions {
   pollMs: number;
   heartbeatMs: number;
+  /** Told how each job this worker ran ended (COMPLETED, FAILED, CANCELLED or LEASE_LOST) and how long it ran. */
+  onFinished?: (type: JobRow['type'], status: string, seconds: number) => void;
 }
 
 export class JobWorker {
@@ -123,14 +125,19 @@ export class JobWorker {
       setProgress: (progress) => this.queue.setProgress(job.id, this.owner, progress),
     };
     log.info('job started');
+    const started = performance.now();
+    let status = 'FAILED';
     try {
       const result = await this.runners[job.type](job, context);
-      if (!(await this.queue.complete(job.id, this.owner, result))) log.warn('job finished after losing its lease; outcome dropped');
+      status = (await this.queue.complete(job.id, this.owner, result)) ? 'COMPLETED' : 'LEASE_LOST';
+      if (status === 'LEASE_LOST') log.warn('job finished after losing its lease; outcome dropped');
       else log.info({ step: result.step }, 'job completed');
     } catch (error) {
       if (leaseLost) {
+        status = 'LEASE_LOST';
         log.warn('job stopped: lease lost');
       } else if (abort.signal.aborted) {
+        status = 'CANCELLED';
         await this.queue.finishCancelled(job.id, this.owner);
         log.info('job cancelled');
       } else {
@@ -142,6 +149,7 @@ export class JobWorker {
     } finally {
       clearInterval(heartbeat);
       this.current = undefined;
+      this.options.onFinished?.(job.type, status, (performance.now() - started) / 1000);
     }
   }
 }

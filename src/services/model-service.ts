@@ -4,7 +4,7 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { AppError, notFound, validationError } from '../errors.ts';
+import { AppError, excerpt, notFound, validationError } from '../errors.ts';
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
 import type { CheckpointPageQuery, CheckpointRecord, ModelRepository, ModelRow } from '../store/model-repository.ts';
@@ -46,7 +46,11 @@ export class ModelService {
     return path.join(this.dataDir, 'models', modelId);
   }
 
-  async create(principal: Principal, input: CreateModelInput): Promise<ModelView> {
+  /**
+   * A new model with its step 0. `startFrom`, when given, writes the adapter step 0 holds (a fork, an import) into
+   * the folder it is handed; without it step 0 is the base model itself.
+   */
+  async create(principal: Principal, input: CreateModelInput, startFrom?: (folder: string) => Promise<void>): Promise<ModelView> {
     const entityName = input.entity ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity) throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
@@ -56,7 +60,9 @@ export class ModelService {
 
     const now = this.clock.now().toISOString();
     const modelId = newId();
+    const step0Folder = startFrom ? path.join(this.modelFolder(modelId), 'checkpoints', '0') : null;
     try {
+      if (startFrom && step0Folder) await startFrom(step0Folder);
       await this.models.insertModel(
         {
           id: modelId,
@@ -68,9 +74,10 @@ export class ModelService {
           last_step: 0,
           created_at: now,
         },
-        { id: newId(), model_id: modelId, step: 0, metrics: '{}', adapter_path: null, created_at: now },
+        { id: newId(), model_id: modelId, step: 0, metrics: '{}', adapter_path: step0Folder, created_at: now },
       );
     } catch (error) {
+      await fs.rm(this.modelFolder(modelId), { recursive: true, force: true });
       // A concurrent create of the same name won the unique constraint.
       const winner = await this.models.findByName(entity.name, input.project, input.name);
       if (winner) return this.existingOrConflict(winner, input);
@@ -99,6 +106,13 @@ export class ModelService {
   private existingOrConflict(existing: ModelRow, input: CreateModelInput): ModelView {
     if (input.return_existing) return toModelView(existing);
     throw new AppError('conflict', `Model ${existing.entity_name}/${existing.project}/${existing.name} already exists (pass return_existing: true to reuse it)`);
+  }
+
+  /** The model named `entity/project/name`, on the same terms as getOwned. */
+  async getOwnedByName(principal: Principal, entity: string, project: string, name: string): Promise<ModelRow> {
+    const model = await this.models.findByName(entity, project, name);
+    if (!model || !canActFor(principal, model.entity_id)) throw notFound(`Model ${excerpt(`${entity}/${project}/${name}`)}`);
+    return model;
   }
 
   /** The model if the principal may see it; another entity's model is exactly as absent as a missing one. */
@@ -132,10 +146,15 @@ export class ModelService {
   async deleteCheckpoints(principal: Principal, modelId: string, steps: number[]): Promise<{ deleted_count: number; not_found_steps: number[] }> {
     const model = await this.getOwned(principal, modelId);
     const unique = [...new Set(steps)];
-    const { deletedSteps } = await this.models.deleteCheckpoints(model.id, unique, this.clock.now().toISOString());
-    await this.sweepPendingDeletions();
-    const deleted = new Set(deletedSteps);
+    const deleted = new Set(await this.removeCheckpoints(model.id, unique));
     return { deleted_count: deleted.size, not_found_steps: unique.filter((step) => !deleted.has(step)) };
+  }
+
+  /** Deletes checkpoints' rows, then their folders; answers the steps that existed. */
+  async removeCheckpoints(modelId: string, steps: number[]): Promise<number[]> {
+    const { deletedSteps } = await this.models.deleteCheckpoints(modelId, steps, this.clock.now().toISOString());
+    await this.sweepPendingDeletions();
+    return deletedSteps;
   }
 
   /** Removes checkpoint folders a crashed job left half-written (they were never listed). */

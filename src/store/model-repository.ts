@@ -165,6 +165,16 @@ export class ModelRepository {
     });
   }
 
+  /** Every checkpoint's step and metrics, oldest first: what a retention policy chooses from. */
+  async checkpointSummaries(modelId: string): Promise<{ step: number; metrics: Record<string, unknown> }[]> {
+    const rows = await this.db.selectFrom('checkpoints').select(['step', 'metrics']).where('model_id', '=', modelId).orderBy('step', 'asc').execute();
+    return rows.map((row) => ({ step: Number(row.step), metrics: JSON.parse(row.metrics) as Record<string, unknown> }));
+  }
+
+  async setRetention(modelId: string, retention: string | null): Promise<void> {
+    await this.db.updateTable('models').set({ retention }).where('id', '=', modelId).execute();
+  }
+
   async setCheckpointMetrics(checkpointId: string, metrics: Record<string, unknown>): Promise<void> {
     await this.db.updateTable('checkpoints').set({ metrics: JSON.stringify(metrics) }).where('id', '=', checkpointId).execute();
   }

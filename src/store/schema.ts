@@ -42,6 +42,8 @@ export interface ModelTable {
   /** Highest step ever written; steps are never reused, even after their checkpoints are deleted. */
   last_step: number;
   created_at: string;
+  /** The retention policy as JSON; null (or absent on insert) follows the server default. */
+  retention?: string | null;
 }
 
 export interface CheckpointTable {

@@ -3,6 +3,7 @@ import type { ColumnDefinitionBuilder, Kysely } from 'kysely';
 import * as m001 from './001-initial.ts';
 import * as m002 from './002-training-jobs.ts';
 import * as m003 from './003-artifacts.ts';
+import * as m004 from './004-retention.ts';
 
 export type Dialect = 'sqlite' | 'postgres';
 
@@ -23,6 +24,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 1, name: 'initial', up: m001.up },
   { version: 2, name: 'training-jobs', up: m002.up },
   { version: 3, name: 'artifacts', up: m003.up },
+  { version: 4, name: 'retention', up: m004.up },
 ];
 
 export function migrationContext(dialect: Dialect): MigrationContext {

@@ -1,0 +1,117 @@
+/**
+ * A model created from a PEFT adapter trained elsewhere, uploaded as a tar of `adapter_config.json` and
+ * `adapter_model.safetensors`. The upload is staged to a file, listed and checked against the base model
+ * (adapter-validation.ts) before the model exists; any problem is a 422 naming it, and nothing is kept.
+ */
+import { createReadStream, createWriteStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Transform, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { AppError, validationError, type FieldProblem } from '../errors.ts';
+import { newId } from '../ids.ts';
+import { listTar, type TarMember } from '../artifacts/tar.ts';
+import type { Principal } from './auth-service.ts';
+import type { BaseModelRegistry } from './base-models.ts';
+import { ADAPTER_CONFIG, ADAPTER_WEIGHTS } from './checkpoint-export.ts';
+import { baseDims, checkLoraConfig, checkLoraTensors } from './adapter-validation.ts';
+import type { CreateModelInput, ModelService, ModelView } from './model-service.ts';
+
+const MAX_CONFIG_BYTES = 1 << 20;
+const MAX_HEADER_BYTES = 100 << 20;
+
+const refuse = (msg: string, loc: string[] = []): AppError => validationError([{ loc: ['body', ...loc], msg, type: 'value_error' }]);
+
+export class AdapterImporter {
+  constructor(
+    private readonly models: ModelService,
+    private readonly baseModels: BaseModelRegistry,
+    private readonly stagingDir: string,
+    private readonly maxBytes: number,
+  ) {}
+
+  async import(principal: Principal, input: CreateModelInput, upload: Readable): Promise<ModelView> {
+    const base = this.baseModels.find(input.base_model);
+    if (!base) throw validationError([{ loc: ['query', 'base_model'], msg: `Unknown base model ${JSON.stringify(input.base_model)}; this server can load: ${this.baseModels.loadableIds().join(', ')}`, type: 'value_error' }]);
+    await fs.mkdir(this.stagingDir, { recursive: true });
+    const staged = path.join(this.stagingDir, `import-${newId()}.tar`);
+    try {
+      await this.stage(upload, staged);
+      const { config, weights } = await this.check(staged, base.path);
+      return await this.models.create(principal, input, async (folder) => {
+        await fs.mkdir(folder, { recursive: true });
+        await fs.writeFile(path.join(folder, ADAPTER_CONFIG), `${JSON.stringify({ ...config, base_model_name_or_path: base.id }, null, 2)}\n`);
+        await pipeline(createReadStream(staged, { start: weights.offset, end: weights.offset + weights.size - 1 }), createWriteStream(path.join(folder, ADAPTER_WEIGHTS)));
+      });
+    } finally {
+      await fs.rm(staged, { force: true });
+    }
+  }
+
+  /** Removes uploads a crash left staged (run at start, before any import can be under way). */
+  async sweepStaging(): Promise<void> {
+    await fs.rm(this.stagingDir, { recursive: true, force: true });
+  }
+
+  private async stage(upload: Readable, file: string): Promise<void> {
+    let received = 0;
+    const limit = this.maxBytes;
+    const cap = new Transform({
+      transform(chunk: Buffer, _encoding, done) {
+        received += chunk.length;
+        done(received > limit ? new AppError('payload_too_large', `The adapter archive is larger than ${limit} bytes`) : null, chunk);
+      },
+    });
+    await pipeline(upload, cap, createWriteStream(file));
+  }
+
+  /** The archive's config and weights member, or a 422 listing every problem found. */
+  private async check(file: string, basePath: string): Promise<{ config: Record<string, unknown>; weights: TarMember }> {
+    const handle = await fs.open(file);
+    try {
+      const members = await listTar(handle).catch((error: Error) => {
+        throw refuse(`the upload is not a readable tar archive: ${error.message}`);
+      });
+      const pick = (name: string) => {
+        const found = members.filter((m) => (m.type === '0' || m.type === '\0') && path.posix.basename(m.name) === name);
+        if (found.length !== 1) throw refuse(found.length ? `the archive holds ${name} more than once` : `the archive has no ${name}`, [name]);
+        return found[0];
+      };
+      const [configMember, weights] = [pick(ADAPTER_CONFIG), pick(ADAPTER_WEIGHTS)];
+      const config = await readJson(handle, configMember.offset, configMember.size, MAX_CONFIG_BYTES, [ADAPTER_CONFIG]);
+      const problems: FieldProblem[] = checkLoraConfig(config);
+      if (problems.length) throw validationError(problems);
+      const header = await safetensorsHeader(handle, weights);
+      const dims = baseDims(JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>);
+      problems.push(...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], dims, header.dataBytes));
+      if (problems.length) throw validationError(problems);
+      return { config, weights };
+    } finally {
+      await handle.close();
+    }
+  }
+}
+
+async function readJson(handle: fs.FileHandle, offset: number, size: number, max: number, loc: string[]): Promise<Record<string, unknown>> {
+  if (size > max) throw refuse(`larger than ${max} bytes`, loc);
+  const buffer = Buffer.alloc(size);
+  await handle.read(buffer, 0, size, offset);
+  try {
+    const value: unknown = JSON.parse(buffer.toString('utf8'));
+    if (value && typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>;
+  } catch {
+    // reported below
+  }
+  throw refuse('not a JSON object', loc);
+}
+
+/** The JSON header of a safetensors member (8-byte little-endian length, then JSON) and how many data bytes follow it. */
+async function safetensorsHeader(handle: fs.FileHandle, member: TarMember): Promise<{ json: Record<string, unknown>; dataBytes: number }> {
+  const prefix = Buffer.alloc(8);
+  if (member.size < 8) throw refuse('too short to be safetensors', [ADAPTER_WEIGHTS]);
+  await handle.read(prefix, 0, 8, member.offset);
+  const length = Number(prefix.readBigUInt64LE(0));
+  if (length > member.size - 8) throw refuse(`header length ${length} runs past the file (${member.size} bytes): not safetensors`, [ADAPTER_WEIGHTS]);
+  const json = await readJson(handle, member.offset + 8, length, MAX_HEADER_BYTES, [ADAPTER_WEIGHTS]);
+  return { json, dataBytes: member.size - 8 - length };
+}

@@ -1,0 +1,56 @@
+/**
+ * A checkpoint as a PEFT adapter users can take away: `adapter_config.json` naming the base model by its public
+ * id (never this server's folder) and `adapter_model.safetensors`, streamed as one tar archive. The optimizer
+ * state stays behind: it is this engine's resume format, not part of an adapter.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { AppError, notFound } from '../errors.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import { tarSize, tarStream, type TarEntry } from '../artifacts/tar.ts';
+import type { Principal } from './auth-service.ts';
+import type { ModelService } from './model-service.ts';
+
+export const ADAPTER_CONFIG = 'adapter_config.json';
+export const ADAPTER_WEIGHTS = 'adapter_model.safetensors';
+
+/** The adapter config as exported: the base named by its public id, whatever an older writer put there. */
+export async function publicAdapterConfig(folder: string, baseModel: string): Promise<Record<string, unknown>> {
+  const config = JSON.parse(await fs.readFile(path.join(folder, ADAPTER_CONFIG), 'utf8')) as Record<string, unknown>;
+  return { ...config, base_model_name_or_path: baseModel };
+}
+
+export class CheckpointExporter {
+  constructor(
+    private readonly models: ModelService,
+    private readonly checkpoints: ModelRepository,
+  ) {}
+
+  async adapterArchive(principal: Principal, modelId: string, step: number): Promise<{ fileName: string; size: number; archive: Readable }> {
+    const model = await this.models.getOwned(principal, modelId);
+    const checkpoint = await this.checkpoints.findCheckpointByStep(model.id, step);
+    if (!checkpoint) throw notFound(`Checkpoint at step ${step} of model ${model.name}`);
+    if (!checkpoint.adapterPath) {
+      throw new AppError('conflict', `Step ${step} of model ${model.name} is the base model ${model.base_model} itself: it has no adapter to export`);
+    }
+    // Opened before streaming starts, so a checkpoint deleted meanwhile still exports whole (the handle keeps its bytes).
+    const folder = checkpoint.adapterPath;
+    const [config, weights] = await Promise.all([
+      publicAdapterConfig(folder, model.base_model).then((json) => Buffer.from(`${JSON.stringify(json, null, 2)}\n`)),
+      fs.open(path.join(folder, ADAPTER_WEIGHTS)),
+    ]).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') throw notFound(`Checkpoint at step ${step} of model ${model.name} (deleted meanwhile)`);
+      throw error;
+    });
+    const { size } = await weights.stat();
+    const entries: TarEntry[] = [
+      { name: ADAPTER_CONFIG, size: config.length, open: () => config },
+      { name: ADAPTER_WEIGHTS, size, open: () => weights.createReadStream() },
+    ];
+    // Entries dated by the checkpoint, not the download: every export of a checkpoint is the same bytes.
+    const archive = tarStream(entries, Date.parse(checkpoint.createdAt) / 1000);
+    archive.once('close', () => void weights.close().catch(() => undefined));
+    return { fileName: `${model.name}-step${step}-adapter.tar`, size: tarSize(entries), archive };
+  }
+}

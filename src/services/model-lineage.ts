@@ -1,0 +1,45 @@
+/**
+ * Models that start from an adapter rather than from the base: a fork of another model's checkpoint. The new
+ * model's step 0 holds that adapter (with its optimizer state, so training goes on where the parent stood),
+ * and from there it trains and serves like any model.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { notFound } from '../errors.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { Principal } from './auth-service.ts';
+import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
+import type { ModelService, ModelView } from './model-service.ts';
+
+export interface ForkInput {
+  name: string;
+  /** Defaults to the parent's project. */
+  project?: string;
+  /** Defaults to the parent's latest checkpoint. */
+  step?: number;
+}
+
+export class ModelLineage {
+  constructor(
+    private readonly models: ModelService,
+    private readonly repository: ModelRepository,
+  ) {}
+
+  async fork(principal: Principal, parentId: string, input: ForkInput): Promise<ModelView> {
+    const parent = await this.models.getOwned(principal, parentId);
+    const checkpoint =
+      input.step === undefined ? await this.repository.latestCheckpoint(parent.id) : await this.repository.findCheckpointByStep(parent.id, input.step);
+    if (!checkpoint) throw notFound(`Checkpoint at step ${input.step} of model ${parent.name}`);
+    const source = checkpoint.adapterPath;
+    const target = { entity: parent.entity_name, project: input.project ?? parent.project, name: input.name, base_model: parent.base_model };
+    if (!source) return this.models.create(principal, target); // a fork of step 0 is a fresh model on the same base
+    return this.models.create(principal, target, async (folder) => {
+      await fs.cp(source, folder, { recursive: true, errorOnExist: true }).catch((error: NodeJS.ErrnoException) => {
+        if (error.code === 'ENOENT') throw notFound(`Checkpoint at step ${checkpoint.step} of model ${parent.name} (deleted meanwhile)`);
+        throw error;
+      });
+      const config = await publicAdapterConfig(folder, parent.base_model);
+      await fs.writeFile(path.join(folder, ADAPTER_CONFIG), `${JSON.stringify(config, null, 2)}\n`);
+    });
+  }
+}
