@@ -8,27 +8,18 @@
  * what the server holds afterwards.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
+import { runJsonScript } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const ART_PYTHON = process.env.ART_PYTHON ?? path.join(repoRoot, '.venv-art', 'bin', 'python');
 
 function artSession(request: Record<string, unknown>): Promise<Record<string, any>> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(ART_PYTHON, [path.join(repoRoot, 'test', 'clients', 'art_session.py')], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk) => (stdout += chunk));
-    child.stderr.on('data', (chunk) => (stderr += chunk));
-    child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(stdout)) : reject(new Error(`ART session exited ${code}: ${stderr.slice(-4000)}`))));
-    child.stdin.end(JSON.stringify(request));
-  });
+  return runJsonScript<Record<string, any>>(ART_PYTHON, 'test/clients/art_session.py', request);
 }
 
 describe('OpenPipe ART client (ServerlessBackend) against the server', () => {

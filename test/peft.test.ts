@@ -6,13 +6,13 @@
  * clearly, so an adapter that PEFT silently ignored (or one that never trained) fails.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SMOLLM2_BASE_MODEL, repoRoot } from '../src/config.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 import { waitForJob } from './helpers/rollouts.ts';
+import { runJsonScript } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const BASE = SMOLLM2_BASE_MODEL.id;
@@ -27,16 +27,7 @@ interface Reference {
 }
 
 function reference(request: Record<string, unknown>): Promise<Reference> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(REFERENCE_PYTHON, [path.join(repoRoot, 'test', 'reference', 'peft_check.py')], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk) => (stdout += chunk));
-    child.stderr.on('data', (chunk) => (stderr += chunk));
-    child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(stdout) as Reference) : reject(new Error(`reference exited ${code}: ${stderr.slice(-2000)}`))));
-    child.stdin.end(JSON.stringify(request));
-  });
+  return runJsonScript<Reference>(REFERENCE_PYTHON, 'test/reference/peft_check.py', request);
 }
 
 const maxDifference = (a: (number | null)[][], b: (number | null)[][]) =>

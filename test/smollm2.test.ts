@@ -6,13 +6,13 @@
  * answers sensibly.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { renderChat } from '../src/chat/template.ts';
 import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL, loadConfig, repoRoot } from '../src/config.ts';
 import type { LoadedBase } from '../src/services/base-model-runtime.ts';
+import { runJsonScript } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const BASE = SMOLLM2_BASE_MODEL.id;
@@ -29,16 +29,7 @@ interface Reference {
 
 /** Runs the reference script on one request; it loads the GGUF once per call, so each test file calls it once. */
 function reference(request: Record<string, unknown>): Promise<Reference> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(REFERENCE_PYTHON, [path.join(repoRoot, 'test', 'reference', 'smollm2_check.py')], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk) => (stdout += chunk));
-    child.stderr.on('data', (chunk) => (stderr += chunk));
-    child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(stdout) as Reference) : reject(new Error(`reference exited ${code}: ${stderr.slice(-2000)}`))));
-    child.stdin.end(JSON.stringify(request));
-  });
+  return runJsonScript<Reference>(REFERENCE_PYTHON, 'test/reference/smollm2_check.py', request);
 }
 
 const TEXTS = [

@@ -2,7 +2,7 @@
  * The Python reference tools (`REFERENCE_PYTHON`: transformers 5.23 in `.venv-test`), run as child processes.
  * Tests that compare against them skip with the reason when no reference Python is installed.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { repoRoot } from '../../src/config.ts';
@@ -31,4 +31,18 @@ export function referenceRender(folder: string, cases: RenderCase[]): ReferenceR
     env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' },
   });
   return JSON.parse(output.toString('utf8')) as ReferenceRender[];
+}
+
+/** Runs a Python script of the repository with `request` as JSON on stdin and answers its JSON stdout; a failure carries its stderr. */
+export function runJsonScript<T>(python: string, script: string, request: unknown): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(python, [path.join(repoRoot, script)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk) => (stdout += chunk));
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(stdout) as T) : reject(new Error(`${script} exited ${code}: ${stderr.slice(-4000)}`))));
+    child.stdin.end(JSON.stringify(request));
+  });
 }
