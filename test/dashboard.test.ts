@@ -334,6 +334,20 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     assert.equal(await page.locator('.trajectory-detail select[aria-label="Colour tokens by"] option[value="trainer"]').isDisabled(), true);
     await page.locator('.trajectory-detail .tok').first().hover();
     assert.match(await page.locator('.token-readout').innerText(), /trainer logprob after not stored$/);
+    // Partial: known trainer logprobs for its first two tokens only (p = 1 and p = 0.5: hues 120 and 60), the rest blank.
+    const sampledCount = await page.locator('.trajectory-detail .tok').count();
+    await e2e.server.services.repositories.trainedTokens.replaceStep(modelId, 0, [
+      { groupIndex: details[untrainedAt].group_index, trajectoryIndex: details[untrainedAt].trajectory_index, advantage: 0.5, token_ids: [1, 2], sampler_logprobs: [-1, -1], trainer_logprobs: [0, Math.log(0.5)] },
+    ]);
+    await page.reload();
+    await page.locator('.trajectory-detail .trained-note').getByText(`2 of ${sampledCount} tokens trained`).waitFor();
+    await page.locator('.trajectory-detail').getByLabel('Colour tokens by').selectOption('trainer');
+    const partial = await page.locator('.trajectory-detail .tok').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-hue') ?? (node.classList.contains('tok-untrained') ? 'blank' : 'unpainted')));
+    assert.deepEqual(partial, ['120', '60', ...Array(sampledCount - 2).fill('blank')]);
+    await page.locator('.trajectory-detail .tok').nth(1).hover();
+    assert.match(await page.locator('.token-readout').innerText(), /trainer logprob after -0\.6931 \(Δ /);
+    await page.locator('.trajectory-detail .tok').nth(2).hover();
+    assert.match(await page.locator('.token-readout').innerText(), /trainer logprob after not trained$/);
 
     await page.getByLabel('Split').selectOption('val');
     await page.getByLabel('Step').selectOption('3');
