@@ -16,6 +16,7 @@ import { JobRepository } from './store/job-repository.ts';
 import { JobQueue } from './jobs/queue.ts';
 import { CheckpointWriter } from './jobs/checkpoint-writer.ts';
 import { createRlRunner } from './jobs/rl-runner.ts';
+import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import type { JobRunner } from './jobs/worker.ts';
 import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
 import { ChatService } from './services/chat-service.ts';
@@ -44,7 +45,7 @@ export interface Services {
   health: HealthService;
   queue: JobQueue;
   trainingJobs: TrainingJobService;
-  repositories: { models: ModelRepository; trajectories: TrajectoryRepository; jobs: JobRepository };
+  repositories: { models: ModelRepository; trajectories: TrajectoryRepository; jobs: JobRepository; trainedTokens: TrainedTokenRepository };
   runtime: BaseModelRuntime;
   chat: ChatService;
   runners: Record<'rl' | 'sft', JobRunner>;
@@ -85,6 +86,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
   const identityRepository = new IdentityRepository(store.db);
   const modelRepository = new ModelRepository(store.db);
   const trajectoryRepository = new TrajectoryRepository(store.db);
+  const trainedTokenRepository = new TrainedTokenRepository(store.db);
   const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel);
   const jobRepository = new JobRepository(store.db, store.dialect);
   const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'), { leaseMs: config.jobLeaseMs });
@@ -136,8 +138,8 @@ export function createServices({ config, store, clock, engines = null, enginePro
     ),
     artifacts,
     blobs,
-    dashboard: new DashboardService(new DashboardRepository(store.db), models, baseModels),
-    repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository },
+    dashboard: new DashboardService(new DashboardRepository(store.db), trainedTokenRepository, models, baseModels),
+    repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository, trainedTokens: trainedTokenRepository },
     runtime,
     chat: new ChatService(resolver, runtime, {
       logprobsByDefault: config.logprobsByDefault,
@@ -153,7 +155,12 @@ export function createServices({ config, store, clock, engines = null, enginePro
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
     runners: {
-      rl: createRlRunner({ queue, checkpoints, storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups) }),
+      rl: createRlRunner({
+        queue,
+        checkpoints,
+        storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups),
+        storeTrainedTokens: (modelId, step, trained) => trainedTokenRepository.replaceStep(modelId, step, trained),
+      }),
       sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),
     },
   };

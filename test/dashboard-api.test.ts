@@ -347,6 +347,20 @@ for (const backend of backends()) {
       assert.equal((await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories/${newId()}`)).status, 404);
     });
 
+    test('trajectory detail: the trained tokens kept for its step, replaced when the step is written again, null when not trained, gone with the model', async () => {
+      const model = await createModel('tokens', 'trained');
+      await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'train', trajectory_groups: [{ trajectories: [agentTrajectory(0.25), agentTrajectory(0.75)] }] });
+      const [first, second] = (await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories?split=train&step=0`)).body.data as { id: string }[];
+      const trained = { groupIndex: 0, trajectoryIndex: 1, advantage: 1.5, token_ids: [5, 6], sampler_logprobs: [-0.5, null], trainer_logprobs: [-0.25, -1] };
+      await t.services.repositories.trainedTokens.replaceStep(model.id, 0, [{ ...trained, trainer_logprobs: [-9, -9] }]);
+      await t.services.repositories.trainedTokens.replaceStep(model.id, 0, [trained]);
+      const detail = await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories/${second.id}`);
+      assert.deepEqual(detail.body.trained_tokens, { advantage: 1.5, token_ids: [5, 6], sampler_logprobs: [-0.5, null], trainer_logprobs: [-0.25, -1] });
+      assert.equal((await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories/${first.id}`)).body.trained_tokens, null, 'not trained');
+      assert.equal((await t.call('DELETE', `/v1/preview/models/${model.id}`)).status, 200);
+      assert.equal(await t.services.repositories.trainedTokens.find(model.id, 0, 0, 1), undefined);
+    });
+
     test('100 000 trajectories: counted per step, paged by index seeks (no sort, no OFFSET), a deep page as fast as the first', async () => {
       const model = await createModel('scale', 'big');
       const STEPS = 100;

@@ -306,7 +306,48 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     const hues = new Set(await tokens.evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-hue'))));
     assert.deepEqual([...hues], [rewards[0] >= mean ? '120' : '0']);
     await tokens.nth(0).hover();
-    assert.match(await page.locator('.token-readout').innerText(), /#0 · logprob -?[\d.]+ · p [\d.]+ · advantage -?[\d.]+ · trainer logprob: not stored/);
+    assert.match(await page.locator('.token-readout').innerText(), /#0 · logprob -?[\d.]+ · p [\d.]+ · advantage -?[\d.]+ · trainer logprob after -?[\d.]+ \(Δ -?[\d.]+\)/);
+    // By the trainer's logprob after the job's step: the stored values, on the sampler's scale, token by token.
+    const openedId = await page.locator('.trajectory-list button[data-id]').first().getAttribute('data-id');
+    const trained = (await e2e.api('GET', `/v1/dashboard/models/${modelId}/trajectories/${openedId}`)).body.trained_tokens as { sampler_logprobs: number[]; trainer_logprobs: number[] };
+    assert.ok(trained && trained.trainer_logprobs.length > 0, 'the opened trajectory was trained');
+    await page.getByLabel('Colour tokens by').selectOption('trainer');
+    const afterPaint = await tokens.evaluateAll((nodes) => nodes.map((node) => [Number(node.getAttribute('data-logprob')), node.getAttribute('data-hue'), node.classList.contains('tok-untrained')]));
+    afterPaint.forEach(([logprob, hue, untrained], index) => {
+      if (index >= trained.trainer_logprobs.length) return assert.ok(untrained, `token ${index} beyond the trained ones is left blank`);
+      // The i-th sampled token is the i-th trained one: their sampler logprobs agree.
+      assert.ok(Math.abs((logprob as number) - trained.sampler_logprobs[index]) < 1e-4, `token ${index}: ${logprob} vs ${trained.sampler_logprobs[index]}`);
+      assert.equal(hue, String(Math.round(120 * Math.min(1, Math.exp(trained.trainer_logprobs[index])))), `token ${index}`);
+    });
+    await tokens.nth(1).hover();
+    const shown = Number(/#1 · .* · trainer logprob after (-?[\d.e-]+) \(Δ/.exec(await page.locator('.token-readout').innerText())?.[1]);
+    assert.ok(Math.abs(shown - trained.trainer_logprobs[1]) <= 1e-3 * Math.max(1, Math.abs(shown)), `hover shows ${shown}, stored ${trained.trainer_logprobs[1]}`);
+
+    // A trajectory that did not train (its reward is its group's mean: rewards 0, 0.25, 0.5 at step 0): no trainer colouring.
+    const atZero = (await e2e.api('GET', `/v1/dashboard/models/${modelId}/trajectories?split=train&step=0`)).body.data as { id: string }[];
+    const details = await Promise.all(atZero.map(async (item) => (await e2e.api('GET', `/v1/dashboard/models/${modelId}/trajectories/${item.id}`)).body));
+    const untrainedAt = details.findIndex((detail) => detail.trained_tokens === null);
+    assert.ok(untrainedAt >= 0 && details.some((detail) => detail.trained_tokens !== null), 'step 0 holds trained and untrained trajectories');
+    await page.getByLabel('Step').selectOption('0');
+    await items.nth(untrainedAt).click();
+    await page.locator('.trajectory-detail .trained-note').getByText('Not trained').waitFor();
+    assert.equal(await page.locator('.trajectory-detail select[aria-label="Colour tokens by"] option[value="trainer"]').isDisabled(), true);
+    await page.locator('.trajectory-detail .tok').first().hover();
+    assert.match(await page.locator('.token-readout').innerText(), /trainer logprob after not stored$/);
+    // Partial: known trainer logprobs for its first two tokens only (p = 1 and p = 0.5: hues 120 and 60), the rest blank.
+    const sampledCount = await page.locator('.trajectory-detail .tok').count();
+    await e2e.server.services.repositories.trainedTokens.replaceStep(modelId, 0, [
+      { groupIndex: details[untrainedAt].group_index, trajectoryIndex: details[untrainedAt].trajectory_index, advantage: 0.5, token_ids: [1, 2], sampler_logprobs: [-1, -1], trainer_logprobs: [0, Math.log(0.5)] },
+    ]);
+    await page.reload();
+    await page.locator('.trajectory-detail .trained-note').getByText(`2 of ${sampledCount} tokens trained`).waitFor();
+    await page.locator('.trajectory-detail').getByLabel('Colour tokens by').selectOption('trainer');
+    const partial = await page.locator('.trajectory-detail .tok').evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-hue') ?? (node.classList.contains('tok-untrained') ? 'blank' : 'unpainted')));
+    assert.deepEqual(partial, ['120', '60', ...Array(sampledCount - 2).fill('blank')]);
+    await page.locator('.trajectory-detail .tok').nth(1).hover();
+    assert.match(await page.locator('.token-readout').innerText(), /trainer logprob after -0\.6931 \(Δ /);
+    await page.locator('.trajectory-detail .tok').nth(2).hover();
+    assert.match(await page.locator('.token-readout').innerText(), /trainer logprob after not trained$/);
 
     await page.getByLabel('Split').selectOption('val');
     await page.getByLabel('Step').selectOption('3');

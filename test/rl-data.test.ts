@@ -7,7 +7,8 @@ import { renderChat } from '../src/chat/template.ts';
 import { tokenizeTrajectory, TrajectoryTokenizeError } from '../src/chat/trajectory-tokens.ts';
 import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
 import { trainingRenderer } from '../src/chat/training-render.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type ScoredSequence } from '../src/jobs/rl-data.ts';
+import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from '../src/jobs/rl-data.ts';
+import { trainedTokens } from '../src/jobs/trained-tokens.ts';
 
 const close = (actual: number, expected: number, message?: string) => assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
 
@@ -182,5 +183,30 @@ describe('SFT rows', async () => {
 
   test('assistant_turns "last" trains only the last span', () => {
     assert.equal(trained('last'), 'Rome<|im_end|>\n');
+  });
+});
+
+describe('trained tokens for the tokens view', () => {
+  const seq = (trajectory: number, advantage: number, tokens: number[], logprobs: (number | null)[]): ScoredSequence => ({ tokens, mask: tokens.map(() => 1), logprobs, advantage, trajectory });
+
+  test('traced back through packing to their trajectory; whole trajectories up to the cap; one forward over only their rows', async () => {
+    // Trajectory 0 has a main history and an additional one; trajectory 1 lands in a row of its own.
+    const sequences = [seq(0, 1, [10, 11, 12], [null, -0.1, -0.2]), seq(1, -1, [20, 21, 22, 23], [null, -0.3, -0.4, -0.5]), seq(0, 1, [30, 31], [null, -0.6])];
+    const placements: Placement[] = [];
+    const rows = packRows(sequences, weighSequences(sequences, 0), 5, placements);
+    assert.deepEqual(placements, [{ row: 0, offset: 0, length: 3 }, { row: 1, offset: 0, length: 4 }, { row: 0, offset: 3, length: 2 }]);
+    const forwarded: number[][] = [];
+    // Stands in for the engine: the logprob "after" is minus the token id / 100, so each value names its token.
+    const forward = async (batch: { tokens: number[] }[]) => {
+      forwarded.push(...batch.map((row) => row.tokens));
+      return { logprobs: batch.map((row) => row.tokens.map((token, p) => (p === 0 ? null : -token / 100))) };
+    };
+    const locate = (trajectory: number) => ({ groupIndex: 7, trajectoryIndex: trajectory });
+    const kept = await trainedTokens({ rows, sequences, placements }, forward, locate, 3);
+    assert.deepEqual(forwarded, [[10, 11, 12, 30, 31]], 'trajectory 1 (3 trained tokens) would pass the cap of 3: its row is not forwarded');
+    assert.equal(kept.length, 1);
+    assert.deepEqual({ ...kept[0], advantage: Math.sign(kept[0].advantage) }, { groupIndex: 7, trajectoryIndex: 0, advantage: 1, token_ids: [11, 12, 31], sampler_logprobs: [-0.1, -0.2, -0.6], trainer_logprobs: [-0.11, -0.12, -0.31] });
+    const all = await trainedTokens({ rows, sequences, placements }, forward, locate);
+    assert.deepEqual(all.map((trajectory) => [trajectory.trajectoryIndex, trajectory.token_ids]), [[0, [11, 12, 31]], [1, [21, 22, 23]]]);
   });
 });

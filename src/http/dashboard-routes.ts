@@ -8,6 +8,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { listEnvelope, SPLIT_PATTERN } from '../api/models.ts';
 import { TrainingJob } from '../api/training-jobs.ts';
+import { TrainedTokens } from '../api/trained-tokens.ts';
 import { AppError, validationError } from '../errors.ts';
 import { JOB_STATUSES, type DashboardService } from '../services/dashboard-service.ts';
 import type { JobStatus } from '../store/schema.ts';
@@ -93,7 +94,7 @@ const TrajectorySummary = Type.Object({
   metrics: Type.Record(Type.String(), Type.Number()),
 });
 
-const Trajectory = Type.Object({ ...TrajectoryFields, data: Json });
+const Trajectory = Type.Object({ ...TrajectoryFields, data: Json, trained_tokens: TrainedTokens });
 
 const JobListItem = Type.Object({
   ...TrainingJob.properties,

@@ -65,8 +65,18 @@ export function rowLength(sequences: TrainingSequence[], contextLength: number, 
   return Math.min(Math.ceil(longest / 2048) * 2048, contextLength);
 }
 
-/** First-fit packing in submission order; a sequence longer than a row is truncated to it. */
-export function packRows(sequences: ScoredSequence[], weighted: { weights: number[][]; advantages: number[][] }, length: number): PackedRow[] {
+/** Where packing put a sequence: its row, first position there, and how many of its tokens fit. */
+export interface Placement {
+  row: number;
+  offset: number;
+  length: number;
+}
+
+/**
+ * First-fit packing in submission order; a sequence longer than a row is truncated to it. `placements`,
+ * when given, receives each sequence's place, so per-token results can be traced back to trajectories.
+ */
+export function packRows(sequences: ScoredSequence[], weighted: { weights: number[][]; advantages: number[][] }, length: number, placements?: Placement[]): PackedRow[] {
   const rows: PackedRow[] = [];
   sequences.forEach((sequence, s) => {
     const take = Math.min(sequence.tokens.length, length);
@@ -76,6 +86,7 @@ export function packRows(sequences: ScoredSequence[], weighted: { weights: numbe
       rows.push(row);
     }
     const segment = row.segment_ids.length === 0 ? 0 : row.segment_ids[row.segment_ids.length - 1] + 1;
+    placements?.push({ row: rows.indexOf(row), offset: row.tokens.length, length: take });
     for (let t = 0; t < take; t += 1) {
       // The first token of a segment has nothing to predict it.
       const trainableHere = t === 0 ? 0 : sequence.mask[t];

@@ -12,7 +12,9 @@ import { TemplateError } from '../chat/template.ts';
 import type { LoadedBase } from '../services/base-model-runtime.ts';
 import type { Trajectory } from '../api/models.ts';
 import { populationStd } from '../services/trajectory-metrics.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type ScoredSequence } from './rl-data.ts';
+import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from './rl-data.ts';
+import { trainedTokens } from './trained-tokens.ts';
+import type { TrainedTrajectory } from '../store/trained-token-repository.ts';
 import { JobError, type RunContext, type RunResult } from './worker.ts';
 import type { CheckpointWriter } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
@@ -40,6 +42,8 @@ export interface RlRunnerDeps {
   checkpoints: CheckpointWriter;
   /** Keeps the trained trajectories, browsable per split and step. */
   storeTrajectories(modelId: string, split: string, step: number, groups: RlJobPayload['trajectory_groups']): Promise<void>;
+  /** Keeps the trained tokens with the trainer's logprob after the job, for the tokens view. */
+  storeTrainedTokens(modelId: string, step: number, trajectories: TrainedTrajectory[]): Promise<void>;
 }
 
 /** The job's data as token sequences, with the figures its metrics and events report. */
@@ -130,7 +134,8 @@ export function createRlRunner(deps: RlRunnerDeps) {
     const reference = config.klPenaltyCoef > 0 ? await session.reference(referenceStep(config, session.fromStep)) : null;
 
     const length = rowLength(sequences, base.engine.context_length, config.packedSequenceLength);
-    const rows = packRows(sequences, weighSequences(sequences, config.advantageBalance), length);
+    const placements: Placement[] = [];
+    const rows = packRows(sequences, weighSequences(sequences, config.advantageBalance), length, placements);
     await context.emit('training_started', { num_sequences: rows.length });
     await context.setProgress({ numSequences: rows.length });
     if (withoutLogprobs.length > 0) {
@@ -164,9 +169,18 @@ export function createRlRunner(deps: RlRunnerDeps) {
 
     const jobMetrics = summarize(stepMetrics, groupMetrics);
     await context.setProgress({ metrics: jobMetrics });
+    const forward = (forwardRows: { tokens: number[]; segment_ids?: number[] }[]) => session.engine.forward({ base: base.id, adapter: session.adapter, rows: forwardRows });
+    const trained = await trainedTokens({ rows, sequences, placements }, forward, trajectoryLocator(payload));
     await deps.storeTrajectories(job.model_id, 'train', session.fromStep, payload.trajectory_groups);
+    await deps.storeTrainedTokens(job.model_id, session.fromStep, trained);
     return session.commit(jobMetrics);
   };
+}
+
+/** From a sequence's trajectory number (its place in the request, counted across groups) to its group and index. */
+function trajectoryLocator(payload: RlJobPayload): (trajectory: number) => { groupIndex: number; trajectoryIndex: number } {
+  const locations = payload.trajectory_groups.flatMap((group, groupIndex) => group.trajectories.map((_, trajectoryIndex) => ({ groupIndex, trajectoryIndex })));
+  return (trajectory) => locations[trajectory];
 }
 
 /** The KL reference step: the one named, or `lag` behind the step this job writes (floored at 0, as ART's PipelineTrainer does). */

@@ -6,6 +6,8 @@
 import fs from 'node:fs/promises';
 import { notFound, validationError } from '../errors.ts';
 import type { JobStatus } from '../store/schema.ts';
+import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
+import type { TrainedTokensView } from '../api/trained-tokens.ts';
 import type { DashboardRepository, JobListRow, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
@@ -72,6 +74,7 @@ export interface TrajectoryView {
   reward: number | null;
   created_at: string;
   data: Record<string, unknown>;
+  trained_tokens: TrainedTokensView;
 }
 
 export interface JobListView {
@@ -230,6 +233,7 @@ function toJobListView(row: JobListRow): JobListView {
 export class DashboardService {
   constructor(
     private readonly repository: DashboardRepository,
+    private readonly trainedTokens: Pick<TrainedTokenRepository, 'find'>,
     private readonly models: Pick<ModelService, 'getOwned'>,
     private readonly baseModels: Pick<BaseModelRegistry, 'loadableIds' | 'defaultId'>,
   ) {}
@@ -337,6 +341,7 @@ export class DashboardService {
       reward: row.reward,
       created_at: row.createdAt,
       data: row.data,
+      trained_tokens: row.split === 'train' ? ((await this.trainedTokens.find(model.id, row.step, row.groupIndex, row.trajectoryIndex)) ?? null) : null,
     };
   }
 

@@ -103,6 +103,7 @@ export class ModelRepository {
   async deleteModel(modelId: string, runId: string, folder: string, now: string): Promise<{ deletedCheckpoints: number; deletedRun: boolean }> {
     return this.db.transaction().execute(async (trx) => {
       await trx.deleteFrom('trajectories').where('model_id', '=', modelId).execute();
+      await trx.deleteFrom('trained_tokens').where('model_id', '=', modelId).execute();
       const checkpoints = await trx.deleteFrom('checkpoints').where('model_id', '=', modelId).executeTakeFirst();
       await trx.deleteFrom('run_metrics').where('run_id', '=', runId).execute();
       const run = await trx.deleteFrom('runs').where('id', '=', runId).executeTakeFirst();

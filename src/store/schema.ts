@@ -76,6 +76,16 @@ export interface TrajectoryTable {
   created_at: string;
 }
 
+/** `tokens`: JSON of TrainedTokenArrays (see trained-token-repository.ts). */
+export interface TrainedTokenTable {
+  model_id: string;
+  step: number;
+  group_index: number;
+  trajectory_index: number;
+  advantage: number;
+  tokens: string;
+}
+
 /** Files whose removal was decided in a committed transaction but may not have happened yet (crash safety). */
 export interface PendingFileDeletionTable {
   id: Generated<number>;
@@ -139,6 +149,7 @@ export interface Database {
   checkpoints: CheckpointTable;
   run_metrics: RunMetricTable;
   trajectories: TrajectoryTable;
+  trained_tokens: TrainedTokenTable;
   pending_file_deletions: PendingFileDeletionTable;
   schema_version: SchemaVersionTable;
   training_jobs: TrainingJobTable;

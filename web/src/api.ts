@@ -168,6 +168,16 @@ export interface TrajectoryDetail {
   reward: number | null;
   created_at: string;
   data: Record<string, unknown>;
+  /** Null when the trajectory was not trained or fell beyond its job's cap. */
+  trained_tokens: TrainedTokens | null;
+}
+
+/** Parallel arrays over a trajectory's trained tokens; trainer_logprobs: after the job's last step. */
+export interface TrainedTokens {
+  advantage: number;
+  token_ids: number[];
+  sampler_logprobs: (number | null)[];
+  trainer_logprobs: number[];
 }
 
 export interface TrajectorySteps {

@@ -1,9 +1,12 @@
 /**
  * The sampled tokens of a trajectory's choices, coloured by the sampler's probability (green likely, red
- * unlikely) or by the trajectory's advantage (the whole response gets one sign and strength: that is what
- * the update pushes every trained token by). One readout for hover and keyboard (focus, ← →) serves all
- * tokens, so 4,000 of them stay responsive. The trainer's logprob after the step is not stored yet.
+ * unlikely), by the trajectory's advantage (the whole response gets one sign and strength: that is what
+ * the update pushes every trained token by), or by the trainer's probability after the job's last step
+ * (same scale as the sampler's, so the two read side by side). The i-th sampled token is the i-th trained
+ * one: both follow the choices in order. One readout for hover and keyboard (focus, ← →) serves all
+ * tokens, so 4,000 of them stay responsive.
  */
+import type { TrainedTokens } from './api.ts';
 import { h, replace } from './dom.ts';
 import { num } from './format.ts';
 
@@ -12,9 +15,9 @@ interface SampledToken {
   logprob: number;
 }
 
-export type TokenColouring = 'sampler' | 'advantage';
+export type TokenColouring = 'sampler' | 'advantage' | 'trainer';
 
-/** Hue 0 (red, p = 0) to 120 (green, p = 1) of the sampler's probability exp(logprob). */
+/** Hue 0 (red, p = 0) to 120 (green, p = 1) of the probability exp(logprob). */
 export function samplerHue(logprob: number): number {
   return Math.round(120 * Math.min(1, Math.max(0, Math.exp(logprob))));
 }
@@ -32,29 +35,53 @@ export function sampledTokens(items: unknown[]): SampledToken[] {
   });
 }
 
-function paint(span: HTMLElement, token: SampledToken, colouring: TokenColouring, advantage: number | null): void {
+function paint(span: HTMLElement, token: SampledToken, colouring: TokenColouring, advantage: number | null, after: number | undefined): void {
+  span.classList.remove('tok-untrained');
   if (colouring === 'advantage' && advantage !== null) {
     const { hue, alpha } = advantageColour(advantage);
     span.dataset.hue = String(hue);
     span.style.background = `hsl(${hue} 70% 55% / ${alpha})`;
+  } else if (colouring === 'trainer' && after === undefined) {
+    // Not trained: left blank rather than coloured by a value that does not exist.
+    delete span.dataset.hue;
+    span.classList.add('tok-untrained');
+    span.style.background = '';
   } else {
-    const hue = samplerHue(token.logprob);
+    const hue = samplerHue(colouring === 'trainer' ? after! : token.logprob);
     span.dataset.hue = String(hue);
     span.style.background = `hsl(${hue} 70% 80%)`;
   }
 }
 
-export function tokenView(items: unknown[], advantage: number | null): HTMLElement {
+function trainedNote(trained: TrainedTokens | null, sampled: number): HTMLElement | null {
+  if (trained === null) return h('p', { class: 'muted trained-note' }, 'Not trained: no trainer logprob after the step (zero advantage, not a train split, or beyond its job’s stored-token cap).');
+  const count = Math.min(trained.trainer_logprobs.length, sampled);
+  return count < sampled ? h('p', { class: 'muted trained-note' }, `${count} of ${sampled} tokens trained; the rest carry no trainer logprob.`) : null;
+}
+
+function readoutText(token: SampledToken, index: number, advantage: number | null, after: number | undefined, trained: boolean): string {
+  const trainer = after === undefined ? (trained ? 'not trained' : 'not stored') : `${num(after, 4)} (Δ ${num(after - token.logprob, 4)})`;
+  return ` #${index} · logprob ${num(token.logprob, 4)} · p ${num(Math.exp(token.logprob), 3)}${advantage === null ? '' : ` · advantage ${num(advantage, 3)}`} · trainer logprob after ${trainer}`;
+}
+
+export function tokenView(items: unknown[], advantage: number | null, trained: TrainedTokens | null = null): HTMLElement {
   const tokens = sampledTokens(items);
   if (tokens.length === 0) {
     return h('section', { class: 'token-view' }, h('h3', 'Tokens'), h('p', { class: 'muted empty-tokens' }, 'No sampled logprobs in this trajectory: it was logged or sent without them, so there are no tokens to show (and RL trains on it only with allow_training_without_logprobs).'));
   }
+  const afterOf = (index: number): number | undefined => trained?.trainer_logprobs[index];
   const readout = h('div', { class: 'token-readout', 'aria-live': 'polite' }, 'Hover a token (or focus the text and use ← →).');
   const text = h('div', { class: 'token-text', tabindex: '0', 'aria-label': `${tokens.length} sampled tokens` });
-  const spans = tokens.map((token, index) => h('span', { class: 'tok', 'data-index': index, 'data-logprob': token.logprob }, token.token));
+  const spans = tokens.map((token, index) => h('span', { class: 'tok', 'data-index': index, 'data-logprob': token.logprob, 'data-trainer-logprob': afterOf(index) ?? '' }, token.token));
   text.append(...spans);
-  const picker = h('select', { 'aria-label': 'Colour tokens by' }, h('option', { value: 'sampler' }, 'sampler probability'), h('option', { value: 'advantage', disabled: advantage === null }, advantage === null ? 'advantage (unknown here)' : `advantage (${num(advantage, 3)})`));
-  const colour = () => spans.forEach((span, index) => paint(span, tokens[index], picker.value as TokenColouring, advantage));
+  const picker = h(
+    'select',
+    { 'aria-label': 'Colour tokens by' },
+    h('option', { value: 'sampler' }, 'sampler probability'),
+    h('option', { value: 'advantage', disabled: advantage === null }, advantage === null ? 'advantage (unknown here)' : `advantage (${num(advantage, 3)})`),
+    h('option', { value: 'trainer', disabled: trained === null }, trained === null ? 'trainer logprob after the step (not trained)' : 'trainer logprob after the step'),
+  );
+  const colour = () => spans.forEach((span, index) => paint(span, tokens[index], picker.value as TokenColouring, advantage, afterOf(index)));
   picker.addEventListener('change', colour);
   colour();
   let current = -1;
@@ -62,8 +89,7 @@ export function tokenView(items: unknown[], advantage: number | null): HTMLEleme
     spans[current]?.classList.remove('tok-current');
     current = Math.max(0, Math.min(tokens.length - 1, index));
     spans[current].classList.add('tok-current');
-    const token = tokens[current];
-    replace(readout, h('code', JSON.stringify(token.token)), ` #${current} · logprob ${num(token.logprob, 4)} · p ${num(Math.exp(token.logprob), 3)}`, advantage === null ? '' : ` · advantage ${num(advantage, 3)}`, ' · trainer logprob: not stored');
+    replace(readout, h('code', JSON.stringify(tokens[current].token)), readoutText(tokens[current], current, advantage, afterOf(current), trained !== null));
   };
   text.addEventListener('mouseover', (event) => {
     const index = (event.target as HTMLElement).dataset?.index;
@@ -74,5 +100,5 @@ export function tokenView(items: unknown[], advantage: number | null): HTMLEleme
     event.preventDefault();
     show(current + (event.key === 'ArrowRight' ? 1 : -1));
   });
-  return h('section', { class: 'token-view' }, h('div', { class: 'section-head' }, h('h3', `Tokens (${tokens.length})`), picker), text, readout);
+  return h('section', { class: 'token-view' }, h('div', { class: 'section-head' }, h('h3', `Tokens (${tokens.length})`), picker), trainedNote(trained, tokens.length), text, readout);
 }

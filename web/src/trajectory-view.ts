@@ -169,7 +169,7 @@ export function trajectoryView(trajectory: TrajectoryDetail, advantage: number |
       ),
     ),
     conversationView(items),
-    tokenView(items, advantage),
+    tokenView(items, advantage, trajectory.trained_tokens ?? null),
     toolsView(data.tools),
     histories.map((history, index) =>
       h(

@@ -4,6 +4,7 @@ import * as m001 from './001-initial.ts';
 import * as m002 from './002-training-jobs.ts';
 import * as m003 from './003-artifacts.ts';
 import * as m004 from './004-retention.ts';
+import * as m005 from './005-trained-tokens.ts';
 
 export type Dialect = 'sqlite' | 'postgres';
 
@@ -25,6 +26,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 2, name: 'training-jobs', up: m002.up },
   { version: 3, name: 'artifacts', up: m003.up },
   { version: 4, name: 'retention', up: m004.up },
+  { version: 5, name: 'trained-tokens', up: m005.up },
 ];
 
 export function migrationContext(dialect: Dialect): MigrationContext {
