@@ -481,6 +481,19 @@ describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `n
     await page.locator('dl.job-config dd[data-key="allow_training_without_logprobs"]').getByText('true').waitFor();
     assert.equal(await page.locator('.progress-rate').innerText(), '', 'no rate without steps');
     await session.screenshot('08-job-failed');
+
+    // Retention's deletions are part of the job that caused them.
+    const pruned = (await e2e.api('POST', '/v1/preview/models', { project: 'dash', name: 'pruned', base_model: 'builtin/tiny-chat' })).body.id;
+    assert.equal((await e2e.api('PUT', `/v1/preview/models/${pruned}/retention`, { keep_last: 1 })).status, 200);
+    let last = '';
+    for (let round = 0; round < 2; round += 1) {
+      last = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: pruned, trajectory_groups: groupsForJobs, experimental_config: {} })).body.id;
+      await waitForJob(e2e, last);
+    }
+    await page.goto(`/#/jobs/${last}`);
+    const deletion = page.locator('table.events tbody tr[data-type="checkpoints_deleted"]');
+    await deletion.waitFor();
+    assert.match(await deletion.innerText(), /retention deleted step 1\b/);
     expectNoProblems();
   });
 

@@ -37,6 +37,8 @@ function eventSummary(event: JobEvent): string {
       return `checkpoint step ${String(data.step)}`;
     case 'training_failed':
       return String(data.error_message ?? 'failed');
+    case 'checkpoints_deleted':
+      return `retention deleted step${(data.steps as unknown[]).length === 1 ? '' : 's'} ${(data.steps as unknown[]).join(', ')}`;
     default:
       return JSON.stringify(data);
   }
