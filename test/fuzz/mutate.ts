@@ -75,7 +75,8 @@ const pathMutations: Mutation[] = [
 /** Another entity's id of the same kind as the path parameter, for cross-entity probes. */
 function otherId(rng: Prng, c: Ctx, name: string): string {
   const other = c.target === c.world.a ? c.world.b : c.world.a;
-  if (name === 'id') return rng.pick(other.jobIds);
+  if (name === 'id' || name === 'job_id') return rng.pick(other.jobIds);
+  if (name === '*') return other.inferenceName;
   if (name === 'trajectory_id') return rng.pick(other.trajectoryIds);
   if (name === 'entity') return other.name;
   return rng.pick(other.modelIds);
@@ -150,11 +151,16 @@ export function buildDraft(endpoint: Endpoint, c: Ctx, key: string, clean: boole
     if (endpoint.attacks && rng.chance(clean ? 0.1 : 0.35)) rng.pick(endpoint.attacks)(c, draft.body);
   }
   if (endpoint.multipart) multipart(rng, draft, !clean && rng.chance(0.6));
+  if (endpoint.bytes) {
+    const { bytes, contentType } = endpoint.bytes(c, !clean && rng.chance(0.6));
+    draft.bytes = bytes;
+    draft.headers['content-type'] = contentType;
+  }
   if (clean) return draft;
   const count = 1 + rng.int(2);
   for (let i = 0; i < count; i += 1) {
     const family = rng.weighted<Mutation[]>([
-      [endpoint.body ? 6 : 1, bodyMutations],
+      [endpoint.body || endpoint.bytes ? 6 : 1, bodyMutations],
       [Object.keys(draft.params).length > 0 ? 4 : 1, pathMutations],
       [2, queryMutations],
       [2, headerMutations],
