@@ -111,7 +111,8 @@ function modelEndpoints(): Endpoint[] {
     { method: 'GET', template: '/v1/preview/models/:model_id', writes: false, weight: 2, params: modelParam },
     {
       method: 'DELETE', template: '/v1/preview/models/:model_id', writes: true, weight: 1,
-      params: (c) => ({ model_id: c.target.disposableModelIds.length > 0 && c.rng.chance(0.7) ? c.rng.pick(c.target.disposableModelIds) : c.rng.pick(c.target.modelIds) }),
+      // The seeded models stay (every model route would answer 404 for the rest of the run): only made ones go, or the other entity's are tried.
+      params: (c) => ({ model_id: c.target.disposableModelIds.length > 0 ? c.rng.pick(c.target.disposableModelIds) : c.rng.pick(c.world.b.modelIds) }),
     },
     { method: 'GET', template: '/v1/preview/models/:model_id/checkpoints', writes: false, weight: 2, params: modelParam, query: (c) => ({ ...pageQuery(c, c.target.checkpointIds), ...(c.rng.chance(0.3) ? { order: c.rng.pick(['asc', 'desc']) } : {}) }) },
     {
