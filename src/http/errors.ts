@@ -129,6 +129,8 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
     const problems = ajvToProblems(fastifyError.validationContext ?? 'body', fastifyError.validation);
     return new AppError('validation_failed', problems.map((p) => `${p.loc.join('.')}: ${p.msg}`).join('; '), problems);
   }
+  // @fastify/static (the /docs viewer's files) refuses a path that leaves its folder: for the client, no such file.
+  if (fastifyError.code === 'FST_STATIC_FORBIDDEN_PATH') return new AppError('not_found', 'No such file');
   const mapped = fastifyError.code ? FASTIFY_CODES[fastifyError.code] : undefined;
   // Framework messages quote the URL, which may be 16 KB long.
   if (mapped) return new AppError(mapped, excerpt(fastifyError.message));

@@ -5,6 +5,7 @@
  */
 import { deepNesting, hugeArray, hugeString, Raw } from './hostile.ts';
 import type { Prng } from './prng.ts';
+import { adapterUpload } from './tar.ts';
 import { ARTIFACT_NAMES, BASE_MODEL, PROJECT, type Entity, type World } from './world.ts';
 
 export interface Ctx {
@@ -28,6 +29,8 @@ export interface Endpoint {
   query?: (c: Ctx) => Record<string, string | number>;
   body?: (c: Ctx) => Body;
   multipart?: true;
+  /** A body of raw bytes (an upload), valid or broken as `hostile` says. */
+  bytes?: (c: Ctx, hostile: boolean) => { bytes: Buffer; contentType: string };
   attacks?: ((c: Ctx, body: Body) => void)[];
 }
 
@@ -108,7 +111,8 @@ function modelEndpoints(): Endpoint[] {
     { method: 'GET', template: '/v1/preview/models/:model_id', writes: false, weight: 2, params: modelParam },
     {
       method: 'DELETE', template: '/v1/preview/models/:model_id', writes: true, weight: 1,
-      params: (c) => ({ model_id: c.target.disposableModelIds.length > 0 && c.rng.chance(0.7) ? c.rng.pick(c.target.disposableModelIds) : c.rng.pick(c.target.modelIds) }),
+      // The seeded models stay (every model route would answer 404 for the rest of the run): only made ones go, or the other entity's are tried.
+      params: (c) => ({ model_id: c.target.disposableModelIds.length > 0 ? c.rng.pick(c.target.disposableModelIds) : c.rng.pick(c.world.b.modelIds) }),
     },
     { method: 'GET', template: '/v1/preview/models/:model_id/checkpoints', writes: false, weight: 2, params: modelParam, query: (c) => ({ ...pageQuery(c, c.target.checkpointIds), ...(c.rng.chance(0.3) ? { order: c.rng.pick(['asc', 'desc']) } : {}) }) },
     {
@@ -175,4 +179,54 @@ function otherEndpoints(): Endpoint[] {
   ];
 }
 
-export const ENDPOINTS: Endpoint[] = [...modelEndpoints(), ...jobEndpoints(), ...otherEndpoints()];
+/** A step in a path: real ones, ones no checkpoint has, and ones that are not step numbers. */
+const stepParam = (c: Ctx) => c.rng.weighted<string>([[6, String(c.rng.int(3))], [1, c.rng.pick(['999999999999999', '9999999999999999', '-1', '1.5', '1e3', '0x1', 'latest', '01', ' 1', '１'])]]);
+const RETENTION_ATTACKS: Endpoint['attacks'] = [
+  // The latest checkpoint must survive a policy that keeps nothing.
+  (_c, b) => Object.assign(b, { keep_last: 0, keep_best: 0 }),
+  (c, b) => Object.assign(b, { keep_last: 0, keep_best: c.rng.pick([1, 2 ** 53, 2 ** 31]), best_metric: c.rng.pick(['loss', 'nope', hugeString(c.rng), '__proto__', 'constructor']), best_mode: c.rng.pick(['min', 'max']) }),
+  (c, b) => Object.assign(b, c.rng.pick([{ keep_last: -1 }, { keep_last: 1.5 }, { keep_last: new Raw('1e999') }, { best_mode: 'median' }, { best_metric: '' }, { keep_last: '2' }])),
+];
+
+/** Routes added after the suite was first written: export, import, fork, retention, names, config. */
+function portabilityEndpoints(): Endpoint[] {
+  return [
+    { method: 'GET', template: '/v1/preview/models/:model_id/checkpoints/:step/adapter', writes: false, weight: 1, params: (c) => ({ ...modelParam(c), step: stepParam(c) }) },
+    {
+      method: 'POST', template: '/v1/preview/models/import', writes: true, weight: 1.5,
+      query: (c) => ({ project: PROJECT, name: c.rng.word(), base_model: BASE_MODEL, ...(c.rng.chance(0.3) ? { entity: c.rng.pick([c.target.name, 'fuzz-b', 'local']) } : {}) }),
+      bytes: (c, hostile) => adapterUpload(c.rng, c.world.a.adapterTar, hostile),
+    },
+    {
+      method: 'POST', template: '/v1/preview/models/:model_id/fork', writes: true, weight: 1, params: modelParam,
+      body: (c) => ({ name: c.rng.word(), ...(c.rng.chance(0.5) ? { project: PROJECT } : {}), ...(c.rng.chance(0.5) ? { step: c.rng.int(3) } : {}) }),
+      attacks: [(c, b) => Object.assign(b, c.rng.pick([{ step: 2 ** 53 }, { step: 999_999 }, { step: -1 }, { name: 'main' }, { name: 'a'.repeat(129) }, { project: '..' }, { entity: 'fuzz-b' }]))],
+    },
+    { method: 'GET', template: '/v1/preview/models/:model_id/retention', writes: false, weight: 0.5, params: modelParam },
+    {
+      method: 'PUT', template: '/v1/preview/models/:model_id/retention', writes: true, weight: 1, params: modelParam,
+      body: (c) => ({ keep_last: c.rng.pick([null, 1, 2, 5]), ...(c.rng.chance(0.5) ? { keep_best: c.rng.pick([null, 0, 1]), best_metric: 'reward', best_mode: c.rng.pick(['max', 'min']) } : {}) }),
+      attacks: RETENTION_ATTACKS,
+    },
+    {
+      method: 'GET', template: '/v1/preview/models/by-name/:entity/:project/:name', writes: false, weight: 1,
+      params: (c) => ({ entity: c.target.name, project: c.rng.chance(0.8) ? PROJECT : 'other', name: c.rng.pick(['main', 'nope', c.rng.word()]) }),
+    },
+    { method: 'GET', template: '/v1/dashboard/jobs/:job_id/config', writes: false, weight: 1, params: (c) => ({ job_id: c.rng.pick(c.target.jobIds) }) },
+  ];
+}
+
+/** OpenAI's model list, the API description and its viewer, and Prometheus' scrape. */
+function discoveryEndpoints(): Endpoint[] {
+  return [
+    { method: 'GET', template: '/v1/models', writes: false, weight: 0.5 },
+    { method: 'GET', template: '/v1/models/*', writes: false, weight: 1, params: (c) => ({ '*': c.rng.pick([c.target.inferenceName, BASE_MODEL, `${c.target.name}/${PROJECT}/nope`, `${c.target.inferenceName}/x`, 'a'.repeat(5000)]) }) },
+    { method: 'GET', template: '/openapi.json', writes: false, weight: 0.3 },
+    { method: 'GET', template: '/docs', writes: false, weight: 0.2 },
+    { method: 'GET', template: '/docs/:file', writes: false, weight: 0.3, params: (c) => ({ file: c.rng.pick(['json', 'yaml', 'static', 'uiConfig', 'initOAuth', '..']) }) },
+    { method: 'GET', template: '/docs/static/:file', writes: false, weight: 0.3, params: (c) => ({ file: c.rng.pick(['index.html', 'swagger-ui.css', 'swagger-ui-bundle.js', 'swagger-initializer.js', '..', '%2e%2e%2fpackage.json', 'nope']) }) },
+    { method: 'GET', template: '/metrics', writes: false, weight: 0.3 },
+  ];
+}
+
+export const ENDPOINTS: Endpoint[] = [...modelEndpoints(), ...jobEndpoints(), ...otherEndpoints(), ...portabilityEndpoints(), ...discoveryEndpoints()];

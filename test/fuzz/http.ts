@@ -33,9 +33,11 @@ function encodeSegment(value: string): string {
 }
 
 export function renderPath(draft: Draft): string {
-  const path = draft.template.replace(/:([a-zA-Z_]+)/g, (_match, name: string) => {
-    const value = draft.params[name] ?? '';
-    return draft.rawParams.has(name) ? value : encodeSegment(value);
+  // A trailing `*` (a wildcard route) takes the param '*', a path of several segments.
+  const path = draft.template.replace(/:([a-zA-Z_]+)|\*$/g, (_match, name: string | undefined) => {
+    const value = draft.params[name ?? '*'] ?? '';
+    if (draft.rawParams.has(name ?? '*')) return value;
+    return name ? encodeSegment(value) : value.split('/').map(encodeSegment).join('/');
   });
   return draft.query ? `${path}?${draft.query}` : path;
 }

@@ -68,14 +68,16 @@ const pathMutations: Mutation[] = [
     if (choice[1]) d.rawParams.add(name);
   },
   (rng, d) => (d.template = rng.pick([`${d.template}/`, `${d.template}//x`, `/${d.template}`, `${d.template}/%C0%AF`, '/v1/nope', '/v1/preview/models/x/y/z', `${d.template}#frag`, '/v1/preview/../preview/me', '*'])),
-  // The protected entity's own key must not turn a read of its data into a write of it.
-  (rng, d, c) => (d.method = rng.pick(c.readOnly ? ['GET', 'OPTIONS', 'HEAD', 'TRACE'] : ['PUT', 'PATCH', 'DELETE', 'GET', 'POST', 'OPTIONS', 'HEAD', 'TRACE'])),
+  // The protected entity's own key must not turn a read of its data into a write of it. No DELETE: the routes that
+  // have one fuzz it, and a read turned into it deleted the seeded model early, leaving every model route a 404.
+  (rng, d, c) => (d.method = rng.pick(c.readOnly ? ['GET', 'OPTIONS', 'HEAD', 'TRACE'] : ['PUT', 'PATCH', 'GET', 'POST', 'OPTIONS', 'HEAD', 'TRACE'])),
 ];
 
 /** Another entity's id of the same kind as the path parameter, for cross-entity probes. */
 function otherId(rng: Prng, c: Ctx, name: string): string {
   const other = c.target === c.world.a ? c.world.b : c.world.a;
-  if (name === 'id') return rng.pick(other.jobIds);
+  if (name === 'id' || name === 'job_id') return rng.pick(other.jobIds);
+  if (name === '*') return other.inferenceName;
   if (name === 'trajectory_id') return rng.pick(other.trajectoryIds);
   if (name === 'entity') return other.name;
   return rng.pick(other.modelIds);
@@ -150,11 +152,16 @@ export function buildDraft(endpoint: Endpoint, c: Ctx, key: string, clean: boole
     if (endpoint.attacks && rng.chance(clean ? 0.1 : 0.35)) rng.pick(endpoint.attacks)(c, draft.body);
   }
   if (endpoint.multipart) multipart(rng, draft, !clean && rng.chance(0.6));
+  if (endpoint.bytes) {
+    const { bytes, contentType } = endpoint.bytes(c, !clean && rng.chance(0.6));
+    draft.bytes = bytes;
+    draft.headers['content-type'] = contentType;
+  }
   if (clean) return draft;
   const count = 1 + rng.int(2);
   for (let i = 0; i < count; i += 1) {
     const family = rng.weighted<Mutation[]>([
-      [endpoint.body ? 6 : 1, bodyMutations],
+      [endpoint.body || endpoint.bytes ? 6 : 1, bodyMutations],
       [Object.keys(draft.params).length > 0 ? 4 : 1, pathMutations],
       [2, queryMutations],
       [2, headerMutations],

@@ -140,7 +140,8 @@ function describeRequest(draft: Draft): string {
 
 /** Keeps models the fuzzer made, so later requests may delete them instead of the seeded ones. */
 function remember(world: World, draft: Draft, outcome: Outcome): void {
-  if (draft.label !== 'POST /v1/preview/models' || outcome.status !== 200 || draft.headers.authorization !== `Bearer ${world.a.key}`) return;
+  const creates = ['POST /v1/preview/models', 'POST /v1/preview/models/import', 'POST /v1/preview/models/:model_id/fork'];
+  if (!creates.includes(draft.label) || outcome.status !== 200 || draft.headers.authorization !== `Bearer ${world.a.key}`) return;
   const id = /"id":"([^"]+)"/.exec(outcome.detail)?.[1];
   if (id && /"entity":"local"/.test(outcome.detail)) world.a.disposableModelIds.push(id);
 }

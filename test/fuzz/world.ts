@@ -24,6 +24,8 @@ export interface Entity {
   checkpointIds: string[];
   trajectoryIds: string[];
   artifactUrl: string;
+  /** The latest checkpoint as a PEFT adapter tar (its export), the valid body of an import. */
+  adapterTar: Buffer;
   /** A sampled group with logprobs: what a valid RL submission carries. */
   group: { trajectories: Record<string, unknown>[] };
 }
@@ -78,6 +80,9 @@ export async function seedEntity(url: string, name: string, key: string, withSft
   for (const jobId of jobIds) await waitForJob(client, jobId, 120_000);
   const checkpoints = await must(api, 'GET', `/v1/preview/models/${modelId}/checkpoints?limit=100`);
   const trajectories = await must(api, 'GET', `/v1/dashboard/models/${modelId}/trajectories?split=train&limit=200`);
+  const latest = Math.max(...checkpoints.data.map((c: { step: number }) => c.step));
+  const exported = await fetch(`${url}/v1/preview/models/${modelId}/checkpoints/${latest}/adapter`, { headers: { authorization: `Bearer ${key}` } });
+  if (exported.status !== 200) throw new Error(`seeding export: ${exported.status} ${await exported.text()}`);
   return {
     name,
     key,
@@ -88,6 +93,7 @@ export async function seedEntity(url: string, name: string, key: string, withSft
     checkpointIds: checkpoints.data.map((c: { id: string }) => c.id),
     trajectoryIds: trajectories.data.map((t: { id: string }) => t.id),
     artifactUrl,
+    adapterTar: Buffer.from(await exported.arrayBuffer()),
     group,
   };
 }
