@@ -5,14 +5,14 @@
  * mid-body is never listed while acknowledged versions stay whole; the queue keeps working.
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { findEnginePython } from '../src/engine/python.ts';
 import type { E2eServer } from './helpers/server.ts';
+import { serverEnv, spawnListening } from './helpers/server-process.ts';
 import { backends } from './helpers/database.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
@@ -21,19 +21,7 @@ const KEY = `sk-${'crash'.repeat(9)}`;
 
 /** The server as its own process (so it can be killed), with a client shaped like the in-process harness. */
 async function spawnServer(dataDir: string, env: Record<string, string>): Promise<{ child: ChildProcess; e2e: E2eServer }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
-    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn', JOB_LEASE_MS: '2000', ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? (await findEnginePython()), ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let output = '';
-    child.stdout!.on('data', (chunk) => {
-      output += chunk;
-      const match = /listening on (http:\/\/\S+)/.exec(output);
-      if (match) resolve(match[1]);
-    });
-    child.on('exit', (code) => reject(new Error(`server exited with ${code}`)));
-  });
+  const { child, url } = await spawnListening(await serverEnv({ dataDir, key: KEY, env: { JOB_LEASE_MS: '2000', ...env } }));
   const api = async (method: string, route: string, body?: unknown) => {
     const response = await fetch(`${url}${route}`, {
       method,

@@ -30,7 +30,8 @@ export interface ServerProcessOptions {
   env?: Record<string, string>;
 }
 
-async function serverEnv(options: ServerProcessOptions): Promise<NodeJS.ProcessEnv> {
+/** The environment `serve` runs with: a fresh data folder, a free port, the bootstrap key, the engine's python. */
+export async function serverEnv(options: ServerProcessOptions): Promise<NodeJS.ProcessEnv> {
   return {
     ...process.env,
     DATA_DIR: options.dataDir,
@@ -43,14 +44,10 @@ async function serverEnv(options: ServerProcessOptions): Promise<NodeJS.ProcessE
   };
 }
 
-/** Starts the server and resolves once it listens and its system check (engine included) passes. */
-export async function spawnServerProcess(options: ServerProcessOptions): Promise<ServerProcess> {
-  const env = await serverEnv(options);
+/** `serve` as a child process; resolves with its URL once it listens, rejects if it exits before. `onExit` sees every exit. */
+export async function spawnListening(env: NodeJS.ProcessEnv, onExit: (code: number | null, signal: NodeJS.Signals | null) => void = () => {}): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], { env, stdio: ['ignore', 'pipe', 'inherit'] });
-  let exit: string | null = null;
-  child.on('exit', (code, signal) => {
-    exit = signal ?? String(code);
-  });
+  child.on('exit', onExit);
   const url = await new Promise<string>((resolve, reject) => {
     let output = '';
     child.stdout!.on('data', (chunk) => {
@@ -59,6 +56,16 @@ export async function spawnServerProcess(options: ServerProcessOptions): Promise
       if (match) resolve(match[1]);
     });
     child.once('exit', (code, signal) => reject(new Error(`server exited with ${signal ?? code} before listening`)));
+  });
+  return { child, url };
+}
+
+/** Starts the server and resolves once it listens and its system check (engine included) passes. */
+export async function spawnServerProcess(options: ServerProcessOptions): Promise<ServerProcess> {
+  const env = await serverEnv(options);
+  let exit: string | null = null;
+  const { child, url } = await spawnListening(env, (code, signal) => {
+    exit = signal ?? String(code);
   });
   const errorLines: string[] = [];
   readline.createInterface({ input: child.stdout! }).on('line', (line) => {
