@@ -1,21 +1,20 @@
 /**
- * The fuzzer's only source of chance: a seeded 32-bit PRNG (mulberry32), so a seed replays a run request
- * for request. Nothing in the fuzzer may call Math.random.
+ * The fuzzer's only source of chance: the tiny model recipe's seeded mulberry32 (one home for the generator),
+ * with the draws the fuzzer needs on top, so a seed replays a run request for request. Nothing in the fuzzer
+ * may call Math.random.
  */
+import { Prng as Mulberry32 } from '../../models/recipe/prng.ts';
+
 export class Prng {
-  private state: number;
+  private readonly source: Mulberry32;
 
   constructor(seed: number) {
-    this.state = seed >>> 0;
+    this.source = new Mulberry32(seed);
   }
 
   /** A float in [0, 1). */
   next(): number {
-    this.state = (this.state + 0x6d2b79f5) >>> 0;
-    let t = this.state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    return this.source.uniform();
   }
 
   /** An integer in [0, n). */
@@ -28,7 +27,7 @@ export class Prng {
   }
 
   pick<T>(items: readonly T[]): T {
-    return items[this.int(items.length)];
+    return this.source.pick(items);
   }
 
   /** One of `choices` by weight: [[weight, value], …]. */
