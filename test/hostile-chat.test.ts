@@ -60,19 +60,28 @@ async function assertStillServes(chat: ReturnType<typeof chatCaller>): Promise<v
   assert.equal(normal.body.object, 'chat.completion');
 }
 
-describe('hostile chat requests, request templates not trusted (the default)', () => {
-  let e2e: E2eServer;
-  const chat = chatCaller(() => e2e);
+/** `{"type":"array","items":…}` nested `depth` deep, as JSON text. */
+const nestedArraySchema = (depth: number) => `${'{"type":"array","items":'.repeat(depth - 1)}{"type":"string"}${'}'.repeat(depth - 1)}`;
+
+/** The server a describe's tests share: started before them, closed after; `chat` calls it. */
+function sharedServer(options: Parameters<typeof startE2eServer>[0] = {}): { server: () => E2eServer; chat: ReturnType<typeof chatCaller> } {
+  let e2e: E2eServer | undefined;
+  const server = () => e2e ?? assert.fail('the server has not started');
   before(async () => {
-    e2e = await startE2eServer();
+    e2e = await startE2eServer(options);
   });
   after(async () => {
-    await e2e.close();
+    await e2e?.close();
   });
+  return { server, chat: chatCaller(server) };
+}
+
+describe('hostile chat requests, request templates not trusted (the default)', () => {
+  const { server, chat } = sharedServer();
 
   test('a request chat_template is refused with a 400 naming the setting, before anything renders', async () => {
     for (const template of [HUGE_RANGE, NESTED_LOOPS, '{{ messages[0].content }}']) {
-      const { answer, slowestHealthMs } = await whileHealthPolled(e2e, () => chat({ chat_template: template }));
+      const { answer, slowestHealthMs } = await whileHealthPolled(server(), () => chat({ chat_template: template }));
       assert.equal(answer.status, 400);
       assert.equal(answer.body.error.param, 'chat_template');
       assert.match(answer.body.error.message, /TRUST_REQUEST_CHAT_TEMPLATE=on/);
@@ -81,99 +90,80 @@ describe('hostile chat requests, request templates not trusted (the default)', (
     }
     await assertStillServes(chat);
   });
-});
 
-/** `{"type":"array","items":…}` nested `depth` deep, as JSON text. */
-const nestedArraySchema = (depth: number) => `${'{"type":"array","items":'.repeat(depth - 1)}{"type":"string"}${'}'.repeat(depth - 1)}`;
-
-describe('hostile constraints and content', () => {
-  let e2e: E2eServer;
-  const chat = chatCaller(() => e2e);
-  before(async () => {
-    e2e = await startE2eServer();
-  });
-  after(async () => {
-    await e2e.close();
-  });
-
-  /** Each hostile request: a 400 naming `param` (and matching `message`) promptly, health answering within 1 s meanwhile. */
-  async function expectRefused(extra: Record<string, unknown> | string, param: string, message: RegExp): Promise<void> {
-    const { answer, slowestHealthMs } = await whileHealthPolled(e2e, () => chat(extra));
-    assert.equal(answer.status, 400, JSON.stringify(answer.body).slice(0, 300));
-    assert.equal(answer.body.error.param, param);
-    assert.match(answer.body.error.message, message);
-    assert.ok(answer.ms < PROMPT_MS, `answered in ${answer.ms} ms`);
-    assert.ok(slowestHealthMs < 1000, `health took ${slowestHealthMs} ms`);
-  }
-
-  test('regexes too long for the cap are refused before compiling, whatever their size', async () => {
-    for (const length of [65_536, 262_144, 1_048_576]) {
-      await expectRefused({ structured_outputs: { regex: 'a'.repeat(length) } }, 'structured_outputs', new RegExp(`more than \\d+ characters \\(this one has ${length}\\)`));
+  describe('hostile constraints and content', () => {
+    /** Each hostile request: a 400 naming `param` (and matching `message`) promptly, health answering within 1 s meanwhile. */
+    async function expectRefused(extra: Record<string, unknown> | string, param: string, message: RegExp): Promise<void> {
+      const { answer, slowestHealthMs } = await whileHealthPolled(server(), () => chat(extra));
+      assert.equal(answer.status, 400, JSON.stringify(answer.body).slice(0, 300));
+      assert.equal(answer.body.error.param, param);
+      assert.match(answer.body.error.message, message);
+      assert.ok(answer.ms < PROMPT_MS, `answered in ${answer.ms} ms`);
+      assert.ok(slowestHealthMs < 1000, `health took ${slowestHealthMs} ms`);
     }
-    await assertStillServes(chat);
-  });
 
-  test('regexes within the cap whose automaton explodes are refused by the step budget, off the event loop', async () => {
-    for (const regex of ['(.{0,30}x){20}', '(a|b)*a(a|b){24}', '((((a{100}){100}){100}){100})']) {
-      await expectRefused({ structured_outputs: { regex } }, 'structured_outputs', /too complex|steps to build|automaton states/);
-    }
-    await assertStillServes(chat);
-  });
+    test('regexes too long for the cap are refused before compiling, whatever their size', async () => {
+      for (const length of [65_536, 262_144, 1_048_576]) {
+        await expectRefused({ structured_outputs: { regex: 'a'.repeat(length) } }, 'structured_outputs', new RegExp(`more than \\d+ characters \\(this one has ${length}\\)`));
+      }
+      await assertStillServes(chat);
+    });
 
-  test('deeply nested schemas and template data are a 400 naming the field', async () => {
-    await expectRefused(`"response_format":{"type":"json_schema","json_schema":{"name":"deep","schema":${nestedArraySchema(1000)}}}`, 'response_format', /nested more than \d+ levels/);
-    const tool = `{"type":"function","function":{"name":"deep","parameters":{"type":"object","properties":{"a":${nestedArraySchema(5000)}}}}}`;
-    await expectRefused(`"tools":[${tool}],"tool_choice":"required"`, 'tools', /nested more than \d+ levels/);
-    // Data the model's own (trusted) template renders is bounded too, with the field named.
-    await expectRefused(`"tools":[${tool}]`, 'tools', /nested more than \d+ levels/);
-    await expectRefused(`"chat_template_kwargs":{"x":${nestedArraySchema(5000)}}`, 'chat_template_kwargs', /nested more than \d+ levels/);
-    const call = `{"id":"c","type":"function","function":{"name":"f","arguments":${JSON.stringify(nestedArraySchema(5000))}}}`;
-    await expectRefused(`"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[${call}]},{"role":"user","content":"and?"}]`, 'messages', /nested more than \d+ levels/);
-    await assertStillServes(chat);
-  });
+    test('regexes within the cap whose automaton explodes are refused by the step budget, off the event loop', async () => {
+      for (const regex of ['(.{0,30}x){20}', '(a|b)*a(a|b){24}', '((((a{100}){100}){100}){100})']) {
+        await expectRefused({ structured_outputs: { regex } }, 'structured_outputs', /too complex|steps to build|automaton states/);
+      }
+      await assertStillServes(chat);
+    });
 
-  test('a $ref fan-out whose expansion is astronomically large is refused by the step budget', async () => {
-    const defs: Record<string, unknown> = {};
-    for (let i = 0; i < 10; i += 1) {
-      defs[`d${i}`] = i === 9 ? { type: 'string' } : { type: 'object', properties: Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }])) };
-    }
-    await expectRefused({ response_format: { type: 'json_schema', json_schema: { name: 'fan', schema: { $defs: defs, $ref: '#/$defs/d0' } } } }, 'response_format', /steps to build/);
-  });
+    test('deeply nested schemas and template data are a 400 naming the field', async () => {
+      await expectRefused(`"response_format":{"type":"json_schema","json_schema":{"name":"deep","schema":${nestedArraySchema(1000)}}}`, 'response_format', /nested more than \d+ levels/);
+      const tool = `{"type":"function","function":{"name":"deep","parameters":{"type":"object","properties":{"a":${nestedArraySchema(5000)}}}}}`;
+      await expectRefused(`"tools":[${tool}],"tool_choice":"required"`, 'tools', /nested more than \d+ levels/);
+      // Data the model's own (trusted) template renders is bounded too, with the field named.
+      await expectRefused(`"tools":[${tool}]`, 'tools', /nested more than \d+ levels/);
+      await expectRefused(`"chat_template_kwargs":{"x":${nestedArraySchema(5000)}}`, 'chat_template_kwargs', /nested more than \d+ levels/);
+      const call = `{"id":"c","type":"function","function":{"name":"f","arguments":${JSON.stringify(nestedArraySchema(5000))}}}`;
+      await expectRefused(`"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[${call}]},{"role":"user","content":"and?"}]`, 'messages', /nested more than \d+ levels/);
+      await assertStillServes(chat);
+    });
 
-  test('too many choices, or too many tools for a forced call, are refused before compiling', async () => {
-    await expectRefused({ structured_outputs: { choice: Array.from({ length: 5000 }, (_, i) => `c${i}`) } }, 'structured_outputs', /more than \d+ choices/);
-    const tools = Array.from({ length: 129 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } }));
-    await expectRefused({ tools, tool_choice: 'required' }, 'tools', /more than 128 tools/);
-  });
+    test('a $ref fan-out whose expansion is astronomically large is refused by the step budget', async () => {
+      const defs: Record<string, unknown> = {};
+      for (let i = 0; i < 10; i += 1) {
+        defs[`d${i}`] = i === 9 ? { type: 'string' } : { type: 'object', properties: Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }])) };
+      }
+      await expectRefused({ response_format: { type: 'json_schema', json_schema: { name: 'fan', schema: { $defs: defs, $ref: '#/$defs/d0' } } } }, 'response_format', /steps to build/);
+    });
 
-  test('a tool without function.name, and content parts the model cannot honour, are 400s naming the part', async () => {
-    const nameless = await chat({ tools: [{ type: 'function', function: { parameters: { type: 'object' } } }] });
-    assert.equal(nameless.status, 400);
-    assert.equal(nameless.body.error.param, 'tools.0.function.name');
-    for (const part of [{ type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }, { type: 'input_audio', input_audio: { data: '', format: 'wav' } }, { type: 'file', file: {} }]) {
-      const answer = await chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, part] }] });
-      assert.equal(answer.status, 400, JSON.stringify(answer.body));
-      assert.equal(answer.body.error.param, 'messages.0.content.1');
-      assert.match(answer.body.error.message, new RegExp(`"${part.type}" are not supported`));
-    }
-    const textless = await chat({ messages: [{ role: 'user', content: [{ type: 'text' }] }] });
-    assert.equal(textless.status, 400);
-    assert.equal(textless.body.error.param, 'messages.0.content.0');
-    // Text parts keep working.
-    const parts = await chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'Once' }, { type: 'text', text: ' upon' }] }] });
-    assert.equal(parts.status, 200, JSON.stringify(parts.body));
+    test('too many choices, or too many tools for a forced call, are refused before compiling', async () => {
+      await expectRefused({ structured_outputs: { choice: Array.from({ length: 5000 }, (_, i) => `c${i}`) } }, 'structured_outputs', /more than \d+ choices/);
+      const tools = Array.from({ length: 129 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } }));
+      await expectRefused({ tools, tool_choice: 'required' }, 'tools', /more than 128 tools/);
+    });
+
+    test('a tool without function.name, and content parts the model cannot honour, are 400s naming the part', async () => {
+      const nameless = await chat({ tools: [{ type: 'function', function: { parameters: { type: 'object' } } }] });
+      assert.equal(nameless.status, 400);
+      assert.equal(nameless.body.error.param, 'tools.0.function.name');
+      for (const part of [{ type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }, { type: 'input_audio', input_audio: { data: '', format: 'wav' } }, { type: 'file', file: {} }]) {
+        const answer = await chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, part] }] });
+        assert.equal(answer.status, 400, JSON.stringify(answer.body));
+        assert.equal(answer.body.error.param, 'messages.0.content.1');
+        assert.match(answer.body.error.message, new RegExp(`"${part.type}" are not supported`));
+      }
+      const textless = await chat({ messages: [{ role: 'user', content: [{ type: 'text' }] }] });
+      assert.equal(textless.status, 400);
+      assert.equal(textless.body.error.param, 'messages.0.content.0');
+      // Text parts keep working.
+      const parts = await chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'Once' }, { type: 'text', text: ' upon' }] }] });
+      assert.equal(parts.status, 200, JSON.stringify(parts.body));
+    });
   });
 });
 
 describe('hostile chat requests, request templates trusted', () => {
-  let e2e: E2eServer;
-  const chat = chatCaller(() => e2e);
-  before(async () => {
-    e2e = await startE2eServer({ env: { TRUST_REQUEST_CHAT_TEMPLATE: 'on' } });
-  });
-  after(async () => {
-    await e2e.close();
-  });
+  const { server, chat } = sharedServer({ env: { TRUST_REQUEST_CHAT_TEMPLATE: 'on' } });
 
   test('a benign request template renders the prompt the model continues', async () => {
     const template = '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}';
@@ -188,7 +178,7 @@ describe('hostile chat requests, request templates trusted', () => {
   test('templates over their memory or time budget answer 400 in time; health never waits and the server survives', async () => {
     // A huge range overflows the heap, or on a busy machine may run out of time first: either budget stops it.
     for (const [template, budget] of [[HUGE_RANGE, /memory budget|time budget/], [LARGE_RANGE, /memory budget|time budget/], [NESTED_LOOPS, /time budget/]] as const) {
-      const { answer, slowestHealthMs, polls } = await whileHealthPolled(e2e, () => chat({ chat_template: template }));
+      const { answer, slowestHealthMs, polls } = await whileHealthPolled(server(), () => chat({ chat_template: template }));
       assert.equal(answer.status, 400, JSON.stringify(answer.body));
       assert.equal(answer.body.error.param, 'chat_template');
       assert.match(answer.body.error.message, budget);
