@@ -3,9 +3,7 @@
  * supervisor and client against the real `python3 -m engine` with the tiny model.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -19,8 +17,8 @@ import { encodeFrame, FrameDecoder, FramingError, MAX_FRAME_BYTES, parseFrame } 
 import type { GenerateStream } from '../src/engine/generate-stream.ts';
 import type { EngineLogger } from '../src/engine/logger.ts';
 import type { GenerateEvent, GenerateRequest } from '../src/engine/protocol.ts';
-import { findEnginePython } from '../src/engine/python.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
+import { enginePython, startTcpEngine } from './helpers/engine-process.ts';
 
 const decodeAll = (decoder: FrameDecoder, chunks: Buffer[]) => chunks.flatMap((chunk) => decoder.push(chunk)).map(parseFrame);
 
@@ -168,12 +166,7 @@ describe('client against a fake engine', () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// The real engine. Skipped (with the reason) until engine/__main__.py exists and torch imports.
-
-const engineMissing = !existsSync(new URL('../engine/__main__.py', import.meta.url));
-// scripts/test.sh exports the ENGINE_PYTHON its install step chose.
-const python = engineMissing ? undefined : process.env.ENGINE_PYTHON || (await findEnginePython().catch(() => undefined));
-const skipReal = engineMissing ? 'engine/__main__.py is not there yet' : python ? false : 'no python3 that imports torch';
+// The real engine, run by the Python every other end-to-end test runs it with: these never skip.
 
 function recordingLogger(): EngineLogger & { lines: string[] } {
   const lines: string[] = [];
@@ -181,7 +174,7 @@ function recordingLogger(): EngineLogger & { lines: string[] } {
   return { lines, info: record, warn: record, error: record };
 }
 
-describe('supervisor and client against the real engine', { skip: skipReal }, () => {
+describe('supervisor and client against the real engine', () => {
   const logger = recordingLogger();
   let supervisor: EngineSupervisor;
   let modelDir: string;
@@ -195,7 +188,7 @@ describe('supervisor and client against the real engine', { skip: skipReal }, ()
     prompt = tokenizer.encode(template.render({ messages: [{ role: 'user', content: 'What is 2 + 2?' }], add_generation_prompt: true }));
     supervisor = new EngineSupervisor({
       logger,
-      python,
+      python: await enginePython(),
       args: ['--threads', '2'],
       readyTimeoutMs: 60_000,
       restartBackoff: { initialMs: 100, maxMs: 1000, stableAfterMs: 30_000 },
@@ -300,27 +293,16 @@ describe('supervisor and client against the real engine', { skip: skipReal }, ()
   });
 });
 
-describe('client over TCP against the real engine', { skip: skipReal }, () => {
+describe('client over TCP against the real engine', () => {
   test('answers stats on a socket', async () => {
-    const port = await new Promise<number>((resolve) => {
-      const probe = createServer().listen(0, '127.0.0.1', () => {
-        const address = probe.address();
-        probe.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-      });
-    });
-    const engine = spawn(python ?? 'python3', ['-m', 'engine', '--tcp', `127.0.0.1:${port}`, '--threads', '1'], {
-      cwd: new URL('..', import.meta.url),
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const engine = await startTcpEngine();
     try {
-      const listening = new Promise<void>((resolve) => engine.stderr.on('data', (d: Buffer) => d.toString().includes('listening') && resolve()));
-      await listening;
-      const client = await EngineClient.connect('127.0.0.1', port);
+      const client = await EngineClient.connect('127.0.0.1', engine.port);
       assert.equal(typeof (await client.ready).matmul_gflops, 'number');
       assert.deepEqual((await client.stats()).bases, []);
       client.close();
     } finally {
-      engine.kill('SIGKILL');
+      await engine.kill();
     }
   });
 });

@@ -5,62 +5,27 @@
  * failed with an error event.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { EngineClient } from '../src/engine/client.ts';
 import { EngineError } from '../src/engine/errors.ts';
-import { findEnginePython } from '../src/engine/python.ts';
-import { repoRoot } from '../src/config.ts';
+import { startTcpEngine, type TcpEngine } from './helpers/engine-process.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 
 const SECRET = 'loopback-test-secret-7f3a';
 const MODEL = 'local/remote/policy';
 
-interface RemoteEngine {
-  child: ChildProcess;
-  port: number;
-}
-
-/** `python -m engine --tcp 127.0.0.1:PORT` (0: any free port), resolved once it listens. */
-async function startRemoteEngine(port = 0): Promise<RemoteEngine> {
-  const python = process.env.ENGINE_PYTHON ?? (await findEnginePython());
-  const child = spawn(python, ['-m', 'engine', '--tcp', `127.0.0.1:${port}`, '--threads', '1'], {
-    cwd: repoRoot,
-    env: { ...process.env, ENGINE_SECRET: SECRET, PYTHONUNBUFFERED: '1' },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const lines: string[] = [];
-  return new Promise((resolve, reject) => {
-    createInterface({ input: child.stderr! }).on('line', (line) => {
-      lines.push(line);
-      const listening = /listening on [^ ]+:(\d+)/.exec(line);
-      if (listening) resolve({ child, port: Number(listening[1]) });
-    });
-    child.once('exit', (code) => reject(new Error(`remote engine exited (${code}) before listening:\n${lines.join('\n')}`)));
-  });
-}
-
-function stop(engine: RemoteEngine | undefined): Promise<void> {
-  if (!engine || engine.child.exitCode !== null || engine.child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    engine.child.once('exit', () => resolve());
-    engine.child.kill('SIGKILL');
-  });
-}
-
 describe('engines over TCP with a shared secret', () => {
-  let trainer: RemoteEngine | undefined;
-  let sampler: RemoteEngine | undefined;
+  let trainer: TcpEngine | undefined;
+  let sampler: TcpEngine | undefined;
   let e2e: E2eServer | undefined;
 
   before(async () => {
-    [trainer, sampler] = await Promise.all([startRemoteEngine(), startRemoteEngine()]);
+    [trainer, sampler] = await Promise.all([startTcpEngine({ secret: SECRET }), startTcpEngine({ secret: SECRET })]);
   });
   after(async () => {
     await e2e?.close();
-    await Promise.all([stop(trainer), stop(sampler)]);
+    await Promise.all([trainer?.kill(), sampler?.kill()]);
   });
 
   test('a wrong or missing secret is refused and the connection closed; the engine then serves the right one', async () => {
@@ -105,7 +70,7 @@ describe('engines over TCP with a shared secret', () => {
     const payloads: string[] = [];
     let buffered = '';
     for await (const piece of response.body!.pipeThrough(new TextDecoderStream())) {
-      if (payloads.length === 0 && sampler!.child.exitCode === null) await stop(sampler);
+      if (payloads.length === 0 && sampler!.child.exitCode === null) await sampler!.kill();
       buffered += piece;
       const events = buffered.split('\n\n');
       buffered = events.pop()!;
@@ -114,7 +79,7 @@ describe('engines over TCP with a shared secret', () => {
     assert.equal(payloads.at(-1), '[DONE]');
     assert.match(JSON.parse(payloads.at(-2)!).error.message, /engine .*(exited|closed)/);
 
-    sampler = await startRemoteEngine(sampler!.port);
+    sampler = await startTcpEngine({ port: sampler!.port, secret: SECRET });
     await e2e.server.waitForEngines();
     const served = await e2e.api('POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
     assert.equal(served.status, 200, JSON.stringify(served.body));

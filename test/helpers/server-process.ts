@@ -7,7 +7,7 @@ import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import readline from 'node:readline';
 import { promisify } from 'node:util';
-import { findEnginePython } from '../../src/engine/python.ts';
+import { enginePython } from './engine-process.ts';
 
 export interface ServerProcess {
   child: ChildProcess;
@@ -38,26 +38,32 @@ export async function serverEnv(options: ServerProcessOptions): Promise<NodeJS.P
     PORT: '0',
     BOOTSTRAP_API_KEY: options.key,
     LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'warn',
-    ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? (await findEnginePython()),
+    ENGINE_PYTHON: await enginePython(),
     ...(options.databaseUrl ? { DATABASE_URL: options.databaseUrl } : {}),
     ...options.env,
   };
 }
 
-/** `serve` as a child process; resolves with its URL once it listens, rejects if it exits before. `onExit` sees every exit. */
-export async function spawnListening(env: NodeJS.ProcessEnv, onExit: (code: number | null, signal: NodeJS.Signals | null) => void = () => {}): Promise<{ child: ChildProcess; url: string }> {
+/**
+ * `serve` as a child process; resolves with its URL once it listens, and its start-up banner (stdout so far: the
+ * banner is one write), rejects if it exits before. `onExit` sees every exit.
+ */
+export async function spawnListening(
+  env: NodeJS.ProcessEnv,
+  onExit: (code: number | null, signal: NodeJS.Signals | null) => void = () => {},
+): Promise<{ child: ChildProcess; url: string; banner: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], { env, stdio: ['ignore', 'pipe', 'inherit'] });
   child.on('exit', onExit);
+  let output = '';
   const url = await new Promise<string>((resolve, reject) => {
-    let output = '';
     child.stdout!.on('data', (chunk) => {
       output += chunk;
       const match = /listening on (http:\/\/\S+)/.exec(output);
       if (match) resolve(match[1]);
     });
-    child.once('exit', (code, signal) => reject(new Error(`server exited with ${signal ?? code} before listening`)));
+    child.once('exit', (code, signal) => reject(new Error(`server exited with ${signal ?? code} before listening: ${output}`)));
   });
-  return { child, url };
+  return { child, url, banner: output };
 }
 
 /** Starts the server and resolves once it listens and its system check (engine included) passes. */

@@ -6,8 +6,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { BUILTIN_BASE_MODEL, loadConfig } from '../../src/config.ts';
-import { findEnginePython } from '../../src/engine/python.ts';
 import { startServer, type RunningServer } from '../../src/server.ts';
+import { enginePython } from './engine-process.ts';
 
 export interface E2eServer {
   server: RunningServer;
@@ -29,7 +29,7 @@ export async function startE2eServer(options: { env?: Record<string, string>; da
     PORT: '0',
     LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent',
     BOOTSTRAP_API_KEY: key,
-    ENGINE_PYTHON: process.env.ENGINE_PYTHON ?? (await findEnginePython()),
+    ENGINE_PYTHON: await enginePython(),
     ...TINY_MODEL_ENV,
     ...options.env,
   });
