@@ -8,24 +8,18 @@
  * - `ChoiceOutput` with the real tokenizer: token by token gives what the whole output gives.
  */
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
-import { buildApp } from '../src/app.ts';
 import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../src/chat/output.ts';
 import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
 import { TOOL_CALL_FORMATS } from '../src/chat/tool-calls/index.ts';
-import { systemClock } from '../src/clock.ts';
-import { loadConfig } from '../src/config.ts';
-import { createServices } from '../src/context.ts';
 import type { Engine } from '../src/engine/client.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import { ReplyStream, type GenerateStream } from '../src/engine/generate-stream.ts';
 import type { GenerateRequest } from '../src/engine/protocol.ts';
-import { migrate, openStore, type Store } from '../src/store/db.ts';
+import { startTestApp, type TestApp } from './helpers/app.ts';
+import { backends } from './helpers/database.ts';
 import { startE2eServer, TINY_MODEL_ENV, type E2eServer } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
@@ -428,9 +422,7 @@ class ScriptedEngine {
 }
 
 describe('tool calls, reasoning and faults over HTTP, with a scripted engine', () => {
-  let app: FastifyInstance;
-  let store: Store;
-  let dataDir: string;
+  let t: TestApp | undefined;
   let url: string;
   let key: string;
   let engine: ScriptedEngine;
@@ -447,23 +439,16 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   };
 
   before(async () => {
-    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'chat-scripted-'));
-    key = `sk-${'scripted'.repeat(4)}`;
-    const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent', BOOTSTRAP_API_KEY: key, ENGINE: 'off', ...TINY_MODEL_ENV });
-    store = openStore(config);
-    await migrate(store);
     tokenizer = await loadTokenizer(TINY_CHAT);
     engine = new ScriptedEngine(tokenizer);
-    const services = createServices({ config, store, clock: systemClock, engines: { sampler: engine as unknown as Engine, trainer: engine as unknown as Engine } });
-    await services.auth.bootstrap(dataDir, key);
-    app = buildApp({ config, services });
-    url = (await app.listen({ port: 0, host: '127.0.0.1' })).replace('[::1]', 'localhost');
+    const engines = { sampler: engine as unknown as Engine, trainer: engine as unknown as Engine };
+    t = await startTestApp(backends()[0], { env: { LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent', ENGINE: 'off', ...TINY_MODEL_ENV }, engines });
+    key = t.key;
+    url = await t.listen();
     client = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0 });
   });
   after(async () => {
-    await app?.close();
-    await store?.close();
-    if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+    await t?.close();
   });
 
   test('a Hermes tool call after some content: tool_calls with an id, type and JSON arguments, finish_reason tool_calls, in both modes', async () => {

@@ -1,6 +1,6 @@
 /** The command line as an operator uses it: bootstrap key on first start, keys create/list/revoke, team membership. */
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import { once } from 'node:events';
@@ -9,6 +9,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { describe, test } from 'node:test';
 import { fakeBaseModelFolder } from './helpers/app.ts';
+import { serverEnv, spawnListening } from './helpers/server-process.ts';
 
 const run = promisify(execFile);
 const cli = (args: string[], env: Record<string, string>) =>
@@ -59,23 +60,13 @@ describe('cli', () => {
   test('serve bootstraps the configured key into an owner-only file and answers with it', async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'serve-test-'));
     const key = `sk-${'b'.repeat(43)}`;
-    const server = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
-      env: { ...process.env, DATA_DIR: dataDir, PORT: '0', BOOTSTRAP_API_KEY: key, LOG_LEVEL: 'warn', ENGINE: 'off', BASE_MODELS: `test/base=${fakeBaseModelFolder()}` },
-    });
+    const env = await serverEnv({ dataDir, key, env: { ENGINE: 'off', BASE_MODELS: `test/base=${fakeBaseModelFolder()}` } });
+    const { child, url, banner } = await spawnListening(env);
     try {
-      let output = '';
-      const url = await new Promise<string>((resolve, reject) => {
-        server.stdout.on('data', (chunk) => {
-          output += chunk;
-          const match = /listening on (http:\/\/\S+)[\s\S]*API key file/.exec(output);
-          if (match) resolve(match[1]);
-        });
-        server.on('exit', (code) => reject(new Error(`serve exited with ${code}: ${output}`)));
-      });
       const file = path.join(dataDir, 'bootstrap-api-key');
       assert.equal(fs.readFileSync(file, 'utf8').trim(), key);
       assert.equal(fs.statSync(file).mode & 0o777, 0o600);
-      assert.match(output, /bootstrap-api-key/);
+      assert.match(banner, /API key file: .*bootstrap-api-key/);
       const response = await fetch(`${url}/v1/preview/models`, {
         method: 'POST',
         headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
@@ -84,7 +75,7 @@ describe('cli', () => {
       assert.equal(response.status, 200);
       assert.equal((await response.json()).entity, 'local');
     } finally {
-      server.kill('SIGTERM');
+      child.kill('SIGTERM');
     }
   });
 });

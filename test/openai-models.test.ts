@@ -24,7 +24,7 @@ for (const backend of backends()) {
     before(async () => {
       const bases = `test/base=${fakeBaseModelFolder()},test/qwen3=${familyFolder('qwen3')},test/llama3.1=${familyFolder('llama3.1')}`;
       t = await startTestApp(backend, { env: { BASE_MODELS: bases, DEFAULT_BASE_MODEL: 'test/base' } });
-      const url = await t.app.listen({ port: 0, host: '127.0.0.1' });
+      const url = await t.listen();
       client = new OpenAI({ baseURL: `${url}/v1`, apiKey: t.key, maxRetries: 0 });
       otherClient = new OpenAI({ baseURL: `${url}/v1`, apiKey: (await t.services.auth.createKey('someone-else')).key, maxRetries: 0 });
     });

@@ -5,11 +5,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import { createServices } from '../src/context.ts';
-import { buildApp } from '../src/app.ts';
-import { systemClock } from '../src/clock.ts';
 import { migrate, openStore, SchemaTooNewError } from '../src/store/db.ts';
 import { MIGRATIONS } from '../src/store/migrations/index.ts';
+import { buildTestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
 
 const latest = MIGRATIONS[MIGRATIONS.length - 1].version;
@@ -39,8 +37,7 @@ describe('system check', () => {
     // Port 1 on loopback has no server: exactly what a stopped PostgreSQL looks like to a client.
     const config = loadConfig({ DATABASE_URL: 'postgres://postgres@127.0.0.1:1/test', LOG_LEVEL: 'silent', DATA_DIR: os.tmpdir() });
     const store = openStore(config);
-    const noop = async () => {};
-    const app = buildApp({ config, services: createServices({ config, store, clock: systemClock, engineProbe: noop }) });
+    const { app } = buildTestApp(config, store);
     try {
       const response = await app.inject({ method: 'GET', url: '/v1/system-check' });
       assert.equal(response.statusCode, 503);

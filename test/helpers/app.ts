@@ -8,6 +8,7 @@ import { systemClock, type Clock } from '../../src/clock.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
 import { createServices, type Services } from '../../src/context.ts';
 import { migrate, openStore, type Store } from '../../src/store/db.ts';
+import type { RuntimeEngines } from '../../src/services/base-model-runtime.ts';
 import type { Probe } from '../../src/services/health-service.ts';
 import type { Backend } from './database.ts';
 
@@ -19,7 +20,16 @@ export interface TestApp {
   store: Store;
   dataDir: string;
   call(method: string, url: string, body?: unknown, key?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  /** Listens on a free loopback port, for clients that need a real socket (SDKs, streams); answers the URL. */
+  listen(): Promise<string>;
   close(): Promise<void>;
+}
+
+export interface TestAppOptions {
+  clock?: Clock;
+  engineProbe?: Probe;
+  /** Engines the services drive (a scripted engine); none by default. */
+  engines?: RuntimeEngines;
 }
 
 /** A folder that passes for a loadable base model where the engine is not involved. */
@@ -29,10 +39,15 @@ export function fakeBaseModelFolder(): string {
   return folder;
 }
 
-export async function startTestApp(
-  backend: Backend,
-  options: { env?: Record<string, string>; clock?: Clock; engineProbe?: Probe } = {},
-): Promise<TestApp> {
+/** Services and the Fastify app over `store`, without touching the database: how every test app is assembled. */
+export function buildTestApp(config: Config, store: Store, options: TestAppOptions = {}): { app: FastifyInstance; services: Services } {
+  // Without engines there is nothing to probe; with them, the real probe (a stats round trip) unless a test gives one.
+  const engineProbe = options.engineProbe ?? (options.engines ? undefined : async () => {});
+  const services = createServices({ config, store, clock: options.clock ?? systemClock, engines: options.engines, engineProbe });
+  return { app: buildApp({ config, services }), services };
+}
+
+export async function startTestApp(backend: Backend, options: TestAppOptions & { env?: Record<string, string> } = {}): Promise<TestApp> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'service-test-'));
   const database = await backend.create();
   const config = loadConfig({
@@ -44,11 +59,9 @@ export async function startTestApp(
   });
   const store = openStore(config);
   await migrate(store);
-  const noop = async () => {};
-  const services = createServices({ config, store, clock: options.clock ?? systemClock, engineProbe: options.engineProbe ?? noop });
+  const { app, services } = buildTestApp(config, store, options);
   const bootstrap = await services.auth.bootstrap(dataDir, config.bootstrapApiKey);
   if (!bootstrap) throw new Error('expected an empty database');
-  const app = buildApp({ config, services });
   await app.ready();
 
   return {
@@ -68,6 +81,7 @@ export async function startTestApp(
       const text = response.body;
       return { status: response.statusCode, body: text ? JSON.parse(text) : null, headers: response.headers };
     },
+    listen: () => app.listen({ port: 0, host: '127.0.0.1' }),
     async close() {
       await app.close();
       await store.close();
