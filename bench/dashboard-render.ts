@@ -4,21 +4,13 @@
  * chart drawn, median of 5 loads each. Prints ms against the 1 s goal; asserts nothing.
  * Usage: npx tsx bench/dashboard-render.ts
  */
-import { chromiumAvailable, CHROMIUM, openBrowser } from '../test/helpers/browser.ts';
-import { startE2eServer } from '../test/helpers/server.ts';
+import { benchDashboard, median } from './dashboard-session.ts';
 
 const STEPS = 2000;
 const RUNS = 5;
 const LOADS = 5;
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
-if (!chromiumAvailable()) {
-  console.log(`no Chromium at ${CHROMIUM}; scripts/install.sh installs it`);
-  process.exit(0);
-}
-const e2e = await startE2eServer();
-const session = await openBrowser(e2e.url);
-try {
+await benchDashboard(async (e2e, session) => {
   const { trajectories } = e2e.server.services.repositories;
   const ids: string[] = [];
   for (let run = 0; run < RUNS; run += 1) {
@@ -32,7 +24,6 @@ try {
       if (step % 10 === 0) await trajectories.insertRunMetrics(model.body.run_id, step, 'log:val', { 'val/reward': reward * 0.9, 'val/reward_std_dev': 0.1 }, at);
     }
   }
-  await session.context.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
 
   const timeLoad = async (target: string, ready: string) => {
     const page = await session.context.newPage();
@@ -51,7 +42,4 @@ try {
   }
   console.log(`models page (${RUNS} models): ${median(modelsPage).toFixed(0)} ms median of ${LOADS} loads (goal < 1000 ms)`);
   console.log(`model page, ${STEPS} steps × ${RUNS} overlaid runs, all charts drawn: ${median(overlaid).toFixed(0)} ms median of ${LOADS} loads (goal < 1000 ms)`);
-} finally {
-  await session.close();
-  await e2e.close();
-}
+});

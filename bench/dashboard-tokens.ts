@@ -4,21 +4,13 @@
  * readout updated), medians of 5 loads and of 200 hovers. Prints ms; asserts nothing.
  * Usage: npx tsx bench/dashboard-tokens.ts
  */
-import { chromiumAvailable, CHROMIUM, openBrowser } from '../test/helpers/browser.ts';
-import { startE2eServer } from '../test/helpers/server.ts';
+import { benchDashboard, median } from './dashboard-session.ts';
 
 const TOKENS = 4000;
 const LOADS = 5;
 const HOVERS = 200;
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
-if (!chromiumAvailable()) {
-  console.log(`no Chromium at ${CHROMIUM}; scripts/install.sh installs it`);
-  process.exit(0);
-}
-const e2e = await startE2eServer();
-const session = await openBrowser(e2e.url);
-try {
+await benchDashboard(async (e2e, session) => {
   const model = (await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'tokens', base_model: 'builtin/tiny-chat' })).body;
   const logprob = (i: number) => -((i * 37) % 500) / 100;
   const content = Array.from({ length: TOKENS }, (_, i) => ({ token: `t${i % 97} `, logprob: logprob(i), bytes: null, top_logprobs: [] }));
@@ -28,7 +20,6 @@ try {
   await e2e.server.services.repositories.trainedTokens.replaceStep(model.id, 0, [
     { groupIndex: 0, trajectoryIndex: 0, advantage: 1, token_ids: content.map((_, i) => i), sampler_logprobs: content.map((entry) => entry.logprob), trainer_logprobs: content.map((entry) => entry.logprob / 2) },
   ]);
-  await session.context.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
 
   const loads: number[] = [];
   const recolours: number[] = [];
@@ -65,7 +56,4 @@ try {
   console.log(`tokens view, ${TOKENS} tokens: navigation to all painted ${median(loads).toFixed(0)} ms median of ${LOADS} loads`);
   console.log(`recolour by trainer logprob after the step: ${median(recolours).toFixed(1)} ms median of ${LOADS}`);
   console.log(`hover to readout: ${median(hovers).toFixed(2)} ms median, ${Math.max(...hovers).toFixed(2)} ms max of ${hovers.length}`);
-} finally {
-  await session.close();
-  await e2e.close();
-}
+});
