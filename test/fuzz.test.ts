@@ -6,11 +6,37 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { registeredRoutes } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
+import { ENDPOINTS } from './fuzz/endpoints.ts';
 import { formatReport, runFuzz } from './fuzz/run.ts';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 21);
 const REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 1000);
+
+const isParam = (segment: string) => segment.startsWith(':') || segment === '*';
+
+/**
+ * Whether a fuzzer entry (`METHOD /template`) reaches a registered route (`METHOD /path`): segment by segment, a
+ * template parameter stands for any segment (the fuzzer picks files and names there), a literal must be equal.
+ */
+function covers(entry: string, route: string): boolean {
+  const [entryMethod, template] = entry.split(' ');
+  const [routeMethod, path] = route.split(' ');
+  const wanted = template.split('/');
+  const actual = path.split('/');
+  return entryMethod === routeMethod && wanted.length === actual.length && actual.every((segment, i) => isParam(wanted[i]) || (!isParam(segment) && segment === wanted[i]));
+}
+
+test('the fuzzer’s route table reaches every route the app registers, and only those', async () => {
+  const routes = await registeredRoutes();
+  const entries = ENDPOINTS.map((endpoint) => `${endpoint.method} ${endpoint.template}`);
+  assert.ok(routes.length > 40, `only ${routes.length} routes seen: ${routes.join(', ')}`);
+  const missing = routes.filter((route) => !entries.some((entry) => covers(entry, route)));
+  assert.deepEqual(missing, [], `routes the fuzzer never sends to (add them to test/fuzz/endpoints.ts): ${missing.join(', ')}`);
+  const stale = entries.filter((entry) => !routes.some((route) => covers(entry, route)));
+  assert.deepEqual(stale, [], `fuzzer entries no route answers: ${stale.join(', ')}`);
+});
 
 for (const backend of backends()) {
   describe(`fuzz on ${backend.name}`, () => {

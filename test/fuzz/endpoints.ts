@@ -1,7 +1,8 @@
 /**
  * Every route of the server (from src/http/*-routes.ts) with a generator of valid-ish requests, and the
  * attacks that only make sense on that route (the issue's repros among them). The mutator in mutate.ts
- * then breaks these requests in general ways. Keep this list in step with the routes.
+ * then breaks these requests in general ways. test/fuzz.test.ts fails, naming them, when a route the app
+ * registers is missing here or an entry here matches no route.
  */
 import { deepNesting, hugeArray, hugeString, Raw } from './hostile.ts';
 import type { Prng } from './prng.ts';
@@ -149,6 +150,8 @@ function otherEndpoints(): Endpoint[] {
   const artifact = (c: Ctx) => ({ entity: c.target.name, project: c.rng.chance(0.8) ? PROJECT : 'other', name: c.rng.pick(ARTIFACT_NAMES) });
   return [
     { method: 'POST', template: '/v1/chat/completions', writes: false, weight: 8, body: chatBody, attacks: CHAT_ATTACKS },
+    // Registered as a route of its own (clients that append a slash), so fuzzed as one.
+    { method: 'POST', template: '/v1/chat/completions/', writes: false, weight: 1, body: chatBody, attacks: CHAT_ATTACKS },
     { method: 'POST', template: '/v1/preview/artifacts/:entity/:project/:name', writes: true, weight: 3, params: artifact, multipart: true },
     { method: 'GET', template: '/v1/preview/artifacts/:entity/:project/:name', writes: false, weight: 1, params: artifact },
     {

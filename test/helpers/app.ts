@@ -90,3 +90,24 @@ export async function startTestApp(backend: Backend, options: TestAppOptions & {
     },
   };
 }
+
+/** Every method and path the app registers (HEAD twins left out), as `METHOD /path`; nothing is served or stored. */
+export async function registeredRoutes(): Promise<string[]> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'routes-'));
+  const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', BASE_MODELS: `test/base=${fakeBaseModelFolder()}` });
+  const store = openStore(config);
+  const { app } = buildTestApp(config, store);
+  const routes: string[] = [];
+  // Added before ready(): every route is declared in a plugin, and plugins load at ready(), inheriting the hook.
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) if (method !== 'HEAD') routes.push(`${method} ${route.url}`);
+  });
+  try {
+    await app.ready();
+    return [...new Set(routes)].sort();
+  } finally {
+    await app.close();
+    await store.close();
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+}
