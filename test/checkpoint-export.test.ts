@@ -15,6 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import { repoRoot } from '../src/config.ts';
 import { servingAdapterKey } from '../src/jobs/checkpoint-writer.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { NO_REFERENCE, REFERENCE_PYTHON } from './helpers/reference.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 
 const run = promisify(execFile);
@@ -99,14 +100,14 @@ describe('checkpoints leave and come back as PEFT adapters, and start forks', ()
     assert.equal((await e2e.api('GET', '/v1/preview/models/by-name/local/export/agent', undefined, stranger)).status, 404);
   });
 
-  test('Python peft on the Hugging Face base model gives our engine’s logprobs for the exported adapter', { skip: !process.env.REFERENCE_PYTHON && 'REFERENCE_PYTHON unset' }, async () => {
+  test('Python peft on the Hugging Face base model gives our engine’s logprobs for the exported adapter (skipped without the reference Python)', { skip: NO_REFERENCE }, async () => {
     assert.ok(fs.existsSync(path.join(folder, 'adapter_config.json')), 'the first test unpacked the archive');
     const services = e2e.server.services;
     const base = await services.runtime.load('builtin/tiny-chat');
     const tokens = base.tokenizer.encode('The quick brown fox jumps over the lazy dog, twice.');
     const checkpoint = (await services.repositories.models.findCheckpointByStep(modelId, 1))!;
     const ours = await services.runtime.sampler().forward({ base: base.id, adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath!, rows: [{ tokens }] });
-    const { stdout } = await run(process.env.REFERENCE_PYTHON!, ['-c', PEFT_LOGPROBS, path.join(repoRoot, 'models', 'tiny-chat'), folder, JSON.stringify(tokens)]);
+    const { stdout } = await run(REFERENCE_PYTHON!, ['-c', PEFT_LOGPROBS, path.join(repoRoot, 'models', 'tiny-chat'), folder, JSON.stringify(tokens)]);
     const theirs = JSON.parse(stdout) as (number | null)[];
     let worst = 0;
     for (let t = 1; t < tokens.length; t += 1) worst = Math.max(worst, Math.abs(ours.logprobs[0][t]! - theirs[t]!));

@@ -47,7 +47,7 @@ const PROMPTS = ['Name a colour.', 'Count to three.'];
 /** Many small rows, so a job takes many gradient steps. */
 const MANY_ROWS = { packed_sequence_length: 32 };
 
-describe('dashboard in a real browser', { skip: chromiumAvailable() ? false : `no Chromium at ${CHROMIUM} (scripts/install.sh installs it)` }, () => {
+describe('dashboard in a real browser (skipped without Chromium)', { skip: chromiumAvailable() ? false : `no Chromium at ${CHROMIUM} (scripts/install.sh installs it)` }, () => {
   let e2e: E2eServer;
   let session: BrowserSession;
   let page: Page;

@@ -107,7 +107,7 @@ describe('training rows on real families (random weights, real tokenizers)', () 
       assert.ok(!(await allEvents(e2e, submitted.body.id)).some((event) => event.type === 'sampler_logprobs_missing'));
     });
 
-    test(`${family}: SFT trains exactly the spans ART would on transformers’ rendering`, { skip: NO_REFERENCE }, async () => {
+    test(`${family}: SFT trains exactly the spans ART would on transformers’ rendering (skipped without the reference Python)`, { skip: NO_REFERENCE }, async () => {
       const base = await e2e.server.services.runtime.load(baseId);
       const marker = (text: string) => base.tokenizer.encode(text);
       const cases = Object.entries(SFT_CONVERSATIONS);

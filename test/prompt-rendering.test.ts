@@ -70,7 +70,7 @@ const CORPUS: Record<string, RenderCase> = {
   'whole conversation without generation prompt': { messages: [SYSTEM, USER, { role: 'assistant', content: 'Sunny.' }], add_generation_prompt: false },
 };
 
-describe('prompt rendering matches transformers for real families', { skip: NO_REFERENCE }, () => {
+describe('prompt rendering matches transformers for real families (skipped without the reference Python)', { skip: NO_REFERENCE }, () => {
   let e2e: E2eServer;
   const folders: Partial<Record<Family, string>> = {};
 
