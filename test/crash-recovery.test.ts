@@ -11,7 +11,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { E2eServer } from './helpers/server.ts';
+import { httpApi, type E2eServer } from './helpers/server.ts';
 import { serverEnv, spawnListening } from './helpers/server-process.ts';
 import { backends } from './helpers/database.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
@@ -20,18 +20,9 @@ import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
 const KEY = `sk-${'crash'.repeat(9)}`;
 
 /** The server as its own process (so it can be killed), with a client shaped like the in-process harness. */
-async function spawnServer(dataDir: string, env: Record<string, string>): Promise<{ child: ChildProcess; e2e: E2eServer }> {
-  const { child, url } = await spawnListening(await serverEnv({ dataDir, key: KEY, env: { JOB_LEASE_MS: '2000', ...env } }));
-  const api = async (method: string, route: string, body?: unknown) => {
-    const response = await fetch(`${url}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${KEY}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
-  };
-  const e2e = { url, key: KEY, dataDir, api, server: undefined as never, close: async () => {} } satisfies E2eServer;
+async function spawnServer(dataDir: string, databaseUrl: string | null, env: Record<string, string>): Promise<{ child: ChildProcess; e2e: E2eServer }> {
+  const { child, url } = await spawnListening(await serverEnv({ dataDir, key: KEY, databaseUrl, env: { JOB_LEASE_MS: '2000', ...env } }));
+  const e2e = { url, key: KEY, dataDir, api: httpApi(url, KEY), server: undefined as never, close: async () => {} } satisfies E2eServer;
   return { child, e2e };
 }
 
@@ -64,7 +55,7 @@ for (const backend of backends()) {
       fs.rmSync(dataDir, { recursive: true, force: true });
     });
     const start = async (env: Record<string, string> = {}) => {
-      const server = await spawnServer(dataDir, { ...(database.databaseUrl ? { DATABASE_URL: database.databaseUrl } : {}), ...env });
+      const server = await spawnServer(dataDir, database.databaseUrl, env);
       current = server.child;
       return server;
     };

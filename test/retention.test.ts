@@ -71,7 +71,7 @@ for (const backend of backends()) {
 
     test('jobs queued together under a server default keep exactly the last two, each deletion an event of its job', async () => {
       const database = await backend.create();
-      const e2e = await startE2eServer({ env: { RETENTION_KEEP_LAST: '2', ...(database.databaseUrl ? { DATABASE_URL: database.databaseUrl } : {}) } });
+      const e2e = await startE2eServer({ databaseUrl: database.databaseUrl, env: { RETENTION_KEEP_LAST: '2' } });
       try {
         const modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'keep', name: 'agent', base_model: 'builtin/tiny-chat' })).body.id;
         const group = await sampleGroup(e2e, 'local/keep/agent', 'Say something.', 2, (_choice, index) => index);

@@ -18,10 +18,25 @@ export interface E2eServer {
   close(): Promise<void>;
 }
 
+type Api = E2eServer['api'];
+
+/** Calls the service over real HTTP with a key (the key given per call wins); JSON in and out. */
+export function httpApi(url: string, key: string): Api {
+  return async (method, route, body, useKey = key) => {
+    const response = await fetch(`${url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${useKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  };
+}
+
 /** Tests serve the tiny model alone (and default to it) unless they ask for more: SmolLM2 loads in seconds, not milliseconds. */
 export const TINY_MODEL_ENV = { BASE_MODELS: `${BUILTIN_BASE_MODEL.id}=${BUILTIN_BASE_MODEL.path}` };
 
-export async function startE2eServer(options: { env?: Record<string, string>; dataDir?: string } = {}): Promise<E2eServer> {
+export async function startE2eServer(options: { env?: Record<string, string>; dataDir?: string; databaseUrl?: string | null } = {}): Promise<E2eServer> {
   const dataDir = options.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'e2e-'));
   const key = `sk-${'e2e'.repeat(15)}`;
   const config = loadConfig({
@@ -31,25 +46,17 @@ export async function startE2eServer(options: { env?: Record<string, string>; da
     BOOTSTRAP_API_KEY: key,
     ENGINE_PYTHON: await enginePython(),
     ...TINY_MODEL_ENV,
+    ...(options.databaseUrl ? { DATABASE_URL: options.databaseUrl } : {}),
     ...options.env,
   });
   const server = await startServer(config);
   await server.waitForEngines();
-  const api = async (method: string, route: string, body?: unknown, useKey = key) => {
-    const response = await fetch(`${server.url}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${useKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
-  };
   return {
     server,
     url: server.url,
     key,
     dataDir,
-    api,
+    api: httpApi(server.url, key),
     async close() {
       await server.close();
       if (!options.dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
