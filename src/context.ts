@@ -24,7 +24,7 @@ import { ModelResolver } from './services/model-resolver.ts';
 import { ServedModelsService } from './services/served-models-service.ts';
 import { ArtifactRepository } from './store/artifact-repository.ts';
 import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
-import { ArtifactService } from './artifacts/artifact-service.ts';
+import { ArtifactService } from './services/artifact-service.ts';
 import { createSftRunner } from './jobs/sft-runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';

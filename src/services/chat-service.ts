@@ -15,9 +15,8 @@ import { encodePrompt, promptRenderOptions } from '../chat/prompt.ts';
 import { renderChat } from '../chat/template.ts';
 import type { GenerateRequest, PromptLogprobsEvent, WireConstraint } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
-import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
 import type { Principal } from './auth-service.ts';
-import type { BaseModelRuntime, LoadedBase } from './base-model-runtime.ts';
+import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from './base-model-runtime.ts';
 import type { ModelResolver } from './model-resolver.ts';
 
 export interface ChatOptions {

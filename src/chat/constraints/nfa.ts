@@ -4,7 +4,7 @@
  * small graphs that share their parts instead of copying them. Knows nothing of determinisation.
  */
 import type { Pattern } from './pattern.ts';
-import { ConstraintError } from './pattern.ts';
+import { ConstraintError } from './constraint-error.ts';
 import { utf8Sequences } from './utf8.ts';
 import type { WorkBudget } from './limits.ts';
 
