@@ -25,12 +25,14 @@ function nfaByteClasses(nfa: Nfa): { classOf: Uint8Array; classCount: number } {
   return { classOf, classCount: current + 1 };
 }
 
-/** Subset construction, then trim and minimise. Null when the language is empty. */
-export function determinise(nfa: Nfa, maxStates: number, budget: WorkBudget): Dfa | null {
-  const { classOf, classCount } = nfaByteClasses(nfa);
+/**
+ * Epsilon closure of a set of NFA states, keeping only the states that tell subsets apart (those that read a
+ * byte, and the accepting one); sorted, so equal subsets have equal keys.
+ */
+function closures(nfa: Nfa, budget: WorkBudget): (seeds: Iterable<number>) => number[] {
   const seen = new Int32Array(nfa.size).fill(-1);
   let epoch = 0;
-  const closure = (seeds: Iterable<number>): number[] => {
+  return (seeds) => {
     epoch += 1;
     const result: number[] = [];
     const stack = [...seeds];
@@ -47,31 +49,50 @@ export function determinise(nfa: Nfa, maxStates: number, budget: WorkBudget): Df
     budget.spend(steps + result.length);
     return result.sort((a, b) => a - b);
   };
+}
 
-  const ids = new Map<string, number>();
-  const sets: number[][] = [];
-  const next: number[] = [];
-  const accepting: number[] = [];
-  const intern = (set: number[]): number => {
+/** The DFA under construction: one state per distinct subset, its row of `next` filled as the subset is expanded. */
+class SubsetTable {
+  readonly sets: number[][] = [];
+  readonly next: number[] = [];
+  readonly accepting: number[] = [];
+  private readonly ids = new Map<string, number>();
+
+  constructor(
+    private readonly accept: number,
+    private readonly classCount: number,
+    private readonly maxStates: number,
+    private readonly budget: WorkBudget,
+  ) {}
+
+  /** The state of `set`, made (with an empty row) when it is new. */
+  intern(set: number[]): number {
     const key = set.join(',');
-    let id = ids.get(key);
+    let id = this.ids.get(key);
     if (id === undefined) {
-      if (sets.length >= maxStates) throw new ConstraintError('unsupported', `a constraint this large (over ${maxStates} automaton states)`);
-      budget.spend(classCount + key.length);
-      id = sets.length;
-      ids.set(key, id);
-      sets.push(set);
-      accepting.push(set.includes(nfa.accept) ? 1 : 0);
-      for (let c = 0; c < classCount; c += 1) next.push(DEAD);
+      if (this.sets.length >= this.maxStates) throw new ConstraintError('unsupported', `a constraint this large (over ${this.maxStates} automaton states)`);
+      this.budget.spend(this.classCount + key.length);
+      id = this.sets.length;
+      this.ids.set(key, id);
+      this.sets.push(set);
+      this.accepting.push(set.includes(this.accept) ? 1 : 0);
+      for (let c = 0; c < this.classCount; c += 1) this.next.push(DEAD);
     }
     return id;
-  };
-  intern(closure([nfa.start]));
+  }
+}
+
+/** Subset construction, then trim and minimise. Null when the language is empty. */
+export function determinise(nfa: Nfa, maxStates: number, budget: WorkBudget): Dfa | null {
+  const { classOf, classCount } = nfaByteClasses(nfa);
+  const closure = closures(nfa, budget);
+  const table = new SubsetTable(nfa.accept, classCount, maxStates, budget);
+  table.intern(closure([nfa.start]));
   const buckets: number[][] = Array.from({ length: classCount }, () => []);
   const bySeeds = new Map<string, number>();
-  for (let id = 0; id < sets.length; id += 1) {
+  for (let id = 0; id < table.sets.length; id += 1) {
     let steps = 0;
-    for (const state of sets[id]) {
+    for (const state of table.sets[id]) {
       for (const { lo, hi, to } of nfa.edges[state]) {
         for (let c = classOf[lo]; c <= classOf[hi]; c += 1) buckets[c].push(to);
         steps += classOf[hi] - classOf[lo] + 1;
@@ -85,13 +106,13 @@ export function determinise(nfa: Nfa, maxStates: number, budget: WorkBudget): Df
       const seedKey = buckets[c].sort((a, b) => a - b).join(',');
       let target = bySeeds.get(seedKey);
       if (target === undefined) {
-        target = intern(closure(buckets[c]));
+        target = table.intern(closure(buckets[c]));
         bySeeds.set(seedKey, target);
       }
-      next[id * classCount + c] = target;
+      table.next[id * classCount + c] = target;
       buckets[c] = [];
     }
   }
-  return minimise({ states: sets.length, classCount, classOf, start: 0, accepting: Uint8Array.from(accepting), next: Int32Array.from(next) }, budget);
+  const dfa = { states: table.sets.length, classCount, classOf, start: 0, accepting: Uint8Array.from(table.accepting), next: Int32Array.from(table.next) };
+  return minimise(dfa, budget);
 }
-
