@@ -108,6 +108,19 @@ function createRunners(queue: JobQueue, checkpoints: CheckpointWriter, repositor
   };
 }
 
+/** Chat with the workers it owns: the request-template sandbox (only when trusted) and the constraint compiler. */
+function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelRuntime): Pick<Services, 'chat' | 'templateSandbox' | 'constraintCompiler'> {
+  const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
+  const constraintCompiler = new ConstraintCompiler();
+  const chat = new ChatService(resolver, runtime, {
+    logprobsByDefault: config.logprobsByDefault,
+    maxCompletionTokens: config.maxCompletionTokens,
+    requestTemplates: templateSandbox,
+    constraints: constraintCompiler,
+  });
+  return { chat, templateSandbox, constraintCompiler };
+}
+
 export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested }: ContextOptions): Services {
   const repositories = createRepositories(store);
   const { models: modelRepository, jobs: jobRepository } = repositories;
@@ -129,8 +142,6 @@ export function createServices({ config, store, clock, engines = null, enginePro
   const trajectories = new TrajectoryService(models, modelRepository, repositories.trajectories, clock);
   const retention = new RetentionService(models, modelRepository, config.retention);
   const checkpoints = new CheckpointWriter(modelRepository, models, repositories.trajectories, runtime, clock, retention);
-  const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
-  const constraintCompiler = new ConstraintCompiler();
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
@@ -159,14 +170,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     dashboard: new DashboardService(repositories.dashboard, repositories.trainedTokens, models, baseModels),
     repositories: { models: modelRepository, trajectories: repositories.trajectories, jobs: jobRepository, trainedTokens: repositories.trainedTokens },
     runtime,
-    chat: new ChatService(resolver, runtime, {
-      logprobsByDefault: config.logprobsByDefault,
-      maxCompletionTokens: config.maxCompletionTokens,
-      requestTemplates: templateSandbox,
-      constraints: constraintCompiler,
-    }),
-    templateSandbox,
-    constraintCompiler,
+    ...createChat(config, resolver, runtime),
     exports: new CheckpointExporter(models, modelRepository),
     lineage: new ModelLineage(models, modelRepository),
     retention,
