@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { Clock } from '../src/clock.ts';
-import { JobError } from '../src/errors.ts';
+import { JOB_ERROR_CATALOGUE, JobError } from '../src/errors.ts';
 import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 
@@ -90,7 +90,7 @@ for (const backend of backends()) {
 
       const cancelledQueued = await queue.cancel(queued.id);
       assert.equal(cancelledQueued?.status, 'CANCELLED');
-      assert.deepEqual(await events(queued.id), [['training_failed', { error_message: 'Training job was cancelled' }]]);
+      assert.deepEqual(await events(queued.id), [['training_failed', { error_message: JOB_ERROR_CATALOGUE.cancelled.message }]]);
 
       const asked = await queue.cancel(running.id);
       assert.equal(asked?.status, 'RUNNING');
