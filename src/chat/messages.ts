@@ -37,7 +37,7 @@ function partText(part: unknown, where: string): string {
 }
 
 /** vLLM's "string" content format: null → "", text parts joined with a newline. */
-function contentString(content: unknown, where: string): string {
+export function contentString(content: unknown, where: string): string {
   if (content === null || content === undefined) return '';
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) return content.map((part, index) => partText(part, `${where}.content[${index}]`)).join('\n');

@@ -6,6 +6,7 @@
 import crypto from 'node:crypto';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { badRequest, checkTemplateData, planChat, type ChatPlan } from '../chat/request.ts';
+import { contentString } from '../chat/messages.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
 import { TemplateError, type RenderOptions } from '../chat/template.ts';
 import type { TemplateSandbox } from '../chat/template-sandbox.ts';
@@ -46,12 +47,6 @@ interface Prepared {
   echoText: string | null;
   id: string;
   created: number;
-}
-
-function contentText(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part) => (part && typeof part === 'object' && 'text' in part ? String((part as { text: unknown }).text) : '')).join('\n');
-  return '';
 }
 
 /** A call forced by naming the function answers "stop", as vLLM does; "tool_calls" is for calls the model chose. */
@@ -246,7 +241,7 @@ export class ChatService {
       modelName: plan.modelName ?? base.id,
       promptIds,
       responseRole,
-      echoText: plan.echo && lastMessage?.role === responseRole ? contentText(lastMessage.content) : null,
+      echoText: plan.echo && lastMessage?.role === responseRole ? contentString(lastMessage.content, 'messages') : null,
       id: `chatcmpl-${plan.requestId ?? crypto.randomBytes(8).toString('hex')}`,
       created: Math.floor(Date.now() / 1000),
       request: { base: base.id, ...adapter, ...generationParams(plan, base, maxTokens), prompt: promptIds, constraint },
