@@ -6,7 +6,7 @@ import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isToolParserName, TOOL_PARSER_NAMES, type ToolParserName } from './chat/tool-calls/index.ts';
-import { checkPolicy, type RetentionPolicy } from './services/retention.ts';
+import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -58,7 +58,8 @@ export interface Config {
   /** Which engine processes serve and train, and where they run. */
   engines: EngineTopology;
   /** vLLM-named limits every sampling engine started by this server runs with. */
-  serving: ServingLimits;  /** Checkpoint retention of models that set none (RETENTION_KEEP_LAST, RETENTION_KEEP_BEST, RETENTION_BEST_METRIC, RETENTION_BEST_MODE). */
+  serving: ServingLimits;
+  /** Checkpoint retention of models that set none (RETENTION_KEEP_LAST, RETENTION_KEEP_BEST, RETENTION_BEST_METRIC, RETENTION_BEST_MODE). */
   retention: RetentionPolicy;
   /** `/metrics` answers without an API key (for a Prometheus that scrapes without one); off by default. */
   metricsPublic: boolean;
@@ -128,8 +129,8 @@ const API_KEY_PATTERN = /^sk-[A-Za-z0-9_-]{20,}$/;
 
 type Env = Record<string, string | undefined>;
 
-export function loadConfig(env: Env = process.env): Config {
-  const problems: string[] = [];
+/** Reads variables, collecting every problem (so one error names them all) and answering the fallback for a bad one. */
+function envReader(env: Env, problems: string[]) {
   const read = (name: string): string | undefined => {
     const value = env[name];
     return value === undefined || value === '' ? undefined : value;
@@ -144,76 +145,69 @@ export function loadConfig(env: Env = process.env): Config {
     }
     return value;
   };
+  const onOff = (name: string, fallback: 'on' | 'off'): boolean => {
+    const value = read(name) ?? fallback;
+    if (value !== 'on' && value !== 'off') problems.push(`${name}=${JSON.stringify(value)}: expected on or off`);
+    return value === 'on';
+  };
+  return { read, integer, onOff, problems };
+}
 
+type EnvReader = ReturnType<typeof envReader>;
+
+function readServer({ read, integer, problems }: EnvReader): Pick<Config, 'port' | 'host' | 'dataDir' | 'bodyLimitBytes' | 'logLevel' | 'databaseUrl' | 'bootstrapApiKey'> {
   const port = integer('PORT', 8000, 0, 65535);
   // JSON.parse of the body holds the event loop: 80 MB held it ~0.9 s under load (fuzz), so 64 MiB keeps health under 1 s.
   const bodyLimitBytes = integer('BODY_LIMIT_BYTES', 64 * 1024 * 1024, 1024, 8 * 1024 * 1024 * 1024);
-
   const logLevel = (read('LOG_LEVEL') ?? 'info') as LogLevel;
   if (!LOG_LEVELS.includes(logLevel)) {
     problems.push(`LOG_LEVEL=${JSON.stringify(logLevel)}: expected one of ${LOG_LEVELS.join(', ')}`);
   }
-
   const databaseUrl = read('DATABASE_URL') ?? null;
   if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     problems.push(`DATABASE_URL: expected a postgres:// or postgresql:// URL (leave it unset for SQLite)`);
   }
-
   const bootstrapApiKey = read('BOOTSTRAP_API_KEY') ?? null;
   if (bootstrapApiKey !== null && !API_KEY_PATTERN.test(bootstrapApiKey)) {
     problems.push('BOOTSTRAP_API_KEY: expected "sk-" followed by at least 20 letters, digits, "-" or "_"');
   }
+  return { port, host: read('HOST') ?? '127.0.0.1', dataDir: path.resolve(read('DATA_DIR') ?? './data'), bodyLimitBytes, logLevel, databaseUrl, bootstrapApiKey };
+}
 
+function readBaseModels({ read, problems }: EnvReader): Pick<Config, 'baseModels' | 'defaultBaseModel'> {
   const baseModels = parseBaseModels(read('BASE_MODELS'), problems);
   applyToolCallParsers(read('TOOL_CALL_PARSERS'), baseModels, problems);
   const defaultBaseModel = read('DEFAULT_BASE_MODEL') ?? baseModels[0]?.id ?? SMOLLM2_BASE_MODEL.id;
   if (!baseModels.some((model) => model.id === defaultBaseModel)) {
     problems.push(`DEFAULT_BASE_MODEL=${JSON.stringify(defaultBaseModel)}: not one of BASE_MODELS`);
   }
+  return { baseModels, defaultBaseModel };
+}
 
-  const maxCompletionTokens = integer('MAX_COMPLETION_TOKENS', 4096, 1, 1 << 24);
-  const jobLeaseMs = integer('JOB_LEASE_MS', 20_000, 1000, 3_600_000);
-  const maxInFlightChat = integer('MAX_INFLIGHT_CHAT', 256, 1, 100_000);
-  const artifactMaxFileBytes = integer('ARTIFACT_MAX_FILE_BYTES', 1024 * 1024 * 1024, 1, Number.MAX_SAFE_INTEGER);
-  const logprobsByDefault = read('LOGPROBS_BY_DEFAULT') ?? 'on';
-  if (logprobsByDefault !== 'on' && logprobsByDefault !== 'off') problems.push(`LOGPROBS_BY_DEFAULT=${JSON.stringify(logprobsByDefault)}: expected on or off`);
-  const trustTemplates = read('TRUST_REQUEST_CHAT_TEMPLATE') ?? 'off';
-  if (trustTemplates !== 'on' && trustTemplates !== 'off') problems.push(`TRUST_REQUEST_CHAT_TEMPLATE=${JSON.stringify(trustTemplates)}: expected on or off`);
-  const metricsPublic = read('METRICS_PUBLIC') ?? 'off';
-  if (metricsPublic !== 'on' && metricsPublic !== 'off') problems.push(`METRICS_PUBLIC=${JSON.stringify(metricsPublic)}: expected on or off`);
-  const engine = read('ENGINE') ?? 'on';
-  if (engine !== 'on' && engine !== 'off') problems.push(`ENGINE=${JSON.stringify(engine)}: expected on or off`);
-
+export function loadConfig(env: Env = process.env): Config {
+  const problems: string[] = [];
+  const reader = envReader(env, problems);
+  const { read, integer, onOff } = reader;
+  const server = readServer(reader);
+  const models = readBaseModels(reader);
+  const limits = {
+    maxCompletionTokens: integer('MAX_COMPLETION_TOKENS', 4096, 1, 1 << 24),
+    jobLeaseMs: integer('JOB_LEASE_MS', 20_000, 1000, 3_600_000),
+    maxInFlightChat: integer('MAX_INFLIGHT_CHAT', 256, 1, 100_000),
+    artifactMaxFileBytes: integer('ARTIFACT_MAX_FILE_BYTES', 1024 * 1024 * 1024, 1, Number.MAX_SAFE_INTEGER),
+  };
+  const switches = {
+    logprobsByDefault: onOff('LOGPROBS_BY_DEFAULT', 'on'),
+    trustRequestChatTemplate: onOff('TRUST_REQUEST_CHAT_TEMPLATE', 'off'),
+    metricsPublic: onOff('METRICS_PUBLIC', 'off'),
+    engineEnabled: onOff('ENGINE', 'on'),
+  };
   const httpLimits = readHttpLimits(integer, problems);
   const engines = parseEngineTopology(read, integer, problems);
   const serving = parseServingLimits(read, integer, problems);
   const retention = readRetention(read, integer, problems);
-
   if (problems.length > 0) throw new ConfigError(problems);
-  return {
-    ...httpLimits,
-    port,
-    host: read('HOST') ?? '127.0.0.1',
-    dataDir: path.resolve(read('DATA_DIR') ?? './data'),
-    databaseUrl,
-    bootstrapApiKey,
-    bodyLimitBytes,
-    logLevel,
-    baseModels,
-    defaultBaseModel,
-    enginePython: read('ENGINE_PYTHON') ?? null,
-    engineEnabled: engine === 'on',
-    logprobsByDefault: logprobsByDefault === 'on',
-    maxCompletionTokens,
-    jobLeaseMs,
-    artifactMaxFileBytes,
-    maxInFlightChat,
-    trustRequestChatTemplate: trustTemplates === 'on',
-    engines,
-    serving,
-    metricsPublic: metricsPublic === 'on',
-    retention,
-  };
+  return { ...httpLimits, ...server, ...models, ...limits, ...switches, enginePython: read('ENGINE_PYTHON') ?? null, engines, serving, retention };
 }
 
 /** `serve` flags that stand for an environment variable (a flag wins over the variable). */

@@ -24,7 +24,7 @@ import { ModelResolver } from './services/model-resolver.ts';
 import { ServedModelsService } from './services/served-models-service.ts';
 import { ArtifactRepository } from './store/artifact-repository.ts';
 import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
-import { ArtifactService } from './artifacts/artifact-service.ts';
+import { ArtifactService } from './services/artifact-service.ts';
 import { createSftRunner } from './jobs/sft-runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
@@ -82,13 +82,49 @@ export interface ContextOptions {
   onCancelRequested?: (jobId: string) => void;
 }
 
+function createRepositories(store: Store) {
+  return {
+    identity: new IdentityRepository(store.db),
+    models: new ModelRepository(store.db),
+    trajectories: new TrajectoryRepository(store.db),
+    trainedTokens: new TrainedTokenRepository(store.db),
+    jobs: new JobRepository(store.db, store.dialect),
+    artifacts: new ArtifactRepository(store.db, store.dialect),
+    dashboard: new DashboardRepository(store.db),
+  };
+}
+
+type Repositories = ReturnType<typeof createRepositories>;
+
+function createRunners(queue: JobQueue, checkpoints: CheckpointWriter, repositories: Repositories, trajectories: TrajectoryService, artifacts: ArtifactService): Services['runners'] {
+  return {
+    rl: createRlRunner({
+      queue,
+      checkpoints,
+      storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups),
+      storeTrainedTokens: (modelId, step, trained) => repositories.trainedTokens.replaceStep(modelId, step, trained),
+    }),
+    sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),
+  };
+}
+
+/** Chat with the workers it owns: the request-template sandbox (only when trusted) and the constraint compiler. */
+function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelRuntime): Pick<Services, 'chat' | 'templateSandbox' | 'constraintCompiler'> {
+  const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
+  const constraintCompiler = new ConstraintCompiler();
+  const chat = new ChatService(resolver, runtime, {
+    logprobsByDefault: config.logprobsByDefault,
+    maxCompletionTokens: config.maxCompletionTokens,
+    requestTemplates: templateSandbox,
+    constraints: constraintCompiler,
+  });
+  return { chat, templateSandbox, constraintCompiler };
+}
+
 export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested }: ContextOptions): Services {
-  const identityRepository = new IdentityRepository(store.db);
-  const modelRepository = new ModelRepository(store.db);
-  const trajectoryRepository = new TrajectoryRepository(store.db);
-  const trainedTokenRepository = new TrainedTokenRepository(store.db);
+  const repositories = createRepositories(store);
+  const { models: modelRepository, jobs: jobRepository } = repositories;
   const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel);
-  const jobRepository = new JobRepository(store.db, store.dialect);
   const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'), { leaseMs: config.jobLeaseMs });
   /** Records the cancel, then tells this process's worker so a running job stops at once. */
   const cancelJob = async (jobId: string) => {
@@ -102,12 +138,10 @@ export function createServices({ config, store, clock, engines = null, enginePro
   const runtime = new BaseModelRuntime(baseModels, engines, config.serving.dtype);
   const resolver = new ModelResolver(modelRepository, baseModels);
   const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
-  const artifacts = new ArtifactService(new ArtifactRepository(store.db, store.dialect), blobs, clock);
-  const trajectories = new TrajectoryService(models, modelRepository, trajectoryRepository, clock);
+  const artifacts = new ArtifactService(repositories.artifacts, blobs, clock);
+  const trajectories = new TrajectoryService(models, modelRepository, repositories.trajectories, clock);
   const retention = new RetentionService(models, modelRepository, config.retention);
-  const checkpoints = new CheckpointWriter(modelRepository, models, trajectoryRepository, runtime, clock, retention);
-  const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
-  const constraintCompiler = new ConstraintCompiler();
+  const checkpoints = new CheckpointWriter(modelRepository, models, repositories.trajectories, runtime, clock, retention);
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
@@ -115,17 +149,12 @@ export function createServices({ config, store, clock, engines = null, enginePro
       await runtime.trainer().stats();
     });
   return {
-    auth: new AuthService(identityRepository, clock),
+    auth: new AuthService(repositories.identity, clock),
     baseModels,
     models,
     served: new ServedModelsService(modelRepository, baseModels, resolver, clock.now().toISOString(), (baseId) => runtime.toolCallParser(baseId)),
     trajectories,
-    health: new HealthService(store.db, {
-      engine: probeEngine,
-      queue: async () => {
-        await jobRepository.countByStatus();
-      },
-    }),
+    health: new HealthService(store.db, { engine: probeEngine, queue: async () => void (await jobRepository.countByStatus()) }),
     queue,
     trainingJobs: new TrainingJobService(
       models,
@@ -138,30 +167,15 @@ export function createServices({ config, store, clock, engines = null, enginePro
     ),
     artifacts,
     blobs,
-    dashboard: new DashboardService(new DashboardRepository(store.db), trainedTokenRepository, models, baseModels),
-    repositories: { models: modelRepository, trajectories: trajectoryRepository, jobs: jobRepository, trainedTokens: trainedTokenRepository },
+    dashboard: new DashboardService(repositories.dashboard, repositories.trainedTokens, models, baseModels),
+    repositories: { models: modelRepository, trajectories: repositories.trajectories, jobs: jobRepository, trainedTokens: repositories.trainedTokens },
     runtime,
-    chat: new ChatService(resolver, runtime, {
-      logprobsByDefault: config.logprobsByDefault,
-      maxCompletionTokens: config.maxCompletionTokens,
-      requestTemplates: templateSandbox,
-      constraints: constraintCompiler,
-    }),
-    templateSandbox,
-    constraintCompiler,
+    ...createChat(config, resolver, runtime),
     exports: new CheckpointExporter(models, modelRepository),
     lineage: new ModelLineage(models, modelRepository),
     retention,
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
-    runners: {
-      rl: createRlRunner({
-        queue,
-        checkpoints,
-        storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups),
-        storeTrainedTokens: (modelId, step, trained) => trainedTokenRepository.replaceStep(modelId, step, trained),
-      }),
-      sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),
-    },
+    runners: createRunners(queue, checkpoints, repositories, trajectories, artifacts),
   };
 }

@@ -22,6 +22,34 @@ export const ERROR_CATALOGUE = {
 
 export type ErrorCode = keyof typeof ERROR_CATALOGUE;
 
+/**
+ * How a training job can fail: the `error.code` of a FAILED or CANCELLED job, with the message it carries when
+ * the failure has nothing more specific to say. These never become HTTP statuses: the job resource reports them.
+ */
+export const JOB_ERROR_CATALOGUE = {
+  cancelled: { message: 'Training job was cancelled' },
+  worker_lost: { message: 'The server running this job stopped before it finished; no checkpoint was written. Submit the job again.' },
+  model_deleted: { message: 'The model was deleted before its job ran' },
+  no_chat_template: { message: 'The base model has no chat template to render the training data with' },
+  bad_trajectory: { message: 'A trajectory cannot be tokenized' },
+  bad_training_data: { message: 'The training data cannot be read' },
+  bad_learning_rate: { message: 'The learning-rate schedule does not match the number of batches' },
+  kl_reference_missing: { message: 'The KL reference step has no checkpoint' },
+  internal: { message: 'Internal error while training' },
+} as const;
+
+export type JobErrorCode = keyof typeof JOB_ERROR_CATALOGUE;
+
+/** A job failure the runner can explain; anything else thrown while training fails the job as `internal`. */
+export class JobError extends Error {
+  constructor(
+    readonly code: JobErrorCode,
+    message?: string,
+  ) {
+    super(message ?? JOB_ERROR_CATALOGUE[code].message);
+  }
+}
+
 /** One field problem, FastAPI-shaped: `loc` is the path into the request, e.g. ["body", "trajectory_groups", 0, "reward"]. */
 export interface FieldProblem {
   loc: (string | number)[];

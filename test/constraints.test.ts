@@ -14,7 +14,7 @@ import addFormatsModule from 'ajv-formats';
 import { compileConstraint, compileConstraintUncached, type ConstraintSpec } from '../src/chat/constraints/compile.ts';
 import { MAX_DIGITS } from '../src/chat/constraints/numbers.ts';
 import { accepts, DEAD, type Dfa, walk } from '../src/chat/constraints/dfa.ts';
-import { ConstraintError } from '../src/chat/constraints/pattern.ts';
+import { ConstraintError } from '../src/chat/constraints/constraint-error.ts';
 import { CONSTRAINT_LIMITS, WorkBudget } from '../src/chat/constraints/limits.ts';
 import { ConstraintCompiler } from '../src/chat/constraints/constraint-compiler.ts';
 import { ConstraintRequestError, requestedConstraint } from '../src/chat/constraints/request.ts';

@@ -158,6 +158,9 @@ describe('hostile chat requests, request templates not trusted (the default)', (
       // Text parts keep working.
       const parts = await chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'Once' }, { type: 'text', text: ' upon' }] }] });
       assert.equal(parts.status, 200, JSON.stringify(parts.body));
+      // One rule for what renders (chat/messages.ts): the Responses-style text parts and bare strings count as text here too.
+      const textLike = await chat({ messages: [{ role: 'user', content: [{ type: 'input_text', text: 'Once' }, ' upon'] }, { role: 'assistant', content: [{ type: 'refusal', refusal: 'No.' }] }, { role: 'user', content: 'Go on' }] });
+      assert.equal(textLike.status, 200, JSON.stringify(textLike.body));
     });
   });
 });

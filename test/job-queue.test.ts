@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { Clock } from '../src/clock.ts';
+import { JOB_ERROR_CATALOGUE, JobError } from '../src/errors.ts';
 import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 
@@ -55,10 +56,10 @@ for (const backend of backends()) {
       assert.equal(await queue.complete(a1.id, 'w1', { step: 1, checkpointId: 'c1' }), false, 'a finished job stays finished');
       assert.deepEqual(await events(a1.id), [['training_ended', { step: 1, checkpoint_id: 'c1' }]]);
       assert.equal((await queue.claim('w3'))?.id, a2.id);
-      assert.equal(await queue.fail(a2.id, 'w3', { code: 'bad', message: 'broken data' }), true);
-      assert.equal(await queue.fail(b1.id, 'w2', { code: 'bad', message: 'x' }), true);
+      assert.equal(await queue.fail(a2.id, 'w3', new JobError('bad_training_data', 'broken data')), true);
+      assert.equal(await queue.fail(b1.id, 'w2', new JobError('bad_training_data', 'x')), true);
       const failed = await t.services.repositories.jobs.findById(a2.id);
-      assert.deepEqual([failed?.status, failed?.error_code, failed?.error_message], ['FAILED', 'bad', 'broken data']);
+      assert.deepEqual([failed?.status, failed?.error_code, failed?.error_message], ['FAILED', 'bad_training_data', 'broken data']);
     });
 
     test('a lease that is not renewed expires and the reaper fails the job once', async () => {
@@ -89,7 +90,7 @@ for (const backend of backends()) {
 
       const cancelledQueued = await queue.cancel(queued.id);
       assert.equal(cancelledQueued?.status, 'CANCELLED');
-      assert.deepEqual(await events(queued.id), [['training_failed', { error_message: 'Training job was cancelled' }]]);
+      assert.deepEqual(await events(queued.id), [['training_failed', { error_message: JOB_ERROR_CATALOGUE.cancelled.message }]]);
 
       const asked = await queue.cancel(running.id);
       assert.equal(asked?.status, 'RUNNING');

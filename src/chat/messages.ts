@@ -10,19 +10,34 @@ type Message = Record<string, unknown>;
 /** Part types that carry plain text; anything else (images, audio) a text-only model cannot render. */
 const TEXT_PARTS = new Set(['text', 'input_text', 'output_text', 'refusal']);
 
-function partText(part: unknown, where: string): string {
-  const { type, text, refusal } = (part ?? {}) as { type?: unknown; text?: unknown; refusal?: unknown };
+/** The text a text part carries (a bare string counts as one), or undefined when the part has none. */
+function textOfPart(part: unknown): string | undefined {
   if (typeof part === 'string') return part;
-  if (typeof type !== 'string' || !TEXT_PARTS.has(type)) {
-    throw new TemplateError(`${where}: content part type ${JSON.stringify(type ?? null)} is not supported; this model takes text parts only`);
-  }
+  const { type, text, refusal } = (part ?? {}) as { type?: unknown; text?: unknown; refusal?: unknown };
   const value = type === 'refusal' ? refusal : text;
-  if (typeof value !== 'string') throw new TemplateError(`${where}: a "${type}" content part needs a string "${type === 'refusal' ? 'refusal' : 'text'}"`);
-  return value;
+  return typeof value === 'string' ? value : undefined;
+}
+
+/**
+ * Why a content part cannot be rendered, or null when it is text. The served models are text-only, and a part a
+ * template would skip (`image_url`, `input_audio`, `file`, …) must be refused, not silently left out of the prompt.
+ */
+export function contentPartProblem(part: unknown): string | null {
+  if (typeof part === 'string') return null;
+  const type = part !== null && typeof part === 'object' ? (part as { type?: unknown }).type : undefined;
+  if (typeof type !== 'string') return 'a content part must be a string or an object with a "type"';
+  if (!TEXT_PARTS.has(type)) return `content parts of type ${JSON.stringify(type)} are not supported: the served models are text-only (send {"type": "text", "text": ...} parts or a string)`;
+  return textOfPart(part) === undefined ? `a "${type}" content part needs a string "${type === 'refusal' ? 'refusal' : 'text'}"` : null;
+}
+
+function partText(part: unknown, where: string): string {
+  const problem = contentPartProblem(part);
+  if (problem !== null) throw new TemplateError(`${where}: ${problem}`);
+  return textOfPart(part)!;
 }
 
 /** vLLM's "string" content format: null → "", text parts joined with a newline. */
-function contentString(content: unknown, where: string): string {
+export function contentString(content: unknown, where: string): string {
   if (content === null || content === undefined) return '';
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) return content.map((part, index) => partText(part, `${where}.content[${index}]`)).join('\n');

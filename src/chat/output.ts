@@ -1,9 +1,10 @@
 /**
  * One choice's output, token by token: incremental detokenization that never splits a UTF-8 character,
- * stop strings (held back while they could still match), `<think>` reasoning, tool calls in the base
+ * stop strings (held back while they could still match), reasoning (reasoning.ts), tool calls in the base
  * model's format (tool-calls/), repetition detection, and OpenAI-shaped logprob entries. Used alike by
  * streaming and whole responses.
  */
+import { reasoningBody, reasoningStart } from './reasoning.ts';
 import type { ChatTokenizer } from './tokenizer.ts';
 import { partialMarkerLength } from './tool-calls/format.ts';
 import type { ToolCallFormat } from './tool-calls/index.ts';
@@ -45,8 +46,6 @@ export interface OutputOptions {
   repetitionDetection: { minPatternSize: number; maxPatternSize: number; minCount: number } | null;
 }
 
-const THINK_OPEN = '<think>';
-const THINK_CLOSE = '</think>';
 const LOGPROB_FLOOR = -9999;
 
 export class ChoiceOutput {
@@ -68,7 +67,7 @@ export class ChoiceOutput {
   private readonly toolCalls: ToolCallDelta[] = [];
   private content = '';
   private reasoning = '';
-  /** Just past `</think>`: the newlines that follow are the template's blank line, not content. */
+  /** Just past the reasoning block: the newlines that follow are the template's blank line, not content. */
   private afterThink = false;
   /** The format's marker tokens (`<|python_tag|>`, `[TOOL_CALLS]`): the parser must see them even when special. */
   private readonly markerIds: ReadonlySet<number>;
@@ -185,78 +184,84 @@ export class ChoiceOutput {
 
   private parse(final: boolean): OutputDelta {
     const delta: OutputDelta = {};
-    const add = (key: 'content' | 'reasoning', piece: string) => {
-      if (piece === '') return;
-      if (key === 'reasoning') {
-        this.reasoning += piece;
-        if (this.options.includeReasoning) delta.reasoning = (delta.reasoning ?? '') + piece;
-      } else {
-        this.content += piece;
-        delta.content = (delta.content ?? '') + piece;
-      }
-    };
     const available = this.text.slice(0, this.released);
-    while (this.parsed < available.length) {
-      const rest = available.slice(this.parsed);
-      if (this.phase === 'start') {
-        const trimmed = rest.trimStart();
-        if (trimmed.startsWith(THINK_OPEN)) {
-          this.parsed += rest.length - trimmed.length + THINK_OPEN.length;
-          this.phase = 'reasoning';
-        } else if (!final && THINK_OPEN.startsWith(trimmed)) {
-          break; // could still become <think>
-        } else {
-          this.phase = 'content';
-        }
-      } else if (this.phase === 'reasoning') {
-        const close = rest.indexOf(THINK_CLOSE);
-        if (close !== -1) {
-          add('reasoning', rest.slice(0, close));
-          this.parsed += close + THINK_CLOSE.length;
-          // The template puts a blank line after </think>; it is not content. While streaming it may not
-          // have arrived yet, so the content phase drops the newlines that open it.
-          this.afterThink = true;
-          this.phase = 'content';
-        } else {
-          const hold = final ? 0 : partialMarkerLength(rest, [THINK_CLOSE]);
-          add('reasoning', rest.slice(0, rest.length - hold));
-          this.parsed += rest.length - hold;
-          break;
-        }
-      } else if (this.phase === 'content') {
-        if (this.afterThink) {
-          const blank = rest.length - rest.replace(/^\n+/, '').length;
-          this.parsed += blank;
-          if (blank === rest.length) break; // only newlines so far: more may follow
-          this.afterThink = false;
-          continue;
-        }
-        const start = this.options.parseTools ? this.options.toolFormat.start(rest, this.content === '', final) : { at: null, hold: 0 };
-        if (start.at !== null) {
-          add('content', rest.slice(0, start.at));
-          this.parsed += start.at;
-          this.phase = 'tools';
-        } else {
-          add('content', rest.slice(0, rest.length - start.hold));
-          this.parsed += rest.length - start.hold;
-          break;
-        }
-      } else {
+    let more = true;
+    while (more && this.parsed < available.length) more = this.step(available.slice(this.parsed), final, delta);
+    if (this.phase === 'tools') this.parseToolText(final, delta);
+    return delta;
+  }
+
+  /** Adds a piece of content or reasoning to the message and to the delta (reasoning only when it is shown). */
+  private emit(delta: OutputDelta, key: 'content' | 'reasoning', piece: string): void {
+    if (piece === '') return;
+    if (key === 'reasoning') {
+      this.reasoning += piece;
+      if (this.options.includeReasoning) delta.reasoning = (delta.reasoning ?? '') + piece;
+    } else {
+      this.content += piece;
+      delta.content = (delta.content ?? '') + piece;
+    }
+  }
+
+  /** Parses the front of `rest` (released text not yet parsed) in the current phase; false to wait for more text. */
+  private step(rest: string, final: boolean, delta: OutputDelta): boolean {
+    switch (this.phase) {
+      case 'start': {
+        const start = reasoningStart(rest, final);
+        if (start.kind === 'wait') return false;
+        if (start.kind === 'open') this.parsed += start.length;
+        this.phase = start.kind === 'open' ? 'reasoning' : 'content';
+        return true;
+      }
+      case 'reasoning': {
+        const body = reasoningBody(rest, final);
+        this.emit(delta, 'reasoning', body.reasoning);
+        this.parsed += body.consumed;
+        if (!body.closed) return false;
+        // The template puts a blank line after the block; it is not content. While streaming it may not
+        // have arrived yet, so the content phase drops the newlines that open it.
+        this.afterThink = true;
+        this.phase = 'content';
+        return true;
+      }
+      case 'content':
+        return this.stepContent(rest, final, delta);
+      case 'tools':
         this.toolText += rest;
         this.parsed += rest.length;
-      }
+        return true;
     }
-    if (this.phase === 'tools') {
-      const calls = this.takeToolCalls(final, (text) => add('content', text));
-      if (calls.length > 0) delta.tool_calls = calls;
-      if (final && this.toolCalls.length > 0 && this.finishReason === 'stop') this.finishReason = 'tool_calls';
-      if (final && this.toolCalls.length === 0 && this.toolText !== '') {
-        // Nothing parsed: the text was not a tool call after all, so it is content. After calls, it is dropped, as vLLM does.
-        add('content', this.toolText);
-      }
-      if (final) this.toolText = '';
+  }
+
+  private stepContent(rest: string, final: boolean, delta: OutputDelta): boolean {
+    if (this.afterThink) {
+      const blank = rest.length - rest.replace(/^\n+/, '').length;
+      this.parsed += blank;
+      if (blank === rest.length) return false; // only newlines so far: more may follow
+      this.afterThink = false;
+      return true;
     }
-    return delta;
+    const start = this.options.parseTools ? this.options.toolFormat.start(rest, this.content === '', final) : { at: null, hold: 0 };
+    if (start.at === null) {
+      this.emit(delta, 'content', rest.slice(0, rest.length - start.hold));
+      this.parsed += rest.length - start.hold;
+      return false;
+    }
+    this.emit(delta, 'content', rest.slice(0, start.at));
+    this.parsed += start.at;
+    this.phase = 'tools';
+    return true;
+  }
+
+  private parseToolText(final: boolean, delta: OutputDelta): void {
+    const calls = this.takeToolCalls(final, (text) => this.emit(delta, 'content', text));
+    if (calls.length > 0) delta.tool_calls = calls;
+    if (final && this.toolCalls.length > 0 && this.finishReason === 'stop') this.finishReason = 'tool_calls';
+    if (final && this.toolCalls.length === 0 && this.toolText !== '') {
+      // Nothing parsed: the text was not a tool call after all, so it is content. After calls, it is dropped, as vLLM does.
+      this.emit(delta, 'content', this.toolText);
+    }
+    if (final) this.toolText = '';
   }
 
   /** Emits each call once the format sees it whole; at the end, what is not a call becomes content. */

@@ -7,12 +7,12 @@ import { AppError } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { ConstraintRequestError, requestedConstraint, type RequestedConstraint } from './constraints/request.ts';
 import { jsonSizeProblem } from './constraints/limits.ts';
+import { contentPartProblem } from './messages.ts';
 
 export const MAX_LOGPROBS = 20;
 /** Nesting of the data a chat template renders; deeper data would overflow the renderer's stack. */
 const MAX_TEMPLATE_DATA_DEPTH = 64;
 
-/** The data a template renders (messages once tool-call arguments are parsed) must be shallow enough to render. */
 /** Data a template walks (messages after normalisation, tools, documents, kwargs) must not nest deeper than it can render. */
 export function checkTemplateData(fields: Record<string, unknown>): void {
   for (const [field, value] of Object.entries(fields)) {
@@ -109,21 +109,14 @@ function checkRange(ok: boolean, message: string, param: string): void {
   if (!ok) throw badRequest(message, param);
 }
 
-/**
- * Content parts are text only: the served models are text-only, and a part the template would skip
- * (`image_url`, `input_audio`, `file`, …) must be refused, not silently left out of the prompt.
- */
+/** The first content part that cannot be rendered, as a 400 naming it (messages.ts says what can be). */
 function checkContentParts(messages: Record<string, unknown>[]): void {
   messages.forEach((message, index) => {
     if (!Array.isArray(message.content)) return;
     message.content.forEach((part: unknown, at) => {
       const param = `messages.${index}.content.${at}`;
-      const type = part !== null && typeof part === 'object' ? (part as { type?: unknown }).type : undefined;
-      if (type !== 'text') {
-        const what = typeof type === 'string' ? `content parts of type ${JSON.stringify(type)} are not supported: the served models are text-only` : 'a content part must be an object with a "type"';
-        throw badRequest(`${param}: ${what} (send {"type": "text", "text": ...} parts or a string)`, param);
-      }
-      if (typeof (part as { text?: unknown }).text !== 'string') throw badRequest(`${param}: a text content part needs a string "text"`, param);
+      const problem = contentPartProblem(part);
+      if (problem !== null) throw badRequest(`${param}: ${problem}`, param);
     });
   });
 }
@@ -135,7 +128,8 @@ export interface PlanOptions {
   requestTemplatesAllowed: boolean;
 }
 
-export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPlan {
+/** Features this server refuses outright, and request shapes vLLM refuses before looking at anything else. */
+function checkRefused(body: ChatCompletionBody, options: PlanOptions): void {
   if (typeof body.chat_template === 'string' && !options.requestTemplatesAllowed) {
     throw badRequest(
       'chat_template: this server does not run chat templates sent with a request, because a template is code; send none to use the model\'s own, or ask the operator to start the server with TRUST_REQUEST_CHAT_TEMPLATE=on',
@@ -150,12 +144,14 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
   if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
     throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
   }
+  if (body.stream_options && isTruthyObject(body.stream_options) && !body.stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+}
 
-  const stream = body.stream ?? false;
-  if (body.stream_options && isTruthyObject(body.stream_options) && !stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+/** Sampled and prompt logprobs: how many, in which token format; ART trains only on choices that carry them. */
+function logprobsPlan(body: ChatCompletionBody, options: PlanOptions): Pick<ChatPlan, 'logprobs' | 'promptLogprobs'> {
   const promptLogprobs = body.prompt_logprobs ?? null;
   if (promptLogprobs !== null) {
-    if (stream && (promptLogprobs > 0 || promptLogprobs === -1)) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
+    if (body.stream && (promptLogprobs > 0 || promptLogprobs === -1)) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
     checkRange(promptLogprobs >= 0 || promptLogprobs === -1, '`prompt_logprobs` must be a positive value or -1.', 'prompt_logprobs');
     const wanted = promptLogprobs === -1 ? Infinity : promptLogprobs;
     checkRange(wanted <= MAX_LOGPROBS, `Requested prompt logprobs of ${promptLogprobs === -1 ? 'the whole vocabulary' : promptLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'prompt_logprobs');
@@ -164,22 +160,33 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
   checkRange(topLogprobs >= 0 || topLogprobs === -1, '`top_logprobs` must be a positive value or -1.', 'top_logprobs');
   if ((topLogprobs > 0 || topLogprobs === -1) && body.logprobs !== true) throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
   checkRange(topLogprobs !== -1 && topLogprobs <= MAX_LOGPROBS, `Requested sample logprobs of ${topLogprobs === -1 ? 'the whole vocabulary' : topLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'top_logprobs');
+  // An unset `logprobs` means "yes, as token ids" when the operator turned logprobs on by default.
+  const logprobsOn = body.logprobs ?? options.logprobsByDefault;
+  const asTokenIds = body.return_tokens_as_token_ids ?? (body.logprobs === undefined || body.logprobs === null ? options.logprobsByDefault : false);
+  return { logprobs: logprobsOn ? { top: topLogprobs, asTokenIds } : null, promptLogprobs: promptLogprobs ?? (body.echo ? topLogprobs : null) };
+}
 
+function toolsPlan(body: ChatCompletionBody): Pick<ChatPlan, 'toolChoice' | 'parallelToolCalls' | 'constraint'> {
   const toolChoice = parseToolChoice(body);
   const parallelToolCalls = body.parallel_tool_calls ?? true;
-  let constraint: RequestedConstraint | null;
   try {
-    constraint = requestedConstraint(body, toolChoice, parallelToolCalls);
+    return { toolChoice, parallelToolCalls, constraint: requestedConstraint(body, toolChoice, parallelToolCalls) };
   } catch (error) {
     if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
     throw error;
   }
-  const addGenerationPrompt = body.add_generation_prompt ?? true;
-  const continueFinalMessage = body.continue_final_message ?? false;
-  if (continueFinalMessage && addGenerationPrompt) throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'continue_final_message');
+}
+
+function checkPromptOptions(body: ChatCompletionBody): void {
+  if ((body.continue_final_message ?? false) && (body.add_generation_prompt ?? true)) {
+    throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'continue_final_message');
+  }
   if (body.cache_salt !== undefined && body.cache_salt !== null && body.cache_salt === '') throw badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
   if ((body.priority ?? 0) !== 0) throw badRequest('priority: the served model does not use priority scheduling, so only priority 0 is accepted', 'priority');
+}
 
+/** n, temperature, penalties and the truncations of the distribution, in vLLM's ranges. */
+function distributionPlan(body: ChatCompletionBody) {
   const n = body.n ?? 1;
   checkRange(n >= 1, `n must be at least 1, got ${n}.`, 'n');
   checkRange(n <= MAX_N, `n must be at most ${MAX_N}, got ${n}.`, 'n');
@@ -198,19 +205,25 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
   if (topK !== null) checkRange(topK === 0 || topK === -1 || topK >= 1, `top_k must be 0 (disable), or at least 1, got ${topK}.`, 'top_k');
   const minP = body.min_p ?? null;
   if (minP !== null) checkRange(minP >= 0 && minP <= 1, `min_p must be in [0, 1], got ${minP}.`, 'min_p');
+  return { n, temperature, top_p: topP, top_k: topK === 0 ? -1 : topK, min_p: minP, presence_penalty: presence, frequency_penalty: frequency, repetition_penalty: repetition };
+}
 
+function tokenLimits(body: ChatCompletionBody): Pick<ChatPlan, 'requestedMaxTokens' | 'maxTokensParam'> & { minTokens: number } {
   const maxTokensParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
   const requestedMaxTokens = body.max_completion_tokens ?? body.max_tokens ?? null;
   if (requestedMaxTokens !== null) checkRange(requestedMaxTokens >= 1, `max_tokens must be at least 1, got ${requestedMaxTokens}.`, maxTokensParam);
   const minTokens = body.min_tokens ?? 0;
   checkRange(minTokens >= 0, `min_tokens must be greater than or equal to 0, got ${minTokens}.`, 'min_tokens');
   if (requestedMaxTokens !== null) checkRange(minTokens <= requestedMaxTokens, `min_tokens must be less than or equal to max_tokens=${requestedMaxTokens}, got ${minTokens}.`, 'min_tokens');
+  return { requestedMaxTokens, maxTokensParam, minTokens };
+}
 
+/** Stop strings, bad words, logit bias (clamped to ±100, as OpenAI does) and the allowed-token list. */
+function tokenRules(body: ChatCompletionBody) {
   const stop = body.stop === undefined || body.stop === null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
   if (stop.includes('')) throw badRequest('stop cannot contain an empty string.', 'stop');
   const badWords = body.bad_words ?? [];
   if (badWords.some((word) => word.trim() === '')) throw badRequest('bad_words cannot contain an empty string.', 'bad_words');
-
   const logitBias: Record<string, number> = {};
   for (const [key, value] of Object.entries(body.logit_bias ?? {})) {
     if (!/^-?\d+$/.test(key)) throw badRequest(`logit_bias keys must be token ids, got ${JSON.stringify(key)}.`, 'logit_bias');
@@ -218,71 +231,70 @@ export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPl
   }
   const allowed = body.allowed_token_ids ?? null;
   if (allowed !== null && allowed.length === 0) throw badRequest('allowed_token_ids is not None and empty!', 'allowed_token_ids');
+  return { stop, badWords, logitBias, allowed };
+}
 
+function repetitionDetectionPlan(body: ChatCompletionBody): ChatPlan['repetitionDetection'] {
   const detection = body.repetition_detection ?? null;
-  let repetitionDetection: ChatPlan['repetitionDetection'] = null;
-  if (detection) {
-    const minPatternSize = detection.min_pattern_size ?? 0;
-    const maxPatternSize = detection.max_pattern_size ?? 0;
-    const minCount = detection.min_count ?? 0;
-    checkRange(minPatternSize >= 0 && maxPatternSize >= 0 && minPatternSize <= maxPatternSize, 'repetition_detection: pattern sizes must be >= 0 with min_pattern_size <= max_pattern_size.', 'repetition_detection');
-    if (maxPatternSize > 0) checkRange(minCount >= 2, 'repetition_detection: min_count must be >= 2 when max_pattern_size > 0.', 'repetition_detection');
-    if (maxPatternSize > 0) repetitionDetection = { minPatternSize: Math.max(1, minPatternSize), maxPatternSize, minCount };
-  }
+  if (!detection) return null;
+  const minPatternSize = detection.min_pattern_size ?? 0;
+  const maxPatternSize = detection.max_pattern_size ?? 0;
+  const minCount = detection.min_count ?? 0;
+  checkRange(minPatternSize >= 0 && maxPatternSize >= 0 && minPatternSize <= maxPatternSize, 'repetition_detection: pattern sizes must be >= 0 with min_pattern_size <= max_pattern_size.', 'repetition_detection');
+  if (maxPatternSize > 0) checkRange(minCount >= 2, 'repetition_detection: min_count must be >= 2 when max_pattern_size > 0.', 'repetition_detection');
+  return maxPatternSize > 0 ? { minPatternSize: Math.max(1, minPatternSize), maxPatternSize, minCount } : null;
+}
 
-  // ART trains only on choices that carry logprobs, so an unset `logprobs` means "yes, as token ids".
-  const logprobsOn = body.logprobs ?? options.logprobsByDefault;
-  const asTokenIds = body.return_tokens_as_token_ids ?? (body.logprobs === undefined || body.logprobs === null ? options.logprobsByDefault : false);
+/** Everything that decides which tokens are sampled, checked in vLLM's order. */
+function samplingPlan(body: ChatCompletionBody) {
+  const { n, ...distribution } = distributionPlan(body);
+  const limits = tokenLimits(body);
+  const { stop, badWords, logitBias, allowed } = tokenRules(body);
+  const repetitionDetection = repetitionDetectionPlan(body);
   const seed = body.seed === undefined || body.seed === null || body.seed === -1 ? null : body.seed;
+  const sampling: SamplingPlan = {
+    ...distribution,
+    seed,
+    min_tokens: limits.minTokens,
+    ignore_eos: body.ignore_eos ?? false,
+    stop_token_ids: body.stop_token_ids ?? [],
+    logit_bias: logitBias,
+    allowed_token_ids: allowed,
+  };
+  return { n, sampling, requestedMaxTokens: limits.requestedMaxTokens, maxTokensParam: limits.maxTokensParam, stop, badWords, repetitionDetection };
+}
 
+export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPlan {
+  checkRefused(body, options);
+  const logprobs = logprobsPlan(body, options);
+  const tools = toolsPlan(body);
+  checkPromptOptions(body);
+  const sampling = samplingPlan(body);
+  const stream = body.stream ?? false;
   const templateKwargs: Record<string, unknown> = { ...(body.chat_template_kwargs ?? {}) };
   if (body.reasoning_effort) templateKwargs.reasoning_effort = body.reasoning_effort;
-
   return {
+    ...logprobs,
+    ...tools,
+    ...sampling,
     modelName: body.model ? body.model : null,
     messages: body.messages as Record<string, unknown>[],
     tools: (body.tools as Record<string, unknown>[] | null | undefined) ?? null,
     stream,
     includeUsage: stream && (body.stream_options?.include_usage ?? false),
     continuousUsage: stream && (body.stream_options?.include_usage ?? false) && (body.stream_options?.continuous_usage_stats ?? false),
-    n,
-    sampling: {
-      temperature,
-      top_p: topP,
-      top_k: topK === 0 ? -1 : topK,
-      min_p: minP,
-      presence_penalty: presence,
-      frequency_penalty: frequency,
-      repetition_penalty: repetition,
-      seed,
-      min_tokens: minTokens,
-      ignore_eos: body.ignore_eos ?? false,
-      stop_token_ids: body.stop_token_ids ?? [],
-      logit_bias: logitBias,
-      allowed_token_ids: allowed,
-    },
-    badWords,
-    stop,
     includeStopStr: body.include_stop_str_in_output ?? false,
     skipSpecialTokens: body.skip_special_tokens ?? true,
-    logprobs: logprobsOn ? { top: topLogprobs, asTokenIds } : null,
-    promptLogprobs: promptLogprobs ?? (body.echo ? topLogprobs : null),
     returnTokenIds: body.return_token_ids ?? false,
     echo: body.echo ?? false,
-    addGenerationPrompt,
-    continueFinalMessage,
+    addGenerationPrompt: body.add_generation_prompt ?? true,
+    continueFinalMessage: body.continue_final_message ?? false,
     addSpecialTokens: body.add_special_tokens ?? false,
     chatTemplate: body.chat_template ?? null,
     templateKwargs,
     documents: body.documents ?? null,
-    toolChoice,
     includeReasoning: body.include_reasoning ?? true,
-    parallelToolCalls,
-    constraint,
-    requestedMaxTokens,
-    maxTokensParam,
     truncatePromptTokens: body.truncate_prompt_tokens ?? null,
-    repetitionDetection,
     requestId: options.requestIdHeader ?? body.request_id ?? null,
   };
 }

@@ -1,7 +1,7 @@
 /** /v1/preview/artifacts: multipart upload of a new version, version listing, file download. */
 import type { FastifyInstance } from 'fastify';
 import { ArtifactVersion, ArtifactVersionList } from '../api/artifacts.ts';
-import type { ArtifactService } from '../artifacts/artifact-service.ts';
+import type { ArtifactService } from '../services/artifact-service.ts';
 import { AppError, validationError } from '../errors.ts';
 import { multipartFiles } from './multipart-files.ts';
 

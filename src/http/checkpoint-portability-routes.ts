@@ -9,7 +9,8 @@ import { AppError, validationError } from '../errors.ts';
 import type { AdapterImporter } from '../services/adapter-import.ts';
 import type { CheckpointExporter } from '../services/checkpoint-export.ts';
 import type { ModelLineage } from '../services/model-lineage.ts';
-import { KEEP_EVERYTHING, type RetentionService } from '../services/retention.ts';
+import { KEEP_EVERYTHING } from '../services/retention-policy.ts';
+import type { RetentionService } from '../services/retention.ts';
 
 export interface PortabilityServices {
   exports: CheckpointExporter;

@@ -13,9 +13,10 @@ import { newId } from '../ids.ts';
 import type { Engine } from '../engine/client.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
-import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
+import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from '../services/base-model-runtime.ts';
 import type { ModelService } from '../services/model-service.ts';
-import { JobError, type RunContext, type RunResult } from './worker.ts';
+import { JobError } from '../errors.ts';
+import type { RunContext, RunResult } from './worker.ts';
 import type { RetentionService } from '../services/retention.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from '../services/checkpoint-export.ts';
 
@@ -25,8 +26,6 @@ export const LORA_DEFAULTS = {
   target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
 };
 
-/** The engine key of a servable checkpoint's adapter. */
-export const servingAdapterKey = (checkpointId: string) => `ckpt:${checkpointId}`;
 
 export interface TrainingSession {
   base: LoadedBase;

@@ -6,14 +6,13 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../clock.ts';
+import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { EventRow, JobOutcome, JobRepository, JobRow } from '../store/job-repository.ts';
 
 export interface QueueOptions {
   leaseMs: number;
 }
-
-export const CANCELLED_MESSAGE = 'Training job was cancelled';
 
 export class JobQueue {
   constructor(
@@ -101,20 +100,20 @@ export class JobQueue {
     });
   }
 
-  fail(jobId: string, owner: string, error: { code: string; message: string }): Promise<boolean> {
+  fail(jobId: string, owner: string, error: JobError): Promise<boolean> {
     return this.jobs.finish(jobId, owner, this.failure(jobId, 'FAILED', error));
   }
 
   /** A running job that noticed its cancel request ends CANCELLED (its terminal event is `training_failed`, which every client stops on). */
   finishCancelled(jobId: string, owner: string): Promise<boolean> {
-    return this.jobs.finish(jobId, owner, this.failure(jobId, 'CANCELLED', { code: 'cancelled', message: CANCELLED_MESSAGE }));
+    return this.jobs.finish(jobId, owner, this.failure(jobId, 'CANCELLED', new JobError('cancelled')));
   }
 
   /** Cancels a queued job at once, or asks the worker of a running one to stop; answers the job afterwards. */
   async cancel(jobId: string): Promise<JobRow | undefined> {
     const job = await this.jobs.findById(jobId);
     if (job?.status === 'QUEUED') {
-      const cancelled = await this.jobs.cancelQueued(jobId, this.failure(jobId, 'CANCELLED', { code: 'cancelled', message: CANCELLED_MESSAGE }));
+      const cancelled = await this.jobs.cancelQueued(jobId, this.failure(jobId, 'CANCELLED', new JobError('cancelled')));
       if (!cancelled) await this.jobs.requestCancel(jobId);
     } else if (job?.status === 'RUNNING') {
       await this.jobs.requestCancel(jobId);
@@ -127,16 +126,13 @@ export class JobQueue {
     const now = this.now();
     const reaped: string[] = [];
     for (const job of await this.jobs.expiredLeases(now)) {
-      const outcome = this.failure(job.id, 'FAILED', {
-        code: 'worker_lost',
-        message: 'The server running this job stopped before it finished; no checkpoint was written. Submit the job again.',
-      });
+      const outcome = this.failure(job.id, 'FAILED', new JobError('worker_lost'));
       if (await this.jobs.failExpired(job.id, now, outcome)) reaped.push(job.id);
     }
     return reaped;
   }
 
-  private failure(jobId: string, status: 'FAILED' | 'CANCELLED', error: { code: string; message: string }): JobOutcome {
+  private failure(jobId: string, status: 'FAILED' | 'CANCELLED', error: JobError): JobOutcome {
     return {
       status,
       finishedAt: this.now(),

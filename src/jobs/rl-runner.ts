@@ -15,7 +15,8 @@ import { populationStd } from '../services/trajectory-metrics.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from './rl-data.ts';
 import { trainedTokens } from './trained-tokens.ts';
 import type { TrainedTrajectory } from '../store/trained-token-repository.ts';
-import { JobError, type RunContext, type RunResult } from './worker.ts';
+import { JobError } from '../errors.ts';
+import type { RunContext, RunResult } from './worker.ts';
 import type { CheckpointWriter } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
 import type { LossConfig, TrainRow } from '../engine/protocol.ts';
@@ -151,7 +152,7 @@ export function createRlRunner(deps: RlRunnerDeps) {
 
     const stepMetrics: Record<string, number>[] = [];
     for (const [index, row] of trainRows.entries()) {
-      if (context.signal.aborted) throw new JobError('cancelled', 'Training job was cancelled');
+      if (context.signal.aborted) throw new JobError('cancelled');
       const { metrics } = await session.engine.trainStep({
         base: base.id,
         adapter: session.adapter,
@@ -165,7 +166,7 @@ export function createRlRunner(deps: RlRunnerDeps) {
       stepMetrics.push(data);
       await context.emit('gradient_step', data);
     }
-    if (context.signal.aborted) throw new JobError('cancelled', 'Training job was cancelled');
+    if (context.signal.aborted) throw new JobError('cancelled');
 
     const jobMetrics = summarize(stepMetrics, groupMetrics);
     await context.setProgress({ metrics: jobMetrics });

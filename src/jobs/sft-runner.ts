@@ -6,26 +6,16 @@
 import type { Readable } from 'node:stream';
 import type { JobRow } from '../store/job-repository.ts';
 import type { TrainingSequence } from '../chat/trajectory-tokens.ts';
-import { tokenizeConversation, type AssistantTurns } from '../chat/sft-tokens.ts';
+import { tokenizeConversation } from '../chat/sft-tokens.ts';
 import { trainingRenderer } from '../chat/training-render.ts';
 import type { LoadedBase } from '../services/base-model-runtime.ts';
+import { readConversations, type Conversation } from '../services/sft-data.ts';
+import type { SftJobPayload } from '../services/training-job-service.ts';
 import type { TrainRow } from '../engine/protocol.ts';
 import type { CheckpointWriter } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
-import { readConversations, type Conversation } from './sft-data.ts';
-import { JobError, type RunContext, type RunResult } from './worker.ts';
-
-/** What an SFT job's payload file holds (resolved and checked at submit). */
-export interface SftJobPayload {
-  artifact: { key: string; file: string };
-  batch_size: number;
-  /** One rate for every batch, or one per batch. */
-  learning_rate: number | number[];
-  num_conversations: number;
-  /** Which assistant spans of each conversation are trained (older payloads: all). */
-  assistant_turns?: AssistantTurns;
-  chat_template_kwargs?: Record<string, unknown> | null;
-}
+import { JobError } from '../errors.ts';
+import type { RunContext, RunResult } from './worker.ts';
 
 export interface SftRunnerDeps {
   queue: JobQueue;
@@ -72,7 +62,7 @@ export function createSftRunner(deps: SftRunnerDeps) {
     let step = 0;
     let dropped = 0;
     for await (const batch of batches(readConversations(file, deps.openArtifactFile(payload.artifact.key, file)), payload.batch_size)) {
-      if (context.signal.aborted) throw new JobError('cancelled', 'Training job was cancelled');
+      if (context.signal.aborted) throw new JobError('cancelled');
       step += 1;
       if (rates && step > rates.length) throw new JobError('bad_learning_rate', `config.learning_rate has ${rates.length} values but the data has more batches (${file} line ${batch[0].line} starts batch ${step})`);
       const learningRate = rates ? rates[step - 1] : (payload.learning_rate as number);
@@ -102,7 +92,7 @@ export function createSftRunner(deps: SftRunnerDeps) {
       stepMetrics.push(data);
       await context.emit('gradient_step', data);
     }
-    if (context.signal.aborted) throw new JobError('cancelled', 'Training job was cancelled');
+    if (context.signal.aborted) throw new JobError('cancelled');
     if (rates && step !== rates.length) throw new JobError('bad_learning_rate', `config.learning_rate has ${rates.length} values but the data has ${step} batches`);
 
     const keys = new Set(stepMetrics.flatMap((metrics) => Object.keys(metrics)));

@@ -3,6 +3,7 @@
  * an abort signal for the runner, and records the outcome. Also reaps jobs of workers that died.
  */
 import type { Logger } from 'pino';
+import { JOB_ERROR_CATALOGUE, JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { JobRow } from '../store/job-repository.ts';
 import { JobQueue } from './queue.ts';
@@ -20,16 +21,6 @@ export interface RunResult {
 }
 
 export type JobRunner = (job: JobRow, context: RunContext) => Promise<RunResult>;
-
-/** An error whose message is meant for the user (shown in `training_failed`), with a stable code. */
-export class JobError extends Error {
-  constructor(
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 export interface WorkerOptions {
   pollMs: number;
@@ -141,9 +132,8 @@ export class JobWorker {
         await this.queue.finishCancelled(job.id, this.owner);
         log.info('job cancelled');
       } else {
-        const known = error instanceof JobError;
-        const message = known ? error.message : `Internal error while training: ${(error as Error).message}`;
-        await this.queue.fail(job.id, this.owner, { code: known ? error.code : 'internal', message });
+        const failure = error instanceof JobError ? error : new JobError('internal', `${JOB_ERROR_CATALOGUE.internal.message}: ${(error as Error).message}`);
+        await this.queue.fail(job.id, this.owner, failure);
         log.error({ err: error }, 'job failed');
       }
     } finally {

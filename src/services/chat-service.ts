@@ -6,6 +6,7 @@
 import crypto from 'node:crypto';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { badRequest, checkTemplateData, planChat, type ChatPlan } from '../chat/request.ts';
+import { contentString } from '../chat/messages.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
 import { TemplateError, type RenderOptions } from '../chat/template.ts';
 import type { TemplateSandbox } from '../chat/template-sandbox.ts';
@@ -13,11 +14,10 @@ import type { ConstraintCompiler } from '../chat/constraints/constraint-compiler
 import { compileRequested, ConstraintRequestError, requestedConstraint } from '../chat/constraints/request.ts';
 import { encodePrompt, promptRenderOptions } from '../chat/prompt.ts';
 import { renderChat } from '../chat/template.ts';
-import type { GenerateRequest, PromptLogprobsEvent, WireConstraint } from '../engine/protocol.ts';
+import type { FinishEvent, GenerateRequest, PromptLogprobsEvent, TokensEvent, WireConstraint } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
-import { servingAdapterKey } from '../jobs/checkpoint-writer.ts';
 import type { Principal } from './auth-service.ts';
-import type { BaseModelRuntime, LoadedBase } from './base-model-runtime.ts';
+import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from './base-model-runtime.ts';
 import type { ModelResolver } from './model-resolver.ts';
 
 export interface ChatOptions {
@@ -49,17 +49,152 @@ interface Prepared {
   created: number;
 }
 
-function contentText(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part) => (part && typeof part === 'object' && 'text' in part ? String((part as { text: unknown }).text) : '')).join('\n');
-  return '';
-}
-
-/** Forced tool calls are constrained in the base model's own format; the plan compiled them as Hermes. */
-
 /** A call forced by naming the function answers "stop", as vLLM does; "tool_calls" is for calls the model chose. */
 function finishReason(plan: ChatPlan, output: ChoiceOutput): ChoiceOutput['finishReason'] {
   return typeof plan.toolChoice === 'object' && output.finishReason === 'tool_calls' ? 'stop' : output.finishReason;
+}
+
+/** The prompt cut to `truncate_prompt_tokens` and the completion budget, checked against the context as vLLM does. */
+function fitContext(plan: ChatPlan, base: LoadedBase, renderedIds: number[], maxCompletionTokens: number): { promptIds: number[]; maxTokens: number } {
+  let promptIds = renderedIds;
+  const context = base.engine.context_length;
+  if (plan.n > base.engine.max_num_seqs) {
+    throw badRequest(`n=${plan.n} exceeds max_num_seqs=${base.engine.max_num_seqs}, the most sequences this server decodes at once. Please request fewer choices.`, 'n');
+  }
+  const requested = plan.requestedMaxTokens;
+  if (requested !== null && requested > context) {
+    throw badRequest(`${plan.maxTokensParam}=${requested} cannot be greater than max_model_len=${context}. Please request fewer output tokens.`, plan.maxTokensParam);
+  }
+  if (plan.truncatePromptTokens !== null) {
+    const allowed = context - (requested ?? 0);
+    const keep = plan.truncatePromptTokens === -1 ? allowed : plan.truncatePromptTokens;
+    if (keep > allowed) throw badRequest(`truncate_prompt_tokens=${keep} cannot be greater than max_model_len - max_tokens = ${allowed}. Please request a smaller truncation size.`, 'truncate_prompt_tokens');
+    if (promptIds.length > keep) promptIds = promptIds.slice(promptIds.length - keep);
+  }
+  if (requested !== null && promptIds.length + requested > context) {
+    throw badRequest(
+      `This model's maximum context length is ${context} tokens. However, you requested ${requested} output tokens and your prompt contains ${promptIds.length} input tokens, for a total of ${promptIds.length + requested} tokens. Please reduce the length of the input prompt or the number of requested output tokens.`,
+      'input_tokens',
+    );
+  }
+  if (promptIds.length >= context) throw badRequest(`Input length (${promptIds.length}) exceeds model's maximum context length (${context}).`, 'input_tokens');
+  const maxTokens = requested ?? Math.min(context - promptIds.length, maxCompletionTokens);
+  if (plan.sampling.min_tokens > maxTokens) throw badRequest(`min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${plan.sampling.min_tokens}.`, 'min_tokens');
+  return { promptIds, maxTokens };
+}
+
+/** Token ids the request names must exist in the model's vocabulary. */
+function checkVocabulary(plan: ChatPlan, vocab: number): void {
+  const outOfVocab = Object.keys(plan.sampling.logit_bias).map(Number).filter((id) => id < 0 || id >= vocab);
+  if (outOfVocab.length > 0) throw badRequest(`token_id(s) ${JSON.stringify(outOfVocab)} in logit_bias contain out-of-vocab token ids. Vocabulary size: ${vocab}`, 'logit_bias');
+  if (plan.sampling.allowed_token_ids?.some((id) => id < 0 || id >= vocab)) throw badRequest('allowed_token_ids contains out-of-vocab token id!', 'allowed_token_ids');
+  if (plan.sampling.stop_token_ids.some((id) => id < 0 || id >= vocab)) throw badRequest('stop_token_ids contains out-of-vocab token id!', 'stop_token_ids');
+}
+
+/** The engine's sampling parameters: the request's, else the model's generation_config.json, else vLLM's defaults. */
+function generationParams(plan: ChatPlan, base: LoadedBase, maxTokens: number) {
+  const { sampling } = plan;
+  const { generation, tokenizer } = base;
+  const extraEos = sampling.ignore_eos ? [] : generation.eos_token_ids.filter((id) => id !== tokenizer.eosTokenId);
+  const badWordsIds = plan.badWords.flatMap((word) => [tokenizer.encode(word), tokenizer.encode(` ${word.trimStart()}`)]).filter((ids) => ids.length > 0);
+  return {
+    n: plan.n,
+    max_tokens: maxTokens,
+    min_tokens: sampling.min_tokens,
+    ignore_eos: sampling.ignore_eos,
+    stop_token_ids: [...sampling.stop_token_ids, ...extraEos],
+    temperature: sampling.temperature ?? generation.temperature ?? 1.0,
+    top_p: sampling.top_p ?? generation.top_p ?? 1.0,
+    top_k: sampling.top_k ?? generation.top_k ?? -1,
+    min_p: sampling.min_p ?? generation.min_p ?? 0,
+    presence_penalty: sampling.presence_penalty,
+    frequency_penalty: sampling.frequency_penalty,
+    repetition_penalty: sampling.repetition_penalty ?? generation.repetition_penalty ?? 1.0,
+    logit_bias: sampling.logit_bias,
+    allowed_token_ids: sampling.allowed_token_ids,
+    bad_words_ids: badWordsIds,
+    seed: sampling.seed,
+    logprobs: plan.logprobs ? plan.logprobs.top : null,
+    prompt_logprobs: plan.promptLogprobs,
+  };
+}
+
+function usageOf(prepared: Prepared, completionTokens: number, cachedTokens: number) {
+  const prompt = prepared.promptIds.length;
+  return { prompt_tokens: prompt, total_tokens: prompt + completionTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cachedTokens } };
+}
+
+/** One stream's SSE chunks, in vLLM's order: role chunks, (echo), content chunks, finish chunks, usage. */
+class ChunkWriter {
+  readonly finished = new Set<number>();
+  started = false;
+  /** Prompt tokens the engine found cached; known once its `done` arrives. */
+  cached = 0;
+  private readonly head: Chunk;
+
+  constructor(
+    private readonly prepared: Prepared,
+    private readonly outputs: ChoiceOutput[],
+  ) {
+    this.head = { id: prepared.id, object: 'chat.completion.chunk', created: prepared.created, model: prepared.modelName };
+  }
+
+  private withUsage(chunk: Chunk, index: number | null): Chunk {
+    if (!this.prepared.plan.continuousUsage) return chunk;
+    return { ...chunk, usage: usageOf(this.prepared, index === null ? 0 : this.outputs[index].completionTokens, this.cached) };
+  }
+
+  private choice(index: number, delta: OutputDelta, logprobs: LogprobEntry[] | null, tokenIds: number[] | null, finish?: ChoiceOutput): Chunk {
+    const { plan } = this.prepared;
+    const choice = {
+      index,
+      delta,
+      logprobs: logprobs && plan.logprobs ? { content: logprobs } : null,
+      finish_reason: finish ? finishReason(plan, finish) : null,
+      ...(finish ? { stop_reason: finish.stopReason } : {}),
+      ...(plan.returnTokenIds ? { token_ids: tokenIds } : {}),
+    };
+    return this.withUsage({ ...this.head, choices: [choice] }, index);
+  }
+
+  /** Every choice's role chunk (with the prompt's ids when asked), then the echoed text. */
+  *start(): Generator<Chunk> {
+    const { plan, responseRole, promptIds, echoText } = this.prepared;
+    this.started = true;
+    for (let index = 0; index < plan.n; index += 1) {
+      const chunk = { ...this.head, choices: [{ index, delta: { role: responseRole, content: '' }, logprobs: null, finish_reason: null }] };
+      yield this.withUsage(plan.returnTokenIds ? { ...chunk, prompt_token_ids: promptIds } : chunk, null);
+    }
+    if (echoText === null) return;
+    for (let index = 0; index < plan.n; index += 1) yield this.withUsage({ ...this.head, choices: [{ index, delta: { content: echoText }, logprobs: null, finish_reason: null }] }, null);
+  }
+
+  /** New tokens of one choice: their delta (or an empty one carrying logprobs and ids), and its finish when they ended it. */
+  *tokens(event: TokensEvent): Generator<Chunk> {
+    const { plan } = this.prepared;
+    const output = this.outputs[event.seq];
+    const { delta, logprobs } = output.push(event.tokens, event.logprobs, event.top_logprobs);
+    const empty = Object.keys(delta).length === 0;
+    if (!empty || plan.logprobs || plan.returnTokenIds) yield this.choice(event.seq, empty ? { content: '' } : delta, logprobs, event.tokens);
+    if (output.done) yield this.finish(event.seq, { finish_reason: 'stop', stop_token_id: null });
+  }
+
+  /** A choice's last chunk: what its output still held back, and why it ended. */
+  finish(index: number, end: Pick<FinishEvent, 'finish_reason' | 'stop_token_id'>): Chunk {
+    this.finished.add(index);
+    const output = this.outputs[index];
+    const delta = output.finish(end.finish_reason, end.stop_token_id);
+    return this.choice(index, delta, null, this.prepared.plan.returnTokenIds ? [] : null, output);
+  }
+
+  /** After the engine's last event: the choices it did not finish end at the length limit; then the usage chunk. */
+  *end(): Generator<Chunk> {
+    if (!this.started) yield* this.start();
+    for (let index = 0; index < this.outputs.length; index += 1) if (!this.finished.has(index)) yield this.finish(index, { finish_reason: 'length', stop_token_id: null });
+    if (this.prepared.plan.includeUsage) {
+      yield { ...this.head, choices: [], usage: usageOf(this.prepared, this.outputs.reduce((sum, output) => sum + output.completionTokens, 0), this.cached) };
+    }
+  }
 }
 
 export class ChatService {
@@ -92,57 +227,10 @@ export class ChatService {
   private async prepare(principal: Principal, plan: ChatPlan, body: ChatCompletionBody): Promise<Prepared> {
     const resolved = await this.resolver.resolve(principal, plan.modelName);
     const base = await this.runtime.load(resolved.baseId);
-    const template = plan.chatTemplate ?? base.template;
-    if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
-    if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
-    const tokenizer = base.tokenizer;
-    const prompt = await this.render(plan.chatTemplate !== null, () =>
-      promptRenderOptions(tokenizer, {
-        template,
-        messages: plan.messages,
-        tools: plan.tools,
-        documents: plan.documents,
-        addGenerationPrompt: plan.addGenerationPrompt,
-        continueFinalMessage: plan.continueFinalMessage,
-        kwargs: plan.templateKwargs,
-      }),
-    );
-    let promptIds = encodePrompt(tokenizer, prompt, { addSpecialTokens: plan.addSpecialTokens });
+    const renderedIds = await this.promptIds(plan, base);
     const constraint = await this.constraint(plan, body, base);
-
-    const context = base.engine.context_length;
-    if (plan.n > base.engine.max_num_seqs) {
-      throw badRequest(`n=${plan.n} exceeds max_num_seqs=${base.engine.max_num_seqs}, the most sequences this server decodes at once. Please request fewer choices.`, 'n');
-    }
-    const requested = plan.requestedMaxTokens;
-    if (requested !== null && requested > context) {
-      throw badRequest(`${plan.maxTokensParam}=${requested} cannot be greater than max_model_len=${context}. Please request fewer output tokens.`, plan.maxTokensParam);
-    }
-    if (plan.truncatePromptTokens !== null) {
-      const allowed = context - (requested ?? 0);
-      const keep = plan.truncatePromptTokens === -1 ? allowed : plan.truncatePromptTokens;
-      if (keep > allowed) throw badRequest(`truncate_prompt_tokens=${keep} cannot be greater than max_model_len - max_tokens = ${allowed}. Please request a smaller truncation size.`, 'truncate_prompt_tokens');
-      if (promptIds.length > keep) promptIds = promptIds.slice(promptIds.length - keep);
-    }
-    if (requested !== null && promptIds.length + requested > context) {
-      throw badRequest(
-        `This model's maximum context length is ${context} tokens. However, you requested ${requested} output tokens and your prompt contains ${promptIds.length} input tokens, for a total of ${promptIds.length + requested} tokens. Please reduce the length of the input prompt or the number of requested output tokens.`,
-        'input_tokens',
-      );
-    }
-    if (promptIds.length >= context) throw badRequest(`Input length (${promptIds.length}) exceeds model's maximum context length (${context}).`, 'input_tokens');
-    const maxTokens = requested ?? Math.min(context - promptIds.length, this.options.maxCompletionTokens);
-    if (plan.sampling.min_tokens > maxTokens) throw badRequest(`min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${plan.sampling.min_tokens}.`, 'min_tokens');
-
-    const vocab = tokenizer.vocabSize;
-    const outOfVocab = Object.keys(plan.sampling.logit_bias).map(Number).filter((id) => id < 0 || id >= vocab);
-    if (outOfVocab.length > 0) throw badRequest(`token_id(s) ${JSON.stringify(outOfVocab)} in logit_bias contain out-of-vocab token ids. Vocabulary size: ${vocab}`, 'logit_bias');
-    if (plan.sampling.allowed_token_ids?.some((id) => id < 0 || id >= vocab)) throw badRequest('allowed_token_ids contains out-of-vocab token id!', 'allowed_token_ids');
-    if (plan.sampling.stop_token_ids.some((id) => id < 0 || id >= vocab)) throw badRequest('stop_token_ids contains out-of-vocab token id!', 'stop_token_ids');
-
-    const generation = base.generation;
-    const extraEos = plan.sampling.ignore_eos ? [] : generation.eos_token_ids.filter((id) => id !== tokenizer.eosTokenId);
-    const badWordsIds = plan.badWords.flatMap((word) => [tokenizer.encode(word), tokenizer.encode(` ${word.trimStart()}`)]).filter((ids) => ids.length > 0);
+    const { promptIds, maxTokens } = fitContext(plan, base, renderedIds, this.options.maxCompletionTokens);
+    checkVocabulary(plan, base.tokenizer.vocabSize);
     const checkpoint = resolved.checkpoint;
     const adapter = checkpoint?.adapterPath ? { adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath } : { adapter: null };
     const lastMessage = plan.messages.at(-1);
@@ -153,38 +241,36 @@ export class ChatService {
       modelName: plan.modelName ?? base.id,
       promptIds,
       responseRole,
-      echoText: plan.echo && lastMessage?.role === responseRole ? contentText(lastMessage.content) : null,
+      echoText: plan.echo && lastMessage?.role === responseRole ? contentString(lastMessage.content, 'messages') : null,
       id: `chatcmpl-${plan.requestId ?? crypto.randomBytes(8).toString('hex')}`,
       created: Math.floor(Date.now() / 1000),
-      request: {
-        base: base.id,
-        ...adapter,
-        prompt: promptIds,
-        n: plan.n,
-        max_tokens: maxTokens,
-        min_tokens: plan.sampling.min_tokens,
-        ignore_eos: plan.sampling.ignore_eos,
-        stop_token_ids: [...plan.sampling.stop_token_ids, ...extraEos],
-        temperature: plan.sampling.temperature ?? generation.temperature ?? 1.0,
-        top_p: plan.sampling.top_p ?? generation.top_p ?? 1.0,
-        top_k: plan.sampling.top_k ?? generation.top_k ?? -1,
-        min_p: plan.sampling.min_p ?? generation.min_p ?? 0,
-        presence_penalty: plan.sampling.presence_penalty,
-        frequency_penalty: plan.sampling.frequency_penalty,
-        repetition_penalty: plan.sampling.repetition_penalty ?? generation.repetition_penalty ?? 1.0,
-        logit_bias: plan.sampling.logit_bias,
-        allowed_token_ids: plan.sampling.allowed_token_ids,
-        bad_words_ids: badWordsIds,
-        seed: plan.sampling.seed,
-        logprobs: plan.logprobs ? plan.logprobs.top : null,
-        prompt_logprobs: plan.promptLogprobs,
-        constraint,
-      },
+      request: { base: base.id, ...adapter, ...generationParams(plan, base, maxTokens), prompt: promptIds, constraint },
     };
   }
 
-  /** The request's constraint compiled (on the compiler thread) for the engine; a refusal is a 400 naming its field. */
-  /** What decoding must produce; forced tool calls are written in the base model's own tool-call format. */
+  /** The prompt rendered with the request's template or the model's, and tokenized. */
+  private async promptIds(plan: ChatPlan, base: LoadedBase): Promise<number[]> {
+    const template = plan.chatTemplate ?? base.template;
+    if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
+    if (plan.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
+    const prompt = await this.render(plan.chatTemplate !== null, () =>
+      promptRenderOptions(base.tokenizer, {
+        template,
+        messages: plan.messages,
+        tools: plan.tools,
+        documents: plan.documents,
+        addGenerationPrompt: plan.addGenerationPrompt,
+        continueFinalMessage: plan.continueFinalMessage,
+        kwargs: plan.templateKwargs,
+      }),
+    );
+    return encodePrompt(base.tokenizer, prompt, { addSpecialTokens: plan.addSpecialTokens });
+  }
+
+  /**
+   * The request's constraint compiled (on the compiler thread) for the engine; a refusal is a 400 naming its field.
+   * Forced tool calls are constrained in the base model's own format (the plan compiled them as Hermes).
+   */
   private async constraint(plan: ChatPlan, body: ChatCompletionBody, base: LoadedBase): Promise<WireConstraint | null> {
     const forcedCall = plan.toolChoice === 'required' || typeof plan.toolChoice === 'object';
     try {
@@ -251,11 +337,6 @@ export class ChatService {
     });
   }
 
-  private usage(prepared: Prepared, completionTokens: number, cachedTokens: number) {
-    const prompt = prepared.promptIds.length;
-    return { prompt_tokens: prompt, total_tokens: prompt + completionTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cachedTokens } };
-  }
-
   /** Runs the generation to its end and answers the chat.completion object. */
   private async collect(prepared: Prepared, stream: GenerateStream): Promise<Record<string, unknown>> {
     const outputs = this.outputs(prepared);
@@ -296,7 +377,7 @@ export class ChatService {
           token_ids: plan.returnTokenIds ? output.tokenIds : null,
         };
       }),
-      usage: this.usage(prepared, outputs.reduce((sum, output) => sum + output.completionTokens, 0), cached),
+      usage: usageOf(prepared, outputs.reduce((sum, output) => sum + output.completionTokens, 0), cached),
       service_tier: null,
       system_fingerprint: null,
       prompt_logprobs: this.promptLogprobs(prepared, promptEvent),
@@ -305,80 +386,21 @@ export class ChatService {
     };
   }
 
-  /** The SSE chunks, in vLLM's order: role chunks, (echo), content chunks, finish chunks, usage. */
+  /** The SSE chunks of a streamed answer (ChunkWriter says which and in what order). */
   private async *chunks(prepared: Prepared, stream: GenerateStream): AsyncIterable<Chunk> {
-    const { plan } = prepared;
-    const outputs = this.outputs(prepared);
-    const base = { id: prepared.id, object: 'chat.completion.chunk', created: prepared.created, model: prepared.modelName };
-    const finished = new Set<number>();
-    let started = false;
-    let cached = 0;
-    const withUsage = (chunk: Chunk, index: number | null): Chunk =>
-      plan.continuousUsage ? { ...chunk, usage: this.usage(prepared, index === null ? 0 : outputs[index].completionTokens, cached) } : chunk;
-    const choiceChunk = (index: number, delta: OutputDelta, logprobs: LogprobEntry[] | null, tokenIds: number[] | null, finish?: ChoiceOutput): Chunk =>
-      withUsage(
-        {
-          ...base,
-          choices: [
-            {
-              index,
-              delta,
-              logprobs: logprobs && plan.logprobs ? { content: logprobs } : null,
-              finish_reason: finish ? finishReason(plan, finish) : null,
-              ...(finish ? { stop_reason: finish.stopReason } : {}),
-              ...(plan.returnTokenIds ? { token_ids: tokenIds } : {}),
-            },
-          ],
-        },
-        index,
-      );
-    function* start(): Generator<Chunk> {
-      started = true;
-      for (let index = 0; index < plan.n; index += 1) {
-        yield withUsage(
-          {
-            ...base,
-            choices: [{ index, delta: { role: prepared.responseRole, content: '' }, logprobs: null, finish_reason: null }],
-            ...(plan.returnTokenIds ? { prompt_token_ids: prepared.promptIds } : {}),
-          },
-          null,
-        );
-      }
-      if (prepared.echoText !== null) {
-        for (let index = 0; index < plan.n; index += 1) yield withUsage({ ...base, choices: [{ index, delta: { content: prepared.echoText }, logprobs: null, finish_reason: null }] }, null);
-      }
-    }
-    const finishChoice = (index: number, delta: OutputDelta): Chunk => {
-      finished.add(index);
-      return choiceChunk(index, delta, null, plan.returnTokenIds ? [] : null, outputs[index]);
-    };
-
+    const writer = new ChunkWriter(prepared, this.outputs(prepared));
     for await (const event of stream) {
-      if (event.type === 'done') {
-        cached = event.cached_tokens;
+      if (event.type === 'done') writer.cached = event.cached_tokens;
+      if (event.type === 'done' || event.type === 'prompt') continue;
+      if (!writer.started) yield* writer.start();
+      if (writer.finished.has(event.seq)) continue;
+      if (event.type === 'finish') {
+        yield writer.finish(event.seq, event);
         continue;
       }
-      if (event.type === 'prompt') continue;
-      if (!started) yield* start();
-      const output = outputs[event.seq];
-      if (finished.has(event.seq)) continue;
-      if (event.type === 'tokens') {
-        const { delta, logprobs } = output.push(event.tokens, event.logprobs, event.top_logprobs);
-        if (Object.keys(delta).length > 0 || plan.logprobs || plan.returnTokenIds) {
-          yield choiceChunk(event.seq, Object.keys(delta).length > 0 ? delta : { content: '' }, logprobs, event.tokens);
-        }
-        if (output.done) {
-          yield finishChoice(event.seq, output.finish('stop', null));
-          if (finished.size === plan.n) break;
-        }
-      } else {
-        yield finishChoice(event.seq, output.finish(event.finish_reason, event.stop_token_id));
-      }
+      yield* writer.tokens(event);
+      if (writer.finished.size === prepared.plan.n) break;
     }
-    if (!started) yield* start();
-    for (const [index, output] of outputs.entries()) if (!finished.has(index)) yield finishChoice(index, output.finish('length', null));
-    if (plan.includeUsage) {
-      yield { ...base, choices: [], usage: this.usage(prepared, outputs.reduce((sum, output) => sum + output.completionTokens, 0), cached) };
-    }
+    yield* writer.end();
   }
 }

@@ -13,6 +13,7 @@ import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
 import { isChoice } from '../chat/trajectory-tokens.ts';
+import { mentionsReasoning, splitReasoning } from '../chat/reasoning.ts';
 
 export interface RewardPoint {
   value: number;
@@ -179,7 +180,7 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
   const numToolCalls = messages.reduce((count, message) => count + (Array.isArray(message.tool_calls) ? message.tool_calls.length : 0), 0);
   const hasReasoning = messages.some((message) => {
     const reasoning = message.reasoning ?? message.reasoning_content;
-    return (typeof reasoning === 'string' && reasoning.length > 0) || /<think>/.test(textOf(message.content));
+    return (typeof reasoning === 'string' && reasoning.length > 0) || mentionsReasoning(textOf(message.content));
   });
   const metrics = Object.fromEntries(
     Object.entries((row.data.metrics as Record<string, unknown> | null | undefined) ?? {}).filter(
@@ -187,7 +188,7 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
     ),
   );
   // The answer, without the reasoning a model wrote inline.
-  let response = lastAssistant ? textOf(lastAssistant.content).replace(/^\s*<think>[\s\S]*?(<\/think>|$)/, '') : '';
+  let response = lastAssistant ? splitReasoning(textOf(lastAssistant.content)).answer : '';
   if (!response && lastAssistant && Array.isArray(lastAssistant.tool_calls) && lastAssistant.tool_calls.length > 0) {
     const call = lastAssistant.tool_calls[0] as { function?: { name?: unknown } };
     // The list marks every preview as a reply with its own arrow.

@@ -3,7 +3,6 @@
  * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
  */
 import { AppError, notFound, validationError, type FieldProblem } from '../errors.ts';
-import type { JobQueue } from '../jobs/queue.ts';
 import type { JobRepository, JobRow, EventRow } from '../store/job-repository.ts';
 import type { RlJobBody, TrainingJob } from '../api/training-jobs.ts';
 import type { Principal } from './auth-service.ts';
@@ -12,9 +11,9 @@ import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
 import type { SftJobBody } from '../api/training-jobs.ts';
-import type { ArtifactService } from '../artifacts/artifact-service.ts';
-import { countConversations, SFT_DATA_FILES } from '../jobs/sft-data.ts';
-import type { SftJobPayload } from '../jobs/sft-runner.ts';
+import type { ArtifactService } from './artifact-service.ts';
+import type { AssistantTurns } from '../chat/sft-tokens.ts';
+import { countConversations, SFT_DATA_FILES } from './sft-data.ts';
 
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
 export const DEFAULT_SFT_BATCH_SIZE = 2;
@@ -23,6 +22,23 @@ export const DEFAULT_SFT_BATCH_SIZE = 2;
 export interface RlJobPayload {
   trajectory_groups: TrajectoryGroup[];
   config: RlConfig;
+}
+
+/** What an SFT job's payload file holds (resolved and checked at submit). */
+export interface SftJobPayload {
+  artifact: { key: string; file: string };
+  batch_size: number;
+  /** One rate for every batch, or one per batch. */
+  learning_rate: number | number[];
+  num_conversations: number;
+  /** Which assistant spans of each conversation are trained (older payloads: all). */
+  assistant_turns?: AssistantTurns;
+  chat_template_kwargs?: Record<string, unknown> | null;
+}
+
+/** The part of the job queue (jobs/queue.ts) that submitting needs: jobs run what services store, not the reverse. */
+export interface JobSubmission {
+  enqueue(input: { modelId: string; type: 'rl'; payload: RlJobPayload } | { modelId: string; type: 'sft'; payload: SftJobPayload }): Promise<{ id: string }>;
 }
 
 export function toJobView(job: JobRow): TrainingJob {
@@ -58,7 +74,7 @@ export class TrainingJobService {
   constructor(
     private readonly models: ModelService,
     private readonly jobs: JobRepository,
-    private readonly queue: JobQueue,
+    private readonly queue: JobSubmission,
     private readonly defaultLearningRate: (baseModel: string) => number,
     private readonly notify: { submitted(): void; cancel(jobId: string): Promise<JobRow | undefined> },
     private readonly artifacts: ArtifactService,

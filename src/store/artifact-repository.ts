@@ -1,6 +1,6 @@
 /** Artifact versions: the next version number is allocated inside the insert's transaction. */
 import { sql, type Kysely } from 'kysely';
-import type { Dialect } from './migrations/index.ts';
+import type { Dialect } from './migrations/context.ts';
 import type { ArtifactVersionTable, Database } from './schema.ts';
 
 const MAX_VERSION = 2 ** 31 - 1;

@@ -8,7 +8,8 @@ import SqliteDatabase from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema.ts';
-import { MIGRATIONS, migrationContext, type Dialect } from './migrations/index.ts';
+import { migrationContext, type Dialect } from './migrations/context.ts';
+import { MIGRATIONS } from './migrations/index.ts';
 
 export interface Store {
   db: Kysely<Database>;

@@ -4,7 +4,7 @@
  * without exactly one `training_ended`, `training_failed` or cancellation.
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
-import type { Dialect } from './migrations/index.ts';
+import type { Dialect } from './migrations/context.ts';
 import type { Database, JobStatus, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
 
 export type JobRow = TrainingJobTable;

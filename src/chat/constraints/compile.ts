@@ -6,12 +6,14 @@
  */
 import crypto from 'node:crypto';
 import zlib from 'node:zlib';
-import { type Dfa, determinise } from './dfa.ts';
+import type { Dfa } from './dfa.ts';
+import { determinise } from './determinise.ts';
 import { compileJsonSchema } from './json-schema.ts';
 import { anyJsonObject, COMPACT_LAYOUT, flexibleLayout, type JsonLayout } from './json-text.ts';
 import type { WireConstraint } from '../../engine/protocol.ts';
 import { buildNfa } from './nfa.ts';
-import { alt, ConstraintError, invalid, list, literal, type Pattern, seq } from './pattern.ts';
+import { alt, list, literal, type Pattern, seq } from './pattern.ts';
+import { ConstraintError, invalid } from './constraint-error.ts';
 import { regexPattern } from './regex.ts';
 import { checkJsonSize, CONSTRAINT_LIMITS, tooLarge, WorkBudget } from './limits.ts';
 import { TOOL_CALL_FORMATS, type ToolParserName } from '../tool-calls/index.ts';

@@ -5,7 +5,7 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { compileConstraintUncached } from './compile.ts';
-import { ConstraintError } from './pattern.ts';
+import { ConstraintError } from './constraint-error.ts';
 import type { CompileAnswer, CompileJob } from './constraint-compiler.ts';
 
 parentPort!.on('message', ({ id, spec }: CompileJob) => {

@@ -5,7 +5,7 @@
  */
 import { Worker } from 'node:worker_threads';
 import { cacheOutcome, cachedOutcome, type CompiledConstraint, type CompileOutcome, constraintKey, type ConstraintSpec } from './compile.ts';
-import { ConstraintError } from './pattern.ts';
+import { ConstraintError } from './constraint-error.ts';
 
 /** The conversation with the thread, by id. */
 export type CompileJob = { id: number; spec: ConstraintSpec };

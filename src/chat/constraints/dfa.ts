@@ -1,11 +1,9 @@
 /**
- * Byte-level DFAs: determinisation of an NFA (subset construction over byte classes), trimming of states
- * that can no longer reach a match, minimisation (Hopcroft), intersection, and walking bytes through the
- * result. Every state of a DFA made here can still reach an accepting state, which is what lets the
+ * Byte-level DFAs: trimming of states that can no longer reach a match, minimisation (Hopcroft),
+ * intersection, and walking bytes through the result (determinise.ts makes them from NFAs). Every state of a DFA made here can still reach an accepting state, which is what lets the
  * engine treat "no transition" as "not allowed" and never paint itself into a corner.
  */
-import type { Nfa } from './nfa.ts';
-import { ConstraintError } from './pattern.ts';
+import { ConstraintError } from './constraint-error.ts';
 import type { WorkBudget } from './limits.ts';
 
 export interface Dfa {
@@ -37,94 +35,6 @@ export function walk(dfa: Dfa, bytes: Uint8Array, state = dfa.start): number {
 export function accepts(dfa: Dfa, text: string | Uint8Array): boolean {
   const state = walk(dfa, typeof text === 'string' ? new TextEncoder().encode(text) : text);
   return state !== DEAD && dfa.accepting[state] === 1;
-}
-
-/** Classes from the edges' range boundaries: two bytes share a class when no edge tells them apart. */
-function nfaByteClasses(nfa: Nfa): { classOf: Uint8Array; classCount: number } {
-  const boundary = new Uint8Array(257);
-  for (const edges of nfa.edges) {
-    for (const { lo, hi } of edges) {
-      boundary[lo] = 1;
-      boundary[hi + 1] = 1;
-    }
-  }
-  const classOf = new Uint8Array(256);
-  let current = 0;
-  for (let byte = 0; byte < 256; byte += 1) {
-    if (boundary[byte] && byte > 0) current += 1;
-    classOf[byte] = current;
-  }
-  return { classOf, classCount: current + 1 };
-}
-
-/** Subset construction, then trim and minimise. Null when the language is empty. */
-export function determinise(nfa: Nfa, maxStates: number, budget: WorkBudget): Dfa | null {
-  const { classOf, classCount } = nfaByteClasses(nfa);
-  const seen = new Int32Array(nfa.size).fill(-1);
-  let epoch = 0;
-  const closure = (seeds: Iterable<number>): number[] => {
-    epoch += 1;
-    const result: number[] = [];
-    const stack = [...seeds];
-    let steps = stack.length;
-    while (stack.length > 0) {
-      const state = stack.pop()!;
-      steps += 1;
-      if (seen[state] === epoch) continue;
-      seen[state] = epoch;
-      // Only states that read a byte (or accept) tell subsets apart; the others are just passages.
-      if (nfa.edges[state].length > 0 || state === nfa.accept) result.push(state);
-      for (const to of nfa.epsilons[state]) if (seen[to] !== epoch) stack.push(to);
-    }
-    budget.spend(steps + result.length);
-    return result.sort((a, b) => a - b);
-  };
-
-  const ids = new Map<string, number>();
-  const sets: number[][] = [];
-  const next: number[] = [];
-  const accepting: number[] = [];
-  const intern = (set: number[]): number => {
-    const key = set.join(',');
-    let id = ids.get(key);
-    if (id === undefined) {
-      if (sets.length >= maxStates) throw new ConstraintError('unsupported', `a constraint this large (over ${maxStates} automaton states)`);
-      budget.spend(classCount + key.length);
-      id = sets.length;
-      ids.set(key, id);
-      sets.push(set);
-      accepting.push(set.includes(nfa.accept) ? 1 : 0);
-      for (let c = 0; c < classCount; c += 1) next.push(DEAD);
-    }
-    return id;
-  };
-  intern(closure([nfa.start]));
-  const buckets: number[][] = Array.from({ length: classCount }, () => []);
-  const bySeeds = new Map<string, number>();
-  for (let id = 0; id < sets.length; id += 1) {
-    let steps = 0;
-    for (const state of sets[id]) {
-      for (const { lo, hi, to } of nfa.edges[state]) {
-        for (let c = classOf[lo]; c <= classOf[hi]; c += 1) buckets[c].push(to);
-        steps += classOf[hi] - classOf[lo] + 1;
-      }
-    }
-    budget.spend(steps);
-    for (let c = 0; c < classCount; c += 1) {
-      if (buckets[c].length === 0) continue;
-      budget.spend(buckets[c].length);
-      // Many classes (and many states) step to the same few NFA states: close each seed set once.
-      const seedKey = buckets[c].sort((a, b) => a - b).join(',');
-      let target = bySeeds.get(seedKey);
-      if (target === undefined) {
-        target = intern(closure(buckets[c]));
-        bySeeds.set(seedKey, target);
-      }
-      next[id * classCount + c] = target;
-      buckets[c] = [];
-    }
-  }
-  return minimise({ states: sets.length, classCount, classOf, start: 0, accepting: Uint8Array.from(accepting), next: Int32Array.from(next) }, budget);
 }
 
 /** Drops states from which no accepting state is reachable; null when that is the start. */
@@ -167,7 +77,7 @@ function trim(dfa: Dfa): Dfa | null {
  * again, states are renumbered breadth-first from the start, and byte classes that every state now
  * treats alike are merged.
  */
-function minimise(input: Dfa, budget: WorkBudget): Dfa | null {
+export function minimise(input: Dfa, budget: WorkBudget): Dfa | null {
   budget.spend(2 * input.next.length); // trimming and the tables below
   const trimmed = trim(input);
   if (!trimmed) return null;
@@ -177,67 +87,87 @@ function minimise(input: Dfa, budget: WorkBudget): Dfa | null {
   const N = dfa.states + 1;
   const transitions = new Int32Array(N * C).fill(sink);
   for (let i = 0; i < dfa.next.length; i += 1) if (dfa.next[i] !== DEAD) transitions[i] = dfa.next[i];
+  const partition = acceptingSplit(dfa, N);
+  refine(partition, predecessorsByClass(transitions, N, C), C, budget);
+  return mergeClasses(quotient(dfa, partition, transitions, sink));
+}
 
-  // Predecessors by (class, target), compressed: inverse[offsets[c * N + t] .. offsets[c * N + t + 1]).
+/** Predecessors by (class, target), compressed: `inverse[offsets[c * N + t] .. offsets[c * N + t + 1])`. */
+function predecessorsByClass(transitions: Int32Array, N: number, C: number): { offsets: Int32Array; inverse: Int32Array } {
   const offsets = new Int32Array(C * N + 1);
   for (let i = 0; i < N * C; i += 1) offsets[(i % C) * N + transitions[i] + 1] += 1;
   for (let i = 1; i < offsets.length; i += 1) offsets[i] += offsets[i - 1];
   const fill = offsets.slice(0, C * N);
   const inverse = new Int32Array(N * C);
   for (let i = 0; i < N * C; i += 1) inverse[fill[(i % C) * N + transitions[i]]++] = (i / C) | 0;
+  return { offsets, inverse };
+}
 
-  // The refinable partition: each block is a contiguous run of `elements`; marked members sit at its front.
-  const elements = new Int32Array(N);
-  const location = new Int32Array(N);
-  const blockOf = new Int32Array(N);
-  const blockStart = new Int32Array(N);
-  const blockEnd = new Int32Array(N);
-  const marked = new Int32Array(N);
-  const inWorklist = new Uint8Array(N);
-  const worklist = new Int32Array(N);
-  const touched = new Int32Array(N);
-  let blocks = 0;
-  let pending = 0;
+/** A refinable partition of states: each block is a contiguous run of `elements`. */
+interface Partition {
+  elements: Int32Array;
+  location: Int32Array;
+  blockOf: Int32Array;
+  blockStart: Int32Array;
+  blockEnd: Int32Array;
+  blocks: number;
+}
+
+/** The first partition: accepting states, then the rest (the sink among them). */
+function acceptingSplit(dfa: Dfa, N: number): Partition {
+  const sink = dfa.states;
+  const p: Partition = { elements: new Int32Array(N), location: new Int32Array(N), blockOf: new Int32Array(N), blockStart: new Int32Array(N), blockEnd: new Int32Array(N), blocks: 0 };
   let position = 0;
   for (const wantAccepting of [1, 0]) {
     const from = position;
     for (let state = 0; state < N; state += 1) {
       if ((state !== sink && dfa.accepting[state] === 1 ? 1 : 0) !== wantAccepting) continue;
-      elements[position] = state;
-      location[state] = position;
-      blockOf[state] = blocks;
+      p.elements[position] = state;
+      p.location[state] = position;
+      p.blockOf[state] = p.blocks;
       position += 1;
     }
     if (position > from) {
-      blockStart[blocks] = from;
-      blockEnd[blocks] = position;
-      inWorklist[blocks] = 1;
-      worklist[pending++] = blocks;
-      blocks += 1;
+      p.blockStart[p.blocks] = from;
+      p.blockEnd[p.blocks] = position;
+      p.blocks += 1;
     }
   }
+  return p;
+}
 
+/** Splits blocks until no block's states disagree on which block a class leads to (marked members sit at a block's front). */
+function refine(p: Partition, { offsets, inverse }: { offsets: Int32Array; inverse: Int32Array }, C: number, budget: WorkBudget): void {
+  const N = p.elements.length;
+  const marked = new Int32Array(N);
+  const inWorklist = new Uint8Array(N);
+  const worklist = new Int32Array(N);
+  const touched = new Int32Array(N);
+  let pending = 0;
+  for (let block = 0; block < p.blocks; block += 1) {
+    inWorklist[block] = 1;
+    worklist[pending++] = block;
+  }
   while (pending > 0) {
     const splitter = worklist[--pending];
     inWorklist[splitter] = 0;
-    const members = elements.slice(blockStart[splitter], blockEnd[splitter]);
+    const members = p.elements.slice(p.blockStart[splitter], p.blockEnd[splitter]);
     budget.spend(members.length * C);
     for (let c = 0; c < C; c += 1) {
       let touchedCount = 0;
       const base = c * N;
       for (let m = 0; m < members.length; m += 1) {
-        const member = members[m];
-        for (let i = offsets[base + member]; i < offsets[base + member + 1]; i += 1) {
+        for (let i = offsets[base + members[m]]; i < offsets[base + members[m] + 1]; i += 1) {
           const state = inverse[i];
-          const block = blockOf[state];
-          const markAt = blockStart[block] + marked[block];
-          if (location[state] < markAt) continue;
+          const block = p.blockOf[state];
+          const markAt = p.blockStart[block] + marked[block];
+          if (p.location[state] < markAt) continue;
           if (marked[block] === 0) touched[touchedCount++] = block;
-          const other = elements[markAt];
-          elements[markAt] = state;
-          elements[location[state]] = other;
-          location[other] = location[state];
-          location[state] = markAt;
+          const other = p.elements[markAt];
+          p.elements[markAt] = state;
+          p.elements[p.location[state]] = other;
+          p.location[other] = p.location[state];
+          p.location[state] = markAt;
           marked[block] += 1;
         }
       }
@@ -245,13 +175,13 @@ function minimise(input: Dfa, budget: WorkBudget): Dfa | null {
         const block = touched[t];
         const count = marked[block];
         marked[block] = 0;
-        const size = blockEnd[block] - blockStart[block];
+        const size = p.blockEnd[block] - p.blockStart[block];
         if (count === size) continue;
-        const created = blocks++;
-        blockStart[created] = blockStart[block];
-        blockEnd[created] = blockStart[block] + count;
-        blockStart[block] += count;
-        for (let i = blockStart[created]; i < blockEnd[created]; i += 1) blockOf[elements[i]] = created;
+        const created = p.blocks++;
+        p.blockStart[created] = p.blockStart[block];
+        p.blockEnd[created] = p.blockStart[block] + count;
+        p.blockStart[block] += count;
+        for (let i = p.blockStart[created]; i < p.blockEnd[created]; i += 1) p.blockOf[p.elements[i]] = created;
         // A block still waiting splits into two waiting blocks; otherwise the smaller half is enough.
         const queued = inWorklist[block] || count <= size - count ? created : block;
         inWorklist[queued] = 1;
@@ -259,18 +189,21 @@ function minimise(input: Dfa, budget: WorkBudget): Dfa | null {
       }
     }
   }
+}
 
-  // Renumber the blocks breadth-first from the start block, leaving out the sink's.
-  const sinkBlock = blockOf[sink];
-  const number = new Int32Array(blocks).fill(-1);
-  const order = new Int32Array(blocks);
+/** The DFA of the blocks, renumbered breadth-first from the start block, leaving out the sink's. */
+function quotient(dfa: Dfa, p: Partition, transitions: Int32Array, sink: number): Dfa {
+  const C = dfa.classCount;
+  const sinkBlock = p.blockOf[sink];
+  const number = new Int32Array(p.blocks).fill(-1);
+  const order = new Int32Array(p.blocks);
   let count = 0;
-  number[blockOf[dfa.start]] = count;
-  order[count++] = blockOf[dfa.start];
+  number[p.blockOf[dfa.start]] = count;
+  order[count++] = p.blockOf[dfa.start];
   for (let i = 0; i < count; i += 1) {
-    const representative = elements[blockStart[order[i]]];
+    const representative = p.elements[p.blockStart[order[i]]];
     for (let c = 0; c < C; c += 1) {
-      const block = blockOf[transitions[representative * C + c]];
+      const block = p.blockOf[transitions[representative * C + c]];
       if (block !== sinkBlock && number[block] === -1) {
         number[block] = count;
         order[count++] = block;
@@ -280,14 +213,14 @@ function minimise(input: Dfa, budget: WorkBudget): Dfa | null {
   const next = new Int32Array(count * C).fill(DEAD);
   const accepting = new Uint8Array(count);
   for (let state = 0; state < count; state += 1) {
-    const representative = elements[blockStart[order[state]]];
+    const representative = p.elements[p.blockStart[order[state]]];
     accepting[state] = dfa.accepting[representative];
     for (let c = 0; c < C; c += 1) {
-      const block = blockOf[transitions[representative * C + c]];
+      const block = p.blockOf[transitions[representative * C + c]];
       if (block !== sinkBlock) next[state * C + c] = number[block];
     }
   }
-  return mergeClasses({ states: count, classCount: C, classOf: dfa.classOf, start: 0, accepting, next });
+  return { states: count, classCount: C, classOf: dfa.classOf, start: 0, accepting, next };
 }
 
 /** Byte classes whose columns are identical in every state become one. */

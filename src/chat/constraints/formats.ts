@@ -4,7 +4,8 @@
  * always carry a zone, hostnames have at most three labels. Other formats are refused by name.
  */
 import { regexPattern } from './regex.ts';
-import { type Pattern, unsupported } from './pattern.ts';
+import { type Pattern } from './pattern.ts';
+import { unsupported } from './constraint-error.ts';
 
 const DAY_OF_MONTH = '(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))';
 const DATE = `[0-9]{4}-${DAY_OF_MONTH}`;

@@ -8,11 +8,13 @@
  * the output must validate, or the request fails.
  */
 import { buildNfa } from './nfa.ts';
-import { determinise, intersect } from './dfa.ts';
+import { determinise } from './determinise.ts';
+import { intersect } from './dfa.ts';
 import { formatPattern } from './formats.ts';
 import { anyJsonObject, anyJsonValue, ANY_CHAR, canonicalJson, escapeForJson, jsonArray, type JsonLayout, jsonObject, jsonString } from './json-text.ts';
 import { ANY_NUMBER, type Bound, decimalRange, integerBound, integerRange } from './numbers.ts';
-import { alt, ConstraintError, invalid, isNothing, list, literal, NOTHING, optional, type Pattern, seq, unsupported } from './pattern.ts';
+import { alt, isNothing, list, literal, NOTHING, optional, type Pattern, seq } from './pattern.ts';
+import { ConstraintError, invalid, unsupported } from './constraint-error.ts';
 import { searchPattern } from './regex.ts';
 import { CONSTRAINT_LIMITS, tooLarge, type WorkBudget } from './limits.ts';
 

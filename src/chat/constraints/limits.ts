@@ -5,7 +5,7 @@
  * than after it has held the event loop. Steps are counted, not timed, so a refusal does not depend on
  * the machine's load (and may be cached).
  */
-import { ConstraintError } from './pattern.ts';
+import { ConstraintError } from './constraint-error.ts';
 
 export const CONSTRAINT_LIMITS = {
   /** Characters of any regex: `structured_outputs.regex`, a schema's `pattern`, `whitespace_pattern`. */

@@ -3,8 +3,9 @@
  * UTF-8 byte paths, repetition copies its item, and the JSON shapes (`list`, `members`) are built as
  * small graphs that share their parts instead of copying them. Knows nothing of determinisation.
  */
-import type { Pattern } from './pattern.ts';
-import { ConstraintError } from './pattern.ts';
+import type { Dfa } from './dfa.ts';
+import type { CodeRange, Pattern } from './pattern.ts';
+import { ConstraintError } from './constraint-error.ts';
 import { utf8Sequences } from './utf8.ts';
 import type { WorkBudget } from './limits.ts';
 
@@ -71,28 +72,8 @@ export function buildNfa(pattern: Pattern, maxStates: number, budget: WorkBudget
  */
 function compile(nfa: Nfa, pattern: Pattern, from: number): number {
   switch (pattern.kind) {
-    case 'chars': {
-      const end = nfa.addState();
-      // Sequences with the same remaining byte ranges share the state before them (all the
-      // continuation bytes of a wide class), which keeps determinisation from multiplying them.
-      const bySuffix = new Map<string, number>();
-      for (const [lo, hi] of pattern.ranges) {
-        for (const sequence of utf8Sequences(lo, hi)) {
-          let at = from;
-          sequence.forEach(([byteLo, byteHi], index) => {
-            const suffix = JSON.stringify(sequence.slice(index + 1));
-            let to = index === sequence.length - 1 ? end : bySuffix.get(suffix);
-            if (to === undefined) {
-              to = nfa.addState();
-              bySuffix.set(suffix, to);
-            }
-            nfa.edge(at, byteLo, byteHi, to);
-            at = to;
-          });
-        }
-      }
-      return end;
-    }
+    case 'chars':
+      return compileChars(nfa, pattern.ranges, from);
     case 'seq':
       return pattern.items.reduce((at, item) => compile(nfa, item, at), from);
     case 'alt': {
@@ -104,49 +85,79 @@ function compile(nfa: Nfa, pattern: Pattern, from: number): number {
       }
       return end;
     }
-    case 'repeat': {
-      let at = from;
-      for (let copy = 0; copy < pattern.min; copy += 1) at = compile(nfa, pattern.item, at);
-      if (pattern.max === null) {
-        const loop = nfa.addState();
-        nfa.epsilon(at, loop);
-        nfa.epsilon(compile(nfa, pattern.item, loop), loop);
-        return loop;
-      }
-      const end = nfa.addState();
-      nfa.epsilon(at, end);
-      for (let copy = pattern.min; copy < pattern.max; copy += 1) {
-        const start = nfa.addState();
-        nfa.epsilon(at, start);
-        at = compile(nfa, pattern.item, start);
-        nfa.epsilon(at, end);
-      }
-      return end;
-    }
+    case 'repeat':
+      return compileRepeat(nfa, pattern, from);
     case 'list':
       return compileList(nfa, pattern, from);
     case 'members':
       return compileMembers(nfa, pattern, from);
-    case 'dfa': {
-      const { dfa } = pattern;
-      const states = Array.from({ length: dfa.states }, () => nfa.addState());
-      const end = nfa.addState();
-      nfa.epsilon(from, states[dfa.start]);
-      for (let state = 0; state < dfa.states; state += 1) {
-        if (dfa.accepting[state]) nfa.epsilon(states[state], end);
-        for (let byte = 0; byte < 256; byte += 1) {
-          const target = dfa.next[state * dfa.classCount + dfa.classOf[byte]];
-          if (target < 0) continue;
-          // Consecutive bytes of one class with one target become one range.
-          let last = byte;
-          while (last + 1 < 256 && dfa.next[state * dfa.classCount + dfa.classOf[last + 1]] === target) last += 1;
-          nfa.edge(states[state], byte, last, states[target]);
-          byte = last;
+    case 'dfa':
+      return compileDfa(nfa, pattern.dfa, from);
+  }
+}
+
+/** Code-point ranges as UTF-8 byte sequences. */
+function compileChars(nfa: Nfa, ranges: readonly CodeRange[], from: number): number {
+  const end = nfa.addState();
+  // Sequences with the same remaining byte ranges share the state before them (all the
+  // continuation bytes of a wide class), which keeps determinisation from multiplying them.
+  const bySuffix = new Map<string, number>();
+  for (const [lo, hi] of ranges) {
+    for (const sequence of utf8Sequences(lo, hi)) {
+      let at = from;
+      sequence.forEach(([byteLo, byteHi], index) => {
+        const suffix = JSON.stringify(sequence.slice(index + 1));
+        let to = index === sequence.length - 1 ? end : bySuffix.get(suffix);
+        if (to === undefined) {
+          to = nfa.addState();
+          bySuffix.set(suffix, to);
         }
-      }
-      return end;
+        nfa.edge(at, byteLo, byteHi, to);
+        at = to;
+      });
     }
   }
+  return end;
+}
+
+function compileRepeat(nfa: Nfa, pattern: Extract<Pattern, { kind: 'repeat' }>, from: number): number {
+  let at = from;
+  for (let copy = 0; copy < pattern.min; copy += 1) at = compile(nfa, pattern.item, at);
+  if (pattern.max === null) {
+    const loop = nfa.addState();
+    nfa.epsilon(at, loop);
+    nfa.epsilon(compile(nfa, pattern.item, loop), loop);
+    return loop;
+  }
+  const end = nfa.addState();
+  nfa.epsilon(at, end);
+  for (let copy = pattern.min; copy < pattern.max; copy += 1) {
+    const start = nfa.addState();
+    nfa.epsilon(at, start);
+    at = compile(nfa, pattern.item, start);
+    nfa.epsilon(at, end);
+  }
+  return end;
+}
+
+/** An already compiled DFA embedded state for state. */
+function compileDfa(nfa: Nfa, dfa: Dfa, from: number): number {
+  const states = Array.from({ length: dfa.states }, () => nfa.addState());
+  const end = nfa.addState();
+  nfa.epsilon(from, states[dfa.start]);
+  for (let state = 0; state < dfa.states; state += 1) {
+    if (dfa.accepting[state]) nfa.epsilon(states[state], end);
+    for (let byte = 0; byte < 256; byte += 1) {
+      const target = dfa.next[state * dfa.classCount + dfa.classOf[byte]];
+      if (target < 0) continue;
+      // Consecutive bytes of one class with one target become one range.
+      let last = byte;
+      while (last + 1 < 256 && dfa.next[state * dfa.classCount + dfa.classOf[last + 1]] === target) last += 1;
+      nfa.edge(states[state], byte, last, states[target]);
+      byte = last;
+    }
+  }
+  return end;
 }
 
 function compileList(nfa: Nfa, pattern: Extract<Pattern, { kind: 'list' }>, from: number): number {

@@ -3,7 +3,8 @@
  * and decimals (no exponent) between optional integer bounds, inclusive or exclusive. Ranges are written
  * digit by digit, as `to-regex-range` does, with BigInt so that bounds beyond 2^53 stay exact.
  */
-import { alt, chars, literal, NOTHING, optional, type Pattern, repeat, seq, unsupported } from './pattern.ts';
+import { alt, chars, literal, NOTHING, optional, type Pattern, repeat, seq } from './pattern.ts';
+import { unsupported } from './constraint-error.ts';
 
 /**
  * Every run of free digits (integer part, fraction, exponent) is bounded, as whitespace runs are: a model

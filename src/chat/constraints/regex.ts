@@ -7,7 +7,8 @@
  * `\d` is [0-9], `\w` is [A-Za-z0-9_], `.` is anything but a newline.
  */
 import { CONSTRAINT_LIMITS, tooLarge } from './limits.ts';
-import { alt, chars, complement, type CodeRange, EMPTY, invalid, MAX_CODE_POINT, normaliseRanges, type Pattern, repeat, seq, unsupported } from './pattern.ts';
+import { alt, chars, complement, type CodeRange, EMPTY, MAX_CODE_POINT, normaliseRanges, type Pattern, repeat, seq } from './pattern.ts';
+import { invalid, unsupported } from './constraint-error.ts';
 
 type Ast =
   | { type: 'chars'; ranges: CodeRange[] }

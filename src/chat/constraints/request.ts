@@ -6,7 +6,7 @@
  */
 import type { ChatCompletionBody } from '../../api/chat.ts';
 import type { CompiledConstraint, ConstraintSpec, WhitespaceSpec } from './compile.ts';
-import { ConstraintError } from './pattern.ts';
+import { ConstraintError } from './constraint-error.ts';
 import type { ToolParserName } from '../tool-calls/index.ts';
 
 export class ConstraintRequestError extends Error {

@@ -28,6 +28,8 @@ export interface ToolTextStart {
 
 export interface ToolCallFormat {
   name: ToolParserName;
+  /** Text whose presence in a chat template says the model writes calls in this format. */
+  templateMarker: string;
   /** Tokens that open tool-call text; they reach the parser even when special tokens are skipped. */
   markers: readonly string[];
   /** Marker tokens a forced call writes: constraints may use them even when they are special tokens. */

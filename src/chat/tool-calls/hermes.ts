@@ -36,6 +36,7 @@ function take(toolText: string, final: boolean) {
 
 export const hermes: ToolCallFormat = {
   name: 'hermes',
+  templateMarker: OPEN,
   markers: [OPEN, CLOSE],
   constrainedMarkers: [OPEN, CLOSE],
   start(text, _atStart, final) {

@@ -16,11 +16,9 @@ export function isToolParserName(name: string): name is ToolParserName {
   return Object.hasOwn(TOOL_CALL_FORMATS, name);
 }
 
-/** Hermes tags, Mistral's marker, or Llama 3's header tokens; Hermes (our built-in model's format) otherwise. */
+/** The first format whose marker the template holds, in this order; Hermes (our built-in model's format) otherwise. */
+const DETECTION_ORDER: readonly ToolCallFormat[] = [hermes, mistral, llama3Json];
+
 export function detectToolParser(template: string | undefined): ToolParserName {
-  if (!template) return 'hermes';
-  if (template.includes('<tool_call>')) return 'hermes';
-  if (template.includes('[TOOL_CALLS]')) return 'mistral';
-  if (template.includes('<|start_header_id|>')) return 'llama3_json';
-  return 'hermes';
+  return DETECTION_ORDER.find((format) => template?.includes(format.templateMarker))?.name ?? 'hermes';
 }

@@ -30,6 +30,8 @@ function take(toolText: string) {
 
 export const llama3Json: ToolCallFormat = {
   name: 'llama3_json',
+  // Llama 3 templates need not mention the tag (calls may be bare JSON); their header tokens tell the family.
+  templateMarker: '<|start_header_id|>',
   markers: [PYTHON_TAG],
   constrainedMarkers: [],
   start(text, atStart, final) {

@@ -45,6 +45,7 @@ function take(toolText: string): TakenCalls {
 
 export const mistral: ToolCallFormat = {
   name: 'mistral',
+  templateMarker: TOOL_CALLS,
   markers: [TOOL_CALLS],
   constrainedMarkers: [TOOL_CALLS],
   start(text, _atStart, final) {

@@ -1,6 +1,6 @@
 /** The foundation tables: identity, models, checkpoints, run history, trajectories, crash-safe file deletion. */
 import type { Kysely } from 'kysely';
-import type { MigrationContext } from './index.ts';
+import type { MigrationContext } from './context.ts';
 
 export async function up(db: Kysely<any>, { serialType, serialConstraint }: MigrationContext): Promise<void> {
   await db.schema

@@ -1,6 +1,6 @@
 /** The durable job queue: training jobs with leases, and their append-only events. */
 import type { Kysely } from 'kysely';
-import type { MigrationContext } from './index.ts';
+import type { MigrationContext } from './context.ts';
 
 export async function up(db: Kysely<any>, _context: MigrationContext): Promise<void> {
   await db.schema

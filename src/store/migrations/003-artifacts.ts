@@ -1,6 +1,6 @@
 /** Versioned, immutable artifacts (training data for SFT) per (entity, project, name). */
 import type { Kysely } from 'kysely';
-import type { MigrationContext } from './index.ts';
+import type { MigrationContext } from './context.ts';
 
 export async function up(db: Kysely<any>, _context: MigrationContext): Promise<void> {
   await db.schema

@@ -3,7 +3,7 @@
  * after the job's last step (JSON arrays), for the dashboard's tokens view. Capped per job by the runner.
  */
 import type { Kysely } from 'kysely';
-import type { MigrationContext } from './index.ts';
+import type { MigrationContext } from './context.ts';
 
 export async function up(db: Kysely<any>, _context: MigrationContext): Promise<void> {
   await db.schema

@@ -1,19 +1,11 @@
 /** The numbered migrations, in order. A new schema change is a new file appended here, never an edit of an old one. */
-import type { ColumnDefinitionBuilder, Kysely } from 'kysely';
+import type { Kysely } from 'kysely';
+import type { MigrationContext } from './context.ts';
 import * as m001 from './001-initial.ts';
 import * as m002 from './002-training-jobs.ts';
 import * as m003 from './003-artifacts.ts';
 import * as m004 from './004-retention.ts';
 import * as m005 from './005-trained-tokens.ts';
-
-export type Dialect = 'sqlite' | 'postgres';
-
-/** What differs between the two databases when creating tables. */
-export interface MigrationContext {
-  dialect: Dialect;
-  serialType: 'integer' | 'serial';
-  serialConstraint: (column: ColumnDefinitionBuilder) => ColumnDefinitionBuilder;
-}
 
 export interface Migration {
   version: number;
@@ -28,9 +20,3 @@ export const MIGRATIONS: Migration[] = [
   { version: 4, name: 'retention', up: m004.up },
   { version: 5, name: 'trained-tokens', up: m005.up },
 ];
-
-export function migrationContext(dialect: Dialect): MigrationContext {
-  return dialect === 'postgres'
-    ? { dialect, serialType: 'serial', serialConstraint: (c) => c.primaryKey() }
-    : { dialect, serialType: 'integer', serialConstraint: (c) => c.primaryKey().autoIncrement() };
-}

@@ -8,8 +8,8 @@ import { AppError, excerpt, validationError, type FieldProblem } from '../errors
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
 import type { ArtifactRepository, ArtifactVersion } from '../store/artifact-repository.ts';
-import type { Principal } from '../services/auth-service.ts';
-import type { BlobStore, StagedFile } from './blob-store.ts';
+import type { Principal } from './auth-service.ts';
+import type { BlobStore, StagedFile } from '../artifacts/blob-store.ts';
 
 export const ARTIFACT_NAME = /^[A-Za-z0-9._-]{1,128}$/;
 const FILE_NAME = /^[A-Za-z0-9._-]{1,255}$/;

@@ -1,0 +1,198 @@
+/**
+ * The code's shape, checked rather than hoped for: src/ has no import cycle (between files, or between its
+ * top-level folders, so that e.g. services never import jobs while jobs use services), and no function in
+ * src/, web/src or engine/ is longer than the hard limit. The five longest functions are printed either way,
+ * so the next split is easy to pick.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import ts from 'typescript';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+const SRC = path.join(ROOT, 'src');
+/** Hard limit on a function's lines (DESIGN §4 asks for about 60). */
+const MAX_FUNCTION_LINES = 80;
+
+function filesUnder(dir: string, extensions: string[]): string[] {
+  return readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .filter((name) => extensions.some((ext) => name.endsWith(ext)) && !name.endsWith('.d.ts'))
+    .map((name) => path.join(dir, name))
+    .sort();
+}
+
+function parse(file: string): ts.SourceFile {
+  return ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.ES2022, true);
+}
+
+/** Relative module specifiers a file imports or re-exports, static, type-only and dynamic alike. */
+function specifiers(source: ts.SourceFile): string[] {
+  const found: string[] = [];
+  const visit = (node: ts.Node): void => {
+    if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier) {
+      if (ts.isStringLiteral(node.moduleSpecifier)) found.push(node.moduleSpecifier.text);
+    } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      const [arg] = node.arguments;
+      if (arg && ts.isStringLiteralLike(arg)) found.push(arg.text);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found.filter((spec) => spec.startsWith('.'));
+}
+
+/** src/ file (relative to src/) → the src/ files it imports. */
+function importGraph(): Map<string, string[]> {
+  const graph = new Map<string, string[]>();
+  for (const file of filesUnder(SRC, ['.ts'])) {
+    const targets = specifiers(parse(file))
+      .map((spec) => path.relative(SRC, path.resolve(path.dirname(file), spec)))
+      .filter((target) => !target.startsWith('..'));
+    graph.set(path.relative(SRC, file), [...new Set(targets)]);
+  }
+  return graph;
+}
+
+/**
+ * The graph of src/'s top-level folders. Files at src/ itself are left out: they are the shared leaves every
+ * layer reads (config, errors, ids, clock) and the composition root that wires every layer (context, app, main).
+ */
+function folderGraph(files: Map<string, string[]>): Map<string, string[]> {
+  const folder = (file: string) => file.slice(0, file.indexOf('/'));
+  const inFolder = (file: string) => file.includes('/');
+  const graph = new Map<string, Set<string>>();
+  for (const [file, targets] of [...files].filter(([file]) => inFolder(file))) {
+    const edges = graph.get(folder(file)) ?? new Set<string>();
+    for (const target of targets.filter(inFolder)) if (folder(target) !== folder(file)) edges.add(folder(target));
+    graph.set(folder(file), edges);
+  }
+  return new Map([...graph].map(([node, edges]) => [node, [...edges]]));
+}
+
+/**
+ * One line per strongly connected component (Tarjan): a concrete cycle through it, closed back on its start,
+ * and the component's other members when it holds more than that cycle.
+ */
+function cycles(graph: Map<string, string[]>): string[] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const found: string[] = [];
+  const connect = (node: string): void => {
+    index.set(node, index.size);
+    low.set(node, index.get(node)!);
+    stack.push(node);
+    for (const next of graph.get(node) ?? []) {
+      if (!index.has(next)) {
+        connect(next);
+        low.set(node, Math.min(low.get(node)!, low.get(next)!));
+      } else if (stack.includes(next)) {
+        low.set(node, Math.min(low.get(node)!, index.get(next)!));
+      }
+    }
+    if (low.get(node) !== index.get(node)) return;
+    const component = stack.splice(stack.indexOf(node));
+    const selfLoop = (graph.get(node) ?? []).includes(node);
+    if (component.length < 2 && !selfLoop) return;
+    const cycle = cyclePath(graph, new Set(component), node);
+    const others = component.filter((member) => !cycle.includes(member));
+    found.push(cycle.join(' → ') + (others.length > 0 ? ` (with ${others.join(', ')})` : ''));
+  };
+  for (const node of graph.keys()) if (!index.has(node)) connect(node);
+  return found;
+}
+
+/** One concrete cycle through `start` inside its component, found breadth first, for the failure message. */
+function cyclePath(graph: Map<string, string[]>, component: Set<string>, start: string): string[] {
+  const cameFrom = new Map<string, string>();
+  const queue = [start];
+  while (queue.length > 0) {
+    const node = queue.shift()!;
+    for (const next of graph.get(node) ?? []) {
+      if (!component.has(next)) continue;
+      if (next === start) {
+        const route = [node];
+        while (route[0] !== start) route.unshift(cameFrom.get(route[0])!);
+        return [...route, start];
+      }
+      if (!cameFrom.has(next)) {
+        cameFrom.set(next, node);
+        queue.push(next);
+      }
+    }
+  }
+  return [start, start];
+}
+
+interface FunctionLength {
+  where: string;
+  lines: number;
+}
+
+function isFunctionLike(node: ts.Node): boolean {
+  return (
+    ts.isFunctionDeclaration(node) ||
+    ts.isFunctionExpression(node) ||
+    ts.isArrowFunction(node) ||
+    ts.isMethodDeclaration(node) ||
+    ts.isConstructorDeclaration(node) ||
+    ts.isGetAccessorDeclaration(node) ||
+    ts.isSetAccessorDeclaration(node)
+  );
+}
+
+/** The outermost functions of a TypeScript file with their lengths; nested closures count toward them. */
+function typescriptFunctions(file: string): FunctionLength[] {
+  const source = parse(file);
+  const found: FunctionLength[] = [];
+  const line = (pos: number) => source.getLineAndCharacterOfPosition(pos).line;
+  const visit = (node: ts.Node): void => {
+    if (!isFunctionLike(node)) return ts.forEachChild(node, visit);
+    const name = (node as ts.FunctionLikeDeclaration).name?.getText(source) ?? '<anonymous>';
+    const lines = line(node.getEnd()) - line(node.getStart(source)) + 1;
+    found.push({ where: `${path.relative(ROOT, file)}:${line(node.getStart(source)) + 1} ${name}`, lines });
+  };
+  visit(source);
+  return found;
+}
+
+/** The outermost functions and methods of every engine file, measured by Python's own parser. */
+function pythonFunctions(): FunctionLength[] {
+  const python = process.env.ENGINE_PYTHON ?? path.join(ROOT, '.venv/bin/python');
+  const script = `
+import ast, json, sys
+found = []
+def visit(node, file):
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append({"where": f"{file}:{child.lineno} {child.name}", "lines": child.end_lineno - child.lineno + 1})
+        else:
+            visit(child, file)
+for file in sys.argv[1:]:
+    with open(file, encoding="utf-8") as handle:
+        visit(ast.parse(handle.read(), file), file)
+print(json.dumps(found))
+`;
+  const files = filesUnder(path.join(ROOT, 'engine'), ['.py']).map((file) => path.relative(ROOT, file));
+  return JSON.parse(execFileSync(python, ['-c', script, ...files], { cwd: ROOT, encoding: 'utf8' }));
+}
+
+describe('code structure', () => {
+  test('src/ has no import cycle between files', () => {
+    assert.deepEqual(cycles(importGraph()), []);
+  });
+
+  test('no top-level folder of src/ imports one that imports it back (services never import jobs)', () => {
+    assert.deepEqual(cycles(folderGraph(importGraph())), []);
+  });
+
+  test(`no function in src/, web/src or engine/ is longer than ${MAX_FUNCTION_LINES} lines`, () => {
+    const typescript = [SRC, path.join(ROOT, 'web/src')].flatMap((dir) => filesUnder(dir, ['.ts', '.tsx']));
+    const all = [...typescript.flatMap(typescriptFunctions), ...pythonFunctions()].sort((a, b) => b.lines - a.lines);
+    for (const { where, lines } of all.slice(0, 5)) console.log(`${String(lines).padStart(4)} lines  ${where}`);
+    const tooLong = all.filter(({ lines }) => lines > MAX_FUNCTION_LINES).map(({ where, lines }) => `${where} (${lines})`);
+    assert.deepEqual(tooLong, []);
+  });
+});
