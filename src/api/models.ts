@@ -1,5 +1,6 @@
 /** Wire schemas of models, checkpoints and trajectory logging; they produce the TypeScript types. */
 import { Type, type Static } from '@sinclair/typebox';
+import type { CheckpointRecord, ModelRow } from '../store/model-repository.ts';
 
 /** Names of projects, models and log splits: safe as path segments and in `entity/project/name` strings. */
 export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,128}$';
@@ -27,6 +28,10 @@ export const ModelResponse = Type.Object({
 });
 export type ModelResponse = Static<typeof ModelResponse>;
 
+export function toModelResponse(row: ModelRow): ModelResponse {
+  return { id: row.id, entity: row.entity_name, project: row.project, name: row.name, base_model: row.base_model, run_id: row.run_id };
+}
+
 export const ModelDeleteResponse = Type.Object({
   model_id: Type.String(),
   deleted_checkpoints: Type.Integer(),
@@ -40,6 +45,19 @@ export const Checkpoint = Type.Object({
   created_at: Type.String(),
 });
 export type Checkpoint = Static<typeof Checkpoint>;
+
+export function toCheckpointResponse(checkpoint: CheckpointRecord): Checkpoint {
+  return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
+}
+
+/** A page of any list endpoint, as `listEnvelope` declares it on the wire. */
+export interface ListPage<T> {
+  object: 'list';
+  data: T[];
+  has_more: boolean;
+  first_id: string;
+  last_id: string;
+}
 
 export function listEnvelope<T extends ReturnType<typeof Type.Object>>(item: T) {
   return Type.Object({

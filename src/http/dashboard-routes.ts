@@ -4,14 +4,12 @@
  * bearer auth. Thin: parse the query, call the service, shape the list envelope.
  */
 import zlib from 'node:zlib';
-import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../api/dashboard.ts';
 import { listEnvelope, SPLIT_PATTERN } from '../api/models.ts';
-import { TrainingJob } from '../api/training-jobs.ts';
-import { TrainedTokens } from '../api/trained-tokens.ts';
+import { JOB_STATUSES, type JobStatus } from '../api/training-jobs.ts';
 import { AppError, validationError } from '../errors.ts';
-import { JOB_STATUSES, type DashboardService } from '../services/dashboard-service.ts';
-import type { JobStatus } from '../store/schema.ts';
+import type { DashboardService } from '../services/dashboard-service.ts';
 import { buildDashboard, type DashboardBundle } from '../../web/build.ts';
 import { queryInteger, queryString } from './query.ts';
 
@@ -28,87 +26,6 @@ const CONTENT_SECURITY_POLICY = [
   "form-action 'self'",
   "frame-ancestors 'none'",
 ].join('; ');
-
-const Json = Type.Record(Type.String(), Type.Unknown());
-const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
-const RewardPoint = Type.Object({ value: Type.Number(), std_dev: NullableNumber, step: Type.Integer() });
-
-const Overview = Type.Object({
-  entity: Type.String(),
-  entities: Type.Array(Type.String()),
-  base_models: Type.Array(Type.String()),
-  default_base_model: Type.String(),
-});
-
-const ModelSummary = Type.Object({
-  id: Type.String(),
-  entity: Type.String(),
-  project: Type.String(),
-  name: Type.String(),
-  base_model: Type.String(),
-  run_id: Type.String(),
-  created_at: Type.String(),
-  inference_name: Type.String(),
-  latest_step: Type.Union([Type.Integer(), Type.Null()]),
-  checkpoint_count: Type.Integer(),
-  last_reward: Type.Union([Type.Object({ ...RewardPoint.properties, split: Type.String() }), Type.Null()]),
-  rewards: Type.Record(Type.String(), RewardPoint),
-  last_job: Type.Union([Type.Object({ id: Type.String(), status: Type.String() }), Type.Null()]),
-});
-
-const MetricRow = Type.Object({
-  id: Type.String(),
-  step: Type.Integer(),
-  source: Type.String(),
-  split: Type.String(),
-  metrics: Json,
-  created_at: Type.String(),
-});
-
-const TrajectorySteps = Type.Object({
-  splits: Type.Array(
-    Type.Object({ split: Type.String(), count: Type.Integer(), steps: Type.Array(Type.Object({ step: Type.Integer(), count: Type.Integer() })) }),
-  ),
-});
-
-const TrajectoryFields = {
-  id: Type.String(),
-  split: Type.String(),
-  step: Type.Integer(),
-  group_index: Type.Integer(),
-  trajectory_index: Type.Integer(),
-  reward: NullableNumber,
-  created_at: Type.String(),
-};
-
-const TrajectorySummary = Type.Object({
-  ...TrajectoryFields,
-  num_messages: Type.Integer(),
-  num_tool_calls: Type.Integer(),
-  has_reasoning: Type.Boolean(),
-  prompt_preview: Type.String(),
-  response_preview: Type.String(),
-  response_chars: Type.Integer(),
-  completion_tokens: Type.Union([Type.Integer(), Type.Null()]),
-  finish_reason: Type.Union([Type.String(), Type.Null()]),
-  metrics: Type.Record(Type.String(), Type.Number()),
-});
-
-const Trajectory = Type.Object({ ...TrajectoryFields, data: Json, trained_tokens: TrainedTokens });
-
-const JobListItem = Type.Object({
-  ...TrainingJob.properties,
-  completed_steps: Type.Integer(),
-  model: Type.Object({ id: Type.String(), entity: Type.String(), project: Type.String(), name: Type.String() }),
-});
-
-const JobConfig = Type.Object({
-  job_id: Type.String(),
-  type: Type.String(),
-  config: Type.Union([Json, Type.Null()]),
-  num_trajectory_groups: Type.Union([Type.Integer(), Type.Null()]),
-  num_trajectories: Type.Union([Type.Integer(), Type.Null()]),
-});
 
 function envelope<T extends { id: string }>(page: { items: T[]; hasMore: boolean }) {
   return { object: 'list' as const, data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
@@ -194,9 +111,13 @@ function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>
 
 export function registerDashboardRoutes(app: FastifyInstance, dashboard: DashboardService, options: { build?: () => Promise<DashboardBundle> } = {}): void {
   staticFiles(app, options.build ?? (() => buildDashboard()));
-
   app.get('/v1/dashboard/overview', { schema: { response: { 200: Overview } } }, async (request) => dashboard.overview(request.principal));
+  modelRoutes(app, dashboard);
+  trajectoryRoutes(app, dashboard);
+  jobRoutes(app, dashboard);
+}
 
+function modelRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   app.get<{ Querystring: Query }>('/v1/dashboard/models', { schema: { response: { 200: listEnvelope(ModelSummary) } } }, async (request) =>
     envelope(
       await dashboard.listModels(request.principal, {
@@ -222,7 +143,9 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
         }),
       ),
   );
+}
 
+function trajectoryRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   app.get<{ Params: { model_id: string } }>('/v1/dashboard/models/:model_id/trajectory-steps', { schema: { response: { 200: TrajectorySteps } } }, async (request) =>
     dashboard.trajectorySteps(request.principal, request.params.model_id),
   );
@@ -243,10 +166,12 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
 
   app.get<{ Params: { model_id: string; trajectory_id: string } }>(
     '/v1/dashboard/models/:model_id/trajectories/:trajectory_id',
-    { schema: { response: { 200: Trajectory } } },
+    { schema: { response: { 200: TrajectoryDetail } } },
     async (request) => dashboard.trajectory(request.principal, request.params.model_id, request.params.trajectory_id),
   );
+}
 
+function jobRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   app.get<{ Params: { job_id: string } }>('/v1/dashboard/jobs/:job_id/config', { schema: { response: { 200: JobConfig } } }, async (request) =>
     dashboard.jobConfig(request.principal, request.params.job_id),
   );

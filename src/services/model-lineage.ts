@@ -9,7 +9,8 @@ import { notFound } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { Principal } from './auth-service.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
-import type { ModelService, ModelView } from './model-service.ts';
+import type { ModelResponse } from '../api/models.ts';
+import type { ModelService } from './model-service.ts';
 
 export interface ForkInput {
   name: string;
@@ -25,7 +26,7 @@ export class ModelLineage {
     private readonly repository: ModelRepository,
   ) {}
 
-  async fork(principal: Principal, parentId: string, input: ForkInput): Promise<ModelView> {
+  async fork(principal: Principal, parentId: string, input: ForkInput): Promise<ModelResponse> {
     const parent = await this.models.getOwned(principal, parentId);
     const checkpoint =
       input.step === undefined ? await this.repository.latestCheckpoint(parent.id) : await this.repository.findCheckpointByStep(parent.id, input.step);

@@ -3,6 +3,7 @@
  * and timestamps are ISO-8601 text, so one schema serves SQLite and PostgreSQL alike.
  */
 import type { Generated } from 'kysely';
+import type { JobStatus } from '../api/training-jobs.ts';
 
 export interface EntityTable {
   id: string;
@@ -97,8 +98,6 @@ export interface SchemaVersionTable {
   version: number;
   applied_at: string;
 }
-
-export type JobStatus = 'QUEUED' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
 
 export interface TrainingJobTable {
   id: string;
