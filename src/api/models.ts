@@ -188,12 +188,16 @@ const RetentionFields = {
   best_mode: Type.Union([Type.Literal('max'), Type.Literal('min')]),
 };
 
+/** Which checkpoints a model keeps: its own policy (stored with the model) or the server default. */
+export const RetentionPolicy = Type.Object(RetentionFields);
+export type RetentionPolicy = Static<typeof RetentionPolicy>;
+
 /** PUT /v1/preview/models/{id}/retention: fields left out keep everything on that axis (best_mode: max). */
 export const RetentionBody = Type.Partial(Type.Object(RetentionFields, { additionalProperties: false }));
 export type RetentionBody = Static<typeof RetentionBody>;
 
 export const RetentionResponse = Type.Object({
-  policy: Type.Object(RetentionFields),
+  policy: RetentionPolicy,
   /** Whether the policy is the model's own or the server default. */
   source: Type.Union([Type.Literal('model'), Type.Literal('server')]),
   deleted_steps: Type.Optional(Type.Array(Type.Integer())),

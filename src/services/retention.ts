@@ -4,20 +4,14 @@
  * always kept: a running job trains from it and every model name without `:stepN` serves it, so a policy that
  * would delete it is refused. Applied after every new checkpoint and whenever a policy is set.
  */
+import type { RetentionPolicy } from '../api/models.ts';
 import { validationError } from '../errors.ts';
 import type { ModelRepository, ModelRow } from '../store/model-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
 
-export interface RetentionPolicy {
-  /** Keep this many most recent checkpoints (null: no limit by recency). */
-  keep_last: number | null;
-  /** Keep this many best checkpoints by `best_metric` (null: none kept for being best). */
-  keep_best: number | null;
-  best_metric: string | null;
-  /** Whether a higher (max) or lower (min) metric is better. */
-  best_mode: 'max' | 'min';
-}
+// Re-exported for the configuration, which reads the server default.
+export type { RetentionPolicy };
 
 export const KEEP_EVERYTHING: RetentionPolicy = { keep_last: null, keep_best: null, best_metric: null, best_mode: 'max' };
 
@@ -55,7 +49,7 @@ export class RetentionService {
   ) {}
 
   policyOf(model: Pick<ModelRow, 'retention'>): { policy: RetentionPolicy; source: 'model' | 'server' } {
-    return model.retention ? { policy: JSON.parse(model.retention) as RetentionPolicy, source: 'model' } : { policy: this.serverDefault, source: 'server' };
+    return model.retention ? { policy: model.retention, source: 'model' } : { policy: this.serverDefault, source: 'server' };
   }
 
   async get(principal: Principal, modelId: string) {
@@ -67,7 +61,7 @@ export class RetentionService {
     const model = await this.models.getOwned(principal, modelId);
     const problems = checkPolicy(policy);
     if (problems.length) throw validationError(problems);
-    await this.repository.setRetention(model.id, JSON.stringify(policy));
+    await this.repository.setRetention(model.id, policy);
     return { policy, source: 'model' as const, deleted_steps: await this.apply(model.id) };
   }
 
