@@ -162,7 +162,9 @@ export const AdapterArchive = {
 export const ModelForkBody = Type.Object(
   {
     name: Type.String({ pattern: NAME_PATTERN }),
+    /** Defaults to the parent's project. */
     project: Type.Optional(Type.String({ pattern: NAME_PATTERN })),
+    /** Defaults to the parent's latest checkpoint. */
     step: Type.Optional(Type.Integer({ minimum: 0 })),
   },
   { additionalProperties: false },

@@ -1,20 +1,15 @@
 /** `sft`: upload the data, start an SFT job on a model, and follow its events with a progress bar until it ends. */
+import type { TrainingJobEvent } from '../api/training-jobs.ts';
 import { resolveModelId, type ServiceClient } from './client.ts';
 import { ProgressBar } from './progress.ts';
 import { uploadFiles } from './upload.ts';
 import { checkSftData, describeProblems } from './sft-check.ts';
 
-interface Event {
-  id: string;
-  type: string;
-  data: Record<string, unknown>;
-}
-
 export async function followJob(client: ServiceClient, jobId: string, pollMs = 1000): Promise<{ ok: boolean; message: string }> {
   let after = '';
   let bar: ProgressBar | undefined;
   for (;;) {
-    const page = await client.json<{ data: Event[]; has_more: boolean }>('GET', `/v1/preview/training-jobs/${jobId}/events?limit=100${after ? `&after=${after}` : ''}`);
+    const page = await client.json<{ data: TrainingJobEvent[]; has_more: boolean }>('GET', `/v1/preview/training-jobs/${jobId}/events?limit=100${after ? `&after=${after}` : ''}`);
     for (const event of page.data) {
       after = event.id;
       if (event.type === 'training_started') bar = new ProgressBar('train', Number(event.data.num_sequences));

@@ -49,21 +49,33 @@ function statusesParam(query: Query): JobStatus[] | undefined {
   return statuses as JobStatus[];
 }
 
-/** Serves the built page and assets, compressed when the client accepts it. */
-function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>) {
-  let bundle: Promise<{ bundle: DashboardBundle; gzip: Map<string, Buffer>; brotli: Map<string, Buffer> }> | null = null;
-  const load = () => {
+/** The built dashboard with gzip and brotli copies of every file worth compressing. */
+interface CompressedBundle {
+  bundle: DashboardBundle;
+  gzip: Map<string, Buffer>;
+  brotli: Map<string, Buffer>;
+}
+
+function compress(built: DashboardBundle): CompressedBundle {
+  const gzip = new Map<string, Buffer>();
+  const brotli = new Map<string, Buffer>();
+  for (const [urlPath, file] of built.files) {
+    if (file.body.length < 1024) continue;
+    gzip.set(urlPath, zlib.gzipSync(file.body, { level: 9 }));
+    brotli.set(urlPath, zlib.brotliCompressSync(file.body));
+  }
+  return { bundle: built, gzip, brotli };
+}
+
+/** Builds once and shares the result; a failed build is forgotten so the next request tries again. */
+function bundleLoader(app: FastifyInstance, build: () => Promise<DashboardBundle>): () => Promise<CompressedBundle> {
+  let bundle: Promise<CompressedBundle> | null = null;
+  return () => {
     bundle ??= build()
       .then((built) => {
-        const gzip = new Map<string, Buffer>();
-        const brotli = new Map<string, Buffer>();
-        for (const [urlPath, file] of built.files) {
-          if (file.body.length < 1024) continue;
-          gzip.set(urlPath, zlib.gzipSync(file.body, { level: 9 }));
-          brotli.set(urlPath, zlib.brotliCompressSync(file.body));
-        }
+        const compressed = compress(built);
         app.log.info({ buildMs: Math.round(built.buildMs), files: built.files.size }, 'dashboard built');
-        return { bundle: built, gzip, brotli };
+        return compressed;
       })
       .catch((error: unknown) => {
         bundle = null;
@@ -71,7 +83,31 @@ function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>
       });
     return bundle;
   };
+}
 
+/** One file of the bundle, compressed as the client accepts, with the page's security headers on the HTML. */
+function sendFile(loaded: CompressedBundle, urlPath: string, request: FastifyRequest, reply: FastifyReply) {
+  const file = loaded.bundle.files.get(urlPath);
+  if (!file) throw new AppError('not_found', `No dashboard file ${urlPath}`);
+  const accepts = String(request.headers['accept-encoding'] ?? '');
+  const brotli = /\bbr\b/.test(accepts) ? loaded.brotli.get(urlPath) : undefined;
+  const gzip = !brotli && /\bgzip\b/.test(accepts) ? loaded.gzip.get(urlPath) : undefined;
+  reply
+    .header('content-type', file.contentType)
+    .header('cache-control', file.immutable ? 'public, max-age=31536000, immutable' : 'no-cache')
+    .header('x-content-type-options', 'nosniff')
+    .header('vary', 'accept-encoding');
+  if (file.contentType.startsWith('text/html')) {
+    reply.header('content-security-policy', CONTENT_SECURITY_POLICY).header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
+  }
+  if (brotli) return reply.header('content-encoding', 'br').send(brotli);
+  if (gzip) return reply.header('content-encoding', 'gzip').send(gzip);
+  return reply.send(file.body);
+}
+
+/** Serves the built page and assets, compressed when the client accepts it. */
+function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>) {
+  const load = bundleLoader(app, build);
   const serve = async (urlPath: string, request: FastifyRequest, reply: FastifyReply) => {
     let loaded;
     try {
@@ -80,24 +116,8 @@ function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>
       request.log.error({ err: error }, 'dashboard build failed');
       throw new AppError('internal', `The dashboard could not be built: ${(error as Error).message}`);
     }
-    const file = loaded.bundle.files.get(urlPath);
-    if (!file) throw new AppError('not_found', `No dashboard file ${urlPath}`);
-    const accepts = String(request.headers['accept-encoding'] ?? '');
-    const brotli = /\bbr\b/.test(accepts) ? loaded.brotli.get(urlPath) : undefined;
-    const gzip = !brotli && /\bgzip\b/.test(accepts) ? loaded.gzip.get(urlPath) : undefined;
-    reply
-      .header('content-type', file.contentType)
-      .header('cache-control', file.immutable ? 'public, max-age=31536000, immutable' : 'no-cache')
-      .header('x-content-type-options', 'nosniff')
-      .header('vary', 'accept-encoding');
-    if (file.contentType.startsWith('text/html')) {
-      reply.header('content-security-policy', CONTENT_SECURITY_POLICY).header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
-    }
-    if (brotli) return reply.header('content-encoding', 'br').send(brotli);
-    if (gzip) return reply.header('content-encoding', 'gzip').send(gzip);
-    return reply.send(file.body);
+    return sendFile(loaded, urlPath, request, reply);
   };
-
   const open = { config: { public: true } };
   app.get('/', open, (request, reply) => serve('/', request, reply));
   app.get('/index.html', open, (request, reply) => serve('/', request, reply));

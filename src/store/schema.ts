@@ -77,7 +77,7 @@ export interface TrajectoryTable {
   created_at: string;
 }
 
-/** `tokens`: JSON of TrainedTokenArrays (see trained-token-repository.ts). */
+/** `tokens`: JSON of the trained token arrays without the advantage (see trained-token-repository.ts). */
 export interface TrainedTokenTable {
   model_id: string;
   step: number;
