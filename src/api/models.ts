@@ -50,25 +50,6 @@ export function toCheckpointResponse(checkpoint: CheckpointRecord): Checkpoint {
   return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
 }
 
-/** A page of any list endpoint, as `listEnvelope` declares it on the wire. */
-export interface ListPage<T> {
-  object: 'list';
-  data: T[];
-  has_more: boolean;
-  first_id: string;
-  last_id: string;
-}
-
-export function listEnvelope<T extends ReturnType<typeof Type.Object>>(item: T) {
-  return Type.Object({
-    object: Type.Literal('list'),
-    data: Type.Array(item),
-    has_more: Type.Boolean(),
-    first_id: Type.String(),
-    last_id: Type.String(),
-  });
-}
-
 export const CheckpointDeleteBody = Type.Object(
   { steps: Type.Array(Type.Integer({ minimum: 0 }), { maxItems: 100000 }) },
   { additionalProperties: true },

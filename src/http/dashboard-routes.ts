@@ -6,7 +6,8 @@
 import zlib from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../api/dashboard.ts';
-import { listEnvelope, SPLIT_PATTERN } from '../api/models.ts';
+import { listEnvelope, toListPage } from '../api/lists.ts';
+import { SPLIT_PATTERN } from '../api/models.ts';
 import { JOB_STATUSES, type JobStatus } from '../api/training-jobs.ts';
 import { AppError, validationError } from '../errors.ts';
 import type { DashboardService } from '../services/dashboard-service.ts';
@@ -26,10 +27,6 @@ const CONTENT_SECURITY_POLICY = [
   "form-action 'self'",
   "frame-ancestors 'none'",
 ].join('; ');
-
-function envelope<T extends { id: string }>(page: { items: T[]; hasMore: boolean }) {
-  return { object: 'list' as const, data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
-}
 
 function splitParam(query: Query): string {
   const split = queryString(query, 'split');
@@ -139,7 +136,7 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
 
 function modelRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   app.get<{ Querystring: Query }>('/v1/dashboard/models', { schema: { response: { 200: listEnvelope(ModelSummary) } } }, async (request) =>
-    envelope(
+    toListPage(
       await dashboard.listModels(request.principal, {
         project: queryString(request.query, 'project'),
         after: queryString(request.query, 'after'),
@@ -156,7 +153,7 @@ function modelRoutes(app: FastifyInstance, dashboard: DashboardService): void {
     '/v1/dashboard/models/:model_id/metrics',
     { schema: { response: { 200: listEnvelope(MetricRow) } } },
     async (request) =>
-      envelope(
+      toListPage(
         await dashboard.metrics(request.principal, request.params.model_id, {
           after: queryString(request.query, 'after'),
           limit: queryInteger(request.query, 'limit', 1000, 1, 5000),
@@ -174,7 +171,7 @@ function trajectoryRoutes(app: FastifyInstance, dashboard: DashboardService): vo
     '/v1/dashboard/models/:model_id/trajectories',
     { schema: { response: { 200: listEnvelope(TrajectorySummary) } } },
     async (request) =>
-      envelope(
+      toListPage(
         await dashboard.trajectories(request.principal, request.params.model_id, {
           split: splitParam(request.query),
           step: request.query.step === undefined ? undefined : queryInteger(request.query, 'step', 0, 0, Number.MAX_SAFE_INTEGER),
@@ -197,7 +194,7 @@ function jobRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   );
 
   app.get<{ Querystring: Query }>('/v1/dashboard/jobs', { schema: { response: { 200: listEnvelope(JobListItem) } } }, async (request) =>
-    envelope(
+    toListPage(
       await dashboard.jobs(request.principal, {
         modelId: queryString(request.query, 'model_id'),
         statuses: statusesParam(request.query),

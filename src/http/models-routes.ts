@@ -9,10 +9,10 @@ import {
   ModelCreateBody,
   ModelDeleteResponse,
   ModelResponse,
-  listEnvelope,
   toCheckpointResponse,
   toModelResponse,
 } from '../api/models.ts';
+import { listEnvelope, toListPage } from '../api/lists.ts';
 import type { ModelService } from '../services/model-service.ts';
 import type { TrajectoryService } from '../services/trajectory-service.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
@@ -56,8 +56,7 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
         order: queryEnum(request.query, 'order', ['asc', 'desc'] as const, 'asc'),
       };
       const page = await services.models.listCheckpoints(request.principal, request.params.model_id, query);
-      const data = page.items.map(toCheckpointResponse);
-      return { object: 'list', data, has_more: page.hasMore, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '' };
+      return toListPage({ items: page.items.map(toCheckpointResponse), hasMore: page.hasMore });
     },
   );
 

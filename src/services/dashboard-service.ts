@@ -19,6 +19,7 @@ import {
   type TrajectorySteps,
   type TrajectorySummary,
 } from '../api/dashboard.ts';
+import type { Page } from '../api/lists.ts';
 import type { JobStatus } from '../api/training-jobs.ts';
 import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
 import type { DashboardRepository, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
@@ -26,11 +27,6 @@ import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
 import { isChoice } from '../chat/trajectory-tokens.ts';
-
-export interface Page<T> {
-  items: T[];
-  hasMore: boolean;
-}
 
 /** How many of a run's newest metric rows are read to find each split's latest reward. */
 const REWARD_LOOKBACK_ROWS = 32;

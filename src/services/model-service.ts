@@ -9,6 +9,7 @@ import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
 import type { CheckpointPageQuery, CheckpointRecord, ModelRepository, ModelRow } from '../store/model-repository.ts';
 import { toModelResponse, type ModelCreateBody, type ModelResponse } from '../api/models.ts';
+import type { Page } from '../api/lists.ts';
 import { canActFor, type Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 
@@ -110,7 +111,7 @@ export class ModelService {
     return { model_id: model.id, deleted_checkpoints: result.deletedCheckpoints, deleted_run: result.deletedRun };
   }
 
-  async listCheckpoints(principal: Principal, modelId: string, query: CheckpointPageQuery): Promise<{ items: CheckpointRecord[]; hasMore: boolean }> {
+  async listCheckpoints(principal: Principal, modelId: string, query: CheckpointPageQuery): Promise<Page<CheckpointRecord>> {
     const model = await this.getOwned(principal, modelId);
     let cursorStep: number | undefined;
     if (query.after !== undefined) {

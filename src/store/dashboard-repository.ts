@@ -7,6 +7,7 @@ import { toJobRow, type JobRow } from './job-repository.ts';
 import { toStoredTrajectory, type StoredTrajectory } from './trajectory-repository.ts';
 import type { Kysely } from 'kysely';
 import type { JobStatus } from '../api/training-jobs.ts';
+import type { Page } from '../api/lists.ts';
 import type { Database } from './schema.ts';
 
 export interface ModelSummaryRow {
@@ -104,7 +105,7 @@ export class DashboardRepository {
   async pageModels(
     entityIds: string[],
     query: { project?: string; after?: ModelSortKey; limit: number },
-  ): Promise<{ items: ModelSummaryRow[]; hasMore: boolean }> {
+  ): Promise<Page<ModelSummaryRow>> {
     if (entityIds.length === 0) return { items: [], hasMore: false };
     let select = this.selectModelSummaries(entityIds);
     if (query.project !== undefined) select = select.where('models.project', '=', query.project);
@@ -148,7 +149,7 @@ export class DashboardRepository {
   }
 
   /** A page of the run's metric history in (step, insertion) order, seeking past the cursor row. */
-  async pageRunMetrics(runId: string, query: { after?: { step: number; id: number }; limit: number }): Promise<{ items: RunMetricRow[]; hasMore: boolean }> {
+  async pageRunMetrics(runId: string, query: { after?: { step: number; id: number }; limit: number }): Promise<Page<RunMetricRow>> {
     let select = this.db.selectFrom('run_metrics').selectAll().where('run_id', '=', runId);
     const after = query.after;
     if (after) select = select.where(({ eb, refTuple, tuple }) => eb(refTuple('step', 'id'), '>', tuple(after.step, after.id)));
@@ -196,7 +197,7 @@ export class DashboardRepository {
     modelId: string,
     split: string,
     query: { step?: number; after?: { step: number; id: string }; limit: number },
-  ): Promise<{ items: TrajectoryRow[]; hasMore: boolean }> {
+  ): Promise<Page<TrajectoryRow>> {
     const rows = await this.trajectoryPageQuery(modelId, split, query).execute();
     return { items: rows.slice(0, query.limit).map(toStoredTrajectory), hasMore: rows.length > query.limit };
   }
@@ -217,7 +218,7 @@ export class DashboardRepository {
   async pageJobs(
     entityIds: string[],
     query: { modelId?: string; statuses?: JobStatus[]; afterId?: string; limit: number },
-  ): Promise<{ items: JobListRow[]; hasMore: boolean }> {
+  ): Promise<Page<JobListRow>> {
     if (entityIds.length === 0) return { items: [], hasMore: false };
     let select = this.db
       .selectFrom('training_jobs as j')

@@ -6,6 +6,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Dialect } from './migrations/index.ts';
 import type { JobStatus } from '../api/training-jobs.ts';
+import type { Page } from '../api/lists.ts';
 import type { Database, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
 
 /** A job as callers see it: counts as numbers (PostgreSQL answers bigints as text), metrics parsed. */
@@ -185,7 +186,7 @@ export class JobRepository {
     await this.db.insertInto('training_job_events').values(event).execute();
   }
 
-  async events(jobId: string, afterId: string | undefined, limit: number): Promise<{ items: EventRecord[]; hasMore: boolean }> {
+  async events(jobId: string, afterId: string | undefined, limit: number): Promise<Page<EventRecord>> {
     let select = this.db.selectFrom('training_job_events').selectAll().where('job_id', '=', jobId);
     if (afterId !== undefined) select = select.where('id', '>', afterId);
     const rows = await select.orderBy('id').limit(limit + 1).execute();

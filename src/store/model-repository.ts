@@ -1,6 +1,7 @@
 /** Models with their runs and checkpoints: one aggregate, so its rows change together in transactions. */
 import type { Kysely, Transaction } from 'kysely';
 import type { RetentionPolicy } from '../api/models.ts';
+import type { Page } from '../api/lists.ts';
 import type { CheckpointTable, Database, ModelTable } from './schema.ts';
 
 /** A model as callers see it: its step a number (PostgreSQL answers bigints as text), its retention policy parsed. */
@@ -144,7 +145,7 @@ export class ModelRepository {
   }
 
   /** One page of checkpoints by step, seeking from the cursor's step through the (model_id, step) index. */
-  async pageCheckpoints(modelId: string, cursorStep: number | undefined, query: CheckpointPageQuery): Promise<{ items: CheckpointRecord[]; hasMore: boolean }> {
+  async pageCheckpoints(modelId: string, cursorStep: number | undefined, query: CheckpointPageQuery): Promise<Page<CheckpointRecord>> {
     let select = this.db.selectFrom('checkpoints').selectAll().where('model_id', '=', modelId);
     if (cursorStep !== undefined) select = select.where('step', query.order === 'asc' ? '>' : '<', cursorStep);
     const rows = await select.orderBy('step', query.order).limit(query.limit + 1).execute();

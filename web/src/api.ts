@@ -2,7 +2,7 @@
  * Every call the dashboard makes: the public API and the read-only /v1/dashboard endpoints, with the
  * API key from sessionStorage (this tab only) as a bearer token. A 401 signs the tab out.
  */
-import type { ListPage } from '../../src/api/models.ts';
+import type { ListPage } from '../../src/api/lists.ts';
 import type { TrainedTokensView } from '../../src/api/trained-tokens.ts';
 
 const KEY_STORAGE = 'agent-trainer.api-key';
@@ -88,7 +88,8 @@ export async function getAll<T>(path: string, params: Record<string, string | nu
 // Wire types of what the dashboard reads: declared once, beside the server's schemas.
 export type { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, RewardPoint, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../../src/api/dashboard.ts';
 export type { IdentityResponse as Me } from '../../src/api/identity.ts';
-export type { Checkpoint, ListPage, ModelResponse as Model } from '../../src/api/models.ts';
+export type { ListPage } from '../../src/api/lists.ts';
+export type { Checkpoint, ModelResponse as Model } from '../../src/api/models.ts';
 export type { TrainingJob as Job, TrainingJobEvent as JobEvent } from '../../src/api/training-jobs.ts';
 /** Parallel arrays over a trajectory's trained tokens (a detail without them has `trained_tokens: null`). */
 export type TrainedTokens = NonNullable<TrainedTokensView>;
