@@ -60,6 +60,7 @@ export const CheckpointDeleteResponse = Type.Object({
   deleted_count: Type.Integer(),
   not_found_steps: Type.Array(Type.Integer()),
 });
+export type CheckpointDeleteResponse = Static<typeof CheckpointDeleteResponse>;
 
 const ToolDefinition = Type.Object(
   {

@@ -17,6 +17,7 @@ export const JOB_STATUSES = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCEL
 export type JobStatus = (typeof JOB_STATUSES)[number];
 
 export const JobCreated = Type.Object({ id: Type.String() });
+export type JobCreated = Static<typeof JobCreated>;
 
 export const TrainingJob = Type.Object({
   id: Type.String(),

@@ -89,7 +89,7 @@ export async function getAll<T>(path: string, params: Record<string, string | nu
 export type { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, RewardPoint, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../../src/api/dashboard.ts';
 export type { IdentityResponse as Me } from '../../src/api/identity.ts';
 export type { ListPage } from '../../src/api/lists.ts';
-export type { Checkpoint, ModelResponse as Model } from '../../src/api/models.ts';
+export type { Checkpoint, CheckpointDeleteResponse, ModelResponse as Model } from '../../src/api/models.ts';
 export type { TrainingJob as Job, TrainingJobEvent as JobEvent } from '../../src/api/training-jobs.ts';
 /** Parallel arrays over a trajectory's trained tokens (a detail without them has `trained_tokens: null`). */
 export type TrainedTokens = NonNullable<TrainedTokensView>;

@@ -2,7 +2,7 @@
  * The model page's checkpoints table: pages of checkpoints newest first, their metrics, a chat link each,
  * and deleting a selection after confirmation.
  */
-import { get, query, request, type Checkpoint, type ListPage, type ModelSummary } from '../api.ts';
+import { get, query, request, type Checkpoint, type CheckpointDeleteResponse, type ListPage, type ModelSummary } from '../api.ts';
 import { confirmDialog, emptyState, errorBox, h, replace, spinner, toast } from '../dom.ts';
 import { absoluteTime, metricLabel, num, relativeTime } from '../format.ts';
 import { href } from '../router.ts';
@@ -134,7 +134,7 @@ async function deleteSelected(ct: CheckpointsTable): Promise<void> {
   });
   if (!confirmed) return;
   try {
-    const result = await request<{ deleted_count: number; not_found_steps: number[] }>('DELETE', `/v1/preview/models/${ct.model.id}/checkpoints`, { steps });
+    const result = await request<CheckpointDeleteResponse>('DELETE', `/v1/preview/models/${ct.model.id}/checkpoints`, { steps });
     toast(`Deleted ${result.deleted_count} checkpoint${result.deleted_count === 1 ? '' : 's'}`);
     ct.selected.clear();
     await loadCheckpoints(ct, true);
