@@ -46,7 +46,7 @@ export function splitOfSource(source: string): { split: string; prefix: string }
 /** The newest reward per split among rows given newest first. */
 export function latestRewards(rows: RunMetricRow[]): LatestRewards {
   const bySplit: Record<string, RewardPoint> = {};
-  let last: (RewardPoint & { split: string }) | null = null;
+  let last: LatestRewards['last'] = null;
   for (const row of rows) {
     const { split, prefix } = splitOfSource(row.source);
     if (split in bySplit) continue;

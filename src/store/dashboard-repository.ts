@@ -202,7 +202,6 @@ export class DashboardRepository {
     return { items: rows.slice(0, query.limit).map(toStoredTrajectory), hasMore: rows.length > query.limit };
   }
 
-  /** Jobs of the given entities' models, newest first (ids are UUIDv7, so id order is creation order). */
   /** A job of one of these entities: where its request lies, for the configuration it ran with. */
   async findJob(jobId: string, entityIds: string[]): Promise<{ id: string; type: string; payload_path: string } | undefined> {
     if (entityIds.length === 0) return undefined;
@@ -215,6 +214,7 @@ export class DashboardRepository {
       .executeTakeFirst();
   }
 
+  /** Jobs of the given entities' models, newest first (ids are UUIDv7, so id order is creation order). */
   async pageJobs(
     entityIds: string[],
     query: { modelId?: string; statuses?: JobStatus[]; afterId?: string; limit: number },
