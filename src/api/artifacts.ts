@@ -1,15 +1,34 @@
 /** Artifact versions as upload and listing answer them (decisions.md § Artifacts). */
-import { Type } from '@sinclair/typebox';
+import { Type, type Static } from '@sinclair/typebox';
+import type { ArtifactVersionRecord } from '../store/artifact-repository.ts';
+
+export const ArtifactFile = Type.Object({ name: Type.String(), size: Type.Integer(), sha256: Type.String() });
+export type ArtifactFile = Static<typeof ArtifactFile>;
 
 export const ArtifactVersion = Type.Object({
   entity: Type.String(),
   project: Type.String(),
   name: Type.String(),
   version: Type.String({ pattern: '^v\\d+$' }),
-  files: Type.Array(Type.Object({ name: Type.String(), size: Type.Integer(), sha256: Type.String() })),
+  files: Type.Array(ArtifactFile),
   /** `wandb-artifact:///{entity}/{project}/{name}:v{K}`, what `training_data_url` takes. */
   url: Type.String(),
   created_at: Type.String(),
 });
+export type ArtifactVersion = Static<typeof ArtifactVersion>;
+
+/** A stored version as the API answers it, named by the entity's name (the record holds its id). */
+export function toArtifactVersion(entityName: string, record: ArtifactVersionRecord): ArtifactVersion {
+  const tag = `v${record.version}`;
+  return {
+    entity: entityName,
+    project: record.project,
+    name: record.name,
+    version: tag,
+    files: record.files,
+    url: `wandb-artifact:///${entityName}/${record.project}/${record.name}:${tag}`,
+    created_at: record.createdAt,
+  };
+}
 
 export const ArtifactVersionList = Type.Object({ object: Type.Literal('list'), data: Type.Array(ArtifactVersion) });

@@ -1,5 +1,6 @@
 /** Wire schemas of models, checkpoints and trajectory logging; they produce the TypeScript types. */
 import { Type, type Static } from '@sinclair/typebox';
+import type { CheckpointRecord, ModelRow } from '../store/model-repository.ts';
 
 /** Names of projects, models and log splits: safe as path segments and in `entity/project/name` strings. */
 export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,128}$';
@@ -27,6 +28,10 @@ export const ModelResponse = Type.Object({
 });
 export type ModelResponse = Static<typeof ModelResponse>;
 
+export function toModelResponse(row: ModelRow): ModelResponse {
+  return { id: row.id, entity: row.entity_name, project: row.project, name: row.name, base_model: row.base_model, run_id: row.run_id };
+}
+
 export const ModelDeleteResponse = Type.Object({
   model_id: Type.String(),
   deleted_checkpoints: Type.Integer(),
@@ -41,14 +46,8 @@ export const Checkpoint = Type.Object({
 });
 export type Checkpoint = Static<typeof Checkpoint>;
 
-export function listEnvelope<T extends ReturnType<typeof Type.Object>>(item: T) {
-  return Type.Object({
-    object: Type.Literal('list'),
-    data: Type.Array(item),
-    has_more: Type.Boolean(),
-    first_id: Type.String(),
-    last_id: Type.String(),
-  });
+export function toCheckpointResponse(checkpoint: CheckpointRecord): Checkpoint {
+  return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
 }
 
 export const CheckpointDeleteBody = Type.Object(
@@ -61,6 +60,7 @@ export const CheckpointDeleteResponse = Type.Object({
   deleted_count: Type.Integer(),
   not_found_steps: Type.Array(Type.Integer()),
 });
+export type CheckpointDeleteResponse = Static<typeof CheckpointDeleteResponse>;
 
 const ToolDefinition = Type.Object(
   {
@@ -144,7 +144,9 @@ export const AdapterArchive = {
 export const ModelForkBody = Type.Object(
   {
     name: Type.String({ pattern: NAME_PATTERN }),
+    /** Defaults to the parent's project. */
     project: Type.Optional(Type.String({ pattern: NAME_PATTERN })),
+    /** Defaults to the parent's latest checkpoint. */
     step: Type.Optional(Type.Integer({ minimum: 0 })),
   },
   { additionalProperties: false },
@@ -170,12 +172,16 @@ const RetentionFields = {
   best_mode: Type.Union([Type.Literal('max'), Type.Literal('min')]),
 };
 
+/** Which checkpoints a model keeps: its own policy (stored with the model) or the server default. */
+export const RetentionPolicy = Type.Object(RetentionFields);
+export type RetentionPolicy = Static<typeof RetentionPolicy>;
+
 /** PUT /v1/preview/models/{id}/retention: fields left out keep everything on that axis (best_mode: max). */
 export const RetentionBody = Type.Partial(Type.Object(RetentionFields, { additionalProperties: false }));
 export type RetentionBody = Static<typeof RetentionBody>;
 
 export const RetentionResponse = Type.Object({
-  policy: Type.Object(RetentionFields),
+  policy: RetentionPolicy,
   /** Whether the policy is the model's own or the server default. */
   source: Type.Union([Type.Literal('model'), Type.Literal('server')]),
   deleted_steps: Type.Optional(Type.Array(Type.Integer())),

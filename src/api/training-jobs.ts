@@ -1,5 +1,6 @@
 /** Wire schemas of training jobs (RL and SFT submissions, the job record, events). */
 import { Type, type Static } from '@sinclair/typebox';
+import type { EventRecord, JobRow } from '../store/job-repository.ts';
 import { TrajectoryGroup } from './models.ts';
 
 export const RlJobBody = Type.Object(
@@ -12,7 +13,11 @@ export const RlJobBody = Type.Object(
 );
 export type RlJobBody = Static<typeof RlJobBody>;
 
+export const JOB_STATUSES = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
 export const JobCreated = Type.Object({ id: Type.String() });
+export type JobCreated = Static<typeof JobCreated>;
 
 export const TrainingJob = Type.Object({
   id: Type.String(),
@@ -30,12 +35,34 @@ export const TrainingJob = Type.Object({
 });
 export type TrainingJob = Static<typeof TrainingJob>;
 
+export function toTrainingJob(job: JobRow): TrainingJob {
+  return {
+    id: job.id,
+    object: 'training_job',
+    type: job.type,
+    model_id: job.model_id,
+    status: job.status,
+    created_at: job.created_at,
+    started_at: job.started_at,
+    finished_at: job.finished_at,
+    error: job.error_code ? { code: job.error_code, message: job.error_message ?? '' } : null,
+    checkpoint_step: job.checkpoint_step,
+    num_sequences: job.num_sequences,
+    metrics: job.metrics,
+  };
+}
+
 export const TrainingJobEvent = Type.Object({
   id: Type.String(),
   type: Type.String(),
   created_at: Type.String(),
   data: Type.Record(Type.String(), Type.Unknown()),
 });
+export type TrainingJobEvent = Static<typeof TrainingJobEvent>;
+
+export function toTrainingJobEvent(event: EventRecord): TrainingJobEvent {
+  return { id: event.id, type: event.type, created_at: event.created_at, data: event.data };
+}
 
 export const SftJobBody = Type.Object(
   {

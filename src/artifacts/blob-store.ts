@@ -9,12 +9,10 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import type { ArtifactFile } from '../api/artifacts.ts';
 
-export interface StagedFile {
-  name: string;
-  size: number;
-  sha256: string;
-}
+/** A staged file is listed in its version as it was hashed on the way in. */
+export type StagedFile = ArtifactFile;
 
 export interface BlobStore {
   /** Streams `source` into the staging area `stagingId`; the hash and size are computed on the way. */

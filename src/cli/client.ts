@@ -4,6 +4,8 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import type { IdentityResponse } from '../api/identity.ts';
+import type { ModelResponse } from '../api/models.ts';
 import type { Config } from '../config.ts';
 import { BOOTSTRAP_KEY_FILE } from '../services/auth-service.ts';
 
@@ -52,7 +54,7 @@ export async function resolveModelId(client: ServiceClient, idOrName: string): P
   const parts = idOrName.split('/');
   if (parts.length === 1) return idOrName;
   if (parts.length > 3 || parts.some((part) => part === '')) throw new Error(`${idOrName}: expected a model id, entity/project/name or project/name`);
-  const [entity, project, name] = parts.length === 3 ? parts : [(await client.json<{ entity: string }>('GET', '/v1/preview/me')).entity, ...parts];
+  const [entity, project, name] = parts.length === 3 ? parts : [(await client.json<IdentityResponse>('GET', '/v1/preview/me')).entity, ...parts];
   const route = `/v1/preview/models/by-name/${[entity, project, name].map(encodeURIComponent).join('/')}`;
-  return (await client.json<{ id: string }>('GET', route)).id;
+  return (await client.json<ModelResponse>('GET', route)).id;
 }

@@ -1,20 +1,17 @@
 /** `sft`: upload the data, start an SFT job on a model, and follow its events with a progress bar until it ends. */
+import type { ListPage } from '../api/lists.ts';
+import type { ModelResponse } from '../api/models.ts';
+import type { JobCreated, TrainingJobEvent } from '../api/training-jobs.ts';
 import { resolveModelId, type ServiceClient } from './client.ts';
 import { ProgressBar } from './progress.ts';
 import { uploadFiles } from './upload.ts';
 import { checkSftData, describeProblems } from './sft-check.ts';
 
-interface Event {
-  id: string;
-  type: string;
-  data: Record<string, unknown>;
-}
-
 export async function followJob(client: ServiceClient, jobId: string, pollMs = 1000): Promise<{ ok: boolean; message: string }> {
   let after = '';
   let bar: ProgressBar | undefined;
   for (;;) {
-    const page = await client.json<{ data: Event[]; has_more: boolean }>('GET', `/v1/preview/training-jobs/${jobId}/events?limit=100${after ? `&after=${after}` : ''}`);
+    const page = await client.json<ListPage<TrainingJobEvent>>('GET', `/v1/preview/training-jobs/${jobId}/events?limit=100${after ? `&after=${after}` : ''}`);
     for (const event of page.data) {
       after = event.id;
       if (event.type === 'training_started') bar = new ProgressBar('train', Number(event.data.num_sequences));
@@ -39,11 +36,11 @@ export async function runSft(
   const model = await findModel(client, modelId);
   const artifact = await uploadFiles(client, { entity: model.entity, project: model.project, name: `${model.name}-sft-data` }, options.inputs);
   const config = { ...(options.batchSize ? { batch_size: options.batchSize } : {}), ...(options.learningRate ? { learning_rate: options.learningRate } : {}) };
-  const job = await client.json<{ id: string }>('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config });
+  const job = await client.json<JobCreated>('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config });
   const outcome = await followJob(client, job.id);
   return { ...outcome, jobId: job.id, url: artifact.url };
 }
 
 function findModel(client: ServiceClient, modelId: string): Promise<{ entity: string; project: string; name: string }> {
-  return client.json<{ entity: string; project: string; name: string }>('GET', `/v1/preview/models/${modelId}`);
+  return client.json<ModelResponse>('GET', `/v1/preview/models/${modelId}`);
 }

@@ -5,14 +5,12 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import type { ArtifactVersion } from '../api/artifacts.ts';
 import type { ServiceClient } from './client.ts';
 import { formatBytes, ProgressBar } from './progress.ts';
 
-export interface UploadedArtifact {
-  url: string;
-  version: string;
-  files: { name: string; size: number; sha256: string }[];
-}
+/** What an upload answers: the new version, with the URL SFT jobs take. */
+export type UploadedArtifact = Pick<ArtifactVersion, 'url' | 'version' | 'files'>;
 
 /** The files named, with every regular file directly inside a named folder. */
 export function collectFiles(inputs: string[]): string[] {

@@ -4,14 +4,13 @@
  * bearer auth. Thin: parse the query, call the service, shape the list envelope.
  */
 import zlib from 'node:zlib';
-import { Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { listEnvelope, SPLIT_PATTERN } from '../api/models.ts';
-import { TrainingJob } from '../api/training-jobs.ts';
-import { TrainedTokens } from '../api/trained-tokens.ts';
+import { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../api/dashboard.ts';
+import { listEnvelope, toListPage } from '../api/lists.ts';
+import { SPLIT_PATTERN } from '../api/models.ts';
+import { JOB_STATUSES, type JobStatus } from '../api/training-jobs.ts';
 import { AppError, validationError } from '../errors.ts';
-import { JOB_STATUSES, type DashboardService } from '../services/dashboard-service.ts';
-import type { JobStatus } from '../store/schema.ts';
+import type { DashboardService } from '../services/dashboard-service.ts';
 import { buildDashboard, type DashboardBundle } from '../../web/build.ts';
 import { queryInteger, queryString } from './query.ts';
 
@@ -28,91 +27,6 @@ const CONTENT_SECURITY_POLICY = [
   "form-action 'self'",
   "frame-ancestors 'none'",
 ].join('; ');
-
-const Json = Type.Record(Type.String(), Type.Unknown());
-const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
-const RewardPoint = Type.Object({ value: Type.Number(), std_dev: NullableNumber, step: Type.Integer() });
-
-const Overview = Type.Object({
-  entity: Type.String(),
-  entities: Type.Array(Type.String()),
-  base_models: Type.Array(Type.String()),
-  default_base_model: Type.String(),
-});
-
-const ModelSummary = Type.Object({
-  id: Type.String(),
-  entity: Type.String(),
-  project: Type.String(),
-  name: Type.String(),
-  base_model: Type.String(),
-  run_id: Type.String(),
-  created_at: Type.String(),
-  inference_name: Type.String(),
-  latest_step: Type.Union([Type.Integer(), Type.Null()]),
-  checkpoint_count: Type.Integer(),
-  last_reward: Type.Union([Type.Object({ ...RewardPoint.properties, split: Type.String() }), Type.Null()]),
-  rewards: Type.Record(Type.String(), RewardPoint),
-  last_job: Type.Union([Type.Object({ id: Type.String(), status: Type.String() }), Type.Null()]),
-});
-
-const MetricRow = Type.Object({
-  id: Type.String(),
-  step: Type.Integer(),
-  source: Type.String(),
-  split: Type.String(),
-  metrics: Json,
-  created_at: Type.String(),
-});
-
-const TrajectorySteps = Type.Object({
-  splits: Type.Array(
-    Type.Object({ split: Type.String(), count: Type.Integer(), steps: Type.Array(Type.Object({ step: Type.Integer(), count: Type.Integer() })) }),
-  ),
-});
-
-const TrajectoryFields = {
-  id: Type.String(),
-  split: Type.String(),
-  step: Type.Integer(),
-  group_index: Type.Integer(),
-  trajectory_index: Type.Integer(),
-  reward: NullableNumber,
-  created_at: Type.String(),
-};
-
-const TrajectorySummary = Type.Object({
-  ...TrajectoryFields,
-  num_messages: Type.Integer(),
-  num_tool_calls: Type.Integer(),
-  has_reasoning: Type.Boolean(),
-  prompt_preview: Type.String(),
-  response_preview: Type.String(),
-  response_chars: Type.Integer(),
-  completion_tokens: Type.Union([Type.Integer(), Type.Null()]),
-  finish_reason: Type.Union([Type.String(), Type.Null()]),
-  metrics: Type.Record(Type.String(), Type.Number()),
-});
-
-const Trajectory = Type.Object({ ...TrajectoryFields, data: Json, trained_tokens: TrainedTokens });
-
-const JobListItem = Type.Object({
-  ...TrainingJob.properties,
-  completed_steps: Type.Integer(),
-  model: Type.Object({ id: Type.String(), entity: Type.String(), project: Type.String(), name: Type.String() }),
-});
-
-const JobConfig = Type.Object({
-  job_id: Type.String(),
-  type: Type.String(),
-  config: Type.Union([Json, Type.Null()]),
-  num_trajectory_groups: Type.Union([Type.Integer(), Type.Null()]),
-  num_trajectories: Type.Union([Type.Integer(), Type.Null()]),
-});
-
-function envelope<T extends { id: string }>(page: { items: T[]; hasMore: boolean }) {
-  return { object: 'list' as const, data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
-}
 
 function splitParam(query: Query): string {
   const split = queryString(query, 'split');
@@ -132,21 +46,33 @@ function statusesParam(query: Query): JobStatus[] | undefined {
   return statuses as JobStatus[];
 }
 
-/** Serves the built page and assets, compressed when the client accepts it. */
-function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>) {
-  let bundle: Promise<{ bundle: DashboardBundle; gzip: Map<string, Buffer>; brotli: Map<string, Buffer> }> | null = null;
-  const load = () => {
+/** The built dashboard with gzip and brotli copies of every file worth compressing. */
+interface CompressedBundle {
+  bundle: DashboardBundle;
+  gzip: Map<string, Buffer>;
+  brotli: Map<string, Buffer>;
+}
+
+function compress(built: DashboardBundle): CompressedBundle {
+  const gzip = new Map<string, Buffer>();
+  const brotli = new Map<string, Buffer>();
+  for (const [urlPath, file] of built.files) {
+    if (file.body.length < 1024) continue;
+    gzip.set(urlPath, zlib.gzipSync(file.body, { level: 9 }));
+    brotli.set(urlPath, zlib.brotliCompressSync(file.body));
+  }
+  return { bundle: built, gzip, brotli };
+}
+
+/** Builds once and shares the result; a failed build is forgotten so the next request tries again. */
+function bundleLoader(app: FastifyInstance, build: () => Promise<DashboardBundle>): () => Promise<CompressedBundle> {
+  let bundle: Promise<CompressedBundle> | null = null;
+  return () => {
     bundle ??= build()
       .then((built) => {
-        const gzip = new Map<string, Buffer>();
-        const brotli = new Map<string, Buffer>();
-        for (const [urlPath, file] of built.files) {
-          if (file.body.length < 1024) continue;
-          gzip.set(urlPath, zlib.gzipSync(file.body, { level: 9 }));
-          brotli.set(urlPath, zlib.brotliCompressSync(file.body));
-        }
+        const compressed = compress(built);
         app.log.info({ buildMs: Math.round(built.buildMs), files: built.files.size }, 'dashboard built');
-        return { bundle: built, gzip, brotli };
+        return compressed;
       })
       .catch((error: unknown) => {
         bundle = null;
@@ -154,7 +80,31 @@ function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>
       });
     return bundle;
   };
+}
 
+/** One file of the bundle, compressed as the client accepts, with the page's security headers on the HTML. */
+function sendFile(loaded: CompressedBundle, urlPath: string, request: FastifyRequest, reply: FastifyReply) {
+  const file = loaded.bundle.files.get(urlPath);
+  if (!file) throw new AppError('not_found', `No dashboard file ${urlPath}`);
+  const accepts = String(request.headers['accept-encoding'] ?? '');
+  const brotli = /\bbr\b/.test(accepts) ? loaded.brotli.get(urlPath) : undefined;
+  const gzip = !brotli && /\bgzip\b/.test(accepts) ? loaded.gzip.get(urlPath) : undefined;
+  reply
+    .header('content-type', file.contentType)
+    .header('cache-control', file.immutable ? 'public, max-age=31536000, immutable' : 'no-cache')
+    .header('x-content-type-options', 'nosniff')
+    .header('vary', 'accept-encoding');
+  if (file.contentType.startsWith('text/html')) {
+    reply.header('content-security-policy', CONTENT_SECURITY_POLICY).header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
+  }
+  if (brotli) return reply.header('content-encoding', 'br').send(brotli);
+  if (gzip) return reply.header('content-encoding', 'gzip').send(gzip);
+  return reply.send(file.body);
+}
+
+/** Serves the built page and assets, compressed when the client accepts it. */
+function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>) {
+  const load = bundleLoader(app, build);
   const serve = async (urlPath: string, request: FastifyRequest, reply: FastifyReply) => {
     let loaded;
     try {
@@ -163,24 +113,8 @@ function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>
       request.log.error({ err: error }, 'dashboard build failed');
       throw new AppError('internal', `The dashboard could not be built: ${(error as Error).message}`);
     }
-    const file = loaded.bundle.files.get(urlPath);
-    if (!file) throw new AppError('not_found', `No dashboard file ${urlPath}`);
-    const accepts = String(request.headers['accept-encoding'] ?? '');
-    const brotli = /\bbr\b/.test(accepts) ? loaded.brotli.get(urlPath) : undefined;
-    const gzip = !brotli && /\bgzip\b/.test(accepts) ? loaded.gzip.get(urlPath) : undefined;
-    reply
-      .header('content-type', file.contentType)
-      .header('cache-control', file.immutable ? 'public, max-age=31536000, immutable' : 'no-cache')
-      .header('x-content-type-options', 'nosniff')
-      .header('vary', 'accept-encoding');
-    if (file.contentType.startsWith('text/html')) {
-      reply.header('content-security-policy', CONTENT_SECURITY_POLICY).header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
-    }
-    if (brotli) return reply.header('content-encoding', 'br').send(brotli);
-    if (gzip) return reply.header('content-encoding', 'gzip').send(gzip);
-    return reply.send(file.body);
+    return sendFile(loaded, urlPath, request, reply);
   };
-
   const open = { config: { public: true } };
   app.get('/', open, (request, reply) => serve('/', request, reply));
   app.get('/index.html', open, (request, reply) => serve('/', request, reply));
@@ -194,11 +128,15 @@ function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>
 
 export function registerDashboardRoutes(app: FastifyInstance, dashboard: DashboardService, options: { build?: () => Promise<DashboardBundle> } = {}): void {
   staticFiles(app, options.build ?? (() => buildDashboard()));
-
   app.get('/v1/dashboard/overview', { schema: { response: { 200: Overview } } }, async (request) => dashboard.overview(request.principal));
+  modelRoutes(app, dashboard);
+  trajectoryRoutes(app, dashboard);
+  jobRoutes(app, dashboard);
+}
 
+function modelRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   app.get<{ Querystring: Query }>('/v1/dashboard/models', { schema: { response: { 200: listEnvelope(ModelSummary) } } }, async (request) =>
-    envelope(
+    toListPage(
       await dashboard.listModels(request.principal, {
         project: queryString(request.query, 'project'),
         after: queryString(request.query, 'after'),
@@ -215,14 +153,16 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
     '/v1/dashboard/models/:model_id/metrics',
     { schema: { response: { 200: listEnvelope(MetricRow) } } },
     async (request) =>
-      envelope(
+      toListPage(
         await dashboard.metrics(request.principal, request.params.model_id, {
           after: queryString(request.query, 'after'),
           limit: queryInteger(request.query, 'limit', 1000, 1, 5000),
         }),
       ),
   );
+}
 
+function trajectoryRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   app.get<{ Params: { model_id: string } }>('/v1/dashboard/models/:model_id/trajectory-steps', { schema: { response: { 200: TrajectorySteps } } }, async (request) =>
     dashboard.trajectorySteps(request.principal, request.params.model_id),
   );
@@ -231,7 +171,7 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
     '/v1/dashboard/models/:model_id/trajectories',
     { schema: { response: { 200: listEnvelope(TrajectorySummary) } } },
     async (request) =>
-      envelope(
+      toListPage(
         await dashboard.trajectories(request.principal, request.params.model_id, {
           split: splitParam(request.query),
           step: request.query.step === undefined ? undefined : queryInteger(request.query, 'step', 0, 0, Number.MAX_SAFE_INTEGER),
@@ -243,16 +183,18 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
 
   app.get<{ Params: { model_id: string; trajectory_id: string } }>(
     '/v1/dashboard/models/:model_id/trajectories/:trajectory_id',
-    { schema: { response: { 200: Trajectory } } },
+    { schema: { response: { 200: TrajectoryDetail } } },
     async (request) => dashboard.trajectory(request.principal, request.params.model_id, request.params.trajectory_id),
   );
+}
 
+function jobRoutes(app: FastifyInstance, dashboard: DashboardService): void {
   app.get<{ Params: { job_id: string } }>('/v1/dashboard/jobs/:job_id/config', { schema: { response: { 200: JobConfig } } }, async (request) =>
     dashboard.jobConfig(request.principal, request.params.job_id),
   );
 
   app.get<{ Querystring: Query }>('/v1/dashboard/jobs', { schema: { response: { 200: listEnvelope(JobListItem) } } }, async (request) =>
-    envelope(
+    toListPage(
       await dashboard.jobs(request.principal, {
         modelId: queryString(request.query, 'model_id'),
         statuses: statusesParam(request.query),

@@ -9,18 +9,15 @@ import {
   ModelCreateBody,
   ModelDeleteResponse,
   ModelResponse,
-  listEnvelope,
+  toCheckpointResponse,
+  toModelResponse,
 } from '../api/models.ts';
-import type { CheckpointRecord } from '../store/model-repository.ts';
-import { toModelView, type ModelService } from '../services/model-service.ts';
+import { listEnvelope, toListPage } from '../api/lists.ts';
+import type { ModelService } from '../services/model-service.ts';
 import type { TrajectoryService } from '../services/trajectory-service.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
 
 type Query = Record<string, unknown>;
-
-export function toCheckpointView(checkpoint: CheckpointRecord) {
-  return { id: checkpoint.id, step: checkpoint.step, metrics: checkpoint.metrics, created_at: checkpoint.createdAt };
-}
 
 export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService }): void {
   app.post<{ Body: ModelCreateBody }>(
@@ -33,14 +30,14 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
   app.get<{ Params: { model_id: string } }>(
     '/v1/preview/models/:model_id',
     { schema: { response: { 200: ModelResponse } } },
-    async (request) => toModelView(await services.models.getOwned(request.principal, request.params.model_id)),
+    async (request) => toModelResponse(await services.models.getOwned(request.principal, request.params.model_id)),
   );
 
   // Names where the CLI and people have them; every other route takes the id this answers.
   app.get<{ Params: { entity: string; project: string; name: string } }>(
     '/v1/preview/models/by-name/:entity/:project/:name',
     { schema: { summary: 'Read one model by its entity/project/name', response: { 200: ModelResponse } } },
-    async (request) => toModelView(await services.models.getOwnedByName(request.principal, request.params.entity, request.params.project, request.params.name)),
+    async (request) => toModelResponse(await services.models.getOwnedByName(request.principal, request.params.entity, request.params.project, request.params.name)),
   );
 
   app.delete<{ Params: { model_id: string } }>(
@@ -59,8 +56,7 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
         order: queryEnum(request.query, 'order', ['asc', 'desc'] as const, 'asc'),
       };
       const page = await services.models.listCheckpoints(request.principal, request.params.model_id, query);
-      const data = page.items.map(toCheckpointView);
-      return { object: 'list', data, has_more: page.hasMore, first_id: data[0]?.id ?? '', last_id: data.at(-1)?.id ?? '' };
+      return toListPage({ items: page.items.map(toCheckpointResponse), hasMore: page.hasMore });
     },
   );
 

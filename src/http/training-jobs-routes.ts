@@ -1,6 +1,6 @@
 /** /v1/preview/training-jobs: submit RL jobs, read a job, follow its events, cancel it. */
 import type { FastifyInstance } from 'fastify';
-import { listEnvelope } from '../api/models.ts';
+import { listEnvelope, toListPage } from '../api/lists.ts';
 import { JobCreated, RlJobBody, SftJobBody, TrainingJob, TrainingJobEvent } from '../api/training-jobs.ts';
 import type { TrainingJobService } from '../services/training-job-service.ts';
 import { queryInteger, queryString } from './query.ts';
@@ -37,7 +37,7 @@ export function registerTrainingJobRoutes(app: FastifyInstance, jobs: TrainingJo
       const after = queryString(request.query, 'after');
       const limit = queryInteger(request.query, 'limit', 20, 1, 100);
       const page = await jobs.events(request.principal, request.params.id, after, limit);
-      return { object: 'list', data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
+      return toListPage(page);
     },
   );
 }

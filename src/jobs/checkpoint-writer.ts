@@ -69,7 +69,7 @@ export class CheckpointWriter {
       base,
       engine,
       adapter,
-      fromStep: latest?.step ?? Number(model.last_step),
+      fromStep: latest?.step ?? model.last_step,
       reference: async (step) => {
         const checkpoint = await this.models.findCheckpointByStep(model.id, step);
         if (!checkpoint && step !== 0) throw new JobError('kl_reference_missing', `The KL reference step ${step} has no checkpoint (it was deleted or does not exist yet)`);
@@ -78,7 +78,7 @@ export class CheckpointWriter {
       commit: async (metrics) => {
         const current = await this.models.findById(model.id);
         if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
-        const step = Number(current.last_step) + 1;
+        const step = current.last_step + 1;
         const checkpointsDir = path.join(this.modelService.modelFolder(model.id), 'checkpoints');
         const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
         const final = path.join(checkpointsDir, String(step));

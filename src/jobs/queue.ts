@@ -8,7 +8,8 @@ import path from 'node:path';
 import type { Clock } from '../clock.ts';
 import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import type { EventRow, JobOutcome, JobRepository, JobRow } from '../store/job-repository.ts';
+import { toJobRow, type EventRow, type JobOutcome, type JobRepository, type JobRow } from '../store/job-repository.ts';
+import type { TrainingJobTable } from '../store/schema.ts';
 
 export interface QueueOptions {
   leaseMs: number;
@@ -48,7 +49,7 @@ export class JobQueue {
       await handle.close();
     }
     await fs.rename(temporary, payloadPath);
-    const job: JobRow = {
+    const job: TrainingJobTable = {
       id,
       model_id: input.modelId,
       type: input.type,
@@ -68,7 +69,7 @@ export class JobQueue {
       finished_at: null,
     };
     await this.jobs.insert(job);
-    return job;
+    return toJobRow(job);
   }
 
   async readPayload<T>(job: JobRow): Promise<T> {

@@ -15,7 +15,8 @@ import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import { ADAPTER_CONFIG, ADAPTER_WEIGHTS } from './checkpoint-export.ts';
 import { baseDims, checkLoraConfig, checkLoraTensors } from './adapter-validation.ts';
-import type { CreateModelInput, ModelService, ModelView } from './model-service.ts';
+import type { ModelCreateBody, ModelResponse } from '../api/models.ts';
+import type { ModelService } from './model-service.ts';
 
 const MAX_CONFIG_BYTES = 1 << 20;
 const MAX_HEADER_BYTES = 100 << 20;
@@ -30,7 +31,7 @@ export class AdapterImporter {
     private readonly maxBytes: number,
   ) {}
 
-  async import(principal: Principal, input: CreateModelInput, upload: Readable): Promise<ModelView> {
+  async import(principal: Principal, input: ModelCreateBody, upload: Readable): Promise<ModelResponse> {
     const base = this.baseModels.find(input.base_model);
     if (!base) throw validationError([{ loc: ['query', 'base_model'], msg: `Unknown base model ${JSON.stringify(input.base_model)}; this server can load: ${this.baseModels.loadableIds().join(', ')}`, type: 'value_error' }]);
     await fs.mkdir(this.stagingDir, { recursive: true });

@@ -7,23 +7,14 @@ import type { Readable } from 'node:stream';
 import { AppError, excerpt, validationError, type FieldProblem } from '../errors.ts';
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
-import type { ArtifactRepository, ArtifactVersion } from '../store/artifact-repository.ts';
+import { toArtifactVersion, type ArtifactVersion } from '../api/artifacts.ts';
+import type { ArtifactRepository, ArtifactVersionRecord } from '../store/artifact-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { BlobStore, StagedFile } from '../artifacts/blob-store.ts';
 
 export const ARTIFACT_NAME = /^[A-Za-z0-9._-]{1,128}$/;
 const FILE_NAME = /^[A-Za-z0-9._-]{1,255}$/;
 const ARTIFACT_URL = /^wandb-artifact:\/\/\/([^/]+)\/([^/]+)\/([^/:]+):(v(\d+)|latest)$/;
-
-export interface ArtifactView {
-  entity: string;
-  project: string;
-  name: string;
-  version: string;
-  files: StagedFile[];
-  url: string;
-  created_at: string;
-}
 
 export function isSafeFileName(name: string): boolean {
   return FILE_NAME.test(name) && name !== '.' && name !== '..';
@@ -43,21 +34,8 @@ export class ArtifactService {
   ) {}
 
   /** Where a version's files live in the blob store. */
-  storageKey(version: ArtifactVersion): string {
+  storageKey(version: ArtifactVersionRecord): string {
     return `${version.entityId}/${version.project}/${version.name}/v${version.version}`;
-  }
-
-  view(entityName: string, version: ArtifactVersion): ArtifactView {
-    const tag = `v${version.version}`;
-    return {
-      entity: entityName,
-      project: version.project,
-      name: version.name,
-      version: tag,
-      files: version.files,
-      url: `wandb-artifact:///${entityName}/${version.project}/${version.name}:${tag}`,
-      created_at: version.createdAt,
-    };
   }
 
   private writableEntity(principal: Principal, entityName: string) {
@@ -73,7 +51,7 @@ export class ArtifactService {
   }
 
   /** Streams every file into staging, then commits them as the next version; nothing is kept on failure. */
-  async upload(principal: Principal, target: { entity: string; project: string; name: string }, files: AsyncIterable<{ field: string; fileName: string | undefined; stream: Readable }>): Promise<ArtifactView> {
+  async upload(principal: Principal, target: { entity: string; project: string; name: string }, files: AsyncIterable<{ field: string; fileName: string | undefined; stream: Readable }>): Promise<ArtifactVersion> {
     checkName('project', target.project);
     checkName('name', target.name);
     const entity = this.writableEntity(principal, target.entity);
@@ -102,17 +80,17 @@ export class ArtifactService {
         staged,
         (number) => this.blobs.commit(stagingId, `${entity.id}/${target.project}/${target.name}/v${number}`),
       );
-      return this.view(entity.name, version);
+      return toArtifactVersion(entity.name, version);
     } finally {
       await this.blobs.discard(stagingId);
     }
   }
 
-  async versions(principal: Principal, target: { entity: string; project: string; name: string }): Promise<ArtifactView[]> {
+  async versions(principal: Principal, target: { entity: string; project: string; name: string }): Promise<ArtifactVersion[]> {
     const entity = this.readableEntity(principal, target.entity);
     const versions = await this.artifacts.versions(entity.id, target.project, target.name);
     if (versions.length === 0) throw new AppError('not_found', 'Artifact not found');
-    return versions.map((version) => this.view(entity.name, version));
+    return versions.map((version) => toArtifactVersion(entity.name, version));
   }
 
   async download(principal: Principal, target: { entity: string; project: string; name: string; version: number | 'latest'; file: string }): Promise<{ stream: Readable; size: number }> {
@@ -127,7 +105,7 @@ export class ArtifactService {
    * Resolves a `training_data_url` for a submit: the artifact version and how to open its files, or the
    * field problems that make the submit a 422.
    */
-  async resolveTrainingData(principal: Principal, url: string, loc: (string | number)[]): Promise<{ version: ArtifactVersion; key: string } | { problems: FieldProblem[] }> {
+  async resolveTrainingData(principal: Principal, url: string, loc: (string | number)[]): Promise<{ version: ArtifactVersionRecord; key: string } | { problems: FieldProblem[] }> {
     const match = ARTIFACT_URL.exec(url);
     if (!match) return { problems: [{ loc, msg: 'expected wandb-artifact:///{entity}/{project}/{name}:v{K} or :latest (no other scheme is fetched)', type: 'value_error' }] };
     const [, entityName, project, name, , number] = match;

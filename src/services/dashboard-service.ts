@@ -5,106 +5,29 @@
  */
 import fs from 'node:fs/promises';
 import { notFound, validationError } from '../errors.ts';
-import type { JobStatus } from '../store/schema.ts';
+import {
+  toJobListItem,
+  toModelSummary,
+  type JobConfig,
+  type JobListItem,
+  type LatestRewards,
+  type MetricRow,
+  type ModelSummary,
+  type Overview,
+  type RewardPoint,
+  type TrajectoryDetail,
+  type TrajectorySteps,
+  type TrajectorySummary,
+} from '../api/dashboard.ts';
+import type { Page } from '../api/lists.ts';
+import type { JobStatus } from '../api/training-jobs.ts';
 import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
-import type { TrainedTokensView } from '../api/trained-tokens.ts';
-import type { DashboardRepository, JobListRow, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
+import type { DashboardRepository, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
 import { isChoice } from '../chat/trajectory-tokens.ts';
 import { mentionsReasoning, splitReasoning } from '../chat/reasoning.ts';
-
-export interface RewardPoint {
-  value: number;
-  std_dev: number | null;
-  step: number;
-}
-
-export interface ModelSummaryView {
-  id: string;
-  entity: string;
-  project: string;
-  name: string;
-  base_model: string;
-  run_id: string;
-  created_at: string;
-  /** `entity/project/name`: the chat completions model name (add `:stepN` for a checkpoint). */
-  inference_name: string;
-  latest_step: number | null;
-  checkpoint_count: number;
-  /** The newest reward of any split, and the newest per split (`train` is the RL jobs' own reward). */
-  last_reward: (RewardPoint & { split: string }) | null;
-  rewards: Record<string, RewardPoint>;
-  last_job: { id: string; status: JobStatus } | null;
-}
-
-export interface Page<T> {
-  items: T[];
-  hasMore: boolean;
-}
-
-export interface TrajectorySummaryView {
-  id: string;
-  split: string;
-  step: number;
-  group_index: number;
-  trajectory_index: number;
-  reward: number | null;
-  created_at: string;
-  num_messages: number;
-  num_tool_calls: number;
-  has_reasoning: boolean;
-  prompt_preview: string;
-  response_preview: string;
-  /** Characters the assistant wrote over the whole trajectory. */
-  response_chars: number;
-  /** Sampled tokens, from the choices' logprobs; null when no choice kept them. */
-  completion_tokens: number | null;
-  /** Of the last sampled choice; null when the trajectory holds plain messages only. */
-  finish_reason: string | null;
-  metrics: Record<string, number>;
-}
-
-export interface TrajectoryView {
-  id: string;
-  split: string;
-  step: number;
-  group_index: number;
-  trajectory_index: number;
-  reward: number | null;
-  created_at: string;
-  data: Record<string, unknown>;
-  trained_tokens: TrainedTokensView;
-}
-
-export interface JobListView {
-  id: string;
-  object: 'training_job';
-  type: string;
-  model_id: string;
-  status: JobStatus;
-  created_at: string;
-  started_at: string | null;
-  finished_at: string | null;
-  error: { code: string; message: string } | null;
-  checkpoint_step: number | null;
-  num_sequences: number | null;
-  completed_steps: number;
-  metrics: Record<string, number>;
-  model: { id: string; entity: string; project: string; name: string };
-}
-
-export interface JobConfigView {
-  job_id: string;
-  type: string;
-  /** RL: the parsed experimental_config with every default filled in; SFT: batch size, learning rate(s), conversations. Null once the request file is gone. */
-  config: Record<string, unknown> | null;
-  num_trajectory_groups: number | null;
-  num_trajectories: number | null;
-}
-
-export const JOB_STATUSES: readonly JobStatus[] = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'];
 
 /** How many of a run's newest metric rows are read to find each split's latest reward. */
 const REWARD_LOOKBACK_ROWS = 32;
@@ -122,9 +45,9 @@ export function splitOfSource(source: string): { split: string; prefix: string }
 }
 
 /** The newest reward per split among rows given newest first. */
-export function latestRewards(rows: RunMetricRow[]): { last: (RewardPoint & { split: string }) | null; bySplit: Record<string, RewardPoint> } {
+export function latestRewards(rows: RunMetricRow[]): LatestRewards {
   const bySplit: Record<string, RewardPoint> = {};
-  let last: (RewardPoint & { split: string }) | null = null;
+  let last: LatestRewards['last'] = null;
   for (const row of rows) {
     const { split, prefix } = splitOfSource(row.source);
     if (split in bySplit) continue;
@@ -173,7 +96,7 @@ function samplingOf(data: Record<string, unknown>, messages: Record<string, unkn
   };
 }
 
-export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
+export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummary {
   const messages = messagesOf(row.data);
   const firstUser = messages.find((message) => message.role === 'user');
   const lastAssistant = [...messages].reverse().find((message) => message.role === 'assistant');
@@ -212,25 +135,6 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummaryView {
   };
 }
 
-function toJobListView(row: JobListRow): JobListView {
-  return {
-    id: row.id,
-    object: 'training_job',
-    type: row.type,
-    model_id: row.model_id,
-    status: row.status,
-    created_at: row.created_at,
-    started_at: row.started_at,
-    finished_at: row.finished_at,
-    error: row.error_code ? { code: row.error_code, message: row.error_message ?? '' } : null,
-    checkpoint_step: row.checkpoint_step,
-    num_sequences: row.num_sequences,
-    completed_steps: row.completed_steps,
-    metrics: row.metrics,
-    model: { id: row.model_id, entity: row.entity_name, project: row.project, name: row.model_name },
-  };
-}
-
 export class DashboardService {
   constructor(
     private readonly repository: DashboardRepository,
@@ -239,7 +143,7 @@ export class DashboardService {
     private readonly baseModels: Pick<BaseModelRegistry, 'loadableIds' | 'defaultId'>,
   ) {}
 
-  overview(principal: Principal): { entity: string; entities: string[]; base_models: string[]; default_base_model: string } {
+  overview(principal: Principal): Overview {
     return {
       entity: principal.entityName,
       entities: principal.entities.map((entity) => entity.name),
@@ -248,26 +152,11 @@ export class DashboardService {
     };
   }
 
-  private async toSummaryView(row: ModelSummaryRow): Promise<ModelSummaryView> {
-    const { last, bySplit } = latestRewards(await this.repository.latestRunMetrics(row.run_id, REWARD_LOOKBACK_ROWS));
-    return {
-      id: row.id,
-      entity: row.entity_name,
-      project: row.project,
-      name: row.name,
-      base_model: row.base_model,
-      run_id: row.run_id,
-      created_at: row.created_at,
-      inference_name: `${row.entity_name}/${row.project}/${row.name}`,
-      latest_step: row.latest_step,
-      checkpoint_count: row.checkpoint_count,
-      last_reward: last,
-      rewards: bySplit,
-      last_job: row.last_job_id && row.last_job_status ? { id: row.last_job_id, status: row.last_job_status } : null,
-    };
+  private async toSummaryView(row: ModelSummaryRow): Promise<ModelSummary> {
+    return toModelSummary(row, latestRewards(await this.repository.latestRunMetrics(row.run_id, REWARD_LOOKBACK_ROWS)));
   }
 
-  async listModels(principal: Principal, query: { project?: string; after?: string; limit: number }): Promise<Page<ModelSummaryView>> {
+  async listModels(principal: Principal, query: { project?: string; after?: string; limit: number }): Promise<Page<ModelSummary>> {
     const entityIds = entityIdsOf(principal);
     let after: { entityName: string; project: string; name: string } | undefined;
     if (query.after !== undefined) {
@@ -279,7 +168,7 @@ export class DashboardService {
     return { items: await Promise.all(page.items.map((row) => this.toSummaryView(row))), hasMore: page.hasMore };
   }
 
-  async getModel(principal: Principal, modelId: string): Promise<ModelSummaryView> {
+  async getModel(principal: Principal, modelId: string): Promise<ModelSummary> {
     const model = await this.models.getOwned(principal, modelId);
     const row = await this.repository.modelSummary(model.id, entityIdsOf(principal));
     if (!row) throw new Error('an owned model has no summary');
@@ -287,7 +176,7 @@ export class DashboardService {
   }
 
   /** The run's metric history: one row per training job (`train`) or log call (`log:<split>`), in step order. */
-  async metrics(principal: Principal, modelId: string, query: { after?: string; limit: number }): Promise<Page<{ id: string; step: number; source: string; split: string; metrics: Record<string, unknown>; created_at: string }>> {
+  async metrics(principal: Principal, modelId: string, query: { after?: string; limit: number }): Promise<Page<MetricRow>> {
     const model = await this.models.getOwned(principal, modelId);
     let after: { step: number; id: number } | undefined;
     if (query.after !== undefined) {
@@ -302,9 +191,9 @@ export class DashboardService {
     };
   }
 
-  async trajectorySteps(principal: Principal, modelId: string): Promise<{ splits: { split: string; count: number; steps: { step: number; count: number }[] }[] }> {
+  async trajectorySteps(principal: Principal, modelId: string): Promise<TrajectorySteps> {
     const model = await this.models.getOwned(principal, modelId);
-    const splits = new Map<string, { split: string; count: number; steps: { step: number; count: number }[] }>();
+    const splits = new Map<string, TrajectorySteps['splits'][number]>();
     for (const row of await this.repository.trajectorySteps(model.id)) {
       const entry = splits.get(row.split) ?? { split: row.split, count: 0, steps: [] };
       entry.count += row.count;
@@ -314,7 +203,7 @@ export class DashboardService {
     return { splits: [...splits.values()] };
   }
 
-  async trajectories(principal: Principal, modelId: string, query: { split: string; step?: number; after?: string; limit: number }): Promise<Page<TrajectorySummaryView>> {
+  async trajectories(principal: Principal, modelId: string, query: { split: string; step?: number; after?: string; limit: number }): Promise<Page<TrajectorySummary>> {
     const model = await this.models.getOwned(principal, modelId);
     let after: { step: number; id: string } | undefined;
     if (query.after !== undefined) {
@@ -329,7 +218,7 @@ export class DashboardService {
     return { items: page.items.map(summarizeTrajectory), hasMore: page.hasMore };
   }
 
-  async trajectory(principal: Principal, modelId: string, trajectoryId: string): Promise<TrajectoryView> {
+  async trajectory(principal: Principal, modelId: string, trajectoryId: string): Promise<TrajectoryDetail> {
     const model = await this.models.getOwned(principal, modelId);
     const row = await this.repository.findTrajectory(model.id, trajectoryId);
     if (!row) throw notFound('Trajectory');
@@ -347,10 +236,10 @@ export class DashboardService {
   }
 
   /** The configuration a job ran with, read from the request it was queued with. */
-  async jobConfig(principal: Principal, jobId: string): Promise<JobConfigView> {
+  async jobConfig(principal: Principal, jobId: string): Promise<JobConfig> {
     const job = await this.repository.findJob(jobId, entityIdsOf(principal));
     if (!job) throw notFound('Training job');
-    const view: JobConfigView = { job_id: job.id, type: job.type, config: null, num_trajectory_groups: null, num_trajectories: null };
+    const view: JobConfig = { job_id: job.id, type: job.type, config: null, num_trajectory_groups: null, num_trajectories: null };
     let payload: Record<string, unknown>;
     try {
       payload = JSON.parse(await fs.readFile(job.payload_path, 'utf8')) as Record<string, unknown>;
@@ -371,9 +260,9 @@ export class DashboardService {
     };
   }
 
-  async jobs(principal: Principal, query: { modelId?: string; statuses?: JobStatus[]; after?: string; limit: number }): Promise<Page<JobListView>> {
+  async jobs(principal: Principal, query: { modelId?: string; statuses?: JobStatus[]; after?: string; limit: number }): Promise<Page<JobListItem>> {
     if (query.modelId !== undefined) await this.models.getOwned(principal, query.modelId);
     const page = await this.repository.pageJobs(entityIdsOf(principal), { modelId: query.modelId, statuses: query.statuses, afterId: query.after, limit: query.limit });
-    return { items: page.items.map(toJobListView), hasMore: page.hasMore };
+    return { items: page.items.map(toJobListItem), hasMore: page.hasMore };
   }
 }

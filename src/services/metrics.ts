@@ -4,6 +4,7 @@
  * sampled when scraped, each under a short timeout so a busy engine slows a scrape but never hangs it.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { JOB_STATUSES } from '../api/training-jobs.ts';
 import type { StatsReply } from '../engine/protocol.ts';
 
 export interface MetricsSources {
@@ -15,7 +16,6 @@ export interface MetricsSources {
 
 /** How long a scrape waits for one sampled source before reporting it as down. */
 const SAMPLE_TIMEOUT_MS = 1000;
-const JOB_STATUSES = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'];
 
 function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;

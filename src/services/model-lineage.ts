@@ -9,15 +9,8 @@ import { notFound } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { Principal } from './auth-service.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
-import type { ModelService, ModelView } from './model-service.ts';
-
-export interface ForkInput {
-  name: string;
-  /** Defaults to the parent's project. */
-  project?: string;
-  /** Defaults to the parent's latest checkpoint. */
-  step?: number;
-}
+import type { ModelForkBody, ModelResponse } from '../api/models.ts';
+import type { ModelService } from './model-service.ts';
 
 export class ModelLineage {
   constructor(
@@ -25,7 +18,7 @@ export class ModelLineage {
     private readonly repository: ModelRepository,
   ) {}
 
-  async fork(principal: Principal, parentId: string, input: ForkInput): Promise<ModelView> {
+  async fork(principal: Principal, parentId: string, input: ModelForkBody): Promise<ModelResponse> {
     const parent = await this.models.getOwned(principal, parentId);
     const checkpoint =
       input.step === undefined ? await this.repository.latestCheckpoint(parent.id) : await this.repository.findCheckpointByStep(parent.id, input.step);

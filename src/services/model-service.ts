@@ -8,29 +8,10 @@ import { AppError, excerpt, notFound, validationError } from '../errors.ts';
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
 import type { CheckpointPageQuery, CheckpointRecord, ModelRepository, ModelRow } from '../store/model-repository.ts';
+import { toModelResponse, type ModelCreateBody, type ModelResponse } from '../api/models.ts';
+import type { Page } from '../api/lists.ts';
 import { canActFor, type Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
-
-export interface ModelView {
-  id: string;
-  entity: string;
-  project: string;
-  name: string;
-  base_model: string;
-  run_id: string;
-}
-
-export interface CreateModelInput {
-  entity?: string | null;
-  project: string;
-  name: string;
-  base_model: string;
-  return_existing?: boolean;
-}
-
-export function toModelView(row: ModelRow): ModelView {
-  return { id: row.id, entity: row.entity_name, project: row.project, name: row.name, base_model: row.base_model, run_id: row.run_id };
-}
 
 export class ModelService {
   constructor(
@@ -50,7 +31,7 @@ export class ModelService {
    * A new model with its step 0. `startFrom`, when given, writes the adapter step 0 holds (a fork, an import) into
    * the folder it is handed; without it step 0 is the base model itself.
    */
-  async create(principal: Principal, input: CreateModelInput, startFrom?: (folder: string) => Promise<void>): Promise<ModelView> {
+  async create(principal: Principal, input: ModelCreateBody, startFrom?: (folder: string) => Promise<void>): Promise<ModelResponse> {
     const entityName = input.entity ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity) throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
@@ -85,7 +66,7 @@ export class ModelService {
     }
     const created = await this.models.findById(modelId);
     if (!created) throw new AppError('internal', 'model vanished right after creation');
-    return toModelView(created);
+    return toModelResponse(created);
   }
 
   /** A base this server cannot run is refused now, not at the model's first chat or training job. */
@@ -103,8 +84,8 @@ export class ModelService {
     if (problem) throw invalid(`Base model ${JSON.stringify(baseModel)} cannot be served: ${problem}`);
   }
 
-  private existingOrConflict(existing: ModelRow, input: CreateModelInput): ModelView {
-    if (input.return_existing) return toModelView(existing);
+  private existingOrConflict(existing: ModelRow, input: ModelCreateBody): ModelResponse {
+    if (input.return_existing) return toModelResponse(existing);
     throw new AppError('conflict', `Model ${existing.entity_name}/${existing.project}/${existing.name} already exists (pass return_existing: true to reuse it)`);
   }
 
@@ -130,7 +111,7 @@ export class ModelService {
     return { model_id: model.id, deleted_checkpoints: result.deletedCheckpoints, deleted_run: result.deletedRun };
   }
 
-  async listCheckpoints(principal: Principal, modelId: string, query: CheckpointPageQuery): Promise<{ items: CheckpointRecord[]; hasMore: boolean }> {
+  async listCheckpoints(principal: Principal, modelId: string, query: CheckpointPageQuery): Promise<Page<CheckpointRecord>> {
     const model = await this.getOwned(principal, modelId);
     let cursorStep: number | undefined;
     if (query.after !== undefined) {

@@ -2,15 +2,10 @@
  * What a retention policy is and which steps it keeps: pure rules with no storage, so configuration can check
  * the server default with the same rules the service applies (retention.ts).
  */
-export interface RetentionPolicy {
-  /** Keep this many most recent checkpoints (null: no limit by recency). */
-  keep_last: number | null;
-  /** Keep this many best checkpoints by `best_metric` (null: none kept for being best). */
-  keep_best: number | null;
-  best_metric: string | null;
-  /** Whether a higher (max) or lower (min) metric is better. */
-  best_mode: 'max' | 'min';
-}
+import type { RetentionPolicy } from '../api/models.ts';
+
+// Re-exported for the configuration, which reads the server default.
+export type { RetentionPolicy };
 
 export const KEEP_EVERYTHING: RetentionPolicy = { keep_last: null, keep_best: null, best_metric: null, best_mode: 'max' };
 

@@ -4,11 +4,12 @@
  * always kept: a running job trains from it and every model name without `:stepN` serves it, so a policy that
  * would delete it is refused. Applied after every new checkpoint and whenever a policy is set.
  */
+import type { RetentionPolicy } from '../api/models.ts';
 import { validationError } from '../errors.ts';
 import type { ModelRepository, ModelRow } from '../store/model-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
-import { checkPolicy, retainedSteps, type RetentionPolicy } from './retention-policy.ts';
+import { checkPolicy, retainedSteps } from './retention-policy.ts';
 
 export class RetentionService {
   constructor(
@@ -18,7 +19,7 @@ export class RetentionService {
   ) {}
 
   policyOf(model: Pick<ModelRow, 'retention'>): { policy: RetentionPolicy; source: 'model' | 'server' } {
-    return model.retention ? { policy: JSON.parse(model.retention) as RetentionPolicy, source: 'model' } : { policy: this.serverDefault, source: 'server' };
+    return model.retention ? { policy: model.retention, source: 'model' } : { policy: this.serverDefault, source: 'server' };
   }
 
   async get(principal: Principal, modelId: string) {
@@ -30,7 +31,7 @@ export class RetentionService {
     const model = await this.models.getOwned(principal, modelId);
     const problems = checkPolicy(policy);
     if (problems.length) throw validationError(problems);
-    await this.repository.setRetention(model.id, JSON.stringify(policy));
+    await this.repository.setRetention(model.id, policy);
     return { policy, source: 'model' as const, deleted_steps: await this.apply(model.id) };
   }
 

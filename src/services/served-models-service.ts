@@ -32,7 +32,7 @@ export class ServedModelsService {
       const common = { object: 'model' as const, owned_by: row.entity_name, root: row.base_model, tool_call_parser: parsers.get(row.base_model) ?? null };
       if (name !== previous) cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
       previous = name;
-      cards.push({ id: `${name}:step${Number(row.step)}`, created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
+      cards.push({ id: `${name}:step${row.step}`, created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
     }
     return cards;
   }

@@ -3,8 +3,8 @@
  * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
  */
 import { AppError, notFound, validationError, type FieldProblem } from '../errors.ts';
-import type { JobRepository, JobRow, EventRow } from '../store/job-repository.ts';
-import type { RlJobBody, TrainingJob } from '../api/training-jobs.ts';
+import type { JobRepository, JobRow } from '../store/job-repository.ts';
+import { toTrainingJob, toTrainingJobEvent, type RlJobBody, type TrainingJob } from '../api/training-jobs.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
 import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
@@ -39,27 +39,6 @@ export interface SftJobPayload {
 /** The part of the job queue (jobs/queue.ts) that submitting needs: jobs run what services store, not the reverse. */
 export interface JobSubmission {
   enqueue(input: { modelId: string; type: 'rl'; payload: RlJobPayload } | { modelId: string; type: 'sft'; payload: SftJobPayload }): Promise<{ id: string }>;
-}
-
-export function toJobView(job: JobRow): TrainingJob {
-  return {
-    id: job.id,
-    object: 'training_job',
-    type: job.type,
-    model_id: job.model_id,
-    status: job.status,
-    created_at: job.created_at,
-    started_at: job.started_at,
-    finished_at: job.finished_at,
-    error: job.error_code ? { code: job.error_code, message: job.error_message ?? '' } : null,
-    checkpoint_step: job.checkpoint_step === null ? null : Number(job.checkpoint_step),
-    num_sequences: job.num_sequences === null ? null : Number(job.num_sequences),
-    metrics: JSON.parse(job.metrics) as Record<string, number>,
-  };
-}
-
-export function toEventView(event: EventRow) {
-  return { id: event.id, type: event.type, created_at: event.created_at, data: JSON.parse(event.data) as Record<string, unknown> };
 }
 
 /** A rate, or a schedule with one per batch: each finite and >= 0 (ART's schedules decay to 0 on the last batch). */
@@ -146,17 +125,17 @@ export class TrainingJobService {
   }
 
   async get(principal: Principal, jobId: string): Promise<TrainingJob> {
-    return toJobView(await this.getOwned(principal, jobId));
+    return toTrainingJob(await this.getOwned(principal, jobId));
   }
 
   async events(principal: Principal, jobId: string, after: string | undefined, limit: number) {
     const job = await this.getOwned(principal, jobId);
     const page = await this.jobs.events(job.id, after, limit);
-    return { items: page.items.map(toEventView), hasMore: page.hasMore };
+    return { items: page.items.map(toTrainingJobEvent), hasMore: page.hasMore };
   }
 
   async cancel(principal: Principal, jobId: string): Promise<TrainingJob> {
     const job = await this.getOwned(principal, jobId);
-    return toJobView((await this.notify.cancel(job.id)) ?? job);
+    return toTrainingJob((await this.notify.cancel(job.id)) ?? job);
   }
 }

@@ -24,7 +24,7 @@ export class TrajectoryService {
     if (problems.length > 0) throw validationError(problems);
 
     const checkpoint = await this.models.latestCheckpoint(model.id);
-    const step = checkpoint?.step ?? Number(model.last_step);
+    const step = checkpoint?.step ?? model.last_step;
     const metrics = splitMetrics(body.split, body.trajectory_groups);
     await this.store(model.id, body.split, step, body.trajectory_groups);
     if (checkpoint) await this.models.setCheckpointMetrics(checkpoint.id, { ...checkpoint.metrics, ...metrics });

@@ -1,17 +1,12 @@
 /** Artifact versions: the next version number is allocated inside the insert's transaction. */
 import { sql, type Kysely } from 'kysely';
+import type { ArtifactFile } from '../api/artifacts.ts';
 import type { Dialect } from './migrations/context.ts';
 import type { ArtifactVersionTable, Database } from './schema.ts';
 
 const MAX_VERSION = 2 ** 31 - 1;
 
-export interface ArtifactFile {
-  name: string;
-  size: number;
-  sha256: string;
-}
-
-export interface ArtifactVersion {
+export interface ArtifactVersionRecord {
   id: string;
   entityId: string;
   project: string;
@@ -21,7 +16,7 @@ export interface ArtifactVersion {
   createdAt: string;
 }
 
-function toVersion(row: ArtifactVersionTable): ArtifactVersion {
+function toVersion(row: ArtifactVersionTable): ArtifactVersionRecord {
   return {
     id: row.id,
     entityId: row.entity_id,
@@ -44,7 +39,7 @@ export class ArtifactRepository {
     identity: { id: string; entityId: string; project: string; name: string; createdAt: string },
     files: ArtifactFile[],
     place: (version: number) => Promise<void>,
-  ): Promise<ArtifactVersion> {
+  ): Promise<ArtifactVersionRecord> {
     return this.db.transaction().execute(async (trx) => {
       if (this.dialect === 'postgres') await sql`select pg_advisory_xact_lock(7262003)`.execute(trx);
       const row = await trx
@@ -70,7 +65,7 @@ export class ArtifactRepository {
     });
   }
 
-  async versions(entityId: string, project: string, name: string): Promise<ArtifactVersion[]> {
+  async versions(entityId: string, project: string, name: string): Promise<ArtifactVersionRecord[]> {
     const rows = await this.db
       .selectFrom('artifact_versions')
       .selectAll()
@@ -83,7 +78,7 @@ export class ArtifactRepository {
   }
 
   /** A version by number, or the latest when `version` is 'latest'. */
-  async find(entityId: string, project: string, name: string, version: number | 'latest'): Promise<ArtifactVersion | undefined> {
+  async find(entityId: string, project: string, name: string, version: number | 'latest'): Promise<ArtifactVersionRecord | undefined> {
     // The column is a 32-bit integer: a larger version names nothing (and PostgreSQL would refuse the comparison).
     if (version !== 'latest' && !(Number.isSafeInteger(version) && version <= MAX_VERSION)) return undefined;
     let select = this.db.selectFrom('artifact_versions').selectAll().where('entity_id', '=', entityId).where('project', '=', project).where('name', '=', name);

@@ -3,9 +3,12 @@
  * job lists. Every page is a keyset seek through an index (no OFFSET), so page 1000 costs what page 1 costs.
  * Callers pass the entity ids a principal may see; this file knows nothing of keys or HTTP.
  */
+import { toJobRow, type JobRow } from './job-repository.ts';
 import { toStoredTrajectory, type StoredTrajectory } from './trajectory-repository.ts';
 import type { Kysely } from 'kysely';
-import type { Database, JobStatus } from './schema.ts';
+import type { JobStatus } from '../api/training-jobs.ts';
+import type { Page } from '../api/lists.ts';
+import type { Database } from './schema.ts';
 
 export interface ModelSummaryRow {
   id: string;
@@ -38,26 +41,14 @@ export interface RunMetricRow {
 /** Trajectory rows are the trajectory repository's own shape. */
 export type TrajectoryRow = StoredTrajectory;
 
-export interface JobListRow {
-  id: string;
-  model_id: string;
-  type: 'rl' | 'sft';
-  status: JobStatus;
-  num_sequences: number | null;
-  checkpoint_step: number | null;
-  metrics: Record<string, number>;
-  error_code: string | null;
-  error_message: string | null;
-  created_at: string;
-  started_at: string | null;
-  finished_at: string | null;
+/** A job with its model's names and how many optimizer steps it has finished. */
+export interface JobListRow extends JobRow {
   entity_name: string;
   project: string;
   model_name: string;
   completed_steps: number;
 }
 
-const parseObject = <T>(text: string): T => JSON.parse(text) as T;
 const numberOrNull = (value: unknown): number | null => (value === null || value === undefined ? null : Number(value));
 
 export class DashboardRepository {
@@ -114,7 +105,7 @@ export class DashboardRepository {
   async pageModels(
     entityIds: string[],
     query: { project?: string; after?: ModelSortKey; limit: number },
-  ): Promise<{ items: ModelSummaryRow[]; hasMore: boolean }> {
+  ): Promise<Page<ModelSummaryRow>> {
     if (entityIds.length === 0) return { items: [], hasMore: false };
     let select = this.selectModelSummaries(entityIds);
     if (query.project !== undefined) select = select.where('models.project', '=', query.project);
@@ -158,7 +149,7 @@ export class DashboardRepository {
   }
 
   /** A page of the run's metric history in (step, insertion) order, seeking past the cursor row. */
-  async pageRunMetrics(runId: string, query: { after?: { step: number; id: number }; limit: number }): Promise<{ items: RunMetricRow[]; hasMore: boolean }> {
+  async pageRunMetrics(runId: string, query: { after?: { step: number; id: number }; limit: number }): Promise<Page<RunMetricRow>> {
     let select = this.db.selectFrom('run_metrics').selectAll().where('run_id', '=', runId);
     const after = query.after;
     if (after) select = select.where(({ eb, refTuple, tuple }) => eb(refTuple('step', 'id'), '>', tuple(after.step, after.id)));
@@ -206,12 +197,11 @@ export class DashboardRepository {
     modelId: string,
     split: string,
     query: { step?: number; after?: { step: number; id: string }; limit: number },
-  ): Promise<{ items: TrajectoryRow[]; hasMore: boolean }> {
+  ): Promise<Page<TrajectoryRow>> {
     const rows = await this.trajectoryPageQuery(modelId, split, query).execute();
     return { items: rows.slice(0, query.limit).map(toStoredTrajectory), hasMore: rows.length > query.limit };
   }
 
-  /** Jobs of the given entities' models, newest first (ids are UUIDv7, so id order is creation order). */
   /** A job of one of these entities: where its request lies, for the configuration it ran with. */
   async findJob(jobId: string, entityIds: string[]): Promise<{ id: string; type: string; payload_path: string } | undefined> {
     if (entityIds.length === 0) return undefined;
@@ -224,32 +214,18 @@ export class DashboardRepository {
       .executeTakeFirst();
   }
 
+  /** Jobs of the given entities' models, newest first (ids are UUIDv7, so id order is creation order). */
   async pageJobs(
     entityIds: string[],
     query: { modelId?: string; statuses?: JobStatus[]; afterId?: string; limit: number },
-  ): Promise<{ items: JobListRow[]; hasMore: boolean }> {
+  ): Promise<Page<JobListRow>> {
     if (entityIds.length === 0) return { items: [], hasMore: false };
     let select = this.db
       .selectFrom('training_jobs as j')
       .innerJoin('models as m', 'm.id', 'j.model_id')
       .innerJoin('entities as e', 'e.id', 'm.entity_id')
-      .select([
-        'j.id',
-        'j.model_id',
-        'j.type',
-        'j.status',
-        'j.num_sequences',
-        'j.checkpoint_step',
-        'j.metrics',
-        'j.error_code',
-        'j.error_message',
-        'j.created_at',
-        'j.started_at',
-        'j.finished_at',
-        'e.name as entity_name',
-        'm.project',
-        'm.name as model_name',
-      ])
+      .selectAll('j')
+      .select(['e.name as entity_name', 'm.project', 'm.name as model_name'])
       .select((eb) =>
         eb
           .selectFrom('training_job_events as ev')
@@ -264,12 +240,12 @@ export class DashboardRepository {
     if (query.afterId !== undefined) select = select.where('j.id', '<', query.afterId);
     const rows = await select.orderBy('j.id', 'desc').limit(query.limit + 1).execute();
     return {
-      items: rows.slice(0, query.limit).map((row) => ({
-        ...row,
-        num_sequences: numberOrNull(row.num_sequences),
-        checkpoint_step: numberOrNull(row.checkpoint_step),
-        metrics: parseObject<Record<string, number>>(row.metrics),
-        completed_steps: Number(row.completed_steps ?? 0),
+      items: rows.slice(0, query.limit).map(({ entity_name, project, model_name, completed_steps, ...job }) => ({
+        ...toJobRow(job),
+        entity_name,
+        project,
+        model_name,
+        completed_steps: Number(completed_steps ?? 0),
       })),
       hasMore: rows.length > query.limit,
     };
@@ -277,6 +253,6 @@ export class DashboardRepository {
 }
 
 function toRunMetric(row: { id: number; step: number; source: string; metrics: string; created_at: string }): RunMetricRow {
-  return { id: Number(row.id), step: Number(row.step), source: row.source, metrics: parseObject(row.metrics), createdAt: row.created_at };
+  return { id: Number(row.id), step: Number(row.step), source: row.source, metrics: JSON.parse(row.metrics) as Record<string, unknown>, createdAt: row.created_at };
 }
 

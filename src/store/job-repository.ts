@@ -5,10 +5,28 @@
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Dialect } from './migrations/context.ts';
-import type { Database, JobStatus, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
+import type { JobStatus } from '../api/training-jobs.ts';
+import type { Page } from '../api/lists.ts';
+import type { Database, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
 
-export type JobRow = TrainingJobTable;
+/** A job as callers see it: counts as numbers (PostgreSQL answers bigints as text), metrics parsed. */
+export type JobRow = Omit<TrainingJobTable, 'metrics'> & { metrics: Record<string, number> };
 export type EventRow = TrainingJobEventTable;
+/** An event with its data parsed. */
+export type EventRecord = Omit<EventRow, 'data'> & { data: Record<string, unknown> };
+
+export function toJobRow(row: TrainingJobTable): JobRow {
+  return {
+    ...row,
+    attempts: Number(row.attempts),
+    cancel_requested: Number(row.cancel_requested),
+    num_sequences: row.num_sequences === null ? null : Number(row.num_sequences),
+    checkpoint_step: row.checkpoint_step === null ? null : Number(row.checkpoint_step),
+    metrics: JSON.parse(row.metrics) as Record<string, number>,
+  };
+}
+
+const toEventRecord = (row: EventRow): EventRecord => ({ ...row, data: JSON.parse(row.data) as Record<string, unknown> });
 
 export interface JobOutcome {
   status: Extract<JobStatus, 'COMPLETED' | 'FAILED' | 'CANCELLED'>;
@@ -25,12 +43,13 @@ export class JobRepository {
     private readonly dialect: Dialect,
   ) {}
 
-  async insert(job: JobRow): Promise<void> {
+  async insert(job: TrainingJobTable): Promise<void> {
     await this.db.insertInto('training_jobs').values(job).execute();
   }
 
-  findById(id: string): Promise<JobRow | undefined> {
-    return this.db.selectFrom('training_jobs').selectAll().where('id', '=', id).executeTakeFirst();
+  async findById(id: string): Promise<JobRow | undefined> {
+    const row = await this.db.selectFrom('training_jobs').selectAll().where('id', '=', id).executeTakeFirst();
+    return row && toJobRow(row);
   }
 
   /**
@@ -71,7 +90,8 @@ export class JobRepository {
         .where('id', '=', candidate.id)
         .where('status', '=', 'QUEUED')
         .execute();
-      return trx.selectFrom('training_jobs').selectAll().where('id', '=', candidate.id).executeTakeFirst();
+      const claimed = await trx.selectFrom('training_jobs').selectAll().where('id', '=', candidate.id).executeTakeFirst();
+      return claimed && toJobRow(claimed);
     });
   }
 
@@ -152,23 +172,25 @@ export class JobRepository {
     await this.db.updateTable('training_jobs').set({ cancel_requested: 1 }).where('id', '=', id).where('status', '=', 'RUNNING').execute();
   }
 
-  expiredLeases(now: string): Promise<JobRow[]> {
-    return this.db.selectFrom('training_jobs').selectAll().where('status', '=', 'RUNNING').where('lease_expires_at', '<', now).execute();
+  async expiredLeases(now: string): Promise<JobRow[]> {
+    const rows = await this.db.selectFrom('training_jobs').selectAll().where('status', '=', 'RUNNING').where('lease_expires_at', '<', now).execute();
+    return rows.map(toJobRow);
   }
 
-  unfinishedJobsOfModel(modelId: string): Promise<JobRow[]> {
-    return this.db.selectFrom('training_jobs').selectAll().where('model_id', '=', modelId).where('status', 'in', ['QUEUED', 'RUNNING']).execute();
+  async unfinishedJobsOfModel(modelId: string): Promise<JobRow[]> {
+    const rows = await this.db.selectFrom('training_jobs').selectAll().where('model_id', '=', modelId).where('status', 'in', ['QUEUED', 'RUNNING']).execute();
+    return rows.map(toJobRow);
   }
 
   async appendEvent(event: EventRow): Promise<void> {
     await this.db.insertInto('training_job_events').values(event).execute();
   }
 
-  async events(jobId: string, afterId: string | undefined, limit: number): Promise<{ items: EventRow[]; hasMore: boolean }> {
+  async events(jobId: string, afterId: string | undefined, limit: number): Promise<Page<EventRecord>> {
     let select = this.db.selectFrom('training_job_events').selectAll().where('job_id', '=', jobId);
     if (afterId !== undefined) select = select.where('id', '>', afterId);
     const rows = await select.orderBy('id').limit(limit + 1).execute();
-    return { items: rows.slice(0, limit), hasMore: rows.length > limit };
+    return { items: rows.slice(0, limit).map(toEventRecord), hasMore: rows.length > limit };
   }
 
   async countByStatus(): Promise<Record<string, number>> {

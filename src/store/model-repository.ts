@@ -1,8 +1,15 @@
 /** Models with their runs and checkpoints: one aggregate, so its rows change together in transactions. */
 import type { Kysely, Transaction } from 'kysely';
+import type { RetentionPolicy } from '../api/models.ts';
+import type { Page } from '../api/lists.ts';
 import type { CheckpointTable, Database, ModelTable } from './schema.ts';
 
-export type ModelRow = ModelTable & { entity_name: string };
+/** A model as callers see it: its step a number (PostgreSQL answers bigints as text), its retention policy parsed. */
+export type ModelRow = Omit<ModelTable, 'retention'> & { entity_name: string; retention: RetentionPolicy | null };
+
+function toModelRow(row: ModelTable & { entity_name: string }): ModelRow {
+  return { ...row, last_step: Number(row.last_step), retention: row.retention ? (JSON.parse(row.retention) as RetentionPolicy) : null };
+}
 
 export interface CheckpointRecord {
   id: string;
@@ -69,21 +76,23 @@ export class ModelRepository {
     });
   }
 
-  findById(id: string): Promise<ModelRow | undefined> {
-    return this.selectModels().where('models.id', '=', id).executeTakeFirst();
+  async findById(id: string): Promise<ModelRow | undefined> {
+    const row = await this.selectModels().where('models.id', '=', id).executeTakeFirst();
+    return row && toModelRow(row);
   }
 
-  findByName(entityName: string, project: string, name: string): Promise<ModelRow | undefined> {
-    return this.selectModels()
+  async findByName(entityName: string, project: string, name: string): Promise<ModelRow | undefined> {
+    const row = await this.selectModels()
       .where('entities.name', '=', entityName)
       .where('models.project', '=', project)
       .where('models.name', '=', name)
       .executeTakeFirst();
+    return row && toModelRow(row);
   }
 
   /** Every checkpoint of the given entities' models, with the model's names, ordered by model name then step. */
-  servableCheckpoints(entityIds: string[]) {
-    return this.db
+  async servableCheckpoints(entityIds: string[]) {
+    const rows = await this.db
       .selectFrom('checkpoints')
       .innerJoin('models', 'models.id', 'checkpoints.model_id')
       .innerJoin('entities', 'entities.id', 'models.entity_id')
@@ -94,6 +103,7 @@ export class ModelRepository {
       .orderBy('models.name')
       .orderBy('checkpoints.step')
       .execute();
+    return rows.map((row) => ({ ...row, step: Number(row.step) }));
   }
 
   /**
@@ -135,7 +145,7 @@ export class ModelRepository {
   }
 
   /** One page of checkpoints by step, seeking from the cursor's step through the (model_id, step) index. */
-  async pageCheckpoints(modelId: string, cursorStep: number | undefined, query: CheckpointPageQuery): Promise<{ items: CheckpointRecord[]; hasMore: boolean }> {
+  async pageCheckpoints(modelId: string, cursorStep: number | undefined, query: CheckpointPageQuery): Promise<Page<CheckpointRecord>> {
     let select = this.db.selectFrom('checkpoints').selectAll().where('model_id', '=', modelId);
     if (cursorStep !== undefined) select = select.where('step', query.order === 'asc' ? '>' : '<', cursorStep);
     const rows = await select.orderBy('step', query.order).limit(query.limit + 1).execute();
@@ -172,8 +182,8 @@ export class ModelRepository {
     return rows.map((row) => ({ step: Number(row.step), metrics: JSON.parse(row.metrics) as Record<string, unknown> }));
   }
 
-  async setRetention(modelId: string, retention: string | null): Promise<void> {
-    await this.db.updateTable('models').set({ retention }).where('id', '=', modelId).execute();
+  async setRetention(modelId: string, retention: RetentionPolicy | null): Promise<void> {
+    await this.db.updateTable('models').set({ retention: retention && JSON.stringify(retention) }).where('id', '=', modelId).execute();
   }
 
   async setCheckpointMetrics(checkpointId: string, metrics: Record<string, unknown>): Promise<void> {

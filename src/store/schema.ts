@@ -3,6 +3,7 @@
  * and timestamps are ISO-8601 text, so one schema serves SQLite and PostgreSQL alike.
  */
 import type { Generated } from 'kysely';
+import type { JobStatus } from '../api/training-jobs.ts';
 
 export interface EntityTable {
   id: string;
@@ -76,7 +77,7 @@ export interface TrajectoryTable {
   created_at: string;
 }
 
-/** `tokens`: JSON of TrainedTokenArrays (see trained-token-repository.ts). */
+/** `tokens`: JSON of the trained token arrays without the advantage (see trained-token-repository.ts). */
 export interface TrainedTokenTable {
   model_id: string;
   step: number;
@@ -97,8 +98,6 @@ export interface SchemaVersionTable {
   version: number;
   applied_at: string;
 }
-
-export type JobStatus = 'QUEUED' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
 
 export interface TrainingJobTable {
   id: string;

@@ -1,18 +1,16 @@
 /** The trained tokens of RL jobs' trajectories, one row per trajectory, replaced as a whole per (model, step). */
 import type { Kysely } from 'kysely';
+import type { TrainedTokensView } from '../api/trained-tokens.ts';
 import type { Database } from './schema.ts';
 
-/** Parallel arrays over a trajectory's trained tokens, in training order; a sampler logprob may be missing. */
-export interface TrainedTokenArrays {
-  token_ids: number[];
-  sampler_logprobs: (number | null)[];
-  trainer_logprobs: number[];
-}
+/** A trajectory's trained tokens as the dashboard shows them (parallel arrays in training order, and the advantage). */
+type TrainedTokens = NonNullable<TrainedTokensView>;
+/** What the `tokens` column holds: the arrays without the advantage, which has its own column. */
+type TrainedTokenArrays = Omit<TrainedTokens, 'advantage'>;
 
-export interface TrainedTrajectory extends TrainedTokenArrays {
+export interface TrainedTrajectory extends TrainedTokens {
   groupIndex: number;
   trajectoryIndex: number;
-  advantage: number;
 }
 
 export class TrainedTokenRepository {
@@ -32,7 +30,7 @@ export class TrainedTokenRepository {
     });
   }
 
-  async find(modelId: string, step: number, groupIndex: number, trajectoryIndex: number): Promise<(TrainedTokenArrays & { advantage: number }) | undefined> {
+  async find(modelId: string, step: number, groupIndex: number, trajectoryIndex: number): Promise<TrainedTokens | undefined> {
     const row = await this.db
       .selectFrom('trained_tokens')
       .select(['advantage', 'tokens'])

@@ -1,5 +1,6 @@
 /** Logged trajectories (per model, split and step) and the run's metrics history. */
 import type { Kysely } from 'kysely';
+import type { Page } from '../api/lists.ts';
 import type { Database, TrajectoryTable } from './schema.ts';
 
 /** Keeps each INSERT below both databases' bound-parameter limits. */
@@ -49,7 +50,7 @@ export class TrajectoryRepository {
   }
 
   /** A page of one split's trajectories in insertion order, seeking past `afterId` through the index. */
-  async page(modelId: string, split: string, query: { step?: number; afterId?: string; limit: number }): Promise<{ items: StoredTrajectory[]; hasMore: boolean }> {
+  async page(modelId: string, split: string, query: { step?: number; afterId?: string; limit: number }): Promise<Page<StoredTrajectory>> {
     let select = this.db.selectFrom('trajectories').selectAll().where('model_id', '=', modelId).where('split', '=', split);
     if (query.step !== undefined) select = select.where('step', '=', query.step);
     if (query.afterId !== undefined) select = select.where('id', '>', query.afterId);

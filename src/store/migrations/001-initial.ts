@@ -2,7 +2,14 @@
 import type { Kysely } from 'kysely';
 import type { MigrationContext } from './context.ts';
 
-export async function up(db: Kysely<any>, { serialType, serialConstraint }: MigrationContext): Promise<void> {
+export async function up(db: Kysely<any>, context: MigrationContext): Promise<void> {
+  await identityTables(db);
+  await modelTables(db);
+  await historyTables(db, context);
+}
+
+/** Entities (users and teams), team memberships and API keys. */
+async function identityTables(db: Kysely<any>): Promise<void> {
   await db.schema
     .createTable('entities')
     .addColumn('id', 'text', (c) => c.primaryKey())
@@ -29,7 +36,10 @@ export async function up(db: Kysely<any>, { serialType, serialConstraint }: Migr
     .addColumn('created_at', 'text', (c) => c.notNull())
     .addColumn('revoked_at', 'text')
     .execute();
+}
 
+/** Models, their runs and their checkpoints. */
+async function modelTables(db: Kysely<any>): Promise<void> {
   await db.schema
     .createTable('models')
     .addColumn('id', 'text', (c) => c.primaryKey())
@@ -61,7 +71,10 @@ export async function up(db: Kysely<any>, { serialType, serialConstraint }: Migr
     .addColumn('created_at', 'text', (c) => c.notNull())
     .addUniqueConstraint('checkpoints_model_step', ['model_id', 'step'])
     .execute();
+}
 
+/** The run's metric history, logged trajectories, and file deletions still owed after a crash. */
+async function historyTables(db: Kysely<any>, { serialType, serialConstraint }: MigrationContext): Promise<void> {
   await db.schema
     .createTable('run_metrics')
     .addColumn('id', serialType, serialConstraint)

@@ -80,77 +80,106 @@ function chartFor(charts: Map<string, Chart>, name: string, tables: RunTable[], 
   return chart;
 }
 
-export function metricsSection(model: ModelSummary, initial: MetricTable, others: ModelSummary[], state: MetricsState, signal: AbortSignal, onState: () => void): MetricsSection {
-  let own = initial;
-  const compared = new Map<string, MetricTable>();
-  const picker = h('div', { class: 'picker', role: 'group', 'aria-label': 'Metrics to chart' });
-  const grid = h('div', { class: 'charts' });
-  const charts = new Map<string, Chart>();
-  const syncKey = uid('sync');
-  const view = (): ChartView => ({ xMode: state.xMode, smoothing: state.smoothing });
+/** The section's runs, selection and charts; one per model page. */
+interface MetricsView {
+  model: ModelSummary;
+  others: ModelSummary[];
+  state: MetricsState;
+  signal: AbortSignal;
+  onState: () => void;
+  /** This model's own metrics, replaced on every update. */
+  own: MetricTable;
+  compared: Map<string, MetricTable>;
+  picker: HTMLDivElement;
+  grid: HTMLDivElement;
+  charts: Map<string, Chart>;
+  syncKey: string;
+}
 
-  const runs = (): RunTable[] => [
-    { label: model.name, table: own },
-    ...state.compare.flatMap((id) => {
-      const table = compared.get(id);
-      const other = others.find((entry) => entry.id === id);
+function runs(mv: MetricsView): RunTable[] {
+  return [
+    { label: mv.model.name, table: mv.own },
+    ...mv.state.compare.flatMap((id) => {
+      const table = mv.compared.get(id);
+      const other = mv.others.find((entry) => entry.id === id);
       return table && other ? [{ label: other.name, table }] : [];
     }),
   ];
-  const openPoint = (seriesKey: string, step: number) => {
-    const [run, split] = seriesKey.split(':');
-    const target = run === '0' ? model.id : state.compare.filter((id) => compared.has(id))[Number(run) - 1];
-    if (target) navigate(`/models/${target}/trajectories`, { split, step: trajectoryStepOf(split, step) });
-  };
+}
 
-  const toggle = (name: string) => {
-    state.metrics = state.metrics.includes(name) ? state.metrics.filter((other) => other !== name) : [...state.metrics, name];
-    if (state.metrics.length === 0) state.metrics = [name];
-    onState();
-    draw();
-    picker.querySelector<HTMLButtonElement>(`[data-metric="${CSS.escape(name)}"]`)?.focus();
-  };
+/** A click on a point opens that run's trajectories of the split and step. */
+function openPoint(mv: MetricsView, seriesKey: string, step: number): void {
+  const [run, split] = seriesKey.split(':');
+  const target = run === '0' ? mv.model.id : mv.state.compare.filter((id) => mv.compared.has(id))[Number(run) - 1];
+  if (target) navigate(`/models/${target}/trajectories`, { split, step: trajectoryStepOf(split, step) });
+}
 
-  const draw = () => {
-    const tables = runs();
-    const available = chartableMetrics(tables.map((run) => run.table));
-    if (state.metrics.length === 0) state.metrics = DEFAULT_METRICS.filter((name) => available.includes(name));
-    replace(picker, available.map((name) => h('button', { type: 'button', class: 'chip', 'aria-pressed': String(state.metrics.includes(name)), 'data-metric': name, onclick: () => toggle(name) }, metricLabel(name))));
-    const shown = available.filter((name) => state.metrics.includes(name));
-    if (shown.length === 0) {
-      replace(grid, emptyState('No metrics yet', h('p', 'Metrics appear here after the first training job or logged split.')));
-      charts.clear();
-      return;
-    }
-    for (const name of [...charts.keys()]) if (!shown.includes(name)) charts.delete(name);
-    grid.replaceChildren(...shown.map((name) => chartFor(charts, name, tables, { view: view(), syncKey, onPick: openPoint }).element));
-  };
+function toggle(mv: MetricsView, name: string): void {
+  const { state } = mv;
+  state.metrics = state.metrics.includes(name) ? state.metrics.filter((other) => other !== name) : [...state.metrics, name];
+  if (state.metrics.length === 0) state.metrics = [name];
+  mv.onState();
+  draw(mv);
+  mv.picker.querySelector<HTMLButtonElement>(`[data-metric="${CSS.escape(name)}"]`)?.focus();
+}
 
-  const loadCompared = async () => {
-    const missing = state.compare.filter((id) => !compared.has(id));
-    const loaded = await Promise.all(missing.map(async (id) => [id, metricTable(await loadRunMetrics(id, signal))] as const));
-    for (const [id, table] of loaded) compared.set(id, table);
-  };
-  const changed = () => {
-    onState();
-    void loadCompared().then(draw, () => {});
-  };
+function draw(mv: MetricsView): void {
+  const { state, charts } = mv;
+  const tables = runs(mv);
+  const available = chartableMetrics(tables.map((run) => run.table));
+  if (state.metrics.length === 0) state.metrics = DEFAULT_METRICS.filter((name) => available.includes(name));
+  replace(mv.picker, available.map((name) => h('button', { type: 'button', class: 'chip', 'aria-pressed': String(state.metrics.includes(name)), 'data-metric': name, onclick: () => toggle(mv, name) }, metricLabel(name))));
+  const shown = available.filter((name) => state.metrics.includes(name));
+  if (shown.length === 0) {
+    replace(mv.grid, emptyState('No metrics yet', h('p', 'Metrics appear here after the first training job or logged split.')));
+    charts.clear();
+    return;
+  }
+  for (const name of [...charts.keys()]) if (!shown.includes(name)) charts.delete(name);
+  const view: ChartView = { xMode: state.xMode, smoothing: state.smoothing };
+  mv.grid.replaceChildren(...shown.map((name) => chartFor(charts, name, tables, { view, syncKey: mv.syncKey, onPick: (key, step) => openPoint(mv, key, step) }).element));
+}
 
+async function loadCompared(mv: MetricsView): Promise<void> {
+  const missing = mv.state.compare.filter((id) => !mv.compared.has(id));
+  const loaded = await Promise.all(missing.map(async (id) => [id, metricTable(await loadRunMetrics(id, mv.signal))] as const));
+  for (const [id, table] of loaded) mv.compared.set(id, table);
+}
+
+function changed(mv: MetricsView): void {
+  mv.onState();
+  void loadCompared(mv).then(() => draw(mv), () => {});
+}
+
+export function metricsSection(model: ModelSummary, initial: MetricTable, others: ModelSummary[], state: MetricsState, signal: AbortSignal, onState: () => void): MetricsSection {
+  const mv: MetricsView = {
+    model,
+    others,
+    state,
+    signal,
+    onState,
+    own: initial,
+    compared: new Map<string, MetricTable>(),
+    picker: h('div', { class: 'picker', role: 'group', 'aria-label': 'Metrics to chart' }),
+    grid: h('div', { class: 'charts' }),
+    charts: new Map<string, Chart>(),
+    syncKey: uid('sync'),
+  };
   const element = h(
     'section',
     { class: 'card', 'aria-labelledby': 'metrics-title' },
     h('h2', { id: 'metrics-title' }, 'Metrics per step'),
-    controls(state, others.filter((entry) => entry.id !== model.id), changed),
-    picker,
-    grid,
+    controls(state, others.filter((entry) => entry.id !== model.id), () => changed(mv)),
+    mv.picker,
+    mv.grid,
   );
-  draw();
-  if (state.compare.length > 0) changed();
+  draw(mv);
+  if (state.compare.length > 0) changed(mv);
   return {
     element,
     update(next) {
-      own = next;
-      draw();
+      mv.own = next;
+      draw(mv);
     },
   };
 }

@@ -1,0 +1,138 @@
+/**
+ * Wire schemas of the read-only `/v1/dashboard/...` endpoints; they produce the TypeScript types the
+ * service returns and the dashboard (web/src/api.ts) reads.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import type { JobListRow, ModelSummaryRow } from '../store/dashboard-repository.ts';
+import { toTrainingJob, TrainingJob } from './training-jobs.ts';
+import { TrainedTokens } from './trained-tokens.ts';
+
+const Json = Type.Record(Type.String(), Type.Unknown());
+const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
+
+export const Overview = Type.Object({
+  entity: Type.String(),
+  entities: Type.Array(Type.String()),
+  base_models: Type.Array(Type.String()),
+  default_base_model: Type.String(),
+});
+export type Overview = Static<typeof Overview>;
+
+export const RewardPoint = Type.Object({ value: Type.Number(), std_dev: NullableNumber, step: Type.Integer() });
+export type RewardPoint = Static<typeof RewardPoint>;
+
+export const ModelSummary = Type.Object({
+  id: Type.String(),
+  entity: Type.String(),
+  project: Type.String(),
+  name: Type.String(),
+  base_model: Type.String(),
+  run_id: Type.String(),
+  created_at: Type.String(),
+  /** `entity/project/name`: the chat completions model name (add `:stepN` for a checkpoint). */
+  inference_name: Type.String(),
+  latest_step: Type.Union([Type.Integer(), Type.Null()]),
+  checkpoint_count: Type.Integer(),
+  /** The newest reward of any split, and the newest per split (`train` is the RL jobs' own reward). */
+  last_reward: Type.Union([Type.Object({ ...RewardPoint.properties, split: Type.String() }), Type.Null()]),
+  rewards: Type.Record(Type.String(), RewardPoint),
+  last_job: Type.Union([Type.Object({ id: Type.String(), status: Type.String() }), Type.Null()]),
+});
+export type ModelSummary = Static<typeof ModelSummary>;
+
+/** The newest reward of any split, and the newest of each split. */
+export interface LatestRewards {
+  last: (RewardPoint & { split: string }) | null;
+  bySplit: Record<string, RewardPoint>;
+}
+
+export function toModelSummary(row: ModelSummaryRow, rewards: LatestRewards): ModelSummary {
+  return {
+    id: row.id,
+    entity: row.entity_name,
+    project: row.project,
+    name: row.name,
+    base_model: row.base_model,
+    run_id: row.run_id,
+    created_at: row.created_at,
+    inference_name: `${row.entity_name}/${row.project}/${row.name}`,
+    latest_step: row.latest_step,
+    checkpoint_count: row.checkpoint_count,
+    last_reward: rewards.last,
+    rewards: rewards.bySplit,
+    last_job: row.last_job_id && row.last_job_status ? { id: row.last_job_id, status: row.last_job_status } : null,
+  };
+}
+
+/** One row of a run's metric history: a training job (`train`) or a log call (`log:<split>`). */
+export const MetricRow = Type.Object({
+  id: Type.String(),
+  step: Type.Integer(),
+  source: Type.String(),
+  split: Type.String(),
+  metrics: Json,
+  created_at: Type.String(),
+});
+export type MetricRow = Static<typeof MetricRow>;
+
+export const TrajectorySteps = Type.Object({
+  splits: Type.Array(
+    Type.Object({ split: Type.String(), count: Type.Integer(), steps: Type.Array(Type.Object({ step: Type.Integer(), count: Type.Integer() })) }),
+  ),
+});
+export type TrajectorySteps = Static<typeof TrajectorySteps>;
+
+const TrajectoryFields = {
+  id: Type.String(),
+  split: Type.String(),
+  step: Type.Integer(),
+  group_index: Type.Integer(),
+  trajectory_index: Type.Integer(),
+  reward: NullableNumber,
+  created_at: Type.String(),
+};
+
+export const TrajectorySummary = Type.Object({
+  ...TrajectoryFields,
+  num_messages: Type.Integer(),
+  num_tool_calls: Type.Integer(),
+  has_reasoning: Type.Boolean(),
+  prompt_preview: Type.String(),
+  response_preview: Type.String(),
+  /** Characters the assistant wrote over the whole trajectory. */
+  response_chars: Type.Integer(),
+  /** Sampled tokens, from the choices' logprobs; null when no choice kept them. */
+  completion_tokens: Type.Union([Type.Integer(), Type.Null()]),
+  /** Of the last sampled choice; null when the trajectory holds plain messages only. */
+  finish_reason: Type.Union([Type.String(), Type.Null()]),
+  metrics: Type.Record(Type.String(), Type.Number()),
+});
+export type TrajectorySummary = Static<typeof TrajectorySummary>;
+
+export const TrajectoryDetail = Type.Object({ ...TrajectoryFields, data: Json, trained_tokens: TrainedTokens });
+export type TrajectoryDetail = Static<typeof TrajectoryDetail>;
+
+export const JobListItem = Type.Object({
+  ...TrainingJob.properties,
+  completed_steps: Type.Integer(),
+  model: Type.Object({ id: Type.String(), entity: Type.String(), project: Type.String(), name: Type.String() }),
+});
+export type JobListItem = Static<typeof JobListItem>;
+
+export function toJobListItem(row: JobListRow): JobListItem {
+  return {
+    ...toTrainingJob(row),
+    completed_steps: row.completed_steps,
+    model: { id: row.model_id, entity: row.entity_name, project: row.project, name: row.model_name },
+  };
+}
+
+export const JobConfig = Type.Object({
+  job_id: Type.String(),
+  type: Type.String(),
+  /** RL: the parsed experimental_config with every default filled in; SFT: batch size, learning rate(s), conversations. Null once the request file is gone. */
+  config: Type.Union([Json, Type.Null()]),
+  num_trajectory_groups: Type.Union([Type.Integer(), Type.Null()]),
+  num_trajectories: Type.Union([Type.Integer(), Type.Null()]),
+});
+export type JobConfig = Static<typeof JobConfig>;
