@@ -1,6 +1,5 @@
 /** Artifact versions as upload and listing answer them (decisions.md § Artifacts). */
 import { Type, type Static } from '@sinclair/typebox';
-import type { ArtifactVersionRecord } from '../store/artifact-repository.ts';
 
 export const ArtifactFile = Type.Object({ name: Type.String(), size: Type.Integer(), sha256: Type.String() });
 export type ArtifactFile = Static<typeof ArtifactFile>;
@@ -32,3 +31,14 @@ export function toArtifactVersion(entityName: string, record: ArtifactVersionRec
 }
 
 export const ArtifactVersionList = Type.Object({ object: Type.Literal('list'), data: Type.Array(ArtifactVersion) });
+
+/** An artifact version as the repository answers it (files parsed). */
+export interface ArtifactVersionRecord {
+  id: string;
+  entityId: string;
+  project: string;
+  name: string;
+  version: number;
+  files: ArtifactFile[];
+  createdAt: string;
+}

@@ -3,8 +3,7 @@
  * service returns and the dashboard (web/src/api.ts) reads.
  */
 import { Type, type Static } from '@sinclair/typebox';
-import type { JobListRow, ModelSummaryRow } from '../store/dashboard-repository.ts';
-import { toTrainingJob, TrainingJob } from './training-jobs.ts';
+import { toTrainingJob, TrainingJob, type JobRow, type JobStatus } from './training-jobs.ts';
 import { TrainedTokens } from './trained-tokens.ts';
 
 const Json = Type.Record(Type.String(), Type.Unknown());
@@ -136,3 +135,26 @@ export const JobConfig = Type.Object({
   num_trajectories: Type.Union([Type.Integer(), Type.Null()]),
 });
 export type JobConfig = Static<typeof JobConfig>;
+
+/** A model with its latest step and last job, as the dashboard repository answers it. */
+export interface ModelSummaryRow {
+  id: string;
+  entity_name: string;
+  project: string;
+  name: string;
+  base_model: string;
+  run_id: string;
+  created_at: string;
+  latest_step: number | null;
+  checkpoint_count: number;
+  last_job_id: string | null;
+  last_job_status: JobStatus | null;
+}
+
+/** A job with its model's names and how many optimizer steps it has finished. */
+export interface JobListRow extends JobRow {
+  entity_name: string;
+  project: string;
+  model_name: string;
+  completed_steps: number;
+}

@@ -1,6 +1,5 @@
 /** Wire schemas of models, checkpoints and trajectory logging; they produce the TypeScript types. */
 import { Type, type Static } from '@sinclair/typebox';
-import type { CheckpointRecord, ModelRow } from '../store/model-repository.ts';
 
 /** Names of projects, models and log splits: safe as path segments and in `entity/project/name` strings. */
 export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,128}$';
@@ -186,3 +185,29 @@ export const RetentionResponse = Type.Object({
   source: Type.Union([Type.Literal('model'), Type.Literal('server')]),
   deleted_steps: Type.Optional(Type.Array(Type.Integer())),
 });
+
+/** A model as the repository answers it: its step a number (PostgreSQL answers bigints as text), its retention policy parsed. */
+export interface ModelRow {
+  id: string;
+  entity_id: string;
+  entity_name: string;
+  project: string;
+  name: string;
+  base_model: string;
+  run_id: string;
+  /** Highest step ever written; steps are never reused, even after their checkpoints are deleted. */
+  last_step: number;
+  created_at: string;
+  /** Null follows the server default. */
+  retention: RetentionPolicy | null;
+}
+
+/** A checkpoint as the repository answers it (metrics parsed). */
+export interface CheckpointRecord {
+  id: string;
+  modelId: string;
+  step: number;
+  metrics: Record<string, unknown>;
+  adapterPath: string | null;
+  createdAt: string;
+}

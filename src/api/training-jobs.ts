@@ -1,6 +1,5 @@
 /** Wire schemas of training jobs (RL and SFT submissions, the job record, events). */
 import { Type, type Static } from '@sinclair/typebox';
-import type { EventRecord, JobRow } from '../store/job-repository.ts';
 import { TrajectoryGroup } from './models.ts';
 
 export const RlJobBody = Type.Object(
@@ -88,3 +87,34 @@ export const SftJobBody = Type.Object(
   { additionalProperties: true },
 );
 export type SftJobBody = Static<typeof SftJobBody>;
+
+/** A job as the repository answers it: counts as numbers, metrics parsed. */
+export interface JobRow {
+  id: string;
+  model_id: string;
+  type: 'rl' | 'sft';
+  status: JobStatus;
+  /** The request as submitted, in a file written and synced before the row exists. */
+  payload_path: string;
+  attempts: number;
+  lease_owner: string | null;
+  lease_expires_at: string | null;
+  cancel_requested: number;
+  num_sequences: number | null;
+  checkpoint_step: number | null;
+  metrics: Record<string, number>;
+  error_code: string | null;
+  error_message: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
+
+/** A job event as the repository answers it (data parsed). */
+export interface EventRecord {
+  id: string;
+  job_id: string;
+  type: string;
+  data: Record<string, unknown>;
+  created_at: string;
+}

@@ -8,7 +8,8 @@ import path from 'node:path';
 import type { Clock } from '../clock.ts';
 import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { toJobRow, type EventRow, type JobOutcome, type JobRepository, type JobRow } from '../store/job-repository.ts';
+import type { JobRow } from '../api/training-jobs.ts';
+import { toJobRow, type EventRow, type JobOutcome, type JobRepository } from '../store/job-repository.ts';
 import type { TrainingJobTable } from '../store/schema.ts';
 
 export interface QueueOptions {

@@ -3,7 +3,7 @@
  * (resumed from its latest checkpoint with its optimizer state) → the next checkpoint, written atomically,
  * listed and servable before the job completes.
  */
-import type { JobRow } from '../store/job-repository.ts';
+import type { JobRow } from '../api/training-jobs.ts';
 import type { RlJobPayload } from '../services/training-job-service.ts';
 import type { RlConfig } from '../services/rl-config.ts';
 import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';

@@ -4,7 +4,7 @@
  * checkpoint exactly as RL writes it.
  */
 import type { Readable } from 'node:stream';
-import type { JobRow } from '../store/job-repository.ts';
+import type { JobRow } from '../api/training-jobs.ts';
 import type { TrainingSequence } from '../chat/trajectory-tokens.ts';
 import { tokenizeConversation } from '../chat/sft-tokens.ts';
 import { trainingRenderer } from '../chat/training-render.ts';

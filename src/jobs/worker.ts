@@ -5,7 +5,7 @@
 import type { Logger } from 'pino';
 import { JOB_ERROR_CATALOGUE, JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import type { JobRow } from '../store/job-repository.ts';
+import type { JobRow } from '../api/training-jobs.ts';
 import { JobQueue } from './queue.ts';
 
 export interface RunContext {

@@ -7,8 +7,8 @@ import type { Readable } from 'node:stream';
 import { AppError, excerpt, validationError, type FieldProblem } from '../errors.ts';
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
-import { toArtifactVersion, type ArtifactVersion } from '../api/artifacts.ts';
-import type { ArtifactRepository, ArtifactVersionRecord } from '../store/artifact-repository.ts';
+import { toArtifactVersion, type ArtifactVersion, type ArtifactVersionRecord } from '../api/artifacts.ts';
+import type { ArtifactRepository } from '../store/artifact-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { BlobStore, StagedFile } from '../artifacts/blob-store.ts';
 

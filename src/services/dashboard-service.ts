@@ -22,7 +22,8 @@ import {
 import type { Page } from '../api/lists.ts';
 import type { JobStatus } from '../api/training-jobs.ts';
 import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
-import type { DashboardRepository, ModelSummaryRow, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
+import type { DashboardRepository, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
+import type { ModelSummaryRow } from '../api/dashboard.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';

@@ -4,7 +4,8 @@
  * exactly as unknown as a missing one.
  */
 import { AppError, excerpt } from '../errors.ts';
-import type { CheckpointRecord, ModelRepository } from '../store/model-repository.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { CheckpointRecord } from '../api/models.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import { canActFor, type Principal } from './auth-service.ts';
 

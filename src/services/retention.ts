@@ -4,9 +4,9 @@
  * always kept: a running job trains from it and every model name without `:stepN` serves it, so a policy that
  * would delete it is refused. Applied after every new checkpoint and whenever a policy is set.
  */
-import type { RetentionPolicy } from '../api/models.ts';
+import type { ModelRow, RetentionPolicy } from '../api/models.ts';
 import { validationError } from '../errors.ts';
-import type { ModelRepository, ModelRow } from '../store/model-repository.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
 import { checkPolicy, retainedSteps } from './retention-policy.ts';

@@ -3,8 +3,8 @@
  * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
  */
 import { AppError, notFound, validationError, type FieldProblem } from '../errors.ts';
-import type { JobRepository, JobRow } from '../store/job-repository.ts';
-import { toTrainingJob, toTrainingJobEvent, type RlJobBody, type TrainingJob } from '../api/training-jobs.ts';
+import type { JobRepository } from '../store/job-repository.ts';
+import { toTrainingJob, toTrainingJobEvent, type JobRow, type RlJobBody, type TrainingJob } from '../api/training-jobs.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
 import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';

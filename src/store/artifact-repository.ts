@@ -1,20 +1,10 @@
 /** Artifact versions: the next version number is allocated inside the insert's transaction. */
 import { sql, type Kysely } from 'kysely';
-import type { ArtifactFile } from '../api/artifacts.ts';
+import type { ArtifactFile, ArtifactVersionRecord } from '../api/artifacts.ts';
 import type { Dialect } from './migrations/context.ts';
 import type { ArtifactVersionTable, Database } from './schema.ts';
 
 const MAX_VERSION = 2 ** 31 - 1;
-
-export interface ArtifactVersionRecord {
-  id: string;
-  entityId: string;
-  project: string;
-  name: string;
-  version: number;
-  files: ArtifactFile[];
-  createdAt: string;
-}
 
 function toVersion(row: ArtifactVersionTable): ArtifactVersionRecord {
   return {

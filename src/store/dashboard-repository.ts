@@ -3,26 +3,13 @@
  * job lists. Every page is a keyset seek through an index (no OFFSET), so page 1000 costs what page 1 costs.
  * Callers pass the entity ids a principal may see; this file knows nothing of keys or HTTP.
  */
-import { toJobRow, type JobRow } from './job-repository.ts';
+import { toJobRow } from './job-repository.ts';
 import { toStoredTrajectory, type StoredTrajectory } from './trajectory-repository.ts';
 import type { Kysely } from 'kysely';
+import type { JobListRow, ModelSummaryRow } from '../api/dashboard.ts';
 import type { JobStatus } from '../api/training-jobs.ts';
 import type { Page } from '../api/lists.ts';
 import type { Database } from './schema.ts';
-
-export interface ModelSummaryRow {
-  id: string;
-  entity_name: string;
-  project: string;
-  name: string;
-  base_model: string;
-  run_id: string;
-  created_at: string;
-  latest_step: number | null;
-  checkpoint_count: number;
-  last_job_id: string | null;
-  last_job_status: JobStatus | null;
-}
 
 export interface ModelSortKey {
   entityName: string;
@@ -40,14 +27,6 @@ export interface RunMetricRow {
 
 /** Trajectory rows are the trajectory repository's own shape. */
 export type TrajectoryRow = StoredTrajectory;
-
-/** A job with its model's names and how many optimizer steps it has finished. */
-export interface JobListRow extends JobRow {
-  entity_name: string;
-  project: string;
-  model_name: string;
-  completed_steps: number;
-}
 
 const numberOrNull = (value: unknown): number | null => (value === null || value === undefined ? null : Number(value));
 

@@ -5,15 +5,13 @@
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Dialect } from './migrations/context.ts';
-import type { JobStatus } from '../api/training-jobs.ts';
+import type { EventRecord, JobRow, JobStatus } from '../api/training-jobs.ts';
 import type { Page } from '../api/lists.ts';
 import type { Database, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
 
 /** A job as callers see it: counts as numbers (PostgreSQL answers bigints as text), metrics parsed. */
-export type JobRow = Omit<TrainingJobTable, 'metrics'> & { metrics: Record<string, number> };
 export type EventRow = TrainingJobEventTable;
 /** An event with its data parsed. */
-export type EventRecord = Omit<EventRow, 'data'> & { data: Record<string, unknown> };
 
 export function toJobRow(row: TrainingJobTable): JobRow {
   return {

@@ -1,23 +1,12 @@
 /** Models with their runs and checkpoints: one aggregate, so its rows change together in transactions. */
 import type { Kysely, Transaction } from 'kysely';
-import type { RetentionPolicy } from '../api/models.ts';
+import type { CheckpointRecord, ModelRow, RetentionPolicy } from '../api/models.ts';
 import type { Page } from '../api/lists.ts';
 import type { CheckpointTable, Database, ModelTable } from './schema.ts';
 
-/** A model as callers see it: its step a number (PostgreSQL answers bigints as text), its retention policy parsed. */
-export type ModelRow = Omit<ModelTable, 'retention'> & { entity_name: string; retention: RetentionPolicy | null };
 
 function toModelRow(row: ModelTable & { entity_name: string }): ModelRow {
   return { ...row, last_step: Number(row.last_step), retention: row.retention ? (JSON.parse(row.retention) as RetentionPolicy) : null };
-}
-
-export interface CheckpointRecord {
-  id: string;
-  modelId: string;
-  step: number;
-  metrics: Record<string, unknown>;
-  adapterPath: string | null;
-  createdAt: string;
 }
 
 export interface CheckpointPageQuery {
