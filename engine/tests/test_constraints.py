@@ -10,7 +10,7 @@ import torch
 
 from engine.constraints import DEAD, Automaton, ConstraintStore, TokenTable
 from engine.generate import Scheduler, SchedulerConfig
-from engine.tests.helpers import EngineProcess, TempModel
+from engine.tests.helpers import EngineProcess, TempModel, generate_request
 from engine.tests.test_generate import EOS, Run, drive
 
 VOCAB = 101
@@ -126,7 +126,7 @@ class TestConstrainedBatch(unittest.TestCase):
         alone = Run([9, 8, 7, 6], **free_kw)
         drive(self.sched(), [(0, alone)])
         self.assertEqual(free.tokens, alone.tokens)
-        self.assertLess(max(abs(a - b) for a, b in zip(free.logprobs[0], alone.logprobs[0])), 1e-5)
+        self.assertLess(max(abs(a - b) for a, b in zip(free.logprobs[0], alone.logprobs[0], strict=True)), 1e-5)
         # Reported logprobs stay the raw model's, constraint or not.
         self.assertTrue(all(lp <= 0 for run in runs for lps in run.logprobs.values() for lp in lps))
 
@@ -145,18 +145,15 @@ class TestProtocol(unittest.TestCase):
         try:
             loaded = engine.call({"id": "l1", "op": "load_base", "base": "b", "path": tm.path})
             self.assertEqual(loaded["vocab_size"], VOCAB)
-            missing = engine.call({"id": "g0", "op": "generate", "base": "b", "prompt": [5, 6], "max_tokens": 4,
-                                   "constraint": wire()})
+            missing = engine.call(generate_request("g0", prompt=[5, 6], max_tokens=4, constraint=wire()))
             self.assertEqual(missing["error"]["code"], "bad_request")
             self.assertIn("token_bytes", missing["error"]["message"])
             engine.call({"id": "l2", "op": "load_base", "base": "b", "path": tm.path, "token_bytes": token_bytes()})
-            bad = engine.call({"id": "g1", "op": "generate", "base": "b", "prompt": [5, 6], "max_tokens": 4,
-                               "constraint": {**wire(), "table": "!"}})
+            bad = engine.call(generate_request("g1", prompt=[5, 6], max_tokens=4, constraint={**wire(), "table": "!"}))
             self.assertEqual(bad["error"]["code"], "bad_request")
             for seed in range(3):
                 rid = f"s{seed}"
-                engine.send({"id": rid, "op": "generate", "base": "b", "prompt": [5, 6], "max_tokens": 30, "seed": seed,
-                             "n": 2, "constraint": wire()})
+                engine.send(generate_request(rid, prompt=[5, 6], max_tokens=30, seed=seed, n=2, constraint=wire()))
                 frames = engine.until_done(rid)
                 self.assertNotIn("error", frames[-1])
                 tokens = {}

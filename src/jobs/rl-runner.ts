@@ -5,7 +5,7 @@
  */
 import type { JobRow } from '../store/job-repository.ts';
 import type { RlJobPayload } from '../services/training-job-service.ts';
-import type { RlConfig } from '../services/rl-config.ts';
+import { engineLossConfig, type RlConfig } from '../services/rl-config.ts';
 import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';
 import { trainingRenderer } from '../chat/training-render.ts';
 import { TemplateError } from '../chat/template.ts';
@@ -18,24 +18,10 @@ import type { TrainedTrajectory } from '../store/trained-token-repository.ts';
 import { JobError, type RunContext, type RunResult } from './worker.ts';
 import type { CheckpointWriter } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
-import type { LossConfig, TrainRow } from '../engine/protocol.ts';
+import type { TrainRow } from '../engine/protocol.ts';
+import { optimizerConfig } from '../services/training-defaults.ts';
 
 const mean = (values: number[]) => (values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length);
-
-function lossConfig(config: RlConfig): LossConfig {
-  return {
-    ppo: config.ppo,
-    epsilon: config.epsilon,
-    epsilon_high: config.epsilonHigh,
-    importance_sampling_level: config.importanceSamplingLevel,
-    max_negative_advantage_importance_sampling_weight: config.maxNegativeAdvantageImportanceSamplingWeight,
-    mask_prob_ratio: config.maskProbRatio,
-    k2_tau: config.k2Tau,
-    truncated_importance_sampling: config.truncatedImportanceSampling,
-    kl_penalty_coef: config.klPenaltyCoef,
-    kl_penalty_source: config.klPenaltySource,
-  };
-}
 
 export interface RlRunnerDeps {
   queue: JobQueue;
@@ -157,8 +143,8 @@ export function createRlRunner(deps: RlRunnerDeps) {
         adapter: session.adapter,
         loss: 'rl',
         rows: [row],
-        loss_config: lossConfig(config),
-        optimizer: { learning_rate: config.learningRate, betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 },
+        loss_config: engineLossConfig(config),
+        optimizer: optimizerConfig('rl', config.learningRate),
         ...reference,
       });
       const data = { step: index + 1, ...numericOnly(metrics), ...groupMetrics };
