@@ -16,7 +16,10 @@ dataclasses), threads and replies (server.py), frames (transport.py).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -144,7 +147,26 @@ class LoadBase:
     base: str
     path: str
     dtype: Optional[str]  # None: the engine's --dtype (its command line, not a training default)
-    token_bytes: Optional[list]
+    token_bytes: Optional[List[Optional[bytes]]]  # each token's bytes by id; None for a token never allowed
+
+
+@dataclass
+class ConstraintRef:
+    """generate's `constraint` before decoding: its id, and the object to decode when no automaton has that id yet."""
+    id: str
+    raw: dict
+
+
+@dataclass
+class Constraint:
+    """A decoded byte-level DFA (src/chat/constraints/compile.ts builds it); constraints.py checks its ranges."""
+    id: str
+    states: int
+    classes: int
+    start: int
+    accepting: List[int]
+    class_of: bytes  # the class of each of the 256 bytes
+    table: bytes  # little-endian int32 [state * classes + class] -> next state, -1 where not allowed
 
 
 @dataclass
@@ -177,7 +199,7 @@ class Generate:
     adapter: AdapterRef
     prompt: List[int]
     params: SamplingParams
-    constraint: Optional[dict]  # the automaton's wire form; constraints.py compiles it
+    constraint: Optional[ConstraintRef]
 
 
 @dataclass
@@ -202,11 +224,27 @@ class TrainStep:
 
 def parse_load_base(msg: dict) -> LoadBase:
     f = Fields("load_base", msg)
-    token_bytes = msg.get("token_bytes")
-    if token_bytes is not None and not isinstance(token_bytes, list):
-        raise f.fail("token_bytes", "a list")
     dtype = f.str("dtype", nullable=True, choices=tuple(DTYPES)) if "dtype" in msg else None
+    token_bytes = _token_bytes(f) if f.has("token_bytes") else None
     return LoadBase(base=f.str("base"), path=f.str("path"), dtype=dtype, token_bytes=token_bytes)
+
+
+def _token_bytes(f: Fields) -> List[Optional[bytes]]:
+    raw = f.get("token_bytes")
+    if not isinstance(raw, list):
+        raise f.fail("token_bytes", "a list of base64 strings or nulls")
+    out: List[Optional[bytes]] = []
+    for i, item in enumerate(raw):
+        if item is None:
+            out.append(None)
+            continue
+        try:
+            out.append(base64.b64decode(item, validate=True) if isinstance(item, str) else None)
+        except binascii.Error:
+            out.append(None)
+        if out[-1] is None:
+            raise f.fail(f"token_bytes[{i}]", "a base64 string or null")
+    return out
 
 
 def parse_ensure_adapter(msg: dict) -> EnsureAdapter:
@@ -251,12 +289,28 @@ def _adapter_ref(f: Fields, key_name: str, path_name: str, required: bool) -> Ad
 
 def parse_generate(msg: dict) -> Generate:
     f = Fields("generate", msg)
-    prompt = f.ints("prompt")
-    constraint = msg.get("constraint")
-    if constraint is not None and not isinstance(constraint, dict):
-        raise f.fail("constraint", "an object or null")
-    return Generate(base=f.str("base"), adapter=_adapter_ref(f, "adapter", "adapter_path", True), prompt=prompt,
+    constraint = None
+    if f.has("constraint"):
+        c = f.object("constraint")
+        constraint = ConstraintRef(id=c.str("id"), raw=c.obj)
+    return Generate(base=f.str("base"), adapter=_adapter_ref(f, "adapter", "adapter_path", True), prompt=f.ints("prompt"),
                     params=_sampling(f), constraint=constraint)
+
+
+def parse_constraint(ref: ConstraintRef) -> Constraint:
+    """Decodes a constraint (only when its automaton is not built yet: the table may be large)."""
+    f = Fields("generate", ref.raw, "constraint")
+    accepting = f.ints("accepting")
+    try:
+        class_of = base64.b64decode(f.str("class_of"), validate=True)
+    except binascii.Error:
+        raise f.fail("class_of", "base64") from None
+    try:
+        table = zlib.decompress(base64.b64decode(f.str("table"), validate=True))
+    except (binascii.Error, zlib.error):
+        raise f.fail("table", "base64 of zlib-deflated int32s") from None
+    return Constraint(id=ref.id, states=f.int("states"), classes=f.int("classes"), start=f.int("start"),
+                      accepting=accepting, class_of=class_of, table=table)
 
 
 def _sampling(f: Fields) -> SamplingParams:

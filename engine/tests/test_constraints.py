@@ -12,6 +12,7 @@ from engine.constraints import DEAD, Automaton, ConstraintStore, TokenTable
 from engine.generate import Scheduler, SchedulerConfig
 from engine.tests.helpers import EngineProcess, TempModel, generate_request
 from engine.tests.test_generate import EOS, Run, drive
+from engine.wire import ConstraintRef, parse_constraint, parse_generate, parse_load_base
 
 VOCAB = 101
 # Byte classes of the automaton below: 0 other, 1 "{", 2 '"', 3 a-c, 4 "}".
@@ -39,6 +40,20 @@ def token_bytes():
     return [base64.b64encode(PIECES[i].encode()).decode() if i in PIECES else None for i in range(VOCAB)]
 
 
+def table() -> TokenTable:
+    """The token bytes as load_base's parser hands them to the engine."""
+    parsed = parse_load_base({"base": "b", "path": "/m", "token_bytes": token_bytes()}).token_bytes
+    return TokenTable(parsed, VOCAB, torch.device("cpu"))
+
+
+def ref(constraint: dict) -> ConstraintRef:
+    return parse_generate(generate_request("g", prompt=[1], constraint=constraint)).constraint
+
+
+def automaton(constraint: dict, tokens: TokenTable) -> Automaton:
+    return Automaton(parse_constraint(ref(constraint)), tokens, [EOS])
+
+
 def walk(state, text):
     for byte in text.encode():
         state = EDGES.get((state, CLASS_OF[byte]), DEAD)
@@ -54,7 +69,7 @@ def accepted(tokens):
 
 class TestMasks(unittest.TestCase):
     def setUp(self):
-        self.automaton = Automaton(wire(), TokenTable(token_bytes(), VOCAB, torch.device("cpu")), [EOS])
+        self.automaton = automaton(wire(), table())
 
     def test_mask_of_every_state_is_the_token_walk(self):
         for state in range(STATES):
@@ -75,30 +90,30 @@ class TestMasks(unittest.TestCase):
         self.assertEqual(self.automaton.step(5, 12), DEAD)  # a fourth letter is too many
 
     def test_malformed_wire_is_a_value_error(self):
-        tokens = TokenTable(token_bytes(), VOCAB, torch.device("cpu"))
+        tokens = table()
         for broken in [{**wire(), "table": "AAAA"}, {**wire(), "states": 0}, {**wire(), "accepting": [99]},
                        {**wire(), "class_of": base64.b64encode(bytes(255)).decode()}, {"id": "x"},
                        wire(edges={(0, 1): 42})]:
             with self.assertRaises(ValueError):
-                Automaton(broken, tokens, [EOS])
+                automaton(broken, tokens)
 
     def test_store_reuses_an_automaton_and_its_masks_by_id(self):
         store = ConstraintStore(max_automata=2)
-        tokens = TokenTable(token_bytes(), VOCAB, torch.device("cpu"))
-        first = store.get("b", tokens, wire(), [EOS])
+        tokens = table()
+        first = store.get("b", tokens, ref(wire()), [EOS])
         first.mask(0)
-        self.assertIs(store.get("b", tokens, wire(), [EOS]), first)
+        self.assertIs(store.get("b", tokens, ref(wire()), [EOS]), first)
         self.assertIn(0, first.cached)
-        store.get("b", tokens, wire(ident="other"), [EOS])
-        store.get("b", tokens, wire(ident="third"), [EOS])
-        self.assertIsNot(store.get("b", tokens, wire(), [EOS]), first)  # evicted, rebuilt
+        store.get("b", tokens, ref(wire(ident="other")), [EOS])
+        store.get("b", tokens, ref(wire(ident="third")), [EOS])
+        self.assertIsNot(store.get("b", tokens, ref(wire()), [EOS]), first)  # evicted, rebuilt
 
 
 class TestConstrainedBatch(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tm = TempModel("qwen2", std=0.15)
-        cls.automaton = Automaton(wire(), TokenTable(token_bytes(), VOCAB, torch.device("cpu")), [EOS])
+        cls.automaton = automaton(wire(), table())
 
     @classmethod
     def tearDownClass(cls):

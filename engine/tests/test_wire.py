@@ -80,6 +80,18 @@ class TestWire(unittest.TestCase):
                     self.assertRaisesRegex(wire.WireError, f"^{op}: field {re.escape(path)} must be"):
                 parse(broken)
 
+    def test_constraints_and_token_bytes_are_decoded_here_with_their_fields_named(self):
+        ref = wire.parse_generate({**COMPLETE["generate"][1], "constraint": {"id": "c", "states": 1}}).constraint
+        self.assertEqual(ref.id, "c")
+        with self.assertRaisesRegex(wire.WireError, r"^generate: missing field constraint\.accepting$"):
+            wire.parse_constraint(ref)
+        with self.assertRaisesRegex(wire.WireError, r"^generate: field constraint\.id must be"):
+            wire.parse_generate({**COMPLETE["generate"][1], "constraint": {"id": 5}})
+        loaded = wire.parse_load_base({"base": "b", "path": "/m", "token_bytes": ["aGk=", None, ""]})
+        self.assertEqual(loaded.token_bytes, [b"hi", None, b""])
+        with self.assertRaisesRegex(wire.WireError, r"^load_base: field token_bytes\[1\] must be"):
+            wire.parse_load_base({"base": "b", "path": "/m", "token_bytes": ["aGk=", "!!"]})
+
     def test_optional_fields_mean_none_not_a_default(self):
         req = wire.parse_train_step(train_request([ROW], "rl"))
         self.assertEqual((req.reference.key, req.reference.path, req.rows[0].original_T), (None, None, None))
