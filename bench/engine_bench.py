@@ -34,10 +34,10 @@ sys.path.insert(0, REPO)
 from engine import lora as L  # noqa: E402
 from engine.generate import GenRequest, Scheduler, SchedulerConfig  # noqa: E402
 from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint  # noqa: E402
-from engine.sampling import SamplingParams  # noqa: E402
 from engine.server import measure_matmul_gflops  # noqa: E402
 from engine.transport import encode_frame  # noqa: E402
-from engine.train import LossConfig, OptimizerConfig, parse_rows, train_step  # noqa: E402
+from engine.tests.helpers import lora, optimizer, parse_rows, sampling  # noqa: E402
+from engine.train import train_step  # noqa: E402
 
 CONFIG_25M = {
     "model_type": "llama", "vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536,
@@ -64,16 +64,16 @@ def build(cfg: dict, folder: str) -> Transformer:
 
 def bench_training(model: Transformer, rows_n: int, T: int, reps: int) -> float:
     """Best tokens/s of an SFT step on a fresh rank-8 adapter (all projections)."""
-    adapter = L.new_adapter("bench", "b", model.args, L.LoraConfig(), "cpu")
+    adapter = L.new_adapter("bench", "b", model.args, lora(), "cpu")
     V = model.args.vocab_size
     rows = parse_rows([{"tokens": [(i * 31 + r * 7) % (V - 3) + 3 for i in range(T)], "mask": [0] + [1] * (T - 1)}
                        for r in range(rows_n)], V, model.args.max_position_embeddings, "sft")
-    opt = OptimizerConfig.from_request({"learning_rate": 1e-4}, "sft")
-    train_step(model, adapter, "sft", rows, LossConfig(), opt)  # warm-up: optimizer state, allocator
+    opt = optimizer("sft", learning_rate=1e-4)
+    train_step(model, adapter, "sft", rows, None, opt)  # warm-up: optimizer state, allocator
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
-        train_step(model, adapter, "sft", rows, LossConfig(), opt)
+        train_step(model, adapter, "sft", rows, None, opt)
         best = min(best, time.perf_counter() - t0)
     return rows_n * T / best
 
@@ -88,7 +88,7 @@ def bench_decode(model: Transformer, concurrency: int, adapters, max_tokens: int
         return lambda m: frames.append(encode_frame({"id": rid, "done": False, **m}))
 
     for i in range(concurrency):
-        params = SamplingParams.from_request({"max_tokens": max_tokens, "seed": i, "logprobs": 0, "top_p": 0.95}, V)
+        params = sampling(V, max_tokens=max_tokens, seed=i, logprobs=0, top_p=0.95)
         sched.submit(GenRequest(id=str(i), prompt=[(i * 13 + j) % (V - 3) + 3 for j in range(32)], params=params,
                                 emit=emitter(str(i)), finish=lambda p: None,
                                 adapter=adapters[i % len(adapters)] if adapters else None))
@@ -112,7 +112,7 @@ from engine import lora as L
 gc.collect(); before = rss_bytes()
 m = Transformer.from_pretrained(sys.argv[2], torch.float32, "cpu")
 gc.collect(); loaded = rss_bytes()
-ads = [L.new_adapter(f"a{i}", "b", m.args, L.LoraConfig(seed=i), "cpu") for i in range(16)]
+ads = [L.new_adapter(f"a{i}", "b", m.args, lora(seed=i), "cpu") for i in range(16)]
 gc.collect(); after = rss_bytes()
 print(json.dumps({"model_rss": loaded - before, "process_rss": loaded, "weights": sum(p.numel() * 4 for p in m.parameters()),
                   "adapter_rss": (after - loaded) / 16, "adapter_bytes": ads[0].nbytes(), "params": m.num_parameters()}))
@@ -153,7 +153,7 @@ def main() -> None:
         max_tokens = 24 if args.quick else 48
         adapters = []
         for i in range(8):
-            a = L.new_adapter(f"a{i}", "b", model.args, L.LoraConfig(seed=i), "cpu")
+            a = L.new_adapter(f"a{i}", "b", model.args, lora(seed=i), "cpu")
             with torch.no_grad():
                 for t in a.B.values():
                     t.normal_(0, 0.01)

@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from engine import lora as L  # noqa: E402
 from engine.generate import GenRequest, Scheduler, SchedulerConfig  # noqa: E402
 from engine.model import ForwardContext, KVCache, Transformer  # noqa: E402
-from engine.sampling import SamplingParams  # noqa: E402
-from engine.train import LossConfig, OptimizerConfig, parse_rows, train_step  # noqa: E402
+from engine.tests.helpers import lora, optimizer, parse_rows, sampling  # noqa: E402
+from engine.train import train_step  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -72,7 +72,7 @@ def decode(model: Transformer, streams: int, new_tokens: int) -> tuple:
         count[0] += len(m.get("tokens", ()))
 
     for i in range(streams):
-        params = SamplingParams.from_request({"max_tokens": new_tokens, "temperature": 0}, V)
+        params = sampling(V, max_tokens=new_tokens, temperature=0)
         sched.submit(GenRequest(id=str(i), prompt=prompt(i, 32, V), params=params, emit=emit, finish=lambda r: None))
     sched.step()  # prefill of every request, and the first decode step
     before, clock = count[0], Clock()
@@ -85,7 +85,7 @@ def prefill(model: Transformer, length: int) -> tuple:
     """Tokens/s of admitting one prompt (chunked prefill plus its first token)."""
     V = model.args.vocab_size
     sched = Scheduler(model, [], SchedulerConfig(max_batch=1, max_len=length + 8, prefill_chunk=length))
-    params = SamplingParams.from_request({"max_tokens": 1, "temperature": 0}, V)
+    params = sampling(V, max_tokens=1, temperature=0)
     sched.submit(GenRequest(id="p", prompt=prompt(0, length, V), params=params, emit=lambda m: None,
                             finish=lambda r: None))
     clock = Clock()
@@ -95,16 +95,16 @@ def prefill(model: Transformer, length: int) -> tuple:
 
 def train(model: Transformer, rows_n: int, T: int, reps: int) -> tuple:
     """Best tokens/s of an SFT step on a fresh rank-8 adapter over every projection."""
-    adapter = L.new_adapter("bench", "b", model.args, L.LoraConfig(), "cpu")
+    adapter = L.new_adapter("bench", "b", model.args, lora(), "cpu")
     V = model.args.vocab_size
     rows = parse_rows([{"tokens": prompt(r, T, V), "mask": [0] + [1] * (T - 1)} for r in range(rows_n)],
                       V, model.args.max_position_embeddings, "sft")
-    opt = OptimizerConfig.from_request({"learning_rate": 1e-4}, "sft")
-    train_step(model, adapter, "sft", rows, LossConfig(), opt)  # warm-up: optimizer state, allocator
+    opt = optimizer("sft", learning_rate=1e-4)
+    train_step(model, adapter, "sft", rows, None, opt)  # warm-up: optimizer state, allocator
     runs = []
     for _ in range(reps):
         clock = Clock()
-        train_step(model, adapter, "sft", rows, LossConfig(), opt)
+        train_step(model, adapter, "sft", rows, None, opt)
         runs.append(clock.rates(rows_n * T))
     return best(runs)
 

@@ -7,7 +7,8 @@
 import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
 import { trainingRenderer } from '../src/chat/training-render.ts';
 import { packRows, rowLength, weighSequences, groupAdvantages, type ScoredSequence } from '../src/jobs/rl-data.ts';
-import { LORA_DEFAULTS } from '../src/jobs/checkpoint-writer.ts';
+import { loraInit, optimizerConfig } from '../src/services/training-defaults.ts';
+import { engineLossConfig, parseRlConfig } from '../src/services/rl-config.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
 
@@ -50,10 +51,10 @@ try {
   }
   const rows = packRows(sequences, weighSequences(sequences, 0), rowLength(sequences, base.engine.context_length, null));
   const engine = services.runtime.trainer();
-  await engine.ensureAdapter({ adapter: 'bench-direct', base: base.id, init: { ...LORA_DEFAULTS, seed: 1 } });
+  await engine.ensureAdapter({ adapter: 'bench-direct', base: base.id, init: loraInit(1) });
   const engineStarted = performance.now();
   for (const row of rows) {
-    await engine.trainStep({ base: base.id, adapter: 'bench-direct', loss: 'rl', rows: [row], optimizer: { learning_rate: 1e-3, betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 } });
+    await engine.trainStep({ base: base.id, adapter: 'bench-direct', loss: 'rl', rows: [row], loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config), optimizer: optimizerConfig('rl', 1e-3) });
   }
   const engineSeconds = (performance.now() - engineStarted) / 1000;
 

@@ -11,19 +11,20 @@ EOS is never text: it is allowed exactly in accepting states, and it is the
 only choice in an accepting state with nowhere left to go.
 
 Refuses to know: how automata are compiled (the server's src/chat/constraints/),
+their wire form (wire.py decodes it and the token bytes),
 sampling (sampling.py applies the masks), scheduling (generate.py).
 """
 
 from __future__ import annotations
 
-import base64
 import sys
 import time
-import zlib
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
 
 import torch
+
+from .wire import Constraint, ConstraintRef, parse_constraint
 
 DEAD = -1
 MASK_CACHE_BYTES = 32 << 20  # per automaton; masks are one bool per vocabulary entry
@@ -38,20 +39,10 @@ def log(msg: str) -> None:
 class TokenTable:
     """Token bytes by id, sorted longest first so that position l of the walk touches a prefix of rows."""
 
-    def __init__(self, token_bytes, vocab_size: int, device: torch.device):
-        if not isinstance(token_bytes, list) or len(token_bytes) > vocab_size:
-            raise ValueError(f"token_bytes must be a list of at most vocab_size={vocab_size} entries")
-        pieces: List[Optional[bytes]] = []
-        for i, item in enumerate(token_bytes):
-            if item is None:
-                pieces.append(None)
-            elif isinstance(item, str):
-                try:
-                    pieces.append(base64.b64decode(item, validate=True) or None)
-                except ValueError:
-                    raise ValueError(f"token_bytes[{i}] is not base64") from None
-            else:
-                raise ValueError(f"token_bytes[{i}] must be a base64 string or null")
+    def __init__(self, token_bytes: List[Optional[bytes]], vocab_size: int, device: torch.device):
+        if len(token_bytes) > vocab_size:
+            raise ValueError(f"token_bytes must have at most vocab_size={vocab_size} entries")
+        pieces: List[Optional[bytes]] = [p or None for p in token_bytes]
         pieces += [None] * (vocab_size - len(pieces))
         self.vocab_size, self.device, self.pieces = vocab_size, device, pieces
         ids = sorted((i for i, p in enumerate(pieces) if p), key=lambda i: -len(pieces[i]))
@@ -76,16 +67,8 @@ class TokenTable:
 class Automaton:
     """One constraint's DFA over bytes, with its masks over one vocabulary."""
 
-    def __init__(self, wire: dict, tokens: TokenTable, eos_ids: Sequence[int]):
-        if not isinstance(wire, dict):
-            raise ValueError("constraint must be an object")
-        try:
-            states, classes, start = int(wire["states"]), int(wire["classes"]), int(wire["start"])
-            class_of = base64.b64decode(wire["class_of"], validate=True)
-            table = zlib.decompress(base64.b64decode(wire["table"], validate=True))
-            accepting = [int(s) for s in wire["accepting"]]
-        except (KeyError, TypeError, ValueError, zlib.error) as e:
-            raise ValueError(f"constraint is malformed: {e}") from None
+    def __init__(self, c: Constraint, tokens: TokenTable, eos_ids: Sequence[int]):
+        states, classes, start, class_of, table, accepting = c.states, c.classes, c.start, c.class_of, c.table, c.accepting
         if states <= 0 or not 0 < classes <= 256 or not 0 <= start < states:
             raise ValueError("constraint: states, classes or start out of range")
         if len(class_of) != 256 or max(class_of) >= classes:
@@ -97,7 +80,7 @@ class Automaton:
         next_SC = torch.frombuffer(bytearray(table), dtype=torch.int32).reshape(states, classes).long()
         if bool(((next_SC < DEAD) | (next_SC >= states)).any()):
             raise ValueError("constraint.table has a transition out of range")
-        self.id = str(wire.get("id"))
+        self.id = c.id
         self.start = start
         self.tokens = tokens
         self.eos_ids = [t for t in eos_ids if 0 <= t < tokens.vocab_size]
@@ -200,11 +183,12 @@ class ConstraintStore:
         self.max_automata = max_automata
         self.automata: "OrderedDict[tuple, Automaton]" = OrderedDict()
 
-    def get(self, base: str, tokens: TokenTable, wire, eos_ids: Sequence[int]) -> Automaton:
-        key = (base, wire.get("id") if isinstance(wire, dict) else None)
-        automaton = self.automata.get(key) if key[1] is not None else None
+    def get(self, base: str, tokens: TokenTable, ref: ConstraintRef, eos_ids: Sequence[int]) -> Automaton:
+        """The automaton `ref` names, built (its table decoded by wire.py) only when this base has not got it."""
+        key = (base, ref.id)
+        automaton = self.automata.get(key)
         if automaton is None or automaton.tokens is not tokens:
-            automaton = Automaton(wire, tokens, eos_ids)
+            automaton = Automaton(parse_constraint(ref), tokens, eos_ids)
             self.automata[key] = automaton
             if len(self.automata) > self.max_automata:
                 self.automata.popitem(last=False)  # sequences still using it keep their reference

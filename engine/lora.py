@@ -27,7 +27,7 @@ import torch
 from . import weights as W
 from .model import ATTN_MODULES, MLP_MODULES, ModelArgs
 
-DEFAULT_TARGETS: Tuple[str, ...] = ATTN_MODULES + MLP_MODULES
+SUPPORTED_TARGETS: Tuple[str, ...] = ATTN_MODULES + MLP_MODULES
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 OPTIMIZER_NAME = "optimizer.pt"
@@ -47,7 +47,7 @@ def module_shape(args: ModelArgs, name: str) -> Tuple[int, int]:
         "down_proj": (args.intermediate_size, args.hidden_size),
     }
     if name not in shapes:
-        raise ValueError(f"unsupported LoRA target module {name!r}; supported: {', '.join(DEFAULT_TARGETS)}")
+        raise ValueError(f"unsupported LoRA target module {name!r}; supported: {', '.join(SUPPORTED_TARGETS)}")
     return shapes[name]
 
 
@@ -58,11 +58,12 @@ def module_path(layer: int, name: str) -> str:
 
 @dataclass
 class LoraConfig:
-    rank: int = 8
-    alpha: float = 16.0
-    target_modules: Tuple[str, ...] = DEFAULT_TARGETS
-    seed: int = 0
-    use_rslora: bool = False
+    """An adapter's shape and init: the server's choice for a new one (wire.py), the file's for a loaded one."""
+    rank: int
+    alpha: float
+    target_modules: Tuple[str, ...]
+    seed: int
+    use_rslora: bool = False  # only PEFT files set it: adapters the server creates never use rsLoRA
 
     def __post_init__(self):
         if int(self.rank) < 1:
@@ -71,8 +72,8 @@ class LoraConfig:
         if not self.target_modules:
             raise ValueError("LoRA target_modules is empty")
         for name in self.target_modules:
-            if name not in DEFAULT_TARGETS:
-                raise ValueError(f"unsupported LoRA target module {name!r}; supported: {', '.join(DEFAULT_TARGETS)}")
+            if name not in SUPPORTED_TARGETS:
+                raise ValueError(f"unsupported LoRA target module {name!r}; supported: {', '.join(SUPPORTED_TARGETS)}")
 
     @property
     def scale(self) -> float:
@@ -118,7 +119,7 @@ def new_adapter(key: str, base: str, args: ModelArgs, config: LoraConfig, device
     g = torch.Generator().manual_seed(int(config.seed))
     A, B = {}, {}
     for layer in range(args.num_layers):
-        for name in DEFAULT_TARGETS:  # fixed order keeps the seed -> weights map stable
+        for name in SUPPORTED_TARGETS:  # fixed order keeps the seed -> weights map stable
             if name not in config.target_modules:
                 continue
             fan_in, fan_out = module_shape(args, name)
@@ -193,7 +194,10 @@ def load_peft(key: str, base: str, folder: str, args: ModelArgs, device) -> Adap
         if not m or int(m.group(2)) >= args.num_layers or module_path(int(m.group(2)), m.group(4)) != m.group(1):
             raise ValueError(f"{folder}: unsupported adapter tensor {name}")
         (A if m.group(5) == "A" else B)[m.group(1)] = t
-    rank = int(peft.get("r", 8))
+    for field_name in ("r", "lora_alpha"):
+        if not isinstance(peft.get(field_name), (int, float)) or isinstance(peft.get(field_name), bool):
+            raise ValueError(f"{folder}: {CONFIG_NAME} lacks a numeric {field_name}")
+    rank = int(peft["r"])
     for path in set(A) | set(B):
         if path not in A or path not in B:
             raise ValueError(f"{folder}: {path} lacks lora_A or lora_B")
@@ -204,7 +208,8 @@ def load_peft(key: str, base: str, folder: str, args: ModelArgs, device) -> Adap
     if not A:
         raise ValueError(f"{folder}: adapter has no LoRA tensors")
     targets = tuple(sorted({p.rsplit(".", 1)[1] for p in A}))
-    config = LoraConfig(rank=rank, alpha=float(peft.get("lora_alpha", rank)), target_modules=targets,
+    config = LoraConfig(rank=rank, alpha=float(peft["lora_alpha"]), target_modules=targets,
+                        seed=0,  # unused: the weights come from the file, no init runs
                         use_rslora=bool(peft.get("use_rslora", False)))
     adapter = Adapter(key=key, base=base, config=config,
                       A={p: t.float().to(device).requires_grad_(True) for p, t in A.items()},

@@ -1,6 +1,6 @@
 """Per-request sampling: parameters, per-sequence state, and one batched sampling step.
 
-Owns: SamplingParams (validated from a request dict), the per-sequence state
+Owns: SamplingParams (wire.py builds it from a request), the per-sequence state
 (seeded generator, generated ids, penalty counts), and `sample_step`, which
 turns a batch of next-token logits into tokens + raw logprobs. Processing
 order follows vLLM: bans (allowed ids, bad words, min_tokens) and logit_bias,
@@ -24,110 +24,32 @@ import torch
 GREEDY_BELOW = 1e-5  # temperatures this small sample the argmax, as vLLM does
 
 
-def _int(d: dict, key: str, default, lo: Optional[int] = None, hi: Optional[int] = None):
-    v = d.get(key)
-    if v is None:  # null means the default, everywhere in the protocol
-        return default
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{key} must be an integer")
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ValueError(f"{key}={v} is out of range [{lo}, {hi}]")
-    return v
-
-
-def _num(d: dict, key: str, default: float, lo: float, hi: float, lo_open=False) -> float:
-    v = d.get(key, default)
-    if v is None:
-        v = default
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{key} must be a number")
-    v = float(v)
-    if not (v > lo if lo_open else v >= lo) or v > hi:
-        raise ValueError(f"{key}={v} is out of range")
-    return v
-
-
-def _ids(v, key: str, vocab: int) -> List[int]:
-    if not isinstance(v, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in v):
-        raise ValueError(f"{key} must be a list of integers")
-    for t in v:
-        if not 0 <= t < vocab:
-            raise ValueError(f"{key}: token id {t} is outside the vocabulary (size {vocab})")
-    return list(v)
-
-
 @dataclass
 class SamplingParams:
-    max_tokens: Optional[int] = None  # None: until the context is full
+    """One request's sampling settings, as wire.py parsed them from a request carrying every field (vLLM's names).
+
+    The knobs below `n` default to "off" only for engine/pretrain.py's eval, which builds its params in-process:
+    its source is part of the tiny model's weights key (models/make-tiny.ts), so it cannot change without
+    retraining that model. The wire never relies on them.
+    """
+    max_tokens: Optional[int]  # None: until the context is full
+    temperature: float
+    seed: Optional[int]  # None: a fresh random seed
+    n: int
     min_tokens: int = 0
     ignore_eos: bool = False
     stop_token_ids: Tuple[int, ...] = ()
-    temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1
+    top_k: int = -1  # -1: off
     min_p: float = 0.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: Dict[int, float] = field(default_factory=dict)
-    allowed_token_ids: Optional[List[int]] = None
+    allowed_token_ids: Optional[List[int]] = None  # None: every token
     bad_words_ids: List[List[int]] = field(default_factory=list)
-    seed: Optional[int] = None
-    logprobs: Optional[int] = None
+    logprobs: Optional[int] = None  # top-k logprobs per sampled token; None: none
     prompt_logprobs: Optional[int] = None
-    n: int = 1
-
-    @classmethod
-    def from_request(cls, d: dict, vocab_size: int) -> "SamplingParams":
-        logit_bias = d.get("logit_bias") or {}
-        if not isinstance(logit_bias, dict):
-            raise ValueError("logit_bias must be an object of token id -> number")
-        bias: Dict[int, float] = {}
-        for k, v in logit_bias.items():
-            try:
-                tid = int(k)
-            except (TypeError, ValueError):
-                raise ValueError(f"logit_bias key {k!r} is not a token id") from None
-            if not 0 <= tid < vocab_size:
-                raise ValueError(f"logit_bias: token id {tid} is outside the vocabulary")
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise ValueError("logit_bias values must be numbers")
-            bias[tid] = float(v)
-        allowed = d.get("allowed_token_ids")
-        if allowed is not None:
-            allowed = _ids(allowed, "allowed_token_ids", vocab_size)
-            if not allowed:
-                raise ValueError("allowed_token_ids is empty")
-        bad = d.get("bad_words_ids") or []
-        if not isinstance(bad, list):
-            raise ValueError("bad_words_ids must be a list of token id lists")
-        bad = [_ids(w, "bad_words_ids", vocab_size) for w in bad]
-        if any(not w for w in bad):
-            raise ValueError("bad_words_ids contains an empty sequence")
-        top_k = _int(d, "top_k", -1, lo=-1)
-        p = cls(
-            max_tokens=_int(d, "max_tokens", None, lo=1),
-            min_tokens=_int(d, "min_tokens", 0, lo=0),
-            ignore_eos=bool(d.get("ignore_eos") or False),
-            stop_token_ids=tuple(_ids(d.get("stop_token_ids") or [], "stop_token_ids", vocab_size)),
-            temperature=_num(d, "temperature", 1.0, 0.0, 1e6),
-            top_p=_num(d, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-            top_k=-1 if top_k in (0, -1) else top_k,
-            min_p=_num(d, "min_p", 0.0, 0.0, 1.0),
-            presence_penalty=_num(d, "presence_penalty", 0.0, -2.0, 2.0),
-            frequency_penalty=_num(d, "frequency_penalty", 0.0, -2.0, 2.0),
-            repetition_penalty=_num(d, "repetition_penalty", 1.0, 0.0, 1e6, lo_open=True),
-            logit_bias=bias,
-            allowed_token_ids=allowed,
-            bad_words_ids=bad,
-            seed=_int(d, "seed", None),
-            logprobs=_int(d, "logprobs", None, lo=0, hi=vocab_size),
-            prompt_logprobs=_int(d, "prompt_logprobs", None, lo=0, hi=vocab_size),
-            n=_int(d, "n", 1, lo=1, hi=1024),
-        )
-        if p.max_tokens is not None and p.min_tokens > p.max_tokens:
-            raise ValueError("min_tokens exceeds max_tokens")
-        return p
 
     @property
     def greedy(self) -> bool:
@@ -200,75 +122,99 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
                 allowed: Optional[Sequence[Optional[torch.Tensor]]] = None) -> SampleResult:
     """Sample one token per row; row b's state is rows[b]. allowed[b], when given, is a bool [V]
     mask (a constraint's): the row samples only among those tokens, whatever its other settings."""
-    B, V = logits_BV.shape
-    device = logits_BV.device
     logits_BV = logits_BV.float()
     raw_BV = torch.log_softmax(logits_BV, dim=-1)
-    x = logits_BV.clone()
+    x_BV = logits_BV.clone()
+    banned_any = _apply_bans(x_BV, rows, eos_ids)
+    _apply_penalties(x_BV, rows)
+    if banned_any:
+        # A row whose every token got banned samples from its raw logits rather than from NaNs.
+        dead_B = torch.isneginf(x_BV).all(dim=-1)
+        if bool(dead_B.any()):
+            x_BV[dead_B] = logits_BV[dead_B]
+    if allowed is not None:
+        _apply_constraints(x_BV, logits_BV, allowed)
+    tokens_B = _pick_tokens(x_BV, rows)
+    chosen_lp = raw_BV.gather(1, tokens_B[:, None]).squeeze(1)
+    return SampleResult(tokens=tokens_B.tolist(), logprobs=chosen_lp.tolist(), top=_top_logprobs(raw_BV, rows))
 
+
+def _apply_bans(x_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Sequence[int]) -> bool:
+    """Static biases, min_tokens' stop bans and multi-token bad words, in place; True if anything got banned."""
     bias_rows = [b for b, r in enumerate(rows) if r.bias_V is not None]
     banned_any = bool(bias_rows)
     if bias_rows:
-        idx = torch.tensor(bias_rows, device=device)
-        x[idx] += torch.stack([rows[b].bias_V for b in bias_rows])
+        idx = torch.tensor(bias_rows, device=x_BV.device)
+        x_BV[idx] += torch.stack([rows[b].bias_V for b in bias_rows])
     for b, r in enumerate(rows):
         p = r.params
         if len(r.output) < p.min_tokens:
             banned = list(p.stop_token_ids) + ([] if p.ignore_eos else list(eos_ids))
             if banned:
-                x[b, banned] = float("-inf")
+                x_BV[b, banned] = float("-inf")
                 banned_any = True
         for word in p.bad_words_ids:
             if len(word) > 1 and len(r.output) >= len(word) - 1 and r.output[len(r.output) - len(word) + 1:] == word[:-1]:
-                x[b, word[-1]] = float("-inf")
+                x_BV[b, word[-1]] = float("-inf")
                 banned_any = True
+    return banned_any
 
+
+def _apply_penalties(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> None:
+    """Repetition, frequency and presence penalties of the rows that ask for them, in place."""
     pen_rows = [b for b, r in enumerate(rows) if r.counts_V is not None]
-    if pen_rows:
-        idx = torch.tensor(pen_rows, device=device)
-        counts = torch.stack([rows[b].counts_V for b in pen_rows])
-        xs = x[idx]
-        rep = torch.tensor([rows[b].params.repetition_penalty for b in pen_rows], device=device)[:, None]
-        seen = counts > 0
-        prompt_rows = [rows[b].prompt_mask_V for b in pen_rows]
-        if any(m is not None for m in prompt_rows):
-            seen = seen | torch.stack([m if m is not None else torch.zeros(V, dtype=torch.bool, device=device)
-                                       for m in prompt_rows])
-        # Repetition penalty (CTRL / HF / vLLM): shrink positive logits, push negative ones further down.
-        xs = torch.where(seen, torch.where(xs > 0, xs / rep, xs * rep), xs)
-        freq = torch.tensor([rows[b].params.frequency_penalty for b in pen_rows], device=device)[:, None]
-        pres = torch.tensor([rows[b].params.presence_penalty for b in pen_rows], device=device)[:, None]
-        xs = xs - freq * counts - pres * (counts > 0).float()
-        x[idx] = xs
-    if banned_any:
-        # A row whose every token got banned samples from its raw logits rather than from NaNs.
-        dead = torch.isneginf(x).all(dim=-1)
-        if bool(dead.any()):
-            x[dead] = logits_BV[dead]
-    constrained = [] if allowed is None else [b for b, m in enumerate(allowed) if m is not None]
-    if constrained:
-        idx = torch.tensor(constrained, device=device)
-        keep = torch.stack([allowed[b] for b in constrained])
-        xs = x[idx].masked_fill(~keep, float("-inf"))
-        # Bans that leave nothing the constraint allows yield to it: the output must stay inside.
-        dead = torch.isneginf(xs).all(dim=-1)
-        if bool(dead.any()):
-            xs[dead] = logits_BV[idx][dead].masked_fill(~keep[dead], float("-inf"))
-        x[idx] = xs
+    if not pen_rows:
+        return
+    device, V = x_BV.device, x_BV.shape[1]
+    idx = torch.tensor(pen_rows, device=device)
+    counts_PV = torch.stack([rows[b].counts_V for b in pen_rows])
+    xs_PV = x_BV[idx]
+    rep = torch.tensor([rows[b].params.repetition_penalty for b in pen_rows], device=device)[:, None]
+    seen_PV = counts_PV > 0
+    prompt_rows = [rows[b].prompt_mask_V for b in pen_rows]
+    if any(m is not None for m in prompt_rows):
+        seen_PV = seen_PV | torch.stack([m if m is not None else torch.zeros(V, dtype=torch.bool, device=device)
+                                         for m in prompt_rows])
+    # Repetition penalty (CTRL / HF / vLLM): shrink positive logits, push negative ones further down.
+    xs_PV = torch.where(seen_PV, torch.where(xs_PV > 0, xs_PV / rep, xs_PV * rep), xs_PV)
+    freq = torch.tensor([rows[b].params.frequency_penalty for b in pen_rows], device=device)[:, None]
+    pres = torch.tensor([rows[b].params.presence_penalty for b in pen_rows], device=device)[:, None]
+    x_BV[idx] = xs_PV - freq * counts_PV - pres * (counts_PV > 0).float()
 
-    tokens = torch.empty(B, dtype=torch.long, device=device)
+
+def _apply_constraints(x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: Sequence[Optional[torch.Tensor]]) -> None:
+    constrained = [b for b, m in enumerate(allowed) if m is not None]
+    if not constrained:
+        return
+    idx = torch.tensor(constrained, device=x_BV.device)
+    keep_CV = torch.stack([allowed[b] for b in constrained])
+    xs_CV = x_BV[idx].masked_fill(~keep_CV, float("-inf"))
+    # Bans that leave nothing the constraint allows yield to it: the output must stay inside.
+    dead_C = torch.isneginf(xs_CV).all(dim=-1)
+    if bool(dead_C.any()):
+        xs_CV[dead_C] = logits_BV[idx][dead_C].masked_fill(~keep_CV[dead_C], float("-inf"))
+    x_BV[idx] = xs_CV
+
+
+def _pick_tokens(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor:
+    """Argmax for greedy rows, a seeded draw for the others."""
+    B, device = x_BV.shape[0], x_BV.device
+    tokens_B = torch.empty(B, dtype=torch.long, device=device)
     greedy = [b for b, r in enumerate(rows) if r.params.greedy]
     rand = [b for b, r in enumerate(rows) if not r.params.greedy]
     if greedy:
         g_idx = torch.tensor(greedy, device=device)
-        tokens[g_idx] = x[g_idx].argmax(dim=-1)
+        tokens_B[g_idx] = x_BV[g_idx].argmax(dim=-1)
     if len(rand) == B:
-        tokens = _sample_rows(x, rows)
-    elif rand:
+        return _sample_rows(x_BV, rows)
+    if rand:
         r_idx = torch.tensor(rand, device=device)
-        tokens[r_idx] = _sample_rows(x[r_idx], [rows[b] for b in rand])
-    chosen_lp = raw_BV.gather(1, tokens[:, None]).squeeze(1)
-    tops: List[Optional[List[List]]] = [None] * B
+        tokens_B[r_idx] = _sample_rows(x_BV[r_idx], [rows[b] for b in rand])
+    return tokens_B
+
+
+def _top_logprobs(raw_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> List[Optional[List[List]]]:
+    tops: List[Optional[List[List]]] = [None] * raw_BV.shape[0]
     ks = [r.params.logprobs or 0 for r in rows]
     kmax = max(ks)
     if kmax > 0:
@@ -277,7 +223,7 @@ def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Se
         for b, k in enumerate(ks):
             if k:
                 tops[b] = [[ids[b][j], vals[b][j]] for j in range(k)]
-    return SampleResult(tokens=tokens.tolist(), logprobs=chosen_lp.tolist(), top=tops)
+    return tops
 
 
 def _uniforms(rows: Sequence[SeqSampler], device) -> torch.Tensor:
@@ -328,7 +274,7 @@ def _sample_rows(x_RV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor
         mine = pp.gather(1, picked[p_idx][:, None])
         ahead = (pp * (pp > mine)).sum(dim=-1)
         accepted = (ahead < top_p[p_idx]).tolist()
-        pending = [i for i, ok in zip(pending, accepted) if not ok]
+        pending = [i for i, ok in zip(pending, accepted, strict=True) if not ok]
         if pending:
             p_idx = torch.tensor(pending, device=device)
             picked[p_idx] = _inverse_cdf(draw[p_idx], _uniforms([rows[i] for i in pending], device))

@@ -1,6 +1,6 @@
 """The ops of docs/engine-protocol.md and the engine's state.
 
-Owns: request validation at the edge, error replies (bad_request, not_found,
+Owns: dispatch (msg -> wire.parse_<op> -> the op on dataclasses), error replies (bad_request, not_found,
 cancelled, internal, unauthorized), the serving limits (vLLM's names), the
 registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
@@ -8,8 +8,9 @@ step) and queues everything else for the compute thread, which runs ops in
 arrival order and steps the generation schedulers between them; train_step
 and forward go on to the training thread, so decoding never waits for them.
 
-Refuses to know: the numerics (model.py, lora.py, generate.py, train.py) and
-how frames travel (transport.py).
+Refuses to know: the wire's fields (wire.py parses every request), the
+numerics (model.py, lora.py, generate.py, train.py) and how frames travel
+(transport.py).
 """
 
 from __future__ import annotations
@@ -27,15 +28,15 @@ from typing import Callable, Deque, Dict, List, Optional
 import torch
 
 from . import lora as L
+from . import wire
 from .constraints import ConstraintStore, TokenTable
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
-from .sampling import SamplingParams
-from .train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, train_step
+from .train import forward_logprobs, train_step
 from .transport import log, serve_stream, serve_tcp
 
 LOW_GFLOPS = 20.0
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = wire.DTYPES
 
 
 class NotFound(LookupError):
@@ -62,13 +63,6 @@ def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def _req(msg: dict, key: str, kind, what: str):
-    v = msg.get(key)
-    if not isinstance(v, kind) or not v:
-        raise ValueError(f"{key} is required ({what})")
-    return v
 
 
 @dataclass
@@ -174,7 +168,7 @@ class Engine:
             if op == "stats":
                 self.reply(rid, self.stats())
             elif op == "cancel":
-                self.reply(rid, {"cancelled": self.cancel(msg.get("target"))})
+                self.reply(rid, {"cancelled": self.cancel(wire.parse_cancel(msg).target)})
             elif op in self.OPS:
                 if op == "generate":
                     with self.lock:
@@ -255,7 +249,8 @@ class Engine:
 
     def _run_job(self, op: str, rid, msg) -> None:
         try:
-            result = getattr(self, "op_" + op)(rid, msg)
+            request = msg if op == "_trained" else getattr(wire, "parse_" + op)(msg)
+            result = getattr(self, "op_" + op)(rid, request)
             if result is not None:
                 self.reply(rid, result)
         except Exception as e:
@@ -301,29 +296,23 @@ class Engine:
             raise outcome
         return outcome
 
-    def _base(self, msg: dict) -> Base:
-        name = _req(msg, "base", str, "a loaded base name")
+    def _base(self, name: str) -> Base:
         base = self.bases.get(name)
         if base is None:
             raise NotFound(f"base {name!r} is not loaded")
         return base
 
-    def _adapter(self, msg: dict, base: Base, required: bool) -> Optional[L.Adapter]:
-        key = msg.get("adapter")
-        if key is None:
-            if required:
-                raise ValueError("adapter is required")
+    def _adapter(self, ref: wire.AdapterRef, base: Base) -> Optional[L.Adapter]:
+        """The resident adapter `ref` names (loaded from its path first when it is not resident); None for none."""
+        if ref.key is None:
             return None
-        if not isinstance(key, str):
-            raise ValueError("adapter must be a string key or null")
-        if key not in self.adapters:
-            path = msg.get("adapter_path")
-            if not path:
-                raise NotFound(f"adapter {key!r} is not resident")
-            self._put(L.load_peft(key, base.name, str(path), base.model.args, base.model.device))
-        adapter = self.adapters.get(key)
+        if ref.key not in self.adapters:
+            if ref.path is None:
+                raise NotFound(f"adapter {ref.key!r} is not resident")
+            self._put(L.load_peft(ref.key, base.name, ref.path, base.model.args, base.model.device))
+        adapter = self.adapters.get(ref.key)
         if adapter.base != base.name:
-            raise ValueError(f"adapter {key!r} belongs to base {adapter.base!r}, not {base.name!r}")
+            raise ValueError(f"adapter {ref.key!r} belongs to base {adapter.base!r}, not {base.name!r}")
         return adapter
 
     def _put(self, adapter: L.Adapter) -> None:
@@ -334,93 +323,74 @@ class Engine:
 
     OPS = ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "generate", "forward", "train_step")
 
-    def op_load_base(self, rid, msg) -> dict:
-        name = _req(msg, "base", str, "a name for the base")
-        path = _req(msg, "path", str, "an HF model folder")
-        dtype_name = msg.get("dtype")
-        if dtype_name is not None and dtype_name not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}")
-        dtype = DTYPES[dtype_name] if dtype_name else self.default_dtype
-        base = self.bases.get(name)
-        if base is not None and (os.path.abspath(base.path) != os.path.abspath(path) or base.model.dtype != dtype):
-            raise ValueError(f"base {name!r} is already loaded from {base.path} as {base.model.dtype}")
+    def op_load_base(self, rid, req: wire.LoadBase) -> dict:
+        dtype = DTYPES[req.dtype] if req.dtype else self.default_dtype
+        base = self.bases.get(req.base)
+        if base is not None and (os.path.abspath(base.path) != os.path.abspath(req.path) or base.model.dtype != dtype):
+            raise ValueError(f"base {req.base!r} is already loaded from {base.path} as {base.model.dtype}")
         if base is None:
-            if not os.path.isdir(path):
-                raise NotFound(f"model folder {path} does not exist")
-            t0 = time.perf_counter()
-            args = load_args(path)
-            model = Transformer.from_pretrained(path, dtype, self.device)
-            # Rope tables grow on the first use of a position: grown now, the training thread and the
-            # compute thread never race to replace them.
-            model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)
-            max_len, max_batch, prefix_tokens = self.limits.sized(args, dtype)
-            budget = self.limits.max_num_batched_tokens
-            sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
-                max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget),
-                prefix_cache_tokens=prefix_tokens))
-            base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
-            self.bases[name] = base
-            log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
-        if msg.get("token_bytes") is not None:
-            base.tokens = TokenTable(msg["token_bytes"], base.model.args.vocab_size, base.model.device)
+            base = self._load(req.base, req.path, dtype)
+        if req.token_bytes is not None:
+            base.tokens = TokenTable(req.token_bytes, base.model.args.vocab_size, base.model.device)
         a = base.model.args
         return {"vocab_size": a.vocab_size, "context_length": base.max_len, "eos_token_ids": a.eos_token_ids,
                 "num_parameters": base.model.num_parameters(), "max_num_seqs": base.scheduler.config.max_batch}
 
-    def op_ensure_adapter(self, rid, msg) -> dict:
-        key = _req(msg, "adapter", str, "an adapter key")
-        base = self._base(msg)
-        if key in self.adapters:
-            if self.adapters.get(key).base != base.name:
-                raise ValueError(f"adapter {key!r} is resident for base {self.adapters.get(key).base!r}")
+    def _load(self, name: str, path: str, dtype: torch.dtype) -> Base:
+        if not os.path.isdir(path):
+            raise NotFound(f"model folder {path} does not exist")
+        t0 = time.perf_counter()
+        args = load_args(path)
+        model = Transformer.from_pretrained(path, dtype, self.device)
+        # Rope tables grow on the first use of a position: grown now, the training thread and the
+        # compute thread never race to replace them.
+        model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)
+        max_len, max_batch, prefix_tokens = self.limits.sized(args, dtype)
+        budget = self.limits.max_num_batched_tokens
+        sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
+            max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget),
+            prefix_cache_tokens=prefix_tokens))
+        base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
+        self.bases[name] = base
+        log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
+        return base
+
+    def op_ensure_adapter(self, rid, req: wire.EnsureAdapter) -> dict:
+        base = self._base(req.base)
+        if req.adapter in self.adapters:
+            if self.adapters.get(req.adapter).base != base.name:
+                raise ValueError(f"adapter {req.adapter!r} is resident for base {self.adapters.get(req.adapter).base!r}")
             return {"loaded": False}
-        if msg.get("path"):
-            adapter = L.load_peft(key, base.name, str(msg["path"]), base.model.args, base.model.device)
-        elif isinstance(msg.get("init"), dict):
-            init = {k: v for k, v in msg["init"].items() if v is not None}
-            rank, alpha, seed = init.get("rank", 8), init.get("alpha", 16), init.get("seed", 0)
-            targets = init.get("target_modules", list(L.DEFAULT_TARGETS))
-            if any(isinstance(v, bool) or not isinstance(v, int) for v in (rank, seed)) or \
-                    isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-                raise ValueError("init.rank and init.seed must be integers, init.alpha a number")
-            if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
-                raise ValueError("init.target_modules must be a list of module names")
-            cfg = L.LoraConfig(rank=rank, alpha=float(alpha), target_modules=tuple(targets), seed=seed)
-            adapter = L.new_adapter(key, base.name, base.model.args, cfg, base.model.device)
+        if req.path is not None:
+            adapter = L.load_peft(req.adapter, base.name, req.path, base.model.args, base.model.device)
         else:
-            raise ValueError("ensure_adapter needs path or init")
+            adapter = L.new_adapter(req.adapter, base.name, base.model.args, req.init, base.model.device)
         self._put(adapter)
         return {"loaded": True}
 
-    def op_save_adapter(self, rid, msg) -> dict:
-        key = _req(msg, "adapter", str, "an adapter key")
-        path = _req(msg, "path", str, "a folder")
-        if key not in self.adapters:
-            raise NotFound(f"adapter {key!r} is not resident")
-        adapter = self.adapters.get(key)
+    def op_save_adapter(self, rid, req: wire.SaveAdapter) -> dict:
+        if req.adapter not in self.adapters:
+            raise NotFound(f"adapter {req.adapter!r} is not resident")
+        adapter = self.adapters.get(req.adapter)
         base = self.bases[adapter.base]
-        return {"files": L.save_peft(adapter, path, base.path)}
+        return {"files": L.save_peft(adapter, req.path, base.path)}
 
-    def op_drop_adapter(self, rid, msg) -> dict:
-        key = _req(msg, "adapter", str, "an adapter key")
-        adapter = self.adapters.get(key) if key in self.adapters else None
+    def op_drop_adapter(self, rid, req: wire.DropAdapter) -> dict:
+        adapter = self.adapters.get(req.adapter) if req.adapter in self.adapters else None
         if adapter is not None:
             for base in self.bases.values():
                 base.scheduler.stacks.forget(adapter)
-        return {"dropped": self.adapters.drop(key)}
+        return {"dropped": self.adapters.drop(req.adapter)}
 
-    def op_generate(self, rid, msg) -> None:
-        base = self._base(msg)
-        params = SamplingParams.from_request(msg, base.model.args.vocab_size)
-        prompt = msg.get("prompt")
-        if not isinstance(prompt, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in prompt):
-            raise ValueError("prompt must be a list of token ids")
+    def op_generate(self, rid, req: wire.Generate) -> None:
+        base = self._base(req.base)
+        wire.check_generate(req, base.model.args.vocab_size)
         constraint = None
-        if msg.get("constraint") is not None:
+        if req.constraint is not None:
             if base.tokens is None:
                 raise ValueError(f"constraint: base {base.name!r} was loaded without token_bytes")
-            constraint = self.constraints.get(base.name, base.tokens, msg["constraint"], base.scheduler.eos_ids)
-        adapter = self._adapter(msg, base, required=False)
+            constraint = self.constraints.get(base.name, base.tokens, req.constraint, base.scheduler.eos_ids)
+        adapter = self._adapter(req.adapter, base)
 
         def finish(payload: dict) -> None:
             with self.lock:
@@ -434,41 +404,37 @@ class Engine:
             if adapter is not None:
                 adapter.pins -= 1
 
-        req = GenRequest(id=rid, prompt=prompt, params=params, emit=lambda m: self.reply(rid, m, done=False),
+        gen = GenRequest(id=rid, prompt=req.prompt, params=req.params, emit=lambda m: self.reply(rid, m, done=False),
                          finish=finish, adapter=adapter, on_release=release, constraint=constraint)
-        base.scheduler.submit(req)  # validates; raises before anything is pinned
+        base.scheduler.submit(gen)  # validates; raises before anything is pinned
         if adapter is not None:
             adapter.pins += 1
         with self.lock:
             ticket = self.tickets.get(rid)
             if ticket is not None:
-                ticket.req = req
-                req.cancelled = ticket.cancelled
+                ticket.req = gen
+                gen.cancelled = ticket.cancelled
         return None
 
-    def op_forward(self, rid, msg) -> None:
-        base = self._base(msg)
-        adapter = self._adapter(msg, base, required=False)
-        rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, None)
-        self._train_beside_decode(rid, adapter, lambda: {"logprobs": forward_logprobs(base.model, rows, adapter)}, False)
+    def op_forward(self, rid, req: wire.Forward) -> None:
+        base = self._base(req.base)
+        wire.check_rows("forward", req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
+        adapter = self._adapter(req.adapter, base)
+        work = lambda: {"logprobs": forward_logprobs(base.model, req.rows, adapter)}  # noqa: E731
+        self._train_beside_decode(rid, adapter, work, False)
 
-    def op_train_step(self, rid, msg) -> None:
-        base = self._base(msg)
-        adapter = self._adapter(msg, base, required=True)
-        loss = msg.get("loss")
-        if loss not in ("rl", "sft"):
-            raise ValueError("loss must be 'rl' or 'sft'")
-        rows = parse_rows(msg.get("rows"), base.model.args.vocab_size, base.model.args.max_position_embeddings, loss)
-        loss_cfg = LossConfig.from_request(msg.get("loss_config") if loss == "rl" else None)
-        opt_cfg = OptimizerConfig.from_request(msg.get("optimizer"), loss)
+    def op_train_step(self, rid, req: wire.TrainStep) -> None:
+        base = self._base(req.base)
+        wire.check_rows("train_step", req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
+        adapter = self._adapter(req.adapter, base)
         adapter.pins += 1  # loading the reference must not evict the adapter being trained
         try:
             # The KL reference policy: a named adapter (an earlier checkpoint), else the base model.
-            reference = self._adapter({"adapter": msg.get("reference_adapter"), "adapter_path": msg.get("reference_adapter_path")},
-                                      base, required=False)
+            reference = self._adapter(req.reference, base)
         finally:
             adapter.pins -= 1
-        work = lambda: {"metrics": train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg, reference)}  # noqa: E731
+        work = lambda: {"metrics": train_step(base.model, adapter, req.loss, req.rows, req.loss_config,  # noqa: E731
+                                              req.optimizer, reference)}
         self._train_beside_decode(rid, adapter, work, True)
 
 

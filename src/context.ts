@@ -35,6 +35,7 @@ import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
 import { AdapterImporter } from './services/adapter-import.ts';
 import { RetentionService } from './services/retention.ts';
+import { defaultLearningRate } from './services/training-defaults.ts';
 
 export interface Services {
   auth: AuthService;
@@ -61,11 +62,6 @@ export interface Services {
   lineage: ModelLineage;
   imports: AdapterImporter;
   retention: RetentionService;
-}
-
-/** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
-export function defaultLearningRate(baseModel: string): number {
-  return baseModel === 'builtin/tiny-chat' ? 1e-3 : 5e-6;
 }
 
 export interface ContextOptions {
@@ -160,7 +156,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
       models,
       jobRepository,
       queue,
-      defaultLearningRate,
+      (baseId) => defaultLearningRate(baseModels.modelConfig(baseId)),
       { submitted: () => onJobSubmitted?.(), cancel: cancelJob },
       artifacts,
       (baseId) => runtime.vocabularySize(baseId),

@@ -16,8 +16,10 @@ import { EngineError } from '../src/engine/errors.ts';
 import { encodeFrame, FrameDecoder, FramingError, MAX_FRAME_BYTES, parseFrame } from '../src/engine/framing.ts';
 import type { GenerateStream } from '../src/engine/generate-stream.ts';
 import type { EngineLogger } from '../src/engine/logger.ts';
-import type { GenerateEvent, GenerateRequest } from '../src/engine/protocol.ts';
+import type { AdapterInit, GenerateEvent, GenerateRequest, LossConfig, OptimizerConfig } from '../src/engine/protocol.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
+import { engineLossConfig, parseRlConfig } from '../src/services/rl-config.ts';
+import { loraInit, optimizerConfig } from '../src/services/training-defaults.ts';
 import { enginePython, startTcpEngine } from './helpers/engine-process.ts';
 
 const decodeAll = (decoder: FrameDecoder, chunks: Buffer[]) => chunks.flatMap((chunk) => decoder.push(chunk)).map(parseFrame);
@@ -281,6 +283,28 @@ describe('supervisor and client against the real engine', () => {
     assert.ok(logger.lines.includes('base reloaded after restart'));
     assert.deepEqual((await supervisor.stats()).adapters.sort(), ['fresh', 'saved']);
     assert.equal(logger.lines.filter((line) => line === 'adapter reloaded after restart').length, 2);
+  });
+
+  test('a request missing a field gets a bad_request naming it; the complete request trains', async () => {
+    const named = (message: string) => (error: unknown) => error instanceof EngineError && error.code === 'bad_request' && error.message === message;
+    const { seed: _seed, ...seedless } = loraInit(1);
+    await assert.rejects(supervisor.ensureAdapter({ adapter: 'learner', base: 'tiny', init: seedless as AdapterInit }), named('ensure_adapter: missing field init.seed'));
+    await supervisor.ensureAdapter({ adapter: 'learner', base: 'tiny', init: loraInit(1) });
+    const mask = prompt.map((_, t) => (t === 0 ? 0 : 1));
+    const row = { tokens: prompt, segment_ids: prompt.map(() => 0), mask, weights: mask, advantages: mask, logprobs: prompt.map(() => null) };
+    const rl = { base: 'tiny', adapter: 'learner', loss: 'rl' as const, rows: [row], loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config), optimizer: optimizerConfig('rl', 1e-3) };
+    const { epsilon_high: _high, ...noHigh } = rl.loss_config;
+    await assert.rejects(supervisor.trainStep({ ...rl, loss_config: noHigh as LossConfig }), named('train_step: missing field loss_config.epsilon_high'));
+    const { max_grad_norm: _norm, ...noNorm } = optimizerConfig('sft', 1e-3);
+    await assert.rejects(supervisor.trainStep({ ...rl, loss: 'sft', optimizer: noNorm as OptimizerConfig }), named('train_step: missing field optimizer.max_grad_norm'));
+    const { advantages: _advantages, ...noAdvantages } = row;
+    await assert.rejects(supervisor.trainStep({ ...rl, rows: [row, noAdvantages] }), named('train_step: missing field rows[1].advantages'));
+    const baseless = { ...long, prompt, base: undefined } as unknown as GenerateRequest;
+    await assert.rejects(collect(supervisor.generate(baseless)), named('generate: missing field base'));
+    const { metrics } = await supervisor.trainStep(rl);
+    assert.equal(metrics.learning_rate, 1e-3);
+    assert.ok(metrics.grad_norm > 0, JSON.stringify(metrics));
+    assert.equal((await supervisor.dropAdapter({ adapter: 'learner' })).dropped, true);
   });
 
   test('stops politely: closing stdin lets the engine exit by itself', async () => {

@@ -1,4 +1,5 @@
-"""Test fixtures: tiny random HF checkpoints written to temp folders, and an engine subprocess client."""
+"""Test fixtures: tiny random HF checkpoints written to temp folders, an engine subprocess client, and
+complete wire requests (the engine has no defaults, so tests spell out what the server would send)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,89 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
+from engine import wire
+from engine.lora import SUPPORTED_TARGETS, LoraConfig
 from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint
+from engine.sampling import SamplingParams
+from engine.train import LossConfig, OptimizerConfig, Row
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# What the server sends for the knobs a test leaves alone (src/services/training-defaults.ts and
+# src/engine/protocol.ts hold the real values; these only need to be complete).
+SAMPLING = {"max_tokens": None, "min_tokens": 0, "ignore_eos": False, "stop_token_ids": [], "temperature": 1.0,
+            "top_p": 1.0, "top_k": -1, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+            "repetition_penalty": 1.0, "logit_bias": {}, "allowed_token_ids": None, "bad_words_ids": [], "seed": None,
+            "logprobs": None, "prompt_logprobs": None, "n": 1}
+LOSS = {"ppo": False, "epsilon": 1.0, "epsilon_high": 4.0, "importance_sampling_level": "token",
+        "max_negative_advantage_importance_sampling_weight": None, "mask_prob_ratio": False, "k2_tau": None,
+        "truncated_importance_sampling": None, "kl_penalty_coef": 0.0, "kl_penalty_source": "current_learner"}
+OPTIMIZER = {"rl": {"learning_rate": 5e-6, "betas": [0.9, 0.99], "weight_decay": 0.1, "max_grad_norm": 0.1},
+             "sft": {"learning_rate": 5e-6, "betas": [0.9, 0.99], "weight_decay": 0.0, "max_grad_norm": 1.0}}
+INIT = {"rank": 8, "alpha": 16, "target_modules": list(SUPPORTED_TARGETS), "seed": 0}
+
+
+def sampling(vocab: int, **over) -> SamplingParams:
+    """SamplingParams as a generate request with these overrides parses (and checks against the vocabulary)."""
+    req = wire.parse_generate({"base": "b", "adapter": None, "prompt": [], **SAMPLING, **over})
+    wire.check_generate(req, vocab)
+    return req.params
+
+
+def loss_config(**over) -> LossConfig:
+    return wire.parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", loss_config=over)).loss_config
+
+
+def optimizer(loss: str, **over) -> OptimizerConfig:
+    return OptimizerConfig(**{**OPTIMIZER[loss], **over, "betas": tuple(over.get("betas", OPTIMIZER[loss]["betas"]))})
+
+
+def lora(**over) -> LoraConfig:
+    cfg = {**INIT, **over}
+    return LoraConfig(rank=cfg["rank"], alpha=float(cfg["alpha"]), target_modules=tuple(cfg["target_modules"]),
+                      seed=cfg["seed"])
+
+
+def complete_row(row: dict, loss: Optional[str]) -> dict:
+    """A test row with the per-token arrays it leaves out filled as the server fills them (advantages excepted)."""
+    T = len(row.get("tokens") or [])
+    out = {"segment_ids": [0] * T, **row}
+    if loss is not None:
+        out = {"weights": [1] * T, **out}
+    if loss == "rl":
+        out = {"logprobs": [None] * T, **out}
+    return out
+
+
+def train_request(rows: list, loss: str, **over) -> dict:
+    """A complete train_step request for `rows` (completed by complete_row)."""
+    msg = {"base": "b", "adapter": "a", "loss": loss, "rows": [complete_row(r, loss) for r in rows],
+           "optimizer": dict(OPTIMIZER[loss])}
+    if loss == "rl":
+        msg["loss_config"] = dict(LOSS)
+    for key, value in over.items():
+        msg[key] = {**msg[key], **value} if isinstance(msg.get(key), dict) else value
+    return msg
+
+
+def generate_request(rid: str, **over) -> dict:
+    """A complete generate frame on base b without an adapter, with these overrides."""
+    return {"id": rid, "op": "generate", "base": "b", "adapter": None, **SAMPLING, **over}
+
+
+def parse_rows(rows: list, vocab: int, max_len: int, loss: Optional[str]) -> List[Row]:
+    """Rows as the engine takes them from a train_step (loss given) or forward (loss None) request."""
+    if loss is None:
+        parsed = wire.parse_forward({"base": "b", "adapter": None, "rows": [complete_row(r, None) for r in rows]}).rows
+    else:
+        parsed = wire.parse_train_step(train_request(rows, loss)).rows
+    wire.check_rows("test", parsed, vocab, max_len)
+    return parsed
 
 
 def tiny_config(family: str = "qwen2", tied: bool = False, **over) -> dict:

@@ -10,8 +10,9 @@ import torch
 
 from engine.constraints import DEAD, Automaton, ConstraintStore, TokenTable
 from engine.generate import Scheduler, SchedulerConfig
-from engine.tests.helpers import EngineProcess, TempModel
+from engine.tests.helpers import EngineProcess, TempModel, generate_request
 from engine.tests.test_generate import EOS, Run, drive
+from engine.wire import ConstraintRef, parse_constraint, parse_generate, parse_load_base
 
 VOCAB = 101
 # Byte classes of the automaton below: 0 other, 1 "{", 2 '"', 3 a-c, 4 "}".
@@ -39,6 +40,20 @@ def token_bytes():
     return [base64.b64encode(PIECES[i].encode()).decode() if i in PIECES else None for i in range(VOCAB)]
 
 
+def table() -> TokenTable:
+    """The token bytes as load_base's parser hands them to the engine."""
+    parsed = parse_load_base({"base": "b", "path": "/m", "token_bytes": token_bytes()}).token_bytes
+    return TokenTable(parsed, VOCAB, torch.device("cpu"))
+
+
+def ref(constraint: dict) -> ConstraintRef:
+    return parse_generate(generate_request("g", prompt=[1], constraint=constraint)).constraint
+
+
+def automaton(constraint: dict, tokens: TokenTable) -> Automaton:
+    return Automaton(parse_constraint(ref(constraint)), tokens, [EOS])
+
+
 def walk(state, text):
     for byte in text.encode():
         state = EDGES.get((state, CLASS_OF[byte]), DEAD)
@@ -54,7 +69,7 @@ def accepted(tokens):
 
 class TestMasks(unittest.TestCase):
     def setUp(self):
-        self.automaton = Automaton(wire(), TokenTable(token_bytes(), VOCAB, torch.device("cpu")), [EOS])
+        self.automaton = automaton(wire(), table())
 
     def test_mask_of_every_state_is_the_token_walk(self):
         for state in range(STATES):
@@ -75,30 +90,30 @@ class TestMasks(unittest.TestCase):
         self.assertEqual(self.automaton.step(5, 12), DEAD)  # a fourth letter is too many
 
     def test_malformed_wire_is_a_value_error(self):
-        tokens = TokenTable(token_bytes(), VOCAB, torch.device("cpu"))
+        tokens = table()
         for broken in [{**wire(), "table": "AAAA"}, {**wire(), "states": 0}, {**wire(), "accepting": [99]},
                        {**wire(), "class_of": base64.b64encode(bytes(255)).decode()}, {"id": "x"},
                        wire(edges={(0, 1): 42})]:
             with self.assertRaises(ValueError):
-                Automaton(broken, tokens, [EOS])
+                automaton(broken, tokens)
 
     def test_store_reuses_an_automaton_and_its_masks_by_id(self):
         store = ConstraintStore(max_automata=2)
-        tokens = TokenTable(token_bytes(), VOCAB, torch.device("cpu"))
-        first = store.get("b", tokens, wire(), [EOS])
+        tokens = table()
+        first = store.get("b", tokens, ref(wire()), [EOS])
         first.mask(0)
-        self.assertIs(store.get("b", tokens, wire(), [EOS]), first)
+        self.assertIs(store.get("b", tokens, ref(wire()), [EOS]), first)
         self.assertIn(0, first.cached)
-        store.get("b", tokens, wire(ident="other"), [EOS])
-        store.get("b", tokens, wire(ident="third"), [EOS])
-        self.assertIsNot(store.get("b", tokens, wire(), [EOS]), first)  # evicted, rebuilt
+        store.get("b", tokens, ref(wire(ident="other")), [EOS])
+        store.get("b", tokens, ref(wire(ident="third")), [EOS])
+        self.assertIsNot(store.get("b", tokens, ref(wire()), [EOS]), first)  # evicted, rebuilt
 
 
 class TestConstrainedBatch(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tm = TempModel("qwen2", std=0.15)
-        cls.automaton = Automaton(wire(), TokenTable(token_bytes(), VOCAB, torch.device("cpu")), [EOS])
+        cls.automaton = automaton(wire(), table())
 
     @classmethod
     def tearDownClass(cls):
@@ -126,7 +141,7 @@ class TestConstrainedBatch(unittest.TestCase):
         alone = Run([9, 8, 7, 6], **free_kw)
         drive(self.sched(), [(0, alone)])
         self.assertEqual(free.tokens, alone.tokens)
-        self.assertLess(max(abs(a - b) for a, b in zip(free.logprobs[0], alone.logprobs[0])), 1e-5)
+        self.assertLess(max(abs(a - b) for a, b in zip(free.logprobs[0], alone.logprobs[0], strict=True)), 1e-5)
         # Reported logprobs stay the raw model's, constraint or not.
         self.assertTrue(all(lp <= 0 for run in runs for lps in run.logprobs.values() for lp in lps))
 
@@ -145,18 +160,15 @@ class TestProtocol(unittest.TestCase):
         try:
             loaded = engine.call({"id": "l1", "op": "load_base", "base": "b", "path": tm.path})
             self.assertEqual(loaded["vocab_size"], VOCAB)
-            missing = engine.call({"id": "g0", "op": "generate", "base": "b", "prompt": [5, 6], "max_tokens": 4,
-                                   "constraint": wire()})
+            missing = engine.call(generate_request("g0", prompt=[5, 6], max_tokens=4, constraint=wire()))
             self.assertEqual(missing["error"]["code"], "bad_request")
             self.assertIn("token_bytes", missing["error"]["message"])
             engine.call({"id": "l2", "op": "load_base", "base": "b", "path": tm.path, "token_bytes": token_bytes()})
-            bad = engine.call({"id": "g1", "op": "generate", "base": "b", "prompt": [5, 6], "max_tokens": 4,
-                               "constraint": {**wire(), "table": "!"}})
+            bad = engine.call(generate_request("g1", prompt=[5, 6], max_tokens=4, constraint={**wire(), "table": "!"}))
             self.assertEqual(bad["error"]["code"], "bad_request")
             for seed in range(3):
                 rid = f"s{seed}"
-                engine.send({"id": rid, "op": "generate", "base": "b", "prompt": [5, 6], "max_tokens": 30, "seed": seed,
-                             "n": 2, "constraint": wire()})
+                engine.send(generate_request(rid, prompt=[5, 6], max_tokens=30, seed=seed, n=2, constraint=wire()))
                 frames = engine.until_done(rid)
                 self.assertNotIn("error", frames[-1])
                 tokens = {}

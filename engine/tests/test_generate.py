@@ -6,10 +6,9 @@ import torch
 
 from engine import lora as L
 from engine.generate import Cancelled, GenRequest, PrefixCache, Scheduler, SchedulerConfig
-from engine.sampling import SamplingParams
-from engine.tests.helpers import TempModel
+from engine.tests.helpers import TempModel, lora, parse_rows, sampling
 from engine.tests.test_lora import randomize
-from engine.train import forward_logprobs, parse_rows
+from engine.train import forward_logprobs
 
 EOS = 2
 
@@ -20,7 +19,7 @@ class Run:
     def __init__(self, prompt, adapter=None, **params):
         self.tokens, self.logprobs, self.finish, self.prompt_lp = {}, {}, {}, None
         self.result = None
-        p = SamplingParams.from_request(params, 101)
+        p = sampling(101, **params)
         self.req = GenRequest(id=str(id(self)), prompt=list(prompt), params=p, emit=self._emit,
                               finish=self._done, adapter=adapter)
 
@@ -57,8 +56,8 @@ class TestGenerate(unittest.TestCase):
     def setUpClass(cls):
         cls.tm = TempModel("qwen3", std=0.15)
         cls.model = cls.tm.model
-        cls.a1 = randomize(L.new_adapter("a1", "b", cls.tm.args, L.LoraConfig(seed=1), "cpu"), 11, 0.2)
-        cls.a2 = randomize(L.new_adapter("a2", "b", cls.tm.args, L.LoraConfig(rank=4, seed=2), "cpu"), 12, 0.2)
+        cls.a1 = randomize(L.new_adapter("a1", "b", cls.tm.args, lora(seed=1), "cpu"), 11, 0.2)
+        cls.a2 = randomize(L.new_adapter("a2", "b", cls.tm.args, lora(rank=4, seed=2), "cpu"), 12, 0.2)
 
     @classmethod
     def tearDownClass(cls):
@@ -81,13 +80,13 @@ class TestGenerate(unittest.TestCase):
     def test_continuous_batching_with_mixed_adapters_equals_alone(self):
         together = [(step, Run(**kw)) for step, kw in self.specs()]
         drive(self.sched(max_batch=4), together)  # max_batch 4 < 6 sequences: some wait for a free slot
-        for (step, kw), (_, run) in zip(self.specs(), together):
+        for (step, kw), (_, run) in zip(self.specs(), together, strict=True):
             alone = Run(**kw)
             drive(self.sched(), [(0, alone)])
             self.assertEqual(run.tokens, alone.tokens)
             self.assertEqual(run.finish, alone.finish)
             for seq in alone.logprobs:
-                self.assertLess(max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq])), 1e-5)
+                self.assertLess(max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq], strict=True)), 1e-5)
             self.assertEqual(run.result, {"prompt_tokens": len(kw["prompt"]), "cached_tokens": 0})
 
     def test_seeds_and_temperature_zero(self):
@@ -166,10 +165,10 @@ class TestGenerate(unittest.TestCase):
         seq = prompt + r.tokens[0]
         rows = parse_rows([{"tokens": seq}], 101, 256, None)
         trainer = forward_logprobs(self.model, rows, self.a1)[0]
-        diffs = [abs(a - b) for a, b in zip(r.logprobs[0], trainer[len(prompt):])]
+        diffs = [abs(a - b) for a, b in zip(r.logprobs[0], trainer[len(prompt):], strict=True)]
         self.assertLess(max(diffs), 1e-4)
         self.assertIsNone(r.prompt_lp[0])
-        pdiffs = [abs(e["logprob"] - t) for e, t in zip(r.prompt_lp[1:], trainer[1:len(prompt)])]
+        pdiffs = [abs(e["logprob"] - t) for e, t in zip(r.prompt_lp[1:], trainer[1:len(prompt)], strict=True)]
         self.assertEqual(len(pdiffs), len(prompt) - 1)
         self.assertLess(max(pdiffs), 1e-4)
 
@@ -182,7 +181,7 @@ class TestPrefixCache(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tm = TempModel("qwen3", std=0.15)
-        cls.adapter = randomize(L.new_adapter("a", "b", cls.tm.args, L.LoraConfig(seed=3), "cpu"), 13, 0.2)
+        cls.adapter = randomize(L.new_adapter("a", "b", cls.tm.args, lora(seed=3), "cpu"), 13, 0.2)
 
     @classmethod
     def tearDownClass(cls):
@@ -207,10 +206,10 @@ class TestPrefixCache(unittest.TestCase):
         cached, plain = self.run_all(256, specs), self.run_all(0, specs)
         self.assertEqual([r.result["cached_tokens"] for r in cached], [0, 61, 50, 0, 0])
         self.assertEqual([r.result["cached_tokens"] for r in plain], [0] * 5)
-        for a, b in zip(cached, plain):
+        for a, b in zip(cached, plain, strict=True):
             self.assertEqual(a.tokens, b.tokens)
             for s in a.logprobs:
-                for x, y in zip(a.logprobs[s], b.logprobs[s]):
+                for x, y in zip(a.logprobs[s], b.logprobs[s], strict=True):
                     self.assertAlmostEqual(x, y, places=4)
 
     def test_bounded_in_positions_least_recently_used_first(self):

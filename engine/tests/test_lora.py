@@ -10,8 +10,8 @@ import torch
 from engine import lora as L
 from engine import weights as W
 from engine.model import ForwardContext
-from engine.tests.helpers import TempModel
-from engine.train import LossConfig, OptimizerConfig, parse_rows, train_step
+from engine.tests.helpers import TempModel, lora, optimizer, parse_rows
+from engine.train import train_step
 
 
 def randomize(adapter: L.Adapter, seed: int, scale: float = 0.05) -> L.Adapter:
@@ -39,20 +39,20 @@ class TestLora(unittest.TestCase):
             return self.model.logits(self.model(t, ForwardContext.packed(torch.zeros_like(t)), lora))
 
     def test_fresh_adapter_is_exact_noop(self):
-        a = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=3), "cpu")
+        a = L.new_adapter("a", "b", self.args, lora(seed=3), "cpu")
         self.assertTrue(all(bool((t != 0).any()) for t in a.A.values()))
         self.assertTrue(all(bool((t == 0).all()) for t in a.B.values()))
         tokens = [[5, 6, 7, 8, 9, 10]]
         self.assertTrue(torch.equal(self.logits(tokens, None),
                                     self.logits(tokens, L.LoraBatch([a], torch.float32, "cpu"))))
 
-    def test_defaults_and_seed(self):
-        c = L.LoraConfig()
+    def test_scale_targets_and_seed(self):
+        c = lora()
         self.assertEqual((c.rank, c.alpha, c.scale), (8, 16.0, 2.0))
         self.assertEqual(set(c.target_modules), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
-        a1 = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=5), "cpu")
-        a2 = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=5), "cpu")
-        a3 = L.new_adapter("a", "b", self.args, L.LoraConfig(seed=6), "cpu")
+        a1 = L.new_adapter("a", "b", self.args, lora(seed=5), "cpu")
+        a2 = L.new_adapter("a", "b", self.args, lora(seed=5), "cpu")
+        a3 = L.new_adapter("a", "b", self.args, lora(seed=6), "cpu")
         m = "model.layers.0.self_attn.q_proj"
         self.assertTrue(torch.equal(a1.A[m], a2.A[m]))
         self.assertFalse(torch.equal(a1.A[m], a3.A[m]))
@@ -60,10 +60,10 @@ class TestLora(unittest.TestCase):
         self.assertTrue(all(p.requires_grad for p in a1.parameters()))
 
     def test_peft_round_trip_bit_exact_with_optimizer(self):
-        a = L.new_adapter("a", "b", self.args, L.LoraConfig(rank=4, alpha=8, seed=1,
+        a = L.new_adapter("a", "b", self.args, lora(rank=4, alpha=8, seed=1,
                                                             target_modules=("q_proj", "v_proj", "down_proj")), "cpu")
         rows = parse_rows([{"tokens": [1, 5, 9, 13, 17], "mask": [0, 1, 1, 1, 1]}], 101, 256, "sft")
-        train_step(self.model, a, "sft", rows, LossConfig(), OptimizerConfig.from_request({"learning_rate": 1e-2}, "sft"))
+        train_step(self.model, a, "sft", rows, None, optimizer("sft", learning_rate=1e-2))
         with tempfile.TemporaryDirectory() as d:
             files = L.save_peft(a, d, "/models/base")
             self.assertEqual(sorted(files), ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt"])
@@ -89,12 +89,12 @@ class TestLora(unittest.TestCase):
                 self.assertTrue(torch.equal(sa[i][k], sb[i][k]))
         # Both continue identically.
         for x in (a, b):
-            train_step(self.model, x, "sft", rows, LossConfig(), OptimizerConfig.from_request({"learning_rate": 1e-2}, "sft"))
+            train_step(self.model, x, "sft", rows, None, optimizer("sft", learning_rate=1e-2))
         for m in a.A:
             self.assertTrue(torch.equal(a.A[m], b.A[m]))
 
     def test_bad_adapter_files_are_refused(self):
-        a = L.new_adapter("a", "b", self.args, L.LoraConfig(), "cpu")
+        a = L.new_adapter("a", "b", self.args, lora(), "cpu")
         with tempfile.TemporaryDirectory() as d:
             L.save_peft(a, d, "x")
             other = TempModel("qwen2", hidden_size=32, intermediate_size=48)
@@ -103,20 +103,20 @@ class TestLora(unittest.TestCase):
             other.dir.cleanup()
 
     def test_mixed_batch_equals_each_row_alone(self):
-        a1 = randomize(L.new_adapter("a1", "b", self.args, L.LoraConfig(seed=1), "cpu"), 1)
-        a2 = randomize(L.new_adapter("a2", "b", self.args, L.LoraConfig(rank=4, alpha=32, seed=2,
+        a1 = randomize(L.new_adapter("a1", "b", self.args, lora(seed=1), "cpu"), 1)
+        a2 = randomize(L.new_adapter("a2", "b", self.args, lora(rank=4, alpha=32, seed=2,
                                                                        target_modules=("q_proj", "up_proj")), "cpu"), 2)
         rows = [[3, 4, 5, 6], [7, 8, 9, 10], [11, 12, 13, 14], [15, 16, 17, 18]]
         per_row = [a1, None, a2, a1]
         mixed = self.logits(rows, L.LoraBatch(per_row, torch.float32, "cpu"))
-        for b, (row, ad) in enumerate(zip(rows, per_row)):
+        for b, (row, ad) in enumerate(zip(rows, per_row, strict=True)):
             alone = self.logits([row], L.LoraBatch([ad], torch.float32, "cpu") if ad else None)[0]
             self.assertLess((mixed[b] - alone).abs().max().item(), 1e-5)
         self.assertGreater((self.logits([rows[0]], None)[0] - mixed[0]).abs().max().item(), 1e-3)
 
     def test_stack_cache_is_shared_across_orders_and_bounded(self):
-        a1 = randomize(L.new_adapter("a1", "b", self.args, L.LoraConfig(seed=1), "cpu"), 1)
-        a2 = randomize(L.new_adapter("a2", "b", self.args, L.LoraConfig(seed=2), "cpu"), 2)
+        a1 = randomize(L.new_adapter("a1", "b", self.args, lora(seed=1), "cpu"), 1)
+        a2 = randomize(L.new_adapter("a2", "b", self.args, lora(seed=2), "cpu"), 2)
         cache = L.StackCache()
         first = self.logits([[3, 4], [5, 6]], L.LoraBatch([a1, a2], torch.float32, "cpu", cache))
         entries = len(cache._items)
@@ -132,7 +132,7 @@ class TestLora(unittest.TestCase):
 
     def test_lru_bound_respects_pins(self):
         store = L.AdapterStore(max_adapters=2)
-        ads = [L.new_adapter(f"k{i}", "b", self.args, L.LoraConfig(rank=1, target_modules=("q_proj",)), "cpu")
+        ads = [L.new_adapter(f"k{i}", "b", self.args, lora(rank=1, target_modules=("q_proj",)), "cpu")
                for i in range(4)]
         store.put(ads[0])
         store.put(ads[1])

@@ -206,7 +206,7 @@ class TestSdpaPath(unittest.TestCase):
                 for gqa in (False, True):
                     M.HAS_SDPA, M.SDPA_GQA = True, gqa
                     got = run()
-                    for g, w in zip(got, want):
+                    for g, w in zip(got, want, strict=True):
                         self.assertLess((g - w).abs().max().item(), 1e-5)
             finally:
                 M.HAS_SDPA, M.SDPA_GQA = saved[0], saved[1]

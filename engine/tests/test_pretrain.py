@@ -28,8 +28,8 @@ class PackTest(unittest.TestCase):
         take = lambda: [b[0].tolist() for _, b in zip(range(12), P.batches(examples, 3, 16, [8], 0))]  # noqa: E731
         self.assertEqual(take(), take())
         first_epoch = [b for _, b in zip(range(5), P.batches(examples, 3, 16, [8], 0))]
-        firsts = sorted(t for tokens, seg, _ in first_epoch for row_t, row_s in zip(tokens.tolist(), seg.tolist())
-                        for t, s, prev in zip(row_t, row_s, [None] + row_s) if s >= 0 and s != prev)
+        firsts = sorted(t for tokens, seg, _ in first_epoch for row_t, row_s in zip(tokens.tolist(), seg.tolist(), strict=True)
+                        for t, s, prev in zip(row_t, row_s, [None] + row_s[:-1], strict=True) if s >= 0 and s != prev)
         self.assertEqual(firsts, list(range(1, 40)))
 
 

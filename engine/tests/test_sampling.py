@@ -5,14 +5,15 @@ import unittest
 
 import torch
 
-from engine.sampling import SamplingParams, SeqSampler, prompt_mask, sample_step, static_bias
+from engine.sampling import SeqSampler, prompt_mask, sample_step, static_bias
+from engine.tests.helpers import sampling
 
 V = 12
 EOS = 11
 
 
 def sampler(prompt=(), index=0, **kw) -> SeqSampler:
-    p = SamplingParams.from_request(kw, V)
+    p = sampling(V, **kw)
     return SeqSampler(p, list(prompt), index, V, static_bias(p, V, "cpu"), prompt_mask(p, list(prompt), V, "cpu"), "cpu")
 
 
@@ -149,9 +150,11 @@ class TestSampling(unittest.TestCase):
                     {"allowed_token_ids": [V]}, {"bad_words_ids": [[]]}, {"n": 0}, {"max_tokens": 0},
                     {"min_tokens": 5, "max_tokens": 2}, {"seed": "x"}, {"logprobs": True}):
             with self.subTest(bad=bad), self.assertRaises(ValueError):
-                SamplingParams.from_request(bad, V)
-        p = SamplingParams.from_request({"top_k": 0, "temperature": None, "seed": None}, V)
-        self.assertEqual((p.top_k, p.temperature, p.seed), (-1, 1.0, None))
+                sampling(V, **bad)
+        with self.assertRaisesRegex(ValueError, "generate: field temperature must be given"):
+            sampling(V, temperature=None)
+        p = sampling(V, top_k=0, seed=None)
+        self.assertEqual((p.top_k, p.seed), (-1, None))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,12 @@ import torch
 
 from engine.model import ModelArgs
 from engine.server import Limits
-from engine.tests.helpers import REPO, EngineProcess, make_checkpoint
+from engine.tests.helpers import INIT, REPO, EngineProcess, make_checkpoint, train_request
+from engine.tests.helpers import generate_request as gen
+
+
+def train(rid: str, rows: list, loss: str, **over) -> dict:
+    return {"id": rid, "op": "train_step", **train_request(rows, loss, **over)}
 
 
 class TestServer(unittest.TestCase):
@@ -61,17 +66,20 @@ class TestServer(unittest.TestCase):
         self.e.send_raw(struct.pack(">I", 2) + b"[]")
         self.assertError(self.e.next(), "bad_request")
         self.assertError(self.call({"id": "u", "op": "fly"}), "bad_request", "fly")
-        self.assertError(self.call({"id": "m", "op": "generate", "prompt": [1]}), "bad_request", "base")
-        self.assertError(self.call({"id": "nf", "op": "generate", "base": "zz", "prompt": [1]}), "not_found")
-        self.assertError(self.call({"id": "na", "op": "generate", "base": "b", "adapter": "zz", "prompt": [1]}), "not_found")
-        self.assertError(self.call({"id": "v", "op": "generate", "base": "b", "prompt": [1, 999]}), "bad_request", "vocab")
-        self.assertError(self.call({"id": "t", "op": "generate", "base": "b", "prompt": [1], "top_p": "x"}), "bad_request")
+        no_base = gen("m", prompt=[1])
+        del no_base["base"]
+        self.assertError(self.call(no_base), "bad_request", "^generate: missing field base$")
+        self.assertError(self.call(gen("nf", base="zz", prompt=[1])), "not_found")
+        self.assertError(self.call(gen("na", adapter="zz", prompt=[1])), "not_found")
+        self.assertError(self.call(gen("v", prompt=[1, 999])), "bad_request", "vocab")
+        self.assertError(self.call(gen("t", prompt=[1], top_p="x")), "bad_request", "top_p")
         self.assertError(self.call({"id": "p", "op": "load_base", "base": "c", "path": "/nonexistent"}), "not_found")
         self.assertError(self.call({"id": "ap", "op": "forward", "base": "b", "adapter": "new", "adapter_path": "/nonexistent",
-                                    "rows": [{"tokens": [1, 2]}]}), "not_found")
-        self.assertError(self.call({"id": "f", "op": "forward", "base": "b", "rows": [{"tokens": []}]}), "bad_request")
-        self.assertError(self.call({"id": "ts", "op": "train_step", "base": "b", "adapter": "zz", "loss": "rl",
-                                    "rows": []}), "not_found")
+                                    "rows": [{"tokens": [1, 2], "segment_ids": [0, 0]}]}), "not_found")
+        self.assertError(self.call({"id": "f", "op": "forward", "base": "b", "adapter": None,
+                                    "rows": [{"tokens": [], "segment_ids": []}]}), "bad_request", "rows\\[0\\].tokens")
+        self.assertError(self.call(train("ts", [{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl",
+                                         adapter="zz")), "not_found")
         # Two frames in one write, and one frame split over two writes.
         a = json.dumps({"id": "s1", "op": "stats"}).encode()
         b = json.dumps({"id": "s2", "op": "stats"}).encode()
@@ -82,8 +90,7 @@ class TestServer(unittest.TestCase):
         self.assertIn("rss_bytes", self.e.until_done("s2")[-1])
 
     def test_generate_stream_and_cancel(self):
-        self.e.send({"id": "g1", "op": "generate", "base": "b", "prompt": [5, 6, 7], "max_tokens": 5, "n": 2,
-                     "seed": 1, "logprobs": 1, "prompt_logprobs": 0})
+        self.e.send(gen("g1", prompt=[5, 6, 7], max_tokens=5, n=2, seed=1, logprobs=1, prompt_logprobs=0))
         got = self.e.until_done("g1")
         self.assertEqual(got[0]["type"], "prompt")
         self.assertIsNone(got[0]["prompt_logprobs"][0])
@@ -95,7 +102,7 @@ class TestServer(unittest.TestCase):
         self.assertEqual(got[-1], {"id": "g1", "done": True, "prompt_tokens": 3, "cached_tokens": 0})
         self.assertTrue(all(not f["done"] for f in got[:-1]))
 
-        self.e.send({"id": "long", "op": "generate", "base": "b", "prompt": [5], "ignore_eos": True})
+        self.e.send(gen("long", prompt=[5], ignore_eos=True))
         first = self.e.next()
         self.assertEqual((first["id"], first["type"]), ("long", "tokens"))
         self.e.send({"id": "c", "op": "cancel", "target": "long"})
@@ -122,33 +129,33 @@ class TestServer(unittest.TestCase):
         init = {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"], "seed": 3}
         self.assertEqual(self.call({"id": "e1", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], True)
         self.assertEqual(self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], False)
-        for bad in ({"rank": 0}, {"rank": "8"}, {"target_modules": ["lm_head"]}, {"alpha": None, "seed": 1.5}):
-            self.assertError(self.call({"id": "e3", "op": "ensure_adapter", "base": "b", "adapter": "y", "init": bad}),
-                             "bad_request")
+        for bad, field in (({"rank": 0}, "init.rank"), ({"rank": "8"}, "init.rank"), ({"target_modules": ["lm_head"]}, "lm_head"),
+                           ({"alpha": None}, "init.alpha"), ({"seed": 1.5}, "init.seed")):
+            self.assertError(self.call({"id": "e3", "op": "ensure_adapter", "base": "b", "adapter": "y",
+                                        "init": {**init, **bad}}), "bad_request", field)
         row = {"tokens": [3, 4, 5, 6, 7], "segment_ids": [0] * 5, "mask": [0, 1, 1, 1, 1], "weights": [1] * 5,
                "advantages": [0, 1, 1, 1, 1], "logprobs": [None] * 5}
-        m = self.call({"id": "tr", "op": "train_step", "base": "b", "adapter": "x", "loss": "rl", "rows": [row],
-                       "loss_config": {"ppo": None, "epsilon": None}, "optimizer": {"learning_rate": 1e-2}})["metrics"]
+        m = self.call(train("tr", [row], "rl", adapter="x", optimizer={"learning_rate": 1e-2}))["metrics"]
         self.assertTrue(all(isinstance(v, (int, float)) for v in m.values()))
-        bad = self.call({"id": "tr2", "op": "train_step", "base": "b", "adapter": "x", "loss": "rl", "rows": [row],
-                         "loss_config": {"advantage_balance": 0.3}})
+        bad = self.call(train("tr2", [row], "rl", adapter="x", loss_config={"advantage_balance": 0.3}))
         self.assertError(bad, "bad_request", "advantage_balance")
         folder = os.path.join(self.dir.name, "ckpt")
         saved = self.call({"id": "sv", "op": "save_adapter", "adapter": "x", "path": folder})
         self.assertEqual(sorted(saved["files"]), ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt"])
-        before = self.call({"id": "f1", "op": "forward", "base": "b", "adapter": "x", "rows": [{"tokens": row["tokens"]}]})
+        fwd_rows = [{"tokens": row["tokens"], "segment_ids": row["segment_ids"]}]
+        before = self.call({"id": "f1", "op": "forward", "base": "b", "adapter": "x", "rows": fwd_rows})
         self.assertEqual(self.call({"id": "d", "op": "drop_adapter", "adapter": "x"})["dropped"], True)
         after = self.call({"id": "f2", "op": "forward", "base": "b", "adapter": "x", "adapter_path": folder,
-                           "rows": [{"tokens": row["tokens"]}]})
+                           "rows": fwd_rows})
         self.assertEqual(before["logprobs"], after["logprobs"])
         self.assertIsNone(after["logprobs"][0][0])
         self.assertIn("x", self.call({"id": "st", "op": "stats"})["adapters"])
 
     def test_stats_answered_while_training(self):
-        self.call({"id": "e", "op": "ensure_adapter", "base": "b", "adapter": "busy", "init": {}})
+        self.call({"id": "e", "op": "ensure_adapter", "base": "b", "adapter": "busy", "init": INIT})
         rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
                 for _ in range(64)]
-        self.e.send({"id": "heavy", "op": "train_step", "base": "b", "adapter": "busy", "loss": "sft", "rows": rows})
+        self.e.send(train("heavy", rows, "sft", adapter="busy"))
         t0 = time.monotonic()
         self.e.send({"id": "quick", "op": "stats"})
         order = []
@@ -160,12 +167,11 @@ class TestServer(unittest.TestCase):
         self.assertLess(order[0][1], 1.0)
 
     def test_generation_goes_on_beside_a_train_step_and_later_ops_keep_their_order(self):
-        self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "beside", "init": {}})
+        self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "beside", "init": INIT})
         rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
                 for _ in range(64)]
-        self.e.send({"id": "train", "op": "train_step", "base": "b", "adapter": "beside", "loss": "sft", "rows": rows})
-        self.e.send({"id": "gen", "op": "generate", "base": "b", "adapter": None, "prompt": [3, 4, 5],
-                     "max_tokens": 4, "temperature": 0})
+        self.e.send(train("train", rows, "sft", adapter="beside"))
+        self.e.send(gen("gen", prompt=[3, 4, 5], max_tokens=4, temperature=0))
         self.e.send({"id": "drop", "op": "drop_adapter", "adapter": "beside"})  # must wait for the step
         order = []
         while len(order) < 3:

@@ -8,8 +8,9 @@ import torch
 from engine import lora as L
 from engine import model as M
 from engine import train as TR
-from engine.tests.helpers import TempModel
-from engine.train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, rl_token_loss, train_step
+from engine.tests.helpers import TempModel, loss_config, lora, optimizer, parse_rows, train_request
+from engine.train import forward_logprobs, rl_token_loss, train_step
+from engine.wire import parse_train_step
 
 LN = math.log
 
@@ -22,17 +23,17 @@ def case(new, old, adv, mask=None, seg=None, original=None, ref=None, **cfg):
     orig_T = None if original is None else torch.tensor(original, dtype=torch.float64)
     ref_T = None if ref is None else torch.tensor(ref, dtype=torch.float64)
     loss_T, kl = rl_token_loss(new_T, torch.tensor(old, dtype=torch.float64), orig_T,
-                               torch.tensor(adv, dtype=torch.float64), mask_T, seg_T, LossConfig.from_request(cfg), ref_T)
+                               torch.tensor(adv, dtype=torch.float64), mask_T, seg_T, loss_config(**cfg), ref_T)
     loss_T.sum().backward()
     return loss_T.tolist(), new_T.grad.tolist(), kl
 
 
 class TestRlLoss(unittest.TestCase):
     def close(self, got, want, places=9):
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             self.assertAlmostEqual(g, w, places=places)
 
-    def test_cispo_default_bounds(self):
+    def test_cispo_bounds(self):
         # ratio 2 is inside CISPO's default (1 - 1.0, 1 + 4.0); ratio 6 is clipped to 5.
         loss, grad, _ = case([LN(0.5), LN(0.6)], [LN(0.25), LN(0.1)], [1.0, -2.0])
         self.close(loss, [-2 * LN(0.5), -5 * -2 * LN(0.6)])
@@ -40,7 +41,7 @@ class TestRlLoss(unittest.TestCase):
 
     def test_ppo_clipping(self):
         # ratio 1.5 with epsilon 0.2: positive advantage takes the clipped (flat) branch, negative the raw one.
-        loss, grad, _ = case([LN(0.3), LN(0.3)], [LN(0.2), LN(0.2)], [1.0, -1.0], ppo=True)
+        loss, grad, _ = case([LN(0.3), LN(0.3)], [LN(0.2), LN(0.2)], [1.0, -1.0], ppo=True, epsilon=0.2, epsilon_high=0.2)
         self.close(loss, [-1.2, 1.5])
         self.close(grad, [0.0, 1.5])
         loss, _, _ = case([LN(0.3)], [LN(0.2)], [1.0], ppo=True, epsilon=0.1, epsilon_high=0.6)
@@ -52,7 +53,7 @@ class TestRlLoss(unittest.TestCase):
         self.close(grad, [-3.0])
 
     def test_mask_prob_ratio(self):
-        loss, grad, _ = case([LN(0.3), LN(0.21)], [LN(0.2), LN(0.2)], [1.0, 1.0], ppo=True, mask_prob_ratio=True)
+        loss, grad, _ = case([LN(0.3), LN(0.21)], [LN(0.2), LN(0.2)], [1.0, 1.0], ppo=True, epsilon=0.2, epsilon_high=0.2, mask_prob_ratio=True)
         self.close(loss, [0.0, -1.05])  # 1.5 is outside (0.8, 1.2): masked to 0
         self.close(grad, [0.0, -1.05])
 
@@ -102,12 +103,16 @@ class TestRlLoss(unittest.TestCase):
         self.assertAlmostEqual(float(got_kl), 0.0)
 
     def test_config_validation(self):
-        self.assertEqual(LossConfig.from_request({"ppo": True, "epsilon": None}).bounds(), (0.8, 1.2))
-        self.assertEqual(LossConfig.from_request({"something_unknown": None}).bounds(), (0.0, 5.0))
+        self.assertEqual(loss_config(ppo=True, epsilon=0.2, epsilon_high=0.2).bounds(), (0.8, 1.2))
+        self.assertEqual(loss_config(something_unknown=None).bounds(), (0.0, 5.0))
         with self.assertRaisesRegex(ValueError, "advantage_balance"):
-            LossConfig.from_request({"advantage_balance": 0.5})
-        with self.assertRaises(ValueError):
-            LossConfig.from_request({"importance_sampling_level": "tokens"})
+            loss_config(advantage_balance=0.5)
+        with self.assertRaisesRegex(ValueError, "loss_config.importance_sampling_level"):
+            loss_config(importance_sampling_level="tokens")
+        msg = train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl")
+        del msg["loss_config"]["epsilon"]
+        with self.assertRaisesRegex(ValueError, "^train_step: missing field loss_config.epsilon$"):
+            parse_train_step(msg)
 
 
 class TestTrainStep(unittest.TestCase):
@@ -121,7 +126,7 @@ class TestTrainStep(unittest.TestCase):
         cls.tm.dir.cleanup()
 
     def adapter(self, seed=0):
-        return L.new_adapter("a", "b", self.tm.args, L.LoraConfig(seed=seed), "cpu")
+        return L.new_adapter("a", "b", self.tm.args, lora(seed=seed), "cpu")
 
     ROWS = [
         {"tokens": [1, 5, 9, 13, 17, 21, 1, 7, 8], "segment_ids": [0] * 6 + [1] * 3,
@@ -135,10 +140,10 @@ class TestTrainStep(unittest.TestCase):
         a = self.adapter()
         rows = parse_rows(self.ROWS, 101, 256, "sft")
         lp = forward_logprobs(self.model, rows, a)
-        num = sum(-l * w * m for r, row in zip(lp, self.ROWS) for l, w, m in zip(r, row["weights"], row["mask"]) if m)
+        num = sum(-l * w * m for r, row in zip(lp, self.ROWS, strict=True) for l, w, m in zip(r, row["weights"], row["mask"], strict=True) if m)
         want = num / sum(sum(r["mask"]) for r in self.ROWS)
-        opt = OptimizerConfig.from_request({"learning_rate": 3e-2}, "sft")
-        losses = [train_step(self.model, a, "sft", rows, LossConfig(), opt)["loss"] for _ in range(4)]
+        opt = optimizer("sft", learning_rate=3e-2)
+        losses = [train_step(self.model, a, "sft", rows, None, opt)["loss"] for _ in range(4)]
         self.assertAlmostEqual(losses[0], want, places=5)
         self.assertLess(losses[-1], losses[0] - 0.1)
 
@@ -146,16 +151,16 @@ class TestTrainStep(unittest.TestCase):
         a = self.adapter()
         rows = parse_rows(self.ROWS, 101, 256, "rl")
         lp = forward_logprobs(self.model, rows, a)
-        cfg = LossConfig()
+        cfg = loss_config()
         row_losses = []
-        for r, row in zip(lp, self.ROWS):
+        for r, row in zip(lp, self.ROWS, strict=True):
             new = torch.tensor([x or 0.0 for x in r], dtype=torch.float64)
             old = torch.tensor([float("nan") if x is None else x for x in row["logprobs"]], dtype=torch.float64)
             m = torch.tensor(row["mask"], dtype=torch.float64)
             l_T, _ = rl_token_loss(new, old, None, torch.tensor(row["advantages"], dtype=torch.float64), m,
                                    torch.tensor(row["segment_ids"]), cfg, None)
             row_losses.append(float((l_T * torch.tensor(row["weights"]) * m).sum() / m.sum()))
-        opt = OptimizerConfig.from_request({"learning_rate": 3e-2}, "rl")
+        opt = optimizer("rl", learning_rate=3e-2)
         metrics = train_step(self.model, a, "rl", rows, cfg, opt)
         self.assertAlmostEqual(metrics["loss"], sum(row_losses) / 2, places=5)
         self.assertEqual(metrics["loss"], metrics["policy_loss"])
@@ -169,9 +174,9 @@ class TestTrainStep(unittest.TestCase):
     def test_grad_clip_and_kl_metric(self):
         a = self.adapter()
         rows = parse_rows(self.ROWS, 101, 256, "rl")
-        opt = OptimizerConfig.from_request({"learning_rate": 1e-2, "max_grad_norm": 1e-3}, "rl")
+        opt = optimizer("rl", learning_rate=1e-2, max_grad_norm=1e-3)
         before = {m: t.detach().clone() for m, t in a.B.items()}
-        m = train_step(self.model, a, "rl", rows, LossConfig.from_request({"kl_penalty_coef": 0.5}), opt)
+        m = train_step(self.model, a, "rl", rows, loss_config(kl_penalty_coef=0.5), opt)
         self.assertIn("kl_policy_ref", m)
         self.assertAlmostEqual(m["kl_policy_ref"], 0.0, places=6)  # B was zero: the adapter is the reference
         self.assertGreater(m["grad_norm"], 1e-3)
@@ -182,8 +187,8 @@ class TestTrainStep(unittest.TestCase):
         from engine.tests.test_lora import randomize
         a = randomize(self.adapter(seed=5), 3, 0.05)
         rows = parse_rows(self.ROWS, 101, 256, "rl")
-        cfg = LossConfig.from_request({"kl_penalty_coef": 0.5, "kl_penalty_source": "current_learner"})
-        opt = OptimizerConfig.from_request({"learning_rate": 0.0}, "rl")
+        cfg = loss_config(kl_penalty_coef=0.5, kl_penalty_source="current_learner")
+        opt = optimizer("rl", learning_rate=0.0)
         self.assertAlmostEqual(train_step(self.model, a, "rl", rows, cfg, opt, reference=a)["kl_policy_ref"], 0.0, places=6)
         self.assertGreater(abs(train_step(self.model, a, "rl", rows, cfg, opt)["kl_policy_ref"]), 1e-4)
 
@@ -191,9 +196,9 @@ class TestTrainStep(unittest.TestCase):
         a = self.adapter()
         rows = parse_rows([{"tokens": [1, 2, 3], "mask": [0, 0, 0], "advantages": [0, 0, 0]}], 101, 256, "rl")
         before = [t.detach().clone() for t in a.parameters()]
-        m = train_step(self.model, a, "rl", rows, LossConfig(), OptimizerConfig.from_request({}, "rl"))
+        m = train_step(self.model, a, "rl", rows, loss_config(), optimizer("rl"))
         self.assertEqual((m["num_trainable_tokens"], m["grad_norm"], a.version), (0.0, 0.0, 0))
-        self.assertTrue(all(torch.equal(x, y) for x, y in zip(before, a.parameters())))
+        self.assertTrue(all(torch.equal(x, y) for x, y in zip(before, a.parameters(), strict=True)))
 
     def test_memory_bounding_paths_give_the_same_gradients(self):
         # Query-chunked attention, per-block recomputation and chunked logits must change memory, not numbers.
@@ -217,7 +222,7 @@ class TestTrainStep(unittest.TestCase):
         finally:
             M.ATTN_CHUNK_ELEMENTS, M.CHECKPOINT_TOKENS, TR.LOGITS_CHUNK_ELEMENTS = saved
         self.assertLess((got_lp - want_lp).abs().max().item(), 1e-5)
-        for g1, g2 in zip(got_g, want_g):
+        for g1, g2 in zip(got_g, want_g, strict=True):
             self.assertLess((g1 - g2).abs().max().item(), 1e-5)
 
     def test_row_validation(self):

@@ -30,6 +30,7 @@ import type {
   TrainStepReply,
   TrainStepRequest,
 } from './protocol.ts';
+import { GENERATE_DEFAULTS } from './protocol.ts';
 
 /** What the rest of the server needs from an engine; the client and the supervisor both provide it. */
 export interface Engine {
@@ -143,7 +144,8 @@ export class EngineClient implements Engine {
   }
 
   forward(request: ForwardRequest): Promise<ForwardReply> {
-    return this.request('forward', request);
+    const rows = request.rows.map((row) => ({ ...row, segment_ids: row.segment_ids ?? row.tokens.map(() => 0) }));
+    return this.request('forward', { ...request, rows });
   }
 
   trainStep(request: TrainStepRequest): Promise<TrainStepReply> {
@@ -159,7 +161,7 @@ export class EngineClient implements Engine {
   generate(request: GenerateRequest): ReplyStream {
     const id = `g${++requestCounter}`;
     const stream = new ReplyStream(id, () => this.cancel(id));
-    const frame = this.frame({ ...request, id, op: 'generate' });
+    const frame = this.frame({ ...withGenerateDefaults(request), id, op: 'generate' });
     if (frame instanceof EngineError) {
       stream.fail(frame);
     } else {
@@ -271,4 +273,10 @@ function replyError(reply: Reply): EngineError | undefined {
   const { code, message } = error as { code?: unknown; message?: unknown };
   const known = typeof code === 'string' && REPLY_ERROR_CODES.includes(code);
   return new EngineError(known ? (code as ReplyErrorCode) : 'internal', typeof message === 'string' ? message : JSON.stringify(error));
+}
+
+/** The request with every sampling field its caller left out (or set to undefined) at its protocol default. */
+function withGenerateDefaults(request: GenerateRequest): GenerateRequest {
+  const given = Object.fromEntries(Object.entries(request).filter((entry) => entry[1] !== undefined));
+  return { ...GENERATE_DEFAULTS, ...given } as unknown as GenerateRequest;
 }

@@ -107,6 +107,30 @@ export interface WireConstraint {
   table: string;
 }
 
+/**
+ * What a generate request's sampling fields mean when its caller leaves them out (vLLM's defaults). The client
+ * fills them in, so the engine gets every field explicitly (it has no defaults of its own).
+ */
+export const GENERATE_DEFAULTS = {
+  n: 1,
+  min_tokens: 0,
+  ignore_eos: false,
+  stop_token_ids: [],
+  temperature: 1.0,
+  top_p: 1.0,
+  top_k: -1,
+  min_p: 0.0,
+  presence_penalty: 0.0,
+  frequency_penalty: 0.0,
+  repetition_penalty: 1.0,
+  logit_bias: {},
+  allowed_token_ids: null,
+  bad_words_ids: [],
+  seed: null,
+  logprobs: null,
+  prompt_logprobs: null,
+} as const satisfies Partial<GenerateRequest>;
+
 export interface GenerateRequest {
   base: string;
   adapter: string | null;
@@ -176,6 +200,7 @@ export interface ForwardRequest {
   base: string;
   adapter: string | null;
   adapter_path?: string;
+  /** Without segment_ids a row is one sequence; the client says so explicitly (all zeros). */
   rows: { tokens: number[]; segment_ids?: number[] }[];
 }
 
@@ -193,18 +218,18 @@ export interface TrainRow {
   original_logprobs?: (number | null)[];
 }
 
-/** RL knobs of rl-loss.md; an absent knob takes the spec's default. */
+/** RL knobs of rl-loss.md, every one sent (the engine has no defaults); null turns a knob off. */
 export interface LossConfig {
-  ppo?: boolean;
-  epsilon?: number;
-  epsilon_high?: number | null;
-  importance_sampling_level?: 'token' | 'sequence' | 'average' | 'geometric_average';
-  max_negative_advantage_importance_sampling_weight?: number | null;
-  mask_prob_ratio?: boolean;
-  k2_tau?: number | null;
-  truncated_importance_sampling?: number | null;
-  kl_penalty_coef?: number;
-  kl_penalty_source?: 'sample' | 'current_learner';
+  ppo: boolean;
+  epsilon: number;
+  epsilon_high: number;
+  importance_sampling_level: 'token' | 'sequence' | 'average' | 'geometric_average';
+  max_negative_advantage_importance_sampling_weight: number | null;
+  mask_prob_ratio: boolean;
+  k2_tau: number | null;
+  truncated_importance_sampling: number | null;
+  kl_penalty_coef: number;
+  kl_penalty_source: 'sample' | 'current_learner';
 }
 
 export interface OptimizerConfig {
@@ -219,6 +244,7 @@ export interface TrainStepRequest {
   adapter: string;
   loss: 'rl' | 'sft';
   rows: TrainRow[];
+  /** Required with the rl loss; the sft loss has none. */
   loss_config?: LossConfig;
   optimizer: OptimizerConfig;
   /** The KL penalty's reference policy (loaded from the path if not resident); absent: the base model. */

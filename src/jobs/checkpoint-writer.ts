@@ -19,12 +19,7 @@ import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
 import type { RetentionService } from '../services/retention.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from '../services/checkpoint-export.ts';
-
-export const LORA_DEFAULTS = {
-  rank: 8,
-  alpha: 16,
-  target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
-};
+import { loraInit } from '../services/training-defaults.ts';
 
 
 export interface TrainingSession {
@@ -62,7 +57,7 @@ export class CheckpointWriter {
       await engine.ensureAdapter({ adapter, base: base.id, path: latest.adapterPath });
     } else {
       const seed = crypto.createHash('sha256').update(model.id).digest().readUInt32LE(0);
-      await engine.ensureAdapter({ adapter, base: base.id, init: { ...LORA_DEFAULTS, seed } });
+      await engine.ensureAdapter({ adapter, base: base.id, init: loraInit(seed) });
     }
 
     return {

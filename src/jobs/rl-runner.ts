@@ -5,38 +5,24 @@
  */
 import type { JobRow } from '../api/training-jobs.ts';
 import type { RlJobPayload } from '../services/training-job-service.ts';
-import type { RlConfig } from '../services/rl-config.ts';
+import { engineLossConfig, type RlConfig } from '../services/rl-config.ts';
 import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';
 import { trainingRenderer } from '../chat/training-render.ts';
 import { TemplateError } from '../chat/template.ts';
 import type { LoadedBase } from '../services/base-model-runtime.ts';
 import type { Trajectory } from '../api/models.ts';
 import { populationStd } from '../services/trajectory-metrics.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from './rl-data.ts';
+import { groupAdvantages, packRows, rowLength, weighSequences, type PackedRow, type Placement, type ScoredSequence } from './rl-data.ts';
 import { trainedTokens } from './trained-tokens.ts';
 import type { TrainedTrajectory } from '../store/trained-token-repository.ts';
 import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
-import type { CheckpointWriter } from './checkpoint-writer.ts';
+import type { CheckpointWriter, TrainingSession } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
-import type { LossConfig, TrainRow } from '../engine/protocol.ts';
+import type { TrainRow } from '../engine/protocol.ts';
+import { optimizerConfig } from '../services/training-defaults.ts';
 
 const mean = (values: number[]) => (values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length);
-
-function lossConfig(config: RlConfig): LossConfig {
-  return {
-    ppo: config.ppo,
-    epsilon: config.epsilon,
-    epsilon_high: config.epsilonHigh,
-    importance_sampling_level: config.importanceSamplingLevel,
-    max_negative_advantage_importance_sampling_weight: config.maxNegativeAdvantageImportanceSamplingWeight,
-    mask_prob_ratio: config.maskProbRatio,
-    k2_tau: config.k2Tau,
-    truncated_importance_sampling: config.truncatedImportanceSampling,
-    kl_penalty_coef: config.klPenaltyCoef,
-    kl_penalty_source: config.klPenaltySource,
-  };
-}
 
 export interface RlRunnerDeps {
   queue: JobQueue;
@@ -127,55 +113,77 @@ function samplerLogprobCoverage(sequences: TrainingSequence[]): number {
 export function createRlRunner(deps: RlRunnerDeps) {
   return async function runRl(job: JobRow, context: RunContext): Promise<RunResult> {
     const payload = await deps.queue.readPayload<RlJobPayload>(job);
-    const { config } = payload;
     const session = await deps.checkpoints.open(job.model_id, context.emit);
     const { base } = session;
     if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render trajectories with`);
-    const { sequences, groupMetrics, withoutLogprobs } = jobData(payload, base);
+    const { config } = payload;
+    const data = jobData(payload, base);
     const reference = config.klPenaltyCoef > 0 ? await session.reference(referenceStep(config, session.fromStep)) : null;
+    const packed = await packJob(config, data, session, context);
+    const stepMetrics = await trainRows(config, { rows: packed.trainRows, reference, groupMetrics: data.groupMetrics }, session, context);
 
-    const length = rowLength(sequences, base.engine.context_length, config.packedSequenceLength);
-    const placements: Placement[] = [];
-    const rows = packRows(sequences, weighSequences(sequences, config.advantageBalance), length, placements);
-    await context.emit('training_started', { num_sequences: rows.length });
-    await context.setProgress({ numSequences: rows.length });
-    if (withoutLogprobs.length > 0) {
-      // Never silent: these trained tokens have ratio 1 (old = new), so the update is not importance-weighted.
-      await context.emit('sampler_logprobs_missing', { trajectories: withoutLogprobs, frac_sampler_logprobs: groupMetrics.frac_sampler_logprobs });
-    }
-    let trainRows: TrainRow[] = rows;
-    if (config.precalculateLogprobs && rows.length > 0) {
-      // The pre-update policy's logprobs become `old`; the sampler's are kept as `original`.
-      const forward = await session.engine.forward({ base: base.id, adapter: session.adapter, rows: rows.map((row) => ({ tokens: row.tokens, segment_ids: row.segment_ids })) });
-      trainRows = rows.map((row, r) => ({ ...row, original_logprobs: row.logprobs, logprobs: forward.logprobs[r] }));
-    }
-
-    const stepMetrics: Record<string, number>[] = [];
-    for (const [index, row] of trainRows.entries()) {
-      if (context.signal.aborted) throw new JobError('cancelled');
-      const { metrics } = await session.engine.trainStep({
-        base: base.id,
-        adapter: session.adapter,
-        loss: 'rl',
-        rows: [row],
-        loss_config: lossConfig(config),
-        optimizer: { learning_rate: config.learningRate, betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 },
-        ...reference,
-      });
-      const data = { step: index + 1, ...numericOnly(metrics), ...groupMetrics };
-      stepMetrics.push(data);
-      await context.emit('gradient_step', data);
-    }
-    if (context.signal.aborted) throw new JobError('cancelled');
-
-    const jobMetrics = summarize(stepMetrics, groupMetrics);
+    const jobMetrics = summarize(stepMetrics, data.groupMetrics);
     await context.setProgress({ metrics: jobMetrics });
     const forward = (forwardRows: { tokens: number[]; segment_ids?: number[] }[]) => session.engine.forward({ base: base.id, adapter: session.adapter, rows: forwardRows });
-    const trained = await trainedTokens({ rows, sequences, placements }, forward, trajectoryLocator(payload));
+    const trained = await trainedTokens({ rows: packed.rows, sequences: data.sequences, placements: packed.placements }, forward, trajectoryLocator(payload));
     await deps.storeTrajectories(job.model_id, 'train', session.fromStep, payload.trajectory_groups);
     await deps.storeTrainedTokens(job.model_id, session.fromStep, trained);
     return session.commit(jobMetrics);
   };
+}
+
+/** The job's rows as packed (for the trained-tokens view) and as trained (with the pre-update policy's logprobs as `old` when asked). */
+interface PackedJob {
+  rows: PackedRow[];
+  placements: Placement[];
+  trainRows: TrainRow[];
+}
+
+/** Packs the sequences into rows, announces the job, and precalculates the old logprobs when the config asks. */
+async function packJob(config: RlConfig, data: JobData, session: TrainingSession, context: RunContext): Promise<PackedJob> {
+  const { base } = session;
+  const length = rowLength(data.sequences, base.engine.context_length, config.packedSequenceLength);
+  const placements: Placement[] = [];
+  const rows = packRows(data.sequences, weighSequences(data.sequences, config.advantageBalance), length, placements);
+  await context.emit('training_started', { num_sequences: rows.length });
+  await context.setProgress({ numSequences: rows.length });
+  if (data.withoutLogprobs.length > 0) {
+    // Never silent: these trained tokens have ratio 1 (old = new), so the update is not importance-weighted.
+    await context.emit('sampler_logprobs_missing', { trajectories: data.withoutLogprobs, frac_sampler_logprobs: data.groupMetrics.frac_sampler_logprobs });
+  }
+  if (!config.precalculateLogprobs || rows.length === 0) return { rows, placements, trainRows: rows };
+  // The pre-update policy's logprobs become `old`; the sampler's are kept as `original`.
+  const forward = await session.engine.forward({ base: base.id, adapter: session.adapter, rows: rows.map((row) => ({ tokens: row.tokens, segment_ids: row.segment_ids })) });
+  return { rows, placements, trainRows: rows.map((row, r) => ({ ...row, original_logprobs: row.logprobs, logprobs: forward.logprobs[r] })) };
+}
+
+/** What the train steps of a job send besides its config: the rows, the KL reference adapter, the group figures each step reports. */
+interface TrainInput {
+  rows: TrainRow[];
+  reference: Awaited<ReturnType<TrainingSession['reference']>>;
+  groupMetrics: Record<string, number>;
+}
+
+/** One engine train step per row, each reported as a `gradient_step` event; their metrics in order. */
+async function trainRows(config: RlConfig, { rows, reference, groupMetrics }: TrainInput, session: TrainingSession, context: RunContext): Promise<Record<string, number>[]> {
+  const stepMetrics: Record<string, number>[] = [];
+  for (const [index, row] of rows.entries()) {
+    if (context.signal.aborted) throw new JobError('cancelled');
+    const { metrics } = await session.engine.trainStep({
+      base: session.base.id,
+      adapter: session.adapter,
+      loss: 'rl',
+      rows: [row],
+      loss_config: engineLossConfig(config),
+      optimizer: optimizerConfig('rl', config.learningRate),
+      ...reference,
+    });
+    const data = { step: index + 1, ...numericOnly(metrics), ...groupMetrics };
+    stepMetrics.push(data);
+    await context.emit('gradient_step', data);
+  }
+  if (context.signal.aborted) throw new JobError('cancelled');
+  return stepMetrics;
 }
 
 /** From a sequence's trajectory number (its place in the request, counted across groups) to its group and index. */

@@ -16,6 +16,7 @@ import type { CheckpointWriter } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
 import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
+import { optimizerConfig } from '../services/training-defaults.ts';
 
 export interface SftRunnerDeps {
   queue: JobQueue;
@@ -84,7 +85,7 @@ export function createSftRunner(deps: SftRunnerDeps) {
           adapter: session.adapter,
           loss: 'sft',
           rows,
-          optimizer: { learning_rate: learningRate, betas: [0.9, 0.99], weight_decay: 0, max_grad_norm: 1.0 },
+          optimizer: optimizerConfig('sft', learningRate),
         });
         for (const [key, value] of Object.entries(metrics)) if (typeof value === 'number' && Number.isFinite(value)) data[key] = value;
         data.sft_loss = data.sft_loss ?? data.loss;

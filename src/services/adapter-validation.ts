@@ -6,6 +6,7 @@
  */
 import type { FieldProblem } from '../errors.ts';
 
+/** The modules engine/lora.py can adapt (its SUPPORTED_TARGETS). */
 export const SUPPORTED_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 const TENSOR = /^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$/;
 const DTYPES = new Set(['F32', 'F16', 'BF16']);

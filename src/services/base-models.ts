@@ -45,15 +45,28 @@ export class BaseModelRegistry {
 
   /** Why the engine could not run this base (its config.json read now), or null when it can. */
   architectureProblem(model: BaseModelSpec): string | null {
-    let config: unknown;
-    try {
-      config = JSON.parse(fs.readFileSync(path.join(model.path, 'config.json'), 'utf8'));
-    } catch (error) {
-      return `its config.json cannot be read: ${(error as Error).message}`;
-    }
-    if (!config || typeof config !== 'object' || Array.isArray(config)) return 'its config.json is not a JSON object';
-    return architectureProblem(config as Record<string, unknown>);
+    const config = readModelConfig(model.path);
+    return typeof config === 'string' ? config : architectureProblem(config);
   }
+
+  /** The HF `config.json` of a loadable base, or null when there is no such base or it cannot be read. */
+  modelConfig(id: string): Record<string, unknown> | null {
+    const model = this.find(id);
+    const config = model ? readModelConfig(model.path) : null;
+    return typeof config === 'string' ? null : config;
+  }
+}
+
+/** A model folder's config.json as an object, or why it cannot be read as one. */
+function readModelConfig(folder: string): Record<string, unknown> | string {
+  let config: unknown;
+  try {
+    config = JSON.parse(fs.readFileSync(path.join(folder, 'config.json'), 'utf8'));
+  } catch (error) {
+    return `its config.json cannot be read: ${(error as Error).message}`;
+  }
+  if (!config || typeof config !== 'object' || Array.isArray(config)) return 'its config.json is not a JSON object';
+  return config as Record<string, unknown>;
 }
 
 function isModelFolder(folder: string): boolean {

@@ -4,6 +4,8 @@
  * but its default, never silently ignored.
  */
 import type { FieldProblem } from '../errors.ts';
+import type { LossConfig } from '../engine/protocol.ts';
+import { lossEpsilons } from './training-defaults.ts';
 
 export type ImportanceSamplingLevel = 'token' | 'sequence' | 'average' | 'geometric_average';
 
@@ -69,12 +71,9 @@ const KNOWN = new Set([
 
 const isK2Tau = (key: string) => key.endsWith('_k2_tau');
 
-export function parseRlConfig(raw: Record<string, unknown> | null | undefined, defaultLearningRate: number): { config: RlConfig; problems: FieldProblem[] } {
-  const problems: FieldProblem[] = [];
-  const values = raw ?? {};
-  const loc = (key: string) => ['body', 'experimental_config', key];
-  const problem = (key: string, msg: string, type = 'value_error') => problems.push({ loc: loc(key), msg, type });
-
+/** Readers of experimental_config's values: null or absent reads as null, a bad value as null plus a problem. */
+function fieldReaders(values: Record<string, unknown>, problems: FieldProblem[]) {
+  const problem = (key: string, msg: string, type = 'value_error') => problems.push({ loc: ['body', 'experimental_config', key], msg, type });
   const number = (key: string, check?: (v: number) => string | null): number | null => {
     const value = values[key];
     if (value === null || value === undefined) return null;
@@ -107,7 +106,14 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
     }
     return value as T;
   };
+  const integer = (key: string, minimum: number) => number(key, (v) => (Number.isInteger(v) && v >= minimum ? null : `must be an integer >= ${minimum}`));
+  return { problem, number, bool, oneOf, integer };
+}
 
+type Readers = ReturnType<typeof fieldReaders>;
+
+/** Keys we do not implement: refused unless null (or, for DEFAULT_ONLY keys, their default). */
+function unimplementedKeyProblems(values: Record<string, unknown>, { problem, number }: Readers): void {
   for (const [key, value] of Object.entries(values)) {
     if (value === null || KNOWN.has(key) || isK2Tau(key) || NO_EFFECT.has(key)) continue;
     if (key in DEFAULT_ONLY) {
@@ -117,23 +123,40 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
     problem(key, 'Unknown experimental_config key; this server does not implement it (send null to leave it unset)', 'not_implemented');
   }
   number('logprob_calculation_chunk_size', (v) => (Number.isInteger(v) && v > 0 ? null : 'must be a positive integer'));
+}
 
+/** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training-defaults.ts. */
+function lossChoice(values: Record<string, unknown>, { problem, number, bool, oneOf }: Readers): Pick<RlConfig, 'ppo' | 'epsilon' | 'epsilonHigh'> {
   const lossFn = oneOf('loss_fn', ['ppo', 'cispo'] as const);
   const ppoFlag = bool('ppo');
   if (lossFn !== null && ppoFlag !== null && (lossFn === 'ppo') !== ppoFlag) problem('loss_fn', `conflicts with ppo=${ppoFlag}`);
   const ppo = ppoFlag ?? lossFn === 'ppo';
-  const epsilon = number('epsilon', (v) => (v > 0 ? null : 'must be > 0')) ?? (ppo ? 0.2 : 1.0);
-  const epsilonHighGiven = number('epsilon_high', (v) => (v > 0 ? null : 'must be > 0'));
-  // rl-loss.md: CISPO's ε_high defaults to 4.0 when epsilon_high is absent; an explicit null means ε_high = ε.
-  const epsilonHigh = epsilonHighGiven ?? (ppo || 'epsilon_high' in values ? epsilon : 4.0);
-  const scaleRewards = bool('scale_rewards');
-  const normalizeAdvantages = bool('normalize_advantages');
+  const epsilon = number('epsilon', (v) => (v > 0 ? null : 'must be > 0'));
+  const epsilonHigh = number('epsilon_high', (v) => (v > 0 ? null : 'must be > 0'));
+  return { ppo, ...lossEpsilons(ppo, epsilon, 'epsilon_high' in values ? epsilonHigh : undefined) };
+}
+
+/** The KL penalty: its coefficient, whose logprobs it measures, and which step is its reference. */
+function klPenalty({ problem, number, oneOf, integer }: Readers): Pick<RlConfig, 'klPenaltyCoef' | 'klPenaltySource' | 'klPenaltyReferenceStep' | 'klPenaltyStepLag'> {
   const klPenaltyCoef = number('kl_penalty_coef', (v) => (v >= 0 ? null : 'must be >= 0')) ?? 0;
-  const k2TauKey = Object.keys(values).find(isK2Tau);
-  const integer = (key: string, minimum: number) => number(key, (v) => (Number.isInteger(v) && v >= minimum ? null : `must be an integer >= ${minimum}`));
   const klPenaltyReferenceStep = integer('kl_penalty_reference_step', 0);
   const klPenaltyStepLag = integer('kl_penalty_step_lag', 1);
   if (klPenaltyReferenceStep !== null && klPenaltyStepLag !== null) problem('kl_penalty_step_lag', 'Only one of kl_penalty_reference_step and kl_penalty_step_lag may be set');
+  const klPenaltySource = oneOf('kl_penalty_source', ['sample', 'current_learner'] as const) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner');
+  return { klPenaltyCoef, klPenaltySource, klPenaltyReferenceStep, klPenaltyStepLag };
+}
+
+export function parseRlConfig(raw: Record<string, unknown> | null | undefined, defaultLearningRate: number): { config: RlConfig; problems: FieldProblem[] } {
+  const problems: FieldProblem[] = [];
+  const values = raw ?? {};
+  const readers = fieldReaders(values, problems);
+  const { problem, number, bool, oneOf } = readers;
+  unimplementedKeyProblems(values, readers);
+  const loss = lossChoice(values, readers);
+  const scaleRewards = bool('scale_rewards');
+  const normalizeAdvantages = bool('normalize_advantages');
+  const kl = klPenalty(readers);
+  const k2TauKey = Object.keys(values).find(isK2Tau);
   const kwargs = values.chat_template_kwargs;
   if (kwargs !== null && kwargs !== undefined && (typeof kwargs !== 'object' || Array.isArray(kwargs))) problem('chat_template_kwargs', 'Input should be a valid dictionary', 'dict_type');
 
@@ -142,9 +165,7 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
       learningRate: number('learning_rate', (v) => (v > 0 ? null : 'must be > 0')) ?? defaultLearningRate,
       advantageBalance: number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
       scaleRewards: (scaleRewards ?? true) && (normalizeAdvantages ?? true),
-      ppo,
-      epsilon,
-      epsilonHigh,
+      ...loss,
       importanceSamplingLevel: oneOf('importance_sampling_level', ['token', 'sequence', 'average', 'geometric_average'] as const) ?? 'token',
       maskProbRatio: bool('mask_prob_ratio') ?? false,
       maxNegativeAdvantageImportanceSamplingWeight: number('max_negative_advantage_importance_sampling_weight', (v) => (v > 0 ? null : 'must be > 0')),
@@ -153,12 +174,25 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
       allowTrainingWithoutLogprobs: bool('allow_training_without_logprobs') ?? false,
       truncatedImportanceSampling: number('truncated_importance_sampling', (v) => (v > 0 ? null : 'must be > 0')),
       packedSequenceLength: number('packed_sequence_length', (v) => (Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16')),
-      klPenaltyCoef,
-      klPenaltySource: oneOf('kl_penalty_source', ['sample', 'current_learner'] as const) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner'),
-      klPenaltyReferenceStep,
-      klPenaltyStepLag,
+      ...kl,
       chatTemplateKwargs: kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
     },
     problems,
+  };
+}
+
+/** The job's loss knobs as every RL `train_step` sends them to the engine. */
+export function engineLossConfig(config: RlConfig): LossConfig {
+  return {
+    ppo: config.ppo,
+    epsilon: config.epsilon,
+    epsilon_high: config.epsilonHigh,
+    importance_sampling_level: config.importanceSamplingLevel,
+    max_negative_advantage_importance_sampling_weight: config.maxNegativeAdvantageImportanceSamplingWeight,
+    mask_prob_ratio: config.maskProbRatio,
+    k2_tau: config.k2Tau,
+    truncated_importance_sampling: config.truncatedImportanceSampling,
+    kl_penalty_coef: config.klPenaltyCoef,
+    kl_penalty_source: config.klPenaltySource,
   };
 }

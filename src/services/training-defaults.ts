@@ -1,0 +1,51 @@
+/**
+ * The training defaults: every value a training job may leave out and the engine needs. This is their one
+ * home; the engine keeps none of its own (engine/wire.py refuses a request that lacks one), so each engine
+ * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`.
+ */
+import type { AdapterInit, OptimizerConfig } from '../engine/protocol.ts';
+import { SUPPORTED_TARGETS } from './adapter-validation.ts';
+
+/**
+ * Below this hidden size a base is a toy model (the built-in tiny-chat has 192; the smallest real models we
+ * serve, SmolLM2-135M, 576): its few, wide-open weights learn at a rate that would wreck a pretrained model.
+ */
+const TOY_HIDDEN_SIZE = 512;
+const TOY_LEARNING_RATE = 1e-3;
+const PRETRAINED_LEARNING_RATE = 5e-6;
+
+/** The learning rate of a job that names none, from the base's HF `config.json` (null when it cannot be read). */
+export function defaultLearningRate(baseConfig: Record<string, unknown> | null): number {
+  const hidden = baseConfig?.hidden_size;
+  return typeof hidden === 'number' && hidden < TOY_HIDDEN_SIZE ? TOY_LEARNING_RATE : PRETRAINED_LEARNING_RATE;
+}
+
+/**
+ * A fresh adapter's shape: every module the engine can adapt. `seed` fixes its random A (B starts at zero,
+ * so a fresh adapter is a no-op either way).
+ */
+export function loraInit(seed: number): AdapterInit {
+  return { rank: 8, alpha: 16, target_modules: [...SUPPORTED_TARGETS], seed };
+}
+
+/**
+ * The clip bounds of rl-loss.md (the ratio kept within [1 - ε, 1 + ε_high]) for what the job gave: ε defaults
+ * to 0.2 for PPO and 1.0 for CISPO; ε_high to ε for PPO, to 4.0 for CISPO when absent (`undefined`), and to ε
+ * when sent as an explicit null.
+ */
+export function lossEpsilons(ppo: boolean, epsilon: number | null, epsilonHigh: number | null | undefined): { epsilon: number; epsilonHigh: number } {
+  const low = epsilon ?? (ppo ? 0.2 : 1.0);
+  return { epsilon: low, epsilonHigh: epsilonHigh ?? (ppo || epsilonHigh === null ? low : 4.0) };
+}
+
+/** rl-loss.md: RL clips gradients at 0.1 with weight decay 0.1; SFT clips at 1.0 without decay. */
+const OPTIMIZER = {
+  rl: { betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 },
+  sft: { betas: [0.9, 0.99], weight_decay: 0, max_grad_norm: 1.0 },
+} as const;
+
+/** The AdamW settings of one train step of `loss` at this learning rate. */
+export function optimizerConfig(loss: 'rl' | 'sft', learningRate: number): OptimizerConfig {
+  const { betas, weight_decay, max_grad_norm } = OPTIMIZER[loss];
+  return { learning_rate: learningRate, betas: [betas[0], betas[1]], weight_decay, max_grad_norm };
+}
