@@ -23,9 +23,10 @@ LOSS_CONFIG_KEYS: Dict[str, Tuple[str, ...]] = {
     "ppo": ("clip_low_threshold", "clip_high_threshold"),
     "cispo": ("clip_low_threshold", "clip_high_threshold"),
     "dro": ("beta",),
+    "gspo": ("clip_low_threshold", "clip_high_threshold"),
 }
-# The per-token inputs a loss reads beside target_tokens and weights.
-RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro")
+# Losses that read the sampler's logprobs and advantages beside target_tokens and weights.
+RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo")
 ADAM_KEYS = ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm")
 
 
@@ -37,6 +38,7 @@ class StepRow:
     weights_T: torch.Tensor  # float32
     sampler_logprobs_T: Optional[torch.Tensor]  # float32; required by the RL losses
     advantages_T: Optional[torch.Tensor]  # float32; required by the RL losses
+    sequence_ratio_mask_T: Optional[torch.Tensor] = None  # float32; required by gspo: the tokens of its ratio
 
 
 @dataclass
@@ -104,6 +106,10 @@ def parse_row(r, i: int, loss: str, vocab: int, max_len: int) -> StepRow:
         v = _present(r, key, where) if rl else r.get(key)
         if v is not None:
             setattr(row, attr, _floats(v, where + key, T))
+    if loss == "gspo":
+        row.sequence_ratio_mask_T = _floats(_present(r, "sequence_ratio_mask", where), where + "sequence_ratio_mask", T)
+        if not bool((row.sequence_ratio_mask_T != 0).any()):
+            raise ValueError(f"{where}sequence_ratio_mask marks no token (the sequence ratio would be a mean of nothing)")
     return row
 
 

@@ -84,6 +84,22 @@ class TestLossDefinitions(unittest.TestCase):
         torch.testing.assert_close(value, -(lp_T * self.adv_T - 0.05 * d_T ** 2))
         torch.testing.assert_close(grad, -(self.adv_T - 0.1 * d_T))
 
+    def test_gspo_gives_every_token_the_sequence_ratio_and_its_own_gradient(self):
+        mask_T = torch.tensor([0.0, 1.0, 1.0, 0.0])
+        row = row_of(4, old=self.old_T, adv=self.adv_T)
+        row.sequence_ratio_mask_T = mask_T
+        value, grad = loss_grad("gspo", CLIP, self.old_T, row)  # on policy: s = 1, the policy gradient
+        torch.testing.assert_close(value, -self.adv_T)
+        torch.testing.assert_close(grad, -self.adv_T)
+        lp_T = self.old_T + torch.tensor([2.0, 0.1, 0.3, -1.0])  # unmarked tokens do not move s
+        s = torch.tensor(0.2).exp()
+        value, grad = loss_grad("gspo", {"clip_low_threshold": 0.5, "clip_high_threshold": 1.5}, lp_T, row)
+        torch.testing.assert_close(value, -s * self.adv_T)
+        torch.testing.assert_close(grad, -s * self.adv_T)
+        value, grad = loss_grad("gspo", CLIP, lp_T, row)  # s = 1.22 > 1.2: clipped where A > 0, no gradient there
+        torch.testing.assert_close(value, torch.where(self.adv_T > 0, -1.2 * self.adv_T, -s * self.adv_T))
+        torch.testing.assert_close(grad, torch.where(self.adv_T > 0, torch.zeros(4), -s * self.adv_T))
+
     def test_gradients_match_finite_differences(self):
         row = row_of(4, old=self.old_T.double(), adv=self.adv_T.double(), w=torch.tensor([1.0, 0.5, 2.0, 1.0]).double())
         lp_T = (self.old_T + torch.tensor([0.05, -0.1, 0.3, 0.02])).double().requires_grad_(True)
@@ -299,6 +315,9 @@ class TestStepOps(unittest.TestCase):
             ({**fb, "loss": "ppo"}, "bad_request", "loss_config.clip_low_threshold is required"),
             ({**fb, "loss_config": {"beta": 1}}, "bad_request", "not used by cross_entropy: beta"),
             ({**fb, "loss": "dro", "loss_config": {"beta": 0.1}}, "bad_request", r"rows\[0\]\.logprobs is required"),
+            ({**fb, "loss": "gspo", "loss_config": CLIP, "rows": [{**row, "logprobs": [-1] * 3, "advantages": [1] * 3,
+                                                                   "sequence_ratio_mask": [0, 0, 0]}]},
+             "bad_request", r"rows\[0\]\.sequence_ratio_mask marks no token"),
             ({**fb, "adapter": "nope"}, "not_found", "nope"),
         ]
         for i, (msg, code, pattern) in enumerate(cases):
