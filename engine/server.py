@@ -5,11 +5,13 @@ cancelled, internal, unauthorized), the serving limits (vLLM's names), the
 registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
 step) and queues everything else for the compute thread, which runs ops in
-arrival order and steps the generation schedulers between them; train_step
-and forward go on to the training thread, so decoding never waits for them.
+arrival order and steps the generation schedulers between them; train_step,
+forward and the token-level training ops go on to the training thread, so
+decoding never waits for them.
 
-Refuses to know: the numerics (model.py, lora.py, generate.py, train.py) and
-how frames travel (transport.py).
+Refuses to know: the numerics (model.py, lora.py, generate.py, train.py,
+steps.py), the token-level ops' wire (steps_wire.py) and how frames travel
+(transport.py).
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from typing import Callable, Deque, Dict, List, Optional
 import torch
 
 from . import lora as L
+from . import steps
 from .constraints import ConstraintStore, TokenTable
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
 from .sampling import SamplingParams
-from . import steps
 from .steps_wire import parse_adam, parse_forward_backward, parse_path
 from .train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, train_step
 from .transport import log, serve_stream, serve_tcp
