@@ -160,6 +160,24 @@ class TestSteps(unittest.TestCase):
         for got, want in zip(grads, [p.grad for p in a.parameters()]):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
 
+    def test_chunked_logits_give_the_same_logprobs_and_gradients(self):
+        a = self.adapter()
+        self.train(a, 1)
+        whole = self.fb(a, self.rows, "ppo", CLIP)
+        grads = [p.grad.clone() for p in a.parameters()]
+        for p in a.parameters():
+            p.grad = None
+        saved = steps.LOGITS_CHUNK_ELEMENTS
+        steps.LOGITS_CHUNK_ELEMENTS = 3 * self.tm.args.vocab_size  # 3 positions per chunk, recomputed in backward
+        try:
+            chunked = self.fb(a, self.rows, "ppo", CLIP)
+        finally:
+            steps.LOGITS_CHUNK_ELEMENTS = saved
+        for x, y in zip(whole["outputs"], chunked["outputs"]):
+            torch.testing.assert_close(torch.tensor(x["logprobs"]), torch.tensor(y["logprobs"]), atol=1e-6, rtol=0)
+        for g, p in zip(grads, a.parameters()):
+            torch.testing.assert_close(g, p.grad, atol=1e-6, rtol=1e-5)
+
     def test_accumulating_then_stepping_equals_one_batch_step(self):
         split, whole = self.adapter("s"), self.adapter("w")
         for loss, cfg in (("cross_entropy", {}), ("ppo", CLIP)):
