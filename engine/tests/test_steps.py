@@ -319,6 +319,25 @@ class TestStepOps(unittest.TestCase):
         self.assertEqual(self.call("ls", "load_state", base="b", adapter="s", path=folder)["step"], 1)
         self.assertEqual(self.call("f2", "forward_backward", **{**fb, "backward": False})["outputs"], first["outputs"])
 
+    def test_pipelined_ops_run_in_submission_order_beside_generation(self):
+        init = {"rank": 2, "alpha": 4, "target_modules": ["v_proj"], "seed": 2}
+        self.call("ep", "ensure_adapter", base="b", adapter="p", init=init)
+        row = {"tokens": [7, 8, 9, 10], "target_tokens": [8, 9, 10, 11], "weights": [1, 1, 1, 1]}
+        fb = dict(op="forward_backward", base="b", adapter="p", loss="cross_entropy", loss_config={}, rows=[row])
+        self.e.send({"id": "pg", "op": "generate", "base": "b", "adapter": None, "prompt": [5], "max_tokens": 40,
+                     "ignore_eos": True, "temperature": 1.0, "seed": 1})
+        for rid, msg in (("p0", {**fb, "backward": False}), ("p1", {**fb, "backward": True}),
+                         ("p2", {"op": "optim_step", "base": "b", "adapter": "p", "adam": ADAM}),
+                         ("p3", {**fb, "backward": False}), ("p4", {"op": "optim_step", "base": "b", "adapter": "p",
+                                                                    "adam": ADAM})):
+            self.e.send({"id": rid, **msg})  # all in flight at once, as a client pipelines them
+        got = {rid: self.e.until_done(rid)[-1] for rid in ("p0", "p1", "p2", "p3", "p4", "pg")}
+        self.assertNotIn("error", got["pg"])
+        self.assertEqual((got["p2"]["step"], got["p4"]["step"]), (1, 2))
+        self.assertEqual(got["p0"]["loss"], got["p1"]["loss"])  # p1's forward saw the weights p0 saw
+        self.assertLess(got["p3"]["loss"], got["p0"]["loss"])  # p3 ran after the step
+        self.assertEqual(got["p4"]["metrics"]["grad_norm"], 0.0)  # p3 was forward only: nothing accumulated
+
     def test_bad_inputs_are_error_replies(self):
         row = {"tokens": [5, 6, 7], "target_tokens": [6, 7, 8], "weights": [1, 1, 1]}
         fb = dict(base="b", adapter="t", loss="cross_entropy", loss_config={}, backward=False, rows=[row])
