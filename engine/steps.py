@@ -40,8 +40,11 @@ class _Thresholds(LossConfig):
     """rl_token_loss's config with Tinker's absolute clip thresholds instead of rl-loss.md's epsilons."""
 
     def __init__(self, ppo: bool, low: float, high: float):
-        super().__init__(ppo=ppo)
-        self.low, self.high = low, high
+        # Every knob named (none has a default once the engine keeps none); all off but the clip.
+        super().__init__(ppo=ppo, epsilon=1.0 - low, epsilon_high=high - 1.0, importance_sampling_level="token",
+                         max_negative_advantage_importance_sampling_weight=None, mask_prob_ratio=False, k2_tau=None,
+                         truncated_importance_sampling=None, kl_penalty_coef=0.0, kl_penalty_source="current_learner")
+        self.low, self.high = low, high  # exact: 1 - (1 - low) need not give low back
 
     def bounds(self) -> tuple:
         return self.low, self.high

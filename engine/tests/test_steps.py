@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from engine import lora as L
 from engine import steps
 from engine.model import ForwardContext
-from engine.steps_wire import StepRow, parse_adam, parse_forward_backward
+from engine.steps_wire import StepRow, check_step_rows, parse_forward_backward, parse_optim_step
 from engine.tests.helpers import EngineProcess, TempModel, make_checkpoint
 
 CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
@@ -129,11 +129,13 @@ class TestSteps(unittest.TestCase):
         return L.new_adapter(key, "b", self.tm.args, L.LoraConfig(rank=4, alpha=8, seed=seed), "cpu")
 
     def fb(self, adapter, rows, loss="cross_entropy", cfg=None, backward=True):
-        msg = {"loss": loss, "loss_config": cfg or {}, "backward": backward, "rows": rows}
-        return steps.forward_backward(self.model, adapter, parse_forward_backward(msg, self.tm.args.vocab_size, 256))
+        msg = {"base": "b", "adapter": "a", "loss": loss, "loss_config": cfg or {}, "backward": backward, "rows": rows}
+        req = parse_forward_backward(msg)
+        check_step_rows(req.rows, self.tm.args.vocab_size, 256)
+        return steps.forward_backward(self.model, adapter, req)
 
     def step(self, adapter, **over):
-        return steps.optim_step(adapter, parse_adam({"adam": {**ADAM, **over}}))
+        return steps.optim_step(adapter, parse_optim_step({"base": "b", "adapter": "a", "adam": {**ADAM, **over}}).adam)
 
     def train(self, adapter, n=2):
         for _ in range(n):
@@ -296,6 +298,7 @@ class TestStepOps(unittest.TestCase):
         self.assertLess(max(abs(x - y) for x, y in zip(trainer, sampled)), 1e-4)
 
     def test_trainer_logprobs_equal_the_samplers_before_and_after_training(self):
+        self.sampler_agreement(None)  # the base model
         self.sampler_agreement("t")  # step 0: a fresh adapter
         row = {"tokens": [5, 9, 11, 4, 6], "target_tokens": [9, 11, 4, 6, 8], "weights": [0, 1, 1, 1, 1]}
         fb = self.call("fb1", "forward_backward", base="b", adapter="t", loss="cross_entropy", loss_config={},
@@ -356,6 +359,10 @@ class TestStepOps(unittest.TestCase):
                                                                    "sequence_ratio_mask": [0, 0, 0]}]},
              "bad_request", r"rows\[0\]\.sequence_ratio_mask marks no token"),
             ({**fb, "adapter": "nope"}, "not_found", "nope"),
+            ({**fb, "adapter": None, "backward": True}, "bad_request", "adapter is required when backward is true"),
+            ({k: v for k, v in fb.items() if k != "adapter"}, "bad_request", "adapter is required"),
+            ({**fb, "rows": [{**row, "tokens": [5] * 300, "target_tokens": [5] * 300, "weights": [1] * 300}]},
+             "bad_request", "more than the context length 256"),
         ]
         for i, (msg, code, pattern) in enumerate(cases):
             with self.subTest(pattern=pattern):
