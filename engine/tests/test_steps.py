@@ -14,6 +14,11 @@ from engine.steps_wire import StepRow, check_step_rows, parse_forward_backward, 
 from engine.tests.helpers import EngineProcess, TempModel, make_checkpoint
 
 CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Every sampling field spelled out: the engine's wire gives none of them a default.
+SAMPLING = {"n": 1, "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "temperature": 1.0, "top_p": 1.0,
+            "top_k": -1, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
+            "logit_bias": {}, "allowed_token_ids": None, "bad_words_ids": [], "prompt_logprobs": None}
 ADAM = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01, "grad_clip_norm": 1.0}
 
 
@@ -126,7 +131,8 @@ class TestSteps(unittest.TestCase):
         cls.tm.dir.cleanup()
 
     def adapter(self, key="a", seed=0):
-        return L.new_adapter(key, "b", self.tm.args, L.LoraConfig(rank=4, alpha=8, seed=seed), "cpu")
+        config = L.LoraConfig(rank=4, alpha=8, target_modules=TARGETS, seed=seed)
+        return L.new_adapter(key, "b", self.tm.args, config, "cpu")
 
     def fb(self, adapter, rows, loss="cross_entropy", cfg=None, backward=True):
         msg = {"base": "b", "adapter": "a", "loss": loss, "loss_config": cfg or {}, "backward": backward, "rows": rows}
@@ -278,8 +284,8 @@ class TestStepOps(unittest.TestCase):
         self.assertRegex(reply["error"]["message"], pattern)
 
     def generate(self, rid, prompt, adapter):
-        self.e.send({"id": rid, "op": "generate", "base": "b", "adapter": adapter, "prompt": prompt, "max_tokens": 8,
-                     "temperature": 1.0, "seed": 7, "logprobs": 0, "ignore_eos": True})
+        self.e.send({"id": rid, "op": "generate", "base": "b", "adapter": adapter, "prompt": prompt, **SAMPLING,
+                     "max_tokens": 8, "seed": 7, "logprobs": 0})
         frames = self.e.until_done(rid)
         self.assertNotIn("error", frames[-1])
         toks = [f for f in frames if f.get("type") == "tokens"]
@@ -327,8 +333,8 @@ class TestStepOps(unittest.TestCase):
         self.call("ep", "ensure_adapter", base="b", adapter="p", init=init)
         row = {"tokens": [7, 8, 9, 10], "target_tokens": [8, 9, 10, 11], "weights": [1, 1, 1, 1]}
         fb = dict(op="forward_backward", base="b", adapter="p", loss="cross_entropy", loss_config={}, rows=[row])
-        self.e.send({"id": "pg", "op": "generate", "base": "b", "adapter": None, "prompt": [5], "max_tokens": 40,
-                     "ignore_eos": True, "temperature": 1.0, "seed": 1})
+        self.e.send({"id": "pg", "op": "generate", "base": "b", "adapter": None, "prompt": [5], **SAMPLING,
+                     "max_tokens": 40, "seed": 1, "logprobs": None})
         for rid, msg in (("p0", {**fb, "backward": False}), ("p1", {**fb, "backward": True}),
                          ("p2", {"op": "optim_step", "base": "b", "adapter": "p", "adam": ADAM}),
                          ("p3", {**fb, "backward": False}), ("p4", {"op": "optim_step", "base": "b", "adapter": "p",
