@@ -168,6 +168,24 @@ class TestSteps(unittest.TestCase):
         for got, want in zip(grads, [p.grad for p in a.parameters()]):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
 
+    def test_cross_entropy_with_signed_weights_backpropagates_a_client_side_loss(self):
+        """The SDK's forward_backward_custom: forward, C(logprobs) on the client, then CE with weights -dC/dlogprobs."""
+        a = self.adapter()
+        self.train(a, 1)
+        lp = [torch.tensor(o["logprobs"], requires_grad=True) for o in self.fb(a, self.rows, backward=False)["outputs"]]
+        sum(((x + 1.0) ** 2).sum() for x in lp).backward()  # some nonlinear client-side loss
+        linear = [{**r, "weights": (-x.grad).tolist()} for r, x in zip(self.rows, lp)]
+        self.fb(a, linear)
+        got = [p.grad.clone() for p in a.parameters()]
+        for p in a.parameters():
+            p.grad = None
+        lora = L.LoraBatch([a], self.model.dtype, self.model.device)
+        want = sum(((steps.target_logprobs(self.model, torch.tensor(r["tokens"]), torch.tensor(r["target_tokens"]),
+                                           lora) + 1.0) ** 2).sum() for r in self.rows)
+        want.backward()
+        for g, p in zip(got, a.parameters()):
+            torch.testing.assert_close(g, p.grad, atol=1e-6, rtol=1e-4)
+
     def test_chunked_logits_give_the_same_logprobs_and_gradients(self):
         a = self.adapter()
         self.train(a, 1)
