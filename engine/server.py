@@ -5,11 +5,12 @@ cancelled, internal, unauthorized), the serving limits (vLLM's names), the
 registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
 step) and queues everything else for the compute thread, which runs ops in
-arrival order and steps the generation schedulers between them; train_step
-and forward go on to the training thread, so decoding never waits for them.
+arrival order and steps the generation schedulers between them; train_step,
+forward and the token-level training ops go on to the training thread, so
+decoding never waits for them.
 
 Refuses to know: the wire's fields (wire.py parses every request), the
-numerics (model.py, lora.py, generate.py, train.py) and how frames travel
+numerics (model.py, lora.py, generate.py, train.py, steps.py) and how frames travel
 (transport.py).
 """
 
@@ -28,7 +29,7 @@ from typing import Callable, Deque, Dict, List, Optional
 import torch
 
 from . import lora as L
-from . import wire
+from . import steps, wire
 from .constraints import ConstraintStore, TokenTable
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
@@ -321,7 +322,8 @@ class Engine:
             for base in self.bases.values():
                 base.scheduler.stacks.forget(old)
 
-    OPS = ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "generate", "forward", "train_step")
+    OPS = ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "generate", "forward", "train_step",
+           "forward_backward", "optim_step", "save_state", "load_state")
 
     def op_load_base(self, rid, req: wire.LoadBase) -> dict:
         dtype = DTYPES[req.dtype] if req.dtype else self.default_dtype
@@ -437,6 +439,37 @@ class Engine:
                                               req.optimizer, reference)}
         self._train_beside_decode(rid, adapter, work, True)
 
+    # --- token-level training (Tinker's primitives; numerics in steps.py) ----
+
+    def op_forward_backward(self, rid, req: wire.ForwardBackward) -> None:
+        base = self._base(req.base)
+        wire.check_step_rows(req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
+        adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), base) if req.adapter else None
+        work = lambda: steps.forward_backward(base.model, adapter, req.loss, req.loss_config, req.rows, req.backward)  # noqa: E731
+        self._train_beside_decode(rid, adapter, work, False)
+
+    def op_optim_step(self, rid, req: wire.OptimStep) -> None:
+        adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), self._base(req.base))
+        self._train_beside_decode(rid, adapter, lambda: steps.optim_step(adapter, req.adam), True)
+
+    def op_save_state(self, rid, req: wire.SaveState) -> None:
+        if req.adapter not in self.adapters:
+            raise NotFound(f"adapter {req.adapter!r} is not resident")
+        adapter = self.adapters.get(req.adapter)
+        base_path = self.bases[adapter.base].path
+        self._train_beside_decode(rid, adapter, lambda: {"files": steps.save_state(adapter, req.path, base_path)}, False)
+
+    def op_load_state(self, rid, req: wire.LoadState) -> dict:
+        """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
+        base = self._base(req.base)
+        adapter = steps.load_state(req.adapter, base.name, req.path, base.model.args, base.model.device)
+        if req.adapter in self.adapters:
+            old = self.adapters.get(req.adapter)
+            for b in self.bases.values():
+                b.scheduler.stacks.forget(old)
+            self.adapters.drop(req.adapter)
+        self._put(adapter)
+        return {"step": adapter.version}
 
 def rss_bytes() -> int:
     try:

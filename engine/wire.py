@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from .lora import LoraConfig
+from .steps import LOSS_CONFIG_KEYS, RL_LOSSES, AdamParams, StepRow
 from .sampling import SamplingParams
 from .train import IS_LEVELS, KL_SOURCES, LossConfig, OptimizerConfig, Row, continues
 
@@ -218,6 +219,36 @@ class TrainStep:
     loss_config: Optional[LossConfig]  # None for the sft loss
     optimizer: OptimizerConfig
     reference: AdapterRef  # the KL reference policy; key None: the base model
+
+
+@dataclass
+class ForwardBackward:
+    base: str
+    adapter: Optional[str]  # None only for a forward without backward: the base model
+    loss: str
+    loss_config: Dict[str, float]
+    backward: bool
+    rows: List[StepRow]
+
+
+@dataclass
+class OptimStep:
+    base: str
+    adapter: str
+    adam: AdamParams
+
+
+@dataclass
+class SaveState:
+    adapter: str
+    path: str
+
+
+@dataclass
+class LoadState:
+    base: str
+    adapter: str
+    path: str
 
 
 # --- one parser per op --------------------------------------------------------
@@ -430,6 +461,70 @@ def _optimizer(f: Fields) -> OptimizerConfig:
                            weight_decay=f.num("weight_decay", lo=0.0), max_grad_norm=f.num("max_grad_norm"))
 
 
+# --- the token-level training ops (steps.py) -----------------------------------
+
+def parse_forward_backward(msg: dict) -> ForwardBackward:
+    f = Fields("forward_backward", msg)
+    loss = f.get("loss")
+    if loss not in LOSS_CONFIG_KEYS:
+        raise WireError(f"forward_backward: unknown loss {loss!r}; known: {', '.join(LOSS_CONFIG_KEYS)}")
+    backward = f.bool("backward")
+    adapter = f.str("adapter", nullable=True)
+    if adapter is None and backward:
+        raise f.fail("adapter", "an adapter key when backward is true")
+    return ForwardBackward(base=f.str("base"), adapter=adapter, loss=loss,
+                           loss_config=_step_loss_config(f.object("loss_config"), loss), backward=backward,
+                           rows=[_step_row(r, loss) for r in f.objects("rows")])
+
+
+def _step_loss_config(f: Fields, loss: str) -> Dict[str, float]:
+    wanted = LOSS_CONFIG_KEYS[loss]
+    extra = sorted(set(f.obj) - set(wanted))
+    if extra:
+        raise WireError(f"forward_backward: loss_config keys not used by {loss}: {', '.join(extra)}")
+    return {k: f.num(k) for k in wanted}
+
+
+def _step_row(f: Fields, loss: str) -> StepRow:
+    """One datum; every per-token array has the length of `tokens`."""
+    tokens = f.ints("tokens")
+    if not tokens:
+        raise f.fail("tokens", "a non-empty list of integers")
+    T = len(tokens)
+    targets = f.ints("target_tokens")
+    if len(targets) != T:
+        raise f.fail("target_tokens", f"a list with one entry per token ({T}, has {len(targets)})")
+    row = StepRow(tokens_T=torch.tensor(tokens), target_tokens_T=torch.tensor(targets),
+                  weights_T=f.floats("weights", T, nullable_entries=False), sampler_logprobs_T=None, advantages_T=None)
+    for key, attr in (("logprobs", "sampler_logprobs_T"), ("advantages", "advantages_T")):
+        if loss in RL_LOSSES or f.has(key):
+            setattr(row, attr, f.floats(key, T, nullable_entries=False))
+    if loss == "gspo":
+        row.sequence_ratio_mask_T = f.floats("sequence_ratio_mask", T, nullable_entries=False)
+        if not bool((row.sequence_ratio_mask_T != 0).any()):
+            raise f.fail("sequence_ratio_mask", "non-zero for at least one token (the sequence ratio's tokens)")
+    return row
+
+
+def parse_optim_step(msg: dict) -> OptimStep:
+    f = Fields("optim_step", msg)
+    a = f.object("adam")
+    p = AdamParams(learning_rate=a.num("learning_rate", lo=0.0), beta1=a.num("beta1", lo=0.0, hi=0.999999),
+                   beta2=a.num("beta2", lo=0.0, hi=0.999999), eps=a.num("eps", lo=0.0),
+                   weight_decay=a.num("weight_decay", lo=0.0), grad_clip_norm=a.num("grad_clip_norm", lo=0.0))
+    return OptimStep(base=f.str("base"), adapter=f.str("adapter"), adam=p)
+
+
+def parse_save_state(msg: dict) -> SaveState:
+    f = Fields("save_state", msg)
+    return SaveState(adapter=f.str("adapter"), path=f.str("path"))
+
+
+def parse_load_state(msg: dict) -> LoadState:
+    f = Fields("load_state", msg)
+    return LoadState(base=f.str("base"), adapter=f.str("adapter"), path=f.str("path"))
+
+
 # --- checks against the loaded base --------------------------------------------
 
 def check_ids(op: str, field: str, ids, vocab: int) -> None:
@@ -458,3 +553,14 @@ def check_rows(op: str, rows: List[Row], vocab: int, max_len: int) -> None:
         if row.tokens_T.shape[0] > max_len:
             raise WireError(f"{op}: field rows[{i}] has {row.tokens_T.shape[0]} tokens, more than the context "
                             f"length {max_len}")
+
+
+def check_step_rows(rows: List[StepRow], vocab: int, max_len: int) -> None:
+    """forward_backward's rows against the loaded base: ids within its vocabulary, rows within its context."""
+    for i, row in enumerate(rows):
+        T = int(row.tokens_T.shape[0])
+        if T > max_len:
+            raise WireError(f"forward_backward: field rows[{i}] has {T} tokens, more than the context length {max_len}")
+        for name, ids_T in (("tokens", row.tokens_T), ("target_tokens", row.target_tokens_T)):
+            if bool(((ids_T < 0) | (ids_T >= vocab)).any()):
+                raise WireError(f"forward_backward: field rows[{i}].{name} has an id outside the vocabulary (size {vocab})")
