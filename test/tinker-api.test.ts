@@ -98,12 +98,14 @@ for (const backend of backends()) {
       assert.ok(Number.isFinite(rl.ppo));
     });
 
-    test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical', () => {
+    test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical, also in a client created from the state', () => {
       const state = session.save_and_load;
       assert.match(state.state_path, /^tinker:\/\/[0-9a-f-]{36}\/weights\/ckpt-a$/);
       assert.notDeepEqual(state.drifted, state.reference);
       assert.deepEqual(state.restored, state.reference);
       assert.deepEqual(state.after_restored_step, state.after_reference_step);
+      // A new training client made from the same state (the SDK's create_training_client_from_state_with_optimizer).
+      assert.deepEqual(state.cloned, state.reference);
     });
 
     test('bad input gets the SDK exception types, never a 500', () => {

@@ -131,12 +131,14 @@ export interface UntypedFuture {
 
 /**
  * The SDK's client feature flags. We announce API-key auth (no JWT exchange), uncompressed protobuf
- * forward_backward bodies, and per-request polling; every other flag keeps the SDK's own default.
+ * forward_backward bodies sent one chunk after another (so gradients accumulate in one order: runs repeat exactly),
+ * and per-request polling; every other flag keeps the SDK's own default.
  */
 export const CLIENT_CONFIG = {
   pjwt_auth_enabled: false,
   credential_default_source: 'api_key',
   proto_compress_fwdbwd: false,
+  parallel_fwdbwd_chunks: false,
   sample_use_retrieve_futures: false,
   custom_loss_server_side: false,
   sample_join_sampling_session: false,

@@ -50,8 +50,7 @@ export function registerTinkerRoutes(app: FastifyInstance, tinker: TinkerService
 
 function registerTrainingRoutes(app: FastifyInstance, tinker: TinkerServices): void {
   app.post<{ Body: CreateModelBody }>('/api/v1/create_model', { schema: { body: CreateModelBody } }, async (request) => {
-    const model = await tinker.models.create(request.principal, request.body);
-    return tinker.training.createModel(request.principal, model, request.body.lora_config ?? {});
+    return tinker.training.createModel(request.principal, request.body);
   });
   app.post<{ Body: ModelIdBody }>('/api/v1/get_info', { schema: { body: ModelIdBody } }, async (request) => tinker.rest.info(request.principal, request.body.model_id));
   app.post<{ Body: ModelIdBody }>('/api/v1/unload_model', { schema: { body: ModelIdBody } }, async (request) => tinker.training.unload(request.principal, request.body.model_id));

@@ -109,6 +109,8 @@ def save_and_load(service, tokenizer, base_model):
     trainer.forward_backward(data, "cross_entropy")
     trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     after_restored_step = trainer.forward(data, "cross_entropy").result()
+    clone = service.create_training_client_from_state_with_optimizer(state.path).result()
+    cloned = clone.forward(data, "cross_entropy").result()
     as_lists = lambda out: [o["logprobs"].tolist() for o in out.loss_fn_outputs]
     return {
         "state_path": state.path,
@@ -117,6 +119,7 @@ def save_and_load(service, tokenizer, base_model):
         "restored": as_lists(restored),
         "after_reference_step": as_lists(after_reference_step),
         "after_restored_step": as_lists(after_restored_step),
+        "cloned": as_lists(cloned),
     }
 
 
