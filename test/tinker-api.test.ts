@@ -98,6 +98,32 @@ for (const backend of backends()) {
       assert.ok(Number.isFinite(rl.ppo));
     });
 
+    test('sampling: stop token ids end a sample on that token, a seed repeats, prompt logprobs cover the prompt', () => {
+      const sampled = session.sampling;
+      assert.equal(sampled.free.length, 6);
+      assert.equal(sampled.free_stop_reason, 'length', JSON.stringify(sampled));
+      const stopAt = sampled.free.indexOf(sampled.stop_id);
+      assert.deepEqual(sampled.stopped, sampled.free.slice(0, stopAt + 1));
+      assert.equal(sampled.stopped_reason, 'stop');
+      assert.deepEqual(sampled.seeded[0], sampled.seeded[1]);
+      assert.equal(sampled.seeded[0].length, 3);
+      assert.equal(sampled.prompt_logprobs.length, sampled.prompt_length);
+      assert.equal(sampled.prompt_logprobs[0], null);
+      assert.ok(sampled.prompt_logprobs.slice(1).every((value: number) => Number.isFinite(value) && value <= 0));
+      assert.ok(session.reinforcement.trained_sample_length > 0, 'save_weights_and_get_sampling_client samples');
+    });
+
+    test('the REST client: weights info, checkpoint listings, runs by path, and deletion', () => {
+      const { rest, supervised, reinforcement } = session;
+      const runId = supervised.sampler_path.slice('tinker://'.length).split('/')[0];
+      assert.deepEqual(rest.weights_info, { base_model: BUILTIN_BASE_MODEL.id, is_lora: true, lora_rank: 8 });
+      assert.deepEqual(rest.checkpoints, [supervised.sampler_path]);
+      assert.deepEqual(rest.run_by_path, { id: runId, last_sampler: supervised.sampler_path });
+      assert.ok(rest.user_checkpoints.includes(supervised.sampler_path) && rest.user_checkpoints.includes(reinforcement.sampler_path));
+      assert.ok(!rest.rl_after_delete.includes(reinforcement.sampler_path), JSON.stringify(rest.rl_after_delete));
+      assert.equal(rest.sample_deleted?.type, 'NotFoundError', JSON.stringify(rest.sample_deleted));
+    });
+
     test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical, also in a client created from the state', () => {
       const state = session.save_and_load;
       assert.match(state.state_path, /^tinker:\/\/[0-9a-f-]{36}\/weights\/ckpt-a$/);

@@ -107,6 +107,9 @@ function registerRestRoutes(app: FastifyInstance, tinker: TinkerServices): void 
   app.get<{ Querystring: Record<string, unknown> }>('/api/v1/training_runs', async (request) =>
     tinker.rest.trainingRuns(request.principal, queryInteger(request.query, 'offset', 0, 0, Number.MAX_SAFE_INTEGER), queryInteger(request.query, 'limit', 20, 1, 1000)),
   );
+  app.get<{ Querystring: Record<string, unknown> }>('/api/v1/checkpoints', async (request) =>
+    tinker.rest.userCheckpoints(request.principal, queryInteger(request.query, 'offset', 0, 0, Number.MAX_SAFE_INTEGER), queryInteger(request.query, 'limit', 100, 1, 1000)),
+  );
   app.get<{ Params: { run_id: string } }>('/api/v1/training_runs/:run_id', async (request) => tinker.rest.trainingRun(request.principal, request.params.run_id));
   app.get<{ Params: { run_id: string } }>('/api/v1/training_runs/:run_id/checkpoints', async (request) => tinker.rest.checkpoints(request.principal, request.params.run_id));
   // Checkpoint ids hold a slash: `sampler_weights/<name>` or `weights/<name>`.

@@ -73,6 +73,13 @@ export class TinkerRest {
     return { checkpoints: await this.checkpointViews(model) };
   }
 
+  /** Every checkpoint of the caller's runs, newest run last, paged like the SDK's list_user_checkpoints. */
+  async userCheckpoints(principal: Principal, offset: number, limit: number) {
+    const models = await this.repository.modelsOf(principal.entities.map((entity) => entity.id));
+    const all = (await Promise.all(models.map((model) => this.checkpointViews(model)))).flat();
+    return { checkpoints: all.slice(offset, offset + limit), cursor: { offset, limit, total_count: all.length } };
+  }
+
   /** Deletes the checkpoint a path names: the ordinary checkpoint step, and every name that pointed at it. */
   async deleteCheckpoint(principal: Principal, modelId: string, checkpointId: string): Promise<void> {
     const resolved = await this.tinkerModels.resolvePath(principal, `tinker://${modelId}/${checkpointId}`);
