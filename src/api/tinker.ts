@@ -148,8 +148,9 @@ export const CLIENT_CONFIG = {
 export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_enabled: false } as const;
 
 /**
- * The losses we run and the defaults of their `loss_fn_config` (Tinker's documented values: PPO and CISPO clip the
- * ratio to [0.8, 1.2]; DRO's quadratic penalty β 0.05). The engine takes every key explicitly.
+ * The losses we run and the defaults of their `loss_fn_config`. Tinker's docs fix PPO's ε at 0.2 (the ratio clipped
+ * to [0.8, 1.2]), which we also take for CISPO; for DRO they name no default, only β = 0.05 in their example, which
+ * we use. The engine takes every key explicitly.
  */
 export const LOSS_DEFAULTS = {
   cross_entropy: {},
