@@ -184,6 +184,11 @@ for (const backend of backends()) {
       assert.ok(maxGap([sequence.logprobs], [chatLogprobs]) <= 1e-4);
       const base = await e2e.api('POST', '/v1/chat/completions', { model: BUILTIN_BASE_MODEL.id, messages: [{ role: 'user', content: 'the sky is' }], temperature: 0, max_tokens: 6, return_token_ids: true });
       assert.notDeepEqual(base.body.choices[0].token_ids, choice.token_ids, 'the checkpoint is not the base model');
+
+      // Deleting the model through the preview API takes the training client with it.
+      assert.equal((await e2e.api('DELETE', `/v1/preview/models/${runId}`)).status, 200);
+      assert.equal((await tinkerCall(e2e, '/api/v1/get_info', { model_id: session.supervised.model_id })).status, 404);
+      assert.equal((await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: session.supervised.sampler_path })).status, 404);
     });
 
     test('a restart fails the futures still pending with a clear error; finished ones stay readable', async () => {
