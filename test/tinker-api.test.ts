@@ -98,13 +98,18 @@ for (const backend of backends()) {
       assert.ok(Number.isFinite(rl.ppo));
     });
 
-    test('sampling: stop token ids end a sample on that token, a seed repeats, prompt logprobs cover the prompt', () => {
+    test('sampling: stop token ids and stop strings end a sample on the token that completes them, a seed repeats, prompt logprobs cover the prompt', () => {
       const sampled = session.sampling;
       assert.equal(sampled.free.length, 6);
       assert.equal(sampled.free_stop_reason, 'length', JSON.stringify(sampled));
       const stopAt = sampled.free.indexOf(sampled.stop_id);
       assert.deepEqual(sampled.stopped, sampled.free.slice(0, stopAt + 1));
       assert.equal(sampled.stopped_reason, 'stop');
+      // A stop string ends the sample after the token that completes it, wherever that string first appears.
+      assert.equal(sampled.by_string_reason, 'stop');
+      assert.ok(sampled.by_string_text.includes(sampled.stop_text), JSON.stringify(sampled));
+      assert.ok(!sampled.by_string_text_before_last.includes(sampled.stop_text), JSON.stringify(sampled));
+      assert.deepEqual(sampled.by_string, sampled.free.slice(0, sampled.by_string.length));
       assert.deepEqual(sampled.seeded[0], sampled.seeded[1]);
       assert.equal(sampled.seeded[0].length, 3);
       assert.equal(sampled.prompt_logprobs.length, sampled.prompt_length);

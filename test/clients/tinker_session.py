@@ -196,6 +196,9 @@ def sampling(service, tokenizer, base_model):
     free = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0)).result().sequences[0]
     stop_id = free.tokens[2]
     stopped = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8, temperature=0.0, stop=[stop_id])).result().sequences[0]
+    # A stop string completed by the last token of the greedy answer: the sample ends right there.
+    stop_text = tokenizer.decode(list(free.tokens))[-2:]
+    by_string = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0, stop=[stop_text])).result().sequences[0]
     seeded = [
         [list(s.tokens) for s in sampler.sample(prompt, 3, types.SamplingParams(max_tokens=5, temperature=1.0, seed=11)).result().sequences]
         for _ in range(2)
@@ -207,6 +210,11 @@ def sampling(service, tokenizer, base_model):
         "stop_id": stop_id,
         "stopped": list(stopped.tokens),
         "stopped_reason": stopped.stop_reason,
+        "stop_text": stop_text,
+        "by_string": list(by_string.tokens),
+        "by_string_reason": by_string.stop_reason,
+        "by_string_text": tokenizer.decode(list(by_string.tokens)),
+        "by_string_text_before_last": tokenizer.decode(list(by_string.tokens)[:-1]),
         "seeded": seeded,
         "prompt_length": prompt.length,
         "prompt_logprobs": with_prompt.prompt_logprobs,
