@@ -129,6 +129,14 @@ for (const backend of backends()) {
       assert.equal(rest.sample_deleted?.type, 'NotFoundError', JSON.stringify(rest.sample_deleted));
     });
 
+    test('unload_model frees a training client as a future; the model and its checkpoints stay', async () => {
+      const tinkerId = session.errors.model_id;
+      const unloaded = await tinkerCall(e2e, '/api/v1/unload_model', { model_id: tinkerId });
+      assert.equal(unloaded.status, 200, JSON.stringify(unloaded.body));
+      assert.deepEqual(await result(e2e, unloaded.body.request_id), { type: 'unload_model', model_id: tinkerId });
+      assert.equal((await tinkerCall(e2e, '/api/v1/get_info', { model_id: tinkerId })).status, 200);
+    });
+
     test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical, also in a client created from the state', () => {
       const state = session.save_and_load;
       assert.match(state.state_path, /^tinker:\/\/[0-9a-f-]{36}\/weights\/ckpt-a$/);

@@ -47,7 +47,7 @@ def supervised(service, tokenizer, base_model):
     after = greedy(service.create_sampling_client(model_path=saved.path), tokenizer, SFT_PAIRS[1][0])
     info = trainer.get_info()
     return {
-        "model_id": trainer.model_id if hasattr(trainer, "model_id") else info.model_id,
+        "model_id": trainer.model_id,
         "info": {"model_id": info.model_id, "lora_rank": info.lora_rank, "model_name": info.model_name},
         "losses": losses,
         "before": before,
@@ -166,6 +166,7 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
         "foreign_run": failure(other_info),
         "unknown_future": failure(unknown_future),
         "good_after_errors": trainer.forward([good], "cross_entropy").result().metrics["loss:sum"],
+        "model_id": trainer.model_id,
     }
 
 

@@ -75,8 +75,8 @@ export class TinkerModels {
   async capabilities(): Promise<{ supported_models: { model_name: string; max_context_length: number | null; trainable: boolean; sampleable: boolean }[] }> {
     const supported = [];
     for (const id of this.baseModels.loadableIds()) {
-      const tokenizer = await this.runtime.vocabularySize(id);
-      if (tokenizer !== null) supported.push({ model_name: id, max_context_length: null, trainable: true, sampleable: true });
+      // A base whose tokenizer cannot be read cannot be trained or sampled through token ids.
+      if ((await this.runtime.vocabularySize(id)) !== null) supported.push({ model_name: id, max_context_length: null, trainable: true, sampleable: true });
     }
     return { supported_models: supported };
   }
