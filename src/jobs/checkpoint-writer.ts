@@ -77,8 +77,7 @@ export class CheckpointWriter {
         return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
       },
       commit: async (metrics) => {
-        const { step, checkpointId } = await this.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }));
-        const deleted = await this.retention.apply(model.id);
+        const { step, checkpointId, deleted } = await this.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }));
         if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },
@@ -87,9 +86,15 @@ export class CheckpointWriter {
 
   /**
    * The model's next step from what `save` writes into a folder (the adapter, and whatever else belongs to the
-   * checkpoint): renamed into place, recorded, and loaded in the sampler. Jobs and the Tinker API both save this way.
+   * checkpoint): renamed into place, recorded, loaded in the sampler, then the model's retention applied (`deleted`:
+   * the steps it removed). Jobs and the Tinker API both save this way.
    */
-  async publish(modelId: string, baseId: string, metrics: Record<string, number>, save: (folder: string) => Promise<unknown>): Promise<{ step: number; checkpointId: string; folder: string }> {
+  async publish(
+    modelId: string,
+    baseId: string,
+    metrics: Record<string, number>,
+    save: (folder: string) => Promise<unknown>,
+  ): Promise<{ step: number; checkpointId: string; folder: string; deleted: number[] }> {
     const current = await this.models.findById(modelId);
     if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
     const step = Number(current.last_step) + 1;
@@ -106,6 +111,6 @@ export class CheckpointWriter {
     await this.models.insertCheckpoint({ id: checkpointId, model_id: modelId, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
     await this.trajectories.insertRunMetrics(current.run_id, step, 'train', metrics, now);
     await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
-    return { step, checkpointId, folder: final };
+    return { step, checkpointId, folder: final, deleted: await this.retention.apply(modelId) };
   }
 }
