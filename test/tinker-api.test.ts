@@ -95,7 +95,7 @@ for (const backend of backends()) {
       // Ratio 1 at step 0: the loss is minus the advantage-weighted sum, ±1 per token, half of each sign.
       assert.ok(Math.abs(rl.loss_step0) < 1e-3, String(rl.loss_step0));
       assert.ok(rl.loss_step1 < rl.loss_step0, `${rl.loss_step1} after ${rl.loss_step0}`);
-      assert.ok(Number.isFinite(rl.ppo));
+      for (const loss of [rl.ppo, rl.other_losses.cispo, rl.other_losses.dro, rl.gspo]) assert.ok(Number.isFinite(loss), JSON.stringify(rl));
     });
 
     test('sampling: stop token ids and stop strings end a sample on the token that completes them, a seed repeats, prompt logprobs cover the prompt', () => {
@@ -149,10 +149,11 @@ for (const backend of backends()) {
 
     test('bad input gets the SDK exception types, never a 500', () => {
       const { errors } = session;
-      for (const name of ['unknown_loss', 'mismatched_lengths', 'outside_vocabulary']) {
+      for (const name of ['unknown_loss', 'mismatched_lengths', 'outside_vocabulary', 'gspo_without_mask']) {
         assert.equal(errors[name]?.type, 'BadRequestError', `${name}: ${JSON.stringify(errors[name])}`);
       }
       assert.match(errors.unknown_loss.message, /no_such_loss/);
+      assert.match(errors.gspo_without_mask.message, /data\[0\]: loss_fn_inputs\.sequence_ratio_mask is required by gspo/);
       assert.match(errors.mismatched_lengths.message, /data\[0\]: loss_fn_inputs\.target_tokens has 6 values for 7/);
       assert.match(errors.outside_vocabulary.message, /token id 10000000 is outside the vocabulary/);
       for (const name of ['foreign_model', 'foreign_run', 'unknown_future']) assert.equal(errors[name]?.type, 'NotFoundError', `${name}: ${JSON.stringify(errors[name])}`);

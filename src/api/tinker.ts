@@ -150,7 +150,8 @@ export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_
 /**
  * The losses we run and the defaults of their `loss_fn_config`. Tinker's docs fix PPO's ε at 0.2 (the ratio clipped
  * to [0.8, 1.2]), which we also take for CISPO; for DRO they name no default, only β = 0.05 in their example, which
- * we use. The engine takes every key explicitly.
+ * we use; for GSPO (sequence ratio over `sequence_ratio_mask`) we take its paper's clip range, 3e-4 below and 4e-4
+ * above 1. The engine takes every key explicitly.
  */
 export const LOSS_DEFAULTS = {
   cross_entropy: {},
@@ -158,6 +159,7 @@ export const LOSS_DEFAULTS = {
   ppo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
   cispo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
   dro: { beta: 0.05 },
+  gspo: { clip_low_threshold: 1 - 3e-4, clip_high_threshold: 1 + 4e-4 },
 } as const satisfies Record<string, Record<string, number>>;
 export type TinkerLoss = keyof typeof LOSS_DEFAULTS;
 

@@ -92,6 +92,15 @@ def reinforcement(service, tokenizer, base_model):
         "loss_step0": fb.metrics["loss:sum"],
         "loss_step1": second.metrics["loss:sum"],
         "ppo": trainer.forward(data, "ppo").result().metrics["loss:sum"],
+        "other_losses": {
+            name: trainer.forward(data, name).result().metrics["loss:sum"] for name in ("cispo", "dro")
+        },
+        "gspo": trainer.forward([
+            types.Datum(
+                model_input=d.model_input,
+                loss_fn_inputs={**d.loss_fn_inputs, "sequence_ratio_mask": [0.0] * (len(prompt) - 1) + [1.0] * (d.model_input.length - len(prompt) + 1)},
+            ) for d in data
+        ], "gspo").result().metrics["loss:sum"],
         "sampler_path": saved.path,
         "trained_sample_length": len(trained_sample.sequences[0].tokens),
     }
@@ -143,6 +152,7 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
     tokens = good.model_input.to_ints()
     mismatched = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * len(tokens)})
     outside = types.Datum(model_input=types.ModelInput.from_ints([10 ** 7] + tokens[1:]), loss_fn_inputs=good.loss_fn_inputs)
+    rl_datum = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:] + [0], "logprobs": [0.0] * len(tokens), "advantages": [1.0] * len(tokens)})
     raw = service.holder
     other_info = lambda: other.create_rest_client().get_training_run(run_id).result()
 
@@ -160,6 +170,7 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
 
     return {
         "unknown_loss": failure(lambda: trainer.forward_backward([good], "no_such_loss").result()),
+        "gspo_without_mask": failure(lambda: trainer.forward([rl_datum], "gspo").result()),
         "mismatched_lengths": failure(lambda: trainer.forward_backward([mismatched], "cross_entropy").result()),
         "outside_vocabulary": failure(lambda: trainer.forward_backward([outside], "cross_entropy").result()),
         "foreign_model": failure(foreign_model),

@@ -200,6 +200,7 @@ function toStepRow(datum: ProtoDatum, index: number, loss: TinkerLoss, vocab: nu
     row.logprobs = field('logprobs', true);
     row.advantages = field('advantages', true);
   }
+  if (loss === 'gspo') row.sequence_ratio_mask = field('sequence_ratio_mask', true);
   return row;
 }
 
