@@ -127,7 +127,8 @@ function decodeChunkTokens(bytes: Uint8Array): number[] {
 }
 
 function decodeDatum(bytes: Uint8Array): ProtoDatum {
-  const datum: ProtoDatum = { tokens: [], lossFnInputs: {} };
+  // Keys are the client's: a null-prototype object keeps `__proto__` an ordinary (unknown) name.
+  const datum: ProtoDatum = { tokens: [], lossFnInputs: Object.create(null) as Record<string, ProtoTensor> };
   for (const [field, , value] of new Reader(bytes).fields()) {
     if (field === 1) datum.tokens.push(...decodeChunkTokens(bytesOf(value)));
     else if (field === 2) {
@@ -140,7 +141,8 @@ function decodeDatum(bytes: Uint8Array): ProtoDatum {
 
 /** The `ForwardBackwardRequest` message; numeric loss config from the v2 map (numbers) or the legacy one. */
 export function decodeForwardBackward(bytes: Uint8Array): ProtoForwardBackward {
-  const request: ProtoForwardBackward = { model_id: '', seq_id: 0, loss_fn: '', loss_fn_config: {}, forward_only: false, data: [] };
+  const config = Object.create(null) as Record<string, number>;
+  const request: ProtoForwardBackward = { model_id: '', seq_id: 0, loss_fn: '', loss_fn_config: config, forward_only: false, data: [] };
   for (const [field, , value] of new Reader(bytes).fields()) {
     if (field === 1) request.model_id = text(value);
     else if (field === 2) request.seq_id = Number(value);

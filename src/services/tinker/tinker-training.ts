@@ -57,7 +57,7 @@ export class TinkerTraining {
   /** Checks the request at once (so bad input is a 400, never a failed future), then queues it. */
   async forwardBackward(principal: Principal, request: ProtoForwardBackward): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, request.model_id);
-    if (!(request.loss_fn in LOSS_DEFAULTS)) {
+    if (!Object.hasOwn(LOSS_DEFAULTS, request.loss_fn)) {
       throw new AppError('bad_request', `Unknown loss_fn ${JSON.stringify(request.loss_fn.slice(0, 100))}: one of ${Object.keys(LOSS_DEFAULTS).join(', ')}`);
     }
     const loss = request.loss_fn as TinkerLoss;
