@@ -137,6 +137,21 @@ for (const backend of backends()) {
       assert.equal((await tinkerCall(e2e, '/api/v1/get_info', { model_id: tinkerId })).status, 200);
     });
 
+    test('a training client whose adapter left the trainer fails one operation clearly, then goes on from its latest checkpoint', async () => {
+      const tinkerId = session.errors.model_id;
+      const adam = { learning_rate: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-12 };
+      const step = async () => result(e2e, (await tinkerCall(e2e, '/api/v1/optim_step', { model_id: tinkerId, adam_params: adam })).body.request_id);
+      assert.equal((await step()).type, 'optim_step');
+      const principal = await e2e.server.services.auth.authenticate(`Bearer ${e2e.key}`);
+      const { model } = await e2e.server.services.tinker.models.owned(principal, tinkerId);
+      // What an engine restart or an LRU eviction does to the trainer's copy.
+      await e2e.server.services.runtime.trainer().dropAdapter({ adapter: `tinker:${model.id}` });
+      const lost = await step();
+      assert.equal(lost.category, 'user');
+      assert.match(lost.error, /lost this training client's state/);
+      assert.equal((await step()).type, 'optim_step');
+    });
+
     test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical, also in a client created from the state', () => {
       const state = session.save_and_load;
       assert.match(state.state_path, /^tinker:\/\/[0-9a-f-]{36}\/weights\/ckpt-a$/);

@@ -5,6 +5,7 @@
  * operations execute in submission order; every save is the model's next ordinary checkpoint step.
  */
 import { AppError } from '../../errors.ts';
+import { EngineError } from '../../engine/errors.ts';
 import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
 import type { ProtoDatum, ProtoForwardBackward } from '../../api/tinker-proto.ts';
 import type { ForwardBackwardReply, StepRow } from '../../engine/protocol.ts';
@@ -146,7 +147,19 @@ export class TinkerTraining {
   }
 
   private queue(principal: Principal, kind: string, model: TinkerModel, work: () => Promise<unknown>): Promise<UntypedFuture> {
-    return this.futures.submit(principal, kind, model.model.id, work).then((requestId) => ({ request_id: requestId, model_id: model.tinkerId }));
+    const guarded = () => work().catch((error: unknown) => Promise.reject(this.lostState(model, error)));
+    return this.futures.submit(principal, kind, model.model.id, guarded).then((requestId) => ({ request_id: requestId, model_id: model.tinkerId }));
+  }
+
+  /**
+   * The trainer no longer holds this client's adapter (it restarted, or evicted it for others): say so rather than
+   * train something else, and let the next operation restore the model's latest checkpoint as after a restart.
+   */
+  private lostState(model: TinkerModel, error: unknown): unknown {
+    const adapter = trainerAdapter(model.model.id);
+    if (!(error instanceof EngineError) || error.code !== 'not_found' || !error.message.includes(adapter)) return error;
+    this.resident.delete(model.model.id);
+    return new AppError('conflict', `The trainer lost this training client's state (${adapter}): the next operation continues from the model's latest checkpoint; load_state restores a saved state`);
   }
 
   /**
