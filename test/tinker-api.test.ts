@@ -21,7 +21,7 @@ import { runJsonScript } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON;
-const skip = TINKER_PYTHON ? false : 'TINKER_PYTHON is not set (the tinker SDK venv)';
+const skip = TINKER_PYTHON ? false : 'TINKER_PYTHON is not set (the python of a venv with tinker==0.38.0)';
 
 /** POST to the Tinker API with the SDK's header, answering JSON (no protobuf Accept). */
 async function tinkerCall(e2e: E2eServer, route: string, body: unknown): Promise<{ status: number; body: any }> {
@@ -44,7 +44,7 @@ async function result(e2e: E2eServer, requestId: string): Promise<any> {
 const maxGap = (a: number[][], b: number[][]) => Math.max(...a.flatMap((row, i) => row.map((value, j) => Math.abs(value - b[i][j]))));
 
 for (const backend of backends()) {
-  describe(`tinker SDK against the server on ${backend.name}`, { skip }, () => {
+  describe(`tinker SDK against the server on ${backend.name}${skip ? ` — skipped: ${skip}` : ''}`, { skip }, () => {
     let database: Awaited<ReturnType<typeof backend.create>>;
     let e2e: E2eServer;
     let session: Record<string, any>;
