@@ -18,6 +18,7 @@ import { openStore } from '../src/store/db.ts';
 import { TinkerRepository } from '../src/store/tinker-repository.ts';
 import { backends } from './helpers/database.ts';
 import { runJsonScript } from './helpers/reference.ts';
+import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON;
@@ -218,6 +219,25 @@ for (const backend of backends()) {
       assert.equal((await e2e.api('DELETE', `/v1/preview/models/${runId}`)).status, 200);
       assert.equal((await tinkerCall(e2e, '/api/v1/get_info', { model_id: session.supervised.model_id })).status, 404);
       assert.equal((await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: session.supervised.sampler_path })).status, 404);
+    });
+
+    test('a checkpoint trained by a job has a sampler path: the Tinker API samples it, with the logprobs chat completions give', async () => {
+      const model = (await e2e.api('POST', '/v1/preview/models', { project: 'jobs', name: 'rl', base_model: BUILTIN_BASE_MODEL.id })).body;
+      const name = `${model.entity}/jobs/rl`;
+      const group = await sampleGroup(e2e, name, 'What is 2+3?', 2, (_choice, index) => index);
+      const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [group], experimental_config: { learning_rate: 1e-2 } })).body;
+      assert.equal((await waitForJob(e2e, job.id)).status, 'COMPLETED');
+      const path = `tinker://${model.id}/sampler_weights/step1`;
+      assert.deepEqual((await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: path })).body, { base_model: BUILTIN_BASE_MODEL.id, is_lora: true, lora_rank: 8 });
+      const chat = await e2e.api('POST', '/v1/chat/completions', { model: `${name}:step1`, messages: [{ role: 'user', content: 'What is 2+3?' }], temperature: 0, max_tokens: 5, logprobs: true, return_token_ids: true });
+      const future = await tinkerCall(e2e, '/api/v1/asample', {
+        model_path: path,
+        prompt: { chunks: [{ type: 'encoded_text', tokens: chat.body.prompt_token_ids }] },
+        sampling_params: { temperature: 0, max_tokens: 5 },
+      });
+      const [sequence] = (await result(e2e, future.body.request_id)).sequences;
+      assert.deepEqual(sequence.tokens, chat.body.choices[0].token_ids);
+      assert.ok(maxGap([sequence.logprobs], [chat.body.choices[0].logprobs.content.map((entry: { logprob: number }) => entry.logprob)]) <= 1e-4);
     });
 
     test('a restart fails the futures still pending with a clear error; finished ones stay readable', async () => {
