@@ -15,6 +15,7 @@ import { TrainingJobService } from './services/training-job-service.ts';
 import { JobRepository } from './store/job-repository.ts';
 import { JobQueue } from './jobs/queue.ts';
 import { CheckpointWriter } from './jobs/checkpoint-writer.ts';
+import { CheckpointPublisher } from './services/checkpoint-publisher.ts';
 import { createRlRunner } from './jobs/rl-runner.ts';
 import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import type { JobRunner } from './jobs/worker.ts';
@@ -36,6 +37,8 @@ import { ModelLineage } from './services/model-lineage.ts';
 import { AdapterImporter } from './services/adapter-import.ts';
 import { RetentionService } from './services/retention.ts';
 import { defaultLearningRate } from './services/training-defaults.ts';
+import { TinkerRepository } from './store/tinker-repository.ts';
+import { createTinkerServices, type TinkerServices } from './services/tinker/index.ts';
 
 export interface Services {
   auth: AuthService;
@@ -62,6 +65,7 @@ export interface Services {
   lineage: ModelLineage;
   imports: AdapterImporter;
   retention: RetentionService;
+  tinker: TinkerServices;
 }
 
 export interface ContextOptions {
@@ -76,6 +80,8 @@ export interface ContextOptions {
   onJobSubmitted?: () => void;
   /** Called after a cancel of a running job was recorded, so a worker in this process stops it at once. */
   onCancelRequested?: (jobId: string) => void;
+  /** Where failures of background work without a caller to answer (Tinker futures) are logged. */
+  logError?: (message: string, error: unknown) => void;
 }
 
 function createRepositories(store: Store) {
@@ -87,6 +93,7 @@ function createRepositories(store: Store) {
     jobs: new JobRepository(store.db, store.dialect),
     artifacts: new ArtifactRepository(store.db, store.dialect),
     dashboard: new DashboardRepository(store.db),
+    tinker: new TinkerRepository(store.db),
   };
 }
 
@@ -117,7 +124,7 @@ function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelR
   return { chat, templateSandbox, constraintCompiler };
 }
 
-export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested }: ContextOptions): Services {
+export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested, logError = () => {} }: ContextOptions): Services {
   const repositories = createRepositories(store);
   const { models: modelRepository, jobs: jobRepository } = repositories;
   const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel);
@@ -137,7 +144,8 @@ export function createServices({ config, store, clock, engines = null, enginePro
   const artifacts = new ArtifactService(repositories.artifacts, blobs, clock);
   const trajectories = new TrajectoryService(models, modelRepository, repositories.trajectories, clock);
   const retention = new RetentionService(models, modelRepository, config.retention);
-  const checkpoints = new CheckpointWriter(modelRepository, models, repositories.trajectories, runtime, clock, retention);
+  const publisher = new CheckpointPublisher(modelRepository, models, repositories.trajectories, runtime, clock, retention);
+  const checkpoints = new CheckpointWriter(modelRepository, runtime, publisher);
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
@@ -170,6 +178,16 @@ export function createServices({ config, store, clock, engines = null, enginePro
     exports: new CheckpointExporter(models, modelRepository),
     lineage: new ModelLineage(models, modelRepository),
     retention,
+    tinker: createTinkerServices({
+      repository: repositories.tinker,
+      models: modelRepository,
+      modelService: models,
+      baseModels,
+      runtime,
+      checkpoints: publisher,
+      clock,
+      log: logError,
+    }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
     runners: createRunners(queue, checkpoints, repositories, trajectories, artifacts),

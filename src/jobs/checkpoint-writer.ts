@@ -1,25 +1,16 @@
 /**
  * A training session on one model's adapter in the trainer engine: opened from the latest checkpoint
- * (adapter and optimizer state) or a fresh no-op adapter, and committed as the next step — files written
- * by the trainer into a temporary folder of the checkpoint store, renamed into place, then the checkpoint
- * row, then the adapter loaded from the store into the sampler engines, so the checkpoint is servable
- * before the job reports it. A crash at any point leaves no listed half-written checkpoint.
+ * (adapter and optimizer state) or a fresh no-op adapter, and committed as the next step through the
+ * checkpoint publisher (services/checkpoint-publisher.ts), which makes it servable before the job reports it.
  */
 import crypto from 'node:crypto';
-import fs from 'node:fs/promises';
-import path from 'node:path';
-import type { Clock } from '../clock.ts';
-import { newId } from '../ids.ts';
 import type { Engine } from '../engine/client.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
 import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from '../services/base-model-runtime.ts';
-import type { ModelService } from '../services/model-service.ts';
 import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
-import type { RetentionService } from '../services/retention.ts';
-import { ADAPTER_CONFIG, publicAdapterConfig } from '../services/checkpoint-export.ts';
 import { loraInit } from '../services/training-defaults.ts';
+import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
 
 
 export interface TrainingSession {
@@ -36,11 +27,8 @@ export interface TrainingSession {
 export class CheckpointWriter {
   constructor(
     private readonly models: ModelRepository,
-    private readonly modelService: ModelService,
-    private readonly trajectories: TrajectoryRepository,
     private readonly runtime: BaseModelRuntime,
-    private readonly clock: Clock,
-    private readonly retention: RetentionService,
+    private readonly publisher: CheckpointPublisher,
   ) {}
 
   /** `emit` records the job's events: here, the checkpoints retention deleted after this one was written. */
@@ -71,23 +59,7 @@ export class CheckpointWriter {
         return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
       },
       commit: async (metrics) => {
-        const current = await this.models.findById(model.id);
-        if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
-        const step = current.last_step + 1;
-        const checkpointsDir = path.join(this.modelService.modelFolder(model.id), 'checkpoints');
-        const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
-        const final = path.join(checkpointsDir, String(step));
-        await engine.saveAdapter({ adapter, path: temporary });
-        // The engine names the base by the folder it loaded; a checkpoint names it by the id users know it by.
-        await fs.writeFile(path.join(temporary, ADAPTER_CONFIG), `${JSON.stringify(await publicAdapterConfig(temporary, base.id), null, 2)}\n`);
-        await fs.rm(final, { recursive: true, force: true });
-        await fs.rename(temporary, final);
-        const checkpointId = newId();
-        const now = this.clock.now().toISOString();
-        await this.models.insertCheckpoint({ id: checkpointId, model_id: model.id, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
-        await this.trajectories.insertRunMetrics(model.run_id, step, 'train', metrics, now);
-        await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: base.id, path: final });
-        const deleted = await this.retention.apply(model.id);
+        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }));
         if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },

@@ -25,8 +25,11 @@ export function defaultLearningRate(baseConfig: Record<string, unknown> | null):
  * so a fresh adapter is a no-op either way).
  */
 export function loraInit(seed: number): AdapterInit {
-  return { rank: 8, alpha: 16, target_modules: [...SUPPORTED_TARGETS], seed };
+  return { rank: LORA_DEFAULTS.rank, alpha: LORA_DEFAULTS.alpha, target_modules: [...LORA_DEFAULTS.target_modules], seed };
 }
+
+/** The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given). */
+export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = { rank: 8, alpha: 16, target_modules: SUPPORTED_TARGETS };
 
 /**
  * The clip bounds of rl-loss.md (the ratio kept within [1 - ε, 1 + ε_high]) for what the job gave: ε defaults

@@ -5,7 +5,7 @@ import type { Page } from '../api/lists.ts';
 import type { CheckpointTable, Database, ModelTable } from './schema.ts';
 
 
-function toModelRow(row: ModelTable & { entity_name: string }): ModelRow {
+export function toModelRow(row: ModelTable & { entity_name: string }): ModelRow {
   return { ...row, last_step: Number(row.last_step), retention: row.retention ? (JSON.parse(row.retention) as RetentionPolicy) : null };
 }
 

@@ -1,0 +1,58 @@
+/**
+ * Publishes a model's next checkpoint: what the trainer writes into a temporary folder of the checkpoint store is
+ * renamed into place, then the checkpoint row, then the adapter loaded from the store into the sampler, so the
+ * checkpoint is servable before anyone reports it. A crash at any point leaves no listed half-written checkpoint.
+ * Training jobs (jobs/checkpoint-writer.ts) and the Tinker API (services/tinker) both save this way.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Clock } from '../clock.ts';
+import { JobError } from '../errors.ts';
+import { newId } from '../ids.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
+import { servingAdapterKey, type BaseModelRuntime } from './base-model-runtime.ts';
+import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
+import type { ModelService } from './model-service.ts';
+import type { RetentionService } from './retention.ts';
+
+export class CheckpointPublisher {
+  constructor(
+    private readonly models: ModelRepository,
+    private readonly modelService: ModelService,
+    private readonly trajectories: TrajectoryRepository,
+    private readonly runtime: BaseModelRuntime,
+    private readonly clock: Clock,
+    private readonly retention: RetentionService,
+  ) {}
+
+  /**
+   * The model's next step from what `save` writes into a folder (the adapter, and whatever else belongs to the
+   * checkpoint): renamed into place, recorded, loaded in the sampler, then the model's retention applied (`deleted`:
+   * the steps it removed).
+   */
+  async publish(
+    modelId: string,
+    baseId: string,
+    metrics: Record<string, number>,
+    save: (folder: string) => Promise<unknown>,
+  ): Promise<{ step: number; checkpointId: string; folder: string; deleted: number[] }> {
+    const current = await this.models.findById(modelId);
+    if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
+    const step = current.last_step + 1;
+    const checkpointsDir = path.join(this.modelService.modelFolder(modelId), 'checkpoints');
+    const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
+    const final = path.join(checkpointsDir, String(step));
+    await save(temporary);
+    // The engine names the base by the folder it loaded; a checkpoint names it by the id users know it by.
+    await fs.writeFile(path.join(temporary, ADAPTER_CONFIG), `${JSON.stringify(await publicAdapterConfig(temporary, baseId), null, 2)}\n`);
+    await fs.rm(final, { recursive: true, force: true });
+    await fs.rename(temporary, final);
+    const checkpointId = newId();
+    const now = this.clock.now().toISOString();
+    await this.models.insertCheckpoint({ id: checkpointId, model_id: modelId, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
+    await this.trajectories.insertRunMetrics(current.run_id, step, 'train', metrics, now);
+    await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
+    return { step, checkpointId, folder: final, deleted: await this.retention.apply(modelId) };
+  }
+}

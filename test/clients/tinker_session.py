@@ -1,0 +1,255 @@
+"""The official `tinker` SDK (run with $TINKER_PYTHON) against our server, for test/tinker-api.test.ts.
+
+Reads {server, api_key, other_key, base_model, tokenizer} as JSON on stdin; drives a supervised loop, an RL
+loop with importance sampling, a save/load round trip, sampling from saved weights and the SDK's error paths;
+prints what it observed as JSON. It asserts nothing: the test decides.
+"""
+
+import json
+import sys
+
+import tinker
+from tinker import types
+from tokenizers import Tokenizer
+
+SFT_PAIRS = [("one plus one is", " two"), ("the sky is", " blue"), ("grass is", " green"), ("snow is", " white")]
+
+
+def datum(tokenizer, prompt, answer):
+    prompt_ids = tokenizer.encode(prompt).ids
+    answer_ids = tokenizer.encode(answer).ids
+    tokens = prompt_ids + answer_ids
+    weights = [0.0] * len(prompt_ids) + [1.0] * len(answer_ids)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights[1:]},
+    )
+
+
+def greedy(sampler, tokenizer, prompt, max_tokens=6):
+    params = types.SamplingParams(max_tokens=max_tokens, temperature=0.0, seed=0)
+    result = sampler.sample(types.ModelInput.from_ints(tokenizer.encode(prompt).ids), 1, params).result()
+    return result.sequences[0].tokens
+
+
+def supervised(service, tokenizer, base_model):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=8, seed=0).result()
+    data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
+    base_sampler = service.create_sampling_client(base_model=base_model)
+    before = greedy(base_sampler, tokenizer, SFT_PAIRS[1][0])
+    losses = []
+    for _ in range(12):
+        fb = trainer.forward_backward(data, "cross_entropy")
+        opt = trainer.optim_step(types.AdamParams(learning_rate=2e-2))
+        losses.append(fb.result().metrics["loss:sum"])
+        opt.result()
+    saved = trainer.save_weights_for_sampler("sft-final").result()
+    after = greedy(service.create_sampling_client(model_path=saved.path), tokenizer, SFT_PAIRS[1][0])
+    info = trainer.get_info()
+    return {
+        "model_id": trainer.model_id,
+        "info": {"model_id": info.model_id, "lora_rank": info.lora_rank, "model_name": info.model_name},
+        "losses": losses,
+        "before": before,
+        "after": after,
+        "target": tokenizer.encode(SFT_PAIRS[1][1]).ids,
+        "sampler_path": saved.path,
+    }
+
+
+def reinforcement(service, tokenizer, base_model):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=1).result()
+    saved = trainer.save_weights_for_sampler("rl-step0").result()
+    sampler = service.create_sampling_client(model_path=saved.path).result()
+    prompt = tokenizer.encode("the sky is").ids
+    params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=7)
+    result = sampler.sample(types.ModelInput.from_ints(prompt), 4, params).result()
+    data, sampled_logprobs = [], []
+    for index, sequence in enumerate(result.sequences):
+        tokens = prompt + list(sequence.tokens)
+        pad = [0.0] * (len(prompt) - 1)
+        advantage = 1.0 if index % 2 == 0 else -1.0
+        data.append(types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={
+                "target_tokens": tokens[1:],
+                "logprobs": pad + list(sequence.logprobs),
+                "advantages": pad + [advantage] * len(sequence.tokens),
+            },
+        ))
+        sampled_logprobs.append(list(sequence.logprobs))
+    fb = trainer.forward_backward(data, "importance_sampling").result()
+    trainer_logprobs = [
+        output["logprobs"].tolist()[len(prompt) - 1:] for output in fb.loss_fn_outputs
+    ]
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    second = trainer.forward_backward(data, "importance_sampling").result()
+    trained_sampler = trainer.save_weights_and_get_sampling_client()
+    trained_sample = trained_sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result()
+    return {
+        "sampler_logprobs": sampled_logprobs,
+        "trainer_logprobs": trainer_logprobs,
+        "loss_step0": fb.metrics["loss:sum"],
+        "loss_step1": second.metrics["loss:sum"],
+        "ppo": trainer.forward(data, "ppo").result().metrics["loss:sum"],
+        "other_losses": {
+            name: trainer.forward(data, name).result().metrics["loss:sum"] for name in ("cispo", "dro")
+        },
+        "gspo": trainer.forward([
+            types.Datum(
+                model_input=d.model_input,
+                loss_fn_inputs={**d.loss_fn_inputs, "sequence_ratio_mask": [0.0] * (len(prompt) - 1) + [1.0] * (d.model_input.length - len(prompt) + 1)},
+            ) for d in data
+        ], "gspo").result().metrics["loss:sum"],
+        "sampler_path": saved.path,
+        "trained_sample_length": len(trained_sample.sequences[0].tokens),
+    }
+
+
+def save_and_load(service, tokenizer, base_model):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=8, seed=2).result()
+    data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
+    for _ in range(2):
+        trainer.forward_backward(data, "cross_entropy")
+        trainer.optim_step(types.AdamParams(learning_rate=1e-2))
+    state = trainer.save_state("ckpt-a").result()
+    reference = trainer.forward(data, "cross_entropy").result()
+    trainer.forward_backward(data, "cross_entropy")
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after_reference_step = trainer.forward(data, "cross_entropy").result()
+    drifted = trainer.forward(data, "cross_entropy").result()
+    trainer.load_state_with_optimizer(state.path).result()
+    restored = trainer.forward(data, "cross_entropy").result()
+    trainer.forward_backward(data, "cross_entropy")
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after_restored_step = trainer.forward(data, "cross_entropy").result()
+    clone = service.create_training_client_from_state_with_optimizer(state.path).result()
+    cloned = clone.forward(data, "cross_entropy").result()
+    as_lists = lambda out: [o["logprobs"].tolist() for o in out.loss_fn_outputs]
+    return {
+        "state_path": state.path,
+        "reference": as_lists(reference),
+        "drifted": as_lists(drifted),
+        "restored": as_lists(restored),
+        "after_reference_step": as_lists(after_reference_step),
+        "after_restored_step": as_lists(after_restored_step),
+        "cloned": as_lists(cloned),
+    }
+
+
+def failure(call):
+    """The exception type the SDK raised (and its status where it has one), or None."""
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - recording which type the SDK raises is the point
+        return {"type": type(error).__name__, "status": getattr(error, "status_code", None), "message": str(error)[:300]}
+    return None
+
+
+def errors(service, other, tokenizer, base_model, model_id, run_id):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=3).result()
+    good = datum(tokenizer, *SFT_PAIRS[0])
+    tokens = good.model_input.to_ints()
+    mismatched = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * len(tokens)})
+    outside = types.Datum(model_input=types.ModelInput.from_ints([10 ** 7] + tokens[1:]), loss_fn_inputs=good.loss_fn_inputs)
+    rl_datum = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:] + [0], "logprobs": [0.0] * len(tokens), "advantages": [1.0] * len(tokens)})
+    raw = service.holder
+    other_info = lambda: other.create_rest_client().get_training_run(run_id).result()
+
+    def unknown_future():
+        async def call():
+            with raw.aclient(tinker.lib.client_connection_pool_type.ClientConnectionPoolType.TRAIN) as client:
+                return await client.futures.retrieve(request=types.FutureRetrieveRequest(request_id="no-such-future"))
+        return raw.run_coroutine_threadsafe(call()).result()
+
+    def foreign_model():
+        async def call():
+            with other.holder.aclient(tinker.lib.client_connection_pool_type.ClientConnectionPoolType.TRAIN) as client:
+                return await client.models.get_info(request=types.GetInfoRequest(model_id=model_id))
+        return other.holder.run_coroutine_threadsafe(call()).result()
+
+    return {
+        "unknown_loss": failure(lambda: trainer.forward_backward([good], "no_such_loss").result()),
+        "gspo_without_mask": failure(lambda: trainer.forward([rl_datum], "gspo").result()),
+        "mismatched_lengths": failure(lambda: trainer.forward_backward([mismatched], "cross_entropy").result()),
+        "outside_vocabulary": failure(lambda: trainer.forward_backward([outside], "cross_entropy").result()),
+        "foreign_model": failure(foreign_model),
+        "foreign_run": failure(other_info),
+        "unknown_future": failure(unknown_future),
+        "good_after_errors": trainer.forward([good], "cross_entropy").result().metrics["loss:sum"],
+        "model_id": trainer.model_id,
+    }
+
+
+def rest(service, sft_path, rl_path):
+    client = service.create_rest_client()
+    run_id = sft_path[len("tinker://"):].split("/")[0]
+    rl_run = rl_path[len("tinker://"):].split("/")[0]
+    info = client.get_weights_info_by_tinker_path(sft_path).result()
+    listed = client.list_checkpoints(run_id).result()
+    by_path = client.get_training_run_by_tinker_path(sft_path).result()
+    mine = client.list_user_checkpoints().result()
+    client.delete_checkpoint_from_tinker_path(rl_path).result()
+    after_delete = [c.tinker_path for c in client.list_checkpoints(rl_run).result().checkpoints]
+    return {
+        "training_runs": [run.training_run_id for run in client.list_training_runs().result().training_runs],
+        "weights_info": {"base_model": info.base_model, "is_lora": info.is_lora, "lora_rank": info.lora_rank},
+        "checkpoints": [c.tinker_path for c in listed.checkpoints],
+        "run_by_path": {"id": by_path.training_run_id, "last_sampler": by_path.last_sampler_checkpoint.tinker_path},
+        "user_checkpoints": [c.tinker_path for c in mine.checkpoints],
+        "rl_after_delete": after_delete,
+        "sample_deleted": failure(lambda: service.create_sampling_client(model_path=rl_path).result()),
+    }
+
+
+def sampling(service, tokenizer, base_model):
+    sampler = service.create_sampling_client(base_model=base_model).result()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("the sky is").ids)
+    free = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0)).result().sequences[0]
+    stop_id = free.tokens[2]
+    stopped = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8, temperature=0.0, stop=[stop_id])).result().sequences[0]
+    # A stop string completed by the last token of the greedy answer: the sample ends right there.
+    stop_text = tokenizer.decode(list(free.tokens))[-2:]
+    by_string = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0, stop=[stop_text])).result().sequences[0]
+    seeded = [
+        [list(s.tokens) for s in sampler.sample(prompt, 3, types.SamplingParams(max_tokens=5, temperature=1.0, seed=11)).result().sequences]
+        for _ in range(2)
+    ]
+    with_prompt = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
+    return {
+        "free": list(free.tokens),
+        "free_stop_reason": free.stop_reason,
+        "stop_id": stop_id,
+        "stopped": list(stopped.tokens),
+        "stopped_reason": stopped.stop_reason,
+        "stop_text": stop_text,
+        "by_string": list(by_string.tokens),
+        "by_string_reason": by_string.stop_reason,
+        "by_string_text": tokenizer.decode(list(by_string.tokens)),
+        "by_string_text_before_last": tokenizer.decode(list(by_string.tokens)[:-1]),
+        "seeded": seeded,
+        "prompt_length": prompt.length,
+        "prompt_logprobs": with_prompt.prompt_logprobs,
+    }
+
+
+def main():
+    request = json.load(sys.stdin)
+    tokenizer = Tokenizer.from_file(request["tokenizer"])
+    service = tinker.ServiceClient(base_url=request["server"], api_key="tml-" + request["api_key"])
+    other = tinker.ServiceClient(base_url=request["server"], api_key="tml-" + request["other_key"])
+    capabilities = service.get_server_capabilities()
+    base_model = request["base_model"]
+    out = {"capabilities": [model.model_name for model in capabilities.supported_models]}
+    out["supervised"] = supervised(service, tokenizer, base_model)
+    out["reinforcement"] = reinforcement(service, tokenizer, base_model)
+    out["save_and_load"] = save_and_load(service, tokenizer, base_model)
+    run_id = out["supervised"]["sampler_path"][len("tinker://"):].split("/")[0]
+    out["errors"] = errors(service, other, tokenizer, base_model, out["supervised"]["model_id"], run_id)
+    out["sampling"] = sampling(service, tokenizer, base_model)
+    out["rest"] = rest(service, out["supervised"]["sampler_path"], out["reinforcement"]["sampler_path"])
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
