@@ -134,15 +134,15 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     const row = rows[0];
     const cases: [Partial<ForwardBackwardRequest>, string, RegExp][] = [
       [{ loss: 'hinge' as 'ppo' }, 'bad_request', /unknown loss 'hinge'/],
-      [{ rows: [row, { ...row, weights: row.weights.slice(1) }] }, 'bad_request', /rows\[1\]\.weights has/],
+      [{ rows: [row, { ...row, weights: row.weights.slice(1) }] }, 'bad_request', /rows\[1\]\.weights must be a list with one entry per token/],
       [{ rows: [{ ...row, target_tokens: [...row.target_tokens.slice(1), vocab] }] }, 'bad_request', /rows\[0\]\.target_tokens .*vocabulary/],
-      [{ loss: 'ppo', loss_config: { clip_low_threshold: 0.8 } }, 'bad_request', /loss_config\.clip_high_threshold is required/],
-      [{ loss: 'importance_sampling' }, 'bad_request', /rows\[0\]\.logprobs is required/],
+      [{ loss: 'ppo', loss_config: { clip_low_threshold: 0.8 } }, 'bad_request', /missing field loss_config\.clip_high_threshold/],
+      [{ loss: 'importance_sampling' }, 'bad_request', /missing field rows\[0\]\.logprobs/],
       [{ adapter: 'nobody' }, 'not_found', /nobody/],
     ];
     for (const [over, expected, pattern] of cases) await assert.rejects(fb('sft', false, over), code(expected, pattern));
     const { eps: _eps, ...noEps } = adam;
-    await assert.rejects(engine.optimStep({ base: 'tiny', adapter: 'sft', adam: noEps as AdamParams }), code('bad_request', /adam\.eps is required/));
+    await assert.rejects(engine.optimStep({ base: 'tiny', adapter: 'sft', adam: noEps as AdamParams }), code('bad_request', /missing field adam\.eps/));
     await assert.rejects(engine.loadState({ base: 'tiny', adapter: 'x', path: join(scratch, 'missing') }), code('not_found', /missing/));
     assert.deepEqual((await engine.stats()).bases, ['tiny']);
   });
