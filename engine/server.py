@@ -31,6 +31,8 @@ from .constraints import ConstraintStore, TokenTable
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
 from .sampling import SamplingParams
+from . import steps
+from .steps_wire import parse_adam, parse_forward_backward, parse_path
 from .train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, train_step
 from .transport import log, serve_stream, serve_tcp
 
@@ -332,7 +334,8 @@ class Engine:
             for base in self.bases.values():
                 base.scheduler.stacks.forget(old)
 
-    OPS = ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "generate", "forward", "train_step")
+    OPS = ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "generate", "forward", "train_step",
+           "forward_backward", "optim_step", "save_state", "load_state")
 
     def op_load_base(self, rid, msg) -> dict:
         name = _req(msg, "base", str, "a name for the base")
@@ -470,6 +473,42 @@ class Engine:
             adapter.pins -= 1
         work = lambda: {"metrics": train_step(base.model, adapter, loss, rows, loss_cfg, opt_cfg, reference)}  # noqa: E731
         self._train_beside_decode(rid, adapter, work, True)
+
+    # --- token-level training (Tinker's primitives; numerics in steps.py) ----
+
+    def op_forward_backward(self, rid, msg) -> None:
+        base = self._base(msg)
+        req = parse_forward_backward(msg, base.model.args.vocab_size, base.model.args.max_position_embeddings)
+        adapter = self._adapter(msg, base, required=req.backward)
+        self._train_beside_decode(rid, adapter, lambda: steps.forward_backward(base.model, adapter, req), False)
+
+    def op_optim_step(self, rid, msg) -> None:
+        base = self._base(msg)
+        adapter = self._adapter(msg, base, required=True)
+        params = parse_adam(msg)
+        self._train_beside_decode(rid, adapter, lambda: steps.optim_step(adapter, params), True)
+
+    def op_save_state(self, rid, msg) -> None:
+        key = _req(msg, "adapter", str, "an adapter key")
+        path = parse_path(msg)
+        if key not in self.adapters:
+            raise NotFound(f"adapter {key!r} is not resident")
+        adapter = self.adapters.get(key)
+        base_path = self.bases[adapter.base].path
+        self._train_beside_decode(rid, adapter, lambda: {"files": steps.save_state(adapter, path, base_path)}, False)
+
+    def op_load_state(self, rid, msg) -> dict:
+        """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
+        base = self._base(msg)
+        key = _req(msg, "adapter", str, "an adapter key")
+        adapter = steps.load_state(key, base.name, parse_path(msg), base.model.args, base.model.device)
+        if key in self.adapters:
+            old = self.adapters.get(key)
+            for b in self.bases.values():
+                b.scheduler.stacks.forget(old)
+            self.adapters.drop(key)
+        self._put(adapter)
+        return {"step": adapter.version}
 
 
 def rss_bytes() -> int:

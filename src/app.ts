@@ -16,6 +16,7 @@ import { registerArtifactRoutes } from './http/artifact-routes.ts';
 import { registerIdentityRoutes } from './http/identity-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
 import { registerOpenApi } from './http/openapi.ts';
+import { registerTinkerRoutes } from './http/tinker-routes.ts';
 import { registerMetricsHook, registerMetricsRoute } from './http/metrics-routes.ts';
 import multipart from '@fastify/multipart';
 import { AppError, excerpt } from './errors.ts';
@@ -71,6 +72,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     registerIdentityRoutes(api);
     registerDashboardRoutes(api, services.dashboard);
     registerMetricsRoute(api, services.metrics, config.metricsPublic);
+    registerTinkerRoutes(api, services.tinker);
   });
   app.register(async (scope) => {
     // preservePath: file names arrive as sent, so a name with a path in it is refused rather than silently cut.

@@ -35,6 +35,8 @@ import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
 import { AdapterImporter } from './services/adapter-import.ts';
 import { RetentionService } from './services/retention.ts';
+import { TinkerRepository } from './store/tinker-repository.ts';
+import { createTinkerServices, type TinkerServices } from './services/tinker/index.ts';
 
 export interface Services {
   auth: AuthService;
@@ -61,6 +63,7 @@ export interface Services {
   lineage: ModelLineage;
   imports: AdapterImporter;
   retention: RetentionService;
+  tinker: TinkerServices;
 }
 
 /** The learning rate used when a job does not give one: the tiny model learns at a higher rate than real ones. */
@@ -80,9 +83,11 @@ export interface ContextOptions {
   onJobSubmitted?: () => void;
   /** Called after a cancel of a running job was recorded, so a worker in this process stops it at once. */
   onCancelRequested?: (jobId: string) => void;
+  /** Where failures of background work without a caller to answer (Tinker futures) are logged. */
+  logError?: (message: string, error: unknown) => void;
 }
 
-export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested }: ContextOptions): Services {
+export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested, logError = () => {} }: ContextOptions): Services {
   const identityRepository = new IdentityRepository(store.db);
   const modelRepository = new ModelRepository(store.db);
   const trajectoryRepository = new TrajectoryRepository(store.db);
@@ -152,6 +157,16 @@ export function createServices({ config, store, clock, engines = null, enginePro
     exports: new CheckpointExporter(models, modelRepository),
     lineage: new ModelLineage(models, modelRepository),
     retention,
+    tinker: createTinkerServices({
+      repository: new TinkerRepository(store.db),
+      models: modelRepository,
+      modelService: models,
+      baseModels,
+      runtime,
+      checkpoints,
+      clock,
+      log: logError,
+    }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
     runners: {

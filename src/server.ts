@@ -48,6 +48,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     engineProbe: engines ? () => probeEngines(engines) : undefined,
     onJobSubmitted: () => worker?.wake(),
     onCancelRequested: (jobId) => worker?.cancelLocal(jobId),
+    logError: (message, error) => logger.child({ component: 'tinker' }).error({ err: error }, message),
   });
   worker = new JobWorker(services.queue, services.runners, logger.child({ component: 'jobs' }), {
     pollMs: 500,
@@ -60,6 +61,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
   await services.models.sweepTemporaryCheckpoints();
   await services.blobs.sweepStaging();
   await services.imports.sweepStaging();
+  await services.tinker.futures.failLeftovers();
   worker.start();
 
   const app = buildApp({ config, services });

@@ -16,16 +16,24 @@ import type {
   DropAdapterRequest,
   EnsureAdapterReply,
   EnsureAdapterRequest,
+  ForwardBackwardReply,
+  ForwardBackwardRequest,
   ForwardReply,
   ForwardRequest,
   GenerateEvent,
   GenerateRequest,
   LoadBaseReply,
   LoadBaseRequest,
+  LoadStateReply,
+  LoadStateRequest,
+  OptimStepReply,
+  OptimStepRequest,
   ReadyEvent,
   ReplyErrorCode,
   SaveAdapterReply,
   SaveAdapterRequest,
+  SaveStateReply,
+  SaveStateRequest,
   StatsReply,
   TrainStepReply,
   TrainStepRequest,
@@ -41,6 +49,10 @@ export interface Engine {
   generate(request: GenerateRequest): GenerateStream;
   forward(request: ForwardRequest): Promise<ForwardReply>;
   trainStep(request: TrainStepRequest): Promise<TrainStepReply>;
+  forwardBackward(request: ForwardBackwardRequest): Promise<ForwardBackwardReply>;
+  optimStep(request: OptimStepRequest): Promise<OptimStepReply>;
+  saveState(request: SaveStateRequest): Promise<SaveStateReply>;
+  loadState(request: LoadStateRequest): Promise<LoadStateReply>;
 }
 
 export interface EngineClientOptions {
@@ -148,6 +160,22 @@ export class EngineClient implements Engine {
 
   trainStep(request: TrainStepRequest): Promise<TrainStepReply> {
     return this.request('train_step', request);
+  }
+
+  forwardBackward(request: ForwardBackwardRequest): Promise<ForwardBackwardReply> {
+    return this.request('forward_backward', request);
+  }
+
+  optimStep(request: OptimStepRequest): Promise<OptimStepReply> {
+    return this.request('optim_step', request);
+  }
+
+  saveState(request: SaveStateRequest): Promise<SaveStateReply> {
+    return this.request('save_state', request);
+  }
+
+  loadState(request: LoadStateRequest): Promise<LoadStateReply> {
+    return this.request('load_state', request);
   }
 
   /** Asks the engine to stop the generate request `target` (a `ReplyStream.id`). */

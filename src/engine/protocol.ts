@@ -229,3 +229,84 @@ export interface TrainStepRequest {
 export interface TrainStepReply {
   metrics: Record<string, number>;
 }
+
+/** The losses of `forward_backward`, as Tinker names them. */
+export type StepLoss = 'cross_entropy' | 'importance_sampling' | 'ppo' | 'cispo' | 'dro';
+
+/**
+ * Every hyper-parameter the loss uses, all present (the engine has no defaults): none for `cross_entropy` and
+ * `importance_sampling`; `clip_low_threshold`, `clip_high_threshold` for `ppo` and `cispo`; `beta` for `dro`.
+ */
+export type StepLossConfig = Record<string, number>;
+
+/** One datum: `tokens[t]` is model input whose next-token distribution scores `target_tokens[t]`; all arrays length T. */
+export interface StepRow {
+  tokens: number[];
+  target_tokens: number[];
+  weights: number[];
+  /** The sampler's logprobs of `target_tokens`; required by the RL losses. */
+  logprobs?: number[];
+  /** Required by the RL losses. */
+  advantages?: number[];
+}
+
+export interface ForwardBackwardRequest {
+  base: string;
+  /** Null only with `backward: false` (the base model). */
+  adapter: string | null;
+  loss: StepLoss;
+  loss_config: StepLossConfig;
+  /** False: forward only. True: the loss's gradient is added to the adapter's until `optim_step`. */
+  backward: boolean;
+  rows: StepRow[];
+}
+
+export interface ForwardBackwardReply {
+  outputs: { logprobs: number[]; elementwise_loss: number[] }[];
+  /** The sum over rows and tokens (Tinker's semantics: sums, not means). */
+  loss: number;
+  metrics: Record<string, number>;
+}
+
+/** Tinker's AdamParams, all required; `grad_clip_norm` 0 means no clipping. */
+export interface AdamParams {
+  learning_rate: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weight_decay: number;
+  grad_clip_norm: number;
+}
+
+export interface OptimStepRequest {
+  base: string;
+  adapter: string;
+  adam: AdamParams;
+}
+
+export interface OptimStepReply {
+  metrics: Record<string, number>;
+  /** Optimizer steps this adapter has taken (restored by `load_state`). */
+  step: number;
+}
+
+/** Writes the PEFT adapter, optimizer state and step into the folder `path`, atomically. */
+export interface SaveStateRequest {
+  adapter: string;
+  path: string;
+}
+
+export interface SaveStateReply {
+  files: string[];
+}
+
+/** Makes `adapter` resident (replacing one of that key) with the weights, optimizer state and step saved at `path`. */
+export interface LoadStateRequest {
+  base: string;
+  adapter: string;
+  path: string;
+}
+
+export interface LoadStateReply {
+  step: number;
+}

@@ -15,13 +15,21 @@ import type {
   DropAdapterRequest,
   EnsureAdapterReply,
   EnsureAdapterRequest,
+  ForwardBackwardReply,
+  ForwardBackwardRequest,
   ForwardReply,
   ForwardRequest,
   GenerateRequest,
   LoadBaseReply,
   LoadBaseRequest,
+  LoadStateReply,
+  LoadStateRequest,
+  OptimStepReply,
+  OptimStepRequest,
   SaveAdapterReply,
   SaveAdapterRequest,
+  SaveStateReply,
+  SaveStateRequest,
   StatsReply,
   TrainStepReply,
   TrainStepRequest,
@@ -140,7 +148,23 @@ export class SamplerPool implements Engine {
   }
 
   trainStep(_request: TrainStepRequest): Promise<TrainStepReply> {
-    return Promise.reject(new EngineError('bad_request', 'samplers do not train: the trainer does'));
+    return notTrainer();
+  }
+
+  forwardBackward(_request: ForwardBackwardRequest): Promise<ForwardBackwardReply> {
+    return notTrainer();
+  }
+
+  optimStep(_request: OptimStepRequest): Promise<OptimStepReply> {
+    return notTrainer();
+  }
+
+  saveState(_request: SaveStateRequest): Promise<SaveStateReply> {
+    return notTrainer();
+  }
+
+  loadState(_request: LoadStateRequest): Promise<LoadStateReply> {
+    return notTrainer();
   }
 
   /** Ready samplers first, then the fewest requests in flight. */
@@ -154,4 +178,8 @@ export class SamplerPool implements Engine {
     }
     return best;
   }
+}
+
+function notTrainer(): Promise<never> {
+  return Promise.reject(new EngineError('bad_request', 'samplers do not train: the trainer does'));
 }

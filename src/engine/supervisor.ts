@@ -18,14 +18,22 @@ import type {
   DropAdapterRequest,
   EnsureAdapterReply,
   EnsureAdapterRequest,
+  ForwardBackwardReply,
+  ForwardBackwardRequest,
   ForwardReply,
   ForwardRequest,
   GenerateRequest,
   LoadBaseReply,
   LoadBaseRequest,
+  LoadStateReply,
+  LoadStateRequest,
+  OptimStepReply,
+  OptimStepRequest,
   ReadyEvent,
   SaveAdapterReply,
   SaveAdapterRequest,
+  SaveStateReply,
+  SaveStateRequest,
   StatsReply,
   TrainStepReply,
   TrainStepRequest,
@@ -213,6 +221,28 @@ export class EngineSupervisor implements Engine {
 
   async trainStep(request: TrainStepRequest): Promise<TrainStepReply> {
     return (await this.client()).trainStep(request);
+  }
+
+  async forwardBackward(request: ForwardBackwardRequest): Promise<ForwardBackwardReply> {
+    return (await this.client()).forwardBackward(request);
+  }
+
+  async optimStep(request: OptimStepRequest): Promise<OptimStepReply> {
+    return (await this.client()).optimStep(request);
+  }
+
+  /** Like saveAdapter: after a restart the adapter comes back from these files (optimizer state included). */
+  async saveState(request: SaveStateRequest): Promise<SaveStateReply> {
+    const reply = await (await this.client()).saveState(request);
+    const known = this.adapters.get(request.adapter);
+    if (known) this.rememberAdapter({ adapter: request.adapter, base: known.base, path: request.path });
+    return reply;
+  }
+
+  async loadState(request: LoadStateRequest): Promise<LoadStateReply> {
+    const reply = await (await this.client()).loadState(request);
+    this.rememberAdapter({ adapter: request.adapter, base: request.base, path: request.path });
+    return reply;
   }
 
   private rememberAdapter(request: EnsureAdapterRequest): void {

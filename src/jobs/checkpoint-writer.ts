@@ -77,26 +77,35 @@ export class CheckpointWriter {
         return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
       },
       commit: async (metrics) => {
-        const current = await this.models.findById(model.id);
-        if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
-        const step = Number(current.last_step) + 1;
-        const checkpointsDir = path.join(this.modelService.modelFolder(model.id), 'checkpoints');
-        const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
-        const final = path.join(checkpointsDir, String(step));
-        await engine.saveAdapter({ adapter, path: temporary });
-        // The engine names the base by the folder it loaded; a checkpoint names it by the id users know it by.
-        await fs.writeFile(path.join(temporary, ADAPTER_CONFIG), `${JSON.stringify(await publicAdapterConfig(temporary, base.id), null, 2)}\n`);
-        await fs.rm(final, { recursive: true, force: true });
-        await fs.rename(temporary, final);
-        const checkpointId = newId();
-        const now = this.clock.now().toISOString();
-        await this.models.insertCheckpoint({ id: checkpointId, model_id: model.id, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
-        await this.trajectories.insertRunMetrics(model.run_id, step, 'train', metrics, now);
-        await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: base.id, path: final });
+        const { step, checkpointId } = await this.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }));
         const deleted = await this.retention.apply(model.id);
         if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },
     };
+  }
+
+  /**
+   * The model's next step from what `save` writes into a folder (the adapter, and whatever else belongs to the
+   * checkpoint): renamed into place, recorded, and loaded in the sampler. Jobs and the Tinker API both save this way.
+   */
+  async publish(modelId: string, baseId: string, metrics: Record<string, number>, save: (folder: string) => Promise<unknown>): Promise<{ step: number; checkpointId: string; folder: string }> {
+    const current = await this.models.findById(modelId);
+    if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
+    const step = Number(current.last_step) + 1;
+    const checkpointsDir = path.join(this.modelService.modelFolder(modelId), 'checkpoints');
+    const temporary = path.join(checkpointsDir, `.tmp-${newId()}`);
+    const final = path.join(checkpointsDir, String(step));
+    await save(temporary);
+    // The engine names the base by the folder it loaded; a checkpoint names it by the id users know it by.
+    await fs.writeFile(path.join(temporary, ADAPTER_CONFIG), `${JSON.stringify(await publicAdapterConfig(temporary, baseId), null, 2)}\n`);
+    await fs.rm(final, { recursive: true, force: true });
+    await fs.rename(temporary, final);
+    const checkpointId = newId();
+    const now = this.clock.now().toISOString();
+    await this.models.insertCheckpoint({ id: checkpointId, model_id: modelId, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
+    await this.trajectories.insertRunMetrics(current.run_id, step, 'train', metrics, now);
+    await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
+    return { step, checkpointId, folder: final };
   }
 }

@@ -140,6 +140,58 @@ export interface ArtifactVersionTable {
   created_at: string;
 }
 
+export interface TinkerSessionTable {
+  id: string;
+  entity_id: string;
+  sdk_version: string;
+  created_at: string;
+  heartbeat_at: string;
+}
+
+/** A Tinker training client's model id (`<session>:train:<n>`) ↔ one of our models. */
+export interface TinkerModelTable {
+  id: string;
+  model_id: string;
+  session_id: string;
+  lora_rank: number;
+  seed: number;
+  created_at: string;
+}
+
+export interface TinkerSamplingSessionTable {
+  id: string;
+  entity_id: string;
+  base_model: string;
+  /** The `tinker://` path sampled from; null: the base model. */
+  model_path: string | null;
+  created_at: string;
+}
+
+/** A checkpoint name a Tinker client chose ↔ the step it is; `state_path` holds `save_weights`' optimizer state. */
+export interface TinkerCheckpointTable {
+  model_id: string;
+  kind: 'sampler' | 'training';
+  name: string;
+  step: number;
+  state_path: string | null;
+  created_at: string;
+}
+
+export interface TinkerFutureTable {
+  id: string;
+  entity_id: string;
+  model_id: string | null;
+  kind: string;
+  status: 'pending' | 'complete' | 'failed';
+  /** The result as JSON. */
+  result: string | null;
+  error: string | null;
+  /** The SDK's RequestErrorCategory of a failure: `user`, `server` or `unknown`. */
+  category: string | null;
+  created_at: string;
+  finished_at: string | null;
+}
+
 export interface Database {
   entities: EntityTable;
   memberships: MembershipTable;
@@ -155,4 +207,9 @@ export interface Database {
   training_jobs: TrainingJobTable;
   training_job_events: TrainingJobEventTable;
   artifact_versions: ArtifactVersionTable;
+  tinker_sessions: TinkerSessionTable;
+  tinker_models: TinkerModelTable;
+  tinker_sampling_sessions: TinkerSamplingSessionTable;
+  tinker_checkpoints: TinkerCheckpointTable;
+  tinker_futures: TinkerFutureTable;
 }

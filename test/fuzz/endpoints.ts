@@ -229,4 +229,77 @@ function discoveryEndpoints(): Endpoint[] {
   ];
 }
 
-export const ENDPOINTS: Endpoint[] = [...modelEndpoints(), ...jobEndpoints(), ...otherEndpoints(), ...portabilityEndpoints(), ...discoveryEndpoints()];
+/** A `tinker://` path: the target's checkpoints by step or by a name nobody saved, and broken ones. */
+const tinkerPathOf = (c: Ctx) =>
+  c.rng.weighted<string>([
+    [4, `tinker://${c.rng.pick(c.target.modelIds)}/${c.rng.pick(['sampler_weights', 'weights'])}/step${c.rng.int(3)}`],
+    [1, c.rng.pick(['tinker://', 'tinker://x/y', `tinker://${c.rng.pick(c.world.b.modelIds)}/sampler_weights/step0`, 'file:///etc/passwd', `tinker://${c.rng.pick(c.target.modelIds)}/sampler_weights/${'a'.repeat(2000)}`])],
+  ]);
+
+/** A forward_backward body as the SDK sends it: protobuf, here either a small valid-looking message or noise. */
+function protobufBody(c: Ctx, hostile: boolean): { bytes: Buffer; contentType: string } {
+  const field = (number: number, payload: Buffer) => Buffer.concat([Buffer.from([(number << 3) | 2, payload.length]), payload]);
+  const tokens = Buffer.from(Int32Array.from([1, 2, 3]).buffer);
+  const chunk = field(1, field(1, tokens));
+  const tensor = Buffer.concat([field(1, Buffer.from(BigInt64Array.from([2n, 3n, 4n]).buffer)), Buffer.from([3 << 3, 2])]);
+  const datum = Buffer.concat([field(1, chunk), field(2, Buffer.concat([field(1, Buffer.from('target_tokens')), field(2, tensor)]))]);
+  const valid = Buffer.concat([field(1, Buffer.from(c.rng.word())), field(3, datum), field(4, Buffer.from(c.rng.pick(['cross_entropy', 'ppo', 'nope'])))]);
+  const noise = Buffer.from(Array.from({ length: c.rng.pick([0, 1, 7, 300]) }, () => c.rng.int(256)));
+  return { bytes: hostile ? c.rng.pick([noise, valid.subarray(0, c.rng.int(valid.length)), Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])]) : valid, contentType: 'application/x-protobuf' };
+}
+
+/** The Tinker SDK's routes (issue 17): ids the fuzzer cannot know are made up, so most answers are 4xx. */
+function tinkerEndpoints(): Endpoint[] {
+  const modelId = (c: Ctx) => c.rng.pick([`${c.rng.word()}:train:0`, c.rng.pick(c.target.modelIds), hugeString(c.rng)]);
+  const sampling = (c: Ctx): Body => ({ max_tokens: 1 + c.rng.int(4), temperature: c.rng.pick([0, 1]), seed: c.rng.int(100), ...(c.rng.chance(0.3) ? { stop: c.rng.pick([['.'], [1, 2], [], '\n']) } : {}) });
+  return [
+    { method: 'GET', template: '/api/v1/healthz', writes: false, weight: 0.2 },
+    { method: 'POST', template: '/api/v1/client/config', writes: false, weight: 0.2, body: () => ({ sdk_version: '0.38.0' }) },
+    { method: 'POST', template: '/api/v1/client/dynamic_config', writes: false, weight: 0.2, body: () => ({}) },
+    { method: 'POST', template: '/api/v1/telemetry', writes: false, weight: 0.2, body: (c) => ({ events: [{ x: c.rng.word() }] }) },
+    { method: 'GET', template: '/api/v1/get_server_capabilities', writes: false, weight: 0.3 },
+    { method: 'POST', template: '/api/v1/create_session', writes: true, weight: 0.5, body: () => ({ sdk_version: '0.38.0', tags: [], user_metadata: null }) },
+    { method: 'POST', template: '/api/v1/session_heartbeat', writes: true, weight: 0.3, body: (c) => ({ session_id: c.rng.word() }) },
+    { method: 'POST', template: '/api/v1/sessions/:session_id/finish', writes: true, weight: 0.2, params: (c) => ({ session_id: c.rng.word() }), body: () => ({}) },
+    {
+      method: 'POST', template: '/api/v1/create_model', writes: true, weight: 0.5,
+      body: (c) => ({ session_id: c.rng.word(), model_seq_id: c.rng.int(3), base_model: BASE_MODEL, lora_config: { rank: c.rng.pick([1, 4, 8]), seed: c.rng.int(10) } }),
+      attacks: [(c, b) => (b.lora_config = c.rng.pick([{ rank: 0 }, { rank: 2 ** 40 }, { rank: 8, train_attn: false, train_mlp: false }, null]))],
+    },
+    { method: 'POST', template: '/api/v1/get_info', writes: false, weight: 0.3, body: (c) => ({ model_id: modelId(c) }) },
+    { method: 'POST', template: '/api/v1/unload_model', writes: true, weight: 0.2, body: (c) => ({ model_id: modelId(c) }) },
+    { method: 'POST', template: '/api/v1/forward_backward', writes: true, weight: 1, bytes: protobufBody },
+    { method: 'POST', template: '/api/v1/optim_step', writes: true, weight: 0.5, body: (c) => ({ model_id: modelId(c), adam_params: { learning_rate: 1e-4, beta1: 0.9, beta2: 0.95, eps: 1e-12 } }) },
+    { method: 'POST', template: '/api/v1/save_weights', writes: true, weight: 0.3, body: (c) => ({ model_id: modelId(c), path: c.rng.word() }) },
+    { method: 'POST', template: '/api/v1/save_weights_for_sampler', writes: true, weight: 0.3, body: (c) => ({ model_id: modelId(c), path: c.rng.pick([c.rng.word(), '../x', null]) }) },
+    { method: 'POST', template: '/api/v1/load_weights', writes: true, weight: 0.3, body: (c) => ({ model_id: modelId(c), path: tinkerPathOf(c), optimizer: c.rng.chance(0.5) }) },
+    { method: 'POST', template: '/api/v1/create_sampling_session', writes: true, weight: 0.3, body: (c) => ({ session_id: c.rng.word(), sampling_session_seq_id: 0, model_path: tinkerPathOf(c) }) },
+    { method: 'GET', template: '/api/v1/samplers/:sampler_id', writes: false, weight: 0.2, params: (c) => ({ sampler_id: c.rng.word() }) },
+    {
+      method: 'POST', template: '/api/v1/asample', writes: false, weight: 1.5,
+      body: (c) => ({
+        prompt: { chunks: [{ type: 'encoded_text', tokens: [1, 2, 3].slice(0, 1 + c.rng.int(3)) }] },
+        sampling_params: sampling(c),
+        num_samples: 1 + c.rng.int(2),
+        ...(c.rng.chance(0.5) ? { model_path: tinkerPathOf(c) } : { base_model: BASE_MODEL }),
+        ...(c.rng.chance(0.2) ? { prompt_logprobs: true } : {}),
+      }),
+      attacks: [
+        (c, b) => (b.prompt.chunks[0].tokens = c.rng.pick([[], [99_999_999], [-1], hugeArray(c.rng, 100_000)])),
+        (c, b) => Object.assign(b, c.rng.pick([{ num_samples: 1_000_000 }, { sampling_params: { max_tokens: 2 ** 31 } }, { sampling_params: { stop: [99_999_999] } }, { sampling_session_id: 'nope' }])),
+      ],
+    },
+    { method: 'POST', template: '/api/v1/retrieve_future', writes: false, weight: 1, body: (c) => ({ request_id: c.rng.pick([c.rng.word(), '', hugeString(c.rng)]), allow_metadata_only: true }) },
+    { method: 'POST', template: '/api/v1/weights_info', writes: false, weight: 0.3, body: (c) => ({ tinker_path: tinkerPathOf(c) }) },
+    { method: 'GET', template: '/api/v1/training_runs', writes: false, weight: 0.5, query: (c) => ({ limit: c.rng.pick([1, 20, 0, 5000]), offset: c.rng.pick([0, 1, 2 ** 53]) }) },
+    { method: 'GET', template: '/api/v1/training_runs/:run_id', writes: false, weight: 0.5, params: (c) => ({ run_id: c.rng.pick([...c.target.modelIds, ...c.world.b.modelIds, 'nope']) }) },
+    { method: 'GET', template: '/api/v1/training_runs/:run_id/checkpoints', writes: false, weight: 0.5, params: (c) => ({ run_id: c.rng.pick([...c.target.modelIds, 'nope']) }) },
+    {
+      method: 'DELETE', template: '/api/v1/training_runs/:run_id/checkpoints/*', writes: true, weight: 0.3,
+      // Step 0 is the model's own start and is never named here: what is deleted is a name nobody saved, or another entity's.
+      params: (c) => ({ run_id: c.rng.pick([...c.world.b.modelIds, c.rng.pick(c.target.modelIds)]), '*': c.rng.pick(['sampler_weights/nope', 'weights/x', 'sampler_weights/step999', '..']) }),
+    },
+  ];
+}
+
+export const ENDPOINTS: Endpoint[] = [...modelEndpoints(), ...jobEndpoints(), ...otherEndpoints(), ...portabilityEndpoints(), ...discoveryEndpoints(), ...tinkerEndpoints()];

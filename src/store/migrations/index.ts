@@ -5,6 +5,7 @@ import * as m002 from './002-training-jobs.ts';
 import * as m003 from './003-artifacts.ts';
 import * as m004 from './004-retention.ts';
 import * as m005 from './005-trained-tokens.ts';
+import * as m006 from './006-tinker.ts';
 
 export type Dialect = 'sqlite' | 'postgres';
 
@@ -27,6 +28,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 3, name: 'artifacts', up: m003.up },
   { version: 4, name: 'retention', up: m004.up },
   { version: 5, name: 'trained-tokens', up: m005.up },
+  { version: 6, name: 'tinker', up: m006.up },
 ];
 
 export function migrationContext(dialect: Dialect): MigrationContext {

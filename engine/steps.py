@@ -1,0 +1,161 @@
+"""Token-level training primitives, Tinker's: forward(_backward) with a named loss, an AdamW step, full state.
+
+Owns: the logprobs of explicit target tokens (position t of the input scores
+target t), the named per-token losses as Tinker defines them (every loss is
+a SUM over tokens, never a mean: `cross_entropy`, `importance_sampling`,
+`ppo`, `cispo`, `dro`), gradient accumulation into the adapter across calls
+(summed, until the optimizer step), the AdamW step with explicit
+hyper-parameters (the step count is the adapter's version), and the full
+training state on disk (PEFT adapter + optimizer moments + step), written
+atomically and read back bit-exactly.
+
+Refuses to know: the wire (steps_wire.py parses it), threads and residency
+(server.py), trajectories and packing (train.py's job-level train_step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from typing import Dict, List, Optional
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from . import lora as L
+from . import weights as W
+from .model import ForwardContext, Transformer
+from .steps_wire import AdamParams, ForwardBackward, StepRow
+from .train import LOGITS_CHUNK_ELEMENTS, LossConfig, _head_stats, rl_token_loss
+
+STATE_NAME = "training_state.json"
+STATE_FORMAT = "engine.training_state.v1"
+
+
+class _Thresholds(LossConfig):
+    """rl_token_loss's config with Tinker's absolute clip thresholds instead of rl-loss.md's epsilons."""
+
+    def __init__(self, ppo: bool, low: float, high: float):
+        super().__init__(ppo=ppo)
+        self.low, self.high = low, high
+
+    def bounds(self) -> tuple:
+        return self.low, self.high
+
+
+def target_logprobs(model: Transformer, tokens_T: torch.Tensor, targets_T: torch.Tensor, lora) -> torch.Tensor:
+    """logprobs_T[t] = log p(targets_T[t] | tokens_T[:t+1]); chunked so no T x V logits stay alive."""
+    device = model.device
+    tokens_T, targets_T = tokens_T.to(device), targets_T.to(device)
+    T = tokens_T.shape[0]
+    seg_1T = torch.zeros(1, T, dtype=torch.long, device=device)
+    h_TD = model(tokens_T[None], ForwardContext.packed(seg_1T, model.args.sliding_window), lora)[0]
+    chunk = max(1, LOGITS_CHUNK_ELEMENTS // model.args.vocab_size)
+    parts = []
+    for s in range(0, T, chunk):
+        h_CD, t_C = h_TD[s:s + chunk], targets_T[s:s + chunk]
+        if torch.is_grad_enabled() and T > chunk:
+            lp_C, _ = checkpoint(_head_stats, model, h_CD, t_C, use_reentrant=False)
+        else:
+            lp_C, _ = _head_stats(model, h_CD, t_C)
+        parts.append(lp_C)
+    return torch.cat(parts)
+
+
+def token_loss(loss: str, cfg: Dict[str, float], logprobs_T: torch.Tensor, row: StepRow) -> torch.Tensor:
+    """The elementwise loss of Tinker's docs, times the row's weights (all 1 for the RL losses in Tinker's usage)."""
+    device = logprobs_T.device
+    w_T = row.weights_T.to(device)
+    if loss == "cross_entropy":
+        return -logprobs_T * w_T
+    old_T, adv_T = row.sampler_logprobs_T.to(device), row.advantages_T.to(device)
+    if loss == "importance_sampling":
+        return -torch.exp(logprobs_T - old_T) * adv_T * w_T
+    if loss == "dro":
+        return -(logprobs_T * adv_T - 0.5 * cfg["beta"] * (logprobs_T - old_T) ** 2) * w_T
+    # ppo: -min(r·A, clip(r)·A); cispo: -sg(clip(r))·logp·A: rl_token_loss's two token-level branches.
+    clip = _Thresholds(loss == "ppo", cfg["clip_low_threshold"], cfg["clip_high_threshold"])
+    ones_T = torch.ones_like(logprobs_T)
+    loss_T, _ = rl_token_loss(logprobs_T, old_T, None, adv_T, ones_T, torch.zeros_like(row.tokens_T, device=device),
+                              clip, None)
+    return loss_T * w_T
+
+
+def forward_backward(model: Transformer, adapter: Optional[L.Adapter], req: ForwardBackward) -> dict:
+    """Per row: logprobs and elementwise loss; with `backward`, the summed loss's gradient is ADDED to the adapter's."""
+    t0 = time.perf_counter()
+    lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
+    outputs: List[dict] = []
+    total = 0.0
+    with torch.set_grad_enabled(req.backward):
+        for row in req.rows:
+            logprobs_T = target_logprobs(model, row.tokens_T, row.target_tokens_T, lora)
+            loss_T = token_loss(req.loss, req.loss_config, logprobs_T, row)
+            row_loss = loss_T.sum()
+            if req.backward:
+                row_loss.backward()  # one row's graph at a time; .grad sums across rows and calls
+            total += float(row_loss.detach())
+            outputs.append({"logprobs": logprobs_T.detach().float().cpu().tolist(),
+                            "elementwise_loss": loss_T.detach().float().cpu().tolist()})
+    tokens = sum(int(r.tokens_T.shape[0]) for r in req.rows)
+    return {"outputs": outputs, "loss": total,
+            "metrics": {"loss:sum": total, "num_tokens": float(tokens), "step_seconds": time.perf_counter() - t0}}
+
+
+def optim_step(adapter: L.Adapter, p: AdamParams) -> dict:
+    """AdamW (decoupled weight decay) on the accumulated gradient, clipped to grad_clip_norm when > 0; zeroes it."""
+    if adapter.optimizer is None:
+        adapter.optimizer = L.make_optimizer(adapter)
+    opt = adapter.optimizer
+    for group in opt.param_groups:
+        group.update(lr=p.learning_rate, betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
+    params = adapter.parameters()
+    grads = [q.grad for q in params if q.grad is not None]
+    grad_norm = 0.0
+    if grads:
+        if p.grad_clip_norm > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, p.grad_clip_norm))
+        else:
+            grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+    opt.step()  # parameters without a gradient are left alone, as AdamW does
+    opt.zero_grad(set_to_none=True)
+    adapter.version += 1
+    return {"metrics": {"grad_norm": grad_norm, "learning_rate": p.learning_rate}, "step": adapter.version}
+
+
+def save_state(adapter: L.Adapter, folder: str, base_name: str) -> List[str]:
+    """The adapter, its optimizer state and step in `folder`, replaced as a whole (never half written)."""
+    folder = os.path.abspath(folder)
+    parent = os.path.dirname(folder)
+    os.makedirs(parent, exist_ok=True)
+    tmp = os.path.join(parent, f".{os.path.basename(folder)}.tmp-{uuid.uuid4().hex}")
+    try:
+        files = L.save_peft(adapter, tmp, base_name)
+        W.atomic_write_json(os.path.join(tmp, STATE_NAME), {"format": STATE_FORMAT, "step": adapter.version})
+        old = None
+        if os.path.exists(folder):
+            old = f"{tmp}.old"
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return files + [STATE_NAME]
+
+
+def load_state(key: str, base: str, folder: str, args, device) -> L.Adapter:
+    """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint)."""
+    adapter = L.load_peft(key, base, folder, args, device)
+    state_path = os.path.join(folder, STATE_NAME)
+    if os.path.exists(state_path):
+        with open(state_path, "r", encoding="utf-8") as f:
+            state = json.load(f)
+        step = state.get("step") if isinstance(state, dict) and state.get("format") == STATE_FORMAT else None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"{state_path}: not a training state this engine wrote")
+        adapter.version = step
+    return adapter

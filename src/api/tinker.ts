@@ -1,0 +1,178 @@
+/**
+ * The Tinker REST API as the official `tinker` SDK 0.38 calls it (`/api/v1/...`): request schemas (extra fields
+ * kept: the SDK sends `type` tags and fields we ignore), result shapes, the documented loss defaults, the
+ * client configuration we announce, and `tinker://` paths. The protobuf half of the wire is in tinker-proto.ts.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+
+const open = { additionalProperties: true } as const;
+const Id = Type.String({ minLength: 1, maxLength: 512 });
+const Int = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+
+export const ClientConfigBody = Type.Object({ sdk_version: Type.Optional(Type.String({ maxLength: 64 })) }, open);
+export type ClientConfigBody = Static<typeof ClientConfigBody>;
+
+export const CreateSessionBody = Type.Object(
+  { sdk_version: Type.String({ maxLength: 64 }), tags: Type.Optional(Type.Array(Type.String())), project_id: Type.Optional(Type.Union([Type.String(), Type.Null()])) },
+  open,
+);
+export type CreateSessionBody = Static<typeof CreateSessionBody>;
+
+export const SessionBody = Type.Object({ session_id: Id }, open);
+export type SessionBody = Static<typeof SessionBody>;
+
+export const LoraConfig = Type.Object(
+  {
+    rank: Type.Integer({ minimum: 1, maximum: 256 }),
+    seed: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 2 ** 32 - 1 }), Type.Null()])),
+    train_mlp: Type.Optional(Type.Boolean()),
+    train_attn: Type.Optional(Type.Boolean()),
+    train_unembed: Type.Optional(Type.Boolean()),
+  },
+  open,
+);
+
+export const CreateModelBody = Type.Object(
+  { session_id: Id, model_seq_id: Int, base_model: Type.String({ minLength: 1, maxLength: 256 }), lora_config: Type.Optional(Type.Union([LoraConfig, Type.Null()])) },
+  open,
+);
+export type CreateModelBody = Static<typeof CreateModelBody>;
+
+export const ModelIdBody = Type.Object({ model_id: Id }, open);
+export type ModelIdBody = Static<typeof ModelIdBody>;
+
+export const AdamParamsBody = Type.Object(
+  {
+    learning_rate: Type.Number({ minimum: 0 }),
+    beta1: Type.Number({ minimum: 0, exclusiveMaximum: 1 }),
+    beta2: Type.Number({ minimum: 0, exclusiveMaximum: 1 }),
+    eps: Type.Number({ exclusiveMinimum: 0 }),
+    weight_decay: Type.Optional(Type.Number({ minimum: 0 })),
+    grad_clip_norm: Type.Optional(Type.Number({ minimum: 0 })),
+  },
+  open,
+);
+
+export const OptimStepBody = Type.Object({ model_id: Id, adam_params: AdamParamsBody }, open);
+export type OptimStepBody = Static<typeof OptimStepBody>;
+
+const CheckpointName = Type.String({ pattern: '^[A-Za-z0-9._-]{1,128}$' });
+
+export const SaveWeightsBody = Type.Object(
+  { model_id: Id, path: Type.Optional(Type.Union([CheckpointName, Type.Null()])), sampling_session_seq_id: Type.Optional(Type.Union([Int, Type.Null()])) },
+  open,
+);
+export type SaveWeightsBody = Static<typeof SaveWeightsBody>;
+
+export const LoadWeightsBody = Type.Object(
+  {
+    model_id: Type.Optional(Type.Union([Id, Type.Null()])),
+    session_id: Type.Optional(Type.Union([Id, Type.Null()])),
+    model_seq_id: Type.Optional(Type.Union([Int, Type.Null()])),
+    path: Type.String({ minLength: 1, maxLength: 1024 }),
+    optimizer: Type.Boolean(),
+  },
+  open,
+);
+export type LoadWeightsBody = Static<typeof LoadWeightsBody>;
+
+export const CreateSamplingSessionBody = Type.Object(
+  {
+    session_id: Id,
+    base_model: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()])),
+    model_path: Type.Optional(Type.Union([Type.String({ maxLength: 1024 }), Type.Null()])),
+  },
+  open,
+);
+export type CreateSamplingSessionBody = Static<typeof CreateSamplingSessionBody>;
+
+const TokenChunk = Type.Object({ tokens: Type.Array(Type.Integer(), { maxItems: 1_000_000 }) }, open);
+
+export const SamplingParams = Type.Object(
+  {
+    max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1_000_000 }), Type.Null()])),
+    seed: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 2 ** 53 }), Type.Null()])),
+    stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String()), Type.Array(Type.Integer()), Type.Null()])),
+    temperature: Type.Optional(Type.Number({ minimum: 0 })),
+    top_k: Type.Optional(Type.Integer({ minimum: -1 })),
+    top_p: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+  },
+  open,
+);
+export type SamplingParams = Static<typeof SamplingParams>;
+
+export const SampleBody = Type.Object(
+  {
+    prompt: Type.Object({ chunks: Type.Array(TokenChunk, { maxItems: 10_000 }) }, open),
+    sampling_params: SamplingParams,
+    num_samples: Type.Optional(Type.Integer({ minimum: 1, maximum: 128 })),
+    sampling_session_id: Type.Optional(Type.Union([Id, Type.Null()])),
+    base_model: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()])),
+    model_path: Type.Optional(Type.Union([Type.String({ maxLength: 1024 }), Type.Null()])),
+    prompt_logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+  },
+  open,
+);
+export type SampleBody = Static<typeof SampleBody>;
+
+export const RetrieveFutureBody = Type.Object({ request_id: Id, allow_metadata_only: Type.Optional(Type.Boolean()) }, open);
+export type RetrieveFutureBody = Static<typeof RetrieveFutureBody>;
+
+export const WeightsInfoBody = Type.Object({ tinker_path: Type.String({ minLength: 1, maxLength: 1024 }) }, open);
+export type WeightsInfoBody = Static<typeof WeightsInfoBody>;
+
+/** What every asynchronous call answers at once; the result is fetched with `retrieve_future`. */
+export interface UntypedFuture {
+  request_id: string;
+  model_id?: string;
+  /** Sampling only: one id per requested sample, in the order of the result's sequences. */
+  sample_sequence_ids?: string[];
+}
+
+/**
+ * The SDK's client feature flags. We announce API-key auth (no JWT exchange), uncompressed protobuf
+ * forward_backward bodies, and per-request polling; every other flag keeps the SDK's own default.
+ */
+export const CLIENT_CONFIG = {
+  pjwt_auth_enabled: false,
+  credential_default_source: 'api_key',
+  proto_compress_fwdbwd: false,
+  sample_use_retrieve_futures: false,
+  custom_loss_server_side: false,
+  sample_join_sampling_session: false,
+  use_pyqwest_transport: false,
+} as const;
+
+export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_enabled: false } as const;
+
+/**
+ * The losses we run and the defaults of their `loss_fn_config` (Tinker's documented values: PPO and CISPO clip the
+ * ratio to [0.8, 1.2]; DRO's quadratic penalty β 0.05). The engine takes every key explicitly.
+ */
+export const LOSS_DEFAULTS = {
+  cross_entropy: {},
+  importance_sampling: {},
+  ppo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
+  cispo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
+  dro: { beta: 0.05 },
+} as const satisfies Record<string, Record<string, number>>;
+export type TinkerLoss = keyof typeof LOSS_DEFAULTS;
+
+/** The API key a Tinker client sends: ours behind the `tml-` prefix the SDK insists on. */
+export const TINKER_KEY_PREFIX = 'tml-';
+
+export type TinkerCheckpointKind = 'sampler' | 'training';
+const SEGMENT: Record<TinkerCheckpointKind, string> = { sampler: 'sampler_weights', training: 'weights' };
+
+/** `tinker://<model id>/<sampler_weights|weights>/<name>`; an unnamed checkpoint is named `step<N>`. */
+export function tinkerPath(modelId: string, kind: TinkerCheckpointKind, name: string): string {
+  return `tinker://${modelId}/${SEGMENT[kind]}/${name}`;
+}
+
+export function parseTinkerPath(path: string): { modelId: string; kind: TinkerCheckpointKind; name: string } | null {
+  const match = /^tinker:\/\/([^/]+)\/(sampler_weights|weights)\/([^/]+)$/.exec(path);
+  if (!match) return null;
+  return { modelId: match[1], kind: match[2] === 'weights' ? 'training' : 'sampler', name: match[3] };
+}
+
+export const stepName = (step: number) => `step${step}`;

@@ -1,0 +1,109 @@
+/**
+ * Tinker's asynchronous requests: each call is recorded as a pending future, its work runs (operations of one
+ * model one after another, in submission order; others at once), and the outcome is stored so `retrieve_future`
+ * can answer it at any later time. A poll of a pending future waits a while for it before answering "try again".
+ * After a restart nothing is running: every future still pending is failed (category `server`, which the SDK
+ * raises as RequestFailedError without retrying: the client resubmits).
+ */
+import { EventEmitter } from 'node:events';
+import type { Clock } from '../../clock.ts';
+import { AppError, notFound } from '../../errors.ts';
+import { EngineError } from '../../engine/errors.ts';
+import { newId } from '../../ids.ts';
+import type { TinkerFutureTable } from '../../store/schema.ts';
+import type { TinkerRepository } from '../../store/tinker-repository.ts';
+import { canActFor, type Principal } from '../auth-service.ts';
+
+export const RESTART_FAILURE = 'The server restarted before this request finished; submit it again';
+
+/** How long one poll waits for a pending future before answering "try again". */
+const POLL_WAIT_MS = 10_000;
+
+export type FutureCategory = 'user' | 'server' | 'unknown';
+
+export type FutureOutcome =
+  | { status: 'pending' }
+  | { status: 'complete'; kind: string; result: unknown }
+  | { status: 'failed'; error: string; category: FutureCategory };
+
+export class TinkerFutures {
+  private readonly queues = new Map<string, Promise<unknown>>();
+  private readonly finished = new EventEmitter();
+
+  constructor(
+    private readonly repository: TinkerRepository,
+    private readonly clock: Clock,
+    private readonly log: (message: string, error: unknown) => void = () => {},
+  ) {
+    this.finished.setMaxListeners(0);
+  }
+
+  async failLeftovers(): Promise<number> {
+    return this.repository.failPendingFutures(RESTART_FAILURE, this.clock.now().toISOString());
+  }
+
+  /** Records the request and starts `work`; `queueKey` (a model id) serialises it after that model's earlier work. */
+  async submit(principal: Principal, kind: string, queueKey: string | null, work: () => Promise<unknown>): Promise<string> {
+    const id = newId();
+    const now = this.clock.now().toISOString();
+    await this.repository.insertFuture({ id, entity_id: principal.entityId, model_id: queueKey, kind, status: 'pending', result: null, error: null, category: null, created_at: now, finished_at: null });
+    const previous = (queueKey && this.queues.get(queueKey)) || Promise.resolve();
+    const run = previous.then(() => this.settle(id, work));
+    if (queueKey) {
+      this.queues.set(queueKey, run);
+      void run.then(() => {
+        if (this.queues.get(queueKey) === run) this.queues.delete(queueKey);
+      });
+    }
+    return id;
+  }
+
+  private async settle(id: string, work: () => Promise<unknown>): Promise<void> {
+    let outcome: Pick<TinkerFutureTable, 'status' | 'result' | 'error' | 'category'>;
+    try {
+      outcome = { status: 'complete', result: JSON.stringify(await work()), error: null, category: null };
+    } catch (error) {
+      outcome = { status: 'failed', result: null, ...describeFailure(error) };
+      if (outcome.category !== 'user') this.log(`Tinker request ${id} failed`, error);
+    }
+    try {
+      await this.repository.finishFuture(id, { ...outcome, finished_at: this.clock.now().toISOString() });
+    } catch (error) {
+      this.log(`Tinker request ${id} could not be recorded`, error);
+    }
+    this.finished.emit(id);
+  }
+
+  /** The outcome of a caller's own future, waiting up to a poll's length for a pending one. */
+  async retrieve(principal: Principal, id: string, waitMs = POLL_WAIT_MS): Promise<FutureOutcome> {
+    const first = await this.repository.findFuture(id);
+    if (!first || !canActFor(principal, first.entity_id)) throw notFound(`Future ${JSON.stringify(id.slice(0, 100))}`);
+    let row = first;
+    if (row.status === 'pending') {
+      await this.waitFor(id, waitMs);
+      row = (await this.repository.findFuture(id)) ?? row;
+    }
+    if (row.status === 'pending') return { status: 'pending' };
+    if (row.status === 'failed') return { status: 'failed', error: row.error ?? 'failed', category: (row.category as FutureCategory | null) ?? 'unknown' };
+    return { status: 'complete', kind: row.kind, result: JSON.parse(row.result ?? 'null') };
+  }
+
+  private waitFor(id: string, ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.finished.off(id, done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.finished.on(id, done);
+    });
+  }
+}
+
+/** The caller's own mistakes (input the engine refused, a missing checkpoint) are `user`; everything else `server`. */
+function describeFailure(error: unknown): { error: string; category: 'user' | 'server' } {
+  if (error instanceof AppError) return { error: error.message, category: error.status < 500 ? 'user' : 'server' };
+  if (error instanceof EngineError) return { error: error.message, category: error.code === 'bad_request' || error.code === 'not_found' ? 'user' : 'server' };
+  return { error: 'Internal server error', category: 'server' };
+}

@@ -1,0 +1,118 @@
+/**
+ * Who and what a Tinker request is about: SDK sessions, the server's capabilities, training clients (a Tinker
+ * model id ↔ one of our models, made with the base model, LoRA rank and seed), and `tinker://` paths ↔ our
+ * checkpoints. Another entity's model or checkpoint is exactly as absent as a missing one.
+ */
+import type { Clock } from '../../clock.ts';
+import { AppError, excerpt, notFound } from '../../errors.ts';
+import { newId } from '../../ids.ts';
+import { parseTinkerPath, stepName, type CreateModelBody, type CreateSessionBody, type TinkerCheckpointKind } from '../../api/tinker.ts';
+import type { CheckpointRecord, ModelRepository, ModelRow } from '../../store/model-repository.ts';
+import type { TinkerModelTable } from '../../store/schema.ts';
+import type { TinkerRepository } from '../../store/tinker-repository.ts';
+import { canActFor, type Principal } from '../auth-service.ts';
+import type { BaseModelRegistry } from '../base-models.ts';
+import type { BaseModelRuntime } from '../base-model-runtime.ts';
+import type { ModelService } from '../model-service.ts';
+import { LORA_DEFAULTS } from '../../jobs/checkpoint-writer.ts';
+
+/** Every training client's model lives in this project of its entity. */
+export const TINKER_PROJECT = 'tinker';
+
+export interface TinkerModel {
+  /** The id the SDK addresses it by. */
+  tinkerId: string;
+  model: ModelRow;
+  rank: number;
+  seed: number;
+}
+
+export interface ResolvedCheckpoint {
+  model: ModelRow;
+  checkpoint: CheckpointRecord;
+  kind: TinkerCheckpointKind;
+  name: string;
+  /** The folder `save_weights` wrote the optimizer state into, when this is such a checkpoint. */
+  statePath: string | null;
+}
+
+export class TinkerModels {
+  constructor(
+    private readonly repository: TinkerRepository,
+    private readonly models: ModelRepository,
+    private readonly modelService: ModelService,
+    private readonly baseModels: BaseModelRegistry,
+    private readonly runtime: BaseModelRuntime,
+    private readonly clock: Clock,
+  ) {}
+
+  async createSession(principal: Principal, body: CreateSessionBody): Promise<{ type: 'create_session'; session_id: string }> {
+    const id = newId();
+    const now = this.clock.now().toISOString();
+    await this.repository.insertSession({ id, entity_id: principal.entityId, sdk_version: body.sdk_version, created_at: now, heartbeat_at: now });
+    return { type: 'create_session', session_id: id };
+  }
+
+  async heartbeat(principal: Principal, sessionId: string): Promise<{ type: 'session_heartbeat' }> {
+    await this.ownedSession(principal, sessionId);
+    await this.repository.heartbeat(sessionId, this.clock.now().toISOString());
+    return { type: 'session_heartbeat' };
+  }
+
+  async ownedSession(principal: Principal, sessionId: string): Promise<void> {
+    const session = await this.repository.findSession(sessionId);
+    if (!session || !canActFor(principal, session.entity_id)) throw notFound(`Session ${JSON.stringify(excerpt(sessionId))}`);
+  }
+
+  async capabilities(): Promise<{ supported_models: { model_name: string; max_context_length: number | null; trainable: boolean; sampleable: boolean }[] }> {
+    const supported = [];
+    for (const id of this.baseModels.loadableIds()) {
+      const tokenizer = await this.runtime.vocabularySize(id);
+      if (tokenizer !== null) supported.push({ model_name: id, max_context_length: null, trainable: true, sampleable: true });
+    }
+    return { supported_models: supported };
+  }
+
+  /** The model behind a new training client, named after its Tinker id in the `tinker` project. */
+  async create(principal: Principal, body: CreateModelBody): Promise<TinkerModel> {
+    await this.ownedSession(principal, body.session_id);
+    if (!this.baseModels.find(body.base_model)) throw new AppError('not_found', `Base model ${JSON.stringify(excerpt(body.base_model))} is not available on this server`);
+    const tinkerId = `${body.session_id}:train:${body.model_seq_id}`;
+    if (await this.repository.findModel(tinkerId)) throw new AppError('conflict', `Model ${tinkerId} already exists`);
+    const view = await this.modelService.create(principal, { project: TINKER_PROJECT, name: tinkerId.replaceAll(':', '-'), base_model: body.base_model });
+    const rank = body.lora_config?.rank ?? LORA_DEFAULTS.rank;
+    const seed = body.lora_config?.seed ?? Math.floor(Math.random() * 2 ** 32);
+    const row: TinkerModelTable = { id: tinkerId, model_id: view.id, session_id: body.session_id, lora_rank: rank, seed, created_at: this.clock.now().toISOString() };
+    await this.repository.insertModel(row);
+    return this.owned(principal, tinkerId);
+  }
+
+  /** A training client's model by its Tinker id (or our model id), if the principal may use it. */
+  async owned(principal: Principal, id: string): Promise<TinkerModel> {
+    const row = await this.repository.findModel(id);
+    const model = row && (await this.models.findById(row.model_id));
+    if (!row || !model || !canActFor(principal, model.entity_id)) throw notFound(`Model ${JSON.stringify(excerpt(id))}`);
+    return { tinkerId: row.id, model, rank: row.lora_rank, seed: row.seed };
+  }
+
+  /** Any of the principal's models by our id: every model is a Tinker training run. */
+  async ownedRun(principal: Principal, modelId: string): Promise<ModelRow> {
+    const model = await this.models.findById(modelId);
+    if (!model || !canActFor(principal, model.entity_id)) throw notFound(`Training run ${JSON.stringify(excerpt(modelId))}`);
+    return model;
+  }
+
+  /** `tinker://<model>/<kind>/<name>`: a name a client saved, else `step<N>` of any checkpoint. */
+  async resolvePath(principal: Principal, path: string): Promise<ResolvedCheckpoint> {
+    const parsed = parseTinkerPath(path);
+    if (!parsed) throw new AppError('bad_request', `Invalid tinker path ${JSON.stringify(excerpt(path))}: expected tinker://<training run>/<sampler_weights|weights>/<name>`);
+    const model = await this.models.findById(parsed.modelId);
+    if (!model || !canActFor(principal, model.entity_id)) throw notFound(`Checkpoint ${JSON.stringify(excerpt(path))}`);
+    const named = await this.repository.findCheckpoint(model.id, parsed.kind, parsed.name);
+    const stepMatch = /^step(\d+)$/.exec(parsed.name);
+    const step = named?.step ?? (stepMatch ? Number(stepMatch[1]) : null);
+    const checkpoint = step === null ? undefined : await this.models.findCheckpointByStep(model.id, step);
+    if (!checkpoint) throw notFound(`Checkpoint ${JSON.stringify(excerpt(path))}`);
+    return { model, checkpoint, kind: parsed.kind, name: named ? parsed.name : stepName(checkpoint.step), statePath: named?.state_path ?? null };
+  }
+}

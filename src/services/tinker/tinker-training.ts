@@ -1,0 +1,213 @@
+/**
+ * The training primitives of a Tinker training client on its model's adapter in the trainer engine:
+ * forward / forward_backward with a named loss, optim_step, save_weights (adapter + optimizer state),
+ * save_weights_for_sampler (adapter), load_weights. Each runs as a future in the model's queue, so one model's
+ * operations execute in submission order; every save is the model's next ordinary checkpoint step.
+ */
+import { AppError } from '../../errors.ts';
+import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
+import type { ProtoDatum, ProtoForwardBackward } from '../../api/tinker-proto.ts';
+import type { ForwardBackwardReply, StepRow } from '../../engine/protocol.ts';
+import { LORA_DEFAULTS, type CheckpointWriter } from '../../jobs/checkpoint-writer.ts';
+import type { ModelRepository } from '../../store/model-repository.ts';
+import type { TinkerRepository } from '../../store/tinker-repository.ts';
+import type { Clock } from '../../clock.ts';
+import type { Principal } from '../auth-service.ts';
+import type { BaseModelRuntime } from '../base-model-runtime.ts';
+import type { TinkerFutures } from './futures.ts';
+import type { TinkerModel, TinkerModels } from './tinker-models.ts';
+import type { TinkerSampling } from './tinker-sampling.ts';
+
+const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+const MLP = ['gate_proj', 'up_proj', 'down_proj'];
+
+/** The engine key of a training client's adapter. */
+const trainerAdapter = (modelId: string) => `tinker:${modelId}`;
+
+export class TinkerTraining {
+  /** Models whose adapter this process made resident in the trainer (an engine's memory does not survive a restart). */
+  private readonly resident = new Set<string>();
+
+  constructor(
+    private readonly tinkerModels: TinkerModels,
+    private readonly repository: TinkerRepository,
+    private readonly models: ModelRepository,
+    private readonly runtime: BaseModelRuntime,
+    private readonly checkpoints: CheckpointWriter,
+    private readonly futures: TinkerFutures,
+    private readonly sampling: TinkerSampling,
+    private readonly clock: Clock,
+  ) {}
+
+  async createModel(principal: Principal, model: TinkerModel, targets: { train_attn?: boolean; train_mlp?: boolean }): Promise<UntypedFuture> {
+    const modules = [...(targets.train_attn === false ? [] : ATTENTION), ...(targets.train_mlp === false ? [] : MLP)];
+    if (!modules.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
+    return this.queue(principal, 'create_model', model, async () => {
+      const base = await this.runtime.loadForTraining(model.model.base_model);
+      const trainer = this.runtime.trainer();
+      const adapter = trainerAdapter(model.model.id);
+      await trainer.dropAdapter({ adapter });
+      const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
+      await trainer.ensureAdapter({ adapter, base: base.id, init: { rank: model.rank, alpha, target_modules: modules, seed: model.seed } });
+      this.resident.add(model.model.id);
+      return { type: 'create_model', model_id: model.tinkerId };
+    });
+  }
+
+  /** Checks the request at once (so bad input is a 400, never a failed future), then queues it. */
+  async forwardBackward(principal: Principal, request: ProtoForwardBackward): Promise<UntypedFuture> {
+    const model = await this.tinkerModels.owned(principal, request.model_id);
+    if (!(request.loss_fn in LOSS_DEFAULTS)) {
+      throw new AppError('bad_request', `Unknown loss_fn ${JSON.stringify(request.loss_fn.slice(0, 100))}: one of ${Object.keys(LOSS_DEFAULTS).join(', ')}`);
+    }
+    const loss = request.loss_fn as TinkerLoss;
+    const vocab = await this.runtime.vocabularySize(model.model.base_model);
+    const rows = request.data.map((datum, index) => toStepRow(datum, index, loss, vocab));
+    if (!rows.length) throw new AppError('bad_request', 'forward_backward needs at least one datum');
+    const lossConfig = { ...LOSS_DEFAULTS[loss], ...pick(request.loss_fn_config, Object.keys(LOSS_DEFAULTS[loss])) };
+    return this.queue(principal, request.forward_only ? 'forward' : 'forward_backward', model, async () => {
+      const { base, adapter } = await this.ready(model);
+      const reply = await this.runtime.trainer().forwardBackward({ base, adapter, loss, loss_config: lossConfig, backward: !request.forward_only, rows });
+      return forwardBackwardResult(reply);
+    });
+  }
+
+  async optimStep(principal: Principal, body: OptimStepBody): Promise<UntypedFuture> {
+    const model = await this.tinkerModels.owned(principal, body.model_id);
+    const adam = { weight_decay: 0, grad_clip_norm: 0, ...body.adam_params };
+    return this.queue(principal, 'optim_step', model, async () => {
+      const { base, adapter } = await this.ready(model);
+      const reply = await this.runtime.trainer().optimStep({
+        base,
+        adapter,
+        adam: { learning_rate: adam.learning_rate, beta1: adam.beta1, beta2: adam.beta2, eps: adam.eps, weight_decay: adam.weight_decay, grad_clip_norm: adam.grad_clip_norm },
+      });
+      return { type: 'optim_step', metrics: reply.metrics };
+    });
+  }
+
+  /** `forSampler`: the adapter alone; otherwise the full training state (adapter, optimizer, step count). */
+  async save(principal: Principal, body: SaveWeightsBody, forSampler: boolean): Promise<UntypedFuture> {
+    const model = await this.tinkerModels.owned(principal, body.model_id);
+    const kind = forSampler ? 'sampler' : 'training';
+    return this.queue(principal, forSampler ? 'save_weights_for_sampler' : 'save_weights', model, async () => {
+      const { base, adapter } = await this.ready(model);
+      const trainer = this.runtime.trainer();
+      const saved = await this.checkpoints.publish(model.model.id, base, { tinker_save: 1 }, (folder) =>
+        forSampler ? trainer.saveAdapter({ adapter, path: folder }) : trainer.saveState({ adapter, path: folder }),
+      );
+      const name = body.path ?? stepName(saved.step);
+      await this.repository.nameCheckpoint({ model_id: model.model.id, kind, name, step: saved.step, state_path: forSampler ? null : saved.folder, created_at: this.clock.now().toISOString() });
+      const path = tinkerPath(model.model.id, kind, name);
+      if (!forSampler) return { type: 'save_weights', path };
+      const session = body.sampling_session_seq_id == null ? null : await this.sampling.createSessionFor(principal, model.model.base_model, path);
+      return { type: 'save_weights_for_sampler', path, ...(session ? { sampling_session_id: session } : {}) };
+    });
+  }
+
+  /** Weights (and, with `optimizer`, the optimizer state `save_weights` wrote) into a training client's adapter. */
+  async load(principal: Principal, body: LoadWeightsBody): Promise<UntypedFuture> {
+    if (!body.model_id) throw new AppError('bad_request', 'load_weights needs model_id (creating a training client from a checkpoint is not supported)');
+    const model = await this.tinkerModels.owned(principal, body.model_id);
+    const source = await this.tinkerModels.resolvePath(principal, body.path);
+    if (source.model.base_model !== model.model.base_model) throw new AppError('bad_request', `The checkpoint was trained on ${source.model.base_model}, not ${model.model.base_model}`);
+    if (body.optimizer && !source.statePath) throw new AppError('bad_request', `${body.path} holds no optimizer state: save it with save_state (save_weights), not save_weights_for_sampler`);
+    const folder = source.checkpoint.adapterPath;
+    return this.queue(principal, 'load_weights', model, async () => {
+      const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
+      const trainer = this.runtime.trainer();
+      const adapter = trainerAdapter(model.model.id);
+      await trainer.dropAdapter({ adapter });
+      this.resident.delete(model.model.id);
+      if (body.optimizer && source.statePath) await trainer.loadState({ base, adapter, path: source.statePath });
+      else if (folder) await trainer.ensureAdapter({ adapter, base, path: folder });
+      else await this.initAdapter(model, base);
+      this.resident.add(model.model.id);
+      return { type: 'load_weights', path: body.path, model_id: model.tinkerId };
+    });
+  }
+
+  /** Frees the adapter in the trainer; the model and its checkpoints stay, and a later operation reloads the latest. */
+  async unload(principal: Principal, id: string): Promise<UntypedFuture> {
+    const model = await this.tinkerModels.owned(principal, id);
+    return this.queue(principal, 'unload_model', model, async () => {
+      await this.runtime.trainer().dropAdapter({ adapter: trainerAdapter(model.model.id) });
+      this.resident.delete(model.model.id);
+      return { type: 'unload_model', model_id: model.tinkerId };
+    });
+  }
+
+  private queue(principal: Principal, kind: string, model: TinkerModel, work: () => Promise<unknown>): Promise<UntypedFuture> {
+    return this.futures.submit(principal, kind, model.model.id, work).then((requestId) => ({ request_id: requestId, model_id: model.tinkerId }));
+  }
+
+  /**
+   * The base and the adapter, made resident when this process has not yet: after a restart a training client goes
+   * on from its model's latest checkpoint (weights only; the optimizer state lives in what save_weights wrote).
+   */
+  private async ready(model: TinkerModel): Promise<{ base: string; adapter: string }> {
+    const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
+    const adapter = trainerAdapter(model.model.id);
+    if (!this.resident.has(model.model.id)) {
+      const latest = await this.models.latestCheckpoint(model.model.id);
+      if (latest?.adapterPath) await this.runtime.trainer().ensureAdapter({ adapter, base, path: latest.adapterPath });
+      else await this.initAdapter(model, base);
+      this.resident.add(model.model.id);
+    }
+    return { base, adapter };
+  }
+
+  private async initAdapter(model: TinkerModel, base: string): Promise<void> {
+    const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
+    await this.runtime.trainer().ensureAdapter({ adapter: trainerAdapter(model.model.id), base, init: { rank: model.rank, alpha, target_modules: LORA_DEFAULTS.target_modules, seed: model.seed } });
+  }
+}
+
+function pick(config: Record<string, number>, keys: string[]): Record<string, number> {
+  return Object.fromEntries(Object.entries(config).filter(([key]) => keys.includes(key)));
+}
+
+/** A datum as the engine takes it, with every length and token id checked here (a 400 names the datum and field). */
+function toStepRow(datum: ProtoDatum, index: number, loss: TinkerLoss, vocab: number | null): StepRow {
+  const length = datum.tokens.length;
+  const bad = (message: string) => new AppError('bad_request', `data[${index}]: ${message}`);
+  const field = (name: string, required: boolean): number[] | undefined => {
+    const tensor = datum.lossFnInputs[name];
+    if (!tensor) {
+      if (required) throw bad(`loss_fn_inputs.${name} is required by ${loss}`);
+      return undefined;
+    }
+    if (tensor.values.length !== length) throw bad(`loss_fn_inputs.${name} has ${tensor.values.length} values for ${length} input tokens`);
+    return tensor.values;
+  };
+  if (!length) throw bad('model_input has no tokens');
+  const rl = loss !== 'cross_entropy';
+  const targets = field('target_tokens', true) ?? [];
+  const ids = [...datum.tokens, ...targets];
+  const outside = ids.find((id) => !Number.isInteger(id) || id < 0 || (vocab !== null && id >= vocab));
+  if (outside !== undefined) throw bad(`token id ${outside} is outside the vocabulary (0..${vocab === null ? '?' : vocab - 1})`);
+  const row: StepRow = { tokens: datum.tokens, target_tokens: targets, weights: field('weights', false) ?? new Array(length).fill(1) };
+  if (rl) {
+    row.logprobs = field('logprobs', true);
+    row.advantages = field('advantages', true);
+  }
+  return row;
+}
+
+/** The future's stored result; retrieve answers it as protobuf (what the SDK asks for) or JSON. */
+export interface ForwardBackwardResult {
+  type: 'forward_backward';
+  outputs: { logprobs: number[]; elementwise_loss: number[] }[];
+  metrics: Record<string, number>;
+}
+
+/**
+ * The SDK combines the metrics of a split request by the reduction each name ends with (`loss:sum`), and refuses
+ * a name without one: token counts add up, timings take the longest, anything else averages.
+ */
+const REDUCTIONS: Record<string, string> = { num_tokens: 'sum', step_seconds: 'max' };
+
+function forwardBackwardResult(reply: ForwardBackwardReply): ForwardBackwardResult {
+  const metrics = Object.fromEntries(Object.entries(reply.metrics).map(([key, value]) => [key.includes(':') ? key : `${key}:${REDUCTIONS[key] ?? 'mean'}`, value]));
+  return { type: 'forward_backward', outputs: reply.outputs, metrics: { ...metrics, 'loss:sum': reply.loss } };
+}

@@ -1,0 +1,106 @@
+/** All SQL of the Tinker API: sessions, training clients ↔ models, sampling sessions, named checkpoints, futures. */
+import type { Kysely } from 'kysely';
+import type {
+  Database,
+  TinkerCheckpointTable,
+  TinkerFutureTable,
+  TinkerModelTable,
+  TinkerSamplingSessionTable,
+  TinkerSessionTable,
+} from './schema.ts';
+import type { ModelRow } from './model-repository.ts';
+
+export class TinkerRepository {
+  constructor(private readonly db: Kysely<Database>) {}
+
+  async insertSession(session: TinkerSessionTable): Promise<void> {
+    await this.db.insertInto('tinker_sessions').values(session).execute();
+  }
+
+  async findSession(id: string): Promise<TinkerSessionTable | undefined> {
+    return this.db.selectFrom('tinker_sessions').selectAll().where('id', '=', id).executeTakeFirst();
+  }
+
+  async heartbeat(id: string, now: string): Promise<void> {
+    await this.db.updateTable('tinker_sessions').set({ heartbeat_at: now }).where('id', '=', id).execute();
+  }
+
+  async insertModel(model: TinkerModelTable): Promise<void> {
+    await this.db.insertInto('tinker_models').values(model).execute();
+  }
+
+  /** The training client by its Tinker id, or by the id of the model it is. */
+  async findModel(idOrModelId: string): Promise<TinkerModelTable | undefined> {
+    const row = await this.db
+      .selectFrom('tinker_models')
+      .selectAll()
+      .where((eb) => eb.or([eb('id', '=', idOrModelId), eb('model_id', '=', idOrModelId)]))
+      .executeTakeFirst();
+    return row && { ...row, seed: Number(row.seed) };
+  }
+
+  async insertSamplingSession(session: TinkerSamplingSessionTable): Promise<void> {
+    await this.db.insertInto('tinker_sampling_sessions').values(session).execute();
+  }
+
+  async findSamplingSession(id: string): Promise<TinkerSamplingSessionTable | undefined> {
+    return this.db.selectFrom('tinker_sampling_sessions').selectAll().where('id', '=', id).executeTakeFirst();
+  }
+
+  /** Names a step; a name saved again points at the newer step. */
+  async nameCheckpoint(checkpoint: TinkerCheckpointTable): Promise<void> {
+    await this.db
+      .insertInto('tinker_checkpoints')
+      .values(checkpoint)
+      .onConflict((oc) => oc.columns(['model_id', 'kind', 'name']).doUpdateSet({ step: checkpoint.step, state_path: checkpoint.state_path, created_at: checkpoint.created_at }))
+      .execute();
+  }
+
+  async findCheckpoint(modelId: string, kind: TinkerCheckpointTable['kind'], name: string): Promise<TinkerCheckpointTable | undefined> {
+    return this.db.selectFrom('tinker_checkpoints').selectAll().where('model_id', '=', modelId).where('kind', '=', kind).where('name', '=', name).executeTakeFirst();
+  }
+
+  async checkpointsOf(modelId: string): Promise<TinkerCheckpointTable[]> {
+    return this.db.selectFrom('tinker_checkpoints').selectAll().where('model_id', '=', modelId).orderBy('step').execute();
+  }
+
+  async deleteCheckpoint(modelId: string, kind: TinkerCheckpointTable['kind'], name: string): Promise<void> {
+    await this.db.deleteFrom('tinker_checkpoints').where('model_id', '=', modelId).where('kind', '=', kind).where('name', '=', name).execute();
+  }
+
+  /** Every model of these entities, oldest first: each is a Tinker training run. */
+  async modelsOf(entityIds: string[]): Promise<ModelRow[]> {
+    if (!entityIds.length) return [];
+    return this.db
+      .selectFrom('models')
+      .innerJoin('entities', 'entities.id', 'models.entity_id')
+      .selectAll('models')
+      .select('entities.name as entity_name')
+      .where('models.entity_id', 'in', entityIds)
+      .orderBy('models.created_at')
+      .orderBy('models.id')
+      .execute();
+  }
+
+  async insertFuture(future: TinkerFutureTable): Promise<void> {
+    await this.db.insertInto('tinker_futures').values(future).execute();
+  }
+
+  async finishFuture(id: string, outcome: Pick<TinkerFutureTable, 'status' | 'result' | 'error' | 'category' | 'finished_at'>): Promise<void> {
+    await this.db.updateTable('tinker_futures').set(outcome).where('id', '=', id).execute();
+  }
+
+  async findFuture(id: string): Promise<TinkerFutureTable | undefined> {
+    return this.db.selectFrom('tinker_futures').selectAll().where('id', '=', id).executeTakeFirst();
+  }
+
+  /** At start-up: every future still pending belonged to a process that is gone. */
+  async failPendingFutures(error: string, now: string): Promise<number> {
+    const result = await this.db
+      .updateTable('tinker_futures')
+      .set({ status: 'failed', error, category: 'server', finished_at: now })
+      .where('status', '=', 'pending')
+      .executeTakeFirst();
+    return Number(result.numUpdatedRows);
+  }
+}

@@ -1,0 +1,189 @@
+"""The official `tinker` SDK (run with $TINKER_PYTHON) against our server, for test/tinker-api.test.ts.
+
+Reads {server, api_key, other_key, base_model, tokenizer} as JSON on stdin; drives a supervised loop, an RL
+loop with importance sampling, a save/load round trip, sampling from saved weights and the SDK's error paths;
+prints what it observed as JSON. It asserts nothing: the test decides.
+"""
+
+import json
+import sys
+
+import tinker
+from tinker import types
+from tokenizers import Tokenizer
+
+SFT_PAIRS = [("one plus one is", " two"), ("the sky is", " blue"), ("grass is", " green"), ("snow is", " white")]
+
+
+def datum(tokenizer, prompt, answer):
+    prompt_ids = tokenizer.encode(prompt).ids
+    answer_ids = tokenizer.encode(answer).ids
+    tokens = prompt_ids + answer_ids
+    weights = [0.0] * len(prompt_ids) + [1.0] * len(answer_ids)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights[1:]},
+    )
+
+
+def greedy(sampler, tokenizer, prompt, max_tokens=6):
+    params = types.SamplingParams(max_tokens=max_tokens, temperature=0.0, seed=0)
+    result = sampler.sample(types.ModelInput.from_ints(tokenizer.encode(prompt).ids), 1, params).result()
+    return result.sequences[0].tokens
+
+
+def supervised(service, tokenizer, base_model):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=8, seed=0).result()
+    data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
+    base_sampler = service.create_sampling_client(base_model=base_model)
+    before = greedy(base_sampler, tokenizer, SFT_PAIRS[1][0])
+    losses = []
+    for _ in range(12):
+        fb = trainer.forward_backward(data, "cross_entropy")
+        opt = trainer.optim_step(types.AdamParams(learning_rate=2e-2))
+        losses.append(fb.result().metrics["loss:sum"])
+        opt.result()
+    saved = trainer.save_weights_for_sampler("sft-final").result()
+    after = greedy(service.create_sampling_client(model_path=saved.path), tokenizer, SFT_PAIRS[1][0])
+    info = trainer.get_info()
+    return {
+        "model_id": trainer.model_id if hasattr(trainer, "model_id") else info.model_id,
+        "info": {"model_id": info.model_id, "lora_rank": info.lora_rank, "model_name": info.model_name},
+        "losses": losses,
+        "before": before,
+        "after": after,
+        "target": tokenizer.encode(SFT_PAIRS[1][1]).ids,
+        "sampler_path": saved.path,
+    }
+
+
+def reinforcement(service, tokenizer, base_model):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=1).result()
+    sampler = trainer.save_weights_and_get_sampling_client("rl-step0")
+    prompt = tokenizer.encode("the sky is").ids
+    params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=7)
+    result = sampler.sample(types.ModelInput.from_ints(prompt), 4, params).result()
+    data, sampled_logprobs = [], []
+    for index, sequence in enumerate(result.sequences):
+        tokens = prompt + list(sequence.tokens)
+        pad = [0.0] * (len(prompt) - 1)
+        advantage = 1.0 if index % 2 == 0 else -1.0
+        data.append(types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={
+                "target_tokens": tokens[1:],
+                "logprobs": pad + list(sequence.logprobs),
+                "advantages": pad + [advantage] * len(sequence.tokens),
+            },
+        ))
+        sampled_logprobs.append(list(sequence.logprobs))
+    fb = trainer.forward_backward(data, "importance_sampling").result()
+    trainer_logprobs = [
+        output["logprobs"].tolist()[len(prompt) - 1:] for output in fb.loss_fn_outputs
+    ]
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    second = trainer.forward_backward(data, "importance_sampling").result()
+    return {
+        "sampler_logprobs": sampled_logprobs,
+        "trainer_logprobs": trainer_logprobs,
+        "loss_step0": fb.metrics["loss:sum"],
+        "loss_step1": second.metrics["loss:sum"],
+        "ppo": trainer.forward(data, "ppo").result().metrics["loss:sum"],
+    }
+
+
+def save_and_load(service, tokenizer, base_model):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=8, seed=2).result()
+    data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
+    for _ in range(2):
+        trainer.forward_backward(data, "cross_entropy")
+        trainer.optim_step(types.AdamParams(learning_rate=1e-2))
+    state = trainer.save_state("ckpt-a").result()
+    reference = trainer.forward(data, "cross_entropy").result()
+    trainer.forward_backward(data, "cross_entropy")
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after_reference_step = trainer.forward(data, "cross_entropy").result()
+    drifted = trainer.forward(data, "cross_entropy").result()
+    trainer.load_state_with_optimizer(state.path).result()
+    restored = trainer.forward(data, "cross_entropy").result()
+    trainer.forward_backward(data, "cross_entropy")
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after_restored_step = trainer.forward(data, "cross_entropy").result()
+    as_lists = lambda out: [o["logprobs"].tolist() for o in out.loss_fn_outputs]
+    return {
+        "state_path": state.path,
+        "reference": as_lists(reference),
+        "drifted": as_lists(drifted),
+        "restored": as_lists(restored),
+        "after_reference_step": as_lists(after_reference_step),
+        "after_restored_step": as_lists(after_restored_step),
+    }
+
+
+def failure(call):
+    """The exception type the SDK raised (and its status where it has one), or None."""
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - recording which type the SDK raises is the point
+        return {"type": type(error).__name__, "status": getattr(error, "status_code", None), "message": str(error)[:300]}
+    return None
+
+
+def errors(service, other, tokenizer, base_model, model_id, run_id):
+    trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=3).result()
+    good = datum(tokenizer, *SFT_PAIRS[0])
+    tokens = good.model_input.to_ints()
+    mismatched = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * len(tokens)})
+    outside = types.Datum(model_input=types.ModelInput.from_ints([10 ** 7] + tokens[1:]), loss_fn_inputs=good.loss_fn_inputs)
+    raw = service.holder
+    other_info = lambda: other.create_rest_client().get_training_run(run_id).result()
+
+    def unknown_future():
+        async def call():
+            with raw.aclient(tinker.lib.client_connection_pool_type.ClientConnectionPoolType.TRAIN) as client:
+                return await client.futures.retrieve(request=types.FutureRetrieveRequest(request_id="no-such-future"))
+        return raw.run_coroutine_threadsafe(call()).result()
+
+    def foreign_model():
+        async def call():
+            with other.holder.aclient(tinker.lib.client_connection_pool_type.ClientConnectionPoolType.TRAIN) as client:
+                return await client.models.get_info(request=types.GetInfoRequest(model_id=model_id))
+        return other.holder.run_coroutine_threadsafe(call()).result()
+
+    return {
+        "unknown_loss": failure(lambda: trainer.forward_backward([good], "no_such_loss").result()),
+        "mismatched_lengths": failure(lambda: trainer.forward_backward([mismatched], "cross_entropy").result()),
+        "outside_vocabulary": failure(lambda: trainer.forward_backward([outside], "cross_entropy").result()),
+        "foreign_model": failure(foreign_model),
+        "foreign_run": failure(other_info),
+        "unknown_future": failure(unknown_future),
+        "good_after_errors": trainer.forward([good], "cross_entropy").result().metrics["loss:sum"],
+    }
+
+
+def rest(service, model_id):
+    client = service.create_rest_client()
+    runs = client.list_training_runs().result()
+    run_id = [run.training_run_id for run in runs.training_runs]
+    return {"training_runs": run_id}
+
+
+def main():
+    request = json.load(sys.stdin)
+    tokenizer = Tokenizer.from_file(request["tokenizer"])
+    service = tinker.ServiceClient(base_url=request["server"], api_key="tml-" + request["api_key"])
+    other = tinker.ServiceClient(base_url=request["server"], api_key="tml-" + request["other_key"])
+    capabilities = service.get_server_capabilities()
+    base_model = request["base_model"]
+    out = {"capabilities": [model.model_name for model in capabilities.supported_models]}
+    out["supervised"] = supervised(service, tokenizer, base_model)
+    out["reinforcement"] = reinforcement(service, tokenizer, base_model)
+    out["save_and_load"] = save_and_load(service, tokenizer, base_model)
+    run_id = out["supervised"]["sampler_path"][len("tinker://"):].split("/")[0]
+    out["errors"] = errors(service, other, tokenizer, base_model, out["supervised"]["model_id"], run_id)
+    out["rest"] = rest(service, out["supervised"]["model_id"])
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

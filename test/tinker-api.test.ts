@@ -1,0 +1,179 @@
+/**
+ * The official `tinker` SDK (pinned 0.38, run with $TINKER_PYTHON) against the real server, engine and database
+ * (SQLite, and PostgreSQL when TEST_DATABASE_URL is set): test/clients/tinker_session.py creates LoRA training
+ * clients on the built-in model and runs a supervised loop, an importance-sampling RL loop on samples from our own
+ * sampling client, a save_state/load_state round trip, sampling from saved weights and the SDK's error paths. This
+ * file checks what the SDK got, then reaches the same weights as ordinary checkpoints through the preview API and
+ * chat completions, and restarts the server over a request still pending.
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { BUILTIN_BASE_MODEL } from '../src/config.ts';
+import { RESTART_FAILURE } from '../src/services/tinker/futures.ts';
+import { newId } from '../src/ids.ts';
+import { openStore } from '../src/store/db.ts';
+import { TinkerRepository } from '../src/store/tinker-repository.ts';
+import { backends } from './helpers/database.ts';
+import { runJsonScript } from './helpers/reference.ts';
+import { startE2eServer, type E2eServer } from './helpers/server.ts';
+
+const TINKER_PYTHON = process.env.TINKER_PYTHON;
+const skip = TINKER_PYTHON ? false : 'TINKER_PYTHON is not set (the tinker SDK venv)';
+
+/** POST to the Tinker API with the SDK's header, answering JSON (no protobuf Accept). */
+async function tinkerCall(e2e: E2eServer, route: string, body: unknown): Promise<{ status: number; body: any }> {
+  const response = await fetch(`${e2e.url}${route}`, {
+    method: 'POST',
+    headers: { 'x-api-key': `tml-${e2e.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: response.status, body: await response.json() };
+}
+
+async function result(e2e: E2eServer, requestId: string): Promise<any> {
+  for (;;) {
+    const polled = await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: requestId });
+    assert.equal(polled.status, 200, JSON.stringify(polled.body));
+    if (polled.body.type !== 'try_again') return polled.body;
+  }
+}
+
+const maxGap = (a: number[][], b: number[][]) => Math.max(...a.flatMap((row, i) => row.map((value, j) => Math.abs(value - b[i][j]))));
+
+for (const backend of backends()) {
+  describe(`tinker SDK against the server on ${backend.name}`, { skip }, () => {
+    let database: Awaited<ReturnType<typeof backend.create>>;
+    let e2e: E2eServer;
+    let session: Record<string, any>;
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tinker-'));
+    const env = (): Record<string, string> => (database.databaseUrl ? { DATABASE_URL: database.databaseUrl } : {});
+
+    before(async () => {
+      database = await backend.create();
+      e2e = await startE2eServer({ dataDir, env: env() });
+      const other = await e2e.server.services.auth.createKey('tinker-other');
+      const started = Date.now();
+      session = await runJsonScript(TINKER_PYTHON!, 'test/clients/tinker_session.py', {
+        server: e2e.url,
+        api_key: e2e.key,
+        other_key: other.key,
+        base_model: BUILTIN_BASE_MODEL.id,
+        tokenizer: path.join(BUILTIN_BASE_MODEL.path, 'tokenizer.json'),
+      });
+      console.log(`tinker session: ${((Date.now() - started) / 1000).toFixed(1)}s`);
+    });
+    after(async () => {
+      await e2e?.close();
+      await database?.drop();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    });
+
+    test('capabilities list the built-in model; the training client is ours with its LoRA rank', () => {
+      assert.ok(session.capabilities.includes(BUILTIN_BASE_MODEL.id), JSON.stringify(session.capabilities));
+      const { info, model_id } = session.supervised;
+      assert.equal(info.model_id, model_id);
+      assert.equal(info.lora_rank, 8);
+      assert.equal(info.model_name, BUILTIN_BASE_MODEL.id);
+    });
+
+    test('supervised cross_entropy lowers the loss, and the sampled answer from the saved weights changes', () => {
+      const { losses, before, after } = session.supervised;
+      const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
+      assert.ok(mean(losses.slice(-3)) < 0.6 * mean(losses.slice(0, 3)), JSON.stringify(losses));
+      assert.notDeepEqual(after, before);
+    });
+
+    test('importance_sampling at step 0: the trainer logprobs equal our sampler logprobs within 1e-4, and a step moves the loss', () => {
+      const rl = session.reinforcement;
+      assert.equal(rl.trainer_logprobs.length, 4);
+      const gap = maxGap(rl.trainer_logprobs, rl.sampler_logprobs);
+      console.log(`trainer/sampler logprob gap at step 0: ${gap.toExponential(2)}`);
+      assert.ok(gap <= 1e-4, `gap ${gap}`);
+      // Ratio 1 at step 0: the loss is minus the advantage-weighted sum, ±1 per token, half of each sign.
+      assert.ok(Math.abs(rl.loss_step0) < 1e-3, String(rl.loss_step0));
+      assert.ok(rl.loss_step1 < rl.loss_step0, `${rl.loss_step1} after ${rl.loss_step0}`);
+      assert.ok(Number.isFinite(rl.ppo));
+    });
+
+    test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical', () => {
+      const state = session.save_and_load;
+      assert.match(state.state_path, /^tinker:\/\/[0-9a-f-]{36}\/weights\/ckpt-a$/);
+      assert.notDeepEqual(state.drifted, state.reference);
+      assert.deepEqual(state.restored, state.reference);
+      assert.deepEqual(state.after_restored_step, state.after_reference_step);
+    });
+
+    test('bad input gets the SDK exception types, never a 500', () => {
+      const { errors } = session;
+      for (const name of ['unknown_loss', 'mismatched_lengths', 'outside_vocabulary']) {
+        assert.equal(errors[name]?.type, 'BadRequestError', `${name}: ${JSON.stringify(errors[name])}`);
+      }
+      assert.match(errors.unknown_loss.message, /no_such_loss/);
+      assert.match(errors.mismatched_lengths.message, /data\[0\]: loss_fn_inputs\.target_tokens has 6 values for 7/);
+      assert.match(errors.outside_vocabulary.message, /token id 10000000 is outside the vocabulary/);
+      for (const name of ['foreign_model', 'foreign_run', 'unknown_future']) assert.equal(errors[name]?.type, 'NotFoundError', `${name}: ${JSON.stringify(errors[name])}`);
+      assert.ok(Number.isFinite(errors.good_after_errors), 'the training client still works');
+    });
+
+    test('the saved sampler weights are an ordinary checkpoint: listed, in the REST client, and served by chat completions', async () => {
+      const runId = session.supervised.sampler_path.slice('tinker://'.length).split('/')[0];
+      assert.ok(session.rest.training_runs.includes(runId));
+      const model = await e2e.api('GET', `/v1/preview/models/${runId}`);
+      assert.equal(model.status, 200);
+      assert.equal(model.body.project, 'tinker');
+      const listed = await e2e.api('GET', `/v1/preview/models/${runId}/checkpoints`);
+      assert.deepEqual(listed.body.data.map((checkpoint: { step: number }) => checkpoint.step), [0, 1]);
+      const runs = await fetch(`${e2e.url}/api/v1/training_runs/${runId}/checkpoints`, { headers: { 'x-api-key': `tml-${e2e.key}` } });
+      const paths = (await runs.json()).checkpoints.map((checkpoint: { tinker_path: string }) => checkpoint.tinker_path);
+      assert.deepEqual(paths, [`tinker://${runId}/sampler_weights/sft-final`]);
+
+      const name = `${model.body.entity}/${model.body.project}/${model.body.name}`;
+      const chat = await e2e.api('POST', '/v1/chat/completions', {
+        model: `${name}:step1`,
+        messages: [{ role: 'user', content: 'the sky is' }],
+        temperature: 0,
+        max_tokens: 6,
+        logprobs: true,
+        return_token_ids: true,
+      });
+      assert.equal(chat.status, 200, JSON.stringify(chat.body));
+      // Every checkpoint also has a `step<N>` sampler path: sample it with the prompt chat completions rendered.
+      const future = await tinkerCall(e2e, '/api/v1/asample', {
+        model_path: `tinker://${runId}/sampler_weights/step1`,
+        prompt: { chunks: [{ type: 'encoded_text', tokens: chat.body.prompt_token_ids }] },
+        sampling_params: { temperature: 0, max_tokens: 6 },
+        num_samples: 1,
+      });
+      assert.equal(future.status, 200, JSON.stringify(future.body));
+      const sample = await result(e2e, future.body.request_id);
+      const [sequence] = sample.sequences;
+      const choice = chat.body.choices[0];
+      assert.deepEqual(sequence.tokens, choice.token_ids);
+      const chatLogprobs = choice.logprobs.content.map((entry: { logprob: number }) => entry.logprob);
+      assert.ok(maxGap([sequence.logprobs], [chatLogprobs]) <= 1e-4);
+      const base = await e2e.api('POST', '/v1/chat/completions', { model: BUILTIN_BASE_MODEL.id, messages: [{ role: 'user', content: 'the sky is' }], temperature: 0, max_tokens: 6, return_token_ids: true });
+      assert.notDeepEqual(base.body.choices[0].token_ids, choice.token_ids, 'the checkpoint is not the base model');
+    });
+
+    test('a restart fails the futures still pending with a clear error; finished ones stay readable', async () => {
+      const entityId = (await e2e.server.services.auth.authenticate(`Bearer ${e2e.key}`)).entityId;
+      await e2e.close();
+      // What a crash leaves: one request still pending, one finished.
+      const store = openStore({ databaseUrl: database.databaseUrl, dataDir });
+      const repository = new TinkerRepository(store.db);
+      const now = new Date().toISOString();
+      const row = { entity_id: entityId, model_id: null, result: null, error: null, category: null, created_at: now, finished_at: null };
+      const pending = newId();
+      const finished = newId();
+      await repository.insertFuture({ ...row, id: pending, kind: 'sample', status: 'pending' });
+      await repository.insertFuture({ ...row, id: finished, kind: 'optim_step', status: 'complete', result: JSON.stringify({ type: 'optim_step', metrics: {} }) });
+      await store.close();
+      e2e = await startE2eServer({ dataDir, env: env() });
+      assert.deepEqual((await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: pending })).body, { error: RESTART_FAILURE, category: 'server' });
+      assert.deepEqual((await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: finished })).body, { type: 'optim_step', metrics: {} });
+    });
+  });
+}
