@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { parseTinkerPath, TINKER_KEY_PREFIX } from '../src/api/tinker.ts';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
@@ -58,11 +59,11 @@ function writeSftData(file: string): void {
   fs.writeFileSync(file, `${lines.join('\n')}\n`);
 }
 
-/** `tinker://{model_id}/sampler_weights/{name}` → the model id: a Tinker training run is one of our models. */
+/** A Tinker training run is one of our models: its checkpoints' tinker:// paths name our model id. */
 function modelIdOf(tinkerPath: string): string {
-  const match = /^tinker:\/\/([^/]+)\/(?:sampler_weights|weights)\/[^/]+$/.exec(tinkerPath);
-  assert.ok(match, `not a tinker:// checkpoint path: ${tinkerPath}`);
-  return match[1]!;
+  const parsed = parseTinkerPath(tinkerPath);
+  assert.ok(parsed, `not a tinker:// checkpoint path: ${tinkerPath}`);
+  return parsed.modelId;
 }
 
 describe('tinker-cookbook recipes against the server', () => {
@@ -89,7 +90,7 @@ describe('tinker-cookbook recipes against the server', () => {
     return {
       logPath,
       args: [`base_url=${e2e.url}`, `model_name=${BUILTIN_BASE_MODEL.id}`, 'renderer_name=qwen3_instruct', 'lora_rank=8', `log_path=${logPath}`, 'behavior_if_log_dir_exists=delete', 'eval_every=0', 'save_every=1'],
-      env: { TINKER_API_KEY: tinkerApiKey(e2e.key), HF_HUB_OFFLINE: '1', HF_DATASETS_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' },
+      env: { TINKER_API_KEY: `${TINKER_KEY_PREFIX}${e2e.key}`, HF_HUB_OFFLINE: '1', HF_DATASETS_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' },
     };
   }
 
@@ -160,7 +161,3 @@ function assertFinalCheckpoint(recipe: RecipeRun): void {
   assert.equal(modelIdOf(final.sampler_path), modelIdOf(final.state_path));
 }
 
-/** The SDK refuses keys without its `tml-` prefix; the server takes our key behind that prefix. */
-function tinkerApiKey(key: string): string {
-  return `tml-${key}`;
-}
