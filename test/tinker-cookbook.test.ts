@@ -25,7 +25,6 @@ interface RecipeRun {
   logPath: string;
   metrics: Record<string, any>[];
   checkpoints: Record<string, any>[];
-  seconds: number;
 }
 
 /** Runs `python -m module args…` in `workdir`; rejects with the tail of its output when it fails or hangs. */
@@ -98,7 +97,7 @@ describe('tinker-cookbook recipes against the server', () => {
     const shared = common(name);
     const seconds = await runRecipe(module, [...shared.args, ...args], workdir, shared.env);
     console.log(`${name}: ${seconds.toFixed(1)}s`);
-    return { logPath: shared.logPath, seconds, metrics: readJsonl(path.join(shared.logPath, 'metrics.jsonl')), checkpoints: readJsonl(path.join(shared.logPath, 'checkpoints.jsonl')) };
+    return { logPath: shared.logPath, metrics: readJsonl(path.join(shared.logPath, 'metrics.jsonl')), checkpoints: readJsonl(path.join(shared.logPath, 'checkpoints.jsonl')) };
   }
 
   test('supervised recipe (chat_sl) trains on a local JSONL file to completion, lowering its training loss', async () => {
