@@ -40,7 +40,7 @@ describe('OpenAPI document', () => {
     const result = await new Validator().validate(doc as unknown as Record<string, unknown>);
     assert.equal(result.valid, true, JSON.stringify(result.errors));
     assert.equal((doc as unknown as { openapi: string }).openapi, '3.1.0');
-    for (const path of ['/v1/chat/completions', '/v1/models', '/metrics', '/v1/preview/models/{model_id}/checkpoints/{step}/adapter', '/v1/preview/models', '/v1/preview/training-jobs/{id}/events', '/v1/dashboard/jobs']) assert.ok(doc.paths[path], path);
+    for (const path of ['/v1/chat/completions', '/v1/models', '/metrics', '/v1/preview/models/{model_id}/checkpoints/{step}/adapter', '/v1/preview/models', '/v1/preview/training-jobs/{id}/events', '/v1/dashboard/jobs', '/api/v1/forward_backward', '/api/v1/asample', '/api/v1/retrieve_future', '/api/v1/training_runs/{run_id}/checkpoints']) assert.ok(doc.paths[path], path);
     assert.equal(doc.paths['/'], undefined);
     assert.deepEqual((doc.paths['/v1/health'].get as unknown as { security: unknown[] }).security, []);
     const docs = await fetch(`${e2e.url}/docs`);

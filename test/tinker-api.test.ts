@@ -98,12 +98,45 @@ for (const backend of backends()) {
       assert.ok(Number.isFinite(rl.ppo));
     });
 
-    test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical', () => {
+    test('sampling: stop token ids and stop strings end a sample on the token that completes them, a seed repeats, prompt logprobs cover the prompt', () => {
+      const sampled = session.sampling;
+      assert.equal(sampled.free.length, 6);
+      assert.equal(sampled.free_stop_reason, 'length', JSON.stringify(sampled));
+      const stopAt = sampled.free.indexOf(sampled.stop_id);
+      assert.deepEqual(sampled.stopped, sampled.free.slice(0, stopAt + 1));
+      assert.equal(sampled.stopped_reason, 'stop');
+      // A stop string ends the sample after the token that completes it, wherever that string first appears.
+      assert.equal(sampled.by_string_reason, 'stop');
+      assert.ok(sampled.by_string_text.includes(sampled.stop_text), JSON.stringify(sampled));
+      assert.ok(!sampled.by_string_text_before_last.includes(sampled.stop_text), JSON.stringify(sampled));
+      assert.deepEqual(sampled.by_string, sampled.free.slice(0, sampled.by_string.length));
+      assert.deepEqual(sampled.seeded[0], sampled.seeded[1]);
+      assert.equal(sampled.seeded[0].length, 3);
+      assert.equal(sampled.prompt_logprobs.length, sampled.prompt_length);
+      assert.equal(sampled.prompt_logprobs[0], null);
+      assert.ok(sampled.prompt_logprobs.slice(1).every((value: number) => Number.isFinite(value) && value <= 0));
+      assert.ok(session.reinforcement.trained_sample_length > 0, 'save_weights_and_get_sampling_client samples');
+    });
+
+    test('the REST client: weights info, checkpoint listings, runs by path, and deletion', () => {
+      const { rest, supervised, reinforcement } = session;
+      const runId = supervised.sampler_path.slice('tinker://'.length).split('/')[0];
+      assert.deepEqual(rest.weights_info, { base_model: BUILTIN_BASE_MODEL.id, is_lora: true, lora_rank: 8 });
+      assert.deepEqual(rest.checkpoints, [supervised.sampler_path]);
+      assert.deepEqual(rest.run_by_path, { id: runId, last_sampler: supervised.sampler_path });
+      assert.ok(rest.user_checkpoints.includes(supervised.sampler_path) && rest.user_checkpoints.includes(reinforcement.sampler_path));
+      assert.ok(!rest.rl_after_delete.includes(reinforcement.sampler_path), JSON.stringify(rest.rl_after_delete));
+      assert.equal(rest.sample_deleted?.type, 'NotFoundError', JSON.stringify(rest.sample_deleted));
+    });
+
+    test('save_state / load_state_with_optimizer round-trips bit-exactly: the next forward and the next step are identical, also in a client created from the state', () => {
       const state = session.save_and_load;
       assert.match(state.state_path, /^tinker:\/\/[0-9a-f-]{36}\/weights\/ckpt-a$/);
       assert.notDeepEqual(state.drifted, state.reference);
       assert.deepEqual(state.restored, state.reference);
       assert.deepEqual(state.after_restored_step, state.after_reference_step);
+      // A new training client made from the same state (the SDK's create_training_client_from_state_with_optimizer).
+      assert.deepEqual(state.cloned, state.reference);
     });
 
     test('bad input gets the SDK exception types, never a 500', () => {
@@ -156,6 +189,11 @@ for (const backend of backends()) {
       assert.ok(maxGap([sequence.logprobs], [chatLogprobs]) <= 1e-4);
       const base = await e2e.api('POST', '/v1/chat/completions', { model: BUILTIN_BASE_MODEL.id, messages: [{ role: 'user', content: 'the sky is' }], temperature: 0, max_tokens: 6, return_token_ids: true });
       assert.notDeepEqual(base.body.choices[0].token_ids, choice.token_ids, 'the checkpoint is not the base model');
+
+      // Deleting the model through the preview API takes the training client with it.
+      assert.equal((await e2e.api('DELETE', `/v1/preview/models/${runId}`)).status, 200);
+      assert.equal((await tinkerCall(e2e, '/api/v1/get_info', { model_id: session.supervised.model_id })).status, 404);
+      assert.equal((await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: session.supervised.sampler_path })).status, 404);
     });
 
     test('a restart fails the futures still pending with a clear error; finished ones stay readable', async () => {

@@ -131,12 +131,14 @@ export interface UntypedFuture {
 
 /**
  * The SDK's client feature flags. We announce API-key auth (no JWT exchange), uncompressed protobuf
- * forward_backward bodies, and per-request polling; every other flag keeps the SDK's own default.
+ * forward_backward bodies sent one chunk after another (so gradients accumulate in one order: runs repeat exactly),
+ * and per-request polling; every other flag keeps the SDK's own default.
  */
 export const CLIENT_CONFIG = {
   pjwt_auth_enabled: false,
   credential_default_source: 'api_key',
   proto_compress_fwdbwd: false,
+  parallel_fwdbwd_chunks: false,
   sample_use_retrieve_futures: false,
   custom_loss_server_side: false,
   sample_join_sampling_session: false,
@@ -146,8 +148,9 @@ export const CLIENT_CONFIG = {
 export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_enabled: false } as const;
 
 /**
- * The losses we run and the defaults of their `loss_fn_config` (Tinker's documented values: PPO and CISPO clip the
- * ratio to [0.8, 1.2]; DRO's quadratic penalty β 0.05). The engine takes every key explicitly.
+ * The losses we run and the defaults of their `loss_fn_config`. Tinker's docs fix PPO's ε at 0.2 (the ratio clipped
+ * to [0.8, 1.2]), which we also take for CISPO; for DRO they name no default, only β = 0.05 in their example, which
+ * we use. The engine takes every key explicitly.
  */
 export const LOSS_DEFAULTS = {
   cross_entropy: {},

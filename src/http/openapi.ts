@@ -18,10 +18,15 @@ export function registerOpenApi(app: FastifyInstance, version: string): void {
       info: {
         title: 'agent-trainer',
         version,
-        description: 'Self-hosted training and inference for LLM agents: OpenAI-compatible chat completions, ART-compatible RL and SFT jobs on LoRA adapters.',
+        description: 'Self-hosted training and inference for LLM agents: OpenAI-compatible chat completions, ART-compatible RL and SFT jobs on LoRA adapters, and the Tinker API (/api/v1) for its official SDK.',
       },
-      components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'An API key, `sk-…`' } } },
-      security: [{ bearerAuth: [] }],
+      components: {
+        securitySchemes: {
+          bearerAuth: { type: 'http', scheme: 'bearer', description: 'An API key, `sk-…`' },
+          tinkerApiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'The Tinker SDK\'s header: `tml-` and the same API key' },
+        },
+      },
+      security: [{ bearerAuth: [] }, { tinkerApiKey: [] }],
     },
     transform: ({ schema, url, route }) => {
       // The dashboard's page and assets are not API; a trailing-slash twin is the same operation.
@@ -39,5 +44,5 @@ export function registerOpenApi(app: FastifyInstance, version: string): void {
 }
 
 function isApiPath(url: string): boolean {
-  return url.startsWith('/v1/') || url === '/metrics';
+  return url.startsWith('/v1/') || url.startsWith('/api/v1/') || url === '/metrics';
 }

@@ -50,8 +50,7 @@ export function registerTinkerRoutes(app: FastifyInstance, tinker: TinkerService
 
 function registerTrainingRoutes(app: FastifyInstance, tinker: TinkerServices): void {
   app.post<{ Body: CreateModelBody }>('/api/v1/create_model', { schema: { body: CreateModelBody } }, async (request) => {
-    const model = await tinker.models.create(request.principal, request.body);
-    return tinker.training.createModel(request.principal, model, request.body.lora_config ?? {});
+    return tinker.training.createModel(request.principal, request.body);
   });
   app.post<{ Body: ModelIdBody }>('/api/v1/get_info', { schema: { body: ModelIdBody } }, async (request) => tinker.rest.info(request.principal, request.body.model_id));
   app.post<{ Body: ModelIdBody }>('/api/v1/unload_model', { schema: { body: ModelIdBody } }, async (request) => tinker.training.unload(request.principal, request.body.model_id));
@@ -107,6 +106,9 @@ function registerRestRoutes(app: FastifyInstance, tinker: TinkerServices): void 
   app.post<{ Body: WeightsInfoBody }>('/api/v1/weights_info', { schema: { body: WeightsInfoBody } }, async (request) => tinker.rest.weightsInfo(request.principal, request.body.tinker_path));
   app.get<{ Querystring: Record<string, unknown> }>('/api/v1/training_runs', async (request) =>
     tinker.rest.trainingRuns(request.principal, queryInteger(request.query, 'offset', 0, 0, Number.MAX_SAFE_INTEGER), queryInteger(request.query, 'limit', 20, 1, 1000)),
+  );
+  app.get<{ Querystring: Record<string, unknown> }>('/api/v1/checkpoints', async (request) =>
+    tinker.rest.userCheckpoints(request.principal, queryInteger(request.query, 'offset', 0, 0, Number.MAX_SAFE_INTEGER), queryInteger(request.query, 'limit', 100, 1, 1000)),
   );
   app.get<{ Params: { run_id: string } }>('/api/v1/training_runs/:run_id', async (request) => tinker.rest.trainingRun(request.principal, request.params.run_id));
   app.get<{ Params: { run_id: string } }>('/api/v1/training_runs/:run_id/checkpoints', async (request) => tinker.rest.checkpoints(request.principal, request.params.run_id));

@@ -59,7 +59,8 @@ def supervised(service, tokenizer, base_model):
 
 def reinforcement(service, tokenizer, base_model):
     trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=1).result()
-    sampler = trainer.save_weights_and_get_sampling_client("rl-step0")
+    saved = trainer.save_weights_for_sampler("rl-step0").result()
+    sampler = service.create_sampling_client(model_path=saved.path).result()
     prompt = tokenizer.encode("the sky is").ids
     params = types.SamplingParams(max_tokens=6, temperature=1.0, seed=7)
     result = sampler.sample(types.ModelInput.from_ints(prompt), 4, params).result()
@@ -83,12 +84,16 @@ def reinforcement(service, tokenizer, base_model):
     ]
     trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     second = trainer.forward_backward(data, "importance_sampling").result()
+    trained_sampler = trainer.save_weights_and_get_sampling_client()
+    trained_sample = trained_sampler.sample(types.ModelInput.from_ints(prompt), 1, params).result()
     return {
         "sampler_logprobs": sampled_logprobs,
         "trainer_logprobs": trainer_logprobs,
         "loss_step0": fb.metrics["loss:sum"],
         "loss_step1": second.metrics["loss:sum"],
         "ppo": trainer.forward(data, "ppo").result().metrics["loss:sum"],
+        "sampler_path": saved.path,
+        "trained_sample_length": len(trained_sample.sequences[0].tokens),
     }
 
 
@@ -109,6 +114,8 @@ def save_and_load(service, tokenizer, base_model):
     trainer.forward_backward(data, "cross_entropy")
     trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     after_restored_step = trainer.forward(data, "cross_entropy").result()
+    clone = service.create_training_client_from_state_with_optimizer(state.path).result()
+    cloned = clone.forward(data, "cross_entropy").result()
     as_lists = lambda out: [o["logprobs"].tolist() for o in out.loss_fn_outputs]
     return {
         "state_path": state.path,
@@ -117,6 +124,7 @@ def save_and_load(service, tokenizer, base_model):
         "restored": as_lists(restored),
         "after_reference_step": as_lists(after_reference_step),
         "after_restored_step": as_lists(after_restored_step),
+        "cloned": as_lists(cloned),
     }
 
 
@@ -161,11 +169,56 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
     }
 
 
-def rest(service, model_id):
+def rest(service, sft_path, rl_path):
     client = service.create_rest_client()
-    runs = client.list_training_runs().result()
-    run_id = [run.training_run_id for run in runs.training_runs]
-    return {"training_runs": run_id}
+    run_id = sft_path[len("tinker://"):].split("/")[0]
+    rl_run = rl_path[len("tinker://"):].split("/")[0]
+    info = client.get_weights_info_by_tinker_path(sft_path).result()
+    listed = client.list_checkpoints(run_id).result()
+    by_path = client.get_training_run_by_tinker_path(sft_path).result()
+    mine = client.list_user_checkpoints().result()
+    client.delete_checkpoint_from_tinker_path(rl_path).result()
+    after_delete = [c.tinker_path for c in client.list_checkpoints(rl_run).result().checkpoints]
+    return {
+        "training_runs": [run.training_run_id for run in client.list_training_runs().result().training_runs],
+        "weights_info": {"base_model": info.base_model, "is_lora": info.is_lora, "lora_rank": info.lora_rank},
+        "checkpoints": [c.tinker_path for c in listed.checkpoints],
+        "run_by_path": {"id": by_path.training_run_id, "last_sampler": by_path.last_sampler_checkpoint.tinker_path},
+        "user_checkpoints": [c.tinker_path for c in mine.checkpoints],
+        "rl_after_delete": after_delete,
+        "sample_deleted": failure(lambda: service.create_sampling_client(model_path=rl_path).result()),
+    }
+
+
+def sampling(service, tokenizer, base_model):
+    sampler = service.create_sampling_client(base_model=base_model).result()
+    prompt = types.ModelInput.from_ints(tokenizer.encode("the sky is").ids)
+    free = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0)).result().sequences[0]
+    stop_id = free.tokens[2]
+    stopped = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8, temperature=0.0, stop=[stop_id])).result().sequences[0]
+    # A stop string completed by the last token of the greedy answer: the sample ends right there.
+    stop_text = tokenizer.decode(list(free.tokens))[-2:]
+    by_string = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0, stop=[stop_text])).result().sequences[0]
+    seeded = [
+        [list(s.tokens) for s in sampler.sample(prompt, 3, types.SamplingParams(max_tokens=5, temperature=1.0, seed=11)).result().sequences]
+        for _ in range(2)
+    ]
+    with_prompt = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
+    return {
+        "free": list(free.tokens),
+        "free_stop_reason": free.stop_reason,
+        "stop_id": stop_id,
+        "stopped": list(stopped.tokens),
+        "stopped_reason": stopped.stop_reason,
+        "stop_text": stop_text,
+        "by_string": list(by_string.tokens),
+        "by_string_reason": by_string.stop_reason,
+        "by_string_text": tokenizer.decode(list(by_string.tokens)),
+        "by_string_text_before_last": tokenizer.decode(list(by_string.tokens)[:-1]),
+        "seeded": seeded,
+        "prompt_length": prompt.length,
+        "prompt_logprobs": with_prompt.prompt_logprobs,
+    }
 
 
 def main():
@@ -181,7 +234,8 @@ def main():
     out["save_and_load"] = save_and_load(service, tokenizer, base_model)
     run_id = out["supervised"]["sampler_path"][len("tinker://"):].split("/")[0]
     out["errors"] = errors(service, other, tokenizer, base_model, out["supervised"]["model_id"], run_id)
-    out["rest"] = rest(service, out["supervised"]["model_id"])
+    out["sampling"] = sampling(service, tokenizer, base_model)
+    out["rest"] = rest(service, out["supervised"]["sampler_path"], out["reinforcement"]["sampler_path"])
     json.dump(out, sys.stdout)
 
 

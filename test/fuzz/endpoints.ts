@@ -292,6 +292,7 @@ function tinkerEndpoints(): Endpoint[] {
     { method: 'POST', template: '/api/v1/retrieve_future', writes: false, weight: 1, body: (c) => ({ request_id: c.rng.pick([c.rng.word(), '', hugeString(c.rng)]), allow_metadata_only: true }) },
     { method: 'POST', template: '/api/v1/weights_info', writes: false, weight: 0.3, body: (c) => ({ tinker_path: tinkerPathOf(c) }) },
     { method: 'GET', template: '/api/v1/training_runs', writes: false, weight: 0.5, query: (c) => ({ limit: c.rng.pick([1, 20, 0, 5000]), offset: c.rng.pick([0, 1, 2 ** 53]) }) },
+    { method: 'GET', template: '/api/v1/checkpoints', writes: false, weight: 0.3, query: (c) => ({ limit: c.rng.pick([1, 100, 0]), offset: c.rng.pick([0, 3, -1]) }) },
     { method: 'GET', template: '/api/v1/training_runs/:run_id', writes: false, weight: 0.5, params: (c) => ({ run_id: c.rng.pick([...c.target.modelIds, ...c.world.b.modelIds, 'nope']) }) },
     { method: 'GET', template: '/api/v1/training_runs/:run_id/checkpoints', writes: false, weight: 0.5, params: (c) => ({ run_id: c.rng.pick([...c.target.modelIds, 'nope']) }) },
     {

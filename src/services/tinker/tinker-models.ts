@@ -6,7 +6,7 @@
 import type { Clock } from '../../clock.ts';
 import { AppError, excerpt, notFound } from '../../errors.ts';
 import { newId } from '../../ids.ts';
-import { parseTinkerPath, stepName, type CreateModelBody, type CreateSessionBody, type TinkerCheckpointKind } from '../../api/tinker.ts';
+import { parseTinkerPath, stepName, type CreateSessionBody, type TinkerCheckpointKind } from '../../api/tinker.ts';
 import type { CheckpointRecord, ModelRepository, ModelRow } from '../../store/model-repository.ts';
 import type { TinkerModelTable } from '../../store/schema.ts';
 import type { TinkerRepository } from '../../store/tinker-repository.ts';
@@ -25,6 +25,14 @@ export interface TinkerModel {
   model: ModelRow;
   rank: number;
   seed: number;
+}
+
+export interface NewTrainingClient {
+  session_id: string;
+  model_seq_id: number;
+  base_model: string;
+  rank: number;
+  seed: number | null;
 }
 
 export interface ResolvedCheckpoint {
@@ -74,17 +82,22 @@ export class TinkerModels {
   }
 
   /** The model behind a new training client, named after its Tinker id in the `tinker` project. */
-  async create(principal: Principal, body: CreateModelBody): Promise<TinkerModel> {
-    await this.ownedSession(principal, body.session_id);
-    if (!this.baseModels.find(body.base_model)) throw new AppError('not_found', `Base model ${JSON.stringify(excerpt(body.base_model))} is not available on this server`);
-    const tinkerId = `${body.session_id}:train:${body.model_seq_id}`;
+  async create(principal: Principal, spec: NewTrainingClient): Promise<TinkerModel> {
+    await this.ownedSession(principal, spec.session_id);
+    if (!this.baseModels.find(spec.base_model)) throw new AppError('not_found', `Base model ${JSON.stringify(excerpt(spec.base_model))} is not available on this server`);
+    // The SDK derives this id itself when it creates a client by loading a checkpoint.
+    const tinkerId = `${spec.session_id}:train:${spec.model_seq_id}`;
     if (await this.repository.findModel(tinkerId)) throw new AppError('conflict', `Model ${tinkerId} already exists`);
-    const view = await this.modelService.create(principal, { project: TINKER_PROJECT, name: tinkerId.replaceAll(':', '-'), base_model: body.base_model });
-    const rank = body.lora_config?.rank ?? LORA_DEFAULTS.rank;
-    const seed = body.lora_config?.seed ?? Math.floor(Math.random() * 2 ** 32);
-    const row: TinkerModelTable = { id: tinkerId, model_id: view.id, session_id: body.session_id, lora_rank: rank, seed, created_at: this.clock.now().toISOString() };
+    const view = await this.modelService.create(principal, { project: TINKER_PROJECT, name: tinkerId.replaceAll(':', '-'), base_model: spec.base_model });
+    const seed = spec.seed ?? Math.floor(Math.random() * 2 ** 32);
+    const row: TinkerModelTable = { id: tinkerId, model_id: view.id, session_id: spec.session_id, lora_rank: spec.rank, seed, created_at: this.clock.now().toISOString() };
     await this.repository.insertModel(row);
     return this.owned(principal, tinkerId);
+  }
+
+  /** The LoRA rank a checkpoint's model was made with (a model trained by jobs has the default one). */
+  async rankOf(modelId: string): Promise<number> {
+    return (await this.repository.findModel(modelId))?.lora_rank ?? LORA_DEFAULTS.rank;
   }
 
   /** A training client's model by its Tinker id (or our model id), if the principal may use it. */

@@ -9,7 +9,6 @@ import type { TinkerRepository } from '../../store/tinker-repository.ts';
 import type { Principal } from '../auth-service.ts';
 import type { ModelService } from '../model-service.ts';
 import type { TinkerModels } from './tinker-models.ts';
-import { LORA_DEFAULTS } from '../../jobs/checkpoint-writer.ts';
 
 export interface TinkerCheckpointView {
   checkpoint_id: string;
@@ -55,7 +54,7 @@ export class TinkerRest {
 
   async weightsInfo(principal: Principal, path: string) {
     const { model } = await this.tinkerModels.resolvePath(principal, path);
-    return { base_model: model.base_model, is_lora: true, lora_rank: await this.rankOf(model.id) };
+    return { base_model: model.base_model, is_lora: true, lora_rank: await this.tinkerModels.rankOf(model.id) };
   }
 
   async trainingRun(principal: Principal, modelId: string): Promise<TrainingRunView> {
@@ -74,14 +73,17 @@ export class TinkerRest {
     return { checkpoints: await this.checkpointViews(model) };
   }
 
+  /** Every checkpoint of the caller's runs, newest run last, paged like the SDK's list_user_checkpoints. */
+  async userCheckpoints(principal: Principal, offset: number, limit: number) {
+    const models = await this.repository.modelsOf(principal.entities.map((entity) => entity.id));
+    const all = (await Promise.all(models.map((model) => this.checkpointViews(model)))).flat();
+    return { checkpoints: all.slice(offset, offset + limit), cursor: { offset, limit, total_count: all.length } };
+  }
+
   /** Deletes the checkpoint a path names: the ordinary checkpoint step, and every name that pointed at it. */
   async deleteCheckpoint(principal: Principal, modelId: string, checkpointId: string): Promise<void> {
     const resolved = await this.tinkerModels.resolvePath(principal, `tinker://${modelId}/${checkpointId}`);
     await this.modelService.removeCheckpoints(resolved.model.id, [resolved.checkpoint.step]);
-  }
-
-  private async rankOf(modelId: string): Promise<number> {
-    return (await this.repository.findModel(modelId))?.lora_rank ?? LORA_DEFAULTS.rank;
   }
 
   private async runView(model: ModelRow): Promise<TrainingRunView> {
@@ -92,7 +94,7 @@ export class TinkerRest {
       base_model: model.base_model,
       model_owner: model.entity_name,
       is_lora: true,
-      lora_rank: await this.rankOf(model.id),
+      lora_rank: await this.tinkerModels.rankOf(model.id),
       last_request_time: model.created_at,
       last_checkpoint: last('training'),
       last_sampler_checkpoint: last('sampler'),

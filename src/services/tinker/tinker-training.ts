@@ -5,7 +5,7 @@
  * operations execute in submission order; every save is the model's next ordinary checkpoint step.
  */
 import { AppError } from '../../errors.ts';
-import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
+import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
 import type { ProtoDatum, ProtoForwardBackward } from '../../api/tinker-proto.ts';
 import type { ForwardBackwardReply, StepRow } from '../../engine/protocol.ts';
 import { LORA_DEFAULTS, type CheckpointWriter } from '../../jobs/checkpoint-writer.ts';
@@ -39,16 +39,16 @@ export class TinkerTraining {
     private readonly clock: Clock,
   ) {}
 
-  async createModel(principal: Principal, model: TinkerModel, targets: { train_attn?: boolean; train_mlp?: boolean }): Promise<UntypedFuture> {
+  async createModel(principal: Principal, body: CreateModelBody): Promise<UntypedFuture> {
+    const targets: { train_attn?: boolean; train_mlp?: boolean } = body.lora_config ?? {};
     const modules = [...(targets.train_attn === false ? [] : ATTENTION), ...(targets.train_mlp === false ? [] : MLP)];
     if (!modules.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
+    const spec = { ...body, rank: body.lora_config?.rank ?? LORA_DEFAULTS.rank, seed: body.lora_config?.seed ?? null };
+    const model = await this.tinkerModels.create(principal, spec);
     return this.queue(principal, 'create_model', model, async () => {
-      const base = await this.runtime.loadForTraining(model.model.base_model);
-      const trainer = this.runtime.trainer();
-      const adapter = trainerAdapter(model.model.id);
-      await trainer.dropAdapter({ adapter });
-      const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
-      await trainer.ensureAdapter({ adapter, base: base.id, init: { rank: model.rank, alpha, target_modules: modules, seed: model.seed } });
+      const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
+      await this.runtime.trainer().dropAdapter({ adapter: trainerAdapter(model.model.id) });
+      await this.initAdapter(model, base, modules);
       this.resident.add(model.model.id);
       return { type: 'create_model', model_id: model.tinkerId };
     });
@@ -105,13 +105,15 @@ export class TinkerTraining {
     });
   }
 
-  /** Weights (and, with `optimizer`, the optimizer state `save_weights` wrote) into a training client's adapter. */
+  /**
+   * Weights (and, with `optimizer`, the optimizer state `save_weights` wrote) into a training client's adapter:
+   * an existing client's (`model_id`), or a new client made from the checkpoint (`session_id` + `model_seq_id`).
+   */
   async load(principal: Principal, body: LoadWeightsBody): Promise<UntypedFuture> {
-    if (!body.model_id) throw new AppError('bad_request', 'load_weights needs model_id (creating a training client from a checkpoint is not supported)');
-    const model = await this.tinkerModels.owned(principal, body.model_id);
     const source = await this.tinkerModels.resolvePath(principal, body.path);
-    if (source.model.base_model !== model.model.base_model) throw new AppError('bad_request', `The checkpoint was trained on ${source.model.base_model}, not ${model.model.base_model}`);
     if (body.optimizer && !source.statePath) throw new AppError('bad_request', `${body.path} holds no optimizer state: save it with save_state (save_weights), not save_weights_for_sampler`);
+    const model = await this.loadTarget(principal, body, source.model.base_model, await this.tinkerModels.rankOf(source.model.id));
+    if (source.model.base_model !== model.model.base_model) throw new AppError('bad_request', `The checkpoint was trained on ${source.model.base_model}, not ${model.model.base_model}`);
     const folder = source.checkpoint.adapterPath;
     return this.queue(principal, 'load_weights', model, async () => {
       const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
@@ -125,6 +127,12 @@ export class TinkerTraining {
       this.resident.add(model.model.id);
       return { type: 'load_weights', path: body.path, model_id: model.tinkerId };
     });
+  }
+
+  private async loadTarget(principal: Principal, body: LoadWeightsBody, baseModel: string, rank: number): Promise<TinkerModel> {
+    if (body.model_id) return this.tinkerModels.owned(principal, body.model_id);
+    if (!body.session_id || body.model_seq_id == null) throw new AppError('bad_request', 'load_weights needs model_id, or session_id and model_seq_id to create a training client');
+    return this.tinkerModels.create(principal, { session_id: body.session_id, model_seq_id: body.model_seq_id, base_model: baseModel, rank, seed: null });
   }
 
   /** Frees the adapter in the trainer; the model and its checkpoints stay, and a later operation reloads the latest. */
@@ -157,9 +165,10 @@ export class TinkerTraining {
     return { base, adapter };
   }
 
-  private async initAdapter(model: TinkerModel, base: string): Promise<void> {
+  /** A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are. */
+  private async initAdapter(model: TinkerModel, base: string, modules: string[] = LORA_DEFAULTS.target_modules): Promise<void> {
     const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
-    await this.runtime.trainer().ensureAdapter({ adapter: trainerAdapter(model.model.id), base, init: { rank: model.rank, alpha, target_modules: LORA_DEFAULTS.target_modules, seed: model.seed } });
+    await this.runtime.trainer().ensureAdapter({ adapter: trainerAdapter(model.model.id), base, init: { rank: model.rank, alpha, target_modules: modules, seed: model.seed } });
   }
 }
 
