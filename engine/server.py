@@ -5,11 +5,13 @@ cancelled, internal, unauthorized), the serving limits (vLLM's names), the
 registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
 step) and queues everything else for the compute thread, which runs ops in
-arrival order and steps the generation schedulers between them; train_step
-and forward go on to the training thread, so decoding never waits for them.
+arrival order and steps the generation schedulers between them; train_step,
+forward and the token-level training ops go on to the training thread, so
+decoding never waits for them.
 
-Refuses to know: the numerics (model.py, lora.py, generate.py, train.py) and
-how frames travel (transport.py).
+Refuses to know: the numerics (model.py, lora.py, generate.py, train.py,
+steps.py), the token-level ops' wire (steps_wire.py) and how frames travel
+(transport.py).
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ from typing import Callable, Deque, Dict, List, Optional
 import torch
 
 from . import lora as L
+from . import steps, steps_wire
 from .constraints import ConstraintStore, TokenTable
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
 from .sampling import SamplingParams
-from . import steps
-from .steps_wire import parse_adam, parse_forward_backward, parse_path
 from .train import LossConfig, OptimizerConfig, forward_logprobs, parse_rows, train_step
 from .transport import log, serve_stream, serve_tcp
 
@@ -477,36 +478,35 @@ class Engine:
     # --- token-level training (Tinker's primitives; numerics in steps.py) ----
 
     def op_forward_backward(self, rid, msg) -> None:
+        req = steps_wire.parse_forward_backward(msg)
         base = self._base(msg)
-        req = parse_forward_backward(msg, base.model.args.vocab_size, base.model.args.max_position_embeddings)
-        adapter = self._adapter(msg, base, required=req.backward)
+        steps_wire.check_step_rows(req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
+        adapter = self._adapter({"adapter": req.adapter}, base, required=req.backward)
         self._train_beside_decode(rid, adapter, lambda: steps.forward_backward(base.model, adapter, req), False)
 
     def op_optim_step(self, rid, msg) -> None:
-        base = self._base(msg)
-        adapter = self._adapter(msg, base, required=True)
-        params = parse_adam(msg)
-        self._train_beside_decode(rid, adapter, lambda: steps.optim_step(adapter, params), True)
+        req = steps_wire.parse_optim_step(msg)
+        adapter = self._adapter({"adapter": req.adapter}, self._base(msg), required=True)
+        self._train_beside_decode(rid, adapter, lambda: steps.optim_step(adapter, req.adam), True)
 
     def op_save_state(self, rid, msg) -> None:
-        key = _req(msg, "adapter", str, "an adapter key")
-        path = parse_path(msg)
-        if key not in self.adapters:
-            raise NotFound(f"adapter {key!r} is not resident")
-        adapter = self.adapters.get(key)
+        req = steps_wire.parse_save_state(msg)
+        if req.adapter not in self.adapters:
+            raise NotFound(f"adapter {req.adapter!r} is not resident")
+        adapter = self.adapters.get(req.adapter)
         base_path = self.bases[adapter.base].path
-        self._train_beside_decode(rid, adapter, lambda: {"files": steps.save_state(adapter, path, base_path)}, False)
+        self._train_beside_decode(rid, adapter, lambda: {"files": steps.save_state(adapter, req.path, base_path)}, False)
 
     def op_load_state(self, rid, msg) -> dict:
         """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
+        req = steps_wire.parse_load_state(msg)
         base = self._base(msg)
-        key = _req(msg, "adapter", str, "an adapter key")
-        adapter = steps.load_state(key, base.name, parse_path(msg), base.model.args, base.model.device)
-        if key in self.adapters:
-            old = self.adapters.get(key)
+        adapter = steps.load_state(req.adapter, base.name, req.path, base.model.args, base.model.device)
+        if req.adapter in self.adapters:
+            old = self.adapters.get(req.adapter)
             for b in self.bases.values():
                 b.scheduler.stacks.forget(old)
-            self.adapters.drop(key)
+            self.adapters.drop(req.adapter)
         self._put(adapter)
         return {"step": adapter.version}
 

@@ -3,8 +3,9 @@
 Owns: the logprobs of explicit target tokens (position t of the input scores
 target t), the named per-token losses as Tinker defines them (every loss is
 a SUM over tokens, never a mean: `cross_entropy`, `importance_sampling`,
-`ppo`, `cispo`, `dro`), gradient accumulation into the adapter across calls
-(summed, until the optimizer step), the AdamW step with explicit
+`ppo`, `cispo`, `dro`, and `gspo` in its token-level form), gradient
+accumulation into the adapter across calls (summed, until the optimizer
+step), the AdamW step with explicit
 hyper-parameters (the step count is the adapter's version), and the full
 training state on disk (PEFT adapter + optimizer moments + step), written
 atomically and read back bit-exactly.
@@ -39,8 +40,11 @@ class _Thresholds(LossConfig):
     """rl_token_loss's config with Tinker's absolute clip thresholds instead of rl-loss.md's epsilons."""
 
     def __init__(self, ppo: bool, low: float, high: float):
-        super().__init__(ppo=ppo)
-        self.low, self.high = low, high
+        # Every knob named (none has a default once the engine keeps none); all off but the clip.
+        super().__init__(ppo=ppo, epsilon=1.0 - low, epsilon_high=high - 1.0, importance_sampling_level="token",
+                         max_negative_advantage_importance_sampling_weight=None, mask_prob_ratio=False, k2_tau=None,
+                         truncated_importance_sampling=None, kl_penalty_coef=0.0, kl_penalty_source="current_learner")
+        self.low, self.high = low, high  # exact: 1 - (1 - low) need not give low back
 
     def bounds(self) -> tuple:
         return self.low, self.high
@@ -76,12 +80,23 @@ def token_loss(loss: str, cfg: Dict[str, float], logprobs_T: torch.Tensor, row: 
         return -torch.exp(logprobs_T - old_T) * adv_T * w_T
     if loss == "dro":
         return -(logprobs_T * adv_T - 0.5 * cfg["beta"] * (logprobs_T - old_T) ** 2) * w_T
+    if loss == "gspo":
+        return _gspo_token_loss(logprobs_T, old_T, adv_T, row.sequence_ratio_mask_T.to(device) != 0, cfg) * w_T
     # ppo: -min(r·A, clip(r)·A); cispo: -sg(clip(r))·logp·A: rl_token_loss's two token-level branches.
     clip = _Thresholds(loss == "ppo", cfg["clip_low_threshold"], cfg["clip_high_threshold"])
     ones_T = torch.ones_like(logprobs_T)
     loss_T, _ = rl_token_loss(logprobs_T, old_T, None, adv_T, ones_T, torch.zeros_like(row.tokens_T, device=device),
                               clip, None)
     return loss_T * w_T
+
+
+def _gspo_token_loss(logprobs_T, old_T, adv_T, in_ratio_T, cfg: Dict[str, float]) -> torch.Tensor:
+    """-min(s_t·A, clip(s_t)·A): s_t has the value of the sequence ratio (the geometric mean of the marked
+    tokens' ratios) and the gradient of the token's own probability ratio."""
+    log_s = (logprobs_T.detach() - old_T)[in_ratio_T].mean()
+    ratio_T = torch.exp(log_s + logprobs_T - logprobs_T.detach())
+    clipped_T = ratio_T.clamp(cfg["clip_low_threshold"], cfg["clip_high_threshold"])
+    return -torch.min(ratio_T * adv_T, clipped_T * adv_T)
 
 
 def forward_backward(model: Transformer, adapter: Optional[L.Adapter], req: ForwardBackward) -> dict:

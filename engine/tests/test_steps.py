@@ -10,10 +10,15 @@ import torch.nn.functional as F
 from engine import lora as L
 from engine import steps
 from engine.model import ForwardContext
-from engine.steps_wire import StepRow, parse_adam, parse_forward_backward
+from engine.steps_wire import StepRow, check_step_rows, parse_forward_backward, parse_optim_step
 from engine.tests.helpers import EngineProcess, TempModel, make_checkpoint
 
 CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Every sampling field spelled out: the engine's wire gives none of them a default.
+SAMPLING = {"n": 1, "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "temperature": 1.0, "top_p": 1.0,
+            "top_k": -1, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
+            "logit_bias": {}, "allowed_token_ids": None, "bad_words_ids": [], "prompt_logprobs": None}
 ADAM = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01, "grad_clip_norm": 1.0}
 
 
@@ -84,6 +89,22 @@ class TestLossDefinitions(unittest.TestCase):
         torch.testing.assert_close(value, -(lp_T * self.adv_T - 0.05 * d_T ** 2))
         torch.testing.assert_close(grad, -(self.adv_T - 0.1 * d_T))
 
+    def test_gspo_gives_every_token_the_sequence_ratio_and_its_own_gradient(self):
+        mask_T = torch.tensor([0.0, 1.0, 1.0, 0.0])
+        row = row_of(4, old=self.old_T, adv=self.adv_T)
+        row.sequence_ratio_mask_T = mask_T
+        value, grad = loss_grad("gspo", CLIP, self.old_T, row)  # on policy: s = 1, the policy gradient
+        torch.testing.assert_close(value, -self.adv_T)
+        torch.testing.assert_close(grad, -self.adv_T)
+        lp_T = self.old_T + torch.tensor([2.0, 0.1, 0.3, -1.0])  # unmarked tokens do not move s
+        s = torch.tensor(0.2).exp()
+        value, grad = loss_grad("gspo", {"clip_low_threshold": 0.5, "clip_high_threshold": 1.5}, lp_T, row)
+        torch.testing.assert_close(value, -s * self.adv_T)
+        torch.testing.assert_close(grad, -s * self.adv_T)
+        value, grad = loss_grad("gspo", CLIP, lp_T, row)  # s = 1.22 > 1.2: clipped where A > 0, no gradient there
+        torch.testing.assert_close(value, torch.where(self.adv_T > 0, -1.2 * self.adv_T, -s * self.adv_T))
+        torch.testing.assert_close(grad, torch.where(self.adv_T > 0, torch.zeros(4), -s * self.adv_T))
+
     def test_gradients_match_finite_differences(self):
         row = row_of(4, old=self.old_T.double(), adv=self.adv_T.double(), w=torch.tensor([1.0, 0.5, 2.0, 1.0]).double())
         lp_T = (self.old_T + torch.tensor([0.05, -0.1, 0.3, 0.02])).double().requires_grad_(True)
@@ -110,14 +131,17 @@ class TestSteps(unittest.TestCase):
         cls.tm.dir.cleanup()
 
     def adapter(self, key="a", seed=0):
-        return L.new_adapter(key, "b", self.tm.args, L.LoraConfig(rank=4, alpha=8, seed=seed), "cpu")
+        config = L.LoraConfig(rank=4, alpha=8, target_modules=TARGETS, seed=seed)
+        return L.new_adapter(key, "b", self.tm.args, config, "cpu")
 
     def fb(self, adapter, rows, loss="cross_entropy", cfg=None, backward=True):
-        msg = {"loss": loss, "loss_config": cfg or {}, "backward": backward, "rows": rows}
-        return steps.forward_backward(self.model, adapter, parse_forward_backward(msg, self.tm.args.vocab_size, 256))
+        msg = {"base": "b", "adapter": "a", "loss": loss, "loss_config": cfg or {}, "backward": backward, "rows": rows}
+        req = parse_forward_backward(msg)
+        check_step_rows(req.rows, self.tm.args.vocab_size, 256)
+        return steps.forward_backward(self.model, adapter, req)
 
     def step(self, adapter, **over):
-        return steps.optim_step(adapter, parse_adam({"adam": {**ADAM, **over}}))
+        return steps.optim_step(adapter, parse_optim_step({"base": "b", "adapter": "a", "adam": {**ADAM, **over}}).adam)
 
     def train(self, adapter, n=2):
         for _ in range(n):
@@ -143,6 +167,42 @@ class TestSteps(unittest.TestCase):
         self.assertEqual(out["metrics"]["loss:sum"], out["loss"])
         for got, want in zip(grads, [p.grad for p in a.parameters()]):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
+
+    def test_cross_entropy_with_signed_weights_backpropagates_a_client_side_loss(self):
+        """The SDK's forward_backward_custom: forward, C(logprobs) on the client, then CE with weights -dC/dlogprobs."""
+        a = self.adapter()
+        self.train(a, 1)
+        lp = [torch.tensor(o["logprobs"], requires_grad=True) for o in self.fb(a, self.rows, backward=False)["outputs"]]
+        sum(((x + 1.0) ** 2).sum() for x in lp).backward()  # some nonlinear client-side loss
+        linear = [{**r, "weights": (-x.grad).tolist()} for r, x in zip(self.rows, lp)]
+        self.fb(a, linear)
+        got = [p.grad.clone() for p in a.parameters()]
+        for p in a.parameters():
+            p.grad = None
+        lora = L.LoraBatch([a], self.model.dtype, self.model.device)
+        want = sum(((steps.target_logprobs(self.model, torch.tensor(r["tokens"]), torch.tensor(r["target_tokens"]),
+                                           lora) + 1.0) ** 2).sum() for r in self.rows)
+        want.backward()
+        for g, p in zip(got, a.parameters()):
+            torch.testing.assert_close(g, p.grad, atol=1e-6, rtol=1e-4)
+
+    def test_chunked_logits_give_the_same_logprobs_and_gradients(self):
+        a = self.adapter()
+        self.train(a, 1)
+        whole = self.fb(a, self.rows, "ppo", CLIP)
+        grads = [p.grad.clone() for p in a.parameters()]
+        for p in a.parameters():
+            p.grad = None
+        saved = steps.LOGITS_CHUNK_ELEMENTS
+        steps.LOGITS_CHUNK_ELEMENTS = 3 * self.tm.args.vocab_size  # 3 positions per chunk, recomputed in backward
+        try:
+            chunked = self.fb(a, self.rows, "ppo", CLIP)
+        finally:
+            steps.LOGITS_CHUNK_ELEMENTS = saved
+        for x, y in zip(whole["outputs"], chunked["outputs"]):
+            torch.testing.assert_close(torch.tensor(x["logprobs"]), torch.tensor(y["logprobs"]), atol=1e-6, rtol=0)
+        for g, p in zip(grads, a.parameters()):
+            torch.testing.assert_close(g, p.grad, atol=1e-6, rtol=1e-5)
 
     def test_accumulating_then_stepping_equals_one_batch_step(self):
         split, whole = self.adapter("s"), self.adapter("w")
@@ -242,8 +302,8 @@ class TestStepOps(unittest.TestCase):
         self.assertRegex(reply["error"]["message"], pattern)
 
     def generate(self, rid, prompt, adapter):
-        self.e.send({"id": rid, "op": "generate", "base": "b", "adapter": adapter, "prompt": prompt, "max_tokens": 8,
-                     "temperature": 1.0, "seed": 7, "logprobs": 0, "ignore_eos": True})
+        self.e.send({"id": rid, "op": "generate", "base": "b", "adapter": adapter, "prompt": prompt, **SAMPLING,
+                     "max_tokens": 8, "seed": 7, "logprobs": 0})
         frames = self.e.until_done(rid)
         self.assertNotIn("error", frames[-1])
         toks = [f for f in frames if f.get("type") == "tokens"]
@@ -262,6 +322,7 @@ class TestStepOps(unittest.TestCase):
         self.assertLess(max(abs(x - y) for x, y in zip(trainer, sampled)), 1e-4)
 
     def test_trainer_logprobs_equal_the_samplers_before_and_after_training(self):
+        self.sampler_agreement(None)  # the base model
         self.sampler_agreement("t")  # step 0: a fresh adapter
         row = {"tokens": [5, 9, 11, 4, 6], "target_tokens": [9, 11, 4, 6, 8], "weights": [0, 1, 1, 1, 1]}
         fb = self.call("fb1", "forward_backward", base="b", adapter="t", loss="cross_entropy", loss_config={},
@@ -285,6 +346,25 @@ class TestStepOps(unittest.TestCase):
         self.assertEqual(self.call("ls", "load_state", base="b", adapter="s", path=folder)["step"], 1)
         self.assertEqual(self.call("f2", "forward_backward", **{**fb, "backward": False})["outputs"], first["outputs"])
 
+    def test_pipelined_ops_run_in_submission_order_beside_generation(self):
+        init = {"rank": 2, "alpha": 4, "target_modules": ["v_proj"], "seed": 2}
+        self.call("ep", "ensure_adapter", base="b", adapter="p", init=init)
+        row = {"tokens": [7, 8, 9, 10], "target_tokens": [8, 9, 10, 11], "weights": [1, 1, 1, 1]}
+        fb = dict(op="forward_backward", base="b", adapter="p", loss="cross_entropy", loss_config={}, rows=[row])
+        self.e.send({"id": "pg", "op": "generate", "base": "b", "adapter": None, "prompt": [5], **SAMPLING,
+                     "max_tokens": 40, "seed": 1, "logprobs": None})
+        for rid, msg in (("p0", {**fb, "backward": False}), ("p1", {**fb, "backward": True}),
+                         ("p2", {"op": "optim_step", "base": "b", "adapter": "p", "adam": ADAM}),
+                         ("p3", {**fb, "backward": False}), ("p4", {"op": "optim_step", "base": "b", "adapter": "p",
+                                                                    "adam": ADAM})):
+            self.e.send({"id": rid, **msg})  # all in flight at once, as a client pipelines them
+        got = {rid: self.e.until_done(rid)[-1] for rid in ("p0", "p1", "p2", "p3", "p4", "pg")}
+        self.assertNotIn("error", got["pg"])
+        self.assertEqual((got["p2"]["step"], got["p4"]["step"]), (1, 2))
+        self.assertEqual(got["p0"]["loss"], got["p1"]["loss"])  # p1's forward saw the weights p0 saw
+        self.assertLess(got["p3"]["loss"], got["p0"]["loss"])  # p3 ran after the step
+        self.assertEqual(got["p4"]["metrics"]["grad_norm"], 0.0)  # p3 was forward only: nothing accumulated
+
     def test_bad_inputs_are_error_replies(self):
         row = {"tokens": [5, 6, 7], "target_tokens": [6, 7, 8], "weights": [1, 1, 1]}
         fb = dict(base="b", adapter="t", loss="cross_entropy", loss_config={}, backward=False, rows=[row])
@@ -299,7 +379,14 @@ class TestStepOps(unittest.TestCase):
             ({**fb, "loss": "ppo"}, "bad_request", "loss_config.clip_low_threshold is required"),
             ({**fb, "loss_config": {"beta": 1}}, "bad_request", "not used by cross_entropy: beta"),
             ({**fb, "loss": "dro", "loss_config": {"beta": 0.1}}, "bad_request", r"rows\[0\]\.logprobs is required"),
+            ({**fb, "loss": "gspo", "loss_config": CLIP, "rows": [{**row, "logprobs": [-1] * 3, "advantages": [1] * 3,
+                                                                   "sequence_ratio_mask": [0, 0, 0]}]},
+             "bad_request", r"rows\[0\]\.sequence_ratio_mask marks no token"),
             ({**fb, "adapter": "nope"}, "not_found", "nope"),
+            ({**fb, "adapter": None, "backward": True}, "bad_request", "adapter is required when backward is true"),
+            ({k: v for k, v in fb.items() if k != "adapter"}, "bad_request", "adapter is required"),
+            ({**fb, "rows": [{**row, "tokens": [5] * 300, "target_tokens": [5] * 300, "weights": [1] * 300}]},
+             "bad_request", "more than the context length 256"),
         ]
         for i, (msg, code, pattern) in enumerate(cases):
             with self.subTest(pattern=pattern):

@@ -231,11 +231,11 @@ export interface TrainStepReply {
 }
 
 /** The losses of `forward_backward`, as Tinker names them. */
-export type StepLoss = 'cross_entropy' | 'importance_sampling' | 'ppo' | 'cispo' | 'dro';
+export type StepLoss = 'cross_entropy' | 'importance_sampling' | 'ppo' | 'cispo' | 'dro' | 'gspo';
 
 /**
  * Every hyper-parameter the loss uses, all present (the engine has no defaults): none for `cross_entropy` and
- * `importance_sampling`; `clip_low_threshold`, `clip_high_threshold` for `ppo` and `cispo`; `beta` for `dro`.
+ * `importance_sampling`; `clip_low_threshold`, `clip_high_threshold` for `ppo`, `cispo` and `gspo`; `beta` for `dro`.
  */
 export type StepLossConfig = Record<string, number>;
 
@@ -248,6 +248,8 @@ export interface StepRow {
   logprobs?: number[];
   /** Required by the RL losses. */
   advantages?: number[];
+  /** Required by `gspo`: nonzero on the tokens whose mean log-ratio is the sequence ratio (at least one). */
+  sequence_ratio_mask?: number[];
 }
 
 export interface ForwardBackwardRequest {
