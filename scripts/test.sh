@@ -14,6 +14,9 @@ export REFERENCE_PYTHON="$PWD/.venv-test/bin/python"
 # OpenPipe ART's real client, for test/art-client.test.ts: its own venv, as its openai/polars pins differ (art.txt).
 make_venv .venv-art scripts/python/art.txt
 export ART_PYTHON="$PWD/.venv-art/bin/python"
+# The official Tinker SDK and tinker-cookbook, for test/tinker-cookbook.test.ts: their own venv (tinker.txt).
+make_venv .venv-tinker scripts/python/tinker.txt
+export TINKER_PYTHON="$PWD/.venv-tinker/bin/python"
 source scripts/postgres.sh
 
 echo "== type check"
