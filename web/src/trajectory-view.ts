@@ -7,6 +7,7 @@ import { tokenView } from './token-view.ts';
 import type { TrajectoryDetail } from './api.ts';
 import { h, type Child } from './dom.ts';
 import { num } from './format.ts';
+import { splitReasoning } from '../../src/chat/reasoning.ts';
 
 type Json = Record<string, unknown>;
 
@@ -41,12 +42,6 @@ function prettyMaybeJson(text: string): { text: string; json: boolean } {
   }
 }
 
-function splitThink(content: string): { reasoning: string | null; answer: string } {
-  const match = /^\s*<think>([\s\S]*?)(<\/think>|$)([\s\S]*)$/.exec(content);
-  if (!match) return { reasoning: null, answer: content };
-  return { reasoning: match[1].trim(), answer: match[3].replace(/^\s+/, '') };
-}
-
 function toolCallView(call: Json, index: number): HTMLElement {
   const fn = isObject(call.function) ? call.function : call;
   const name = String(fn.name ?? '(unnamed)');
@@ -76,7 +71,7 @@ function messageView(item: Json, toolNames: Map<string, string>): HTMLElement {
   let content = textOf(message.content);
   let reasoning = typeof message.reasoning === 'string' ? message.reasoning : typeof message.reasoning_content === 'string' ? message.reasoning_content : null;
   if (role === 'assistant' && !reasoning) {
-    const split = splitThink(content);
+    const split = splitReasoning(content);
     reasoning = split.reasoning;
     content = split.answer;
   }
