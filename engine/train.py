@@ -237,7 +237,7 @@ def _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask: float, tally: _Tally) -
     # One normaliser for the whole batch: tokens count equally across rows.
     row_loss = (-new_T * w_T * mask_T).sum() / max(total_mask, 1e-18)
     tally.entropy += float((ent_T * w_T * mask_T).sum())
-    tally.loss += float(row_loss)
+    tally.loss += float(row_loss.detach())
     return row_loss
 
 
