@@ -251,7 +251,7 @@ def _rl_row_loss(row: Row, new_T, ent_T, mask_T, w_T, cfg: LossConfig, ref_T, R:
     m_sum = mask_T.sum()
     row_loss = (loss_T * w_T * mask_T).sum() / (m_sum + 1e-18)
     tally.entropy += float((ent_T * w_T * mask_T).sum() / (m_sum + 1e-18))
-    tally.loss += float(row_loss) / R
+    tally.loss += float(row_loss.detach()) / R
     if kl is not None:
         tally.kls.append(float(kl))
     seen = (mask_T > 0) & ~torch.isnan(old_T)
