@@ -8,6 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -40,6 +41,29 @@ async function result(e2e: E2eServer, requestId: string): Promise<any> {
     assert.equal(polled.status, 200, JSON.stringify(polled.body));
     if (polled.body.type !== 'try_again') return polled.body;
   }
+}
+
+/**
+ * POSTs /api/v1/client/config on a keep-alive connection as the SDK's one-off config client does; says what the
+ * server answered in `connection` and whether the socket then closed (a kept-alive one stays open here).
+ */
+function clientConfigConnection(e2e: E2eServer): Promise<{ status: number; connection: string | undefined; closed: boolean }> {
+  const agent = new http.Agent({ keepAlive: true });
+  return new Promise((resolve, reject) => {
+    let closed = false;
+    const request = http.request(`${e2e.url}/api/v1/client/config`, { method: 'POST', agent, headers: { 'x-api-key': `tml-${e2e.key}`, 'content-type': 'application/json' } }, (response) => {
+      response.resume();
+      response.on('end', () => {
+        setTimeout(() => {
+          agent.destroy();
+          resolve({ status: response.statusCode ?? 0, connection: response.headers.connection, closed });
+        }, 1_000);
+      });
+    });
+    request.on('socket', (socket) => socket.once('close', () => (closed = true)));
+    request.on('error', reject);
+    request.end(JSON.stringify({ sdk_version: '0.38.0' }));
+  });
 }
 
 const maxGap = (a: number[][], b: number[][]) => Math.max(...a.flatMap((row, i) => row.map((value, j) => Math.abs(value - b[i][j]))));
@@ -78,6 +102,15 @@ for (const backend of backends()) {
       assert.equal(info.model_id, model_id);
       assert.equal(info.lora_rank, 8);
       assert.equal(info.model_name, BUILTIN_BASE_MODEL.id);
+    });
+
+    test('the one-off client-config request closes its connection, so the SDK never closes a live socket from the wrong event loop', async () => {
+      // tinker 0.38 drops that client with its connection open and the garbage collector closes it on the caller's
+      // thread; that corrupted the SDK loop's socket watch and stalled a later request for the SDK's 60 s timeout.
+      const answered = await clientConfigConnection(e2e);
+      assert.equal(answered.status, 200);
+      assert.equal(answered.connection, 'close');
+      assert.ok(answered.closed, 'the client-config connection stayed open');
     });
 
     test('supervised cross_entropy lowers the loss, and the sampled answer from the saved weights changes', () => {

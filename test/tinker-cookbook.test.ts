@@ -15,6 +15,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { parseTinkerPath, TINKER_KEY_PREFIX } from '../src/api/tinker.ts';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
+import { openStore } from '../src/store/db.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON ?? path.join(repoRoot, '.venv-tinker', 'bin', 'python');
@@ -65,6 +66,22 @@ function modelIdOf(tinkerPath: string): string {
   return parsed.modelId;
 }
 
+/**
+ * How many requests of each kind the server recorded for one model. A request the SDK timed out on and sent again
+ * (it waits 60 s for an answer) is recorded twice: an optimizer step run twice is a silent training error.
+ */
+async function requestsOf(dataDir: string, modelId: string): Promise<Record<string, number>> {
+  const store = openStore({ databaseUrl: null, dataDir });
+  try {
+    const rows = await store.db.selectFrom('tinker_futures').select('kind').where('model_id', '=', modelId).execute();
+    const counts: Record<string, number> = {};
+    for (const row of rows) counts[row.kind] = (counts[row.kind] ?? 0) + 1;
+    return counts;
+  } finally {
+    await store.close();
+  }
+}
+
 describe('tinker-cookbook recipes against the server', () => {
   let e2e: E2eServer;
   let workdir: string;
@@ -108,6 +125,10 @@ describe('tinker-cookbook recipes against the server', () => {
     assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
     assert.ok(losses[2]! < losses[0]!, `loss did not fall: ${JSON.stringify(losses)}`);
     assertFinalCheckpoint(sl);
+    // Each step sent once: no request of the pipelined loop went unanswered until the SDK's timeout resent it.
+    const sent = await requestsOf(e2e.dataDir, modelIdOf(sl.checkpoints.at(-1)!.state_path));
+    assert.equal(sent.forward_backward, 3, JSON.stringify(sent));
+    assert.equal(sent.optim_step, 3, JSON.stringify(sent));
   });
 
   test('RL recipe (math_rl, arithmetic environment) samples, scores and trains to completion', async () => {

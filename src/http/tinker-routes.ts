@@ -31,7 +31,14 @@ const PROTOBUF = 'application/x-protobuf';
 
 export function registerTinkerRoutes(app: FastifyInstance, tinker: TinkerServices): void {
   app.get('/api/v1/healthz', { config: { public: true } }, async () => ({ status: 'ok' }));
-  app.post<{ Body: ClientConfigBody }>('/api/v1/client/config', { schema: { body: ClientConfigBody } }, async () => CLIENT_CONFIG);
+  // The SDK fetches this through a one-off client that it drops with its keep-alive connection still open; the
+  // garbage collector then closes that client on whichever thread collects it, often the caller's own event loop,
+  // which corrupts the SDK loop's socket watch so a later request on a new connection never sees its answer (a 60 s
+  // stall, then a retry that may repeat a step). Closing the connection here leaves that client nothing to close.
+  app.post<{ Body: ClientConfigBody }>('/api/v1/client/config', { schema: { body: ClientConfigBody } }, async (_request, reply) => {
+    reply.header('connection', 'close');
+    return CLIENT_CONFIG;
+  });
   app.post('/api/v1/client/dynamic_config', async () => CLIENT_DYNAMIC_CONFIG);
   // Telemetry is accepted and dropped: nothing here reads it.
   app.post('/api/v1/telemetry', async () => ({ status: 'accepted' }));
