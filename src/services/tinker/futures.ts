@@ -74,31 +74,42 @@ export class TinkerFutures {
     this.finished.emit(id);
   }
 
-  /** The outcome of a caller's own future, waiting up to a poll's length for a pending one. */
+  /**
+   * The outcome of a caller's own future, waiting up to a poll's length for a pending one. The wait starts
+   * listening before the first read, so a future finishing in between is not missed for a whole poll.
+   */
   async retrieve(principal: Principal, id: string, waitMs = POLL_WAIT_MS): Promise<FutureOutcome> {
-    const first = await this.repository.findFuture(id);
-    if (!first || !canActFor(principal, first.entity_id)) throw notFound(`Future ${JSON.stringify(id.slice(0, 100))}`);
-    let row = first;
-    if (row.status === 'pending') {
-      await this.waitFor(id, waitMs);
-      row = (await this.repository.findFuture(id)) ?? row;
+    const wait = this.waitFor(id, waitMs);
+    try {
+      const first = await this.repository.findFuture(id);
+      if (!first || !canActFor(principal, first.entity_id)) throw notFound(`Future ${JSON.stringify(id.slice(0, 100))}`);
+      if (first.status !== 'pending') return outcomeOf(first);
+      await wait.finished;
+      return outcomeOf((await this.repository.findFuture(id)) ?? first);
+    } finally {
+      wait.stop();
     }
-    if (row.status === 'pending') return { status: 'pending' };
-    if (row.status === 'failed') return { status: 'failed', error: row.error ?? 'failed', category: (row.category as FutureCategory | null) ?? 'unknown' };
-    return { status: 'complete', kind: row.kind, result: JSON.parse(row.result ?? 'null') };
   }
 
-  private waitFor(id: string, ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
+  private waitFor(id: string, ms: number): { finished: Promise<void>; stop: () => void } {
+    let stop = () => {};
+    const finished = new Promise<void>((resolve) => {
+      const timer = setTimeout(() => stop(), ms);
+      stop = () => {
         clearTimeout(timer);
-        this.finished.off(id, done);
+        this.finished.off(id, stop);
         resolve();
       };
-      const timer = setTimeout(done, ms);
-      this.finished.on(id, done);
+      this.finished.on(id, stop);
     });
+    return { finished, stop };
   }
+}
+
+function outcomeOf(row: TinkerFutureTable): FutureOutcome {
+  if (row.status === 'pending') return { status: 'pending' };
+  if (row.status === 'failed') return { status: 'failed', error: row.error ?? 'failed', category: (row.category as FutureCategory | null) ?? 'unknown' };
+  return { status: 'complete', kind: row.kind, result: JSON.parse(row.result ?? 'null') };
 }
 
 /** The caller's own mistakes (input the engine refused, a missing checkpoint) are `user`; everything else `server`. */
