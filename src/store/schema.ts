@@ -3,7 +3,8 @@
  * and timestamps are ISO-8601 text, so one schema serves SQLite and PostgreSQL alike.
  */
 import type { Generated } from 'kysely';
-import type { JobStatus } from '../api/training-jobs.ts';
+import type { ModelRow } from '../api/models.ts';
+import type { JobRow } from '../api/training-jobs.ts';
 
 export interface EntityTable {
   id: string;
@@ -33,19 +34,9 @@ export interface RunTable {
   created_at: string;
 }
 
-export interface ModelTable {
-  id: string;
-  entity_id: string;
-  project: string;
-  name: string;
-  base_model: string;
-  run_id: string;
-  /** Highest step ever written; steps are never reused, even after their checkpoints are deleted. */
-  last_step: number;
-  created_at: string;
-  /** The retention policy as JSON; null (or absent on insert) follows the server default. */
-  retention?: string | null;
-}
+/** A model's row: the record callers see (api/models.ts), less its owner's name, with the retention policy as JSON
+ * text (null, or absent on insert, follows the server default). */
+export type ModelTable = Omit<ModelRow, 'entity_name' | 'retention'> & { retention?: string | null };
 
 export interface CheckpointTable {
   id: string;
@@ -99,26 +90,8 @@ export interface SchemaVersionTable {
   applied_at: string;
 }
 
-export interface TrainingJobTable {
-  id: string;
-  model_id: string;
-  type: 'rl' | 'sft';
-  status: JobStatus;
-  /** The request as submitted, in a file written and synced before the row exists. */
-  payload_path: string;
-  attempts: number;
-  lease_owner: string | null;
-  lease_expires_at: string | null;
-  cancel_requested: number;
-  num_sequences: number | null;
-  checkpoint_step: number | null;
-  metrics: string;
-  error_code: string | null;
-  error_message: string | null;
-  created_at: string;
-  started_at: string | null;
-  finished_at: string | null;
-}
+/** A job's row: the record callers see (api/training-jobs.ts) with its metrics as JSON text. */
+export type TrainingJobTable = Omit<JobRow, 'metrics'> & { metrics: string };
 
 export interface TrainingJobEventTable {
   id: string;
