@@ -154,6 +154,12 @@ class Scheduler:
         """(running sequences, waiting sequences)."""
         return len(self.running), sum(r.params.n for r in list(self.waiting))
 
+    def memory(self) -> dict:
+        """Bytes held by the KV cache (every slot, as allocated) and by the prefix cache's copies."""
+        kv = self.cache.k.numel() * self.cache.k.element_size() * 2
+        per_position = kv // max(1, self.cache.slots * self.cache.length)
+        return {"kv_cache_bytes": kv, "prefix_cache_bytes": (self.prefix.tokens if self.prefix else 0) * per_position}
+
     def tokens_per_second(self) -> float:
         """Tokens generated over the last 10 s (called from the reader thread: reads a snapshot)."""
         now = time.monotonic()
