@@ -280,7 +280,7 @@ for (const backend of backends()) {
       const store = openStore({ databaseUrl: database.databaseUrl, dataDir });
       const repository = new TinkerRepository(store.db);
       const now = new Date().toISOString();
-      const row = { entity_id: entityId, model_id: null, result: null, error: null, category: null, created_at: now, finished_at: null };
+      const row = { entity_id: entityId, model_id: null, result: null, error: null, category: null, created_at: now, finished_at: null, request_key: null, request_hash: null };
       const pending = newId();
       const finished = newId();
       await repository.insertFuture({ ...row, id: pending, kind: 'sample', status: 'pending' });

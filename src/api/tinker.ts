@@ -8,6 +8,8 @@ import { Type, type Static } from '@sinclair/typebox';
 const open = { additionalProperties: true } as const;
 const Id = Type.String({ minLength: 1, maxLength: 512 });
 const Int = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+/** The SDK's number for a training client's request: a re-send carries the same one (see services/tinker/futures.ts). */
+const SeqId = Type.Optional(Type.Union([Int, Type.Null()]));
 
 export const ClientConfigBody = Type.Object({ sdk_version: Type.Optional(Type.String({ maxLength: 64 })) }, open);
 export type ClientConfigBody = Static<typeof ClientConfigBody>;
@@ -53,13 +55,13 @@ export const AdamParamsBody = Type.Object(
   open,
 );
 
-export const OptimStepBody = Type.Object({ model_id: Id, adam_params: AdamParamsBody }, open);
+export const OptimStepBody = Type.Object({ model_id: Id, seq_id: SeqId, adam_params: AdamParamsBody }, open);
 export type OptimStepBody = Static<typeof OptimStepBody>;
 
 const CheckpointName = Type.String({ pattern: '^[A-Za-z0-9._-]{1,128}$' });
 
 export const SaveWeightsBody = Type.Object(
-  { model_id: Id, path: Type.Optional(Type.Union([CheckpointName, Type.Null()])), sampling_session_seq_id: Type.Optional(Type.Union([Int, Type.Null()])) },
+  { model_id: Id, seq_id: SeqId, path: Type.Optional(Type.Union([CheckpointName, Type.Null()])), sampling_session_seq_id: Type.Optional(Type.Union([Int, Type.Null()])) },
   open,
 );
 export type SaveWeightsBody = Static<typeof SaveWeightsBody>;
@@ -67,6 +69,7 @@ export type SaveWeightsBody = Static<typeof SaveWeightsBody>;
 export const LoadWeightsBody = Type.Object(
   {
     model_id: Type.Optional(Type.Union([Id, Type.Null()])),
+    seq_id: SeqId,
     session_id: Type.Optional(Type.Union([Id, Type.Null()])),
     model_seq_id: Type.Optional(Type.Union([Int, Type.Null()])),
     path: Type.String({ minLength: 1, maxLength: 1024 }),
@@ -181,3 +184,11 @@ export function parseTinkerPath(path: string): { modelId: string; kind: TinkerCh
 }
 
 export const stepName = (step: number) => `step${step}`;
+
+/**
+ * Where a signed checkpoint download lives: `<path>?expires=<unix seconds>&signature=<hex>`, valid this long. The SDK's
+ * archive call (tinker 0.18–0.34 `get_checkpoint_archive_url`) is answered with a 302 to it and an `Expires` header.
+ */
+export const ARCHIVE_DOWNLOAD_ROUTE = '/api/v1/checkpoint_archives/:model_id/:step';
+export const archiveDownloadPath = (modelId: string, step: number) => `/api/v1/checkpoint_archives/${encodeURIComponent(modelId)}/${step}`;
+export const ARCHIVE_URL_TTL_SECONDS = 15 * 60;
