@@ -17,6 +17,9 @@ export ART_PYTHON="$PWD/.venv-art/bin/python"
 # The official Tinker SDK and tinker-cookbook, for test/tinker-cookbook.test.ts: their own venv (tinker.txt).
 make_venv .venv-tinker scripts/python/tinker.txt
 export TINKER_PYTHON="$PWD/.venv-tinker/bin/python"
+# ART's Tinker backends with the Tinker SDK they pin, for test/art-tinker.test.ts: their own venv (art-tinker.txt).
+make_venv .venv-art-tinker scripts/python/art-tinker.txt
+export ART_TINKER_PYTHON="$PWD/.venv-art-tinker/bin/python"
 source scripts/postgres.sh
 
 echo "== type check"

@@ -4,6 +4,8 @@
  * client configuration we announce, and `tinker://` paths. The protobuf half of the wire is in tinker-proto.ts.
  */
 import { Type, type Static } from '@sinclair/typebox';
+import { AppError } from '../errors.ts';
+import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './tinker-proto.ts';
 
 const open = { additionalProperties: true } as const;
 const Id = Type.String({ minLength: 1, maxLength: 512 });
@@ -117,6 +119,54 @@ export const SampleBody = Type.Object(
   open,
 );
 export type SampleBody = Static<typeof SampleBody>;
+
+/** A tensor as older SDKs (0.18) send it in JSON: flat values, their dtype, and a shape we need not read. */
+const TensorJson = Type.Object(
+  {
+    data: Type.Array(Type.Number(), { maxItems: 10_000_000 }),
+    dtype: Type.Union([Type.Literal('int64'), Type.Literal('float32')]),
+    shape: Type.Optional(Type.Union([Type.Array(Int, { maxItems: 8 }), Type.Null()])),
+    sparse_crow_indices: Type.Optional(Type.Null()),
+    sparse_col_indices: Type.Optional(Type.Null()),
+  },
+  open,
+);
+const ChunkJson = Type.Object({ type: Type.Optional(Type.String({ maxLength: 64 })), tokens: Type.Optional(Type.Array(Type.Integer(), { maxItems: 1_000_000 })) }, open);
+const DatumJson = Type.Object({ model_input: Type.Object({ chunks: Type.Array(ChunkJson, { maxItems: 10_000 }) }, open), loss_fn_inputs: Type.Record(Type.String({ maxLength: 128 }), TensorJson) }, open);
+const ForwardBackwardInputJson = Type.Object(
+  {
+    data: Type.Array(DatumJson, { maxItems: 100_000 }),
+    loss_fn: Type.String({ maxLength: 128 }),
+    loss_fn_config: Type.Optional(Type.Union([Type.Record(Type.String({ maxLength: 128 }), Type.Number()), Type.Null()])),
+  },
+  open,
+);
+
+/** `forward_backward` as SDKs before the protobuf wire send it (tinker 0.18, which ART 0.5.18's Tinker backends pin). */
+export const ForwardBackwardJsonBody = Type.Object({ model_id: Id, seq_id: SeqId, forward_backward_input: ForwardBackwardInputJson }, open);
+export type ForwardBackwardJsonBody = Static<typeof ForwardBackwardJsonBody>;
+
+/** `forward`: the same input on its own path (tinker 0.18; newer SDKs send `forward_only` in the protobuf). */
+export const ForwardJsonBody = Type.Object({ model_id: Id, seq_id: SeqId, forward_input: ForwardBackwardInputJson }, open);
+export type ForwardJsonBody = Static<typeof ForwardJsonBody>;
+
+/** A JSON forward/forward_backward as the request the protobuf wire decodes to; a non-text chunk is a 400. */
+export function forwardBackwardFromJson(modelId: string, seqId: number | null | undefined, input: Static<typeof ForwardBackwardInputJson>, forwardOnly: boolean): ProtoForwardBackward {
+  const data = input.data.map((datum, index): ProtoDatum => {
+    const tokens: number[] = [];
+    for (const chunk of datum.model_input.chunks) {
+      if ((chunk.type ?? 'encoded_text') !== 'encoded_text' || !chunk.tokens) {
+        throw new AppError('bad_request', `data[${index}].model_input: only encoded_text chunks are supported (no images or audio)`);
+      }
+      tokens.push(...chunk.tokens);
+    }
+    // Keys are the client's: a null-prototype object keeps `__proto__` an ordinary (unknown) name.
+    const lossFnInputs = Object.create(null) as Record<string, ProtoTensor>;
+    for (const [key, tensor] of Object.entries(datum.loss_fn_inputs)) lossFnInputs[key] = { dtype: tensor.dtype, values: tensor.data };
+    return { tokens, lossFnInputs };
+  });
+  return { model_id: modelId, seq_id: seqId ?? 0, loss_fn: input.loss_fn, loss_fn_config: { ...input.loss_fn_config }, forward_only: forwardOnly, data };
+}
 
 export const RetrieveFutureBody = Type.Object({ request_id: Id, allow_metadata_only: Type.Optional(Type.Boolean()) }, open);
 export type RetrieveFutureBody = Static<typeof RetrieveFutureBody>;
