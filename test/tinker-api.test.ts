@@ -149,6 +149,8 @@ for (const backend of backends()) {
       assert.equal(sampled.prompt_logprobs.length, sampled.prompt_length);
       assert.equal(sampled.prompt_logprobs[0], null);
       assert.ok(sampled.prompt_logprobs.slice(1).every((value: number) => Number.isFinite(value) && value <= 0));
+      assert.deepEqual(sampled.scored, sampled.prompt_logprobs, 'compute_logprobs scores the prompt as sampling does');
+      assert.deepEqual(sampled.scored_last_2, [...new Array(sampled.prompt_length - 2).fill(null), ...sampled.prompt_logprobs.slice(-2)]);
       assert.ok(session.reinforcement.trained_sample_length > 0, 'save_weights_and_get_sampling_client samples');
     });
 

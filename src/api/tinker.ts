@@ -115,6 +115,8 @@ export const SampleBody = Type.Object(
     base_model: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()])),
     model_path: Type.Optional(Type.Union([Type.String({ maxLength: 1024 }), Type.Null()])),
     prompt_logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+    /** Score only the last N prompt tokens (the SDK's `compute_logprobs(prompt, prompt_logprobs_last_n=N)`). */
+    prompt_logprobs_last_n: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1_000_000 }), Type.Null()])),
   },
   open,
 );

@@ -216,6 +216,9 @@ def sampling(service, tokenizer, base_model):
         for _ in range(2)
     ]
     with_prompt = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
+    # compute_logprobs (ART's Tinker backend scores with it): a one-token sample with prompt logprobs, all or the last N.
+    scored = sampler.compute_logprobs(prompt).result()
+    scored_last_2 = sampler.compute_logprobs(prompt, prompt_logprobs_last_n=2).result()
     return {
         "free": list(free.tokens),
         "free_stop_reason": free.stop_reason,
@@ -230,6 +233,8 @@ def sampling(service, tokenizer, base_model):
         "seeded": seeded,
         "prompt_length": prompt.length,
         "prompt_logprobs": with_prompt.prompt_logprobs,
+        "scored": scored,
+        "scored_last_2": scored_last_2,
     }
 
 
