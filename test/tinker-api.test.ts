@@ -198,6 +198,12 @@ for (const backend of backends()) {
       assert.deepEqual(state.cloned, state.reference);
     });
 
+    test('forward_backward_custom (the SDK runs the loss client-side) with cross-entropy as its loss trains exactly as cross_entropy does', () => {
+      const { builtin, custom } = session.custom_loss;
+      assert.ok(Number.isFinite(custom.metrics.custom_nll), JSON.stringify(custom.metrics));
+      assert.deepEqual(custom.logprobs, builtin.logprobs);
+    });
+
     test('bad input gets the SDK exception types, never a 500', () => {
       const { errors } = session;
       for (const name of ['unknown_loss', 'mismatched_lengths', 'outside_vocabulary', 'gspo_without_mask']) {
