@@ -26,6 +26,9 @@ if make_venv .venv-vllm scripts/python/vllm.txt --no-deps; then
 else
   echo "WARNING: .venv-vllm could not be built; test/vllm.test.ts will skip" >&2
 fi
+# ART's Tinker backends with the Tinker SDK they pin, for test/art-tinker.test.ts: their own venv (art-tinker.txt).
+make_venv .venv-art-tinker scripts/python/art-tinker.txt
+export ART_TINKER_PYTHON="$PWD/.venv-art-tinker/bin/python"
 source scripts/postgres.sh
 
 echo "== type check"
