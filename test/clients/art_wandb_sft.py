@@ -80,7 +80,9 @@ async def main() -> dict:
     path = write_sft_file(request["workdir"])
     out.update(direct_sdk_calls(path, request["api_key"]))
     backend = ServerlessBackend(api_key=request["api_key"], base_url=f"{request['server']}/v1")
-    model = art.TrainableModel(name="adder", project="art-wandb", base_model=request["base_model"], base_path=request["workdir"])
+    # ART 0.5.20+ requires a run name (the name our server sees); 0.5.18 has none.
+    run_name = {"run_name": "adder"} if "run_name" in art.TrainableModel.model_fields else {}
+    model = art.TrainableModel(name="adder", project="art-wandb", base_model=request["base_model"], base_path=request["workdir"], **run_name)
     await model.register(backend)
     out["entity"] = model.entity
     out["model_id"] = model.id
