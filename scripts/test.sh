@@ -11,7 +11,8 @@ export ENGINE_PYTHON
 # The tests' reference tools (transformers, peft, …) live in a venv of their own, so the service never depends on them.
 make_venv .venv-test scripts/python/reference.txt
 export REFERENCE_PYTHON="$PWD/.venv-test/bin/python"
-# OpenPipe ART's real client, for test/art-client.test.ts: its own venv, as its openai/polars pins differ (art.txt).
+# OpenPipe ART's real client and W&B's wandb SDK, for test/art-client.test.ts and test/art-wandb-sft.test.ts: their own
+# venv, as ART's openai/polars pins differ (art.txt).
 make_venv .venv-art scripts/python/art.txt
 export ART_PYTHON="$PWD/.venv-art/bin/python"
 # The official Tinker SDK and tinker-cookbook, for test/tinker-cookbook.test.ts: their own venv (tinker.txt).

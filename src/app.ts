@@ -17,6 +17,7 @@ import { registerIdentityRoutes } from './http/identity-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
 import { registerOpenApi } from './http/openapi.ts';
 import { registerTinkerRoutes } from './http/tinker-routes.ts';
+import { registerWandbRoutes } from './http/wandb-routes.ts';
 import { registerMetricsHook, registerMetricsRoute } from './http/metrics-routes.ts';
 import multipart from '@fastify/multipart';
 import { AppError, excerpt } from './errors.ts';
@@ -79,5 +80,6 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     await scope.register(multipart, { preservePath: true, limits: { fileSize: config.artifactMaxFileBytes, files: 64, fields: 16 } });
     registerArtifactRoutes(scope, services.artifacts);
   });
+  registerWandbRoutes(app, services.auth, services.wandb);
   return app;
 }

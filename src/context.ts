@@ -40,6 +40,7 @@ import { RetentionService } from './services/retention.ts';
 import { defaultLearningRate } from './services/training-defaults.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
 import { createTinkerServices, type TinkerServices } from './services/tinker/index.ts';
+import { createWandbServices, type WandbServices } from './services/wandb/index.ts';
 
 export interface Services {
   auth: AuthService;
@@ -67,6 +68,7 @@ export interface Services {
   imports: AdapterImporter;
   retention: RetentionService;
   tinker: TinkerServices;
+  wandb: WandbServices;
 }
 
 export interface ContextOptions {
@@ -192,6 +194,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     lineage: new ModelLineage(models, modelRepository),
     retention,
     tinker,
+    wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
     runners: createRunners(queue, checkpoints, repositories, trajectories, artifacts),

@@ -3,6 +3,8 @@ import { Type, type Static } from '@sinclair/typebox';
 
 export const ArtifactFile = Type.Object({ name: Type.String(), size: Type.Integer(), sha256: Type.String() });
 export type ArtifactFile = Static<typeof ArtifactFile>;
+/** A file as a version stores it: also its base64 MD5 (W&B's digest), kept since W&B uploads came (older rows lack it). */
+export type StoredArtifactFile = ArtifactFile & { md5?: string };
 
 export const ArtifactVersion = Type.Object({
   entity: Type.String(),
@@ -24,7 +26,7 @@ export function toArtifactVersion(entityName: string, record: ArtifactVersionRec
     project: record.project,
     name: record.name,
     version: tag,
-    files: record.files,
+    files: record.files.map(({ name, size, sha256 }) => ({ name, size, sha256 })),
     url: `wandb-artifact:///${entityName}/${record.project}/${record.name}:${tag}`,
     created_at: record.createdAt,
   };
@@ -39,6 +41,9 @@ export interface ArtifactVersionRecord {
   project: string;
   name: string;
   version: number;
-  files: ArtifactFile[];
+  files: StoredArtifactFile[];
+  /** W&B's artifact type and metadata (JSON text) when the version came through the W&B API; null otherwise. */
+  type: string | null;
+  metadata: string | null;
   createdAt: string;
 }

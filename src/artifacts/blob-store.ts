@@ -9,10 +9,10 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { ArtifactFile } from '../api/artifacts.ts';
+import type { StoredArtifactFile } from '../api/artifacts.ts';
 
-/** A staged file is listed in its version as it was hashed on the way in. */
-export type StagedFile = ArtifactFile;
+/** A staged file is listed in its version as it was hashed on the way in (MD5 too: W&B's SDK digests with it). */
+export type StagedFile = StoredArtifactFile & { md5: string };
 
 export interface BlobStore {
   /** Streams `source` into the staging area `stagingId`; the hash and size are computed on the way. */
@@ -42,14 +42,16 @@ export class LocalBlobStore implements BlobStore {
   async stage(stagingId: string, fileName: string, source: Readable): Promise<StagedFile> {
     const dir = this.stagingDir(stagingId);
     await fsp.mkdir(dir, { recursive: true });
-    const hash = crypto.createHash('sha256');
+    const sha256 = crypto.createHash('sha256');
+    const md5 = crypto.createHash('md5');
     let size = 0;
     source.on('data', (chunk: Buffer) => {
-      hash.update(chunk);
+      sha256.update(chunk);
+      md5.update(chunk);
       size += chunk.length;
     });
     await pipeline(source, fs.createWriteStream(path.join(dir, fileName)));
-    return { name: fileName, size, sha256: hash.digest('hex') };
+    return { name: fileName, size, sha256: sha256.digest('hex'), md5: md5.digest('base64') };
   }
 
   async commit(stagingId: string, key: string): Promise<void> {

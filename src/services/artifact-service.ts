@@ -20,7 +20,8 @@ export function isSafeFileName(name: string): boolean {
   return FILE_NAME.test(name) && name !== '.' && name !== '..';
 }
 
-function checkName(kind: string, value: string): void {
+/** A 422 naming `kind` unless `value` is a valid project or artifact name. */
+export function checkArtifactName(kind: string, value: string): void {
   if (!ARTIFACT_NAME.test(value) || value === '.' || value === '..') {
     throw validationError([{ loc: ['path', kind], msg: `${kind} must be 1-128 letters, digits, ".", "_" or "-"`, type: 'string_pattern_mismatch' }]);
   }
@@ -38,13 +39,13 @@ export class ArtifactService {
     return `${version.entityId}/${version.project}/${version.name}/v${version.version}`;
   }
 
-  private writableEntity(principal: Principal, entityName: string) {
+  writableEntity(principal: Principal, entityName: string): { id: string; name: string } {
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity) throw new AppError('forbidden', `This API key may not write artifacts of entity ${JSON.stringify(entityName)}`);
     return entity;
   }
 
-  private readableEntity(principal: Principal, entityName: string) {
+  private readableEntity(principal: Principal, entityName: string): { id: string; name: string } {
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity) throw new AppError('not_found', 'Artifact not found');
     return entity;
@@ -52,8 +53,8 @@ export class ArtifactService {
 
   /** Streams every file into staging, then commits them as the next version; nothing is kept on failure. */
   async upload(principal: Principal, target: { entity: string; project: string; name: string }, files: AsyncIterable<{ field: string; fileName: string | undefined; stream: Readable }>): Promise<ArtifactVersion> {
-    checkName('project', target.project);
-    checkName('name', target.name);
+    checkArtifactName('project', target.project);
+    checkArtifactName('name', target.name);
     const entity = this.writableEntity(principal, target.entity);
     const stagingId = newId();
     const staged: StagedFile[] = [];
@@ -75,15 +76,41 @@ export class ArtifactService {
         staged.push(await this.blobs.stage(stagingId, file.fileName, file.stream));
       }
       if (staged.length === 0) throw validationError([{ loc: ['body', 'files'], msg: 'an artifact needs at least one file', type: 'missing' }]);
-      const version = await this.artifacts.insertNextVersion(
-        { id: newId(), entityId: entity.id, project: target.project, name: target.name, createdAt: this.clock.now().toISOString() },
-        staged,
-        (number) => this.blobs.commit(stagingId, `${entity.id}/${target.project}/${target.name}/v${number}`),
-      );
+      const version = await this.commitStaged(entity, { ...target, id: newId(), type: null, metadata: null }, stagingId, staged);
       return toArtifactVersion(entity.name, version);
     } finally {
       await this.blobs.discard(stagingId);
     }
+  }
+
+  /** Makes the files of a staging area the next version of the artifact (its row id, type and metadata as given). */
+  async commitStaged(
+    entity: { id: string },
+    target: { id: string; project: string; name: string; type: string | null; metadata: string | null },
+    stagingId: string,
+    files: StagedFile[],
+  ): Promise<ArtifactVersionRecord> {
+    return this.artifacts.insertNextVersion({ ...target, entityId: entity.id, createdAt: this.clock.now().toISOString() }, files, (number) =>
+      this.blobs.commit(stagingId, `${entity.id}/${target.project}/${target.name}/v${number}`),
+    );
+  }
+
+  /** A version by its id, with its entity's name, when the key may read that entity. */
+  async versionById(principal: Principal, id: string): Promise<{ entity: string; version: ArtifactVersionRecord } | undefined> {
+    const version = await this.artifacts.findById(id);
+    const entity = version && principal.entities.find((candidate) => candidate.id === version.entityId);
+    return entity && version && { entity: entity.name, version };
+  }
+
+  /** A version by number or 'latest' (undefined when there is none, or the key may not read the entity). */
+  async findVersion(principal: Principal, target: { entity: string; project: string; name: string; version: number | 'latest' }): Promise<ArtifactVersionRecord | undefined> {
+    const entity = principal.entities.find((candidate) => candidate.name === target.entity);
+    return entity && this.artifacts.find(entity.id, target.project, target.name, target.version);
+  }
+
+  /** Every version of an artifact, oldest first (none when there are none). */
+  async allVersions(entity: { id: string }, project: string, name: string): Promise<ArtifactVersionRecord[]> {
+    return this.artifacts.versions(entity.id, project, name);
   }
 
   async versions(principal: Principal, target: { entity: string; project: string; name: string }): Promise<ArtifactVersion[]> {

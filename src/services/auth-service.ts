@@ -43,7 +43,12 @@ export class AuthService {
   async authenticate(authorization: string | undefined): Promise<Principal> {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
     if (!match) throw new AppError('unauthorized', 'Missing API key: send "Authorization: Bearer <key>"');
-    const key = await this.identities.findActiveKey(hashApiKey(match[1]));
+    return this.authenticateKey(match[1]);
+  }
+
+  /** The principal of a key however it arrived (a bearer token, W&B's basic auth). */
+  async authenticateKey(apiKey: string): Promise<Principal> {
+    const key = await this.identities.findActiveKey(hashApiKey(apiKey));
     if (!key) throw new AppError('unauthorized', 'Invalid or revoked API key');
     return {
       entityId: key.entityId,

@@ -1,6 +1,6 @@
 /** Artifact versions: the next version number is allocated inside the insert's transaction. */
 import { sql, type Kysely } from 'kysely';
-import type { ArtifactFile, ArtifactVersionRecord } from '../api/artifacts.ts';
+import type { ArtifactVersionRecord, StoredArtifactFile } from '../api/artifacts.ts';
 import type { Dialect } from './migrations/context.ts';
 import type { ArtifactVersionTable, Database } from './schema.ts';
 
@@ -13,7 +13,9 @@ function toVersion(row: ArtifactVersionTable): ArtifactVersionRecord {
     project: row.project,
     name: row.name,
     version: Number(row.version),
-    files: JSON.parse(row.files) as ArtifactFile[],
+    files: JSON.parse(row.files) as StoredArtifactFile[],
+    type: row.type,
+    metadata: row.metadata,
     createdAt: row.created_at,
   };
 }
@@ -26,8 +28,8 @@ export class ArtifactRepository {
 
   /** Inserts the next version of (entity, project, name); `place` moves its files into place before commit. */
   async insertNextVersion(
-    identity: { id: string; entityId: string; project: string; name: string; createdAt: string },
-    files: ArtifactFile[],
+    identity: { id: string; entityId: string; project: string; name: string; type: string | null; metadata: string | null; createdAt: string },
+    files: StoredArtifactFile[],
     place: (version: number) => Promise<void>,
   ): Promise<ArtifactVersionRecord> {
     return this.db.transaction().execute(async (trx) => {
@@ -48,6 +50,8 @@ export class ArtifactRepository {
         name: identity.name,
         version,
         files: JSON.stringify(files),
+        type: identity.type,
+        metadata: identity.metadata,
         created_at: identity.createdAt,
       };
       await trx.insertInto('artifact_versions').values(inserted).execute();
@@ -74,6 +78,11 @@ export class ArtifactRepository {
     let select = this.db.selectFrom('artifact_versions').selectAll().where('entity_id', '=', entityId).where('project', '=', project).where('name', '=', name);
     select = version === 'latest' ? select.orderBy('version', 'desc').limit(1) : select.where('version', '=', version);
     const row = await select.executeTakeFirst();
+    return row && toVersion(row);
+  }
+
+  async findById(id: string): Promise<ArtifactVersionRecord | undefined> {
+    const row = await this.db.selectFrom('artifact_versions').selectAll().where('id', '=', id).executeTakeFirst();
     return row && toVersion(row);
   }
 }

@@ -107,8 +107,11 @@ export interface ArtifactVersionTable {
   project: string;
   name: string;
   version: number;
-  /** JSON: [{name, size, sha256}] */
+  /** JSON: [{name, size, sha256, md5?}] */
   files: string;
+  /** W&B artifact type and metadata (JSON text); null for versions uploaded through /v1/preview/artifacts. */
+  type: string | null;
+  metadata: string | null;
   created_at: string;
 }
 

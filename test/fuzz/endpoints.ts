@@ -328,4 +328,35 @@ function tinkerEndpoints(): Endpoint[] {
   ];
 }
 
-export const ENDPOINTS: Endpoint[] = [...modelEndpoints(), ...jobEndpoints(), ...otherEndpoints(), ...portabilityEndpoints(), ...discoveryEndpoints(), ...tinkerEndpoints()];
+/** W&B's API as the wandb SDK calls it (issue 25): GraphQL documents with their variables, the run's file stream, upload URLs. */
+function wandbEndpoints(): Endpoint[] {
+  const digest = (c: Ctx) => c.rng.pick(['0'.repeat(32), c.rng.word(), hugeString(c.rng)]);
+  const documents: ((c: Ctx) => Body)[] = [
+    () => ({ query: 'query Viewer { viewer { id entity username teams { edges { node { name } } } } }' }),
+    (c) => ({ query: 'query P($e: String, $p: String) { project(name: $p, entityName: $e) { id artifact(name: "x:latest") { id digest artifactType { name } } } }', variables: { e: c.target.name, p: PROJECT } }),
+    (c) => ({
+      query: 'mutation C($input: CreateArtifactInput!) { createArtifact(input: $input) { artifact { id state } } }',
+      variables: { input: { artifactTypeName: 'dataset', artifactCollectionName: c.rng.pick(ARTIFACT_NAMES), entityName: c.target.name, projectName: PROJECT, digest: digest(c), enableDigestDeduplication: c.rng.chance(0.5) } },
+    }),
+    (c) => ({ query: 'mutation F($input: CreateArtifactFilesInput!) { createArtifactFiles(input: $input) { files { edges { node { uploadUrl } } } } }', variables: { input: { artifactFiles: [{ artifactID: c.rng.word(), name: 'train.jsonl', md5: digest(c) }], storageLayout: 'V2' } } }),
+    (c) => ({ query: 'mutation M($id: ID!) { commitArtifact(input: {artifactID: $id}) { artifact { id } } }', variables: { id: c.rng.pick([c.rng.word(), Buffer.from(`Artifact:${c.rng.word()}`).toString('base64')]) } }),
+    (c) => ({ query: 'query A($id: ID!) { artifact(id: $id) { id state size } }', variables: { id: c.rng.pick([c.rng.word(), hugeString(c.rng)]) } }),
+    (c) => ({ query: c.rng.pick(['{', 'query { nope }', `{ viewer { ${'teams { edges { node { name } } } '.repeat(50)} } }`, 'subscription { x }']) }),
+  ];
+  return [
+    {
+      method: 'POST', template: '/graphql', writes: true, weight: 1.5,
+      body: (c) => c.rng.pick(documents)(c),
+      attacks: [(c, b) => (b.query = c.rng.pick([hugeString(c.rng), `{ ${'viewer { '.repeat(5000)}`, 42, null])), (c, b) => (b.variables = c.rng.pick([deepNesting(c.rng), hugeArray(c.rng), 'x']))],
+    },
+    { method: 'POST', template: '/files/:entity/:project/:run/file_stream', writes: false, weight: 0.3, params: (c) => ({ entity: c.target.name, project: PROJECT, run: c.rng.word() }), body: (c) => ({ files: { 'output.log': { offset: 0, content: [c.rng.word()] } }, complete: c.rng.chance(0.5) }) },
+    {
+      method: 'PUT', template: '/wandb/uploads/:token', writes: true, weight: 0.5,
+      params: (c) => ({ token: c.rng.pick([c.rng.word(), `${Buffer.from('{"kind":"run_file","expires":9e15}').toString('base64url')}.${c.rng.word()}`, hugeString(c.rng)]) }),
+      bytes: (c) => ({ bytes: Buffer.from(c.rng.word()), contentType: c.rng.pick(['application/octet-stream', 'application/json', '']) }),
+    },
+    { method: 'POST', template: '/sdk/otel/*', writes: false, weight: 0.1, params: () => ({ '*': 'v1/metrics' }) },
+  ];
+}
+
+export const ENDPOINTS: Endpoint[] = [...modelEndpoints(), ...jobEndpoints(), ...otherEndpoints(), ...portabilityEndpoints(), ...discoveryEndpoints(), ...tinkerEndpoints(), ...wandbEndpoints()];

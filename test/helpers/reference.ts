@@ -34,15 +34,23 @@ export function referenceRender(folder: string, cases: RenderCase[]): ReferenceR
 }
 
 /** Runs a Python script of the repository with `request` as JSON on stdin and answers its JSON stdout; a failure carries its stderr. */
-export function runJsonScript<T>(python: string, script: string, request: unknown): Promise<T> {
+export function runJsonScript<T>(python: string, script: string, request: unknown, env: NodeJS.ProcessEnv = process.env): Promise<T> {
   return new Promise((resolve, reject) => {
-    const child = spawn(python, [path.join(repoRoot, script)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(python, [path.join(repoRoot, script)], { stdio: ['pipe', 'pipe', 'pipe'], env });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => (stdout += chunk));
     child.stderr.on('data', (chunk) => (stderr += chunk));
     child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve(JSON.parse(stdout) as T) : reject(new Error(`${script} exited ${code}: ${stderr.slice(-4000)}`))));
+    child.on('close', (code) => {
+      if (code !== 0) return reject(new Error(`${script} exited ${code}: ${stderr.slice(-4000)}`));
+      // Thrown here, a parse error would never settle the promise: the test would hang instead of failing.
+      try {
+        resolve(JSON.parse(stdout) as T);
+      } catch (error) {
+        reject(new Error(`${script} printed something other than one JSON object (${(error as Error).message}): ${stdout.slice(0, 2000)}`));
+      }
+    });
     child.stdin.end(JSON.stringify(request));
   });
 }

@@ -8,6 +8,7 @@ import * as m004 from './004-retention.ts';
 import * as m005 from './005-trained-tokens.ts';
 import * as m006 from './006-tinker.ts';
 import * as m007 from './007-tinker-requests.ts';
+import * as m008 from './008-artifact-type.ts';
 
 export interface Migration {
   version: number;
@@ -23,4 +24,5 @@ export const MIGRATIONS: Migration[] = [
   { version: 5, name: 'trained-tokens', up: m005.up },
   { version: 6, name: 'tinker', up: m006.up },
   { version: 7, name: 'tinker-requests', up: m007.up },
+  { version: 8, name: 'artifact-type', up: m008.up },
 ];

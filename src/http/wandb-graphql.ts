@@ -1,0 +1,210 @@
+/**
+ * W&B's GraphQL endpoint over the W&B services: graphql-js parses, validates against our subset of W&B's schema
+ * (src/api/wandb.ts) and executes; the resolvers here shape the services' views into W&B's objects (opaque ids,
+ * upload URLs under this server's own address). A query for a field outside the subset fails validation with
+ * graphql-js's message naming the field, and we add which part of W&B this server serves.
+ */
+import { buildSchema, execute, GraphQLError, parse, validate, type ExecutionResult } from 'graphql';
+import { parseWandbId, UPLOAD_PATH_PREFIX, WANDB_SCHEMA_SDL, wandbId, type CreateArtifactFileSpecInput, type CreateArtifactInput, type CreateArtifactManifestInput, type GraphqlRequest, type UpsertBucketInput } from '../api/wandb.ts';
+import { AppError } from '../errors.ts';
+import type { Principal } from '../services/auth-service.ts';
+import type { WandbServices } from '../services/wandb/index.ts';
+import type { WandbArtifactView } from '../services/wandb/wandb-artifacts.ts';
+import { DEFAULT_PROJECT, type WandbRunView } from '../services/wandb/wandb-runs.ts';
+
+const SCHEMA = buildSchema(WANDB_SCHEMA_SDL);
+const SERVED = "this server serves only the part of W&B's API that wandb.init, run.log_artifact, Artifact.wait and run.finish use";
+const OUR_ID = /^[0-9a-f-]{36}$/;
+/** The SDK's largest document (ArtifactByID with its fragments) is a few hundred tokens. */
+const MAX_TOKENS = 10_000;
+
+/** A document nested so deeply that walking it overflowed the stack is the client's mistake, not ours. */
+function tooDeep(error: unknown): unknown {
+  return error instanceof RangeError ? new AppError('bad_request', 'The GraphQL document is nested too deeply') : error;
+}
+
+interface Context {
+  principal: Principal;
+  wandb: WandbServices;
+  /** This server's address as the SDK reached it: upload URLs are built on it. */
+  baseUrl: string;
+}
+
+type Entity = { id: string; name: string };
+
+/** Our id inside a W&B artifact id ('' for anything else, which names no artifact). */
+function artifactKey(id: string): string {
+  const key = parseWandbId('Artifact', id);
+  return key !== null && OUR_ID.test(key) ? key : '';
+}
+
+function uploadUrl(context: Context, token: string): string {
+  return `${context.baseUrl}${UPLOAD_PATH_PREFIX}${token}`;
+}
+
+function entityObject(entity: Entity) {
+  return { id: wandbId('Entity', entity.id), name: entity.name, organization: null };
+}
+
+function projectObject(context: Context, entity: Entity, project: string) {
+  return {
+    id: wandbId('Project', `${entity.name}/${project}`),
+    internalId: wandbId('Project', `${entity.name}/${project}`),
+    name: project,
+    entity: entityObject(entity),
+    // No run is kept (wandb-runs.ts): resumption finds none.
+    bucket: () => null,
+    artifact: async ({ name }: { name: string }) => {
+      const view = await context.wandb.artifacts.byName(context.principal, { entity: entity.name, project, name });
+      return view && artifactObject(context, view);
+    },
+  };
+}
+
+function runObject(context: Context, run: WandbRunView) {
+  return {
+    id: wandbId('Run', `${run.entity.name}/${run.project}/${run.name}`),
+    name: run.name,
+    displayName: run.displayName,
+    description: run.description,
+    notes: run.notes,
+    config: run.config,
+    summaryMetrics: null,
+    wandbConfig: null,
+    tags: run.tags,
+    sweepName: null,
+    project: projectObject(context, run.entity, run.project),
+    historyLineCount: 0,
+    logLineCount: 0,
+    eventsLineCount: 0,
+    historyTail: null,
+    eventsTail: null,
+  };
+}
+
+function artifactObject(context: Context, view: WandbArtifactView) {
+  const entity = context.principal.entities.find((candidate) => candidate.name === view.entity) as Entity;
+  const sequence = {
+    __typename: 'ArtifactSequence',
+    id: wandbId('ArtifactSequence', `${view.entity}/${view.project}/${view.name}`),
+    name: view.name,
+    project: projectObject(context, entity, view.project),
+    latestArtifact: async () => {
+      const latest = await context.wandb.artifacts.byName(context.principal, { entity: view.entity, project: view.project, name: `${view.name}:latest` });
+      return latest && artifactObject(context, latest);
+    },
+  };
+  return {
+    ...view,
+    id: wandbId('Artifact', view.id),
+    digestAlgorithm: 'MANIFEST_MD5',
+    artifactSequence: sequence,
+    artifactType: { name: view.type },
+    ttlDurationSeconds: -2, // W&B's "no TTL"
+    ttlIsInherited: false,
+    tags: [],
+    historyStep: null,
+    commitHash: null,
+    updatedAt: null,
+    aliases: async () => {
+      const latest = view.state === 'COMMITTED' && (await sequence.latestArtifact());
+      return latest && latest.id === wandbId('Artifact', view.id) ? [{ id: wandbId('ArtifactAlias', `${view.id}/latest`), alias: 'latest', artifactCollection: sequence }] : [];
+    },
+  };
+}
+
+const queries = {
+  viewer: (_args: unknown, { principal }: Context) => ({
+    id: wandbId('User', principal.entityId),
+    entity: principal.entityName,
+    username: principal.entityName,
+    email: null,
+    flags: null,
+    teams: { edges: principal.entities.slice(1).map((team) => ({ node: entityObject(team) })) },
+  }),
+  // No server features: the SDK then uses the plain paths served here (MD5 digests, no gzip, no OpenTelemetry).
+  serverInfo: () => ({ features: [], cliVersionInfo: null, latestLocalVersionInfo: null }),
+  model: (args: { name?: string | null; entityName?: string | null }, context: Context) => queries.project(args, context),
+  project: ({ name, entityName }: { name?: string | null; entityName?: string | null }, context: Context) =>
+    projectObject(context, context.wandb.runs.entity(context.principal, entityName), name ?? DEFAULT_PROJECT),
+  entity: ({ name }: { name: string }, { principal }: Context) => {
+    const entity = principal.entities.find((candidate) => candidate.name === name);
+    return entity ? entityObject(entity) : null;
+  },
+  artifact: async ({ id }: { id: string }, context: Context) => {
+    const view = await context.wandb.artifacts.byId(context.principal, artifactKey(id));
+    return view && artifactObject(context, view);
+  },
+};
+
+function fileObject(context: Context, upload: { artifactId: string; name: string; token: string }) {
+  return {
+    id: wandbId('File', `${upload.artifactId}/${upload.name}`),
+    name: upload.name,
+    storagePath: null,
+    uploadUrl: uploadUrl(context, upload.token),
+    uploadHeaders: [],
+    uploadMultipartUrls: null,
+    artifact: () => queries.artifact({ id: wandbId('Artifact', upload.artifactId) }, context),
+  };
+}
+
+const mutations = {
+  upsertBucket: ({ input }: { input: UpsertBucketInput }, context: Context) => ({
+    bucket: runObject(context, context.wandb.runs.upsert(context.principal, input)),
+    inserted: true,
+  }),
+  createRunFiles: ({ input }: { input: { entityName: string; projectName: string; runName: string; files: string[] } }, context: Context) => ({
+    runID: wandbId('Run', `${input.entityName}/${input.projectName}/${input.runName}`),
+    uploadHeaders: [],
+    files: context.wandb.runs.fileUploads(context.principal, input).map(({ name, token }) => ({ name, uploadUrl: uploadUrl(context, token) })),
+  }),
+  createArtifact: async ({ input }: { input: CreateArtifactInput }, context: Context) => {
+    const { artifact } = await context.wandb.artifacts.create(context.principal, input);
+    return { artifact: artifactObject(context, artifact) };
+  },
+  createArtifactManifest: ({ input }: { input: CreateArtifactManifestInput }, context: Context) => {
+    const upload = context.wandb.artifacts.manifestUpload(context.principal, { ...input, artifactID: artifactKey(input.artifactID) });
+    return { artifactManifest: { id: wandbId('ArtifactManifest', upload.artifactId), file: fileObject(context, { ...upload, name: input.name }) } };
+  },
+  createArtifactFiles: ({ input }: { input: { artifactFiles: CreateArtifactFileSpecInput[] } }, context: Context) => {
+    const specs = input.artifactFiles.map((spec) => ({ ...spec, artifactID: artifactKey(spec.artifactID) }));
+    return { files: { edges: context.wandb.artifacts.fileUploads(context.principal, specs).map((upload) => ({ node: fileObject(context, upload) })) } };
+  },
+  commitArtifact: async ({ input }: { input: { artifactID: string } }, context: Context) => ({
+    artifact: artifactObject(context, await context.wandb.artifacts.commit(context.principal, artifactKey(input.artifactID))),
+  }),
+};
+
+const ROOT = { ...queries, ...mutations };
+
+/**
+ * One GraphQL request, answered as W&B answers: `{data, errors}`. A syntax or validation error names what was
+ * asked; a resolver's AppError keeps its message; anything else is reported by `onInternal` and answered vaguely.
+ */
+export async function executeWandbGraphql(context: Context, request: GraphqlRequest, onInternal: (error: unknown) => void): Promise<ExecutionResult> {
+  let document;
+  try {
+    document = parse(request.query, { maxTokens: MAX_TOKENS });
+  } catch (error) {
+    if (error instanceof GraphQLError) return { errors: [error] };
+    throw tooDeep(error);
+  }
+  let invalid: readonly GraphQLError[];
+  try {
+    invalid = validate(SCHEMA, document);
+  } catch (error) {
+    throw tooDeep(error);
+  }
+  if (invalid.length > 0) return { errors: invalid.map((error) => ({ ...error.toJSON(), message: `${error.message} (${SERVED})` })) as unknown as GraphQLError[] };
+  const result = await execute({ schema: SCHEMA, document, rootValue: ROOT, contextValue: context, variableValues: request.variables ?? undefined, operationName: request.operationName || undefined });
+  const errors = result.errors?.map((error) => {
+    if (error.originalError && !(error.originalError instanceof AppError) && error.originalError.constructor.name !== 'GraphQLError') {
+      onInternal(error.originalError);
+      return { ...error.toJSON(), message: 'Internal server error' };
+    }
+    // An error outside any field is the request's own (a variable naming an input field W&B has and we do not).
+    return error.path ? error.toJSON() : { ...error.toJSON(), message: `${error.message} (${SERVED})` };
+  });
+  return errors ? { ...result, errors: errors as unknown as GraphQLError[] } : result;
+}
