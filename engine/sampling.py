@@ -183,17 +183,18 @@ def _apply_penalties(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> None:
 
 
 def _apply_constraints(x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: Sequence[Optional[torch.Tensor]]) -> None:
+    """Constrained rows keep only their allowed tokens, in place. Masks are applied by selection over the whole
+    batch (free rows select themselves), never by arithmetic, so no row's values can reach another row."""
     constrained = [b for b, m in enumerate(allowed) if m is not None]
     if not constrained:
         return
-    idx = torch.tensor(constrained, device=x_BV.device)
-    keep_CV = torch.stack([allowed[b] for b in constrained])
-    xs_CV = x_BV[idx].masked_fill(~keep_CV, float("-inf"))
+    keep_BV = torch.ones_like(x_BV, dtype=torch.bool)
+    keep_BV[torch.tensor(constrained, device=x_BV.device)] = torch.stack([allowed[b] for b in constrained])
+    banned = torch.full((), float("-inf"), dtype=x_BV.dtype, device=x_BV.device)
+    kept_BV = torch.where(keep_BV, x_BV, banned)
     # Bans that leave nothing the constraint allows yield to it: the output must stay inside.
-    dead_C = torch.isneginf(xs_CV).all(dim=-1)
-    if bool(dead_C.any()):
-        xs_CV[dead_C] = logits_BV[idx][dead_C].masked_fill(~keep_CV[dead_C], float("-inf"))
-    x_BV[idx] = xs_CV
+    dead_B1 = torch.isneginf(kept_BV).all(dim=-1, keepdim=True)
+    x_BV.copy_(torch.where(dead_B1, torch.where(keep_BV, logits_BV, banned), kept_BV))
 
 
 def _pick_tokens(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor:
