@@ -25,7 +25,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -268,15 +268,12 @@ def ready_rows(guides: Sequence[Optional[Guide]], grace_s: float) -> List[bool]:
     return [g is None or g.next_W.done() for g in guides]
 
 
-def step_masks(guides: Sequence[Optional[Guide]], device) -> Optional[List[Optional[torch.Tensor]]]:
-    """Per row: the allowed-token mask (bool [V]) of a constrained row (its mask computed, without error), None
-    for a free row; None when no row is constrained."""
+def step_masks(guides: Sequence[Optional[Guide]], device) -> Optional[Tuple[List[int], torch.Tensor]]:
+    """The constrained rows (their masks computed, without error) and their allowed tokens, bool [C, V], as
+    sample_step takes them; None when no row is constrained."""
     rows = [b for b, g in enumerate(guides) if g is not None]
     if not rows:
         return None
     bits_CW = torch.stack([guides[b].next_W.result() for b in rows]).to(device)
     allowed_CV = ((bits_CW[:, :, None] & BITS_32.to(device)) != 0).reshape(len(rows), -1)[:, :guides[rows[0]].vocab.vocab_size]
-    out: List[Optional[torch.Tensor]] = [None] * len(guides)
-    for i, b in enumerate(rows):
-        out[b] = allowed_CV[i]
-    return out
+    return rows, allowed_CV

@@ -72,7 +72,9 @@ class TestMasks(unittest.TestCase):
 
     def allowed(self, guide):
         self.assertEqual(ready_rows([guide], 60), [True])
-        return set(torch.nonzero(step_masks([guide], "cpu")[0]).flatten().tolist())
+        rows, allowed_CV = step_masks([guide], "cpu")
+        self.assertEqual(rows, [0])
+        return set(torch.nonzero(allowed_CV[0]).flatten().tolist())
 
     def test_masks_follow_the_grammar_and_eos_comes_only_at_its_end(self):
         guide = Guide(self.fx.compiled(spec("regex", '\\{"[a-c]{1,3}"\\}')))
