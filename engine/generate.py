@@ -154,6 +154,12 @@ class Scheduler:
         """(running sequences, waiting sequences)."""
         return len(self.running), sum(r.params.n for r in list(self.waiting))
 
+    def memory(self) -> dict:
+        """Bytes held by the KV cache (every slot, as allocated) and by the prefix cache's copies."""
+        kv = self.cache.k.numel() * self.cache.k.element_size() * 2
+        per_position = kv // max(1, self.cache.slots * self.cache.length)
+        return {"kv_cache_bytes": kv, "prefix_cache_bytes": (self.prefix.tokens if self.prefix else 0) * per_position}
+
     def tokens_per_second(self) -> float:
         """Tokens generated over the last 10 s (called from the reader thread: reads a snapshot)."""
         now = time.monotonic()
@@ -174,12 +180,14 @@ class Scheduler:
             if len(self.running) + req.params.n > self.config.max_batch:
                 break
             self.waiting.popleft()
+            group = [req] + self._twins(req)
             budget -= len(req.prompt)
             try:
-                budget += self._admit(req)  # a reused prefix costs nothing
+                budget += self._admit(group)  # a reused prefix and the twins' prompts cost nothing
             except Exception as e:  # a bad request must not take the batch down
-                self._drop_request(req)
-                req.finish({"error": e})
+                for r in group:
+                    self._drop_request(r)
+                    r.finish({"error": e})
         if self.running:
             self._decode()
 
@@ -211,12 +219,34 @@ class Scheduler:
 
     # --- prefill ------------------------------------------------------------
 
-    def _admit(self, req: GenRequest) -> int:
-        """Prefills the prompt (after any cached prefix) into the next free slots; answers the tokens reused."""
-        params, prompt, n = req.params, req.prompt, req.params.n
-        model, vocab = self.model, self.model.args.vocab_size
+    def _twins(self, req: GenRequest) -> List[GenRequest]:
+        """Waiting requests with req's exact prompt and adapter, taken out of the queue to share its prefill.
+
+        A group of identical rollouts arrives together and waits together; prefilling each alone repeats the
+        same forward (the full weights read once per request) for the same logits. Requests that want prompt
+        logprobs keep their own prefill; twins are taken only while their samples fit the batch.
+        """
+        if req.params.prompt_logprobs is not None:
+            return []
+        room = self.config.max_batch - len(self.running) - req.params.n
+        twins = []
+        for other in list(self.waiting):
+            if (other.adapter is req.adapter and other.params.prompt_logprobs is None and other.params.n <= room
+                    and not other.cancelled and other.prompt == req.prompt):
+                self.waiting.remove(other)
+                twins.append(other)
+                room -= other.params.n
+        return twins
+
+    def _admit(self, group: List[GenRequest]) -> int:
+        """Prefills the first request's prompt (after any cached prefix) once for the whole group of identical
+        prompts, samples every sequence's first token from it, and gives cache slots only to the sequences that
+        go on (the prefill's slot to the first, copies to the rest). Answers the prompt tokens reused."""
+        req = group[0]
+        params, prompt = req.params, req.prompt
+        model = self.model
         slot = len(self.running)
-        self.cache.ensure(slot + n, len(prompt) + 1)
+        self.cache.ensure(slot + 1, len(prompt) + 1)  # the other slots once it is known who needs one
         lora = LoraBatch([req.adapter], model.dtype, model.device, self.stacks) if req.adapter else None
         tokens = torch.tensor(prompt, device=model.device)
         want_prompt_lp = params.prompt_logprobs is not None
@@ -244,21 +274,34 @@ class Scheduler:
             req.emit({"type": "prompt", "prompt_logprobs": entries[:len(prompt)]})
         if self.prefix is not None:
             self.prefix.store(req.adapter, prompt, lambda: self.cache.read_prefix(slot, len(prompt)))
-        for i in range(1, n):
-            self.cache.copy_slot(slot, slot + i, len(prompt))
-        bias = static_bias(params, vocab, model.device)
-        pmask = prompt_mask(params, prompt, vocab, model.device)
-        seqs = [Sequence(req=req, index=i, sampler=SeqSampler(params, prompt, i, vocab, bias, pmask, model.device),
-                         length=len(prompt), last=-1, guide=Guide(req.constraint) if req.constraint else None)
-                for i in range(n)]
-        req.live = n
-        masks = step_masks([s.guide for s in seqs], model.device)  # the grammar's start: computed when it compiled
-        result = sample_step(last_logits.expand(n, vocab), [s.sampler for s in seqs], self.eos_ids, masks)
-        for i, seq in enumerate(seqs):
-            seq.slot = slot + i
+        for twin in group[1:]:
+            twin.cached = len(prompt) - 1  # as a prefix-cache hit reports an identical prompt
+        self._start(group, last_logits, slot)
+        return begin + sum(len(r.prompt) for r in group[1:])
+
+    def _start(self, group: List[GenRequest], last_logits, slot: int) -> None:
+        """The group's sequences sample their first token; those that go on take slots from `slot`, whose KV
+        (the prefill's) is copied to the others. A sequence done after one token never costs a copy."""
+        vocab, device, length = self.model.args.vocab_size, self.model.device, len(group[0].prompt)
+        seqs = []
+        for req in group:
+            params = req.params
+            bias = static_bias(params, vocab, device)
+            pmask = prompt_mask(params, req.prompt, vocab, device)
+            seqs += [Sequence(req=req, index=i, sampler=SeqSampler(params, req.prompt, i, vocab, bias, pmask, device),
+                              length=length, last=-1, guide=Guide(req.constraint) if req.constraint else None)
+                     for i in range(params.n)]
+            req.live = params.n
+        masks = step_masks([s.guide for s in seqs], device)  # the grammar's start: computed when it compiled
+        result = sample_step(last_logits.expand(len(seqs), vocab), [s.sampler for s in seqs], self.eos_ids, masks)
+        finished = {id(s) for s in self._record(seqs, result)}
+        going_on = [s for s in seqs if id(s) not in finished]
+        self.cache.ensure(slot + len(going_on), length + 1)
+        for k, seq in enumerate(going_on):
+            if k > 0:
+                self.cache.copy_slot(slot, slot + k, length)
+            seq.slot = slot + k
             self.running.append(seq)
-        self._record(seqs, result)
-        return begin
 
     # --- decode -------------------------------------------------------------
 
@@ -289,8 +332,8 @@ class Scheduler:
         for req, error in broken.values():  # a request whose grammar broke ends with its error, all its rows
             self._fail_request(req, error)
 
-    def _record(self, seqs: List[Sequence], result) -> None:
-        """Emit each row's new token; finish rows that hit a stop rule."""
+    def _record(self, seqs: List[Sequence], result) -> List[Sequence]:
+        """Emit each row's new token; finish rows that hit a stop rule (answered)."""
         now = time.monotonic()
         self._rate.append((now, len(seqs)))
         while now - self._rate[0][0] > 10.0:
@@ -323,6 +366,7 @@ class Scheduler:
                 finished.append(seq)
         for seq in finished:
             self._finish_seq(seq)
+        return finished
 
     def _finish_seq(self, seq: Sequence) -> None:
         self._remove(seq)

@@ -258,6 +258,16 @@ class AdapterStore:
     def drop(self, key: str) -> bool:
         return self._items.pop(key, None) is not None
 
+    def nbytes(self) -> int:
+        """Bytes of the resident adapters' weights and optimizer moments (a snapshot: safe from any thread)."""
+        total = 0
+        for adapter in list(self._items.values()):
+            total += adapter.nbytes()
+            if adapter.optimizer is not None:
+                total += sum(v.numel() * v.element_size() for st in list(adapter.optimizer.state.values())
+                             for v in st.values() if torch.is_tensor(v))
+        return total
+
 
 class LoraBatch:
     """Per-row adapters (None = base model) applied in one batched computation per projection group.

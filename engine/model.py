@@ -337,8 +337,11 @@ class Block(nn.Module):
     def _lora(self, lora, group: Tuple[str, ...], sizes: Tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if lora is None:
             return y
-        delta = lora.delta(group, sizes, x)
-        return y if delta is None else y + delta
+        # The low-rank products run in fp32 whatever the weights' dtype (the adapter's own dtype): in bf16, x·Aᵀ,
+        # then ·Bᵀ, then the sum would each round to 8 bits, and the adapter's gradients would come from rounded
+        # activations. One rounding, of the sum, remains. A no-op for fp32 models.
+        delta = lora.delta(group, sizes, x.float())
+        return y if delta is None else (y + delta).to(y.dtype)
 
     def forward(self, x_BTD: torch.Tensor, ctx: ForwardContext, rope: Tuple[torch.Tensor, torch.Tensor],
                 bias_BTS: Optional[torch.Tensor], lora) -> torch.Tensor:

@@ -225,7 +225,24 @@ class Engine:
         return {"device": self.device.type, "dtype": str(self.default_dtype).replace("torch.", ""),
                 "matmul_gflops": self.matmul_gflops, "bases": list(self.bases), "adapters": self.adapters.keys(),
                 "max_adapters": self.adapters.max_adapters, "running": running, "waiting": waiting + queued,
-                "tokens_per_second": tps, "rss_bytes": rss_bytes()}
+                "tokens_per_second": tps, "rss_bytes": rss_bytes(), "memory": self.memory()}
+
+    def memory(self) -> dict:
+        """Where the engine's memory goes: weights, KV and prefix caches, adapters (with optimizer moments), and
+        on CUDA the allocator's view of the device (allocated now, peak, reserved, and the device's total)."""
+        report = {"weights_bytes": 0, "kv_cache_bytes": 0, "prefix_cache_bytes": 0,
+                  "adapters_bytes": self.adapters.nbytes()}
+        for base in list(self.bases.values()):
+            report["weights_bytes"] += sum(p.numel() * p.element_size() for p in base.model.parameters())
+            for key, value in base.scheduler.memory().items():
+                report[key] += value
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            report.update(device_allocated_bytes=torch.cuda.memory_allocated(self.device),
+                          device_peak_bytes=torch.cuda.max_memory_allocated(self.device),
+                          device_reserved_bytes=torch.cuda.memory_reserved(self.device),
+                          device_free_bytes=free, device_total_bytes=total)
+        return report
 
     # --- compute thread ------------------------------------------------------
 
@@ -454,7 +471,7 @@ class Engine:
         finally:
             adapter.pins -= 1
         work = lambda: {"metrics": train_step(base.model, adapter, req.loss, req.rows, req.loss_config,  # noqa: E731
-                                              req.optimizer, reference)}
+                                              req.optimizer, reference, req.logprob_chunk_size)}
         self._train_beside_decode(rid, adapter, work, True)
 
     # --- token-level training (Tinker's primitives; numerics in steps.py) ----

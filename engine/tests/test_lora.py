@@ -114,6 +114,24 @@ class TestLora(unittest.TestCase):
             self.assertLess((mixed[b] - alone).abs().max().item(), 1e-5)
         self.assertGreater((self.logits([rows[0]], None)[0] - mixed[0]).abs().max().item(), 1e-3)
 
+    def test_bf16_weights_take_the_adapter_delta_in_fp32_with_one_rounding(self):
+        a = randomize(L.new_adapter("a", "b", self.args, lora(seed=4), "cpu"), 4)
+        block = self.model.layers[0]
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 3, self.args.hidden_size, generator=g).bfloat16()
+        y = torch.randn(2, 3, self.args.q_size + 2 * self.args.kv_size, generator=g).bfloat16()
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                out = block._lora(L.LoraBatch([a], torch.bfloat16, "cpu"), block.g_qkv,
+                                  (self.args.q_size, self.args.kv_size, self.args.kv_size), x, y)
+            deltas = [x.float() @ a.A[m].t() @ a.B[m].t() * a.config.scale for m in block.g_qkv]
+            want = (y.float() + torch.cat(deltas, dim=-1)).bfloat16()
+            self.assertEqual(out.dtype, torch.bfloat16)
+            self.assertLessEqual((out.float() - want.float()).abs().max().item(), 1e-2 * want.float().abs().max().item())
+            self.assertGreater((out == want).float().mean().item(), 0.99)  # the same single rounding, up to fp32 order
+        out.float().sum().backward()
+        self.assertEqual(a.B[block.g_qkv[0]].grad.dtype, torch.float32)  # the fp32 parameters get the gradient
+
     def test_stack_cache_is_shared_across_orders_and_bounded(self):
         a1 = randomize(L.new_adapter("a1", "b", self.args, lora(seed=1), "cpu"), 1)
         a2 = randomize(L.new_adapter("a2", "b", self.args, lora(seed=2), "cpu"), 2)

@@ -53,6 +53,10 @@ class TestServer(unittest.TestCase):
         again = self.call({"id": "l2", "op": "load_base", "base": "b", "path": self.model_path})
         self.assertEqual((again["vocab_size"], again["context_length"], again["eos_token_ids"]), (101, 256, [2]))
         self.assertGreater(again["num_parameters"], 0)
+        memory = self.call({"id": "m", "op": "stats"})["memory"]
+        self.assertEqual(memory["weights_bytes"], 4 * again["num_parameters"])  # fp32
+        self.assertGreater(memory["kv_cache_bytes"], 0)
+        self.assertFalse(any(key.startswith("device_") for key in memory))  # the CUDA allocator's figures only there
 
     def test_garbage_gets_error_replies_and_the_engine_survives(self):
         self.e.send_raw(struct.pack(">I", 5) + b"{nope")
@@ -149,7 +153,9 @@ class TestServer(unittest.TestCase):
                            "rows": fwd_rows})
         self.assertEqual(before["logprobs"], after["logprobs"])
         self.assertIsNone(after["logprobs"][0][0])
-        self.assertIn("x", self.call({"id": "st", "op": "stats"})["adapters"])
+        stats = self.call({"id": "st", "op": "stats"})
+        self.assertIn("x", stats["adapters"])
+        self.assertGreater(stats["memory"]["adapters_bytes"], 0)
 
     def test_stats_answered_while_training(self):
         self.call({"id": "e", "op": "ensure_adapter", "base": "b", "adapter": "busy", "init": INIT})

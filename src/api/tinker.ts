@@ -4,10 +4,14 @@
  * client configuration we announce, and `tinker://` paths. The protobuf half of the wire is in tinker-proto.ts.
  */
 import { Type, type Static } from '@sinclair/typebox';
+import { AppError } from '../errors.ts';
+import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './tinker-proto.ts';
 
 const open = { additionalProperties: true } as const;
 const Id = Type.String({ minLength: 1, maxLength: 512 });
 const Int = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+/** The SDK's number for a training client's request: a re-send carries the same one (see services/tinker/futures.ts). */
+const SeqId = Type.Optional(Type.Union([Int, Type.Null()]));
 
 export const ClientConfigBody = Type.Object({ sdk_version: Type.Optional(Type.String({ maxLength: 64 })) }, open);
 export type ClientConfigBody = Static<typeof ClientConfigBody>;
@@ -53,13 +57,13 @@ export const AdamParamsBody = Type.Object(
   open,
 );
 
-export const OptimStepBody = Type.Object({ model_id: Id, adam_params: AdamParamsBody }, open);
+export const OptimStepBody = Type.Object({ model_id: Id, seq_id: SeqId, adam_params: AdamParamsBody }, open);
 export type OptimStepBody = Static<typeof OptimStepBody>;
 
 const CheckpointName = Type.String({ pattern: '^[A-Za-z0-9._-]{1,128}$' });
 
 export const SaveWeightsBody = Type.Object(
-  { model_id: Id, path: Type.Optional(Type.Union([CheckpointName, Type.Null()])), sampling_session_seq_id: Type.Optional(Type.Union([Int, Type.Null()])) },
+  { model_id: Id, seq_id: SeqId, path: Type.Optional(Type.Union([CheckpointName, Type.Null()])), sampling_session_seq_id: Type.Optional(Type.Union([Int, Type.Null()])) },
   open,
 );
 export type SaveWeightsBody = Static<typeof SaveWeightsBody>;
@@ -67,6 +71,7 @@ export type SaveWeightsBody = Static<typeof SaveWeightsBody>;
 export const LoadWeightsBody = Type.Object(
   {
     model_id: Type.Optional(Type.Union([Id, Type.Null()])),
+    seq_id: SeqId,
     session_id: Type.Optional(Type.Union([Id, Type.Null()])),
     model_seq_id: Type.Optional(Type.Union([Int, Type.Null()])),
     path: Type.String({ minLength: 1, maxLength: 1024 }),
@@ -110,10 +115,60 @@ export const SampleBody = Type.Object(
     base_model: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()])),
     model_path: Type.Optional(Type.Union([Type.String({ maxLength: 1024 }), Type.Null()])),
     prompt_logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+    /** Score only the last N prompt tokens (the SDK's `compute_logprobs(prompt, prompt_logprobs_last_n=N)`). */
+    prompt_logprobs_last_n: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1_000_000 }), Type.Null()])),
   },
   open,
 );
 export type SampleBody = Static<typeof SampleBody>;
+
+/** A tensor as older SDKs (0.18) send it in JSON: flat values, their dtype, and a shape we need not read. */
+const TensorJson = Type.Object(
+  {
+    data: Type.Array(Type.Number(), { maxItems: 10_000_000 }),
+    dtype: Type.Union([Type.Literal('int64'), Type.Literal('float32')]),
+    shape: Type.Optional(Type.Union([Type.Array(Int, { maxItems: 8 }), Type.Null()])),
+    sparse_crow_indices: Type.Optional(Type.Null()),
+    sparse_col_indices: Type.Optional(Type.Null()),
+  },
+  open,
+);
+const ChunkJson = Type.Object({ type: Type.Optional(Type.String({ maxLength: 64 })), tokens: Type.Optional(Type.Array(Type.Integer(), { maxItems: 1_000_000 })) }, open);
+const DatumJson = Type.Object({ model_input: Type.Object({ chunks: Type.Array(ChunkJson, { maxItems: 10_000 }) }, open), loss_fn_inputs: Type.Record(Type.String({ maxLength: 128 }), TensorJson) }, open);
+const ForwardBackwardInputJson = Type.Object(
+  {
+    data: Type.Array(DatumJson, { maxItems: 100_000 }),
+    loss_fn: Type.String({ maxLength: 128 }),
+    loss_fn_config: Type.Optional(Type.Union([Type.Record(Type.String({ maxLength: 128 }), Type.Number()), Type.Null()])),
+  },
+  open,
+);
+
+/** `forward_backward` as SDKs before the protobuf wire send it (tinker 0.18, which ART 0.5.18's Tinker backends pin). */
+export const ForwardBackwardJsonBody = Type.Object({ model_id: Id, seq_id: SeqId, forward_backward_input: ForwardBackwardInputJson }, open);
+export type ForwardBackwardJsonBody = Static<typeof ForwardBackwardJsonBody>;
+
+/** `forward`: the same input on its own path (tinker 0.18; newer SDKs send `forward_only` in the protobuf). */
+export const ForwardJsonBody = Type.Object({ model_id: Id, seq_id: SeqId, forward_input: ForwardBackwardInputJson }, open);
+export type ForwardJsonBody = Static<typeof ForwardJsonBody>;
+
+/** A JSON forward/forward_backward as the request the protobuf wire decodes to; a non-text chunk is a 400. */
+export function forwardBackwardFromJson(modelId: string, seqId: number | null | undefined, input: Static<typeof ForwardBackwardInputJson>, forwardOnly: boolean): ProtoForwardBackward {
+  const data = input.data.map((datum, index): ProtoDatum => {
+    const tokens: number[] = [];
+    for (const chunk of datum.model_input.chunks) {
+      if ((chunk.type ?? 'encoded_text') !== 'encoded_text' || !chunk.tokens) {
+        throw new AppError('bad_request', `data[${index}].model_input: only encoded_text chunks are supported (no images or audio)`);
+      }
+      tokens.push(...chunk.tokens);
+    }
+    // Keys are the client's: a null-prototype object keeps `__proto__` an ordinary (unknown) name.
+    const lossFnInputs = Object.create(null) as Record<string, ProtoTensor>;
+    for (const [key, tensor] of Object.entries(datum.loss_fn_inputs)) lossFnInputs[key] = { dtype: tensor.dtype, values: tensor.data };
+    return { tokens, lossFnInputs };
+  });
+  return { model_id: modelId, seq_id: seqId ?? 0, loss_fn: input.loss_fn, loss_fn_config: { ...input.loss_fn_config }, forward_only: forwardOnly, data };
+}
 
 export const RetrieveFutureBody = Type.Object({ request_id: Id, allow_metadata_only: Type.Optional(Type.Boolean()) }, open);
 export type RetrieveFutureBody = Static<typeof RetrieveFutureBody>;
@@ -181,3 +236,11 @@ export function parseTinkerPath(path: string): { modelId: string; kind: TinkerCh
 }
 
 export const stepName = (step: number) => `step${step}`;
+
+/**
+ * Where a signed checkpoint download lives: `<path>?expires=<unix seconds>&signature=<hex>`, valid this long. The SDK's
+ * archive call (tinker 0.18–0.34 `get_checkpoint_archive_url`) is answered with a 302 to it and an `Expires` header.
+ */
+export const ARCHIVE_DOWNLOAD_ROUTE = '/api/v1/checkpoint_archives/:model_id/:step';
+export const archiveDownloadPath = (modelId: string, step: number) => `/api/v1/checkpoint_archives/${encodeURIComponent(modelId)}/${step}`;
+export const ARCHIVE_URL_TTL_SECONDS = 15 * 60;

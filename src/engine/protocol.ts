@@ -39,6 +39,20 @@ export interface StatsReply {
   waiting: number;
   tokens_per_second: number;
   rss_bytes: number;
+  /** Where the engine's memory goes (docs/engine-protocol.md `stats`); the device_* figures on CUDA only. */
+  memory: EngineMemory;
+}
+
+export interface EngineMemory {
+  weights_bytes: number;
+  kv_cache_bytes: number;
+  prefix_cache_bytes: number;
+  adapters_bytes: number;
+  device_allocated_bytes?: number;
+  device_peak_bytes?: number;
+  device_reserved_bytes?: number;
+  device_free_bytes?: number;
+  device_total_bytes?: number;
 }
 
 export interface LoadBaseRequest {
@@ -273,6 +287,8 @@ export interface TrainStepRequest {
   /** The KL penalty's reference policy (loaded from the path if not resident); absent: the base model. */
   reference_adapter?: string;
   reference_adapter_path?: string;
+  /** Positions whose logits are computed at once (capped by the engine's memory bound); absent: that bound. */
+  logprob_chunk_size?: number;
 }
 
 export interface TrainStepReply {

@@ -4,12 +4,16 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
+  ARCHIVE_DOWNLOAD_ROUTE,
   CLIENT_CONFIG,
   CLIENT_DYNAMIC_CONFIG,
   ClientConfigBody,
   CreateModelBody,
   CreateSamplingSessionBody,
   CreateSessionBody,
+  ForwardBackwardJsonBody,
+  forwardBackwardFromJson,
+  ForwardJsonBody,
   LoadWeightsBody,
   ModelIdBody,
   OptimStepBody,
@@ -62,14 +66,20 @@ function registerTrainingRoutes(app: FastifyInstance, tinker: TinkerServices): v
   app.post<{ Body: ModelIdBody }>('/api/v1/get_info', { schema: { body: ModelIdBody } }, async (request) => tinker.rest.info(request.principal, request.body.model_id));
   app.post<{ Body: ModelIdBody }>('/api/v1/unload_model', { schema: { body: ModelIdBody } }, async (request) => tinker.training.unload(request.principal, request.body.model_id));
   app.register(async (scope) => {
-    // The SDK always sends forward_backward as protobuf (uncompressed: the client config says so).
+    // tinker 0.38 sends forward_backward as protobuf (uncompressed: the client config says so); 0.18 sends JSON.
     scope.addContentTypeParser(PROTOBUF, { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
-    scope.post('/api/v1/forward_backward', async (request) => {
-      if (!Buffer.isBuffer(request.body)) throw new AppError('unsupported_media_type', `forward_backward takes a ${PROTOBUF} body`);
+    scope.post('/api/v1/forward_backward', { schema: { body: { content: { 'application/json': { schema: ForwardBackwardJsonBody } } } } }, async (request) => {
+      if (!Buffer.isBuffer(request.body)) {
+        const body = request.body as ForwardBackwardJsonBody;
+        return tinker.training.forwardBackward(request.principal, forwardBackwardFromJson(body.model_id, body.seq_id, body.forward_backward_input, false));
+      }
       if (request.headers['content-encoding'] && request.headers['content-encoding'] !== 'identity') throw new AppError('unsupported_media_type', 'forward_backward bodies must not be compressed');
       return tinker.training.forwardBackward(request.principal, decodeForwardBackward(request.body));
     });
   });
+  app.post<{ Body: ForwardJsonBody }>('/api/v1/forward', { schema: { body: ForwardJsonBody } }, async (request) =>
+    tinker.training.forwardBackward(request.principal, forwardBackwardFromJson(request.body.model_id, request.body.seq_id, request.body.forward_input, true)),
+  );
   app.post<{ Body: OptimStepBody }>('/api/v1/optim_step', { schema: { body: OptimStepBody } }, async (request) => tinker.training.optimStep(request.principal, request.body));
   app.post<{ Body: SaveWeightsBody }>('/api/v1/save_weights', { schema: { body: SaveWeightsBody } }, async (request) => tinker.training.save(request.principal, request.body, false));
   app.post<{ Body: SaveWeightsBody }>('/api/v1/save_weights_for_sampler', { schema: { body: SaveWeightsBody } }, async (request) =>
@@ -119,7 +129,19 @@ function registerRestRoutes(app: FastifyInstance, tinker: TinkerServices): void 
   );
   app.get<{ Params: { run_id: string } }>('/api/v1/training_runs/:run_id', async (request) => tinker.rest.trainingRun(request.principal, request.params.run_id));
   app.get<{ Params: { run_id: string } }>('/api/v1/training_runs/:run_id/checkpoints', async (request) => tinker.rest.checkpoints(request.principal, request.params.run_id));
-  // Checkpoint ids hold a slash: `sampler_weights/<name>` or `weights/<name>`.
+  // Checkpoint ids hold a slash: `sampler_weights/<name>` or `weights/<name>`. The archive call ends in `/archive` and
+  // is answered with a redirect to a signed download (the SDK reads the URL from Location and its expiry from Expires).
+  app.get<{ Params: { run_id: string; '*': string } }>('/api/v1/training_runs/:run_id/checkpoints/*', async (request, reply) => {
+    const checkpointId = request.params['*'].match(/^(.+)\/archive$/)?.[1];
+    if (!checkpointId) throw new AppError('not_found', `No such route: GET ${request.url.split('?')[0]}`);
+    const signed = await tinker.archives.signedUrl(request.principal, request.params.run_id, checkpointId, `${request.protocol}://${request.host}`);
+    return reply.code(302).header('location', signed.url).header('expires', signed.expires.toUTCString()).send();
+  });
+  app.get<{ Params: { model_id: string; step: string }; Querystring: Record<string, unknown> }>(ARCHIVE_DOWNLOAD_ROUTE, { config: { public: true } }, async (request, reply) => {
+    const { fileName, size, archive } = await tinker.archives.open(request.params.model_id, request.params.step, request.query.expires, request.query.signature);
+    reply.type('application/x-tar').header('content-length', size).header('content-disposition', `attachment; filename="${fileName}"`);
+    return reply.send(archive);
+  });
   app.delete<{ Params: { run_id: string; '*': string } }>('/api/v1/training_runs/:run_id/checkpoints/*', async (request, reply) => {
     await tinker.rest.deleteCheckpoint(request.principal, request.params.run_id, request.params['*']);
     return reply.status(204).send();

@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { AppError, notFound } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
+import type { ModelRow } from '../api/models.ts';
 import { tarSize, tarStream, type TarEntry } from '../artifacts/tar.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
@@ -21,14 +22,24 @@ export async function publicAdapterConfig(folder: string, baseModel: string): Pr
   return { ...config, base_model_name_or_path: baseModel };
 }
 
+export interface AdapterArchive {
+  fileName: string;
+  size: number;
+  archive: Readable;
+}
+
 export class CheckpointExporter {
   constructor(
     private readonly models: ModelService,
     private readonly checkpoints: ModelRepository,
   ) {}
 
-  async adapterArchive(principal: Principal, modelId: string, step: number): Promise<{ fileName: string; size: number; archive: Readable }> {
-    const model = await this.models.getOwned(principal, modelId);
+  async adapterArchive(principal: Principal, modelId: string, step: number): Promise<AdapterArchive> {
+    return this.archiveOf(await this.models.getOwned(principal, modelId), step);
+  }
+
+  /** The archive of a model's checkpoint, whoever asks (the caller decided they may); `extra` members go last. */
+  async archiveOf(model: ModelRow, step: number, extra: TarEntry[] = []): Promise<AdapterArchive> {
     const checkpoint = await this.checkpoints.findCheckpointByStep(model.id, step);
     if (!checkpoint) throw notFound(`Checkpoint at step ${step} of model ${model.name}`);
     if (!checkpoint.adapterPath) {
@@ -47,6 +58,7 @@ export class CheckpointExporter {
     const entries: TarEntry[] = [
       { name: ADAPTER_CONFIG, size: config.length, open: () => config },
       { name: ADAPTER_WEIGHTS, size, open: () => weights.createReadStream() },
+      ...extra,
     ];
     // Entries dated by the checkpoint, not the download: every export of a checkpoint is the same bytes.
     const archive = tarStream(entries, Date.parse(checkpoint.createdAt) / 1000);

@@ -162,6 +162,17 @@ export interface TinkerFutureTable {
   category: string | null;
   created_at: string;
   finished_at: string | null;
+  /** `<scope>#<seq_id>` of a request the SDK numbers (its re-sends share it); null for the others. */
+  request_key: string | null;
+  /** The request's content, so a different request reusing a sequence number is refused, not answered. */
+  request_hash: string | null;
+}
+
+/** A secret every server process on this database shares (e.g. the key signing download URLs). */
+export interface ServerSecretTable {
+  name: string;
+  value: string;
+  created_at: string;
 }
 
 export interface Database {
@@ -184,4 +195,5 @@ export interface Database {
   tinker_sampling_sessions: TinkerSamplingSessionTable;
   tinker_checkpoints: TinkerCheckpointTable;
   tinker_futures: TinkerFutureTable;
+  server_secrets: ServerSecretTable;
 }

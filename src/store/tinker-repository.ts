@@ -1,4 +1,7 @@
-/** All SQL of the Tinker API: sessions, training clients ↔ models, sampling sessions, named checkpoints, futures. */
+/**
+ * All SQL of the Tinker API: sessions, training clients ↔ models, sampling sessions, named checkpoints, futures (with
+ * the numbered request each answers), and the shared secrets its signed URLs use.
+ */
 import type { Kysely } from 'kysely';
 import type {
   Database,
@@ -88,12 +91,33 @@ export class TinkerRepository {
     await this.db.insertInto('tinker_futures').values(future).execute();
   }
 
+  /** Inserts a numbered request's future unless that entity already has one for its key; says whether it did. */
+  async claimFuture(future: TinkerFutureTable): Promise<boolean> {
+    const result = await this.db
+      .insertInto('tinker_futures')
+      .values(future)
+      .onConflict((oc) => oc.columns(['entity_id', 'request_key']).doNothing())
+      .executeTakeFirst();
+    return Number(result.numInsertedOrUpdatedRows ?? 0) > 0;
+  }
+
+  async findFutureByRequest(entityId: string, requestKey: string): Promise<TinkerFutureTable | undefined> {
+    return this.db.selectFrom('tinker_futures').selectAll().where('entity_id', '=', entityId).where('request_key', '=', requestKey).executeTakeFirst();
+  }
+
   async finishFuture(id: string, outcome: Pick<TinkerFutureTable, 'status' | 'result' | 'error' | 'category' | 'finished_at'>): Promise<void> {
     await this.db.updateTable('tinker_futures').set(outcome).where('id', '=', id).execute();
   }
 
   async findFuture(id: string): Promise<TinkerFutureTable | undefined> {
     return this.db.selectFrom('tinker_futures').selectAll().where('id', '=', id).executeTakeFirst();
+  }
+
+  /** The secret stored under `name`, made from `candidate` by whichever process asks first. */
+  async sharedSecret(name: string, candidate: string, now: string): Promise<string> {
+    await this.db.insertInto('server_secrets').values({ name, value: candidate, created_at: now }).onConflict((oc) => oc.column('name').doNothing()).execute();
+    const row = await this.db.selectFrom('server_secrets').select('value').where('name', '=', name).executeTakeFirstOrThrow();
+    return row.value;
   }
 
   /** At start-up: every future still pending belonged to a process that is gone. */

@@ -137,6 +137,34 @@ def save_and_load(service, tokenizer, base_model):
     }
 
 
+def custom_loss(service, tokenizer, base_model):
+    """forward_backward_custom with cross-entropy written as a custom loss, beside the built-in one from the same seed.
+
+    The SDK runs a custom loss client-side: a forward for the logprobs, then a cross_entropy forward_backward weighted
+    by minus the loss's gradient, which here is exactly the datum's weights: both clients must end on the same weights.
+    """
+    import torch
+
+    data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
+
+    def nll(batch, logprobs_list):
+        loss = sum(-(lp * torch.tensor(d.loss_fn_inputs["weights"].data)).sum() for d, lp in zip(batch, logprobs_list))
+        return loss, {"custom_nll": float(loss)}
+
+    results = {}
+    for name in ("builtin", "custom"):
+        trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=9).result()
+        if name == "builtin":
+            fb = trainer.forward_backward(data, "cross_entropy")
+        else:
+            fb = trainer.forward_backward_custom(data, nll)
+        trainer.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+        metrics = fb.result().metrics
+        after = trainer.forward(data, "cross_entropy").result()
+        results[name] = {"metrics": metrics, "logprobs": [o["logprobs"].tolist() for o in after.loss_fn_outputs]}
+    return results
+
+
 def failure(call):
     """The exception type the SDK raised (and its status where it has one), or None."""
     try:
@@ -216,6 +244,9 @@ def sampling(service, tokenizer, base_model):
         for _ in range(2)
     ]
     with_prompt = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
+    # compute_logprobs (ART's Tinker backend scores with it): a one-token sample with prompt logprobs, all or the last N.
+    scored = sampler.compute_logprobs(prompt).result()
+    scored_last_2 = sampler.compute_logprobs(prompt, prompt_logprobs_last_n=2).result()
     return {
         "free": list(free.tokens),
         "free_stop_reason": free.stop_reason,
@@ -230,6 +261,8 @@ def sampling(service, tokenizer, base_model):
         "seeded": seeded,
         "prompt_length": prompt.length,
         "prompt_logprobs": with_prompt.prompt_logprobs,
+        "scored": scored,
+        "scored_last_2": scored_last_2,
     }
 
 
@@ -244,6 +277,7 @@ def main():
     out["supervised"] = supervised(service, tokenizer, base_model)
     out["reinforcement"] = reinforcement(service, tokenizer, base_model)
     out["save_and_load"] = save_and_load(service, tokenizer, base_model)
+    out["custom_loss"] = custom_loss(service, tokenizer, base_model)
     run_id = out["supervised"]["sampler_path"][len("tinker://"):].split("/")[0]
     out["errors"] = errors(service, other, tokenizer, base_model, out["supervised"]["model_id"], run_id)
     out["sampling"] = sampling(service, tokenizer, base_model)

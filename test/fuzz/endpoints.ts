@@ -272,6 +272,18 @@ function tinkerEndpoints(): Endpoint[] {
     { method: 'POST', template: '/api/v1/get_info', writes: false, weight: 0.3, body: (c) => ({ model_id: modelId(c) }) },
     { method: 'POST', template: '/api/v1/unload_model', writes: true, weight: 0.2, body: (c) => ({ model_id: modelId(c) }) },
     { method: 'POST', template: '/api/v1/forward_backward', writes: true, weight: 1, bytes: protobufBody },
+    {
+      // tinker 0.18's JSON forward (newer SDKs send forward_only in the protobuf forward_backward).
+      method: 'POST', template: '/api/v1/forward', writes: false, weight: 0.5,
+      body: (c) => ({
+        model_id: modelId(c),
+        seq_id: c.rng.pick([1, null, 2 ** 40]),
+        forward_input: {
+          data: [{ model_input: { chunks: [c.rng.pick([{ type: 'encoded_text', tokens: [1, 2, 3] }, { type: 'image', data: 'x' }])] }, loss_fn_inputs: { target_tokens: { data: [2, 3, 4], dtype: c.rng.pick(['int64', 'float32', 'int8']), shape: [3] } } }],
+          loss_fn: c.rng.pick(['cross_entropy', 'nope']),
+        },
+      }),
+    },
     { method: 'POST', template: '/api/v1/optim_step', writes: true, weight: 0.5, body: (c) => ({ model_id: modelId(c), adam_params: { learning_rate: 1e-4, beta1: 0.9, beta2: 0.95, eps: 1e-12 } }) },
     { method: 'POST', template: '/api/v1/save_weights', writes: true, weight: 0.3, body: (c) => ({ model_id: modelId(c), path: c.rng.word() }) },
     { method: 'POST', template: '/api/v1/save_weights_for_sampler', writes: true, weight: 0.3, body: (c) => ({ model_id: modelId(c), path: c.rng.pick([c.rng.word(), '../x', null]) }) },
@@ -298,6 +310,16 @@ function tinkerEndpoints(): Endpoint[] {
     { method: 'GET', template: '/api/v1/checkpoints', writes: false, weight: 0.3, query: (c) => ({ limit: c.rng.pick([1, 100, 0]), offset: c.rng.pick([0, 3, -1]) }) },
     { method: 'GET', template: '/api/v1/training_runs/:run_id', writes: false, weight: 0.5, params: (c) => ({ run_id: c.rng.pick([...c.target.modelIds, ...c.world.b.modelIds, 'nope']) }) },
     { method: 'GET', template: '/api/v1/training_runs/:run_id/checkpoints', writes: false, weight: 0.5, params: (c) => ({ run_id: c.rng.pick([...c.target.modelIds, 'nope']) }) },
+    {
+      method: 'GET', template: '/api/v1/training_runs/:run_id/checkpoints/*', writes: false, weight: 0.3,
+      params: (c) => ({ run_id: c.rng.pick([...c.world.b.modelIds, c.rng.pick(c.target.modelIds), 'nope']), '*': c.rng.pick(['sampler_weights/step1/archive', 'weights/x/archive', 'sampler_weights/step0', '../archive']) }),
+    },
+    {
+      // A signed download nobody signed: refused whatever the parameters.
+      method: 'GET', template: '/api/v1/checkpoint_archives/:model_id/:step', writes: false, weight: 0.3,
+      params: (c) => ({ model_id: c.rng.pick([...c.world.b.modelIds, c.rng.pick(c.target.modelIds)]), step: c.rng.pick(['1', '0', '-1', 'x']) }),
+      query: (c) => ({ expires: c.rng.pick([0, 9_999_999_999, 'soon']), signature: c.rng.pick(['0'.repeat(64), 'zz', hugeString(c.rng)]) }),
+    },
     {
       method: 'DELETE', template: '/api/v1/training_runs/:run_id/checkpoints/*', writes: true, weight: 0.3,
       // Step 0 is the model's own start and is never named here: what is deleted is a name nobody saved, or another entity's.

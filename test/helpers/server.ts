@@ -5,6 +5,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { Clock } from '../../src/clock.ts';
 import { BUILTIN_BASE_MODEL, loadConfig } from '../../src/config.ts';
 import { startServer, type RunningServer } from '../../src/server.ts';
 import { enginePython } from './engine-process.ts';
@@ -36,7 +37,7 @@ export function httpApi(url: string, key: string): Api {
 /** Tests serve the tiny model alone (and default to it) unless they ask for more: SmolLM2 loads in seconds, not milliseconds. */
 export const TINY_MODEL_ENV = { BASE_MODELS: `${BUILTIN_BASE_MODEL.id}=${BUILTIN_BASE_MODEL.path}` };
 
-export async function startE2eServer(options: { env?: Record<string, string>; dataDir?: string; databaseUrl?: string | null } = {}): Promise<E2eServer> {
+export async function startE2eServer(options: { env?: Record<string, string>; dataDir?: string; databaseUrl?: string | null; clock?: Clock } = {}): Promise<E2eServer> {
   const dataDir = options.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'e2e-'));
   const key = `sk-${'e2e'.repeat(15)}`;
   const config = loadConfig({
@@ -49,7 +50,7 @@ export async function startE2eServer(options: { env?: Record<string, string>; da
     ...(options.databaseUrl ? { DATABASE_URL: options.databaseUrl } : {}),
     ...options.env,
   });
-  const server = await startServer(config);
+  const server = await startServer(config, { clock: options.clock });
   await server.waitForEngines();
   return {
     server,

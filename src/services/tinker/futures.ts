@@ -4,7 +4,13 @@
  * can answer it at any later time. A poll of a pending future waits a while for it before answering "try again".
  * After a restart nothing is running: every future still pending is failed (category `server`, which the SDK
  * raises as RequestFailedError without retrying: the client resubmits).
+ *
+ * Exactly once: the SDK numbers each training client's requests (`seq_id`) and each session's new clients
+ * (`model_seq_id`), and sends a request again, with the same number, when its answer was lost (a dropped
+ * connection, a timeout, a 5xx). A numbered request is keyed by what it addresses and that number, durably and per
+ * entity, so the re-sent one is answered with the first one's future instead of running again.
  */
+import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Clock } from '../../clock.ts';
 import { AppError, notFound } from '../../errors.ts';
@@ -20,6 +26,18 @@ export const RESTART_FAILURE = 'The server restarted before this request finishe
 const POLL_WAIT_MS = 10_000;
 
 export type FutureCategory = 'user' | 'server' | 'unknown';
+
+/** A request the SDK numbers: what it addresses (a training client, a session), its number, and its content. */
+export interface NumberedRequest {
+  scope: string;
+  seqId: number;
+  content: unknown;
+}
+
+/** The numbered request of `seq_id` in `scope`, or null when the caller sent no number (nothing to match). */
+export function numbered(scope: string, seqId: number | null | undefined, content: unknown): NumberedRequest | null {
+  return seqId == null ? null : { scope, seqId, content };
+}
 
 export type FutureOutcome =
   | { status: 'pending' }
@@ -42,11 +60,21 @@ export class TinkerFutures {
     return this.repository.failPendingFutures(RESTART_FAILURE, this.clock.now().toISOString());
   }
 
-  /** Records the request and starts `work`; `queueKey` (a model id) serialises it after that model's earlier work. */
-  async submit(principal: Principal, kind: string, queueKey: string | null, work: () => Promise<unknown>): Promise<string> {
+  /**
+   * Records the request and starts `work`; `queueKey` (a model id) serialises it after that model's earlier work. A
+   * numbered request already recorded (a re-send) answers the first one's future and runs nothing.
+   */
+  async submit(principal: Principal, kind: string, queueKey: string | null, work: () => Promise<unknown>, request: NumberedRequest | null = null): Promise<string> {
     const id = newId();
     const now = this.clock.now().toISOString();
-    await this.repository.insertFuture({ id, entity_id: principal.entityId, model_id: queueKey, kind, status: 'pending', result: null, error: null, category: null, created_at: now, finished_at: null });
+    const key = request && keyOf(request);
+    const row = { id, entity_id: principal.entityId, model_id: queueKey, kind, status: 'pending' as const, result: null, error: null, category: null, created_at: now, finished_at: null };
+    if (!key) await this.repository.insertFuture({ ...row, request_key: null, request_hash: null });
+    else if (!(await this.repository.claimFuture({ ...row, ...key }))) {
+      const earlier = await this.replayed(principal, kind, request);
+      if (earlier) return earlier;
+      throw new Error(`The future of ${key.request_key} was recorded and then vanished`);
+    }
     const previous = (queueKey && this.queues.get(queueKey)) || Promise.resolve();
     const run = previous.then(() => this.settle(id, work));
     if (queueKey) {
@@ -56,6 +84,22 @@ export class TinkerFutures {
       });
     }
     return id;
+  }
+
+  /**
+   * The future of an earlier copy of this numbered request, or null when there is none. Callers whose request has
+   * effects before it is queued (a new training client) ask this first. The same number on a different request is
+   * refused: answering it with another request's result would be silently wrong.
+   */
+  async replayed(principal: Principal, kind: string, request: NumberedRequest | null): Promise<string | null> {
+    if (!request) return null;
+    const key = keyOf(request);
+    const earlier = await this.repository.findFutureByRequest(principal.entityId, key.request_key);
+    if (!earlier) return null;
+    if (earlier.kind !== kind || earlier.request_hash !== key.request_hash) {
+      throw new AppError('bad_request', `seq_id ${request.seqId} of ${request.scope} was already used by a different request (${earlier.kind}): number each request anew`);
+    }
+    return earlier.id;
   }
 
   private async settle(id: string, work: () => Promise<unknown>): Promise<void> {
@@ -104,6 +148,10 @@ export class TinkerFutures {
     });
     return { finished, stop };
   }
+}
+
+function keyOf(request: NumberedRequest): { request_key: string; request_hash: string } {
+  return { request_key: `${request.scope}#${request.seqId}`, request_hash: createHash('sha256').update(JSON.stringify(request.content)).digest('hex') };
 }
 
 function outcomeOf(row: TinkerFutureTable): FutureOutcome {

@@ -6,6 +6,8 @@ import type { TinkerRepository } from '../../store/tinker-repository.ts';
 import type { BaseModelRegistry } from '../base-models.ts';
 import type { BaseModelRuntime } from '../base-model-runtime.ts';
 import type { ModelService } from '../model-service.ts';
+import { CheckpointExporter } from '../checkpoint-export.ts';
+import { TinkerArchives } from './tinker-archives.ts';
 import { TinkerFutures } from './futures.ts';
 import { TinkerModels } from './tinker-models.ts';
 import { TinkerRest } from './tinker-rest.ts';
@@ -18,6 +20,7 @@ export interface TinkerServices {
   training: TinkerTraining;
   sampling: TinkerSampling;
   rest: TinkerRest;
+  archives: TinkerArchives;
 }
 
 export interface TinkerDeps {
@@ -36,5 +39,6 @@ export function createTinkerServices(deps: TinkerDeps): TinkerServices {
   const models = new TinkerModels(deps.repository, deps.models, deps.modelService, deps.baseModels, deps.runtime, deps.clock);
   const sampling = new TinkerSampling(deps.repository, models, deps.baseModels, deps.runtime, futures, deps.clock);
   const training = new TinkerTraining(models, deps.repository, deps.models, deps.runtime, deps.checkpoints, futures, sampling, deps.clock);
-  return { futures, models, training, sampling, rest: new TinkerRest(models, deps.repository, deps.models, deps.modelService) };
+  const archives = new TinkerArchives(models, deps.repository, deps.models, new CheckpointExporter(deps.modelService, deps.models), deps.clock);
+  return { futures, models, training, sampling, rest: new TinkerRest(models, deps.repository, deps.models, deps.modelService), archives };
 }

@@ -20,6 +20,9 @@ import { LORA_DEFAULTS } from '../training-defaults.ts';
 /** Every training client's model lives in this project of its entity. */
 export const TINKER_PROJECT = 'tinker';
 
+/** The id of a session's n-th training client: the SDK derives it itself when it creates one by loading a checkpoint. */
+export const trainingClientId = (sessionId: string, modelSeqId: number) => `${sessionId}:train:${modelSeqId}`;
+
 export interface TinkerModel {
   /** The id the SDK addresses it by. */
   tinkerId: string;
@@ -86,8 +89,7 @@ export class TinkerModels {
   async create(principal: Principal, spec: NewTrainingClient): Promise<TinkerModel> {
     await this.ownedSession(principal, spec.session_id);
     if (!this.baseModels.find(spec.base_model)) throw new AppError('not_found', `Base model ${JSON.stringify(excerpt(spec.base_model))} is not available on this server`);
-    // The SDK derives this id itself when it creates a client by loading a checkpoint.
-    const tinkerId = `${spec.session_id}:train:${spec.model_seq_id}`;
+    const tinkerId = trainingClientId(spec.session_id, spec.model_seq_id);
     if (await this.repository.findModel(tinkerId)) throw new AppError('conflict', `Model ${tinkerId} already exists`);
     const view = await this.modelService.create(principal, { project: TINKER_PROJECT, name: tinkerId.replaceAll(':', '-'), base_model: spec.base_model });
     const seed = spec.seed ?? Math.floor(Math.random() * 2 ** 32);

@@ -75,7 +75,13 @@ export class TinkerSampling {
     const base = await this.runtime.load(target.base);
     const request = generateRequest(base, target, body);
     const wantPrompt = body.prompt_logprobs === true;
-    const requestId = await this.futures.submit(principal, 'sample', null, () => this.run(base, request, body.sampling_params.stop ?? null, wantPrompt));
+    const lastN = promptLogprobsLastN(body);
+    const requestId = await this.futures.submit(principal, 'sample', null, async () => {
+      const result = await this.run(base, request, body.sampling_params.stop ?? null, wantPrompt);
+      // Only the last N are scored: the earlier entries are null, as the SDK documents.
+      if (lastN !== null && result.prompt_logprobs) result.prompt_logprobs = result.prompt_logprobs.map((value, index, all) => (index < all.length - lastN ? null : value));
+      return result;
+    });
     return { request_id: requestId, sample_sequence_ids: Array.from({ length: request.n ?? 1 }, (_, index) => `${requestId}:${index}`) };
   }
 
@@ -104,6 +110,16 @@ export class TinkerSampling {
     if (stopStrings.length) for (const sequence of sequences) cutAtStopString(sequence, stopStrings, base);
     return { type: 'sample', sequences, prompt_logprobs: wantPrompt ? promptLogprobs : null };
   }
+}
+
+/** `prompt_logprobs_last_n`, checked: it needs `prompt_logprobs` and at most every prompt token but the first. */
+function promptLogprobsLastN(body: SampleBody): number | null {
+  const lastN = body.prompt_logprobs_last_n ?? null;
+  if (lastN === null) return null;
+  const length = body.prompt.chunks.reduce((sum, chunk) => sum + chunk.tokens.length, 0);
+  if (body.prompt_logprobs !== true) throw new AppError('bad_request', 'prompt_logprobs_last_n needs prompt_logprobs: true');
+  if (lastN > length - 1) throw new AppError('bad_request', `prompt_logprobs_last_n must be between 1 and ${length - 1} (the prompt's length less one), not ${lastN}`);
+  return lastN;
 }
 
 function generateRequest(base: LoadedBase, target: Target, body: SampleBody): GenerateRequest {

@@ -16,8 +16,8 @@ import type { TinkerRepository } from '../../store/tinker-repository.ts';
 import type { Clock } from '../../clock.ts';
 import type { Principal } from '../auth-service.ts';
 import type { BaseModelRuntime } from '../base-model-runtime.ts';
-import type { TinkerFutures } from './futures.ts';
-import type { TinkerModel, TinkerModels } from './tinker-models.ts';
+import { numbered, type NumberedRequest, type TinkerFutures } from './futures.ts';
+import { trainingClientId, type TinkerModel, type TinkerModels } from './tinker-models.ts';
 import type { TinkerSampling } from './tinker-sampling.ts';
 
 const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
@@ -25,6 +25,10 @@ const MLP = ['gate_proj', 'up_proj', 'down_proj'];
 
 /** The engine key of a training client's adapter. */
 const trainerAdapter = (modelId: string) => `tinker:${modelId}`;
+
+/** What the SDK's numbers count: a training client's requests (`seq_id`), a session's new clients (`model_seq_id`). */
+const clientScope = (tinkerId: string) => `model ${tinkerId}`;
+const sessionScope = (sessionId: string) => `session ${sessionId}`;
 
 export class TinkerTraining {
   /** Models whose adapter this process made resident in the trainer (an engine's memory does not survive a restart). */
@@ -46,8 +50,11 @@ export class TinkerTraining {
     const modules = [...(targets.train_attn === false ? [] : ATTENTION), ...(targets.train_mlp === false ? [] : MLP)];
     if (!modules.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
     const spec = { ...body, rank: body.lora_config?.rank ?? LORA_DEFAULTS.rank, seed: body.lora_config?.seed ?? null };
+    const request = numbered(sessionScope(body.session_id), body.model_seq_id, body);
+    const replayed = await this.futures.replayed(principal, 'create_model', request);
+    if (replayed) return { request_id: replayed, model_id: trainingClientId(body.session_id, body.model_seq_id) };
     const model = await this.tinkerModels.create(principal, spec);
-    return this.queue(principal, 'create_model', model, async () => {
+    return this.queue(principal, 'create_model', model, request, async () => {
       const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
       await this.runtime.trainer().dropAdapter({ adapter: trainerAdapter(model.model.id) });
       await this.initAdapter(model, base, modules);
@@ -67,7 +74,9 @@ export class TinkerTraining {
     const rows = request.data.map((datum, index) => toStepRow(datum, index, loss, vocab));
     if (!rows.length) throw new AppError('bad_request', 'forward_backward needs at least one datum');
     const lossConfig = { ...LOSS_DEFAULTS[loss], ...pick(request.loss_fn_config, Object.keys(LOSS_DEFAULTS[loss])) };
-    return this.queue(principal, request.forward_only ? 'forward' : 'forward_backward', model, async () => {
+    // In protobuf an unset number reads as 0; the SDK numbers from 1.
+    const numberedRequest = numbered(clientScope(model.tinkerId), request.seq_id || null, request);
+    return this.queue(principal, request.forward_only ? 'forward' : 'forward_backward', model, numberedRequest, async () => {
       const { base, adapter } = await this.ready(model);
       const reply = await this.runtime.trainer().forwardBackward({ base, adapter, loss, loss_config: lossConfig, backward: !request.forward_only, rows });
       return forwardBackwardResult(reply);
@@ -77,7 +86,7 @@ export class TinkerTraining {
   async optimStep(principal: Principal, body: OptimStepBody): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, body.model_id);
     const adam = { weight_decay: 0, grad_clip_norm: 0, ...body.adam_params };
-    return this.queue(principal, 'optim_step', model, async () => {
+    return this.queue(principal, 'optim_step', model, numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
       const { base, adapter } = await this.ready(model);
       const reply = await this.runtime.trainer().optimStep({
         base,
@@ -92,7 +101,7 @@ export class TinkerTraining {
   async save(principal: Principal, body: SaveWeightsBody, forSampler: boolean): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, body.model_id);
     const kind = forSampler ? 'sampler' : 'training';
-    return this.queue(principal, forSampler ? 'save_weights_for_sampler' : 'save_weights', model, async () => {
+    return this.queue(principal, forSampler ? 'save_weights_for_sampler' : 'save_weights', model, numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
       const { base, adapter } = await this.ready(model);
       const trainer = this.runtime.trainer();
       const saved = await this.checkpoints.publish(model.model.id, base, { tinker_save: 1 }, (folder) =>
@@ -112,12 +121,17 @@ export class TinkerTraining {
    * an existing client's (`model_id`), or a new client made from the checkpoint (`session_id` + `model_seq_id`).
    */
   async load(principal: Principal, body: LoadWeightsBody): Promise<UntypedFuture> {
+    // A new client's load is numbered in its session; an existing client's is numbered by that client (in queue).
+    const { session_id: sessionId, model_seq_id: modelSeqId } = body;
+    const creation = !body.model_id && sessionId && modelSeqId != null ? numbered(sessionScope(sessionId), modelSeqId, body) : null;
+    const replayed = await this.futures.replayed(principal, 'load_weights', creation);
+    if (replayed && sessionId && modelSeqId != null) return { request_id: replayed, model_id: trainingClientId(sessionId, modelSeqId) };
     const source = await this.tinkerModels.resolvePath(principal, body.path);
     if (body.optimizer && !source.statePath) throw new AppError('bad_request', `${body.path} holds no optimizer state: save it with save_state (save_weights), not save_weights_for_sampler`);
     const model = await this.loadTarget(principal, body, source.model.base_model, await this.tinkerModels.rankOf(source.model.id));
     if (source.model.base_model !== model.model.base_model) throw new AppError('bad_request', `The checkpoint was trained on ${source.model.base_model}, not ${model.model.base_model}`);
     const folder = source.checkpoint.adapterPath;
-    return this.queue(principal, 'load_weights', model, async () => {
+    return this.queue(principal, 'load_weights', model, creation ?? numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
       const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
       const trainer = this.runtime.trainer();
       const adapter = trainerAdapter(model.model.id);
@@ -140,16 +154,16 @@ export class TinkerTraining {
   /** Frees the adapter in the trainer; the model and its checkpoints stay, and a later operation reloads the latest. */
   async unload(principal: Principal, id: string): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, id);
-    return this.queue(principal, 'unload_model', model, async () => {
+    return this.queue(principal, 'unload_model', model, null, async () => {
       await this.runtime.trainer().dropAdapter({ adapter: trainerAdapter(model.model.id) });
       this.resident.delete(model.model.id);
       return { type: 'unload_model', model_id: model.tinkerId };
     });
   }
 
-  private queue(principal: Principal, kind: string, model: TinkerModel, work: () => Promise<unknown>): Promise<UntypedFuture> {
+  private queue(principal: Principal, kind: string, model: TinkerModel, request: NumberedRequest | null, work: () => Promise<unknown>): Promise<UntypedFuture> {
     const guarded = () => work().catch((error: unknown) => Promise.reject(this.lostState(model, error)));
-    return this.futures.submit(principal, kind, model.model.id, guarded).then((requestId) => ({ request_id: requestId, model_id: model.tinkerId }));
+    return this.futures.submit(principal, kind, model.model.id, guarded, request).then((requestId) => ({ request_id: requestId, model_id: model.tinkerId }));
   }
 
   /**

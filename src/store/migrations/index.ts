@@ -7,6 +7,7 @@ import * as m003 from './003-artifacts.ts';
 import * as m004 from './004-retention.ts';
 import * as m005 from './005-trained-tokens.ts';
 import * as m006 from './006-tinker.ts';
+import * as m007 from './007-tinker-requests.ts';
 
 export interface Migration {
   version: number;
@@ -21,4 +22,5 @@ export const MIGRATIONS: Migration[] = [
   { version: 4, name: 'retention', up: m004.up },
   { version: 5, name: 'trained-tokens', up: m005.up },
   { version: 6, name: 'tinker', up: m006.up },
+  { version: 7, name: 'tinker-requests', up: m007.up },
 ];

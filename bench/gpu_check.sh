@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Every GPU check of issue 27, run once on a GPU host from the repository root: `bash bench/gpu_check.sh`.
+# Installs what it can (each step optional, each failure said and skipped), then runs bench/gpu_check.py for each
+# model shape in GPU_CHECK_SHAPES (default: SmolLM2-135M, then Qwen3-0.6B; random weights unless the real SmolLM2
+# is installed) and prints its `FIGURE name = value` lines. About 10 minutes on one H100 once installed.
+#
+# What it installs, where a package registry answers:
+# - the engine's packages (scripts/python/engine.txt: on a GPU host its torch pin resolves to the CUDA build) into
+#   .venv-gpu; without a registry, the first python3 whose torch sees a GPU serves instead;
+# - the official vLLM (scripts/python/vllm-gpu.txt) into .venv-vllm-gpu, for the vLLM-kind checks; without a
+#   registry they are skipped (its wheels, torch's CUDA build among them, are GBs).
+# Set ENGINE_GPU_PYTHON / VLLM_PYTHON to use Pythons of your own instead.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+source scripts/python/venv.sh
+started=$(date +%s)
+# An offline host must fail fast, not wait out pip's retries.
+export PIP_RETRIES=${PIP_RETRIES:-1} PIP_DEFAULT_TIMEOUT=${PIP_DEFAULT_TIMEOUT:-20}
+
+has_cuda_torch() { "$1" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; }
+
+engine_python() {
+  if [ -n "${ENGINE_GPU_PYTHON:-}" ]; then echo "$ENGINE_GPU_PYTHON"; return; fi
+  if make_venv .venv-gpu scripts/python/engine.txt && has_cuda_torch .venv-gpu/bin/python; then
+    echo "$PWD/.venv-gpu/bin/python"; return
+  fi
+  echo "gpu_check: .venv-gpu could not be built with a CUDA torch; looking for an installed one" >&2
+  for candidate in python3 python; do
+    if command -v "$candidate" >/dev/null && has_cuda_torch "$candidate"; then command -v "$candidate"; return; fi
+  done
+  return 1
+}
+
+vllm_python() {
+  if [ -n "${VLLM_PYTHON:-}" ]; then echo "$VLLM_PYTHON"; return; fi
+  # vLLM's own start-up checks (CUDA, its kernels) are the test that the install works.
+  if make_venv .venv-vllm-gpu scripts/python/vllm-gpu.txt && .venv-vllm-gpu/bin/python -c 'import vllm' 2>/dev/null; then
+    echo "$PWD/.venv-vllm-gpu/bin/python"; return
+  fi
+  return 1
+}
+
+echo "== install ($(date -u +%H:%M:%S))"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "gpu_check: nvidia-smi is not available"
+if ! python=$(engine_python); then
+  echo "gpu_check: no Python with a CUDA torch: nothing to check" >&2
+  exit 1
+fi
+echo "engine Python: $python ($("$python" -c 'import torch; print(torch.__version__)'))"
+if vllm=$(vllm_python); then
+  export VLLM_PYTHON=$vllm
+  echo "vLLM Python: $vllm ($("$vllm" -c 'import vllm; print(vllm.__version__)' 2>/dev/null))"
+else
+  unset VLLM_PYTHON
+  echo "gpu_check: vLLM could not be installed (no package registry?): the vLLM-kind checks are skipped"
+fi
+echo "install took $(( $(date +%s) - started ))s"
+
+status=0
+for shape in ${GPU_CHECK_SHAPES:-smollm2-135m qwen3-0.6b}; do
+  echo "== our engine on CUDA, $shape ($(date -u +%H:%M:%S))"
+  # The vLLM-kind checks (phase 3 of issue 27) run inside gpu_check.py's marked section, once per shape.
+  PYTHONUNBUFFERED=1 "$python" bench/gpu_check.py --shape "$shape" || { status=1; echo "gpu_check: $shape FAILED"; }
+done
+echo "== done in $(( $(date +%s) - started ))s (exit $status)"
+exit $status
