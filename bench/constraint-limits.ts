@@ -1,20 +1,19 @@
 /**
- * The constraint compiler at its caps: for each hostile constraint (the longest regexes, state blow-ups,
- * the widest and deepest schemas, the largest choice lists), how long it works (best of 5) and how many
- * budget steps it spent before compiling or being refused. The server runs this work on its compiler
- * thread, so these are the delays a constrained request can add to other first-time constraints, not
- * to the event loop; the last line measures that: the longest event-loop stall while the server's compiler
- * works through all of them. Prints figures; asserts nothing.
- * Usage: npx tsx bench/constraint-limits.ts
+ * Hostile constraints at the caps, through the API with the real engine: for each (the longest regexes, regexes
+ * whose automata explode, the widest and deepest schemas, a $ref fan-out, the largest choice list, a big Lark
+ * grammar) how long the server takes to answer (a 400 naming the field, or a 200 when llguidance compiles it
+ * within its limits), while one free request streams beside them. The engine compiles on its own pool, so the
+ * stream should not stall: the last lines compare its longest gap between tokens with the same stream alone.
+ * Prints figures; asserts nothing.
+ * Usage: npx tsx bench/constraint-limits.ts [qwen3]
  */
-import { compileConstraintUncached, type ConstraintSpec } from '../src/chat/constraints/compile.ts';
-import { CONSTRAINT_LIMITS, WorkBudget } from '../src/chat/constraints/limits.ts';
-import { ConstraintCompiler } from '../src/chat/constraints/constraint-compiler.ts';
+import { CONSTRAINT_LIMITS } from '../src/constraints/limits.ts';
+import { writeFamilyModel } from '../test/helpers/families.ts';
+import { startE2eServer } from '../test/helpers/server.ts';
 
 const { regexLength, choices, choiceCharacters, schemaDepth } = CONSTRAINT_LIMITS;
-const compact = { kind: 'compact' } as const;
-const flexible = { kind: 'flexible' } as const;
-const schema = (value: unknown, whitespace: typeof compact | typeof flexible = compact): ConstraintSpec => ({ kind: 'json_schema', schema: value, whitespace, noAdditionalProperties: false });
+const qwen3 = process.argv[2] === 'qwen3';
+const model = qwen3 ? 'test/qwen3' : 'builtin/tiny-chat';
 
 function nested(depth: number): unknown {
   let value: unknown = { type: 'string' };
@@ -31,53 +30,66 @@ function refFanOut(): unknown {
   return { $defs: defs, $ref: '#/$defs/d0' };
 }
 
-const cases: [string, ConstraintSpec][] = [
-  [`regex "a" × ${regexLength}`, { kind: 'regex', regex: 'a'.repeat(regexLength) }],
-  [`regex "[a-z]" × ${regexLength / 5}`, { kind: 'regex', regex: '[a-z]'.repeat(regexLength / 5) }],
-  [`regex "(a|b)" × ${regexLength / 5}`, { kind: 'regex', regex: '(a|b)'.repeat(regexLength / 5) }],
-  ['regex (a{1000}){1000}', { kind: 'regex', regex: '(a{1000}){1000}' }],
-  ['regex (.{0,30}x){20} (DFA blow-up)', { kind: 'regex', regex: '(.{0,30}x){20}' }],
-  ['regex (a|b)*a(a|b){20} (2^20 DFA states)', { kind: 'regex', regex: '(a|b)*a(a|b){20}' }],
-  ['regex [\\s\\S]{0,1000}x[\\s\\S]{0,1000}', { kind: 'regex', regex: '[\\s\\S]{0,1000}x[\\s\\S]{0,1000}' }],
-  [`choice ${choices} × ${choiceCharacters / choices} chars`, { kind: 'choice', choices: Array.from({ length: choices }, (_, i) => i.toString(36).padStart(choiceCharacters / choices, 'x')) }],
-  [`schema arrays nested ${schemaDepth} deep`, schema(nested(schemaDepth))],
-  ['schema 60 optional properties, flexible', schema({ type: 'object', properties: Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`p${i}`, { type: 'string' }])) }, flexible)],
-  ['schema 400 optional properties, flexible', schema({ type: 'object', properties: Object.fromEntries(Array.from({ length: 400 }, (_, i) => [`p${i}`, { type: 'string' }])) }, flexible)],
-  ['schema $ref fan-out 10^10', schema(refFanOut())],
-  ['schema oneOf of 60 string patterns', schema({ oneOf: Array.from({ length: 60 }, (_, i) => ({ type: 'string', pattern: `^p${i}[a-z]{0,40}$` })) })],
-  ['schema string maxLength 100000', schema({ type: 'string', maxLength: 100000 })],
-  ['schema array minItems 1000000', schema({ type: 'array', items: { type: 'integer' }, minItems: 1000000 })],
+const json = (schema: unknown) => ({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } });
+const regex = (source: string) => ({ structured_outputs: { regex: source } });
+const cases: [string, Record<string, unknown>][] = [
+  [`regex "a" × ${regexLength}`, regex('a'.repeat(regexLength))],
+  [`regex "(a|b)" × ${regexLength / 5}`, regex('(a|b)'.repeat(regexLength / 5))],
+  ['regex (a{1000}){1000}', regex('(a{1000}){1000}')],
+  ['regex ((((a{100}){100}){100}){100})', regex('((((a{100}){100}){100}){100})')],
+  ['regex (.{0,30}x){20}', regex('(.{0,30}x){20}')],
+  ['regex (a|b)*a(a|b){24}', regex('(a|b)*a(a|b){24}')],
+  [`choice ${choices} × ${choiceCharacters / choices} chars`, { structured_outputs: { choice: Array.from({ length: choices }, (_, i) => i.toString(36).padStart(choiceCharacters / choices, 'x')) } }],
+  [`schema arrays nested ${schemaDepth} deep`, json(nested(schemaDepth))],
+  ['schema 400 optional properties', json({ type: 'object', properties: Object.fromEntries(Array.from({ length: 400 }, (_, i) => [`p${i}`, { type: 'string' }])) })],
+  ['schema $ref fan-out 10^10', json(refFanOut())],
+  ['schema string maxLength 100000', json({ type: 'string', maxLength: 100000 })],
+  ['schema array minItems 1000000', json({ type: 'array', items: { type: 'integer' }, minItems: 1000000 })],
+  ['grammar 2000 alternatives', { structured_outputs: { grammar: `start: ${Array.from({ length: 2000 }, (_, i) => `"w${i}"`).join(' | ')}` } }],
 ];
 
-for (const [label, spec] of cases) {
-  let best = Infinity;
-  let outcome = '';
-  let steps = 0;
-  for (let run = 0; run < 5; run += 1) {
-    const budget = new WorkBudget();
-    const started = performance.now();
-    try {
-      outcome = `compiled, ${compileConstraintUncached(spec, budget).dfa.states} states`;
-    } catch (error) {
-      outcome = `refused: ${(error as Error).message.slice(0, 70)}`;
+const folder = qwen3 ? writeFamilyModel('qwen3', { seed: 1 }) : null;
+const e2e = await startE2eServer(folder ? { env: { BASE_MODELS: `${model}=${folder}` } } : {});
+const post = (body: Record<string, unknown>) =>
+  fetch(`${e2e.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], ...body }) });
+
+/** Streams one free request of `tokens` tokens (until `stop()`); answers the longest gap between chunks after the first, in ms. */
+async function streamGaps(tokens: number, stop: () => boolean = () => false): Promise<number> {
+  const response = await post({ max_tokens: tokens, ignore_eos: true, stream: true, seed: 1 });
+  const reader = response.body!.getReader();
+  let last = 0;
+  let worst = 0;
+  for (;;) {
+    if (stop()) {
+      await reader.cancel(); // the server cancels the generation
+      return worst;
     }
-    best = Math.min(best, performance.now() - started);
-    steps = budget.used;
+    const { done } = await reader.read();
+    const now = performance.now();
+    if (done) return worst;
+    if (last > 0) worst = Math.max(worst, now - last);
+    last = now;
   }
-  console.log(`${label.padEnd(44)} ${best.toFixed(1).padStart(7)} ms  ${String(steps).padStart(8)} steps  ${(steps / best / 1000).toFixed(1).padStart(5)} Msteps/s  ${outcome}`);
 }
 
-// The same constraints through the server's compiler thread, with a 5 ms timer watching the event loop.
-const compiler = new ConstraintCompiler();
-let worstLag = 0;
-let last = performance.now();
-const watch = setInterval(() => {
-  const now = performance.now();
-  worstLag = Math.max(worstLag, now - last - 5);
-  last = now;
-}, 5);
-const started = performance.now();
-for (const [, spec] of cases) await compiler.compile(spec).catch(() => undefined);
-clearInterval(watch);
-await compiler.close();
-console.log(`all ${cases.length} through the compiler thread: ${(performance.now() - started).toFixed(0)} ms; longest event-loop stall meanwhile ${worstLag.toFixed(1)} ms`);
+try {
+  await post({ max_tokens: 2 }); // loads the base and warms the batch shapes
+  await post({ max_tokens: 1, structured_outputs: { regex: 'warm' } }); // the base's llguidance tokenizer is built
+  const aloneWorst = await streamGaps(200);
+  let hostileDone = false;
+  const stream = streamGaps(1500, () => hostileDone);
+  const started = performance.now();
+  for (const [label, body] of cases) {
+    const caseStarted = performance.now();
+    const response = await post({ max_tokens: 1, ...body });
+    const answer = (await response.json()) as { error?: { message: string; param: string } };
+    const outcome = answer.error ? `${response.status} ${answer.error.param}: ${answer.error.message.replace(/\s+/g, ' ').slice(0, 80)}` : `${response.status} compiled`;
+    console.log(`${label.padEnd(40)} ${(performance.now() - caseStarted).toFixed(0).padStart(7)} ms  ${outcome}`);
+  }
+  const total = performance.now() - started;
+  hostileDone = true;
+  const worstDuring = await stream;
+  console.log(`all ${cases.length} in ${total.toFixed(0)} ms; a free stream beside them: longest gap ${worstDuring.toFixed(0)} ms (alone: ${aloneWorst.toFixed(0)} ms)`);
+} finally {
+  await e2e.close();
+}

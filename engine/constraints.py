@@ -1,196 +1,279 @@
-"""Constrained decoding: the server's byte-level automata applied to a base's vocabulary.
+"""Constrained decoding on llguidance: a request's constraint specification as token masks.
 
-Owns: TokenTable (each token's bytes, sent once per base with load_base's
-`token_bytes`), Automaton (the DFA of generate's `constraint`: byte classes, a
-transition table, accepting states), the allowed-token mask of each automaton
-state (every token's bytes walked through the table at once, then cached),
-Guide (one sequence's current state), ConstraintStore (automata by base and
-id, least recently used first out), and the per-row masks of a batch step.
+Owns: KINDS (what a specification may ask for: vLLM's structured_outputs kinds, converted to an llguidance
+grammar as vLLM's `guidance` backend converts them), LIMITS (llguidance's fuel and size caps), each base's
+LLTokenizer (built from the model folder's own tokenizer.json on a background thread when the base loads),
+compilation off the decode thread (a small pool; the matcher and its first mask are built there, so a grammar
+that fails or runs out of fuel is refused before any token), compiled grammars by base and specification
+(least recently used out), Guide (one sequence's matcher), and its masks: each computed on a mask pool as soon
+as the previous token is consumed, so it overlaps the next forward pass; a step waits for late masks only
+briefly (ready_rows), and a row whose mask is still not ready sits that step out, so a costly grammar slows
+only its own sequences.
 
-EOS is never text: it is allowed exactly in accepting states, and it is the
-only choice in an accepting state with nowhere left to go.
+EOS is never text: llguidance allows the base's EOS ids exactly where the grammar may end.
 
-Refuses to know: how automata are compiled (the server's src/chat/constraints/),
-their wire form (wire.py decodes it and the token bytes),
-sampling (sampling.py applies the masks), scheduling (generate.py).
+Refuses to know: how a request states its constraint (the server writes the specification; wire.py checks
+its shape), sampling (sampling.py applies the masks), scheduling (generate.py).
 """
 
 from __future__ import annotations
 
-import sys
-import time
+import hashlib
+import json
+import os
+import threading
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .wire import Constraint, ConstraintRef, parse_constraint
+try:
+    import llguidance as llg
+except ImportError:  # an engine without it serves free text only, and says so in load_base's reply
+    llg = None
 
-DEAD = -1
-MASK_CACHE_BYTES = 32 << 20  # per automaton; masks are one bool per vocabulary entry
-MIN_CACHED_MASKS = 256
-
-
-def log(msg: str) -> None:
-    sys.stderr.write(f"{time.strftime('%H:%M:%S')} engine: {msg}\n")
-    sys.stderr.flush()
-
-
-class TokenTable:
-    """Token bytes by id, sorted longest first so that position l of the walk touches a prefix of rows."""
-
-    def __init__(self, token_bytes: List[Optional[bytes]], vocab_size: int, device: torch.device):
-        if len(token_bytes) > vocab_size:
-            raise ValueError(f"token_bytes must have at most vocab_size={vocab_size} entries")
-        pieces: List[Optional[bytes]] = [p or None for p in token_bytes]
-        pieces += [None] * (vocab_size - len(pieces))
-        self.vocab_size, self.device, self.pieces = vocab_size, device, pieces
-        ids = sorted((i for i, p in enumerate(pieces) if p), key=lambda i: -len(pieces[i]))
-        longest = len(pieces[ids[0]]) if ids else 0
-        # Byte l of every token as one contiguous row (zero past a token's end: never read).
-        columns = bytearray(longest * len(ids))
-        for row, i in enumerate(ids):
-            for pos, byte in enumerate(pieces[i]):
-                columns[pos * len(ids) + row] = byte
-        self.ids_T = torch.tensor(ids, dtype=torch.long, device=device)
-        self.bytes_LT = torch.frombuffer(columns, dtype=torch.uint8).reshape(longest, len(ids)).to(device) \
-            if columns else torch.zeros(0, 0, dtype=torch.uint8, device=device)
-        # Rows still walking at byte l: the tokens longer than l, a prefix of the rows thanks to the sort.
-        longer = [0] * (longest + 1)
-        for i in ids:
-            longer[len(pieces[i]) - 1] += 1
-        for pos in range(longest - 1, 0, -1):
-            longer[pos - 1] += longer[pos]
-        self.rows_at = longer[:longest]
+KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
+# Fuel under llguidance's defaults (a fifth to a quarter): a grammar whose lexer needs more is refused (before its
+# first token) or failed mid-way, after well under a second of one mask thread. That thread is never the decode
+# thread (a row waits for its own mask), so this bounds what a hostile grammar costs, not others' latency.
+LIMITS = dict(initial_lexer_fuel=200_000, step_lexer_fuel=50_000, step_max_items=20_000, max_lexer_states=50_000,
+              max_grammar_size=200_000, verbose_errors=False)
+COMPILE_THREADS = 2
+MAX_COMPILED = 64  # per engine; a sequence keeps its own matcher when its grammar is evicted
+MAX_ERROR_CHARS = 600
+MASK_THREADS = 2
+# After the forward pass, how long a step waits for masks still being computed (at least this, at most as long
+# as the forward took); a row whose mask is later sits the step out and samples at the next one.
+MASK_GRACE_S = 0.02
 
 
-class Automaton:
-    """One constraint's DFA over bytes, with its masks over one vocabulary."""
+class ConstraintError(ValueError):
+    """A specification llguidance refuses (invalid, unsupported, or over its limits); answered as bad_request."""
 
-    def __init__(self, c: Constraint, tokens: TokenTable, eos_ids: Sequence[int]):
-        states, classes, start, class_of, table, accepting = c.states, c.classes, c.start, c.class_of, c.table, c.accepting
-        if states <= 0 or not 0 < classes <= 256 or not 0 <= start < states:
-            raise ValueError("constraint: states, classes or start out of range")
-        if len(class_of) != 256 or max(class_of) >= classes:
-            raise ValueError("constraint.class_of must be 256 class ids below classes")
-        if len(table) != 4 * states * classes:
-            raise ValueError("constraint.table must hold states * classes int32 entries")
-        if any(not 0 <= s < states for s in accepting):
-            raise ValueError("constraint.accepting names a state out of range")
-        next_SC = torch.frombuffer(bytearray(table), dtype=torch.int32).reshape(states, classes).long()
-        if bool(((next_SC < DEAD) | (next_SC >= states)).any()):
-            raise ValueError("constraint.table has a transition out of range")
-        self.id = c.id
-        self.start = start
-        self.tokens = tokens
-        self.eos_ids = [t for t in eos_ids if 0 <= t < tokens.vocab_size]
-        self.accepting = set(accepting)
-        # Python lists for stepping one sampled token; a tensor with an absorbing dead row for whole-vocabulary walks.
-        self.class_of = list(class_of)
-        self.next = next_SC.tolist()
-        dead = states
-        table_SC = torch.cat([next_SC.masked_fill(next_SC == DEAD, dead), torch.full((1, classes), dead, dtype=torch.long)])
-        self.table_SC = table_SC.to(tokens.device)
-        self.class_of_256 = torch.tensor(list(class_of), dtype=torch.long, device=tokens.device)
-        self.dead = dead
-        self.cached: "OrderedDict[int, torch.Tensor]" = OrderedDict()  # by state, least recently used first
-        self.max_masks = max(MIN_CACHED_MASKS, MASK_CACHE_BYTES // max(1, tokens.vocab_size))
 
-    def masks(self, states: Sequence[int]) -> List[torch.Tensor]:
-        """Bool [V] per state: the tokens allowed there. States seen for the first time are walked together
-        (one pass over the token bytes for all of them), then cached."""
-        missing = [s for s in dict.fromkeys(states) if s not in self.cached]
-        if missing:
-            self._build(missing)
-        for s in set(states):
-            self.cached.move_to_end(s)
-        found = [self.cached[s] for s in states]
-        while len(self.cached) > self.max_masks:
-            self.cached.popitem(last=False)
-        return found
+@dataclass(frozen=True)
+class Spec:
+    """One constraint as wire.py parsed it: exactly one kind with its value, and vLLM's JSON options."""
+    kind: str
+    value: object
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    key: str = ""  # names the specification (its canonical JSON) for the compiled cache
 
-    def _build(self, states: List[int]) -> None:
-        tokens = self.tokens
-        K, T = len(states), tokens.ids_T.shape[0]
-        start_K = torch.tensor([self.dead if s == DEAD else s for s in states], dtype=torch.long, device=tokens.device)
-        at_KT = start_K[:, None].expand(K, T).clone()
-        for pos, rows in enumerate(tokens.rows_at):
-            classes = self.class_of_256[tokens.bytes_LT[pos, :rows].long()]
-            at_KT[:, :rows] = self.table_SC[at_KT[:, :rows], classes[None, :].expand(K, rows)]
-        mask_KV = torch.zeros(K, tokens.vocab_size, dtype=torch.bool, device=tokens.device)
-        mask_KV[:, tokens.ids_T] = at_KT != self.dead
-        accepting = [k for k, s in enumerate(states) if s in self.accepting]
-        if accepting and self.eos_ids:
-            mask_KV[torch.tensor(accepting, device=tokens.device)[:, None], torch.tensor(self.eos_ids, device=tokens.device)] = True
-        empty = (~mask_KV.any(dim=-1)).nonzero().flatten().tolist()
-        for k in empty:
-            # Only a vocabulary that cannot spell some byte gets here; ending beats writing outside the constraint.
-            log(f"constraint {self.id}: no token continues state {states[k]}; allowing only EOS")
-            mask_KV[k, self.eos_ids] = True
-        for k, s in enumerate(states):
-            self.cached[s] = mask_KV[k].clone()  # a row of its own: the cache bound counts whole masks
 
-    def mask(self, state: int) -> torch.Tensor:
-        return self.masks([state])[0]
+def spec_key(raw: dict) -> str:
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
-    def step(self, state: int, token: int) -> int:
-        piece = self.tokens.pieces[token] if 0 <= token < self.tokens.vocab_size else None
-        if state == DEAD or piece is None:
-            return DEAD  # EOS (which ends the sequence) or a token the mask did not allow
-        for byte in piece:
-            state = self.next[state][self.class_of[byte]]
-            if state == DEAD:
-                return DEAD
-        return state
+
+def available_kinds(has_tokenizer: bool) -> List[str]:
+    return list(KINDS) if llg is not None and has_tokenizer else []
+
+
+def _no_additional_properties(schema):
+    """The schema with `additionalProperties: false` wherever properties are listed and it is unset (vLLM's
+    disable_additional_properties); a copy, walked through every subschema."""
+    if isinstance(schema, list):
+        return [_no_additional_properties(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _no_additional_properties(v) for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def _json_grammar(schema, spec: Spec) -> str:
+    if spec.disable_additional_properties:
+        schema = _no_additional_properties(schema)
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    return llg.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": not spec.disable_any_whitespace})
+
+
+def grammar_of(spec: Spec) -> str:
+    """The llguidance grammar of a specification; a ConstraintError when its shape is refused here."""
+    try:
+        if spec.kind == "json":
+            return _json_grammar(spec.value, spec)
+        if spec.kind == "json_object":
+            return _json_grammar({"type": "object"}, spec)
+        if spec.kind in ("regex", "grammar"):
+            return llg.grammar_from(spec.kind, spec.value)
+        if spec.kind == "choice":
+            return llg.grammar_from("choice", json.dumps(spec.value))
+        return _structural_tag(spec)
+    except (ValueError, TypeError, AssertionError) as e:
+        raise ConstraintError(str(e) or type(e).__name__) from None
+
+
+def _structural_tag(spec: Spec) -> str:
+    """Free text in which each structure's `begin` (opened by one of `triggers`) is followed by JSON of its
+    schema and then its `end`, as vLLM's guidance backend builds it."""
+    triggers, tags = spec.value["triggers"], []
+    for s in spec.value["structures"]:
+        trigger = next((t for t in triggers if s["begin"].startswith(t)), None)
+        if trigger is None:
+            raise ConstraintError(f"structural_tag: no trigger starts the begin {s['begin']!r} (triggers: {triggers})")
+        schema = _no_additional_properties(s["schema"]) if spec.disable_additional_properties else s["schema"]
+        tags.append(llg.StructTag(trigger=trigger, begin=s["begin"], grammar=schema, end=s["end"]))
+    if not tags:
+        raise ConstraintError("structural_tag: no structures")
+    return llg.StructTag.to_grammar(tags)
+
+
+def _short(error: str) -> str:
+    error = error.replace("<non-verbose/>", "").strip()
+    return error if len(error) <= MAX_ERROR_CHARS else error[:MAX_ERROR_CHARS] + "…"
+
+
+class Vocabulary:
+    """A base's llguidance tokenizer (built on a background thread) and the mask size it implies."""
+
+    def __init__(self, tokenizer_json: str, vocab_size: int, eos_ids: Sequence[int]):
+        self.vocab_size = vocab_size
+        self.words = (vocab_size + 31) // 32  # int32 words of one bitmask
+        self.ready: Future = Future()
+        args = (tokenizer_json, vocab_size, [t for t in eos_ids if 0 <= t < vocab_size])
+        threading.Thread(target=self._build, args=args, name="llg-tokenizer", daemon=True).start()
+
+    def _build(self, path: str, vocab_size: int, eos_ids: List[int]) -> None:
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                text = f.read()
+            self.ready.set_result(llg.LLTokenizer(text, n_vocab=vocab_size, eos_token=eos_ids or None))
+        except Exception as e:  # noqa: BLE001 - answered to every constraint on this base
+            self.ready.set_exception(ConstraintError(f"the base's tokenizer.json cannot be used for constraints: {e}"))
+
+
+class Compiled:
+    """A grammar's matcher at its start, with the start's mask (computed once, shared by every sequence)."""
+
+    def __init__(self, matcher, vocab: Vocabulary, first_W: torch.Tensor):
+        self.matcher, self.vocab, self.first_W = matcher, vocab, first_W
+
+
+MASK_POOL = ThreadPoolExecutor(MASK_THREADS, thread_name_prefix="llg-masks")
+
+
+def _done(value) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
 
 
 class Guide:
-    """One sequence's position in its automaton."""
+    """One sequence's matcher (its own copy of the compiled one) and the mask of its next token. Each sampled token
+    is consumed and the next mask computed on the mask pool, never on the decode thread; a token the matcher
+    refuses, or a limit it reaches, makes that future fail with a ConstraintError."""
 
-    __slots__ = ("automaton", "state")
+    __slots__ = ("matcher", "vocab", "next_W")
 
-    def __init__(self, automaton: Automaton):
-        self.automaton, self.state = automaton, automaton.start
-
-    def mask(self) -> torch.Tensor:
-        return self.automaton.mask(self.state)
+    def __init__(self, compiled: Compiled):
+        self.matcher, self.vocab = compiled.matcher.deep_copy(), compiled.vocab
+        self.next_W: Future = _done(compiled.first_W)
 
     def advance(self, token: int) -> None:
-        self.state = self.automaton.step(self.state, token)
+        """Only once next_W is done (the row sampled with it), so a sequence's matcher is used by one task at a time."""
+        self.next_W = MASK_POOL.submit(self._consume_and_mask, token)
 
+    def _consume_and_mask(self, token: int) -> torch.Tensor:
+        bits_W = torch.empty(self.vocab.words, dtype=torch.int32)
+        if self.matcher.consume_token(token):
+            self.matcher.unsafe_compute_mask_ptr(bits_W.data_ptr(), self.vocab.words * 4)  # releases the GIL
+        if self.matcher.is_error():
+            raise ConstraintError(f"constraint: {_short(self.matcher.get_error())}")
+        return bits_W
 
-def step_masks(guides: Sequence[Optional[Guide]]) -> Optional[List[Optional[torch.Tensor]]]:
-    """Per row: the allowed-token mask, or None for an unconstrained row; None when no row is constrained.
-    Rows of one automaton get their masks in one call, so that new states are built in one walk."""
-    rows_of: Dict[int, List[int]] = {}
-    for b, g in enumerate(guides):
-        if g is not None:
-            rows_of.setdefault(id(g.automaton), []).append(b)
-    if not rows_of:
-        return None
-    result: List[Optional[torch.Tensor]] = [None] * len(guides)
-    for rows in rows_of.values():
-        automaton = guides[rows[0]].automaton
-        for b, mask in zip(rows, automaton.masks([guides[b].state for b in rows])):
-            result[b] = mask
-    return result
+    def error(self) -> Optional[BaseException]:
+        """Why the sequence cannot go on (once its mask is done): the matcher's error, or None."""
+        return self.next_W.exception() if self.next_W.done() else None
 
 
 class ConstraintStore:
-    """Automata by (base, id): a constraint sent again reuses its table and masks."""
+    """Each base's vocabulary and the grammars compiled for it, by specification key."""
 
-    def __init__(self, max_automata: int = 32):
-        self.max_automata = max_automata
-        self.automata: "OrderedDict[tuple, Automaton]" = OrderedDict()
+    def __init__(self, max_compiled: int = MAX_COMPILED):
+        self.max_compiled = max_compiled
+        self.vocabs: Dict[str, Vocabulary] = {}
+        self.compiled: "OrderedDict[tuple, Future]" = OrderedDict()
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="llg-compile")
+        self.limits = llg.LLParserLimits(**LIMITS) if llg is not None else None
 
-    def get(self, base: str, tokens: TokenTable, ref: ConstraintRef, eos_ids: Sequence[int]) -> Automaton:
-        """The automaton `ref` names, built (its table decoded by wire.py) only when this base has not got it."""
-        key = (base, ref.id)
-        automaton = self.automata.get(key)
-        if automaton is None or automaton.tokens is not tokens:
-            automaton = Automaton(parse_constraint(ref), tokens, eos_ids)
-            self.automata[key] = automaton
-            if len(self.automata) > self.max_automata:
-                self.automata.popitem(last=False)  # sequences still using it keep their reference
-        self.automata.move_to_end(key)
-        return automaton
+    def add_base(self, base: str, folder: str, vocab_size: int, eos_ids: Sequence[int]) -> List[str]:
+        """Starts building the base's tokenizer (once); answers the kinds this base can be constrained with."""
+        path = os.path.join(folder, "tokenizer.json")
+        kinds = available_kinds(os.path.isfile(path))
+        with self.lock:
+            if kinds and base not in self.vocabs:
+                self.vocabs[base] = Vocabulary(path, vocab_size, eos_ids)
+        return kinds
+
+    def compile(self, base: str, spec: Spec) -> Future:
+        """A future of the Compiled grammar (shared by concurrent requests for it); ConstraintError when refused."""
+        key = (base, spec.key)
+        with self.lock:
+            found = self.compiled.get(key)
+            if found is None:
+                vocab = self.vocabs.get(base)
+                if vocab is None:
+                    found = Future()
+                    found.set_exception(ConstraintError(f"base {base!r} cannot be constrained (no llguidance or no tokenizer.json)"))
+                    return found
+                found = self.pool.submit(self._compile, vocab, spec)
+                self.compiled[key] = found
+                while len(self.compiled) > self.max_compiled:
+                    self.compiled.popitem(last=False)
+            self.compiled.move_to_end(key)
+        return found
+
+    def _compile(self, vocab: Vocabulary, spec: Spec) -> Compiled:
+        tokenizer = vocab.ready.result()
+        matcher = llg.LLMatcher(tokenizer, grammar_of(spec), log_level=0, limits=self.limits)
+        first_W = torch.zeros(vocab.words, dtype=torch.int32)
+        if not matcher.is_error():
+            matcher.unsafe_compute_mask_ptr(first_W.data_ptr(), vocab.words * 4)
+            self._probe(matcher, first_W, tokenizer.eos_tokens)
+        if matcher.is_error():
+            raise ConstraintError(_short(matcher.get_error()))
+        return Compiled(matcher, vocab, first_W)
+
+    @staticmethod
+    def _probe(matcher, first_W: torch.Tensor, eos_ids: Sequence[int]) -> None:
+        """One step further on a copy (the first allowed token, then its mask): grammars whose lexer explodes only
+        once it has started (nested counted repeats, rows past the item limit) are then refused before any token."""
+        allowed = ((first_W[:, None] & BITS_32) != 0).reshape(-1).nonzero().flatten().tolist()
+        token = next((t for t in allowed if t not in eos_ids), None)
+        if token is None:
+            return
+        probe, scratch_W = matcher.deep_copy(), torch.empty_like(first_W)
+        if probe.consume_token(token):
+            probe.unsafe_compute_mask_ptr(scratch_W.data_ptr(), first_W.numel() * 4)
+        if probe.is_error():
+            raise ConstraintError(_short(probe.get_error()))
+
+
+BITS_32 = torch.tensor([1 << i for i in range(31)] + [-(1 << 31)], dtype=torch.int32)
+
+
+def ready_rows(guides: Sequence[Optional[Guide]], grace_s: float) -> List[bool]:
+    """Per row: whether it is done waiting (free, or its mask computed or failed), waiting up to `grace_s` for masks
+    still being computed. When no row is, waits for the first mask instead: there is nothing else to do."""
+    pending = [g.next_W for g in guides if g is not None and not g.next_W.done()]
+    if pending:
+        wait(pending, timeout=grace_s)
+        if all(g is not None and not g.next_W.done() for g in guides):
+            wait(pending, return_when=FIRST_COMPLETED)
+    return [g is None or g.next_W.done() for g in guides]
+
+
+def step_masks(guides: Sequence[Optional[Guide]], device) -> Optional[Tuple[List[int], torch.Tensor]]:
+    """The constrained rows (their masks computed, without error) and their allowed tokens, bool [C, V], as
+    sample_step takes them; None when no row is constrained."""
+    rows = [b for b, g in enumerate(guides) if g is not None]
+    if not rows:
+        return None
+    bits_CW = torch.stack([guides[b].next_W.result() for b in rows]).to(device)
+    allowed_CV = ((bits_CW[:, :, None] & BITS_32.to(device)) != 0).reshape(len(rows), -1)[:, :guides[rows[0]].vocab.vocab_size]
+    return rows, allowed_CV

@@ -21,7 +21,7 @@ from typing import Callable, Deque, List, Optional, Tuple
 
 import torch
 
-from .constraints import Automaton, Guide, step_masks
+from .constraints import MASK_GRACE_S, Compiled, ConstraintError, Guide, ready_rows, step_masks
 from .lora import Adapter, LoraBatch, StackCache
 from .model import ForwardContext, KVCache, Transformer
 from .sampling import SamplingParams, SeqSampler, prompt_logprob_entries, prompt_mask, sample_step, static_bias
@@ -42,7 +42,7 @@ class GenRequest:
     cancelled: bool = False  # set from another thread; read between steps
     live: int = 0  # sequences not yet finished
     on_release: Optional[Callable[["GenRequest"], None]] = None
-    constraint: Optional[Automaton] = None  # every sequence decodes only what it accepts
+    constraint: Optional[Compiled] = None  # every sequence decodes only what its grammar allows
     cached: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
@@ -292,8 +292,8 @@ class Scheduler:
                               length=length, last=-1, guide=Guide(req.constraint) if req.constraint else None)
                      for i in range(params.n)]
             req.live = params.n
-        result = sample_step(last_logits.expand(len(seqs), vocab), [s.sampler for s in seqs], self.eos_ids,
-                             step_masks([s.guide for s in seqs]))
+        masks = step_masks([s.guide for s in seqs], device)  # the grammar's start: computed when it compiled
+        result = sample_step(last_logits.expand(len(seqs), vocab), [s.sampler for s in seqs], self.eos_ids, masks)
         finished = {id(s) for s in self._record(seqs, result)}
         going_on = [s for s in seqs if id(s) not in finished]
         self.cache.ensure(slot + len(going_on), length + 1)
@@ -315,11 +315,22 @@ class Scheduler:
         ctx = ForwardContext.cached(self.cache, 0, starts, 1, self.window)
         adapters = [s.req.adapter for s in seqs]
         lora = LoraBatch(adapters, model.dtype, model.device, self.stacks) if any(a is not None for a in adapters) else None
+        started = time.monotonic()
         logits_BV = model.logits(model(tokens_B1, ctx, lora)[:, 0])
-        result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids, step_masks([s.guide for s in seqs]))
-        for s in seqs:
-            s.length += 1
-        self._record(seqs, result)
+        # A row whose mask is still being computed sits this step out: its next forward rewrites the same position.
+        ready = ready_rows([s.guide for s in seqs], max(MASK_GRACE_S, time.monotonic() - started))
+        broken = {id(s.req): (s.req, s.guide.error()) for b, s in enumerate(seqs) if ready[b] and s.guide is not None and s.guide.error()}
+        keep = [b for b in range(B) if ready[b] and id(seqs[b].req) not in broken]
+        if len(keep) < B:
+            seqs, logits_BV = [seqs[b] for b in keep], logits_BV[torch.tensor(keep, dtype=torch.long, device=logits_BV.device)]
+        if seqs:
+            masks = step_masks([s.guide for s in seqs], model.device)
+            result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids, masks)
+            for s in seqs:
+                s.length += 1
+            self._record(seqs, result)
+        for req, error in broken.values():  # a request whose grammar broke ends with its error, all its rows
+            self._fail_request(req, error)
 
     def _record(self, seqs: List[Sequence], result) -> List[Sequence]:
         """Emit each row's new token; finish rows that hit a stop rule (answered)."""
@@ -330,9 +341,9 @@ class Scheduler:
         finished = []
         for b, seq in enumerate(seqs):
             tok = result.tokens[b]
-            seq.sampler.append(tok)
             if seq.guide is not None:
                 seq.guide.advance(tok)
+            seq.sampler.append(tok)
             seq.generated += 1
             seq.last = tok
             p = seq.req.params
@@ -354,15 +365,26 @@ class Scheduler:
                 seq.req.emit({"type": "finish", "seq": seq.index, "finish_reason": reason, "stop_token_id": stop_id})
                 finished.append(seq)
         for seq in finished:
-            self._remove(seq)
-            req = seq.req
-            req.live -= 1
-            if req.live == 0:
-                self._drop_request(req)
-                # A cancel that raced with the last token still ends the request as cancelled.
-                req.finish({"error": Cancelled("cancelled")} if req.cancelled else
-                           {"prompt_tokens": len(req.prompt), "cached_tokens": req.cached})
+            self._finish_seq(seq)
         return finished
+
+    def _finish_seq(self, seq: Sequence) -> None:
+        self._remove(seq)
+        req = seq.req
+        req.live -= 1
+        if req.live == 0:
+            self._drop_request(req)
+            # A cancel that raced with the last token still ends the request as cancelled.
+            req.finish({"error": Cancelled("cancelled")} if req.cancelled else
+                       {"prompt_tokens": len(req.prompt), "cached_tokens": req.cached})
+
+    def _fail_request(self, req: GenRequest, error: Exception) -> None:
+        """Every running sequence of the request leaves the batch, and the request ends with the error."""
+        for seq in [s for s in self.running if s.req is req]:
+            self._remove(seq)
+        req.live = 0
+        self._drop_request(req)
+        req.finish({"error": error})
 
     def _remove(self, seq: Sequence) -> None:
         """Take a sequence out of the batch; the last slot's sequence moves into its slot."""

@@ -119,9 +119,9 @@ class SampleResult:
 
 
 def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Sequence[int],
-                allowed: Optional[Sequence[Optional[torch.Tensor]]] = None) -> SampleResult:
-    """Sample one token per row; row b's state is rows[b]. allowed[b], when given, is a bool [V]
-    mask (a constraint's): the row samples only among those tokens, whatever its other settings."""
+                allowed: Optional[Tuple[Sequence[int], torch.Tensor]] = None) -> SampleResult:
+    """Sample one token per row; row b's state is rows[b]. `allowed`, when given, is (constrained rows, their bool
+    [C, V] masks, a constraint's): those rows sample only among their tokens, whatever their other settings."""
     logits_BV = logits_BV.float()
     raw_BV = torch.log_softmax(logits_BV, dim=-1)
     x_BV = logits_BV.clone()
@@ -182,18 +182,25 @@ def _apply_penalties(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> None:
     x_BV[idx] = xs_PV - freq * counts_PV - pres * (counts_PV > 0).float()
 
 
-def _apply_constraints(x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: Sequence[Optional[torch.Tensor]]) -> None:
-    constrained = [b for b, m in enumerate(allowed) if m is not None]
-    if not constrained:
+def _apply_constraints(x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: Tuple[Sequence[int], torch.Tensor]) -> None:
+    """Constrained rows keep only their allowed tokens, in place. Masks are applied by selection (torch.where) on
+    the constrained rows alone, never by arithmetic, so no row's values can reach another row."""
+    rows, keep_CV = allowed
+    if not rows:
         return
-    idx = torch.tensor(constrained, device=x_BV.device)
-    keep_CV = torch.stack([allowed[b] for b in constrained])
-    xs_CV = x_BV[idx].masked_fill(~keep_CV, float("-inf"))
+    every_row = len(rows) == x_BV.shape[0]  # then rows is 0..B-1: no gather and scatter needed
+    idx = None if every_row else torch.tensor(list(rows), device=x_BV.device)
+    pick = (lambda t_BV: t_BV) if every_row else (lambda t_BV: t_BV.index_select(0, idx))
+    banned = torch.full((), float("-inf"), dtype=x_BV.dtype, device=x_BV.device)
+    kept_CV = torch.where(keep_CV, pick(x_BV), banned)
     # Bans that leave nothing the constraint allows yield to it: the output must stay inside.
-    dead_C = torch.isneginf(xs_CV).all(dim=-1)
+    dead_C = torch.isneginf(kept_CV.amax(dim=-1))
     if bool(dead_C.any()):
-        xs_CV[dead_C] = logits_BV[idx][dead_C].masked_fill(~keep_CV[dead_C], float("-inf"))
-    x_BV[idx] = xs_CV
+        kept_CV = torch.where(dead_C[:, None], torch.where(keep_CV, pick(logits_BV), banned), kept_CV)
+    if every_row:
+        x_BV.copy_(kept_CV)
+    else:
+        x_BV.index_copy_(0, idx, kept_CV)
 
 
 def _pick_tokens(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor:

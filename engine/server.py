@@ -30,7 +30,7 @@ import torch
 
 from . import lora as L
 from . import steps, wire
-from .constraints import ConstraintStore, TokenTable
+from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
 from .train import forward_logprobs, train_step
@@ -73,7 +73,7 @@ class Base:
     model: Transformer
     scheduler: Scheduler
     max_len: int
-    tokens: Optional[TokenTable] = None  # token bytes for constraints (load_base's token_bytes)
+    constraint_kinds: List[str]  # what constraints.py can apply on this base (its tokenizer.json, llguidance)
 
 
 class Ticket:
@@ -170,6 +170,8 @@ class Engine:
                 self.reply(rid, self.stats())
             elif op == "cancel":
                 self.reply(rid, {"cancelled": self.cancel(wire.parse_cancel(msg).target)})
+            elif op == "check_constraint":
+                self.check_constraint(rid, wire.parse_check_constraint(msg))
             elif op in self.OPS:
                 if op == "generate":
                     with self.lock:
@@ -191,6 +193,19 @@ class Engine:
             if ticket.req is not None:
                 ticket.req.cancelled = True
             return True
+
+    def check_constraint(self, rid, req: wire.CheckConstraint) -> None:
+        """Compiles on the constraint pool (never on this thread or the compute thread); answers when it is done."""
+        if req.base not in self.bases:
+            raise NotFound(f"base {req.base!r} is not loaded")
+
+        def answer(compiled) -> None:
+            error = compiled.exception()
+            if error is None:
+                self.reply(rid, {"ok": True})
+            else:
+                self.error(rid, error)
+        self.constraints.compile(req.base, req.constraint).add_done_callback(answer)
 
     def cancel_all(self) -> None:
         with self.lock:
@@ -267,7 +282,8 @@ class Engine:
 
     def _run_job(self, op: str, rid, msg) -> None:
         try:
-            request = msg if op == "_trained" else getattr(wire, "parse_" + op)(msg)
+            # A generate waiting for its constraint comes back parsed (op_generate).
+            request = msg if op == "_trained" or not isinstance(msg, dict) else getattr(wire, "parse_" + op)(msg)
             result = getattr(self, "op_" + op)(rid, request)
             if result is not None:
                 self.reply(rid, result)
@@ -349,11 +365,10 @@ class Engine:
             raise ValueError(f"base {req.base!r} is already loaded from {base.path} as {base.model.dtype}")
         if base is None:
             base = self._load(req.base, req.path, dtype)
-        if req.token_bytes is not None:
-            base.tokens = TokenTable(req.token_bytes, base.model.args.vocab_size, base.model.device)
         a = base.model.args
         return {"vocab_size": a.vocab_size, "context_length": base.max_len, "eos_token_ids": a.eos_token_ids,
-                "num_parameters": base.model.num_parameters(), "max_num_seqs": base.scheduler.config.max_batch}
+                "num_parameters": base.model.num_parameters(), "max_num_seqs": base.scheduler.config.max_batch,
+                "constraint_kinds": base.constraint_kinds}
 
     def _load(self, name: str, path: str, dtype: torch.dtype) -> Base:
         if not os.path.isdir(path):
@@ -369,7 +384,8 @@ class Engine:
         sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
             max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget),
             prefix_cache_tokens=prefix_tokens))
-        base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len)
+        kinds = self.constraints.add_base(name, path, args.vocab_size, args.eos_token_ids)
+        base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len, constraint_kinds=kinds)
         self.bases[name] = base
         log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
         return base
@@ -406,9 +422,11 @@ class Engine:
         wire.check_generate(req, base.model.args.vocab_size)
         constraint = None
         if req.constraint is not None:
-            if base.tokens is None:
-                raise ValueError(f"constraint: base {base.name!r} was loaded without token_bytes")
-            constraint = self.constraints.get(base.name, base.tokens, req.constraint, base.scheduler.eos_ids)
+            compiled = self.constraints.compile(base.name, req.constraint)
+            if not compiled.done():  # compiled on the constraint pool; the request comes back here then
+                compiled.add_done_callback(lambda _: self.jobs.put(("generate", rid, req)))
+                return None
+            constraint = compiled.result()  # a ConstraintError is this request's bad_request
         adapter = self._adapter(req.adapter, base)
 
         def finish(payload: dict) -> None:

@@ -16,15 +16,13 @@ dataclasses), threads and replies (server.py), frames (transport.py).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import torch
 
+from .constraints import KINDS as CONSTRAINT_KINDS, Spec, spec_key
 from .lora import LoraConfig
 from .steps import LOSS_CONFIG_KEYS, RL_LOSSES, AdamParams, StepRow
 from .sampling import SamplingParams
@@ -148,26 +146,12 @@ class LoadBase:
     base: str
     path: str
     dtype: Optional[str]  # None: the engine's --dtype (its command line, not a training default)
-    token_bytes: Optional[List[Optional[bytes]]]  # each token's bytes by id; None for a token never allowed
 
 
 @dataclass
-class ConstraintRef:
-    """generate's `constraint` before decoding: its id, and the object to decode when no automaton has that id yet."""
-    id: str
-    raw: dict
-
-
-@dataclass
-class Constraint:
-    """A decoded byte-level DFA (src/chat/constraints/compile.ts builds it); constraints.py checks its ranges."""
-    id: str
-    states: int
-    classes: int
-    start: int
-    accepting: List[int]
-    class_of: bytes  # the class of each of the 256 bytes
-    table: bytes  # little-endian int32 [state * classes + class] -> next state, -1 where not allowed
+class CheckConstraint:
+    base: str
+    constraint: Spec
 
 
 @dataclass
@@ -200,7 +184,7 @@ class Generate:
     adapter: AdapterRef
     prompt: List[int]
     params: SamplingParams
-    constraint: Optional[ConstraintRef]
+    constraint: Optional[Spec]  # decode only what it allows (constraints.py)
 
 
 @dataclass
@@ -257,26 +241,7 @@ class LoadState:
 def parse_load_base(msg: dict) -> LoadBase:
     f = Fields("load_base", msg)
     dtype = f.str("dtype", nullable=True, choices=tuple(DTYPES)) if "dtype" in msg else None
-    token_bytes = _token_bytes(f) if f.has("token_bytes") else None
-    return LoadBase(base=f.str("base"), path=f.str("path"), dtype=dtype, token_bytes=token_bytes)
-
-
-def _token_bytes(f: Fields) -> List[Optional[bytes]]:
-    raw = f.get("token_bytes")
-    if not isinstance(raw, list):
-        raise f.fail("token_bytes", "a list of base64 strings or nulls")
-    out: List[Optional[bytes]] = []
-    for i, item in enumerate(raw):
-        if item is None:
-            out.append(None)
-            continue
-        try:
-            out.append(base64.b64decode(item, validate=True) if isinstance(item, str) else None)
-        except binascii.Error:
-            out.append(None)
-        if out[-1] is None:
-            raise f.fail(f"token_bytes[{i}]", "a base64 string or null")
-    return out
+    return LoadBase(base=f.str("base"), path=f.str("path"), dtype=dtype)
 
 
 def parse_ensure_adapter(msg: dict) -> EnsureAdapter:
@@ -321,28 +286,53 @@ def _adapter_ref(f: Fields, key_name: str, path_name: str, required: bool) -> Ad
 
 def parse_generate(msg: dict) -> Generate:
     f = Fields("generate", msg)
-    constraint = None
-    if f.has("constraint"):
-        c = f.object("constraint")
-        constraint = ConstraintRef(id=c.str("id"), raw=c.obj)
     return Generate(base=f.str("base"), adapter=_adapter_ref(f, "adapter", "adapter_path", True), prompt=f.ints("prompt"),
-                    params=_sampling(f), constraint=constraint)
+                    params=_sampling(f), constraint=_constraint(f) if f.has("constraint") else None)
 
 
-def parse_constraint(ref: ConstraintRef) -> Constraint:
-    """Decodes a constraint (only when its automaton is not built yet: the table may be large)."""
-    f = Fields("generate", ref.raw, "constraint")
-    accepting = f.ints("accepting")
-    try:
-        class_of = base64.b64decode(f.str("class_of"), validate=True)
-    except binascii.Error:
-        raise f.fail("class_of", "base64") from None
-    try:
-        table = zlib.decompress(base64.b64decode(f.str("table"), validate=True))
-    except (binascii.Error, zlib.error):
-        raise f.fail("table", "base64 of zlib-deflated int32s") from None
-    return Constraint(id=ref.id, states=f.int("states"), classes=f.int("classes"), start=f.int("start"),
-                      accepting=accepting, class_of=class_of, table=table)
+def parse_check_constraint(msg: dict) -> CheckConstraint:
+    f = Fields("check_constraint", msg)
+    return CheckConstraint(base=f.str("base"), constraint=_constraint(f))
+
+
+JSON_OPTIONS = ("disable_any_whitespace", "disable_additional_properties")
+
+
+def _constraint(f: Fields) -> Spec:
+    """A constraint specification: exactly one of vLLM's structured_outputs kinds, and its JSON options."""
+    c = f.object("constraint")
+    unknown = sorted(k for k in c.obj if k not in CONSTRAINT_KINDS and k not in JSON_OPTIONS)
+    if unknown:
+        raise WireError(f"{f.op}: field constraint has unknown keys: {', '.join(unknown)}")
+    kinds = [k for k in CONSTRAINT_KINDS if c.obj.get(k) not in (None, False)]
+    if len(kinds) != 1:
+        raise f.fail("constraint", f"an object with exactly one of {', '.join(CONSTRAINT_KINDS)} (has {len(kinds)})")
+    kind = kinds[0]
+    options = {k: c.bool(k) if k in c.obj else False for k in JSON_OPTIONS}
+    return Spec(kind=kind, value=_constraint_value(c, kind), key=spec_key(c.obj), **options)
+
+
+def _constraint_value(c: Fields, kind: str):
+    value = c.get(kind)
+    if kind in ("regex", "grammar"):
+        return c.str(kind)
+    if kind == "json" and not isinstance(value, (dict, bool)):
+        raise c.fail(kind, "a JSON schema (an object or a boolean)")
+    if kind == "json_object" and value is not True:
+        raise c.fail(kind, "true")
+    if kind == "choice" and (not isinstance(value, list) or not value or not all(isinstance(x, str) for x in value)):
+        raise c.fail(kind, "a non-empty list of strings")
+    if kind == "structural_tag":
+        tag = c.object(kind)
+        triggers = tag.get("triggers")
+        if not isinstance(triggers, list) or not triggers or not all(isinstance(t, str) and t for t in triggers):
+            raise tag.fail("triggers", "a non-empty list of non-empty strings")
+        for s in tag.objects("structures"):
+            if not isinstance(s.obj.get("begin"), str) or not isinstance(s.obj.get("end"), str):
+                raise WireError(f"{c.op}: field {s.path} must have string begin and end")
+            if not isinstance(s.get("schema"), (dict, bool)):
+                raise s.fail("schema", "a JSON schema (an object or a boolean)")
+    return value
 
 
 def _sampling(f: Fields) -> SamplingParams:

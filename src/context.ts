@@ -31,7 +31,6 @@ import { createSftRunner } from './jobs/sft-runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { TemplateSandbox } from './chat/template-sandbox.ts';
-import { ConstraintCompiler } from './chat/constraints/constraint-compiler.ts';
 import { Metrics } from './services/metrics.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
@@ -60,8 +59,6 @@ export interface Services {
   dashboard: DashboardService;
   /** Renders request-supplied chat templates; null unless TRUST_REQUEST_CHAT_TEMPLATE=on. Closed with the server. */
   templateSandbox: TemplateSandbox | null;
-  /** Compiles chat constraints on a worker thread. Closed with the server. */
-  constraintCompiler: ConstraintCompiler;
   metrics: Metrics;
   exports: CheckpointExporter;
   lineage: ModelLineage;
@@ -115,17 +112,15 @@ function createRunners(queue: JobQueue, checkpoints: CheckpointWriter, repositor
   };
 }
 
-/** Chat with the workers it owns: the request-template sandbox (only when trusted) and the constraint compiler. */
-function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelRuntime): Pick<Services, 'chat' | 'templateSandbox' | 'constraintCompiler'> {
+/** Chat with the worker it owns: the request-template sandbox (only when trusted). */
+function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelRuntime): Pick<Services, 'chat' | 'templateSandbox'> {
   const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
-  const constraintCompiler = new ConstraintCompiler();
   const chat = new ChatService(resolver, runtime, {
     logprobsByDefault: config.logprobsByDefault,
     maxCompletionTokens: config.maxCompletionTokens,
     requestTemplates: templateSandbox,
-    constraints: constraintCompiler,
   });
-  return { chat, templateSandbox, constraintCompiler };
+  return { chat, templateSandbox };
 }
 
 export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested, logError = () => {} }: ContextOptions): Services {

@@ -80,7 +80,6 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     async close() {
       await app.close();
       services.templateSandbox?.close();
-      await services.constraintCompiler.close();
       await worker?.stop();
       await Promise.all((engines?.all ?? []).map(({ supervisor }) => supervisor.stop()));
       await store.close();

@@ -16,6 +16,7 @@ COMPLETE = {
     "save_adapter": (wire.parse_save_adapter, {"adapter": "a", "path": "/p"}, set()),
     "drop_adapter": (wire.parse_drop_adapter, {"adapter": "a"}, set()),
     "cancel": (wire.parse_cancel, {"target": "g"}, set()),
+    "check_constraint": (wire.parse_check_constraint, {"base": "b", "constraint": {"choice": ["a", "b"]}}, {"constraint.choice"}),
     "generate": (wire.parse_generate, {"base": "b", "adapter": None, "prompt": [1, 2], **SAMPLING}, set()),
     "forward": (wire.parse_forward, {"base": "b", "adapter": "a", "rows": [{"tokens": [1, 2], "segment_ids": [0, 0]}]},
                 set()),
@@ -80,17 +81,15 @@ class TestWire(unittest.TestCase):
                     self.assertRaisesRegex(wire.WireError, f"^{op}: field {re.escape(path)} must be"):
                 parse(broken)
 
-    def test_constraints_and_token_bytes_are_decoded_here_with_their_fields_named(self):
-        ref = wire.parse_generate({**COMPLETE["generate"][1], "constraint": {"id": "c", "states": 1}}).constraint
-        self.assertEqual(ref.id, "c")
-        with self.assertRaisesRegex(wire.WireError, r"^generate: missing field constraint\.accepting$"):
-            wire.parse_constraint(ref)
-        with self.assertRaisesRegex(wire.WireError, r"^generate: field constraint\.id must be"):
-            wire.parse_generate({**COMPLETE["generate"][1], "constraint": {"id": 5}})
-        loaded = wire.parse_load_base({"base": "b", "path": "/m", "token_bytes": ["aGk=", None, ""]})
-        self.assertEqual(loaded.token_bytes, [b"hi", None, b""])
-        with self.assertRaisesRegex(wire.WireError, r"^load_base: field token_bytes\[1\] must be"):
-            wire.parse_load_base({"base": "b", "path": "/m", "token_bytes": ["aGk=", "!!"]})
+    def test_constraint_fields_are_named(self):
+        generate = COMPLETE["generate"][1]
+        for constraint, field in [({"regex": 5}, "constraint.regex"), ({"structural_tag": {"triggers": ["<"]}}, "constraint.structural_tag.structures"),
+                                  ({"json": {}, "disable_any_whitespace": "yes"}, "constraint.disable_any_whitespace")]:
+            with self.subTest(constraint=constraint), self.assertRaisesRegex(wire.WireError, f"^generate: (missing )?field {re.escape(field)}"):
+                wire.parse_generate({**generate, "constraint": constraint})
+        parsed = wire.parse_generate({**generate, "constraint": {"json": {"type": "object"}, "disable_any_whitespace": True}}).constraint
+        self.assertEqual((parsed.kind, parsed.value, parsed.disable_any_whitespace, parsed.disable_additional_properties),
+                         ("json", {"type": "object"}, True, False))
 
     def test_optional_fields_mean_none_not_a_default(self):
         req = wire.parse_train_step(train_request([ROW], "rl"))

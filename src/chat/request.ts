@@ -5,8 +5,9 @@
  */
 import { AppError } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
-import { ConstraintRequestError, requestedConstraint, type RequestedConstraint } from './constraints/request.ts';
-import { jsonSizeProblem } from './constraints/limits.ts';
+import { ConstraintRequestError } from '../constraints/constraint-error.ts';
+import { requestedConstraint, type RequestedConstraint } from '../constraints/request.ts';
+import { jsonSizeProblem } from '../constraints/limits.ts';
 import { contentPartProblem } from './messages.ts';
 
 export const MAX_LOGPROBS = 20;

@@ -12,6 +12,8 @@ import { type GenerateStream, ReplyStream } from './generate-stream.ts';
 import { type EngineLogger, silentLogger } from './logger.ts';
 import type {
   CancelReply,
+  CheckConstraintReply,
+  CheckConstraintRequest,
   DropAdapterReply,
   DropAdapterRequest,
   EnsureAdapterReply,
@@ -44,6 +46,8 @@ import { GENERATE_DEFAULTS } from './protocol.ts';
 export interface Engine {
   stats(): Promise<StatsReply>;
   loadBase(request: LoadBaseRequest): Promise<LoadBaseReply>;
+  /** Compiles a constraint for the base, off the engine's decode loop; a refusal is a `bad_request` naming the problem. */
+  checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply>;
   ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply>;
   saveAdapter(request: SaveAdapterRequest): Promise<SaveAdapterReply>;
   dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply>;
@@ -141,6 +145,10 @@ export class EngineClient implements Engine {
 
   loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
     return this.request('load_base', request);
+  }
+
+  checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
+    return this.request('check_constraint', request);
   }
 
   ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {

@@ -59,8 +59,6 @@ export interface LoadBaseRequest {
   base: string;
   path: string;
   dtype?: Dtype;
-  /** Base64 of each token's bytes by id; null for tokens never allowed under a constraint. */
-  token_bytes?: (string | null)[];
 }
 
 export interface LoadBaseReply {
@@ -70,6 +68,8 @@ export interface LoadBaseReply {
   num_parameters: number;
   /** Most sequences one generate may ask for (`n`): the engine's max_num_seqs, lowered by its KV-cache budget. */
   max_num_seqs: number;
+  /** The constraint kinds this engine can decode under on this base (none without llguidance or a tokenizer.json). */
+  constraint_kinds: ConstraintKind[];
 }
 
 export interface AdapterInit {
@@ -107,18 +107,41 @@ export interface DropAdapterReply {
   dropped: boolean;
 }
 
-/** The automaton as the engine's `generate` receives it (built by chat/constraints/compile.ts). */
-export interface WireConstraint {
-  /** Names the automaton (a hash of the rest): the engine keeps what it built from it under this id. */
-  id: string;
-  states: number;
-  classes: number;
-  /** Base64 of 256 bytes: the class of each byte. */
-  class_of: string;
-  start: number;
-  accepting: number[];
-  /** Base64 of the zlib-deflated little-endian int32 table [state * classes + class] → next state, -1 where not allowed. */
-  table: string;
+/** vLLM's structured_outputs kinds, which the engine's constraints can be (docs/engine-protocol.md). */
+export const CONSTRAINT_KINDS = ['json', 'json_object', 'regex', 'choice', 'grammar', 'structural_tag'] as const;
+export type ConstraintKind = (typeof CONSTRAINT_KINDS)[number];
+
+/** One structure of a structural tag: after `begin` (which starts with one of the triggers), JSON of `schema`, then `end`. */
+export interface StructuralTagStructure {
+  begin: string;
+  schema: unknown;
+  end: string;
+}
+
+/**
+ * A constraint's specification, as vLLM's `structured_outputs` states it: exactly one kind, and the JSON options.
+ * The engine compiles it (llguidance) against the base's own tokenizer; docs/structured-outputs.md maps it onto vLLM.
+ */
+export interface ConstraintSpec {
+  /** A JSON schema; layout options travel inside it as llguidance's `x-guidance`. */
+  json?: unknown;
+  json_object?: true;
+  regex?: string;
+  choice?: string[];
+  /** A Lark grammar (llguidance's dialect; a GBNF grammar is converted, as vLLM's guidance backend does). */
+  grammar?: string;
+  structural_tag?: { triggers: string[]; structures: StructuralTagStructure[] };
+  disable_any_whitespace?: boolean;
+  disable_additional_properties?: boolean;
+}
+
+export interface CheckConstraintRequest {
+  base: string;
+  constraint: ConstraintSpec;
+}
+
+export interface CheckConstraintReply {
+  ok: true;
 }
 
 /**
@@ -168,8 +191,8 @@ export interface GenerateRequest {
   seed?: number | null;
   logprobs?: number | null;
   prompt_logprobs?: number | null;
-  /** Decode only what this byte-level automaton accepts (chat/constraints/compile.ts builds it). */
-  constraint?: WireConstraint | null;
+  /** Decode only what this specification allows (the engine compiles it, or reuses what check_constraint compiled). */
+  constraint?: ConstraintSpec | null;
 }
 
 /** `[token id, logprob]`. */

@@ -11,6 +11,8 @@ import { EngineError } from './errors.ts';
 import type { GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
 import type {
+  CheckConstraintReply,
+  CheckConstraintRequest,
   DropAdapterReply,
   DropAdapterRequest,
   EnsureAdapterReply,
@@ -123,6 +125,11 @@ export class SamplerPool implements Engine {
 
   async loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
     return (await Promise.all(this.samplers.map((sampler) => sampler.loadBase(request))))[0];
+  }
+
+  /** On every sampler: a generate may go to any of them, and each compiles for itself (cached there). */
+  async checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
+    return (await Promise.all(this.samplers.map((sampler) => sampler.checkConstraint(request))))[0];
   }
 
   async ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {

@@ -14,6 +14,8 @@ import { EngineError } from './errors.ts';
 import { DeferredStream, type GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
 import type {
+  CheckConstraintReply,
+  CheckConstraintRequest,
   DropAdapterReply,
   DropAdapterRequest,
   EnsureAdapterReply,
@@ -189,6 +191,10 @@ export class EngineSupervisor implements Engine {
     this.bases.delete(request.base);
     this.bases.set(request.base, request);
     return reply;
+  }
+
+  async checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
+    return (await this.client()).checkConstraint(request);
   }
 
   async ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {

@@ -10,7 +10,7 @@ import type { Engine } from '../engine/client.ts';
 import type { LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { BaseModelSpec, EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
-import { constraintTokenBytes } from '../chat/constraints/vocabulary.ts';
+import { markerSyntax, type MarkerSyntax } from '../constraints/lark.ts';
 import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat, type ToolParserName } from '../chat/tool-calls/index.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 
@@ -34,6 +34,8 @@ export interface LoadedBase {
   generation: GenerationDefaults;
   /** How this base writes tool calls: the parser for its output and the format forced calls are constrained to. */
   toolFormat: ToolCallFormat;
+  /** How a forced call's grammar writes marker texts for this tokenizer (special tokens by id). */
+  markers: MarkerSyntax;
 }
 
 async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer): Promise<GenerationDefaults> {
@@ -118,7 +120,7 @@ export class BaseModelRuntime {
     return cached(this.trainerLoading, baseId, async () => {
       const base = await this.load(baseId);
       const { sampler, trainer } = this.requireEngines();
-      if (trainer !== sampler) await trainer.loadBase(this.loadRequest(base.id, base.path, base.tokenizer, base.toolFormat));
+      if (trainer !== sampler) await trainer.loadBase(this.loadRequest(base.id, base.path));
       return base;
     });
   }
@@ -128,10 +130,8 @@ export class BaseModelRuntime {
     return this.engines;
   }
 
-  private loadRequest(base: string, folder: string, tokenizer: ChatTokenizer, toolFormat: ToolCallFormat): LoadBaseRequest {
-    // The engine needs the token bytes to apply constraints; the supervisor re-sends them after a restart.
-    const tokenBytes = constraintTokenBytes(tokenizer, toolFormat.constrainedMarkers);
-    return { base, path: folder, token_bytes: tokenBytes, ...(this.dtype ? { dtype: this.dtype } : {}) };
+  private loadRequest(base: string, folder: string): LoadBaseRequest {
+    return { base, path: folder, ...(this.dtype ? { dtype: this.dtype } : {}) };
   }
 
   private async loadOnce(baseId: string): Promise<LoadedBase> {
@@ -140,9 +140,10 @@ export class BaseModelRuntime {
     const engine = this.sampler();
     const tokenizer = await loadTokenizer(spec.path);
     const toolFormat = toolFormatOf(spec, tokenizer);
-    const loaded = await engine.loadBase(this.loadRequest(spec.id, spec.path, tokenizer, toolFormat));
+    const loaded = await engine.loadBase(this.loadRequest(spec.id, spec.path));
     const generation = await readGenerationDefaults(spec.path, tokenizer);
-    return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat };
+    const markers = markerSyntax((marker) => tokenizer.addedTokenIds.get(marker));
+    return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat, markers };
   }
 }
 

@@ -10,12 +10,13 @@ import { contentString } from '../chat/messages.ts';
 import { ChoiceOutput, type LogprobEntry, type OutputDelta } from '../chat/output.ts';
 import { TemplateError, type RenderOptions } from '../chat/template.ts';
 import type { TemplateSandbox } from '../chat/template-sandbox.ts';
-import type { ConstraintCompiler } from '../chat/constraints/constraint-compiler.ts';
-import { compileRequested, ConstraintRequestError, requestedConstraint } from '../chat/constraints/request.ts';
+import { ConstraintRequestError } from '../constraints/constraint-error.ts';
+import { checkOnEngine, constraintSpec } from '../constraints/request.ts';
 import { encodePrompt, promptRenderOptions } from '../chat/prompt.ts';
 import { renderChat } from '../chat/template.ts';
-import type { FinishEvent, GenerateRequest, PromptLogprobsEvent, TokensEvent, WireConstraint } from '../engine/protocol.ts';
+import type { ConstraintSpec, FinishEvent, GenerateRequest, PromptLogprobsEvent, TokensEvent } from '../engine/protocol.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
+import { EngineError } from '../engine/errors.ts';
 import type { Principal } from './auth-service.ts';
 import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from './base-model-runtime.ts';
 import type { ModelResolver } from './model-resolver.ts';
@@ -27,8 +28,6 @@ export interface ChatOptions {
   maxCompletionTokens: number;
   /** Where request-supplied chat templates render; null: the operator does not trust them (400). */
   requestTemplates: TemplateSandbox | null;
-  /** Compiles constraints off the event loop. */
-  constraints: ConstraintCompiler;
 }
 
 type Chunk = Record<string, unknown>;
@@ -217,6 +216,10 @@ export class ChatService {
       try {
         const body = await this.collect(prepared, stream);
         return { kind: 'json', body, engineMs: performance.now() - engineStarted };
+      } catch (error) {
+        // A grammar that reached llguidance's limits only while decoding is still the request's constraint's fault.
+        if (plan.constraint && error instanceof EngineError && error.code === 'bad_request' && error.message.startsWith('constraint: ')) throw badRequest(`${plan.constraint.param}: ${error.message}`, plan.constraint.param);
+        throw error;
       } finally {
         disconnected?.removeEventListener('abort', cancel);
       }
@@ -228,7 +231,7 @@ export class ChatService {
     const resolved = await this.resolver.resolve(principal, plan.modelName);
     const base = await this.runtime.load(resolved.baseId);
     const renderedIds = await this.promptIds(plan, base);
-    const constraint = await this.constraint(plan, body, base);
+    const constraint = await this.constraint(plan, base);
     const { promptIds, maxTokens } = fitContext(plan, base, renderedIds, this.options.maxCompletionTokens);
     checkVocabulary(plan, base.tokenizer.vocabSize);
     const checkpoint = resolved.checkpoint;
@@ -268,18 +271,21 @@ export class ChatService {
   }
 
   /**
-   * The request's constraint compiled (on the compiler thread) for the engine; a refusal is a 400 naming its field.
-   * Forced tool calls are constrained in the base model's own format (the plan compiled them as Hermes).
+   * The request's constraint as the engine's specification (a forced call written in the base's own format),
+   * compiled by the sampler before any token, so that a refusal is a 400 naming its field, never a stream error.
    */
-  private async constraint(plan: ChatPlan, body: ChatCompletionBody, base: LoadedBase): Promise<WireConstraint | null> {
-    const forcedCall = plan.toolChoice === 'required' || typeof plan.toolChoice === 'object';
+  private async constraint(plan: ChatPlan, base: LoadedBase): Promise<ConstraintSpec | null> {
+    const requested = plan.constraint;
+    if (!requested) return null;
+    const spec = constraintSpec(requested, (calls) => base.toolFormat.forcedGrammar(calls, base.markers));
+    const engine = this.runtime.sampler();
     try {
-      const requested = forcedCall && base.toolFormat.name !== 'hermes' ? requestedConstraint(body, plan.toolChoice, plan.parallelToolCalls, base.toolFormat.name) : plan.constraint;
-      return requested && (await compileRequested(requested, (spec) => this.options.constraints.compile(spec))).wire;
+      await checkOnEngine(requested, spec, { kinds: base.engine.constraint_kinds ?? [], check: (constraint) => engine.checkConstraint({ base: base.id, constraint }) });
     } catch (error) {
       if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
       throw error;
     }
+    return spec;
   }
 
   /** The model's own template is trusted and renders here; a request's own is user code and renders in the sandbox. */

@@ -1,9 +1,9 @@
 /**
  * What every family's tool-call format provides (training-rows.md §2): where tool-call text starts in
  * generated text, how complete calls are taken out of it (streaming: as soon as each is whole), the
- * pattern a forced call is constrained to, and the id a call gets. One module per family implements it.
+ * grammar a forced call is constrained to, and the id a call gets. One module per family implements it.
  */
-import type { Pattern } from '../constraints/pattern.ts';
+import type { ForcedCalls, MarkerSyntax } from '../../constraints/lark.ts';
 
 export type ToolParserName = 'hermes' | 'llama3_json' | 'mistral';
 
@@ -32,8 +32,6 @@ export interface ToolCallFormat {
   templateMarker: string;
   /** Tokens that open tool-call text; they reach the parser even when special tokens are skipped. */
   markers: readonly string[];
-  /** Marker tokens a forced call writes: constraints may use them even when they are special tokens. */
-  constrainedMarkers: readonly string[];
   /**
    * Where tool-call text starts in `text` (released content not yet parsed), or null; `hold`: how many
    * characters at the end must wait because they could still become the start. `atStart`: no content yet.
@@ -41,8 +39,8 @@ export interface ToolCallFormat {
   start(text: string, atStart: boolean, final: boolean): ToolTextStart;
   /** Complete calls taken from the front of the tool text; `final`: no more text comes (an unclosed call may count). */
   take(toolText: string, final: boolean): TakenCalls;
-  /** The text a forced call must be: one call of one of `calls` (name + argument pattern), or `multiple` of them. */
-  forcedPattern(calls: { name: string; args: Pattern }[], multiple: boolean): Pattern;
+  /** The Lark grammar of a forced call: one call of one of `calls.tools`, or (`multiple`) one or more; `marker` writes this tokenizer's markers. */
+  forcedGrammar(calls: ForcedCalls, marker: MarkerSyntax): string;
   callId(): string;
 }
 

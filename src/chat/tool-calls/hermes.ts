@@ -3,7 +3,7 @@
  * blocks anywhere in the text, as vLLM's `hermes` parser reads them.
  */
 import crypto from 'node:crypto';
-import { list, literal, alt, seq } from '../constraints/pattern.ts';
+import { forcedCallGrammar, larkString } from '../../constraints/lark.ts';
 import { callFromObject, parseJson, partialMarkerLength, type ParsedCall, type ToolCallFormat } from './format.ts';
 
 const OPEN = '<tool_call>';
@@ -38,15 +38,16 @@ export const hermes: ToolCallFormat = {
   name: 'hermes',
   templateMarker: OPEN,
   markers: [OPEN, CLOSE],
-  constrainedMarkers: [OPEN, CLOSE],
   start(text, _atStart, final) {
     const at = text.indexOf(OPEN);
     return { at: at === -1 ? null : at, hold: at !== -1 || final ? 0 : partialMarkerLength(text, [OPEN]) };
   },
   take,
-  forcedPattern(calls, multiple) {
-    const call = alt(...calls.map(({ name, args }) => seq(literal(`${OPEN}\n{"name": ${JSON.stringify(name)}, "arguments": `), args, literal(`}\n${CLOSE}`))));
-    return multiple ? list(call, literal('\n'), 1, null) : call;
+  forcedGrammar(calls, marker) {
+    return forcedCallGrammar(calls, {
+      separator: '\n',
+      call: (name, args) => `${marker(OPEN)} ${larkString(`\n{"name": ${JSON.stringify(name)}, "arguments": `)} ${args} ${larkString('}\n')} ${marker(CLOSE)}`,
+    });
   },
   callId: () => `chatcmpl-tool-${crypto.randomBytes(8).toString('hex')}`,
 };

@@ -4,7 +4,7 @@
  * Only a reply that opens with a call is one; `<|python_tag|>` later in the text also starts calls.
  */
 import crypto from 'node:crypto';
-import { list, literal, alt, seq } from '../constraints/pattern.ts';
+import { forcedCallGrammar, larkString } from '../../constraints/lark.ts';
 import { callFromObject, jsonValueEnd, parseJson, partialMarkerLength, type ParsedCall, type ToolCallFormat } from './format.ts';
 
 const PYTHON_TAG = '<|python_tag|>';
@@ -33,7 +33,6 @@ export const llama3Json: ToolCallFormat = {
   // Llama 3 templates need not mention the tag (calls may be bare JSON); their header tokens tell the family.
   templateMarker: '<|start_header_id|>',
   markers: [PYTHON_TAG],
-  constrainedMarkers: [],
   start(text, atStart, final) {
     const tagged = text.indexOf(PYTHON_TAG);
     if (atStart) {
@@ -46,9 +45,8 @@ export const llama3Json: ToolCallFormat = {
     return { at: null, hold: final ? 0 : partialMarkerLength(text, [PYTHON_TAG]) };
   },
   take,
-  forcedPattern(calls, multiple) {
-    const call = alt(...calls.map(({ name, args }) => seq(literal(`{"name": ${JSON.stringify(name)}, "parameters": `), args, literal('}'))));
-    return multiple ? list(call, literal(SEPARATOR), 1, null) : call;
+  forcedGrammar(calls) {
+    return forcedCallGrammar(calls, { separator: SEPARATOR, call: (name, args) => `${larkString(`{"name": ${JSON.stringify(name)}, "parameters": `)} ${args} "}"` });
   },
   callId: () => `chatcmpl-tool-${crypto.randomBytes(8).toString('hex')}`,
 };

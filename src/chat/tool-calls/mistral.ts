@@ -4,7 +4,7 @@
  * Mistral's templates require call ids of nine alphanumeric characters, so ours are.
  */
 import crypto from 'node:crypto';
-import { list, literal, alt, seq } from '../constraints/pattern.ts';
+import { forcedCallGrammar, larkString } from '../../constraints/lark.ts';
 import { callFromObject, jsonValueEnd, parseJson, partialMarkerLength, type ParsedCall, type TakenCalls, type ToolCallFormat } from './format.ts';
 
 const TOOL_CALLS = '[TOOL_CALLS]';
@@ -47,15 +47,17 @@ export const mistral: ToolCallFormat = {
   name: 'mistral',
   templateMarker: TOOL_CALLS,
   markers: [TOOL_CALLS],
-  constrainedMarkers: [TOOL_CALLS],
   start(text, _atStart, final) {
     const at = text.indexOf(TOOL_CALLS);
     return { at: at === -1 ? null : at, hold: at !== -1 || final ? 0 : partialMarkerLength(text, [TOOL_CALLS]) };
   },
   take,
-  forcedPattern(calls, multiple) {
-    const call = alt(...calls.map(({ name, args }) => seq(literal(`{"name": ${JSON.stringify(name)}, "arguments": `), args, literal('}'))));
-    return seq(literal(`${TOOL_CALLS}[`), multiple ? list(call, literal(', '), 1, null) : call, literal(']'));
+  forcedGrammar(calls, marker) {
+    return forcedCallGrammar(calls, {
+      separator: ', ',
+      call: (name, args) => `${larkString(`{"name": ${JSON.stringify(name)}, "arguments": `)} ${args} "}"`,
+      around: (callsRule) => `${marker(TOOL_CALLS)} "[" ${callsRule} "]"`,
+    });
   },
   callId: () => Array.from(crypto.randomBytes(9), (byte) => ALPHANUMERIC[byte % ALPHANUMERIC.length]).join(''),
 };
