@@ -1,11 +1,11 @@
 /** Wire schemas of training jobs (RL and SFT submissions, the job record, events). */
 import { Type, type Static } from '@sinclair/typebox';
-import { TrajectoryGroup } from './models.ts';
+import { TrainingGroup } from './models.ts';
 
 export const RlJobBody = Type.Object(
   {
     model_id: Type.String({ minLength: 1 }),
-    trajectory_groups: Type.Array(TrajectoryGroup),
+    trajectory_groups: Type.Array(TrainingGroup),
     experimental_config: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
   },
   { additionalProperties: true },

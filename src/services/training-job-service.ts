@@ -10,7 +10,7 @@ import type { ModelService } from './model-service.ts';
 import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
 import type { KlReferenceResolver } from './kl-reference.ts';
-import type { TrajectoryGroup } from '../api/models.ts';
+import { withGroupDefaults, type FullTrajectoryGroup } from '../api/models.ts';
 import type { SftJobBody } from '../api/training-jobs.ts';
 import type { ArtifactService } from './artifact-service.ts';
 import type { AssistantTurns } from '../chat/sft-tokens.ts';
@@ -19,9 +19,9 @@ import { countConversations, SFT_DATA_FILES } from './sft-data.ts';
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
 export const DEFAULT_SFT_BATCH_SIZE = 2;
 
-/** What an RL job's payload file holds. */
+/** What an RL job's payload file holds: the groups with ART's defaults in place (older payloads may lack some: read them with `withGroupDefaults`). */
 export interface RlJobPayload {
-  trajectory_groups: TrajectoryGroup[];
+  trajectory_groups: FullTrajectoryGroup[];
   config: RlConfig;
 }
 
@@ -72,10 +72,11 @@ export class TrainingJobService {
       if ('problem' in resolved) problems.push(resolved.problem);
       else config.klReference = resolved.reference;
     }
-    const shape = checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
-    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(body.trajectory_groups, ['body', 'trajectory_groups']) : []));
+    const groups = body.trajectory_groups.map(withGroupDefaults);
+    const shape = checkTrajectoryGroups(groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
+    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : []));
     if (problems.length > 0) throw validationError(problems);
-    const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
+    const payload: RlJobPayload = { trajectory_groups: groups, config };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
     this.notify.submitted();
     return { id: job.id };
