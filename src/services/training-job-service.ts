@@ -11,7 +11,7 @@ import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
 import type { KlReferenceResolver } from './kl-reference.ts';
 import { withGroupDefaults, type FullTrajectoryGroup } from '../api/models.ts';
-import type { SftJobBody } from '../api/training-jobs.ts';
+import type { SftJobBody, SftMetricLogging } from '../api/training-jobs.ts';
 import type { ArtifactService } from './artifact-service.ts';
 import type { AssistantTurns } from '../chat/sft-tokens.ts';
 import { countConversations, SFT_DATA_FILES } from './sft-data.ts';
@@ -35,6 +35,8 @@ export interface SftJobPayload {
   /** Which assistant spans of each conversation are trained (older payloads: all). */
   assistant_turns?: AssistantTurns;
   chat_template_kwargs?: Record<string, unknown> | null;
+  /** ART's `config.metric_logging` as sent (older payloads and clients: none, logged at the step the job writes). */
+  metric_logging?: SftMetricLogging | null;
 }
 
 /** The part of the job queue (jobs/queue.ts) that submitting needs: jobs run what services store, not the reverse. */
@@ -114,6 +116,7 @@ export class TrainingJobService {
       num_conversations: numConversations,
       assistant_turns: config.assistant_turns ?? 'all',
       chat_template_kwargs: config.chat_template_kwargs ?? null,
+      metric_logging: config.metric_logging ?? null,
     };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'sft', payload });
     this.notify.submitted();
