@@ -15,6 +15,13 @@ export REFERENCE_PYTHON="$PWD/.venv-test/bin/python"
 # venv, as ART's openai/polars pins differ (art.txt).
 make_venv .venv-art scripts/python/art.txt
 export ART_PYTHON="$PWD/.venv-art/bin/python"
+# ART's newest release, 0.5.23 (art-0523.txt), needs Python 3.12: without one its client tests skip, saying so.
+if python312=$(python_minor 3.12); then
+  make_venv --python "$python312" .venv-art-0523 scripts/python/art-0523.txt
+  export ART_0523_PYTHON="$PWD/.venv-art-0523/bin/python"
+else
+  echo "no Python 3.12 (python3.12 on PATH or pyenv's 3.12.*): ART 0.5.23's client tests will skip" >&2
+fi
 # The official Tinker SDK and tinker-cookbook, for test/tinker-cookbook.test.ts: their own venv (tinker.txt).
 make_venv .venv-tinker scripts/python/tinker.txt
 export TINKER_PYTHON="$PWD/.venv-tinker/bin/python"

@@ -1,11 +1,13 @@
 /**
- * OpenPipe ART's real client (openpipe-art, pinned in scripts/python/art.txt, run with $ART_PYTHON) against
- * the real server: test/clients/art_session.py registers a TrainableModel with ART's ServerlessBackend,
- * samples with `model.openai_client()`, trains three RL steps on scored groups with `backend.train`,
- * logs with `model.log`, reads `get_step`, prunes with `delete_checkpoints`, runs SFT from a JSONL file
- * (`train_sft_from_file`) and deletes the model. Every request to our training API is ART's own; only
- * W&B's artifact upload is redirected to our artifact endpoint. This file checks what ART got back, and
- * what the server holds afterwards.
+ * OpenPipe ART's real client against the real server, at two pinned releases: 0.5.18 (Python 3.11,
+ * scripts/python/art.txt, $ART_PYTHON) and the newest, 0.5.23 (Python 3.12, art-0523.txt, $ART_0523_PYTHON), whose wire
+ * differs (shared/spec/reference/art-0.5.23.md §2.4). test/clients/art_session.py registers a TrainableModel with ART's
+ * ServerlessBackend, samples with `model.openai_client()` (n > 1 with logprobs, whose token counts 0.5.23 checks),
+ * trains RL steps on scored groups where most rewards are 0.0 and one step of multi-turn tool trajectories with
+ * `backend.train`, logs with `model.log`, prunes with `delete_checkpoints`, runs SFT from a JSONL file
+ * (`train_sft_from_file`; 0.5.23 asks the server to log its metrics), drives 0.5.23's `PipelineTrainer`, and deletes
+ * the model. Every request to our training API is ART's own; only W&B's artifact upload is redirected to our artifact
+ * endpoint. This file checks what ART got back, and what the server held before the delete.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -16,71 +18,157 @@ import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
 import { runJsonScript } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
-const ART_PYTHON = process.env.ART_PYTHON ?? path.join(repoRoot, '.venv-art', 'bin', 'python');
-
-function artSession(request: Record<string, unknown>): Promise<Record<string, any>> {
-  return runJsonScript<Record<string, any>>(ART_PYTHON, 'test/clients/art_session.py', request);
+interface Client {
+  version: string;
+  python: string | undefined;
+  /** Why its tests cannot run here, or false. */
+  skip: string | false;
 }
 
-describe('OpenPipe ART client (ServerlessBackend) against the server', () => {
-  let e2e: E2eServer;
-  let workdir: string;
-  let session: Record<string, any>;
+function client(version: string, env: string, venv: string, needs: string): Client {
+  const fallback = path.join(repoRoot, venv, 'bin', 'python');
+  const python = process.env[env] ?? (fs.existsSync(fallback) ? fallback : undefined);
+  return { version, python, skip: python ? false : `no ART ${version} venv: set ${env} (scripts/test.sh builds ${venv}${needs})` };
+}
 
-  before(async () => {
-    e2e = await startE2eServer();
-    workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'art-'));
-    const started = Date.now();
-    session = await artSession({ server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir });
-    console.log(`ART session: ${((Date.now() - started) / 1000).toFixed(1)}s`);
-  });
-  after(async () => {
-    await e2e?.close();
-    if (workdir) fs.rmSync(workdir, { recursive: true, force: true });
-  });
+const CLIENTS = [
+  client('0.5.18', 'ART_PYTHON', '.venv-art', ''),
+  client('0.5.23', 'ART_0523_PYTHON', '.venv-art-0523', ' where a Python 3.12 exists: python3.12 on PATH or pyenv’s 3.12.*'),
+];
 
-  test('register resolves the entity, names the model for inference, and returns the existing model again', () => {
-    const { register } = session;
-    assert.match(register.id, /^[0-9a-f-]{36}$/);
-    assert.equal(register.entity, 'local');
-    assert.equal(register.again_id, register.id);
-    assert.equal(register.inference_name, 'wandb-artifact:///local/art-client/adder');
-    assert.equal(session.initial_step, 0);
-  });
+type Row = { step: number; source: string; metrics: Record<string, number> };
+const finite = (metrics: Record<string, unknown> | null | undefined, key: string) => Number.isFinite(metrics?.[key]);
 
-  test('backend.train: each call ends with a new checkpoint that get_step reports, with the trainer metrics', () => {
-    assert.deepEqual(session.rl.map((step: any) => step.step), [1, 2, 3]);
-    for (const step of session.rl) {
-      assert.equal(step.get_step, step.step);
-      assert.equal(step.artifact_name, `local/art-client/adder:step${step.step}`);
-      assert.equal(step.metrics['data/step_num_groups_submitted'], 4);
-      // A step whose groups all scored alike has nothing to learn from: no gradient step, so no loss.
-      if (step.metrics['data/step_num_groups_trainable'] > 0) assert.ok(Number.isFinite(step.metrics['loss/train']), JSON.stringify(step.metrics));
-    }
-    assert.ok(session.rl.some((step: any) => Number.isFinite(step.metrics['loss/train'])), 'no step trained');
-  });
+for (const art of CLIENTS) {
+  const newWire = art.version !== '0.5.18';
+  describe(`OpenPipe ART ${art.version} client (ServerlessBackend) against the server`, { skip: art.skip }, () => {
+    let e2e: E2eServer;
+    let workdir: string;
+    let session: Record<string, any>;
+    const project = `art-${art.version.replaceAll('.', '')}`;
 
-  test('delete_checkpoints keeps only the latest and the best val/reward step', () => {
-    assert.deepEqual(session.steps_before_delete, [0, 1, 2, 3]);
-    const history = fs.readFileSync(path.join(workdir, 'art-client', 'models', 'adder', 'history.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line));
-    const val = history.filter((row) => 'val/reward' in row);
-    const best = Math.max(...val.map((row) => row['val/reward']));
-    // ART picks one of the steps with the best val/reward (ties in any order) and keeps it with the latest.
-    const kept = session.steps_after_delete as number[];
-    assert.ok(kept.includes(3) && kept.length <= 2, JSON.stringify(kept));
-    for (const step of kept.filter((step) => step !== 3)) assert.ok(val.some((row) => row.step === step && row['val/reward'] === best), `step ${step} is not a best step`);
-  });
+    before(async () => {
+      e2e = await startE2eServer();
+      workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'art-'));
+      const started = Date.now();
+      session = await runJsonScript(art.python!, 'test/clients/art_session.py', { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir, project });
+      console.log(`ART ${art.version} session: ${((Date.now() - started) / 1000).toFixed(1)}s ${JSON.stringify(session.timings)}`);
+    });
+    after(async () => {
+      await e2e?.close();
+      if (workdir) fs.rmSync(workdir, { recursive: true, force: true });
+    });
 
-  test('SFT from a file goes through our artifact endpoint and trains a new checkpoint the model then serves', () => {
-    assert.equal(session.uploads.length, 1);
-    assert.match(session.uploads[0].url, /^wandb-artifact:\/\/\/local\/art-client\/adder-sft-data-[0-9a-f]{12}:v0$/);
-    assert.deepEqual(session.uploads[0].files.map((file: { name: string }) => file.name), ['train.jsonl']);
-    assert.ok(session.sft.after > session.sft.before, JSON.stringify(session.sft));
-    assert.equal(typeof session.answer_after_sft, 'string', 'the model answers after SFT');
-  });
+    const history = () => fs.readFileSync(path.join(workdir, project, 'models', session.storage_name, 'history.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line));
 
-  test('backend.delete removes the model: ART then gets a 404 for it', async () => {
-    assert.equal(session.after_delete, 'NotFoundError');
-    assert.equal((await e2e.api('GET', `/v1/preview/models/${session.register.id}`)).status, 404);
+    test('register resolves the entity, names the model (0.5.23: by its run_name) and returns the existing model again', () => {
+      const { register } = session;
+      assert.equal(session.art_version, art.version);
+      assert.equal(session.storage_name, newWire ? 'adder-run-1' : 'adder');
+      assert.match(register.id, /^[0-9a-f-]{36}$/);
+      assert.equal(register.entity, 'local');
+      assert.equal(register.again_id, register.id);
+      assert.equal(register.inference_name, `wandb-artifact:///local/${project}/${session.storage_name}`);
+      assert.equal(session.server.name, session.storage_name);
+      assert.equal(session.initial_step, 0);
+    });
+
+    test('backend.train on groups whose rewards are mostly 0.0: each call ends with a new checkpoint that get_step reports', () => {
+      assert.deepEqual(session.rl.map((step: any) => step.step), [1, 2, 3]);
+      const rewards = session.rl.flatMap((step: any) => step.rewards.flat());
+      assert.ok(rewards.filter((reward: number) => reward === 0).length > rewards.length / 2, JSON.stringify(rewards));
+      for (const step of session.rl) {
+        assert.equal(step.get_step, step.step);
+        assert.equal(step.artifact_name, `local/${project}/${session.storage_name}:step${step.step}`);
+        assert.equal(step.metrics['data/step_num_groups_submitted'], 4);
+        // The first group rewards the shortest answer, so every step has something to learn.
+        assert.ok(step.metrics['data/step_num_groups_trainable'] >= 1, JSON.stringify(step.metrics));
+        assert.ok(finite(step.metrics, 'loss/train'), JSON.stringify(step.metrics));
+      }
+      // What went on the wire: 0.5.23 leaves out every field at its default, so a 0.0 reward is not sent at all.
+      const trajectoryKeys = session.rl.flatMap((step: any) => step.wire.flatMap((group: any) => group.trajectories));
+      const withoutReward = trajectoryKeys.filter((keys: string[]) => !keys.includes('reward'));
+      if (newWire) {
+        assert.ok(withoutReward.length > 0 && trajectoryKeys.every((keys: string[]) => !keys.includes('tools') && !keys.includes('logs')), JSON.stringify(trajectoryKeys));
+      } else {
+        assert.equal(withoutReward.length, 0);
+      }
+      // The server read each left-out reward as 0.0.
+      const stored = session.server.train_trajectories.filter((row: any) => row.step < 3).map((row: any) => row.reward);
+      assert.deepEqual(stored, session.rl.flatMap((step: any) => step.rewards.flat()));
+    });
+
+    test('multi-turn tool trajectories train: the tools and both sampled turns reach the stored trajectory', () => {
+      const { tools } = session;
+      assert.equal(tools.step, 4);
+      assert.equal(tools.metrics['data/step_num_groups_trainable'], 1);
+      assert.ok(finite(tools.metrics, 'loss/train'), JSON.stringify(tools.metrics));
+      const stored = session.server.train_trajectories.filter((row: any) => row.step === 3);
+      assert.equal(stored.length, 3);
+      for (const { detail } of stored) {
+        assert.deepEqual(detail.tools.map((tool: any) => tool.function.name), ['add']);
+        const items = detail.messages_and_choices;
+        assert.deepEqual(items.map((item: any) => item.role ?? 'choice'), ['system', 'user', 'assistant', 'tool', 'choice', 'user', 'choice']);
+      }
+    });
+
+    test('n > 1 with logprobs: per-choice token counts add up to usage.completion_tokens, as 0.5.23 checks', { skip: !newWire && 'only 0.5.20+ checks the counts' }, () => {
+      const { token_ids: withIds, logprobs: withoutIds } = session.token_counts;
+      // ART's default extra body asks for token ids: the count is each choice's token_ids.
+      assert.deepEqual(withIds.art_counts, withIds.token_ids);
+      assert.equal(withIds.art_counts.reduce((a: number, b: number) => a + b, 0), withIds.usage);
+      // Token ids turned off by the caller: the count is each choice's logprobs.
+      assert.deepEqual(withoutIds.token_ids, [0, 0, 0]);
+      assert.deepEqual(withoutIds.art_counts, withoutIds.logprobs);
+      assert.equal(withoutIds.art_counts.reduce((a: number, b: number) => a + b, 0), withoutIds.usage);
+    });
+
+    test('delete_checkpoints keeps only the latest and the best val/reward step', () => {
+      assert.deepEqual(session.steps_before_delete, [0, 1, 2, 3, 4]);
+      // The rows there were when it ran (later evals log more).
+      const val = history().filter((row) => 'val/reward' in row && session.steps_before_delete.includes(row.step));
+      const best = Math.max(...val.map((row) => row['val/reward']));
+      // ART picks one of the steps with the best val/reward (ties in any order) and keeps it with the latest.
+      const kept = session.steps_after_delete as number[];
+      assert.ok(kept.includes(4) && kept.length <= 2, JSON.stringify(kept));
+      for (const step of kept.filter((step) => step !== 4)) assert.ok(val.some((row) => row.step === step && row['val/reward'] === best), `step ${step} is not a best step`);
+    });
+
+    test('SFT from a file goes through our artifact endpoint and trains a new checkpoint whose metrics the server records', () => {
+      assert.equal(session.uploads.length, 1);
+      assert.match(session.uploads[0].url, new RegExp(`^wandb-artifact:///local/${project}/${session.storage_name}-sft-data-[0-9a-f]{12}:v0$`));
+      assert.deepEqual(session.uploads[0].files.map((file: { name: string }) => file.name), ['train.jsonl']);
+      const { before: from, after: step, checkpoint_metrics: metrics } = session.sft;
+      assert.equal(step, from + 1);
+      // 0.5.20+ no longer logs SFT metrics itself: it asks the server to, at the step the job writes.
+      if (newWire) assert.deepEqual(session.sft_request_config.metric_logging, { enabled: true, target_training_step: step });
+      else assert.equal(session.sft_request_config.metric_logging, undefined);
+      const rows = (session.server.history as Row[]).filter((row) => row.step === step);
+      assert.deepEqual(rows.map((row) => row.source), ['train']);
+      for (const key of ['loss', 'learning_rate', 'grad_norm', 'num_trainable_tokens']) {
+        assert.ok(finite(metrics, key), `${key} in /checkpoints: ${JSON.stringify(metrics)}`);
+        assert.equal(rows[0].metrics[key], metrics[key], key);
+      }
+      const localSftRows = history().filter((row) => row.step === step && Object.keys(row).some((key) => key.startsWith('loss/') || key.startsWith('sft/')));
+      if (newWire) assert.deepEqual(localSftRows, [], 'ART 0.5.23 logged SFT metrics itself');
+      assert.equal(typeof session.answer_after_training, 'string', 'the model answers after training');
+    });
+
+    test('PipelineTrainer trains two steps from its rollouts and evaluates the checkpoint it started from', { skip: !newWire && 'PipelineTrainer is 0.5.20+' }, () => {
+      const { pipeline } = session;
+      assert.equal(pipeline.after, pipeline.before + 2);
+      // Its eval requires each answer's policy provenance (policy_token_spans) to name the step it evaluates.
+      assert.equal(pipeline.eval_steps[0], pipeline.before, JSON.stringify(pipeline.eval_steps));
+      assert.ok(history().some((row) => row.step === pipeline.before && Number.isFinite(row['val/reward'])), 'no eval row in the history');
+      const trained = session.server.train_trajectories.filter((row: any) => row.step >= pipeline.before);
+      assert.ok(trained.length >= 2 * 2 * 4, String(trained.length));
+      // The trainer stamps each rollout with the policy it was sampled from: sent as set, never defaulted away.
+      assert.ok(trained.every((row: any) => Number.isInteger(row.detail.initial_policy_version)), JSON.stringify(trained.map((row: any) => row.detail.initial_policy_version)));
+    });
+
+    test('backend.delete removes the model: ART then gets a 404 for it', async () => {
+      assert.equal(session.after_delete, 'NotFoundError');
+      assert.equal((await e2e.api('GET', `/v1/preview/models/${session.register.id}`)).status, 404);
+    });
   });
-});
+}

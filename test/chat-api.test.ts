@@ -158,6 +158,27 @@ describe('chat completions (non-streaming) through the openai client', () => {
     );
   });
 
+  test("ART 0.5.20+'s default extra body with n=3 and logprobs: accepted, each choice's counts add up to usage as ART checks, with its policy span", async () => {
+    // Model._default_chat_completion_extra_body of a trainable model (nvext since 0.5.21); vllm_tokens.py then requires
+    // the per-choice counts (token_ids, or else the logprobs) to sum to usage.completion_tokens.
+    const art = { return_token_ids: true, return_tokens_as_token_ids: true, chat_template_kwargs: { preserve_thinking: true }, nvext: { extra_fields: ['engine_data'] } };
+    for (const extra of [art, { ...art, return_token_ids: false }]) {
+      const response = await create({ messages: OPEN, n: 3, seed: 5, max_tokens: 6, logprobs: true, temperature: 1, ...extra });
+      const counts = response.choices.map((choice: any) => (extra.return_token_ids ? choice.token_ids.length : choice.logprobs.content.length));
+      assert.equal(counts.reduce((a: number, b: number) => a + b, 0), response.usage.completion_tokens, JSON.stringify(counts));
+      for (const choice of response.choices) {
+        assert.ok(choice.logprobs.content.every((entry: { token: string }) => /^token_id:\d+$/.test(entry.token)));
+        if (extra.return_token_ids) assert.equal(choice.logprobs.content.length, choice.token_ids.length);
+        else assert.equal(choice.token_ids ?? null, null);
+      }
+      assert.equal(Array.isArray(response.prompt_token_ids), extra.return_token_ids);
+      // The policy provenance ART's PipelineTrainer requires of eval answers: one span of the base model's weights.
+      response.choices.forEach((choice: any, index: number) => {
+        assert.deepEqual(choice.policy_token_spans, [{ start_token: 0, end_token: counts[index], generation_id: `${response.id}-${index}`, policy_version: 0, lora_slot: 'base', update_seq: 0 }]);
+      });
+    }
+  });
+
   test('stop strings: the text is cut before the first match, stop_reason names it, include_stop_str_in_output keeps it', async () => {
     const seed = 5;
     const free = (await create({ seed, max_tokens: 16, ignore_eos: true, return_token_ids: true })).choices[0];

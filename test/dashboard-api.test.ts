@@ -13,6 +13,7 @@ import { repoRoot } from '../src/config.ts';
 import { newId } from '../src/ids.ts';
 import { DashboardRepository } from '../src/store/dashboard-repository.ts';
 import type { JobStatus } from '../src/api/training-jobs.ts';
+import { withTrajectoryDefaults } from '../src/api/models.ts';
 import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 
@@ -328,7 +329,7 @@ for (const backend of backends()) {
       );
       const detail = await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories/${summary.id}`);
       assert.equal(detail.status, 200);
-      assert.deepEqual(detail.body.data, agentTrajectory(0.75, { metadata: { seed: 3 } }), 'stored exactly as sent');
+      assert.deepEqual(detail.body.data, withTrajectoryDefaults(agentTrajectory(0.75, { metadata: { seed: 3 } })), 'stored as sent, read with ART’s defaults in place');
       const parts = await t.call('GET', `/v1/dashboard/models/${model.id}/trajectories?split=test`);
       assert.equal(parts.body.data[0].prompt_preview, 'parts joined');
       await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'think', trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: '2+2?' }, { role: 'assistant', content: '<think>Add them.</think>\n\nFour.' }], reward: 1 }] }] });

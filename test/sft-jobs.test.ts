@@ -64,6 +64,46 @@ describe('SFT jobs', () => {
     assert.match(job.error.message, /train\.jsonl line 2: nests objects and arrays deeper than 64 levels/);
   });
 
+  test("config.metric_logging (ART 0.5.20+): the job's metrics go to the run history at target_training_step, or nowhere when disabled", async () => {
+    const artifact = await uploadArtifact(e2e, 'local/sft/logged', { 'train.jsonl': [line('a', 'b'), line('c', 'd')].join('\n') });
+    const latest = async () => (await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints?limit=1&order=desc`)).body.data[0];
+    const history = async () => (await e2e.api('GET', `/v1/dashboard/models/${modelId}/metrics?limit=200`)).body.data as { step: number; source: string; metrics: Record<string, number> }[];
+    const run = async (metricLogging: unknown) => {
+      const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, metric_logging: metricLogging } });
+      assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
+      const job = await waitForJob(e2e, submitted.body.id);
+      assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+      return job.checkpoint_step as number;
+    };
+    const sftMetrics = (metrics: Record<string, unknown>) => {
+      for (const key of ['loss', 'learning_rate', 'grad_norm', 'num_trainable_tokens']) assert.ok(Number.isFinite(metrics[key]), `${key} in ${JSON.stringify(metrics)}`);
+    };
+
+    // As ART sends it: its latest step + 1, the checkpoint this job writes.
+    const target = (await latest()).step + 1;
+    assert.equal(await run({ enabled: true, target_training_step: target }), target);
+    sftMetrics((await latest()).metrics);
+    const atTarget = (await history()).filter((row) => row.step === target);
+    assert.deepEqual(atTarget.map((row) => row.source), ['train']);
+    sftMetrics(atTarget[0].metrics);
+
+    // Another step named: the run history gets the row there; the checkpoint still carries its job's metrics.
+    const elsewhere = await run({ enabled: true, target_training_step: 500 });
+    sftMetrics((await latest()).metrics);
+    const rows = await history();
+    assert.equal(rows.filter((row) => row.step === elsewhere).length, 0);
+    sftMetrics(rows.find((row) => row.step === 500)!.metrics);
+
+    const silent = await run({ enabled: false });
+    assert.equal((await history()).filter((row) => row.step === silent).length, 0);
+
+    for (const bad of [{ enabled: 'yes' }, { target_training_step: 3 }, { enabled: true, target_training_step: 0 }, { enabled: true, target_training_step: 1.5 }, { enabled: true, every: 2 }, 7]) {
+      const response = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { metric_logging: bad } });
+      assert.equal(response.status, 422, JSON.stringify(bad));
+      assert.deepEqual(response.body.detail[0].loc.slice(0, 3), ['body', 'config', 'metric_logging'], JSON.stringify(response.body.detail));
+    }
+  });
+
   test('refused at submit: a schedule of the wrong length, a missing artifact, another scheme, unknown config keys', async () => {
     const artifact = await uploadArtifact(e2e, 'local/sft/sched', { 'train.jsonl': [line('a', 'b'), line('c', 'd'), line('e', 'f')].join('\n') });
     const wrong = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 1e-3, 1e-3] } });

@@ -80,6 +80,33 @@ const ToolDefinition = Type.Object(
 /** A chat message (has `role`) or a serialized OpenAI `Choice` (has `message`); which one is checked in the service. */
 const MessageOrChoice = Type.Record(Type.String(), Type.Unknown());
 
+/**
+ * ART's own defaults for every trajectory and group field it may leave out (`art/trajectories`, 0.5.23): from 0.5.20 on
+ * ART's JSON leaves out each field still at its default (a reward of 0.0, no tools, empty lists and maps, no policy
+ * versions), and 0.5.18 and other clients may send null for a list or map. The one statement of them: the schemas
+ * below declare them, and every reader reads trajectories through `withGroupDefaults` / `withTrajectoryDefaults`.
+ * Not among them: `messages_and_choices` (ART's default, none, leaves nothing to train or log, so it is required)
+ * and a training group's `trajectories`.
+ */
+export const TRAJECTORY_DEFAULTS = {
+  tools: null,
+  additional_histories: [],
+  reward: 0,
+  initial_policy_version: null,
+  final_policy_version: null,
+  metrics: {},
+  metadata: {},
+  logs: [],
+} as const;
+export const TRAJECTORY_GROUP_DEFAULTS = { trajectories: [], exceptions: [], metadata: {}, metrics: {}, logs: [] } as const;
+
+/** Optional fields that read as their default when left out: a map, a list, a tool list, a policy version (each may be null). */
+const mapOr = (fallback: object) => Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], { default: fallback }));
+const listOr = (fallback: readonly unknown[]) => Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()], { default: fallback }));
+const toolsOr = (fallback: null) => Type.Optional(Type.Union([Type.Array(ToolDefinition), Type.Null()], { default: fallback }));
+const versionOr = (fallback: null) => Type.Optional(Type.Union([Type.Integer(), Type.Null()], { default: fallback }));
+
+/** One of a trajectory's `additional_histories`: left without tools, it is rendered with its trajectory's. */
 const History = Type.Object(
   {
     messages_and_choices: Type.Array(MessageOrChoice),
@@ -87,18 +114,20 @@ const History = Type.Object(
   },
   { additionalProperties: true },
 );
+type History = Static<typeof History>;
 
 export const Trajectory = Type.Object(
   {
-    messages_and_choices: Type.Array(MessageOrChoice),
-    tools: Type.Optional(Type.Union([Type.Array(ToolDefinition), Type.Null()])),
-    additional_histories: Type.Optional(Type.Union([Type.Array(History), Type.Null()])),
-    reward: Type.Number(),
-    initial_policy_version: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
-    final_policy_version: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
-    metrics: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
-    metadata: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
-    logs: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()])),
+    // Required and non-empty in the schema, so a body of empty objects fails at its first item (validation.ts).
+    messages_and_choices: Type.Array(MessageOrChoice, { minItems: 1 }),
+    tools: toolsOr(TRAJECTORY_DEFAULTS.tools),
+    additional_histories: Type.Optional(Type.Union([Type.Array(History), Type.Null()], { default: TRAJECTORY_DEFAULTS.additional_histories })),
+    reward: Type.Optional(Type.Number({ default: TRAJECTORY_DEFAULTS.reward })),
+    initial_policy_version: versionOr(TRAJECTORY_DEFAULTS.initial_policy_version),
+    final_policy_version: versionOr(TRAJECTORY_DEFAULTS.final_policy_version),
+    metrics: mapOr(TRAJECTORY_DEFAULTS.metrics),
+    metadata: mapOr(TRAJECTORY_DEFAULTS.metadata),
+    logs: listOr(TRAJECTORY_DEFAULTS.logs),
     start_time: Type.Optional(Type.Union([Type.String(), Type.Null()])),
     /** The kwargs the client sent with its chat requests (e.g. enable_thinking): the training render uses them too. */
     chat_template_kwargs: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
@@ -107,17 +136,69 @@ export const Trajectory = Type.Object(
 );
 export type Trajectory = Static<typeof Trajectory>;
 
+const GroupFields = {
+  exceptions: listOr(TRAJECTORY_GROUP_DEFAULTS.exceptions),
+  metadata: mapOr(TRAJECTORY_GROUP_DEFAULTS.metadata),
+  metrics: mapOr(TRAJECTORY_GROUP_DEFAULTS.metrics),
+  logs: listOr(TRAJECTORY_GROUP_DEFAULTS.logs),
+};
+
+/**
+ * A logged group: ART leaves out the (empty) trajectories of a group whose every rollout failed, so a group holds
+ * trajectories or exceptions. (The branches cannot be met by the schema's own defaults: both ask for an item.)
+ */
 export const TrajectoryGroup = Type.Object(
+  { trajectories: Type.Optional(Type.Array(Trajectory)), ...GroupFields },
   {
-    trajectories: Type.Array(Trajectory),
-    exceptions: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()])),
-    metadata: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
-    metrics: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
-    logs: Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()])),
+    additionalProperties: true,
+    anyOf: [
+      { required: ['trajectories'], properties: { trajectories: { type: 'array', minItems: 1 } } },
+      { required: ['exceptions'], properties: { exceptions: { type: 'array', minItems: 1 } } },
+    ],
   },
-  { additionalProperties: true },
 );
 export type TrajectoryGroup = Static<typeof TrajectoryGroup>;
+
+/** A group to train on: at least one trajectory. */
+export const TrainingGroup = Type.Object({ trajectories: Type.Array(Trajectory, { minItems: 1 }), ...GroupFields }, { additionalProperties: true });
+
+/** A trajectory as every reader sees it: each field ART may leave out (or null) in place, with ART's default. */
+export type FullTrajectory = Trajectory & {
+  tools: Static<typeof ToolDefinition>[] | null;
+  additional_histories: History[];
+  reward: number;
+  initial_policy_version: number | null;
+  final_policy_version: number | null;
+  metrics: Record<string, unknown>;
+  metadata: Record<string, unknown>;
+  logs: unknown[];
+};
+export type FullTrajectoryGroup = Omit<TrajectoryGroup, 'trajectories'> & {
+  trajectories: FullTrajectory[];
+  exceptions: unknown[];
+  metadata: Record<string, unknown>;
+  metrics: Record<string, unknown>;
+  logs: unknown[];
+};
+
+/** `value` with every field of `defaults` that is absent or null set to its default (a fresh one: the defaults are empty). */
+function withDefaults(value: object, defaults: object): Record<string, unknown> {
+  const filled: Record<string, unknown> = { ...value };
+  for (const [key, fallback] of Object.entries(defaults)) {
+    filled[key] ??= Array.isArray(fallback) ? [] : fallback !== null && typeof fallback === 'object' ? {} : fallback;
+  }
+  return filled;
+}
+
+/** A trajectory as sent or stored, complete: what every reader of trajectories reads them through. */
+export function withTrajectoryDefaults(trajectory: Trajectory): FullTrajectory {
+  return withDefaults(trajectory, TRAJECTORY_DEFAULTS) as FullTrajectory;
+}
+
+export function withGroupDefaults(group: TrajectoryGroup): FullTrajectoryGroup {
+  const filled = withDefaults(group, TRAJECTORY_GROUP_DEFAULTS);
+  return { ...filled, trajectories: (filled.trajectories as Trajectory[]).map(withTrajectoryDefaults) } as FullTrajectoryGroup;
+}
 
 export const LogBody = Type.Object(
   {

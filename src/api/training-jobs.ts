@@ -1,11 +1,11 @@
 /** Wire schemas of training jobs (RL and SFT submissions, the job record, events). */
 import { Type, type Static } from '@sinclair/typebox';
-import { TrajectoryGroup } from './models.ts';
+import { TrainingGroup } from './models.ts';
 
 export const RlJobBody = Type.Object(
   {
     model_id: Type.String({ minLength: 1 }),
-    trajectory_groups: Type.Array(TrajectoryGroup),
+    trajectory_groups: Type.Array(TrainingGroup),
     experimental_config: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
   },
   { additionalProperties: true },
@@ -63,6 +63,20 @@ export function toTrainingJobEvent(event: EventRecord): TrainingJobEvent {
   return { id: event.id, type: event.type, created_at: event.created_at, data: event.data };
 }
 
+/**
+ * ART 0.5.20+ (`SFTMetricLoggingConfig`): the server, not the client, logs the job's metrics to the run history, at
+ * `target_training_step` (ART sends its latest step + 1: the checkpoint this job writes) or, left out, at the step the
+ * job writes; `enabled: false` logs none. Left out altogether (older clients), the job logs at the step it writes.
+ */
+export const SftMetricLogging = Type.Object(
+  {
+    enabled: Type.Boolean(),
+    target_training_step: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()])),
+  },
+  { additionalProperties: false },
+);
+export type SftMetricLogging = Static<typeof SftMetricLogging>;
+
 export const SftJobBody = Type.Object(
   {
     model_id: Type.String({ minLength: 1 }),
@@ -76,6 +90,7 @@ export const SftJobBody = Type.Object(
             learning_rate: Type.Optional(Type.Union([Type.Number(), Type.Array(Type.Number(), { minItems: 1 }), Type.Null()])),
             assistant_turns: Type.Optional(Type.Union([Type.Literal('all'), Type.Literal('last'), Type.Null()])),
             chat_template_kwargs: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
+            metric_logging: Type.Optional(Type.Union([SftMetricLogging, Type.Null()])),
           },
           { additionalProperties: true },
         ),

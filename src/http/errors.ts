@@ -80,6 +80,9 @@ export function ajvToProblems(context: string, errors: AjvError[]): FieldProblem
       case 'maxLength':
         problem = { loc, msg: `String should have at most ${String(error.params.limit)} characters`, type: 'string_too_long' };
         break;
+      case 'minItems':
+        problem = { loc, msg: `List should have at least ${String(error.params.limit)} item(s)`, type: 'too_short' };
+        break;
       case 'enum':
       case 'const':
         problem = { loc, msg: `Input should be ${JSON.stringify(error.params.allowedValues ?? error.params.allowedValue)}`, type: 'enum' };

@@ -10,7 +10,7 @@ import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from '../se
 import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
 import { loraInit } from '../services/training-defaults.ts';
-import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
+import type { CheckpointPublisher, HistoryStep } from '../services/checkpoint-publisher.ts';
 
 
 export interface TrainingSession {
@@ -24,7 +24,7 @@ export interface TrainingSession {
    * the job's submitter may use, checked at submission); null for the base model (step 0 or an adapter-less step).
    */
   reference(step: number, modelId?: string): Promise<{ reference_adapter: string; reference_adapter_path: string } | null>;
-  commit(metrics: Record<string, number>): Promise<RunResult>;
+  commit(metrics: Record<string, number>, historyAt?: HistoryStep): Promise<RunResult>;
 }
 
 export class CheckpointWriter {
@@ -62,8 +62,8 @@ export class CheckpointWriter {
         if (!checkpoint && step !== 0) throw new JobError('kl_reference_missing', `The KL reference ${which} has no checkpoint (it was deleted or does not exist yet)`);
         return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
       },
-      commit: async (metrics) => {
-        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }));
+      commit: async (metrics, historyAt) => {
+        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }), historyAt);
         if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },

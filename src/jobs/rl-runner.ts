@@ -10,7 +10,7 @@ import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, typ
 import { trainingRenderer } from '../chat/training-render.ts';
 import { TemplateError } from '../chat/template.ts';
 import type { LoadedBase } from '../services/base-model-runtime.ts';
-import type { Trajectory } from '../api/models.ts';
+import { withGroupDefaults, type FullTrajectory } from '../api/models.ts';
 import { populationStd } from '../services/trajectory-metrics.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type PackedRow, type Placement, type ScoredSequence } from './rl-data.ts';
 import { trainedTokens } from './trained-tokens.ts';
@@ -55,9 +55,9 @@ function tokenizeHistory(base: LoadedBase, history: TrajectoryInput & { tools?: 
 }
 
 /** The trainable sequences of a trajectory and its additional histories, rendered with its tools and template kwargs. */
-export function trajectorySequences(base: LoadedBase, trajectory: Trajectory, config: RlConfig, where: string): TrainingSequence[] {
+export function trajectorySequences(base: LoadedBase, trajectory: FullTrajectory, config: RlConfig, where: string): TrainingSequence[] {
   const kwargs = { ...config.chatTemplateKwargs, ...trajectory.chat_template_kwargs };
-  const histories = [trajectory, ...(trajectory.additional_histories ?? [])];
+  const histories = [trajectory, ...trajectory.additional_histories];
   return histories.flatMap((history, historyIndex) =>
     tokenizeHistory(base, { ...history, tools: history.tools ?? trajectory.tools }, kwargs, config, historyIndex ? `${where}.additional_histories[${historyIndex - 1}]` : where).filter((sequence) =>
       sequence.mask.some(Boolean),
@@ -118,7 +118,8 @@ function samplerLogprobCoverage(sequences: TrainingSequence[]): number {
 
 export function createRlRunner(deps: RlRunnerDeps) {
   return async function runRl(job: JobRow, context: RunContext): Promise<RunResult> {
-    const payload = await deps.queue.readPayload<RlJobPayload>(job);
+    const stored = await deps.queue.readPayload<RlJobPayload>(job);
+    const payload = { ...stored, trajectory_groups: stored.trajectory_groups.map(withGroupDefaults) };
     const session = await deps.checkpoints.open(job.model_id, context.emit);
     const { base } = session;
     if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render trajectories with`);

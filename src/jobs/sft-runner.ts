@@ -13,6 +13,7 @@ import { readConversations, type Conversation } from '../services/sft-data.ts';
 import type { SftJobPayload } from '../services/training-job-service.ts';
 import type { TrainRow } from '../engine/protocol.ts';
 import type { CheckpointWriter } from './checkpoint-writer.ts';
+import type { HistoryStep } from '../services/checkpoint-publisher.ts';
 import type { JobQueue } from './queue.ts';
 import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
@@ -45,6 +46,13 @@ function conversationRow(base: LoadedBase, conversation: Conversation, payload: 
   } catch (error) {
     throw new JobError('bad_training_data', `${file} line ${conversation.line}: the conversation cannot be rendered (${(error as Error).message})`);
   }
+}
+
+/** Where the run history gets the job's metrics: where ART's `metric_logging` asks (it no longer logs SFT metrics itself), else at the step written. */
+function historyStep(logging: SftJobPayload['metric_logging']): HistoryStep {
+  if (!logging) return 'own';
+  if (!logging.enabled) return null;
+  return logging.target_training_step ?? 'own';
 }
 
 export function createSftRunner(deps: SftRunnerDeps) {
@@ -101,6 +109,6 @@ export function createSftRunner(deps: SftRunnerDeps) {
     const summary: Record<string, number> = { num_gradient_steps: stepMetrics.length, num_dropped_trajectories: dropped };
     for (const key of keys) if (key !== 'num_dropped_trajectories') summary[key] = mean(stepMetrics.map((metrics) => metrics[key]).filter((value) => value !== undefined));
     await context.setProgress({ metrics: summary });
-    return session.commit(summary);
+    return session.commit(summary, historyStep(payload.metric_logging));
   };
 }

@@ -46,11 +46,23 @@ interface Prepared {
   echoText: string | null;
   id: string;
   created: number;
+  /** The weights that answer: the checkpoint's step (0 for a base model) and the adapter slot (`base` without one). */
+  policy: { version: number; slot: string };
 }
 
 /** A call forced by naming the function answers "stop", as vLLM does; "tool_calls" is for calls the model chose. */
 function finishReason(plan: ChatPlan, output: ChoiceOutput): ChoiceOutput['finishReason'] {
   return typeof plan.toolChoice === 'object' && output.finishReason === 'tool_calls' ? 'stop' : output.finishReason;
+}
+
+/**
+ * ART 0.5.20+'s per-choice policy provenance (`policy_token_spans`, which its PipelineTrainer requires of every eval
+ * answer): a checkpoint's weights never change, so all of a choice's tokens come from one span of one policy.
+ */
+function policySpans(prepared: Prepared, output: ChoiceOutput, index: number) {
+  if (output.completionTokens === 0) return null;
+  const { version, slot } = prepared.policy;
+  return [{ start_token: 0, end_token: output.completionTokens, generation_id: `${prepared.id}-${index}`, policy_version: version, lora_slot: slot, update_seq: 0 }];
 }
 
 /** The prompt cut to `truncate_prompt_tokens` and the completion budget, checked against the context as vLLM does. */
@@ -248,6 +260,7 @@ export class ChatService {
       id: `chatcmpl-${plan.requestId ?? crypto.randomBytes(8).toString('hex')}`,
       created: Math.floor(Date.now() / 1000),
       request: { base: base.id, ...adapter, ...generationParams(plan, base, maxTokens), prompt: promptIds, constraint },
+      policy: { version: checkpoint?.step ?? 0, slot: adapter.adapter ?? 'base' },
     };
   }
 
@@ -381,6 +394,7 @@ export class ChatService {
           finish_reason: finishReason(plan, output),
           stop_reason: output.stopReason,
           token_ids: plan.returnTokenIds ? output.tokenIds : null,
+          policy_token_spans: policySpans(prepared, output, index),
         };
       }),
       usage: usageOf(prepared, outputs.reduce((sum, output) => sum + output.completionTokens, 0), cached),

@@ -16,6 +16,9 @@ import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
 import type { ModelService } from './model-service.ts';
 import type { RetentionService } from './retention.ts';
 
+/** Where a checkpoint's metrics go in the run history: at its own step, at the step its client named (ART's SFT `metric_logging`), or nowhere. */
+export type HistoryStep = 'own' | number | null;
+
 export class CheckpointPublisher {
   constructor(
     private readonly models: ModelRepository,
@@ -29,13 +32,14 @@ export class CheckpointPublisher {
   /**
    * The model's next step from what `save` writes into a folder (the adapter, and whatever else belongs to the
    * checkpoint): renamed into place, recorded, loaded in the sampler, then the model's retention applied (`deleted`:
-   * the steps it removed).
+   * the steps it removed). The checkpoint always carries `metrics`; `historyAt` says where the run history gets them.
    */
   async publish(
     modelId: string,
     baseId: string,
     metrics: Record<string, number>,
     save: (folder: string) => Promise<unknown>,
+    historyAt: HistoryStep = 'own',
   ): Promise<{ step: number; checkpointId: string; folder: string; deleted: number[] }> {
     const current = await this.models.findById(modelId);
     if (!current) throw new JobError('model_deleted', 'The model was deleted while its job ran');
@@ -51,7 +55,8 @@ export class CheckpointPublisher {
     const checkpointId = newId();
     const now = this.clock.now().toISOString();
     await this.models.insertCheckpoint({ id: checkpointId, model_id: modelId, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
-    await this.trajectories.insertRunMetrics(current.run_id, step, 'train', metrics, now);
+    const historyStep = historyAt === 'own' ? step : historyAt;
+    if (historyStep !== null) await this.trajectories.insertRunMetrics(current.run_id, historyStep, 'train', metrics, now);
     await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
     return { step, checkpointId, folder: final, deleted: await this.retention.apply(modelId) };
   }

@@ -10,8 +10,8 @@ import type { ModelService } from './model-service.ts';
 import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
 import type { KlReferenceResolver } from './kl-reference.ts';
-import type { TrajectoryGroup } from '../api/models.ts';
-import type { SftJobBody } from '../api/training-jobs.ts';
+import { withGroupDefaults, type FullTrajectoryGroup } from '../api/models.ts';
+import type { SftJobBody, SftMetricLogging } from '../api/training-jobs.ts';
 import type { ArtifactService } from './artifact-service.ts';
 import type { AssistantTurns } from '../chat/sft-tokens.ts';
 import { countConversations, SFT_DATA_FILES } from './sft-data.ts';
@@ -19,9 +19,9 @@ import { countConversations, SFT_DATA_FILES } from './sft-data.ts';
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
 export const DEFAULT_SFT_BATCH_SIZE = 2;
 
-/** What an RL job's payload file holds. */
+/** What an RL job's payload file holds: the groups with ART's defaults in place (older payloads may lack some: read them with `withGroupDefaults`). */
 export interface RlJobPayload {
-  trajectory_groups: TrajectoryGroup[];
+  trajectory_groups: FullTrajectoryGroup[];
   config: RlConfig;
 }
 
@@ -35,6 +35,8 @@ export interface SftJobPayload {
   /** Which assistant spans of each conversation are trained (older payloads: all). */
   assistant_turns?: AssistantTurns;
   chat_template_kwargs?: Record<string, unknown> | null;
+  /** ART's `config.metric_logging` as sent (older payloads and clients: none, logged at the step the job writes). */
+  metric_logging?: SftMetricLogging | null;
 }
 
 /** The part of the job queue (jobs/queue.ts) that submitting needs: jobs run what services store, not the reverse. */
@@ -72,10 +74,11 @@ export class TrainingJobService {
       if ('problem' in resolved) problems.push(resolved.problem);
       else config.klReference = resolved.reference;
     }
-    const shape = checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
-    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(body.trajectory_groups, ['body', 'trajectory_groups']) : []));
+    const groups = body.trajectory_groups.map(withGroupDefaults);
+    const shape = checkTrajectoryGroups(groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
+    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : []));
     if (problems.length > 0) throw validationError(problems);
-    const payload: RlJobPayload = { trajectory_groups: body.trajectory_groups, config };
+    const payload: RlJobPayload = { trajectory_groups: groups, config };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
     this.notify.submitted();
     return { id: job.id };
@@ -113,6 +116,7 @@ export class TrainingJobService {
       num_conversations: numConversations,
       assistant_turns: config.assistant_turns ?? 'all',
       chat_template_kwargs: config.chat_template_kwargs ?? null,
+      metric_logging: config.metric_logging ?? null,
     };
     const job = await this.queue.enqueue({ modelId: model.id, type: 'sft', payload });
     this.notify.submitted();

@@ -3,7 +3,7 @@
  * `{split}/reward`, `{split}/reward_std_dev`, `{split}/exception_rate`, `{split}/num_trajectories`,
  * `{split}/{metric}` for every numeric trajectory metric and `{split}/group_{metric}` for group metrics.
  */
-import type { TrajectoryGroup } from '../api/models.ts';
+import type { FullTrajectoryGroup } from '../api/models.ts';
 
 function mean(values: number[]): number {
   return values.reduce((sum, value) => sum + value, 0) / values.length;
@@ -30,9 +30,9 @@ function averageByKey(records: (Record<string, unknown> | null | undefined)[]): 
   return new Map([...samples].map(([key, values]) => [key, mean(values)]));
 }
 
-export function splitMetrics(split: string, groups: TrajectoryGroup[]): Record<string, number> {
+export function splitMetrics(split: string, groups: FullTrajectoryGroup[]): Record<string, number> {
   const trajectories = groups.flatMap((group) => group.trajectories);
-  const exceptions = groups.reduce((count, group) => count + (group.exceptions?.length ?? 0), 0);
+  const exceptions = groups.reduce((count, group) => count + group.exceptions.length, 0);
   const metrics: Record<string, number> = {};
   for (const [key, value] of averageByKey(trajectories.map((t) => t.metrics))) metrics[`${split}/${key}`] = value;
   for (const [key, value] of averageByKey(groups.map((g) => g.metrics))) metrics[`${split}/group_${key}`] = value;

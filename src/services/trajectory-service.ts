@@ -2,7 +2,7 @@
 import { validationError } from '../errors.ts';
 import type { Clock } from '../clock.ts';
 import { newId } from '../ids.ts';
-import type { LogBody, TrajectoryGroup } from '../api/models.ts';
+import { withGroupDefaults, type FullTrajectoryGroup, type LogBody } from '../api/models.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
 import type { Principal } from './auth-service.ts';
@@ -26,13 +26,14 @@ export class TrajectoryService {
 
   async log(principal: Principal, modelId: string, body: LogBody): Promise<{ step: number; metrics: Record<string, number> }> {
     const model = await this.modelService.getOwned(principal, modelId);
-    const problems = checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups']);
+    const groups = body.trajectory_groups.map(withGroupDefaults);
+    const problems = checkTrajectoryGroups(groups, ['body', 'trajectory_groups']);
     if (problems.length > 0) throw validationError(problems);
 
     const checkpoint = await this.models.latestCheckpoint(model.id);
     const step = checkpoint?.step ?? model.last_step;
-    const metrics = splitMetrics(body.split, body.trajectory_groups);
-    await this.store(model.id, body.split, step, body.trajectory_groups);
+    const metrics = splitMetrics(body.split, groups);
+    await this.store(model.id, body.split, step, groups);
     if (checkpoint) await this.models.setCheckpointMetrics(checkpoint.id, { ...checkpoint.metrics, ...metrics });
     await this.trajectories.insertRunMetrics(model.run_id, step, `log:${body.split}`, metrics, this.clock.now().toISOString());
     return { step, metrics };
@@ -53,8 +54,8 @@ export class TrajectoryService {
     });
   }
 
-  /** Stores trajectories as given (extra keys kept), so the dashboard shows exactly what was sent. */
-  async store(modelId: string, split: string, step: number, groups: TrajectoryGroup[]): Promise<void> {
+  /** Stores trajectories as given (extra keys kept) with ART's defaults in place, so the dashboard shows what was meant. */
+  async store(modelId: string, split: string, step: number, groups: FullTrajectoryGroup[]): Promise<void> {
     const createdAt = this.clock.now().toISOString();
     await this.trajectories.insertMany(
       groups.flatMap((group, groupIndex) =>

@@ -1,11 +1,12 @@
 /**
- * Shape checks the JSON schema cannot express: every `messages_and_choices` item is either a chat
- * message (a string `role`) or an OpenAI `Choice` (an object `message` with role assistant); where the base
- * model's vocabulary is known, that every sampled token id a choice carries is inside it; and, for training,
- * that every message is one a chat template can be given (text content, JSON arguments).
+ * Shape checks the JSON schema cannot express, on groups read with ART's defaults (api/models.ts): every
+ * `messages_and_choices` item is either a chat message (a string `role`) or an OpenAI `Choice` (an object
+ * `message` with role assistant); where the base model's vocabulary is known, that every sampled token id a
+ * choice carries is inside it; and, for training, that every message is one a chat template can be given (text
+ * content, JSON arguments).
  */
 import type { FieldProblem } from '../errors.ts';
-import type { TrajectoryGroup } from '../api/models.ts';
+import type { FullTrajectoryGroup } from '../api/models.ts';
 import { asMessage, isChoice, tokenIdsOutsideVocabulary } from '../chat/trajectory-tokens.ts';
 import { normaliseMessages } from '../chat/messages.ts';
 import { TemplateError } from '../chat/template.ts';
@@ -31,7 +32,7 @@ function checkItems(items: Record<string, unknown>[], loc: Loc, problems: FieldP
 }
 
 /** `vocabSize`: the base model's, when known; null skips the token id check. */
-export function checkTrajectoryGroups(groups: TrajectoryGroup[], loc: Loc, vocabSize: number | null = null): FieldProblem[] {
+export function checkTrajectoryGroups(groups: FullTrajectoryGroup[], loc: Loc, vocabSize: number | null = null): FieldProblem[] {
   const problems: FieldProblem[] = [];
   groups.forEach((group, groupIndex) => {
     group.trajectories.forEach((trajectory, trajectoryIndex) => {
@@ -40,7 +41,7 @@ export function checkTrajectoryGroups(groups: TrajectoryGroup[], loc: Loc, vocab
         problems.push({ loc: [...trajectoryLoc, 'reward'], msg: 'Input should be a finite number', type: 'finite_number' });
       }
       checkItems(trajectory.messages_and_choices, [...trajectoryLoc, 'messages_and_choices'], problems, vocabSize);
-      (trajectory.additional_histories ?? []).forEach((history, historyIndex) => {
+      trajectory.additional_histories.forEach((history, historyIndex) => {
         checkItems(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices'], problems, vocabSize);
       });
     });
@@ -49,7 +50,7 @@ export function checkTrajectoryGroups(groups: TrajectoryGroup[], loc: Loc, vocab
 }
 
 /** Trajectories a training job renders: a message no template can take is refused now, not when the job runs. */
-export function checkRenderable(groups: TrajectoryGroup[], loc: Loc): FieldProblem[] {
+export function checkRenderable(groups: FullTrajectoryGroup[], loc: Loc): FieldProblem[] {
   const problems: FieldProblem[] = [];
   const check = (items: Record<string, unknown>[], itemsLoc: Loc) => {
     try {
@@ -63,7 +64,7 @@ export function checkRenderable(groups: TrajectoryGroup[], loc: Loc): FieldProbl
     group.trajectories.forEach((trajectory, trajectoryIndex) => {
       const trajectoryLoc = [...loc, groupIndex, 'trajectories', trajectoryIndex];
       check(trajectory.messages_and_choices, [...trajectoryLoc, 'messages_and_choices']);
-      (trajectory.additional_histories ?? []).forEach((history, historyIndex) => check(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices']));
+      trajectory.additional_histories.forEach((history, historyIndex) => check(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices']));
     });
   });
   return problems;

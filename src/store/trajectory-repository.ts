@@ -1,6 +1,7 @@
 /** Logged trajectories (per model, split and step) and the run's metrics history. */
 import type { Kysely } from 'kysely';
 import type { Page } from '../api/lists.ts';
+import { withTrajectoryDefaults, type Trajectory } from '../api/models.ts';
 import type { Database, TrajectoryTable } from './schema.ts';
 
 /** Keeps each INSERT below both databases' bound-parameter limits. */
@@ -17,7 +18,7 @@ export interface StoredTrajectory {
   createdAt: string;
 }
 
-/** A stored row as the services see it (the JSON of the trajectory parsed back). */
+/** A stored row as the services see it (the JSON of the trajectory parsed back, read with ART's defaults like any trajectory). */
 export function toStoredTrajectory(row: TrajectoryTable): StoredTrajectory {
   return {
     id: row.id,
@@ -26,7 +27,7 @@ export function toStoredTrajectory(row: TrajectoryTable): StoredTrajectory {
     groupIndex: Number(row.group_index),
     trajectoryIndex: Number(row.trajectory_index),
     reward: row.reward === null ? null : Number(row.reward),
-    data: JSON.parse(row.data) as Record<string, unknown>,
+    data: withTrajectoryDefaults(JSON.parse(row.data) as Trajectory),
     createdAt: row.created_at,
   };
 }

@@ -1,15 +1,22 @@
 """A user's session with OpenPipe ART's real client against our server, for test/art-client.test.ts.
 
+Runs under either pinned release: 0.5.18 ($ART_PYTHON, .venv-art) or 0.5.23 ($ART_0523_PYTHON, .venv-art-0523),
+whose wire differs (reference art-0.5.23.md §2.4): `run_name` names the model, trajectories leave out every
+field at its default (a reward of 0.0 is not sent), chat requests carry ART's default extra body and the client
+checks the token counts of each answer, and SFT asks the server to log its metrics (`metric_logging`).
+
 Everything that reaches our training API is ART's own code: `art.TrainableModel` registered with
 `art.ServerlessBackend(base_url=..., api_key=...)` (the constructor arguments ART documents for a
 self-hosted server), sampling through `model.openai_client()`, `backend.train`, `model.log`,
-`model.get_step`, `model.delete_checkpoints`, `art.utils.sft.train_sft_from_file` and
-`backend.delete`. The one stand-in is the `wandb` module: ART uploads SFT data with W&B's SDK to
-W&B's servers, so a minimal `wandb` here uploads the same file to our artifact endpoint instead,
-under the artifact name ART chose (ART then sends our server the `wandb-artifact:///` URL it
-built itself). Run with $ART_PYTHON (the .venv-art venv):
+`model.get_step`, `model.delete_checkpoints`, `art.utils.sft.train_sft_from_file`, (0.5.23) ART's
+`PipelineTrainer`, and `backend.delete`. Two stand-ins: the `wandb` module (ART uploads SFT data with W&B's SDK to
+W&B's servers, so a minimal `wandb` here uploads the same file to our artifact endpoint instead, under the artifact
+name ART chose; ART then sends our server the `wandb-artifact:///` URL it built itself), and for 0.5.23's
+PipelineTrainer a torch-free `art.local.backend` (see `local_backend_without_torch`). The SFT job request is watched
+on its way out, unchanged. What the server holds is read back with plain HTTP (our dashboard API), for the test to
+check, before the model is deleted.
 
-    stdin  {"server": "http://host:port", "api_key": str, "base_model": str, "workdir": folder}
+    stdin  {"server": "http://host:port", "api_key": str, "base_model": str, "workdir": folder, "project": str}
     stdout one JSON object: what each call returned, for the test to check
 """
 
@@ -17,10 +24,16 @@ import asyncio
 import json
 import os
 import sys
+import time
 import types
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx
+
+ART_VERSION = version("openpipe-art")
+# 0.5.20 is the release that changed the wire (there is no 0.5.19).
+NEW_WIRE = tuple(int(part) for part in ART_VERSION.split(".")[:3]) >= (0, 5, 20)
 
 
 def install_wandb_stand_in(server: str, api_key: str, uploads: list) -> None:
@@ -51,18 +64,42 @@ def install_wandb_stand_in(server: str, api_key: str, uploads: list) -> None:
         def finish(self):
             self._is_finished = True
 
-    wandb = types.ModuleType("wandb")
-    wandb.Artifact = Artifact
-    wandb.Settings = lambda **settings: settings
-    wandb.init = lambda entity=None, project=None, **_: Run(entity, project)
-    sys.modules["wandb"] = wandb
+    def init(entity=None, project=None, **_):
+        return Run(entity, project)
+
+    def settings(**values):
+        return values
+
+    names = ("wandb", "wandb.sdk", "wandb.sdk.wandb_init", "wandb.sdk.wandb_settings", "wandb.sdk.artifacts", "wandb.sdk.artifacts.artifact")
+    modules = {name: types.ModuleType(name) for name in names}
+    # 0.5.18 reads the top-level names; 0.5.20+ imports each from its SDK module (art/utils/wandb_sdk.py).
+    modules["wandb"].Artifact, modules["wandb"].Settings, modules["wandb"].init = Artifact, settings, init
+    modules["wandb.sdk.wandb_init"].init = init
+    modules["wandb.sdk.wandb_settings"].Settings = settings
+    modules["wandb.sdk.artifacts.artifact"].Artifact = Artifact
+    sys.modules.update(modules)
 
 
 TASK = [(2, 3), (4, 1), (6, 2), (3, 3)]
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+    },
+}
+
+
+def shortest_wins(choices) -> list:
+    """1.0 for the shortest answer, 0.0 for the others: a group with something to learn even from a tiny model."""
+    lengths = [len(choice.message.content or "") for choice in choices]
+    return [float(index == lengths.index(min(lengths))) for index in range(len(choices))]
 
 
 async def scored_groups(art, model, seed: int) -> list:
-    """One group of four temperature-1 answers per sum, rewarded 1 for the right sum, as ART users write it."""
+    """One group of four temperature-1 answers per sum. The first group rewards the shortest answer; the others
+    reward the right sum, which a tiny model rarely gives, so most rewards are 0.0 (left out of 0.5.20+'s JSON)."""
     client = model.openai_client()
     groups = []
     for index, (a, b) in enumerate(TASK):
@@ -70,12 +107,19 @@ async def scored_groups(art, model, seed: int) -> list:
         completion = await client.chat.completions.create(
             model=model.get_inference_name(), messages=messages, n=4, max_tokens=8, temperature=1.0, logprobs=True, seed=seed + index
         )
-        trajectories = [
-            art.Trajectory(messages_and_choices=[*messages, choice], reward=float((choice.message.content or "").strip() == str(a + b)))
-            for choice in completion.choices
-        ]
+        if index == 0:
+            rewards = shortest_wins(completion.choices)
+        else:
+            rewards = [float((choice.message.content or "").strip() == str(a + b)) for choice in completion.choices]
+        trajectories = [art.Trajectory(messages_and_choices=[*messages, choice], reward=reward) for choice, reward in zip(completion.choices, rewards)]
         groups.append(art.TrajectoryGroup(trajectories))
     return groups
+
+
+def wire_keys(groups) -> list:
+    """The keys of each group and trajectory in the JSON ART sends (ServerlessBackend dumps each group with model_dump(mode="json"))."""
+    dumps = [group.model_dump(mode="json") for group in groups]
+    return [{"group": sorted(dump), "trajectories": [sorted(t) for t in dump.get("trajectories", [])]} for dump in dumps]
 
 
 async def train_rl(art, backend, model, out: dict) -> None:
@@ -86,7 +130,74 @@ async def train_rl(art, backend, model, out: dict) -> None:
         await model.log(groups, split="val")
         result = await backend.train(model, groups, learning_rate=1e-2)
         await model.log(groups, split="train", metrics=result.metrics, step=result.step)
-        out["rl"].append({"step": result.step, "artifact_name": result.artifact_name, "metrics": result.metrics, "get_step": await model.get_step()})
+        out["rl"].append(
+            {
+                "step": result.step,
+                "artifact_name": result.artifact_name,
+                "metrics": result.metrics,
+                "get_step": await model.get_step(),
+                "rewards": [[t.reward for t in group.trajectories] for group in groups],
+                "wire": wire_keys(groups),
+            }
+        )
+
+
+async def token_counts(model) -> dict:
+    """n > 1 with logprobs, checked by 0.5.20+'s client against usage.completion_tokens: from each choice's token_ids
+    (ART's default extra body asks for them), then from the logprobs alone (the caller turns token ids off)."""
+    client = model.openai_client()
+    checked = {}
+    for label, extra_body in (("token_ids", None), ("logprobs", {"return_token_ids": False})):
+        completion = await client.chat.completions.create(
+            model=model.get_inference_name(),
+            messages=[{"role": "user", "content": "Count to three."}],
+            n=3,
+            max_tokens=6,
+            temperature=1.0,
+            logprobs=True,
+            seed=7,
+            extra_body=extra_body,
+        )
+        extras = [choice.model_extra or {} for choice in completion.choices]
+        checked[label] = {
+            "usage": completion.usage.completion_tokens,
+            "art_counts": [extra.get("art_completion_tokens") for extra in extras],
+            "token_ids": [len(extra.get("token_ids") or []) for extra in extras],
+            "logprobs": [len(choice.logprobs.content or []) for choice in completion.choices],
+        }
+    return checked
+
+
+async def tool_trajectory(art, model, index: int):
+    """A multi-turn agent rollout with a tool: the tool call and its result, a sampled answer, a follow-up, another sampled answer."""
+    client = model.openai_client()
+    messages = [
+        {"role": "system", "content": "Use the add tool for sums."},
+        {"role": "user", "content": "What is 2 + 3?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{index}", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+        {"role": "tool", "tool_call_id": f"call_{index}", "content": "5"},
+    ]
+    items = list(messages)
+    for follow_up in ("And 4 + 1?", None):
+        completion = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=messages, tools=[ADD_TOOL], max_tokens=8, temperature=1.0, logprobs=True, seed=40 + index
+        )
+        choice = completion.choices[0]
+        items.append(choice)
+        messages.append(choice.message.model_dump(exclude_none=True))
+        if follow_up:
+            items.append({"role": "user", "content": follow_up})
+            messages.append({"role": "user", "content": follow_up})
+    return art.Trajectory(messages_and_choices=items, tools=[ADD_TOOL])
+
+
+async def train_tools(art, backend, model, out: dict) -> None:
+    trajectories = [await tool_trajectory(art, model, index) for index in range(3)]
+    answers = [trajectory.messages_and_choices[-1] for trajectory in trajectories]
+    for trajectory, reward in zip(trajectories, shortest_wins(answers)):
+        trajectory.reward = reward
+    result = await backend.train(model, [art.TrajectoryGroup(trajectories)], learning_rate=1e-2)
+    out["tools"] = {"step": result.step, "metrics": result.metrics, "wire": wire_keys([art.TrajectoryGroup(trajectories)])}
 
 
 async def list_steps(backend, model) -> list:
@@ -94,43 +205,145 @@ async def list_steps(backend, model) -> list:
     return [checkpoint.step async for checkpoint in backend._client.models.checkpoints.list(model_id=model.id)]
 
 
-async def train_sft_file(model, workdir: str, out: dict) -> None:
+async def train_sft_file(backend, model, workdir: str, out: dict) -> None:
     from art.utils.sft import train_sft_from_file
 
     path = os.path.join(workdir, "sft.jsonl")
     with open(path, "w") as f:
         for a, b in TASK * 2:
             f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": str(a + b)}]}) + "\n")
+    # Watches (and passes on unchanged) the SFT job request ART sends, to see its config on the wire.
+    jobs = backend._client.sft_training_jobs
+    create = jobs.create
+
+    async def create_and_record(**request):
+        out["sft_request_config"] = request.get("config")
+        return await create(**request)
+
+    jobs.create = create_and_record
     before = await model.get_step()
     await train_sft_from_file(model, path, epochs=1, batch_size=2, peak_lr=1e-2)
-    out["sft"] = {"before": before, "after": await model.get_step()}
+    after = await model.get_step()
+    checkpoints = {checkpoint.step: checkpoint.metrics async for checkpoint in backend._client.models.checkpoints.list(model_id=model.id)}
+    out["sft"] = {"before": before, "after": after, "checkpoint_metrics": checkpoints.get(after)}
+
+
+def local_backend_without_torch() -> None:
+    """ART 0.5.23's PipelineTrainer imports `art.local.backend` only to ask `isinstance(backend, LocalBackend)`, and that
+    module imports torch, which only ART's GPU extras install: with its base install the trainer cannot start. For a
+    ServerlessBackend the answer is no, which a stand-in module without torch gives."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError:
+        module = types.ModuleType("art.local.backend")
+        module.LocalBackend = type("LocalBackend", (), {})
+        sys.modules["art.local.backend"] = module
+
+
+async def pipeline(art, backend, model, out: dict) -> None:
+    """ART 0.5.20+'s PipelineTrainer as its own example drives it: rollouts, two training steps, and an eval of the
+    starting checkpoint by its pinned step name. (Evals it schedules after a step may be dropped when `max_steps` stops
+    the trainer, ART's own behaviour, so only the first is certain to run.)"""
+    from art.pipeline_trainer import PipelineRuntimeConfig, PipelineTrainer
+
+    local_backend_without_torch()
+
+    async def rollout(model, scenario, _config):
+        messages = [{"role": "user", "content": scenario["prompt"]}]
+        completion = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(), messages=messages, n=4, max_tokens=8, temperature=1.0, logprobs=True
+        )
+        rewards = shortest_wins(completion.choices)
+        return art.TrajectoryGroup([art.Trajectory(messages_and_choices=[*messages, c], reward=r) for c, r in zip(completion.choices, rewards)])
+
+    async def evaluate(model, step, _config):
+        client = model.openai_client()
+        trajectories = []
+        for a, b in TASK[:2]:
+            messages = [{"role": "user", "content": f"What is {a} + {b}?"}]
+            completion = await client.chat.completions.create(model=model.get_inference_name(step), messages=messages, max_tokens=8, temperature=0)
+            choice = completion.choices[0]
+            trajectories.append(art.Trajectory(messages_and_choices=[*messages, choice], reward=float((choice.message.content or "").strip() == str(a + b))))
+        return trajectories
+
+    trainer = PipelineTrainer(
+        model=model,
+        backend=backend,
+        rollout_fn=rollout,
+        scenarios=[{"prompt": f"What is {a} + {b}?"} for a, b in TASK * 4],
+        config=None,
+        eval_fn=evaluate,
+        pipeline=PipelineRuntimeConfig(num_rollout_workers=2, min_batch_size=2, max_batch_size=2),
+        learning_rate=1e-2,
+        max_steps=2,
+        eval_every_n_steps=1,
+        eval_at_start=True,
+        log_interval_seconds=3600,
+    )
+    before = await model.get_step()
+    await trainer.train(handle_signals=False)
+    out["pipeline"] = {"before": before, "after": await model.get_step(), "eval_steps": sorted(trainer.state.completed_eval_steps)}
+
+
+def server_view(request: dict, model_id: str) -> dict:
+    """What our server holds for the model (plain HTTP to our dashboard API, not ART): its record, run history and trained trajectories."""
+    headers = {"authorization": f"Bearer {request['api_key']}"}
+
+    def get(path: str):
+        response = httpx.get(f"{request['server']}{path}", headers=headers)
+        response.raise_for_status()
+        return response.json()
+
+    base = f"/v1/dashboard/models/{model_id}"
+    trajectories = get(f"{base}/trajectories?split=train&limit=200")["data"]
+    return {
+        "name": get(f"/v1/preview/models/{model_id}")["name"],
+        "history": [{"step": row["step"], "source": row["source"], "metrics": row["metrics"]} for row in get(f"{base}/metrics?limit=200")["data"]],
+        "train_trajectories": [{"step": row["step"], "reward": row["reward"], "detail": get(f"{base}/trajectories/{row['id']}")["data"]} for row in trajectories],
+    }
+
+
+async def timed(out: dict, label: str, work):
+    started = time.monotonic()
+    result = await work
+    out["timings"][label] = round(time.monotonic() - started, 1)
+    return result
 
 
 async def main() -> dict:
     request = json.load(sys.stdin)
-    out: dict = {"uploads": []}
+    out: dict = {"art_version": ART_VERSION, "uploads": [], "timings": {}}
     install_wandb_stand_in(request["server"], request["api_key"], out["uploads"])
     import art
     from art.serverless import ServerlessBackend
 
     backend = ServerlessBackend(api_key=request["api_key"], base_url=f"{request['server']}/v1")
-    model = art.TrainableModel(name="adder", project="art-client", base_model=request["base_model"], base_path=request["workdir"])
+    # 0.5.20+ requires a run name, and names the model on our server (and for inference) by it.
+    names = {"name": "adder", **({"run_name": "adder-run-1"} if NEW_WIRE else {})}
+    common = {"project": request["project"], "base_model": request["base_model"], "base_path": request["workdir"]}
+    model = art.TrainableModel(**names, **common)
     await model.register(backend)
-    again = art.TrainableModel(name="adder", project="art-client", base_model=request["base_model"], base_path=request["workdir"])
+    again = art.TrainableModel(**names, **common)
     await again.register(backend)
+    out["storage_name"] = model._storage_name() if NEW_WIRE else model.name
     out["register"] = {"id": model.id, "entity": model.entity, "run_id": model.run_id, "again_id": again.id, "inference_name": model.get_inference_name()}
     out["initial_step"] = await model.get_step()
 
-    await train_rl(art, backend, model, out)
+    if NEW_WIRE:
+        out["token_counts"] = await timed(out, "token_counts", token_counts(model))
+    await timed(out, "rl", train_rl(art, backend, model, out))
+    await timed(out, "tools", train_tools(art, backend, model, out))
     out["steps_before_delete"] = await list_steps(backend, model)
     await model.delete_checkpoints(best_checkpoint_metric="val/reward")
     out["steps_after_delete"] = await list_steps(backend, model)
-
-    await train_sft_file(model, request["workdir"], out)
+    await timed(out, "sft", train_sft_file(backend, model, request["workdir"], out))
+    if NEW_WIRE:
+        await timed(out, "pipeline", pipeline(art, backend, model, out))
     answer = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(), messages=[{"role": "user", "content": "What is 2 + 3?"}], max_tokens=8, temperature=0
     )
-    out["answer_after_sft"] = answer.choices[0].message.content
+    out["answer_after_training"] = answer.choices[0].message.content
+    out["server"] = server_view(request, model.id)
 
     await backend.delete(model)
     try:

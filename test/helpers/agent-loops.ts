@@ -6,7 +6,7 @@
 import OpenAI from 'openai';
 import { parseRlConfig } from '../../src/services/rl-config.ts';
 import { trajectorySequences } from '../../src/jobs/rl-runner.ts';
-import type { Trajectory } from '../../src/api/models.ts';
+import { withTrajectoryDefaults, type Trajectory } from '../../src/api/models.ts';
 import type { E2eServer } from './server.ts';
 
 /** How the client asks for logprobs: not at all (our token_id default), OpenAI SDK `logprobs: true`, or token ids explicitly. */
@@ -94,7 +94,7 @@ export async function samplerTrainerGap(e2e: E2eServer, baseId: string, trajecto
   const { config } = parseRlConfig({}, 1e-5);
   const gap: Gap = { worst: 0, compared: 0, missing: 0, sequences: 0 };
   for (const trajectory of trajectories) {
-    for (const sequence of trajectorySequences(base, trajectory, config, 'test')) {
+    for (const sequence of trajectorySequences(base, withTrajectoryDefaults(trajectory), config, 'test')) {
       gap.sequences += 1;
       const forward = await services.runtime.trainer().forward({ base: base.id, ...adapter, rows: [{ tokens: sequence.tokens }] });
       sequence.mask.forEach((trained, t) => {
