@@ -6,7 +6,10 @@ to a view of the first B slots: no gathers), admission with a chunked prefill
 shared by the `n` samples of a request (its KV is copied to their slots),
 one decode step over every running row (rows may use different adapters, or
 none, via LoraBatch), stop rules, cancellation, and the replies a request
-streams (as dicts handed to the request's `emit`).
+streams (as dicts handed to the request's `emit`). Rows stay isolated: a
+request whose logits are not finite fails alone before any of its tokens is
+sampled, and a departing sequence's cache positions are zeroed before another
+sequence's attention can span them.
 
 Refuses to know: frames, threads and request ids on the wire (server.py),
 how logits become tokens (sampling.py), adapter storage (lora.py).
@@ -22,7 +25,7 @@ from typing import Callable, Deque, List, Optional, Tuple
 import torch
 
 from .constraints import Automaton, Guide, step_masks
-from .lora import Adapter, LoraBatch, StackCache
+from .lora import Adapter, LoraBatch, NonFinite, StackCache
 from .model import ForwardContext, KVCache, Transformer
 from .sampling import SamplingParams, SeqSampler, prompt_logprob_entries, prompt_mask, sample_step, static_bias
 
@@ -186,6 +189,7 @@ class Scheduler:
     def fail_all(self, error: Exception) -> None:
         reqs = {id(s.req): s.req for s in self.running}
         self.running.clear()
+        self.cache.clear_all()
         for req in list(self.waiting) + list(reqs.values()):
             self._drop_request(req)
             req.finish({"error": error})
@@ -227,7 +231,7 @@ class Scheduler:
             self.cache.write_prefix(slot, kv, begin)
         req.cached = begin
         entries: List[Optional[dict]] = [None]
-        last_logits = None
+        last_logits, finite = None, True
         chunk = self.config.prefill_chunk
         for start in range(begin, len(prompt), chunk):
             piece = tokens[start:start + chunk]
@@ -235,11 +239,15 @@ class Scheduler:
             h = model(piece[None, :], ctx, lora)[0]
             if want_prompt_lp:
                 logits = model.logits(h)
+                finite = finite and bool(torch.isfinite(logits).all())
                 entries += prompt_logprob_entries(logits, prompt[start + 1:start + 1 + piece.shape[0]],
                                            params.prompt_logprobs)
                 last_logits = logits[-1:]
             elif start + chunk >= len(prompt):
                 last_logits = model.logits(h[-1:])
+        if not (finite and bool(torch.isfinite(last_logits).all())):
+            self.cache.clear(slot, 0, len(prompt))
+            raise _non_finite(req)
         if want_prompt_lp:
             req.emit({"type": "prompt", "prompt_logprobs": entries[:len(prompt)]})
         if self.prefix is not None:
@@ -273,10 +281,30 @@ class Scheduler:
         adapters = [s.req.adapter for s in seqs]
         lora = LoraBatch(adapters, model.dtype, model.device, self.stacks) if any(a is not None for a in adapters) else None
         logits_BV = model.logits(model(tokens_B1, ctx, lora)[:, 0])
-        result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids, step_masks([s.guide for s in seqs]))
         for s in seqs:
             s.length += 1
+        keep = self._fail_non_finite(seqs, logits_BV)
+        if keep is not None:
+            seqs = [seqs[b] for b in keep]
+            logits_BV = logits_BV[torch.tensor(keep, device=logits_BV.device)]
+            if not seqs:
+                return
+        result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids, step_masks([s.guide for s in seqs]))
         self._record(seqs, result)
+
+    def _fail_non_finite(self, seqs: List[Sequence], logits_BV: torch.Tensor) -> Optional[List[int]]:
+        """Fails every request with a row of non-finite logits (all its sequences leave the batch) before anything
+        is sampled; answers the rows that go on, or None when every row is finite."""
+        bad_B = ~torch.isfinite(logits_BV).all(dim=-1)
+        if not bool(bad_B.any()):
+            return None
+        failed = {id(seqs[b].req): seqs[b].req for b in bad_B.nonzero().flatten().tolist()}
+        for seq in [s for s in self.running if id(s.req) in failed]:
+            self._remove(seq)
+        for req in failed.values():
+            self._drop_request(req)
+            req.finish({"error": _non_finite(req)})
+        return [b for b, s in enumerate(seqs) if id(s.req) not in failed]
 
     def _record(self, seqs: List[Sequence], result) -> None:
         """Emit each row's new token; finish rows that hit a stop rule."""
@@ -321,14 +349,25 @@ class Scheduler:
                            {"prompt_tokens": len(req.prompt), "cached_tokens": req.cached})
 
     def _remove(self, seq: Sequence) -> None:
-        """Take a sequence out of the batch; the last slot's sequence moves into its slot."""
+        """Take a sequence out of the batch; the last slot's sequence moves into its slot. What either left
+        behind is zeroed, so no later sequence's attention spans another's values."""
         i = seq.slot
         if i < 0 or i >= len(self.running) or self.running[i] is not seq:
             return
         last = self.running.pop()
+        vacated, used = i, seq.length
         if last is not seq:
             self.running[i] = last
             self.cache.copy_slot(last.slot, i, last.length)
+            self.cache.clear(i, last.length, seq.length)
+            vacated, used = last.slot, last.length
             last.slot = i
+        self.cache.clear(vacated, 0, used)
         seq.slot = -1
+
+
+def _non_finite(req: GenRequest) -> NonFinite:
+    whose = f"adapter {req.adapter.key!r}" if req.adapter is not None else "the base model"
+    return NonFinite(f"generate: the logits of this request are not finite (NaN or infinity), so the weights of "
+                     f"{whose} are broken; no token was sampled from them")
 
