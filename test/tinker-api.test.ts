@@ -196,6 +196,15 @@ for (const backend of backends()) {
       assert.deepEqual(state.cloned, state.reference);
     });
 
+    test('an optim_step at an absurd learning rate fails as diverged and leaves the training client exactly as it was', () => {
+      const { diverged } = session;
+      assert.match(diverged.error?.message ?? 'no error', /training diverged: the step would leave .* at index/);
+      assert.deepEqual(diverged.unchanged, diverged.reference);
+      // Weights, moments and step count all as before: the next good step lands where a twin's does.
+      assert.deepEqual(diverged.after, diverged.twin_after);
+      assert.notDeepEqual(diverged.after, diverged.reference);
+    });
+
     test('bad input gets the SDK exception types, never a 500', () => {
       const { errors } = session;
       for (const name of ['unknown_loss', 'mismatched_lengths', 'outside_vocabulary', 'gspo_without_mask']) {
