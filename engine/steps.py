@@ -154,8 +154,9 @@ def forward_backward(model: Transformer, adapter: Optional[L.Adapter], loss: str
             loss_T = token_loss(loss, loss_config, logprobs_T, row)
             row_loss = loss_T.sum()
             if not bool(torch.isfinite(loss_T).all()):
-                for p, g in zip(adapter.parameters() if backward else [], grads_before):
-                    p.grad = g
+                if backward:
+                    for p, g in zip(adapter.parameters(), grads_before):
+                        p.grad = g
                 raise TrainingDiverged(f"training diverged: the loss of rows[{len(outputs)}] is not finite; "
                                        "the accumulated gradient is as it was before this call")
             if backward:
@@ -184,7 +185,7 @@ def optim_step(adapter: L.Adapter, p: AdamParams) -> dict:
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, p.grad_clip_norm))
             else:
                 grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-            check_divergence(0.0, grad_norm)
+            check_divergence(grad_norm)
         guarded_step(adapter, opt)  # parameters without a gradient are left alone, as AdamW does
     finally:
         # A diverged step discards the accumulated gradient too: it could never be applied.

@@ -277,7 +277,7 @@ def _apply_step(adapter: Adapter, opt: torch.optim.Optimizer, opt_cfg: Optimizer
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt_cfg.max_grad_norm))
             else:
                 grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-            check_divergence(loss, grad_norm)
+            check_divergence(grad_norm, loss)
             guarded_step(adapter, opt)
             adapter.version += 1
     finally:
@@ -291,10 +291,10 @@ class TrainingDiverged(Exception):
     the adapter and its optimizer state are left as they were. Answered with the error code `diverged`."""
 
 
-def check_divergence(loss: float, grad_norm: float) -> None:
-    """Before an optimizer step: its loss and gradient norm must be finite."""
+def check_divergence(grad_norm: float, loss: Optional[float] = None) -> None:
+    """Before an optimizer step: its gradient norm (and loss, where the step has one) must be finite."""
     for name, value in (("loss", loss), ("gradient norm", grad_norm)):
-        if not math.isfinite(value):
+        if value is not None and not math.isfinite(value):
             raise TrainingDiverged(f"training diverged: the {name} is {value}; the step was not applied")
 
 
