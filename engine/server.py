@@ -444,7 +444,7 @@ class Engine:
         finally:
             adapter.pins -= 1
         work = lambda: {"metrics": train_step(base.model, adapter, req.loss, req.rows, req.loss_config,  # noqa: E731
-                                              req.optimizer, reference)}
+                                              req.optimizer, reference, req.logprob_chunk_size)}
         self._train_beside_decode(rid, adapter, work, True)
 
     # --- token-level training (Tinker's primitives; numerics in steps.py) ----

@@ -88,14 +88,21 @@ def _head_stats(model: Transformer, h_CD: torch.Tensor, targets_C: torch.Tensor)
     return lp, ent
 
 
-def row_logprobs(model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor, lora) -> tuple:
+def logits_chunk(model: Transformer, requested: Optional[int]) -> int:
+    """Positions per logits chunk: the request's (ART's logprob_calculation_chunk_size), never past the memory bound."""
+    bound = max(1, LOGITS_CHUNK_ELEMENTS // model.args.vocab_size)
+    return bound if requested is None else min(requested, bound)
+
+
+def row_logprobs(model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor, lora,
+                 chunk_size: Optional[int] = None) -> tuple:
     """(logprobs_T, entropy_T, valid_T): entry t scores tokens[t] given the earlier tokens of its segment."""
     device = model.device
     tokens_T, seg_T = tokens_T.to(device), seg_T.to(device)
     T = tokens_T.shape[0]
     h_TD = model(tokens_T[None], ForwardContext.packed(seg_T[None], model.args.sliding_window), lora)[0]
     h_pred, targets = h_TD[:-1], tokens_T[1:]
-    chunk = max(1, LOGITS_CHUNK_ELEMENTS // model.args.vocab_size)
+    chunk = logits_chunk(model, chunk_size)
     lps, ents = [], []
     for s in range(0, T - 1, chunk):
         h_c, t_c = h_pred[s:s + chunk], targets[s:s + chunk]
@@ -132,47 +139,76 @@ def _segment_mean(x_T: torch.Tensor, mask_T: torch.Tensor, seg_T: torch.Tensor) 
     return (sums / counts.clamp(min=1.0))[inverse]
 
 
+LOG_RATIO_BOUND = 20.0  # ART 0.5.23 clamps log-ratios here before exp (fp32 range; exp(20) ≈ 4.9e8)
+
+
+@dataclass
+class TokenLossStats:
+    """What rl_token_loss measured besides the loss, for a step's metrics (all detached)."""
+    kl: Optional[torch.Tensor]  # the row's mean KL to the reference over trainable tokens; None: no penalty
+    ratio_T: torch.Tensor  # the importance ratio after the sampling level, before caps and masks
+    clipped_T: torch.Tensor  # bool: the ratio lies outside the loss's clip range (PPO: on the side the sign of A clips)
+    truncated_T: Optional[torch.Tensor]  # bool: truncated importance sampling lowered this token's weight; None: off
+
+
+def _importance_ratio(delta_T, mask_T, seg_T, level: str) -> torch.Tensor:
+    ratio_T = torch.exp(delta_T.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    if level == "token":
+        return ratio_T
+    seq_ratio_T = torch.exp(_segment_mean(delta_T, mask_T, seg_T).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    if level == "sequence":
+        return seq_ratio_T
+    if level == "average":
+        return (ratio_T + seq_ratio_T) / 2
+    return ratio_T.sqrt() * seq_ratio_T.sqrt()
+
+
+def _kl_adjusted(adv_T, new_T, old_T, mask_T, cfg: LossConfig, ref_T):
+    """A + β·(mean kl − kl_t) with kl_t = (src − ref)·m; returns (advantages, mean kl or None)."""
+    if not (cfg.kl_penalty_coef > 0 and ref_T is not None):
+        return adv_T, None
+    src_T = new_T.detach() if cfg.kl_penalty_source == "current_learner" else old_T.detach()
+    kl_T = (src_T - ref_T) * mask_T
+    kl = kl_T.sum() / (mask_T.sum() + 1e-18)
+    return adv_T + cfg.kl_penalty_coef * (kl - kl_T) * mask_T, kl
+
+
+def _clipped(ratio_T, adv_T, cfg: LossConfig) -> torch.Tensor:
+    lo, hi = cfg.bounds()
+    r, a = ratio_T.detach(), adv_T.detach()
+    if cfg.ppo:
+        return ((a > 0) & (r > hi)) | ((a < 0) & (r < lo))
+    return (r < lo) | (r > hi)
+
+
 def rl_token_loss(new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfig,
                   ref_T: Optional[torch.Tensor]) -> tuple:
-    """Per-token policy loss L_t of rl-loss.md (before weights and mask) and the row's KL metric."""
+    """Per-token policy loss L_t of rl-loss.md (before weights and mask), and its TokenLossStats."""
     old_T = torch.where(torch.isnan(old_T), new_T.detach(), old_T)  # missing: sampled by this policy
     delta_T = new_T - old_T
-    ratio_T = torch.exp(delta_T)
-    level = cfg.importance_sampling_level
-    if level != "token":
-        seq_ratio_T = torch.exp(_segment_mean(delta_T, mask_T, seg_T))
-        if level == "sequence":
-            ratio_T = seq_ratio_T
-        elif level == "average":
-            ratio_T = (ratio_T + seq_ratio_T) / 2
-        else:
-            ratio_T = ratio_T.sqrt() * seq_ratio_T.sqrt()
+    ratio_T = raw_ratio_T = _importance_ratio(delta_T, mask_T, seg_T, cfg.importance_sampling_level)
     lo, hi = cfg.bounds()
     # Falsy knobs are off, as in ART's trainer (0 means unset there too).
     if cfg.max_negative_advantage_importance_sampling_weight:
         ratio_T = ratio_T.clamp(max=cfg.max_negative_advantage_importance_sampling_weight)
     if cfg.mask_prob_ratio:
         ratio_T = torch.where((ratio_T > lo) & (ratio_T < hi), ratio_T, torch.zeros_like(ratio_T))
-    adv_T = adv_T.clone()
     if cfg.k2_tau:
         adv_T = adv_T - cfg.k2_tau * delta_T.detach()
-    kl = None
-    if cfg.kl_penalty_coef > 0 and ref_T is not None:
-        src_T = new_T.detach() if cfg.kl_penalty_source == "current_learner" else old_T
-        kl_T = (src_T - ref_T) * mask_T
-        kl = kl_T.sum() / (mask_T.sum() + 1e-18)
-        adv_T = adv_T + cfg.kl_penalty_coef * (kl - kl_T) * mask_T
+    adv_T, kl = _kl_adjusted(adv_T, new_T, old_T, mask_T, cfg, ref_T)
     if cfg.ppo:
         loss_T = -torch.min(ratio_T * adv_T, ratio_T.clamp(lo, hi) * adv_T)
     else:
         loss_T = -(ratio_T.detach().clamp(lo, hi) * adv_T * new_T)
-    if cfg.truncated_importance_sampling:
-        trunc_T = ratio_T
-        if original_T is not None:
-            original_T = torch.where(torch.isnan(original_T), new_T.detach(), original_T)
-            trunc_T = torch.exp(old_T - original_T)
-        loss_T = loss_T * trunc_T.clamp(max=cfg.truncated_importance_sampling).detach()
-    return loss_T, kl
+    truncated_T = None
+    # ART 0.5.23 truncates only the precalculated/sampler ratio; without original logprobs it skips the step.
+    if cfg.truncated_importance_sampling and original_T is not None:
+        original_T = torch.where(torch.isnan(original_T), new_T.detach(), original_T)
+        tis_T = torch.exp(old_T - original_T).detach()
+        truncated_T = tis_T > cfg.truncated_importance_sampling
+        loss_T = loss_T * tis_T.clamp(max=cfg.truncated_importance_sampling)
+    stats = TokenLossStats(kl=kl, ratio_T=raw_ratio_T.detach(), clipped_T=_clipped(raw_ratio_T, adv_T, cfg), truncated_T=truncated_T)
+    return loss_T, stats
 
 
 def _probs_corr(old: torch.Tensor, new: torch.Tensor) -> float:
@@ -194,13 +230,19 @@ class _Tally:
     old_valid: float = 0.0  # trained tokens that came with a sampler logprob
     corr_old: List[torch.Tensor] = field(default_factory=list)
     corr_new: List[torch.Tensor] = field(default_factory=list)
+    ratio_tokens: float = 0.0  # trained tokens (mask and weight nonzero) the ratio figures are over
+    ratio_sum: float = 0.0
+    clipped: float = 0.0
+    truncated: Optional[float] = None  # None: truncated importance sampling did not run
 
 
 def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[Row], loss_cfg: Optional[LossConfig],
-               opt_cfg: OptimizerConfig, reference: Optional[Adapter] = None) -> Dict[str, float]:
+               opt_cfg: OptimizerConfig, reference: Optional[Adapter] = None,
+               logprob_chunk_size: Optional[int] = None) -> Dict[str, float]:
     """One AdamW step over all rows (gradients accumulated row by row); the KL reference is `reference`, else the base.
 
-    `loss_cfg` is the RL loss's configuration (None for SFT).
+    `loss_cfg` is the RL loss's configuration (None for SFT); `logprob_chunk_size` the positions whose logits are
+    computed at once (None: as many as the memory bound allows).
     """
     t0 = time.perf_counter()
     device = model.device
@@ -214,8 +256,8 @@ def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[R
         ref_T = None
         if loss == "rl" and loss_cfg.kl_penalty_coef > 0:
             with torch.no_grad():
-                ref_T = row_logprobs(model, row.tokens_T, row.segment_ids_T, ref_lora)[0]
-        new_T, ent_T, _ = row_logprobs(model, row.tokens_T, row.segment_ids_T, lora)
+                ref_T = row_logprobs(model, row.tokens_T, row.segment_ids_T, ref_lora, logprob_chunk_size)[0]
+        new_T, ent_T, _ = row_logprobs(model, row.tokens_T, row.segment_ids_T, lora, logprob_chunk_size)
         if loss == "sft":
             scaled = _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask, tally)
         else:
@@ -223,7 +265,10 @@ def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[R
         if total_mask > 0:
             scaled.backward()
     grad_norm = _apply_step(adapter, opt, opt_cfg, total_mask, tally.loss)
-    return _step_metrics(loss, rows, tally, total_mask, grad_norm, opt_cfg, time.perf_counter() - t0)
+    metrics = _step_metrics(loss, rows, tally, total_mask, grad_norm, opt_cfg, time.perf_counter() - t0)
+    if logprob_chunk_size is not None:
+        metrics["logprob_chunk_size"] = float(logits_chunk(model, logprob_chunk_size))
+    return metrics
 
 
 def _prepared_optimizer(adapter: Adapter, opt_cfg: OptimizerConfig) -> torch.optim.Optimizer:
@@ -250,19 +295,29 @@ def _rl_row_loss(row: Row, new_T, ent_T, mask_T, w_T, cfg: LossConfig, ref_T, R:
     device = new_T.device
     old_T = row.logprobs_T.to(device)
     orig_T = row.original_T.to(device) if row.original_T is not None else None
-    loss_T, kl = rl_token_loss(new_T, old_T, orig_T, row.advantages_T.to(device), mask_T,
-                               row.segment_ids_T.to(device), cfg, ref_T)
+    loss_T, stats = rl_token_loss(new_T, old_T, orig_T, row.advantages_T.to(device), mask_T,
+                                  row.segment_ids_T.to(device), cfg, ref_T)
     m_sum = mask_T.sum()
     row_loss = (loss_T * w_T * mask_T).sum() / (m_sum + 1e-18)
     tally.entropy += float((ent_T * w_T * mask_T).sum() / (m_sum + 1e-18))
     tally.loss += float(row_loss.detach()) / R
-    if kl is not None:
-        tally.kls.append(float(kl))
+    _tally_ratios(tally, stats, (mask_T > 0) & (w_T != 0))
     seen = (mask_T > 0) & ~torch.isnan(old_T)
     tally.old_valid += float(seen.sum())
     tally.corr_old.append(old_T[seen].detach())
     tally.corr_new.append(new_T[seen].detach())
     return row_loss / R
+
+
+def _tally_ratios(tally: _Tally, stats: TokenLossStats, trained_T: torch.Tensor) -> None:
+    """ART 0.5.23's off-policy figures over the trained tokens: mean ratio, clipped and truncated fractions."""
+    if stats.kl is not None:
+        tally.kls.append(float(stats.kl))
+    tally.ratio_tokens += float(trained_T.sum())
+    tally.ratio_sum += float(stats.ratio_T[trained_T].sum())
+    tally.clipped += float(stats.clipped_T[trained_T].sum())
+    if stats.truncated_T is not None:
+        tally.truncated = (tally.truncated or 0.0) + float(stats.truncated_T[trained_T].sum())
 
 
 def _apply_step(adapter: Adapter, opt: torch.optim.Optimizer, opt_cfg: OptimizerConfig, total_mask: float,
@@ -336,4 +391,9 @@ def _step_metrics(loss: str, rows: Sequence[Row], tally: _Tally, total_mask: flo
     metrics["frac_old_logprobs_valid"] = tally.old_valid / total_mask if total_mask > 0 else 0.0
     if tally.kls:
         metrics["kl_policy_ref"] = sum(tally.kls) / len(tally.kls)
+    denominator = max(tally.ratio_tokens, 1.0)
+    metrics["importance_ratio_mean"] = tally.ratio_sum / denominator
+    metrics["clipped_token_fraction"] = tally.clipped / denominator
+    if tally.truncated is not None:
+        metrics["truncated_token_fraction"] = tally.truncated / denominator
     return metrics

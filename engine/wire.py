@@ -231,6 +231,7 @@ class TrainStep:
     loss_config: Optional[LossConfig]  # None for the sft loss
     optimizer: OptimizerConfig
     reference: AdapterRef  # the KL reference policy; key None: the base model
+    logprob_chunk_size: Optional[int]  # positions whose logits are computed at once; None: the memory bound
 
 
 @dataclass
@@ -415,7 +416,8 @@ def parse_train_step(msg: dict) -> TrainStep:
     return TrainStep(base=f.str("base"), adapter=adapter, loss=loss, rows=[_row(r, loss) for r in f.objects("rows")],
                      loss_config=_loss_config(f.object("loss_config")) if loss == "rl" else None,
                      optimizer=_optimizer(f.object("optimizer")),
-                     reference=_adapter_ref(f, "reference_adapter", "reference_adapter_path", False))
+                     reference=_adapter_ref(f, "reference_adapter", "reference_adapter_path", False),
+                     logprob_chunk_size=f.int("logprob_chunk_size", nullable=True, lo=1) if "logprob_chunk_size" in f.obj else None)
 
 
 def _row(f: Fields, loss: Optional[str]) -> Row:

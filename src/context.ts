@@ -22,6 +22,7 @@ import type { JobRunner } from './jobs/worker.ts';
 import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
 import { ChatService } from './services/chat-service.ts';
 import { ModelResolver } from './services/model-resolver.ts';
+import { KlReferenceResolver } from './services/kl-reference.ts';
 import { ServedModelsService } from './services/served-models-service.ts';
 import { ArtifactRepository } from './store/artifact-repository.ts';
 import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
@@ -106,6 +107,7 @@ function createRunners(queue: JobQueue, checkpoints: CheckpointWriter, repositor
       checkpoints,
       storeTrajectories: (modelId, split, step, groups) => trajectories.store(modelId, split, step, groups),
       storeTrainedTokens: (modelId, step, trained) => repositories.trainedTokens.replaceStep(modelId, step, trained),
+      rewardSpreadHistory: (modelId) => trajectories.rewardSpreadHistory(modelId),
     }),
     sft: createSftRunner({ queue, checkpoints, openArtifactFile: (key, file) => artifacts.openFile(key, file) }),
   };
@@ -152,6 +154,16 @@ export function createServices({ config, store, clock, engines = null, enginePro
       await runtime.sampler().stats();
       await runtime.trainer().stats();
     });
+  const tinker = createTinkerServices({
+    repository: repositories.tinker,
+    models: modelRepository,
+    modelService: models,
+    baseModels,
+    runtime,
+    checkpoints: publisher,
+    clock,
+    log: logError,
+  });
   return {
     auth: new AuthService(repositories.identity, clock),
     baseModels,
@@ -168,6 +180,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
       { submitted: () => onJobSubmitted?.(), cancel: cancelJob },
       artifacts,
       (baseId) => runtime.vocabularySize(baseId),
+      new KlReferenceResolver(resolver, tinker.models),
     ),
     artifacts,
     blobs,
@@ -178,16 +191,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     exports: new CheckpointExporter(models, modelRepository),
     lineage: new ModelLineage(models, modelRepository),
     retention,
-    tinker: createTinkerServices({
-      repository: repositories.tinker,
-      models: modelRepository,
-      modelService: models,
-      baseModels,
-      runtime,
-      checkpoints: publisher,
-      clock,
-      log: logError,
-    }),
+    tinker,
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
     runners: createRunners(queue, checkpoints, repositories, trajectories, artifacts),

@@ -90,7 +90,7 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
     const badTurn = { role: 'assistant', content: 'x', tool_calls: [{ type: 'function', function: { arguments: '{}' } }] };
     const failing = await e2e.api('POST', '/v1/preview/training-jobs', {
       model_id: broken.body.id,
-      trajectory_groups: [{ trajectories: [0, 1].map((reward) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, badTurn], reward })) }],
+      trajectory_groups: [{ trajectories: [0, 1].map((reward) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, { index: 0, finish_reason: 'stop', message: badTurn, logprobs: null }], reward })) }],
       experimental_config: { allow_training_without_logprobs: true },
     });
     failedJobId = failing.body.id;

@@ -9,6 +9,7 @@ import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
 import { trainingRenderer } from '../src/chat/training-render.ts';
 import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from '../src/jobs/rl-data.ts';
 import { trainedTokens } from '../src/jobs/trained-tokens.ts';
+import { rewardStdDevMultiplier, rowLearningRate } from '../src/jobs/learning-rate.ts';
 
 const close = (actual: number, expected: number, message?: string) => assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
 
@@ -152,12 +153,15 @@ describe('trajectory tokenization', async () => {
     }
   });
 
-  test('plain assistant messages are context; without a trainable turn there is nothing to train', () => {
+  test('plain assistant messages are context, allowed or not; a choice without logprobs trains only when allowed', () => {
     const items = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }];
-    assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: false }), []);
-    const [allowed] = tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: true });
+    for (const allowTrainingWithoutLogprobs of [false, true]) assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs }), []);
+    const choice = [items[0], { index: 0, finish_reason: 'stop', message: items[1], logprobs: null }];
+    assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allowTrainingWithoutLogprobs: false }), []);
+    const [allowed] = tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allowTrainingWithoutLogprobs: true });
     const trained = allowed.tokens.filter((_, i) => allowed.mask[i]);
     assert.equal(tokenizer.decode(trained), 'hello<|im_end|>');
+    assert.ok(allowed.logprobs.every((logprob) => logprob === null));
   });
 });
 
@@ -208,5 +212,25 @@ describe('trained tokens for the tokens view', () => {
     assert.deepEqual({ ...kept[0], advantage: Math.sign(kept[0].advantage) }, { groupIndex: 7, trajectoryIndex: 0, advantage: 1, token_ids: [11, 12, 31], sampler_logprobs: [-0.1, -0.2, -0.6], trainer_logprobs: [-0.11, -0.12, -0.31] });
     const all = await trainedTokens({ rows, sequences, placements }, forward, locate);
     assert.deepEqual(all.map((trajectory) => [trajectory.trajectoryIndex, trajectory.token_ids]), [[0, [11, 12, 31]], [1, [21, 22, 23]]]);
+  });
+});
+
+describe('learning rates (ART 0.5.23 keys)', () => {
+  test('num_trajectories_learning_rate_multiplier_power: rate × (segments in the row)^power', () => {
+    const row = { segment_ids: [0, 0, 1, 1, 1, 2, 3] };
+    assert.equal(rowLearningRate(1e-3, row, 0), 1e-3);
+    close(rowLearningRate(1e-3, row, 0.5) * 1e3, 2);
+    close(rowLearningRate(1e-3, row, -1) * 1e3, 0.25);
+  });
+
+  test('scale_learning_rate_by_reward_std_dev: the least-squares spread at the last step over the intercept (ART 0.5.7)', () => {
+    // y = 2 − 0.5x through (0, 2), (1, 1.5), (2, 1): prediction at step 2 is 1, intercept 2.
+    close(rewardStdDevMultiplier([{ step: 0, value: 2 }, { step: 1, value: 1.5 }, { step: 2, value: 1 }]), 0.5);
+    // Points of one step are averaged first: (1, 1.5) twice over is still one point.
+    close(rewardStdDevMultiplier([{ step: 0, value: 2 }, { step: 1, value: 1 }, { step: 1, value: 2 }, { step: 2, value: 1 }]), 0.5);
+    assert.equal(rewardStdDevMultiplier([{ step: 3, value: 1 }, { step: 3, value: 5 }]), 1, 'fewer than two steps');
+    assert.equal(rewardStdDevMultiplier([{ step: 0, value: 0 }, { step: 1, value: 1 }]), 1, 'intercept 0');
+    assert.equal(rewardStdDevMultiplier([{ step: 4, value: 1 }, { step: 5, value: 2 }]), 1, 'intercept −3');
+    assert.equal(rewardStdDevMultiplier([{ step: 0, value: 1 }, { step: 5, value: 0 }, { step: 9, value: 0 }]), 0, 'a negative prediction is floored at 0');
   });
 });

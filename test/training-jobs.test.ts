@@ -144,7 +144,7 @@ describe('RL training jobs', () => {
     const locs = bad.body.detail.map((d: { loc: unknown[] }) => JSON.stringify(d.loc));
     assert.ok(locs.includes(JSON.stringify(['body', 'trajectory_groups', 0, 'trajectories', 0, 'reward'])), locs.join(' '));
 
-    const config = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: { epsilon: -1, plot_tensors: true, some_future_key: null, another_key: 3 } });
+    const config = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: { epsilon: -1, plot_tensors: 'yes', some_future_key: null, another_key: 3 } });
     assert.equal(config.status, 422);
     assert.deepEqual(config.body.detail.map((d: { loc: string[] }) => d.loc.at(-1)).sort(), ['another_key', 'epsilon', 'plot_tensors']);
 

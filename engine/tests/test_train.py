@@ -22,10 +22,10 @@ def case(new, old, adv, mask=None, seg=None, original=None, ref=None, **cfg):
     seg_T = torch.tensor(seg or [0] * T)
     orig_T = None if original is None else torch.tensor(original, dtype=torch.float64)
     ref_T = None if ref is None else torch.tensor(ref, dtype=torch.float64)
-    loss_T, kl = rl_token_loss(new_T, torch.tensor(old, dtype=torch.float64), orig_T,
-                               torch.tensor(adv, dtype=torch.float64), mask_T, seg_T, loss_config(**cfg), ref_T)
+    loss_T, stats = rl_token_loss(new_T, torch.tensor(old, dtype=torch.float64), orig_T,
+                                  torch.tensor(adv, dtype=torch.float64), mask_T, seg_T, loss_config(**cfg), ref_T)
     loss_T.sum().backward()
-    return loss_T.tolist(), new_T.grad.tolist(), kl
+    return loss_T.tolist(), new_T.grad.tolist(), stats
 
 
 class TestRlLoss(unittest.TestCase):
@@ -83,24 +83,51 @@ class TestRlLoss(unittest.TestCase):
                 self.close([loss[1], loss[2], loss[3]], [-r1 * LN(0.5), -r2 * LN(0.5), -r3 * LN(0.8)])
 
     def test_truncated_importance_sampling(self):
-        loss, _, _ = case([LN(0.5)], [LN(0.25)], [1.0], truncated_importance_sampling=1.5)
-        self.close(loss, [-2 * LN(0.5) * 1.5])
-        # With precalculated logprobs the truncation weight is exp(old - original).
-        loss, _, _ = case([LN(0.5)], [LN(0.25)], [1.0], original=[LN(0.5)], truncated_importance_sampling=1.5)
-        self.close(loss, [-2 * LN(0.5) * 0.5])
+        # The weight is min(exp(old - original), U), detached: here 0.5 (kept) and 4 (truncated to 1.5).
+        new, old, original = [LN(0.5), LN(0.5)], [LN(0.25), LN(0.4)], [LN(0.5), LN(0.1)]
+        loss, grad, stats = case(new, old, [1.0, 1.0], original=original, truncated_importance_sampling=1.5)
+        self.close(loss, [-2 * LN(0.5) * 0.5, -1.25 * LN(0.5) * 1.5])
+        self.close(grad, [-2 * 0.5, -1.25 * 1.5])
+        self.assertEqual(stats.truncated_T.tolist(), [False, True])
+        # A missing original counts as ratio 1 to the old logprob; without originals ART 0.5.23 skips the truncation.
+        loss, _, _ = case(new, old, [1.0, 1.0], original=[float("nan"), LN(0.1)], truncated_importance_sampling=1.5)
+        self.close(loss, [-2 * LN(0.5) * 0.5, -1.25 * LN(0.5) * 1.5])
+        loss, _, stats = case(new, old, [1.0, 1.0], truncated_importance_sampling=1.5)
+        self.close(loss, [-2 * LN(0.5), -1.25 * LN(0.5)])
+        self.assertIsNone(stats.truncated_T)
+
+    def test_log_ratio_is_clamped_at_20(self):
+        # ART 0.5.23 bounds δ to [-20, 20] before exp, so one far-off token cannot overflow the ratio.
+        loss, _, stats = case([0.0], [-50.0], [1.0], ppo=True, epsilon=1e9, epsilon_high=1e12)
+        self.close(loss, [-math.exp(20.0)], places=0)
+        self.assertAlmostEqual(stats.ratio_T.item(), math.exp(20.0), delta=1.0)
+
+    def test_clipped_tokens_are_reported_as_art_counts_them(self):
+        # Ratios 0.5, 1, 3 against bounds (0.8, 1.2): CISPO counts both sides; PPO only the side A's sign clips.
+        new, old, adv = [LN(0.1), LN(0.2), LN(0.6)], [LN(0.2), LN(0.2), LN(0.2)], [1.0, 1.0, -1.0]
+        _, _, stats = case(new, old, adv, epsilon=0.2, epsilon_high=0.2)
+        self.assertEqual(stats.clipped_T.tolist(), [True, False, True])
+        _, _, stats = case(new, old, adv, ppo=True, epsilon=0.2, epsilon_high=0.2)
+        self.assertEqual(stats.clipped_T.tolist(), [False, False, False])
+        _, _, stats = case(new, old, [-1.0, 1.0, 1.0], ppo=True, epsilon=0.2, epsilon_high=0.2)
+        self.assertEqual(stats.clipped_T.tolist(), [True, False, True])
 
     def test_kl_penalty(self):
         new, ref, old = [LN(0.5), LN(0.4)], [LN(0.25), LN(0.4)], [LN(0.5), LN(0.4)]
         kl = [LN(2.0), 0.0]
         mean = sum(kl) / 2
-        loss, _, got_kl = case(new, old, [1.0, 1.0], ref=ref, kl_penalty_coef=0.1)
+        loss, _, stats = case(new, old, [1.0, 1.0], ref=ref, kl_penalty_coef=0.1)
         adv = [1.0 + 0.1 * (mean - k) for k in kl]
         self.close(loss, [-adv[0] * new[0], -adv[1] * new[1]])
-        self.assertAlmostEqual(float(got_kl), mean)
+        self.assertAlmostEqual(float(stats.kl), mean)
         # kl_penalty_source "sample" measures from the sampler's logprobs instead.
-        loss, _, got_kl = case(new, [LN(0.25), LN(0.4)], [1.0, 1.0], ref=ref, kl_penalty_coef=0.1,
-                               kl_penalty_source="sample")
-        self.assertAlmostEqual(float(got_kl), 0.0)
+        loss, _, stats = case(new, [LN(0.25), LN(0.4)], [1.0, 1.0], ref=ref, kl_penalty_coef=0.1,
+                              kl_penalty_source="sample")
+        self.assertAlmostEqual(float(stats.kl), 0.0)
+        # Without a penalty nothing is measured and the advantages stay as sent.
+        loss, _, stats = case(new, old, [1.0, 1.0], ref=ref, kl_penalty_coef=0.0)
+        self.close(loss, [-new[0], -new[1]])
+        self.assertIsNone(stats.kl)
 
     def test_config_validation(self):
         self.assertEqual(loss_config(ppo=True, epsilon=0.2, epsilon_high=0.2).bounds(), (0.8, 1.2))
@@ -191,6 +218,42 @@ class TestTrainStep(unittest.TestCase):
         opt = optimizer("rl", learning_rate=0.0)
         self.assertAlmostEqual(train_step(self.model, a, "rl", rows, cfg, opt, reference=a)["kl_policy_ref"], 0.0, places=6)
         self.assertGreater(abs(train_step(self.model, a, "rl", rows, cfg, opt)["kl_policy_ref"]), 1e-4)
+
+    def test_off_policy_metrics(self):
+        # Row 0 carries no old logprobs (ratio 1); row 1's one old logprob -8.0 puts that token's ratio far above 1.
+        a = self.adapter()
+        spec = [self.ROWS[0], {**self.ROWS[1], "logprobs": [None, -8.0, None, None]}]
+        rows = parse_rows(spec, 101, 256, "rl")
+        lp = forward_logprobs(self.model, rows, a)
+        far = math.exp(lp[1][1] + 8.0)
+        self.assertGreater(far, 1.5)
+        m = train_step(self.model, a, "rl", rows, loss_config(epsilon=0.5, epsilon_high=0.5), optimizer("rl", learning_rate=0.0))
+        self.assertAlmostEqual(m["importance_ratio_mean"], (7 + far) / 8, places=3)
+        self.assertAlmostEqual(m["clipped_token_fraction"], 1 / 8)
+        self.assertNotIn("truncated_token_fraction", m)
+        for row, trainer in zip(rows, lp, strict=True):  # precalculated: original = the sampler's, old = the trainer's
+            row.original_T = row.logprobs_T
+            row.logprobs_T = torch.tensor([float("nan") if x is None else x for x in trainer])
+        m = train_step(self.model, a, "rl", rows, loss_config(truncated_importance_sampling=1.5), optimizer("rl", learning_rate=0.0))
+        self.assertAlmostEqual(m["truncated_token_fraction"], 1 / 8)
+        self.assertAlmostEqual(m["importance_ratio_mean"], 1.0, places=5)  # old is this very policy now
+
+    def test_logprob_chunk_size(self):
+        # ART's logprob_calculation_chunk_size: positions per logits chunk, capped by the memory bound.
+        from engine.tests.test_lora import randomize
+        a = randomize(self.adapter(seed=4), 3, 0.05)
+        rows = parse_rows(self.ROWS, 101, 256, "rl")
+        want = train_step(self.model, a, "rl", rows, loss_config(), optimizer("rl", learning_rate=0.0))
+        got = train_step(self.model, a, "rl", rows, loss_config(), optimizer("rl", learning_rate=0.0), logprob_chunk_size=2)
+        self.assertNotIn("logprob_chunk_size", want)
+        self.assertEqual(got["logprob_chunk_size"], 2.0)
+        self.assertAlmostEqual(got["loss"], want["loss"], places=5)
+        self.assertAlmostEqual(got["grad_norm"], want["grad_norm"], places=4)
+        self.assertEqual(TR.logits_chunk(self.model, 10**9), TR.LOGITS_CHUNK_ELEMENTS // 101)
+        self.assertEqual(parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl",
+                                                        logprob_chunk_size=64)).logprob_chunk_size, 64)
+        with self.assertRaisesRegex(ValueError, "logprob_chunk_size"):
+            parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", logprob_chunk_size=0))
 
     def test_nothing_trainable_changes_nothing(self):
         a = self.adapter()

@@ -109,10 +109,12 @@ function append(sequence: TrainingSequence, ids: readonly number[], trained: 0 |
   });
 }
 
-/** Only choices with logprobs are trainable, unless the job allows training without them (then plain assistant messages too). */
+/**
+ * Only sampled choices train, as in ART 0.5.23's trainer: those with logprobs, or every one when the job allows
+ * training without them. Plain assistant messages are always context (ART 0.5.18 trained them too when allowed).
+ */
 function isTrainable(item: Record<string, unknown>, allowTrainingWithoutLogprobs: boolean): boolean {
-  if (isChoice(item)) return allowTrainingWithoutLogprobs || (item.logprobs !== null && item.logprobs !== undefined);
-  return allowTrainingWithoutLogprobs && item.role === 'assistant';
+  return isChoice(item) && (allowTrainingWithoutLogprobs || (item.logprobs !== null && item.logprobs !== undefined));
 }
 
 /** Token sequences of one conversation; empty when nothing in it is trainable. */

@@ -254,6 +254,8 @@ export interface TrainStepRequest {
   /** The KL penalty's reference policy (loaded from the path if not resident); absent: the base model. */
   reference_adapter?: string;
   reference_adapter_path?: string;
+  /** Positions whose logits are computed at once (capped by the engine's memory bound); absent: that bound. */
+  logprob_chunk_size?: number;
 }
 
 export interface TrainStepReply {

@@ -19,8 +19,11 @@ export interface TrainingSession {
   adapter: string;
   /** The step the trajectories were sampled from: the latest checkpoint when the session opened. */
   fromStep: number;
-  /** The engine adapter of an earlier step as a KL reference; null for the base model (step 0 or an adapter-less step). */
-  reference(step: number): Promise<{ reference_adapter: string; reference_adapter_path: string } | null>;
+  /**
+   * A checkpoint's adapter as a KL reference: `step` of this model, or of `modelId` (a model of the same base that
+   * the job's submitter may use, checked at submission); null for the base model (step 0 or an adapter-less step).
+   */
+  reference(step: number, modelId?: string): Promise<{ reference_adapter: string; reference_adapter_path: string } | null>;
   commit(metrics: Record<string, number>): Promise<RunResult>;
 }
 
@@ -53,9 +56,10 @@ export class CheckpointWriter {
       engine,
       adapter,
       fromStep: latest?.step ?? model.last_step,
-      reference: async (step) => {
-        const checkpoint = await this.models.findCheckpointByStep(model.id, step);
-        if (!checkpoint && step !== 0) throw new JobError('kl_reference_missing', `The KL reference step ${step} has no checkpoint (it was deleted or does not exist yet)`);
+      reference: async (step, modelId = model.id) => {
+        const checkpoint = await this.models.findCheckpointByStep(modelId, step);
+        const which = modelId === model.id ? `step ${step}` : `step ${step} of model ${modelId}`;
+        if (!checkpoint && step !== 0) throw new JobError('kl_reference_missing', `The KL reference ${which} has no checkpoint (it was deleted or does not exist yet)`);
         return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
       },
       commit: async (metrics) => {

@@ -21,6 +21,8 @@ import type { CheckpointWriter, TrainingSession } from './checkpoint-writer.ts';
 import type { JobQueue } from './queue.ts';
 import type { TrainRow } from '../engine/protocol.ts';
 import { optimizerConfig } from '../services/training-defaults.ts';
+import { rewardStdDevMultiplier, rowLearningRate } from './learning-rate.ts';
+import type { SpreadPoint } from '../services/trajectory-service.ts';
 
 const mean = (values: number[]) => (values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length);
 
@@ -31,6 +33,8 @@ export interface RlRunnerDeps {
   storeTrajectories(modelId: string, split: string, step: number, groups: RlJobPayload['trajectory_groups']): Promise<void>;
   /** Keeps the trained tokens with the trainer's logprob after the job, for the tokens view. */
   storeTrainedTokens(modelId: string, step: number, trajectories: TrainedTrajectory[]): Promise<void>;
+  /** The model's reward-spread history before this job, for `scale_learning_rate_by_reward_std_dev`. */
+  rewardSpreadHistory(modelId: string): Promise<SpreadPoint[]>;
 }
 
 /** The job's data as token sequences, with the figures its metrics and events report. */
@@ -93,7 +97,9 @@ function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
     num_groups_trainable: trainableGroups,
     frac_sampler_logprobs: samplerLogprobCoverage(sequences),
   };
-  return { sequences, groupMetrics, withoutLogprobs };
+  // As ART's trainer: when no trained token carries a sampler logprob, nothing trains unless the job allows it.
+  const untrainable = groupMetrics.frac_sampler_logprobs === 0 && !config.allowTrainingWithoutLogprobs;
+  return { sequences: untrainable ? [] : sequences, groupMetrics, withoutLogprobs };
 }
 
 /** The fraction of trained tokens that carry the sampler's logprob (1 when nothing is trained). */
@@ -118,9 +124,10 @@ export function createRlRunner(deps: RlRunnerDeps) {
     if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render trajectories with`);
     const { config } = payload;
     const data = jobData(payload, base);
-    const reference = config.klPenaltyCoef > 0 ? await session.reference(referenceStep(config, session.fromStep)) : null;
+    const reference = config.klPenaltyCoef > 0 ? await klReference(config, session) : null;
+    const learningRate = config.learningRate * (config.scaleLearningRateByRewardStdDev ? await spreadMultiplier(deps, job.model_id, session.fromStep, data) : 1);
     const packed = await packJob(config, data, session, context);
-    const stepMetrics = await trainRows(config, { rows: packed.trainRows, reference, groupMetrics: data.groupMetrics }, session, context);
+    const stepMetrics = await trainRows(config, { rows: packed.trainRows, reference, groupMetrics: data.groupMetrics, learningRate }, session, context);
 
     const jobMetrics = summarize(stepMetrics, data.groupMetrics);
     await context.setProgress({ metrics: jobMetrics });
@@ -157,15 +164,16 @@ async function packJob(config: RlConfig, data: JobData, session: TrainingSession
   return { rows, placements, trainRows: rows.map((row, r) => ({ ...row, original_logprobs: row.logprobs, logprobs: forward.logprobs[r] })) };
 }
 
-/** What the train steps of a job send besides its config: the rows, the KL reference adapter, the group figures each step reports. */
+/** What the train steps of a job send besides its config: the rows, the KL reference adapter, the group figures each step reports, the job's rate. */
 interface TrainInput {
   rows: TrainRow[];
   reference: Awaited<ReturnType<TrainingSession['reference']>>;
   groupMetrics: Record<string, number>;
+  learningRate: number;
 }
 
 /** One engine train step per row, each reported as a `gradient_step` event; their metrics in order. */
-async function trainRows(config: RlConfig, { rows, reference, groupMetrics }: TrainInput, session: TrainingSession, context: RunContext): Promise<Record<string, number>[]> {
+async function trainRows(config: RlConfig, { rows, reference, groupMetrics, learningRate }: TrainInput, session: TrainingSession, context: RunContext): Promise<Record<string, number>[]> {
   const stepMetrics: Record<string, number>[] = [];
   for (const [index, row] of rows.entries()) {
     if (context.signal.aborted) throw new JobError('cancelled');
@@ -175,7 +183,8 @@ async function trainRows(config: RlConfig, { rows, reference, groupMetrics }: Tr
       loss: 'rl',
       rows: [row],
       loss_config: engineLossConfig(config),
-      optimizer: optimizerConfig('rl', config.learningRate),
+      optimizer: optimizerConfig('rl', rowLearningRate(learningRate, row, config.numTrajectoriesLearningRateMultiplierPower)),
+      logprob_chunk_size: config.logprobCalculationChunkSize,
       ...reference,
     });
     const data = { step: index + 1, ...numericOnly(metrics), ...groupMetrics };
@@ -192,11 +201,21 @@ function trajectoryLocator(payload: RlJobPayload): (trajectory: number) => { gro
   return (trajectory) => locations[trajectory];
 }
 
-/** The KL reference step: the one named, or `lag` behind the step this job writes (floored at 0, as ART's PipelineTrainer does). */
-function referenceStep(config: RlConfig, fromStep: number): number {
-  if (config.klPenaltyReferenceStep !== null) return config.klPenaltyReferenceStep;
-  if (config.klPenaltyStepLag !== null) return Math.max(0, fromStep + 1 - config.klPenaltyStepLag);
-  return 0;
+/**
+ * The KL reference: the checkpoint `kl_ref_adapter_path` named, else the step named, else `lag` behind the step
+ * trained from (floored at 0, as ART's PipelineTrainer and ServerlessBackend resolve it), else the base model.
+ */
+function klReference(config: RlConfig, session: TrainingSession): ReturnType<TrainingSession['reference']> {
+  if (config.klReference) return session.reference(config.klReference.step, config.klReference.modelId);
+  if (config.klPenaltyReferenceStep !== null) return session.reference(config.klPenaltyReferenceStep);
+  if (config.klPenaltyStepLag !== null) return session.reference(Math.max(0, session.fromStep - config.klPenaltyStepLag));
+  return session.reference(0);
+}
+
+/** `scale_learning_rate_by_reward_std_dev`: the model's spread history with this job's spread at the step it trains from. */
+async function spreadMultiplier(deps: RlRunnerDeps, modelId: string, fromStep: number, data: JobData): Promise<number> {
+  const history = await deps.rewardSpreadHistory(modelId);
+  return rewardStdDevMultiplier([...history, { step: fromStep, value: data.groupMetrics.reward_std_dev }]);
 }
 
 function numericOnly(metrics: Record<string, unknown>): Record<string, number> {

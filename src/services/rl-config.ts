@@ -5,7 +5,7 @@
  */
 import type { FieldProblem } from '../errors.ts';
 import type { LossConfig } from '../engine/protocol.ts';
-import { lossEpsilons } from './training-defaults.ts';
+import { LOGPROB_CHUNK_SIZE, lossEpsilons } from './training-defaults.ts';
 
 export type ImportanceSamplingLevel = 'token' | 'sequence' | 'average' | 'geometric_average';
 
@@ -24,27 +24,31 @@ export interface RlConfig {
   allowTrainingWithoutLogprobs: boolean;
   truncatedImportanceSampling: number | null;
   packedSequenceLength: number | null;
+  /** Positions whose logits the engine computes at once (ART's `logprob_calculation_chunk_size`). */
+  logprobCalculationChunkSize: number;
+  /** Each step's learning rate × (sequences in its row)^power (ART's `num_trajectories_learning_rate_multiplier_power`). */
+  numTrajectoriesLearningRateMultiplierPower: number;
+  /** The job's learning rate × the trend of the model's reward spread (learning-rate.ts `rewardStdDevMultiplier`). */
+  scaleLearningRateByRewardStdDev: boolean;
   klPenaltyCoef: number;
   klPenaltySource: 'sample' | 'current_learner';
   /** The checkpoint step whose adapter is the KL reference; null: the base model. */
   klPenaltyReferenceStep: number | null;
   /** The KL reference is this many steps behind the step being trained (floored at step 0). */
   klPenaltyStepLag: number | null;
+  /** `kl_ref_adapter_path` as sent: a checkpoint name that training-job-service.ts resolves to `klReference`. */
+  klRefAdapterPath: string | null;
+  /** The checkpoint `kl_ref_adapter_path` named, resolved at submission; null: none named. */
+  klReference: { modelId: string; step: number } | null;
   /** Chat template kwargs for every trajectory of the job (a trajectory's own take precedence). */
   chatTemplateKwargs: Record<string, unknown> | null;
 }
 
-/** Keys we accept only at their default value (what ART sends when the user did not set them). */
-const DEFAULT_ONLY: Record<string, unknown> = {
-  plot_tensors: false,
-  scale_learning_rate_by_reward_std_dev: false,
-  num_trajectories_learning_rate_multiplier_power: 0,
-  kl_ref_adapter_path: null,
-  save_checkpoint: true,
-};
-
-/** Keys that change nothing numerically in our engine (memory chunking), accepted with any valid value. */
-const NO_EFFECT = new Set(['logprob_calculation_chunk_size', 'save_checkpoint']);
+/**
+ * Keys whose every valid value trains the same: `plot_tensors` is ART's debug output (plots of the packed
+ * tensors written beside the model), `save_checkpoint` is moot because every job writes a step.
+ */
+const NO_EFFECT = new Set(['plot_tensors', 'save_checkpoint']);
 
 const KNOWN = new Set([
   'learning_rate',
@@ -62,10 +66,14 @@ const KNOWN = new Set([
   'allow_training_without_logprobs',
   'truncated_importance_sampling',
   'packed_sequence_length',
+  'logprob_calculation_chunk_size',
+  'num_trajectories_learning_rate_multiplier_power',
+  'scale_learning_rate_by_reward_std_dev',
   'kl_penalty_coef',
   'kl_penalty_source',
   'kl_penalty_reference_step',
   'kl_penalty_step_lag',
+  'kl_ref_adapter_path',
   'chat_template_kwargs',
 ]);
 
@@ -107,22 +115,27 @@ function fieldReaders(values: Record<string, unknown>, problems: FieldProblem[])
     return value as T;
   };
   const integer = (key: string, minimum: number) => number(key, (v) => (Number.isInteger(v) && v >= minimum ? null : `must be an integer >= ${minimum}`));
-  return { problem, number, bool, oneOf, integer };
+  const string = (key: string): string | null => {
+    const value = values[key];
+    if (value === null || value === undefined) return null;
+    if (typeof value !== 'string' || value.length === 0) {
+      problem(key, 'Input should be a non-empty string', 'string_type');
+      return null;
+    }
+    return value;
+  };
+  return { problem, number, bool, oneOf, integer, string };
 }
 
 type Readers = ReturnType<typeof fieldReaders>;
 
-/** Keys we do not implement: refused unless null (or, for DEFAULT_ONLY keys, their default). */
-function unimplementedKeyProblems(values: Record<string, unknown>, { problem, number }: Readers): void {
+/** Keys we do not know: refused unless null. Keys without effect are still type-checked. */
+function unimplementedKeyProblems(values: Record<string, unknown>, { problem, bool }: Readers): void {
   for (const [key, value] of Object.entries(values)) {
     if (value === null || KNOWN.has(key) || isK2Tau(key) || NO_EFFECT.has(key)) continue;
-    if (key in DEFAULT_ONLY) {
-      if (value !== DEFAULT_ONLY[key]) problem(key, `Not implemented by this server: only ${JSON.stringify(DEFAULT_ONLY[key])} (the default) is accepted`, 'not_implemented');
-      continue;
-    }
     problem(key, 'Unknown experimental_config key; this server does not implement it (send null to leave it unset)', 'not_implemented');
   }
-  number('logprob_calculation_chunk_size', (v) => (Number.isInteger(v) && v > 0 ? null : 'must be a positive integer'));
+  for (const key of NO_EFFECT) bool(key);
 }
 
 /** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training-defaults.ts. */
@@ -136,21 +149,46 @@ function lossChoice(values: Record<string, unknown>, { problem, number, bool, on
   return { ppo, ...lossEpsilons(ppo, epsilon, 'epsilon_high' in values ? epsilonHigh : undefined) };
 }
 
-/** The KL penalty: its coefficient, whose logprobs it measures, and which step is its reference. */
-function klPenalty({ problem, number, oneOf, integer }: Readers): Pick<RlConfig, 'klPenaltyCoef' | 'klPenaltySource' | 'klPenaltyReferenceStep' | 'klPenaltyStepLag'> {
+/** The KL penalty: its coefficient, whose logprobs it measures, and which checkpoint is its reference (one way of naming it at most). */
+function klPenalty({ problem, number, oneOf, integer, string }: Readers): Pick<RlConfig, 'klPenaltyCoef' | 'klPenaltySource' | 'klPenaltyReferenceStep' | 'klPenaltyStepLag' | 'klRefAdapterPath' | 'klReference'> {
   const klPenaltyCoef = number('kl_penalty_coef', (v) => (v >= 0 ? null : 'must be >= 0')) ?? 0;
   const klPenaltyReferenceStep = integer('kl_penalty_reference_step', 0);
   const klPenaltyStepLag = integer('kl_penalty_step_lag', 1);
+  const klRefAdapterPath = string('kl_ref_adapter_path');
   if (klPenaltyReferenceStep !== null && klPenaltyStepLag !== null) problem('kl_penalty_step_lag', 'Only one of kl_penalty_reference_step and kl_penalty_step_lag may be set');
+  if (klRefAdapterPath !== null && (klPenaltyReferenceStep !== null || klPenaltyStepLag !== null)) {
+    problem('kl_ref_adapter_path', 'Only one of kl_ref_adapter_path, kl_penalty_reference_step and kl_penalty_step_lag may name the KL reference');
+  }
   const klPenaltySource = oneOf('kl_penalty_source', ['sample', 'current_learner'] as const) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner');
-  return { klPenaltyCoef, klPenaltySource, klPenaltyReferenceStep, klPenaltyStepLag };
+  return { klPenaltyCoef, klPenaltySource, klPenaltyReferenceStep, klPenaltyStepLag, klRefAdapterPath, klReference: null };
+}
+
+/**
+ * Truncated importance sampling bounds the trainer/sampler ratio exp(old − original), which exists only when
+ * the old logprobs are precalculated (ART 0.5.23 skips it otherwise): without them it is refused, not ignored.
+ */
+function truncatedImportanceSampling({ problem, number }: Readers, precalculateLogprobs: boolean): number | null {
+  const bound = number('truncated_importance_sampling', (v) => (v > 0 ? null : 'must be > 0'));
+  if (bound !== null && !precalculateLogprobs) {
+    problem('truncated_importance_sampling', 'needs precalculate_logprobs: true (it truncates the ratio of the precalculated logprobs to the sampler\'s; ART skips it otherwise)');
+  }
+  return bound;
+}
+
+/** The learning-rate knobs: the rate itself and the two multipliers ART derives from the data. */
+function learningRateKnobs({ number, bool }: Readers, defaultLearningRate: number): Pick<RlConfig, 'learningRate' | 'numTrajectoriesLearningRateMultiplierPower' | 'scaleLearningRateByRewardStdDev'> {
+  return {
+    learningRate: number('learning_rate', (v) => (v > 0 ? null : 'must be > 0')) ?? defaultLearningRate,
+    numTrajectoriesLearningRateMultiplierPower: number('num_trajectories_learning_rate_multiplier_power') ?? 0,
+    scaleLearningRateByRewardStdDev: bool('scale_learning_rate_by_reward_std_dev') ?? false,
+  };
 }
 
 export function parseRlConfig(raw: Record<string, unknown> | null | undefined, defaultLearningRate: number): { config: RlConfig; problems: FieldProblem[] } {
   const problems: FieldProblem[] = [];
   const values = raw ?? {};
   const readers = fieldReaders(values, problems);
-  const { problem, number, bool, oneOf } = readers;
+  const { problem, number, bool, oneOf, integer } = readers;
   unimplementedKeyProblems(values, readers);
   const loss = lossChoice(values, readers);
   const scaleRewards = bool('scale_rewards');
@@ -159,10 +197,11 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
   const k2TauKey = Object.keys(values).find(isK2Tau);
   const kwargs = values.chat_template_kwargs;
   if (kwargs !== null && kwargs !== undefined && (typeof kwargs !== 'object' || Array.isArray(kwargs))) problem('chat_template_kwargs', 'Input should be a valid dictionary', 'dict_type');
+  const precalculateLogprobs = bool('precalculate_logprobs') ?? false;
 
   return {
     config: {
-      learningRate: number('learning_rate', (v) => (v > 0 ? null : 'must be > 0')) ?? defaultLearningRate,
+      ...learningRateKnobs(readers, defaultLearningRate),
       advantageBalance: number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
       scaleRewards: (scaleRewards ?? true) && (normalizeAdvantages ?? true),
       ...loss,
@@ -170,10 +209,11 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
       maskProbRatio: bool('mask_prob_ratio') ?? false,
       maxNegativeAdvantageImportanceSamplingWeight: number('max_negative_advantage_importance_sampling_weight', (v) => (v > 0 ? null : 'must be > 0')),
       k2Tau: k2TauKey ? number(k2TauKey) : null,
-      precalculateLogprobs: bool('precalculate_logprobs') ?? false,
+      precalculateLogprobs,
       allowTrainingWithoutLogprobs: bool('allow_training_without_logprobs') ?? false,
-      truncatedImportanceSampling: number('truncated_importance_sampling', (v) => (v > 0 ? null : 'must be > 0')),
+      truncatedImportanceSampling: truncatedImportanceSampling(readers, precalculateLogprobs),
       packedSequenceLength: number('packed_sequence_length', (v) => (Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16')),
+      logprobCalculationChunkSize: integer('logprob_calculation_chunk_size', 1) ?? LOGPROB_CHUNK_SIZE,
       ...kl,
       chatTemplateKwargs: kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
     },

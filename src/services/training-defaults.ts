@@ -52,3 +52,6 @@ export function optimizerConfig(loss: 'rl' | 'sft', learningRate: number): Optim
   const { betas, weight_decay, max_grad_norm } = OPTIMIZER[loss];
   return { learning_rate: learningRate, betas: [betas[0], betas[1]], weight_decay, max_grad_norm };
 }
+
+/** ART's `logprob_calculation_chunk_size` when a job names none: positions whose logits one chunk computes. */
+export const LOGPROB_CHUNK_SIZE = 1024;

@@ -9,6 +9,7 @@ import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
 import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
 import { parseRlConfig, type RlConfig } from './rl-config.ts';
+import type { KlReferenceResolver } from './kl-reference.ts';
 import type { TrajectoryGroup } from '../api/models.ts';
 import type { SftJobBody } from '../api/training-jobs.ts';
 import type { ArtifactService } from './artifact-service.ts';
@@ -59,11 +60,18 @@ export class TrainingJobService {
     private readonly artifacts: ArtifactService,
     /** The base model's vocabulary size from its tokenizer, or null when that cannot be read now (the job checks again). */
     private readonly vocabularySize: (baseModel: string) => Promise<number | null>,
+    private readonly klReferences: KlReferenceResolver,
   ) {}
 
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
     const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
+    if (config.klRefAdapterPath !== null) {
+      // Resolved now, to a model and step: the job reads that checkpoint even if names change before it runs.
+      const resolved = await this.klReferences.resolve(principal, config.klRefAdapterPath, model.base_model);
+      if ('problem' in resolved) problems.push(resolved.problem);
+      else config.klReference = resolved.reference;
+    }
     const shape = checkTrajectoryGroups(body.trajectory_groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
     problems.push(...shape, ...(shape.length === 0 ? checkRenderable(body.trajectory_groups, ['body', 'trajectory_groups']) : []));
     if (problems.length > 0) throw validationError(problems);

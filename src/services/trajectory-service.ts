@@ -10,6 +10,12 @@ import type { ModelService } from './model-service.ts';
 import { checkTrajectoryGroups } from './trajectory-shape.ts';
 import { splitMetrics } from './trajectory-metrics.ts';
 
+/** One point of a model's reward-spread history: the step trained from, and the mean in-group std dev of its rewards. */
+export interface SpreadPoint {
+  step: number;
+  value: number;
+}
+
 export class TrajectoryService {
   constructor(
     private readonly modelService: ModelService,
@@ -30,6 +36,21 @@ export class TrajectoryService {
     if (checkpoint) await this.models.setCheckpointMetrics(checkpoint.id, { ...checkpoint.metrics, ...metrics });
     await this.trajectories.insertRunMetrics(model.run_id, step, `log:${body.split}`, metrics, this.clock.now().toISOString());
     return { step, metrics };
+  }
+
+  /**
+   * The model's reward-spread history, for `scale_learning_rate_by_reward_std_dev`: each RL job's `reward_std_dev`
+   * at the step it trained from (one before the step it wrote), and each logged `train/reward_std_dev` at its step.
+   */
+  async rewardSpreadHistory(modelId: string): Promise<SpreadPoint[]> {
+    const model = await this.models.findById(modelId);
+    if (!model) return [];
+    return (await this.trajectories.runMetrics(model.run_id)).flatMap((row) => {
+      const jobSpread = row.source === 'train' ? row.metrics.reward_std_dev : undefined;
+      if (typeof jobSpread === 'number' && Number.isFinite(jobSpread)) return [{ step: row.step - 1, value: jobSpread }];
+      const logged = row.source === 'log:train' ? row.metrics['train/reward_std_dev'] : undefined;
+      return typeof logged === 'number' && Number.isFinite(logged) ? [{ step: row.step, value: logged }] : [];
+    });
   }
 
   /** Stores trajectories as given (extra keys kept), so the dashboard shows exactly what was sent. */
