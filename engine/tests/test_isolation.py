@@ -57,11 +57,13 @@ class TestIsolation(unittest.TestCase):
         return randomize(L.new_adapter(key, "b", self.args, lora(rank=4, seed=seed), "cpu"), seed, 0.2)
 
     def sched(self) -> Scheduler:
-        return Scheduler(self.model, [EOS], SchedulerConfig(max_len=256))
+        # With a prefix cache: a prompt whose logits were not finite must not leave its KV there.
+        return Scheduler(self.model, [EOS], SchedulerConfig(max_len=256, prefix_cache_tokens=512))
 
     def run_all(self, joins, on_step=None, max_steps=300):
         """joins: [(step, Run)], submitted at that step; on_step(step) runs before each step."""
         sched, pending, step = self.sched(), sorted(joins, key=lambda j: j[0]), 0
+        self.last = sched
         while pending or sched.has_work():
             while pending and pending[0][0] <= step:
                 sched.submit(pending.pop(0)[1].req)
@@ -110,9 +112,13 @@ class TestIsolation(unittest.TestCase):
         self.run_all([(0, without["base"]), (0, without["other"]), (4, without["after"])])
         bad = poison(self.adapter("bad", 6))
         with_bad = runs()
-        nan_run = greedy(list(range(50, 80)), bad, 12)  # longer than `after`: its slot holds NaN past `after`'s prompt
+        # Longer than `after`'s prompt (its slot holds NaN past it) and than the prefix cache's 32-token minimum.
+        nan_run = greedy(list(range(50, 90)), bad, 12)
         self.run_all([(0, with_bad["base"]), (0, with_bad["other"]), (2, nan_run), (4, with_bad["after"])])
         self.assertFailedNonFinite(nan_run)
+        kept = [tokens for tokens, _ in self.last.prefix._items.values()]
+        self.assertIn(long_prompt, kept)  # a finite prompt of that length is kept...
+        self.assertNotIn(nan_run.req.prompt, kept)  # ...the NaN one is not
         self.assertEqual((nan_run.tokens, nan_run.logprobs), ({}, {}))  # nothing sampled from NaN logits
         for name in without:
             self.assertSameOutput(with_bad[name], without[name])

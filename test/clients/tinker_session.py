@@ -154,6 +154,7 @@ def diverged(service, tokenizer, base_model):
         client.forward_backward(data, "cross_entropy")
         client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     return {
+        "model_id": trainer.model_id,
         "error": error,
         "reference": as_lists(reference),
         "unchanged": as_lists(unchanged),
