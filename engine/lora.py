@@ -336,12 +336,13 @@ class LoraBatch:
         if self.single:
             A, B = self._stack(self.uniques[0], modules, sizes, x.dtype)
             return torch.matmul(torch.matmul(x, A.t()), B.t())
-        out = x.new_zeros(*x.shape[:-1], sum(sizes))
+        deltas = []
         for u in mine:
             A, B = self._stack(self.uniques[u], modules, sizes, x.dtype)
-            rows = self.rows[u]
-            out = out.index_copy(0, rows, torch.matmul(torch.matmul(x.index_select(0, rows), A.t()), B.t()))
-        return out
+            deltas.append(torch.matmul(torch.matmul(x.index_select(0, self.rows[u]), A.t()), B.t()))
+        out = x.new_zeros(*x.shape[:-1], sum(sizes))
+        rows = self.rows[mine[0]] if len(mine) == 1 else torch.cat([self.rows[u] for u in mine])
+        return out.index_copy_(0, rows, deltas[0] if len(deltas) == 1 else torch.cat(deltas))
 
     def _stack(self, adapter: Adapter, modules: Tuple[str, ...], sizes: Tuple[int, ...], dtype: torch.dtype):
         if torch.is_grad_enabled():  # training: stacks built from the parameters, in the graph
