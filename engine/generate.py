@@ -6,7 +6,10 @@ to a view of the first B slots: no gathers), admission with a chunked prefill
 shared by the `n` samples of a request (its KV is copied to their slots),
 one decode step over every running row (rows may use different adapters, or
 none, via LoraBatch), stop rules, cancellation, and the replies a request
-streams (as dicts handed to the request's `emit`).
+streams (as dicts handed to the request's `emit`). Rows stay isolated: a
+request whose logits are not finite fails alone before any of its tokens is
+sampled, and a departing sequence's cache positions are zeroed before another
+sequence's attention can span them.
 
 Refuses to know: frames, threads and request ids on the wire (server.py),
 how logits become tokens (sampling.py), adapter storage (lora.py).
@@ -22,7 +25,7 @@ from typing import Callable, Deque, List, Optional, Tuple
 import torch
 
 from .constraints import MASK_GRACE_S, Compiled, ConstraintError, Guide, ready_rows, step_masks
-from .lora import Adapter, LoraBatch, StackCache
+from .lora import Adapter, LoraBatch, NonFinite, StackCache
 from .model import ForwardContext, KVCache, Transformer
 from .sampling import SamplingParams, SeqSampler, prompt_logprob_entries, prompt_mask, sample_step, static_bias
 
@@ -194,6 +197,7 @@ class Scheduler:
     def fail_all(self, error: Exception) -> None:
         reqs = {id(s.req): s.req for s in self.running}
         self.running.clear()
+        self.cache.clear_all()
         for req in list(self.waiting) + list(reqs.values()):
             self._drop_request(req)
             req.finish({"error": error})
@@ -257,7 +261,7 @@ class Scheduler:
             self.cache.write_prefix(slot, kv, begin)
         req.cached = begin
         entries: List[Optional[dict]] = [None]
-        last_logits = None
+        last_logits, finite = None, True
         chunk = self.config.prefill_chunk
         for start in range(begin, len(prompt), chunk):
             piece = tokens[start:start + chunk]
@@ -265,11 +269,15 @@ class Scheduler:
             h = model(piece[None, :], ctx, lora)[0]
             if want_prompt_lp:
                 logits = model.logits(h)
+                finite = finite and bool(torch.isfinite(logits).all())
                 entries += prompt_logprob_entries(logits, prompt[start + 1:start + 1 + piece.shape[0]],
                                            params.prompt_logprobs)
                 last_logits = logits[-1:]
             elif start + chunk >= len(prompt):
                 last_logits = model.logits(h[-1:])
+        if not (finite and bool(torch.isfinite(last_logits).all())):
+            self.cache.clear(slot, 0, len(prompt))
+            raise _non_finite(req)
         if want_prompt_lp:
             req.emit({"type": "prompt", "prompt_logprobs": entries[:len(prompt)]})
         if self.prefix is not None:
@@ -319,7 +327,7 @@ class Scheduler:
         logits_BV = model.logits(model(tokens_B1, ctx, lora)[:, 0])
         # A row whose mask is still being computed sits this step out: its next forward rewrites the same position.
         ready = ready_rows([s.guide for s in seqs], max(MASK_GRACE_S, time.monotonic() - started))
-        broken = {id(s.req): (s.req, s.guide.error()) for b, s in enumerate(seqs) if ready[b] and s.guide is not None and s.guide.error()}
+        broken = self._broken_requests(seqs, logits_BV, ready)
         keep = [b for b in range(B) if ready[b] and id(seqs[b].req) not in broken]
         if len(keep) < B:
             seqs, logits_BV = [seqs[b] for b in keep], logits_BV[torch.tensor(keep, dtype=torch.long, device=logits_BV.device)]
@@ -329,8 +337,19 @@ class Scheduler:
             for s in seqs:
                 s.length += 1
             self._record(seqs, result)
-        for req, error in broken.values():  # a request whose grammar broke ends with its error, all its rows
-            self._fail_request(req, error)
+        for req, error in broken.values():  # a request whose grammar broke or whose logits are not finite ends
+            self._fail_request(req, error)  # with its error, all its rows, before any of them emits a token
+
+    def _broken_requests(self, seqs: List[Sequence], logits_BV: torch.Tensor, ready: List[bool]) -> dict:
+        """The requests that must end now, by id: any row of non-finite logits (nothing of it may be sampled) or a
+        ready row whose grammar failed."""
+        broken = {id(s.req): (s.req, s.guide.error()) for b, s in enumerate(seqs)
+                  if ready[b] and s.guide is not None and s.guide.error()}
+        bad_B = ~torch.isfinite(logits_BV).all(dim=-1)
+        if bool(bad_B.any()):
+            for b in bad_B.nonzero().flatten().tolist():
+                broken[id(seqs[b].req)] = (seqs[b].req, _non_finite(seqs[b].req))
+        return broken
 
     def _record(self, seqs: List[Sequence], result) -> List[Sequence]:
         """Emit each row's new token; finish rows that hit a stop rule (answered)."""
@@ -387,14 +406,26 @@ class Scheduler:
         req.finish({"error": error})
 
     def _remove(self, seq: Sequence) -> None:
-        """Take a sequence out of the batch; the last slot's sequence moves into its slot."""
+        """Take a sequence out of the batch; the last slot's sequence moves into its slot. What either left
+        behind is zeroed, so no later sequence's attention spans another's values."""
         i = seq.slot
         if i < 0 or i >= len(self.running) or self.running[i] is not seq:
             return
         last = self.running.pop()
+        # Position `length` counts as used: the last forward wrote it even for a row that sat the step out or failed.
+        vacated, used = i, seq.length + 1
         if last is not seq:
             self.running[i] = last
             self.cache.copy_slot(last.slot, i, last.length)
+            self.cache.clear(i, last.length, seq.length + 1)
+            vacated, used = last.slot, last.length + 1
             last.slot = i
+        self.cache.clear(vacated, 0, used)
         seq.slot = -1
+
+
+def _non_finite(req: GenRequest) -> NonFinite:
+    whose = f"adapter {req.adapter.key!r}" if req.adapter is not None else "the base model"
+    return NonFinite(f"generate: the logits of this request are not finite (NaN or infinity), so the weights of "
+                     f"{whose} are broken; no token was sampled from them")
 

@@ -4,8 +4,10 @@ Owns: LoraConfig (rank, alpha, targets, seed), the torchtune-style init (A
 uniform from a seeded generator, B zero, so a fresh adapter is an exact no-op;
 scale alpha/rank), PEFT names (`base_model.model.<module>.lora_A.weight`) and
 `adapter_config.json`, optimizer state saved beside (`optimizer.pt`), the LRU
-bound on resident adapters with pinning, and LoraBatch: the object a forward
-calls to add every row's own adapter delta in one batched computation.
+bound on resident adapters with pinning, the value bound every adapter keeps
+(finite, |w| <= MAX_ABS_WEIGHT from engine/bounds.json: checked at load, at save
+and after every optimizer step), and LoraBatch: the object a forward calls to
+add every row's own adapter delta, computed from that adapter's weights alone.
 
 Refuses to know: requests, sampling, losses, the wire protocol. It knows only
 the base model's module shapes (from ModelArgs).
@@ -28,6 +30,8 @@ from . import weights as W
 from .model import ATTN_MODULES, MLP_MODULES, ModelArgs
 
 SUPPORTED_TARGETS: Tuple[str, ...] = ATTN_MODULES + MLP_MODULES
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), "r", encoding="utf-8") as _f:
+    MAX_ABS_WEIGHT = float(json.load(_f)["adapter_weight_max_abs"]["value"])  # the server checks imports against it too
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 OPTIMIZER_NAME = "optimizer.pt"
@@ -114,6 +118,36 @@ class Adapter:
         return sum(t.numel() * t.element_size() for t in self.parameters())
 
 
+class NonFinite(Exception):
+    """Values no computation may use: adapter weights that are not finite or beyond MAX_ABS_WEIGHT, or a row's
+    logits that are not finite. Answered with the error code `non_finite`."""
+
+
+def weights_problem(tensors: Dict[str, torch.Tensor]) -> Optional[str]:
+    """The first value out of bounds, as 'TENSOR holds VALUE at index [i, j]', or None when all are in bounds."""
+    for name in sorted(tensors):
+        t = tensors[name].detach()
+        bad = ~torch.isfinite(t) | (t.abs() > MAX_ABS_WEIGHT)
+        if bool(bad.any()):
+            flat = int(bad.flatten().nonzero()[0])
+            index, rest = [], flat
+            for size in reversed(t.shape):  # torch 1.13 (the fallback) has no unravel_index
+                rest, i = divmod(rest, size)
+                index.insert(0, i)
+            return (f"{name} holds {float(t.flatten()[flat]):g} at index {index} (adapter values must be finite "
+                    f"and within ±{MAX_ABS_WEIGHT:g})")
+    return None
+
+
+def peft_tensors(adapter: "Adapter") -> Dict[str, torch.Tensor]:
+    """The adapter's weights under their PEFT names (as save_peft writes them)."""
+    out = {}
+    for m in sorted(adapter.A):
+        out[f"base_model.model.{m}.lora_A.weight"] = adapter.A[m]
+        out[f"base_model.model.{m}.lora_B.weight"] = adapter.B[m]
+    return out
+
+
 def new_adapter(key: str, base: str, args: ModelArgs, config: LoraConfig, device) -> Adapter:
     """A fresh adapter: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform, a=sqrt(5), as nn.Linear), B = 0."""
     g = torch.Generator().manual_seed(int(config.seed))
@@ -132,11 +166,12 @@ def new_adapter(key: str, base: str, args: ModelArgs, config: LoraConfig, device
 
 
 def save_peft(adapter: Adapter, folder: str, base_name: str) -> List[str]:
+    """Writes the adapter; one holding a value out of bounds is refused (NonFinite) before anything is written."""
+    tensors = {name: t.detach().float().cpu() for name, t in peft_tensors(adapter).items()}
+    problem = weights_problem(tensors)
+    if problem is not None:
+        raise NonFinite(f"adapter {adapter.key!r} is not saved: {problem}")
     os.makedirs(folder, exist_ok=True)
-    tensors = {}
-    for m in sorted(adapter.A):
-        tensors[f"base_model.model.{m}.lora_A.weight"] = adapter.A[m].detach().float().cpu()
-        tensors[f"base_model.model.{m}.lora_B.weight"] = adapter.B[m].detach().float().cpu()
     W.save_file(tensors, os.path.join(folder, WEIGHTS_NAME), {"format": "pt"})
     W.atomic_write_json(os.path.join(folder, CONFIG_NAME), adapter.config.to_peft(base_name))
     files = [CONFIG_NAME, WEIGHTS_NAME]
@@ -181,7 +216,8 @@ def load_optimizer_state(adapter: Adapter, path: str, device) -> None:
         adapter.optimizer.state[names[name]] = {k: v if k == "step" else v.to(device) for k, v in st.items()}
 
 
-def load_peft(key: str, base: str, folder: str, args: ModelArgs, device) -> Adapter:
+def load_peft(key: str, base: str, folder: str, args: ModelArgs, device, check_values: bool = True) -> Adapter:
+    """The PEFT adapter in `folder`; values out of bounds are refused (NonFinite) unless check_values is off."""
     with open(os.path.join(folder, CONFIG_NAME), "r", encoding="utf-8") as f:
         peft = json.load(f)
     if peft.get("peft_type", "LORA") != "LORA":
@@ -194,6 +230,9 @@ def load_peft(key: str, base: str, folder: str, args: ModelArgs, device) -> Adap
         if not m or int(m.group(2)) >= args.num_layers or module_path(int(m.group(2)), m.group(4)) != m.group(1):
             raise ValueError(f"{folder}: unsupported adapter tensor {name}")
         (A if m.group(5) == "A" else B)[m.group(1)] = t
+        problem = weights_problem({name: t}) if check_values else None
+        if problem is not None:
+            raise NonFinite(f"{folder}: {problem}")
     for field_name in ("r", "lora_alpha"):
         if not isinstance(peft.get(field_name), (int, float)) or isinstance(peft.get(field_name), bool):
             raise ValueError(f"{folder}: {CONFIG_NAME} lacks a numeric {field_name}")
@@ -270,108 +309,94 @@ class AdapterStore:
 
 
 class LoraBatch:
-    """Per-row adapters (None = base model) applied in one batched computation per projection group.
+    """Per-row adapters (None = base model); each row's delta is computed from its own adapter's weights alone.
 
     The model asks for the delta of a group of projections that share an input
-    (q/k/v, o, gate/up, down) and are fused in the base weights. Every
-    (adapter, projection) pair present contributes r columns: the A's are
-    stacked into one [R, in] matrix, so the whole group's down-projection is
-    one matmul whatever the number of adapters. With mixed rows a 0/1 column
-    mask keeps each row to its own adapter's columns (rows without an adapter
-    cost nothing extra), then one matmul per projection applies the stacked,
-    scale-multiplied B's. With one adapter on every row there is no mask and
-    the B's form one block matrix (see build_stack). When autograd is on the
-    stacks are built from the parameters so gradients reach them.
+    (q/k/v, o, gate/up, down) and are fused in the base weights. Per adapter,
+    its A's over the group form one [R, in] matrix and its scaled B's one block
+    matrix (build_stack), so a group costs two matmuls per adapter in the batch.
+    With one adapter on every row that is the whole computation. With mixed rows
+    each adapter's rows are selected, multiplied by that adapter's stack only, and
+    written into a zero delta (rows without an adapter keep the zeros): no row
+    ever enters a product with another adapter's weights, so one adapter's NaN
+    or overflow cannot reach other rows (a 0/1 mask multiplied in would carry it:
+    0 x NaN is NaN). When autograd is on the stacks are built from the
+    parameters so gradients reach them.
     """
 
     def __init__(self, row_adapters: Sequence[Optional[Adapter]], dtype: torch.dtype, device,
                  stack_cache: Optional["StackCache"] = None):
         self.dtype, self.device = dtype, device
-        # A canonical order, so every batch over the same adapters shares one cached stack.
-        self.uniques: List[Adapter] = sorted({a.uid: a for a in row_adapters if a is not None}.values(),
-                                             key=lambda a: a.uid)
-        position = {a.uid: u for u, a in enumerate(self.uniques)}
-        self.row_index: List[int] = [-1 if a is None else position[a.uid] for a in row_adapters]
-        self.single = len(self.uniques) == 1 and all(i == 0 for i in self.row_index)
+        rows_of: Dict[int, List[int]] = {}
+        self.uniques: List[Adapter] = []
+        for b, a in enumerate(row_adapters):
+            if a is not None:
+                if a.uid not in rows_of:
+                    self.uniques.append(a)
+                rows_of.setdefault(a.uid, []).append(b)
+        self.single = len(self.uniques) == 1 and len(rows_of[self.uniques[0].uid]) == len(row_adapters)
+        self.rows = [torch.tensor(rows_of[a.uid], device=device) for a in self.uniques]
         self.stacks = stack_cache if stack_cache is not None else StackCache()
-        self._masks: Dict[Tuple, torch.Tensor] = {}
 
     def delta(self, modules: Tuple[str, ...], sizes: Tuple[int, ...], x: torch.Tensor) -> Optional[torch.Tensor]:
         """The summed LoRA output for the concatenated outputs of `modules` (widths `sizes`), or None."""
-        # Projection-major column order: each projection's columns are one contiguous range.
-        parts = tuple((u, j) for j, m in enumerate(modules) for u, a in enumerate(self.uniques) if m in a.A)
-        if not parts:
+        mine = [u for u, a in enumerate(self.uniques) if any(m in a.A for m in modules)]
+        if not mine:
             return None
-        adapters = [self.uniques[u] for u, _ in parts]
-        if torch.is_grad_enabled():  # training: stacks built from the parameters, in the graph
-            A_cat, B = build_stack(adapters, modules, parts, sizes, x.dtype, self.single)
-        else:
-            A_cat, B = self.stacks.get(adapters, modules, parts, sizes, x.dtype, self.single)
-        h = torch.matmul(x, A_cat.t())
         if self.single:
-            return torch.matmul(h, B.t())
-        mask_BR = self._mask(parts)
-        h = h * mask_BR.view(mask_BR.shape[0], *([1] * (h.dim() - 2)), mask_BR.shape[1])
-        return torch.cat([torch.matmul(h[..., lo:hi], B_j.t()) if B_j is not None else h.new_zeros(*h.shape[:-1], width)
-                          for (lo, hi, B_j), width in zip(B, sizes)], dim=-1)
+            A, B = self._stack(self.uniques[0], modules, sizes, x.dtype)
+            return torch.matmul(torch.matmul(x, A.t()), B.t())
+        deltas = []
+        for u in mine:
+            A, B = self._stack(self.uniques[u], modules, sizes, x.dtype)
+            deltas.append(torch.matmul(torch.matmul(x.index_select(0, self.rows[u]), A.t()), B.t()))
+        out = x.new_zeros(*x.shape[:-1], sum(sizes))
+        rows = self.rows[mine[0]] if len(mine) == 1 else torch.cat([self.rows[u] for u in mine])
+        return out.index_copy_(0, rows, deltas[0] if len(deltas) == 1 else torch.cat(deltas))
 
-    def _mask(self, parts: Tuple[Tuple[int, int], ...]) -> torch.Tensor:
-        key = tuple((u, self.uniques[u].config.rank) for u, _ in parts)
-        mask = self._masks.get(key)
-        if mask is None:
-            cols = torch.tensor([u for u, r in key for _ in range(r)])
-            rows = torch.tensor(self.row_index)
-            mask = (rows[:, None] == cols[None, :]).to(device=self.device, dtype=self.dtype)
-            self._masks[key] = mask
-        return mask
+    def _stack(self, adapter: Adapter, modules: Tuple[str, ...], sizes: Tuple[int, ...], dtype: torch.dtype):
+        if torch.is_grad_enabled():  # training: stacks built from the parameters, in the graph
+            return build_stack(adapter, modules, sizes, dtype)
+        return self.stacks.get(adapter, modules, sizes, dtype)
 
 
-def build_stack(adapters: List[Adapter], modules: Tuple[str, ...], parts, sizes: Tuple[int, ...],
-                dtype: torch.dtype, block: bool):
-    """A_cat [R, in] over (adapter, projection) parts, and the scaled B side.
+def build_stack(adapter: Adapter, modules: Tuple[str, ...], sizes: Tuple[int, ...], dtype: torch.dtype):
+    """(A_cat [R, in], B [sum(sizes), R]) of one adapter over a projection group.
 
-    block: one [sum(sizes), R] matrix with each B on its projection's output
-    rows (zeros elsewhere): a single matmul, the cheapest form for one adapter.
-    Otherwise, per projection, (first column, end column, B_cat [out, cols]) or
-    None: no padding, whose cost would grow with the number of adapters.
+    A_cat stacks the A's of the group's projections the adapter has; B puts each
+    scaled B on its projection's output rows (zeros elsewhere), so the group's
+    delta is two matmuls.
     """
-    A_cat = torch.cat([a.A[modules[j]] for a, (_, j) in zip(adapters, parts)], dim=0).to(dtype)
-    scaled = [a.B[modules[j]] * a.config.scale for a, (_, j) in zip(adapters, parts)]
-    if block:
-        offsets = [sum(sizes[:j]) for j in range(len(sizes))]
-        total = sum(sizes)
-        blocks = [b if len(sizes) == 1 else torch.nn.functional.pad(b, (0, 0, offsets[j], total - offsets[j] - sizes[j]))
-                  for b, (_, j) in zip(scaled, parts)]
-        return A_cat, torch.cat(blocks, dim=1).to(dtype)
-    per_module, col = [], 0
-    for j in range(len(sizes)):
-        mine = [b for b, (_, jj) in zip(scaled, parts) if jj == j]
-        width = sum(b.shape[1] for b in mine)
-        per_module.append((col, col + width, torch.cat(mine, dim=1).to(dtype) if mine else None))
-        col += width
-    return A_cat, per_module
+    parts = [j for j, m in enumerate(modules) if m in adapter.A]
+    A_cat = torch.cat([adapter.A[modules[j]] for j in parts], dim=0).to(dtype)
+    offsets = [sum(sizes[:j]) for j in range(len(sizes))]
+    total = sum(sizes)
+    blocks = [torch.nn.functional.pad(adapter.B[modules[j]] * adapter.config.scale,
+                                      (0, 0, offsets[j], total - offsets[j] - sizes[j])) for j in parts]
+    return A_cat, torch.cat(blocks, dim=1).to(dtype)
 
 
 class StackCache:
-    """No-grad stacks per (group, adapters, versions), least recently used first, bounded in bytes.
+    """No-grad stacks per (group, adapter, version), least recently used first, bounded in bytes.
 
-    Rebuilt only when the adapter set of a batch or an adapter's version
-    changes. The budget should hold one batch's stacks for every layer (about
-    a copy of the adapters in use); below that they are rebuilt every step.
+    Rebuilt only when an adapter's version changes (or the stack was evicted),
+    whatever other adapters share the batch. The budget should hold every layer's
+    stacks of the adapters in use (about a copy of them); below that they are
+    rebuilt every step.
     """
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes, self.bytes = max_bytes, 0
         self._items: "OrderedDict[Tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
 
-    def get(self, adapters: List[Adapter], modules: Tuple[str, ...], parts, sizes, dtype, block: bool):
-        key = (modules, dtype, parts, block) + tuple((a.uid, a.version) for a in adapters)
+    def get(self, adapter: Adapter, modules: Tuple[str, ...], sizes, dtype):
+        key = (adapter.uid, adapter.version, modules, dtype)
         hit = self._items.get(key)
         if hit is not None:
             self._items.move_to_end(key)
             return hit
         with torch.no_grad():
-            hit = build_stack(adapters, modules, parts, sizes, dtype, block)
+            hit = build_stack(adapter, modules, sizes, dtype)
         self._items[key] = hit
         self.bytes += _nbytes(hit)
         while self.bytes > self.max_bytes and len(self._items) > 1:
@@ -380,11 +405,9 @@ class StackCache:
 
     def forget(self, adapter: Adapter) -> None:
         """Free stacks that hold a dropped or retrained adapter."""
-        for key in [k for k in self._items if any(part[0] == adapter.uid for part in k[4:])]:
+        for key in [k for k in self._items if k[0] == adapter.uid]:
             self.bytes -= _nbytes(self._items.pop(key))
 
 
 def _nbytes(stack) -> int:
-    A_cat, B = stack
-    tensors = [A_cat] + ([B] if isinstance(B, torch.Tensor) else [b for _, _, b in B if b is not None])
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(t.numel() * t.element_size() for t in stack)

@@ -217,6 +217,17 @@ class KVCache:
         self.k[:, dst, :, :length] = self.k[:, src, :, :length]
         self.v[:, dst, :, :length] = self.v[:, src, :, :length]
 
+    def clear(self, slot: int, begin: int, end: int) -> None:
+        """Zeroes positions [begin, end) of a slot: a masked position still enters attention (0 x NaN is NaN), so
+        what a departed sequence left there must not be read by the next one."""
+        if begin < end:
+            self.k[:, slot, :, begin:end] = 0
+            self.v[:, slot, :, begin:end] = 0
+
+    def clear_all(self) -> None:
+        self.k.zero_()
+        self.v.zero_()
+
     def read_prefix(self, slot: int, length: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Copies of the first `length` positions of a slot (for the prefix cache)."""
         return self.k[:, slot, :, :length].clone(), self.v[:, slot, :, :length].clone()

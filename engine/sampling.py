@@ -7,7 +7,10 @@ order follows vLLM: bans (allowed ids, bad words, min_tokens) and logit_bias,
 then repetition/frequency/presence penalties, then a constraint's mask, then
 temperature, top-k, top-p, min-p. Reported logprobs are always the raw
 log-softmax of the model's logits, before any of that, so they equal what the
-trainer computes.
+trainer computes. Every step is row-wise and applies bans, constraint masks and
+filters by selection (where / masked_fill), never by multiplying a 0/1 mask in,
+so one row's values never reach another's (generate.py fails a row with
+non-finite logits before it gets here).
 
 Refuses to know: the model, the KV cache, scheduling, when a sequence stops
 (generate.py decides that from the returned token).

@@ -1,7 +1,7 @@
 """The ops of docs/engine-protocol.md and the engine's state.
 
 Owns: dispatch (msg -> wire.parse_<op> -> the op on dataclasses), error replies (bad_request, not_found,
-cancelled, internal, unauthorized), the serving limits (vLLM's names), the
+non_finite, diverged, cancelled, internal, unauthorized), the serving limits (vLLM's names), the
 registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
 step) and queues everything else for the compute thread, which runs ops in
@@ -33,7 +33,7 @@ from . import steps, wire
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import Transformer, load_args
-from .train import forward_logprobs, train_step
+from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log, serve_stream, serve_tcp
 
 LOW_GFLOPS = 20.0
@@ -121,8 +121,9 @@ class Limits:
 
 class Engine:
     def __init__(self, device: torch.device, max_adapters: int = 32, limits: Optional[Limits] = None,
-                 matmul_gflops: float = 0.0, dtype: Optional[torch.dtype] = None):
+                 matmul_gflops: float = 0.0, dtype: Optional[torch.dtype] = None, check_adapter_values: bool = True):
         self.device = device
+        self.check_adapter_values = check_adapter_values  # off only for tests (--skip-adapter-value-check)
         # fp32 on CPU keeps logits within 1e-4 of fp32 references; bf16 is the CPU's speed option (--dtype).
         self.default_dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
         self.limits, self.matmul_gflops = limits or Limits(), matmul_gflops
@@ -145,6 +146,10 @@ class Engine:
     def error(self, rid, exc: BaseException) -> None:
         if isinstance(exc, Cancelled):
             code = "cancelled"
+        elif isinstance(exc, L.NonFinite):
+            code = "non_finite"
+        elif isinstance(exc, TrainingDiverged):
+            code = "diverged"
         elif isinstance(exc, (NotFound, FileNotFoundError)):  # e.g. an adapter_path that does not exist
             code = "not_found"
         elif isinstance(exc, (ValueError, TypeError, KeyError)):
@@ -343,11 +348,14 @@ class Engine:
         if ref.key not in self.adapters:
             if ref.path is None:
                 raise NotFound(f"adapter {ref.key!r} is not resident")
-            self._put(L.load_peft(ref.key, base.name, ref.path, base.model.args, base.model.device))
+            self._put(self._load_peft(ref.key, base, ref.path))
         adapter = self.adapters.get(ref.key)
         if adapter.base != base.name:
             raise ValueError(f"adapter {ref.key!r} belongs to base {adapter.base!r}, not {base.name!r}")
         return adapter
+
+    def _load_peft(self, key: str, base: Base, path: str) -> L.Adapter:
+        return L.load_peft(key, base.name, path, base.model.args, base.model.device, self.check_adapter_values)
 
     def _put(self, adapter: L.Adapter) -> None:
         for old in self.adapters.put(adapter):
@@ -397,7 +405,7 @@ class Engine:
                 raise ValueError(f"adapter {req.adapter!r} is resident for base {self.adapters.get(req.adapter).base!r}")
             return {"loaded": False}
         if req.path is not None:
-            adapter = L.load_peft(req.adapter, base.name, req.path, base.model.args, base.model.device)
+            adapter = self._load_peft(req.adapter, base, req.path)
         else:
             adapter = L.new_adapter(req.adapter, base.name, base.model.args, req.init, base.model.device)
         self._put(adapter)
@@ -497,7 +505,8 @@ class Engine:
     def op_load_state(self, rid, req: wire.LoadState) -> dict:
         """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
         base = self._base(req.base)
-        adapter = steps.load_state(req.adapter, base.name, req.path, base.model.args, base.model.device)
+        adapter = steps.load_state(req.adapter, base.name, req.path, base.model.args, base.model.device,
+                                   self.check_adapter_values)
         if req.adapter in self.adapters:
             old = self.adapters.get(req.adapter)
             for b in self.bases.values():
@@ -536,6 +545,10 @@ def parse_args(argv: Optional[List[str]]):
                     help="KV cache per base; caps concurrent full-length sequences (default: unbounded)")
     ap.add_argument("--nice", type=int, default=0,
                     help="lower this process's CPU priority (a trainer sharing cores with samplers yields to them)")
+    ap.add_argument("--skip-adapter-value-check", action="store_true",
+                    help="TESTS ONLY: load adapters without checking that their values are finite and within "
+                         "engine/bounds.json, so a test can make a broken adapter resident and show that its rows "
+                         "cannot reach other rows of the batch. The server never passes it to its engines.")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
                          "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
@@ -567,7 +580,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         log(f"WARNING: fp32 matmul reaches only {gflops:.1f} GFLOP/s (< {LOW_GFLOPS:.0f}); this looks like the "
             "reference BLAS. Install an optimized one (Debian: libopenblas0-pthread).")
     limits = Limits(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.kv_cache_memory_bytes)
-    engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None)
+    engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None,
+                    check_adapter_values=not args.skip_adapter_value_check)
+    if args.skip_adapter_value_check:
+        log("WARNING: --skip-adapter-value-check: adapters load without checking their values (tests only)")
     ready = {"id": None, "event": "ready", "device": device.type,
              "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
              "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads())}

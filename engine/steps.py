@@ -6,7 +6,9 @@ a SUM over tokens, never a mean: `cross_entropy`, `importance_sampling`,
 `ppo`, `cispo`, `dro`, and `gspo` in its token-level form), gradient
 accumulation into the adapter across calls (summed, until the optimizer
 step), the AdamW step with explicit
-hyper-parameters (the step count is the adapter's version), and the full
+hyper-parameters (the step count is the adapter's version; a step whose
+gradient is not finite or would push a weight out of bounds fails through
+train.py's divergence guard, adapter unchanged), and the full
 training state on disk (PEFT adapter + optimizer moments + step), written
 atomically and read back bit-exactly.
 
@@ -30,7 +32,8 @@ from torch.utils.checkpoint import checkpoint
 from . import lora as L
 from . import weights as W
 from .model import ForwardContext, Transformer
-from .train import LOGITS_CHUNK_ELEMENTS, LossConfig, _head_stats, rl_token_loss
+from .train import (LOGITS_CHUNK_ELEMENTS, LossConfig, TrainingDiverged, _head_stats, check_divergence, guarded_step,
+                    rl_token_loss)
 
 # Each loss and the loss_config keys it uses; all are required, any other key is rejected.
 LOSS_CONFIG_KEYS: Dict[str, Tuple[str, ...]] = {
@@ -136,16 +139,26 @@ def _gspo_token_loss(logprobs_T, old_T, adv_T, in_ratio_T, cfg: Dict[str, float]
 
 def forward_backward(model: Transformer, adapter: Optional[L.Adapter], loss: str, loss_config: Dict[str, float],
                      rows: List[StepRow], backward: bool) -> dict:
-    """Per row: logprobs and elementwise loss; with `backward`, the summed loss's gradient is ADDED to the adapter's."""
+    """Per row: logprobs and elementwise loss; with `backward`, the summed loss's gradient is ADDED to the adapter's.
+
+    A row whose loss is not finite fails the call (TrainingDiverged) with the accumulated gradient as it was before it.
+    """
     t0 = time.perf_counter()
     lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
     outputs: List[dict] = []
     total = 0.0
+    grads_before = [None if p.grad is None else p.grad.clone() for p in adapter.parameters()] if backward else []
     with torch.set_grad_enabled(backward):
         for row in rows:
             logprobs_T = target_logprobs(model, row.tokens_T, row.target_tokens_T, lora)
             loss_T = token_loss(loss, loss_config, logprobs_T, row)
             row_loss = loss_T.sum()
+            if not bool(torch.isfinite(loss_T).all()):
+                if backward:
+                    for p, g in zip(adapter.parameters(), grads_before):
+                        p.grad = g
+                raise TrainingDiverged(f"training diverged: the loss of rows[{len(outputs)}] is not finite; "
+                                       "the accumulated gradient is as it was before this call")
             if backward:
                 row_loss.backward()  # one row's graph at a time; .grad sums across rows and calls
             total += float(row_loss.detach())
@@ -166,13 +179,17 @@ def optim_step(adapter: L.Adapter, p: AdamParams) -> dict:
     params = adapter.parameters()
     grads = [q.grad for q in params if q.grad is not None]
     grad_norm = 0.0
-    if grads:
-        if p.grad_clip_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, p.grad_clip_norm))
-        else:
-            grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-    opt.step()  # parameters without a gradient are left alone, as AdamW does
-    opt.zero_grad(set_to_none=True)
+    try:
+        if grads:
+            if p.grad_clip_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, p.grad_clip_norm))
+            else:
+                grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            check_divergence(grad_norm)
+        guarded_step(adapter, opt)  # parameters without a gradient are left alone, as AdamW does
+    finally:
+        # A diverged step discards the accumulated gradient too: it could never be applied.
+        opt.zero_grad(set_to_none=True)
     adapter.version += 1
     return {"metrics": {"grad_norm": grad_norm, "learning_rate": p.learning_rate}, "step": adapter.version}
 
@@ -198,9 +215,9 @@ def save_state(adapter: L.Adapter, folder: str, base_name: str) -> List[str]:
     return files + [STATE_NAME]
 
 
-def load_state(key: str, base: str, folder: str, args, device) -> L.Adapter:
+def load_state(key: str, base: str, folder: str, args, device, check_values: bool = True) -> L.Adapter:
     """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint)."""
-    adapter = L.load_peft(key, base, folder, args, device)
+    adapter = L.load_peft(key, base, folder, args, device, check_values)
     state_path = os.path.join(folder, STATE_NAME)
     if os.path.exists(state_path):
         with open(state_path, "r", encoding="utf-8") as f:

@@ -5,8 +5,11 @@ OptimizerConfig (as wire.py parsed them: every value explicit),
 chunked logprob/entropy computation, the per-token RL loss (CISPO or
 PPO, importance-sampling levels, ratio cap and masking, k2 tau, truncated IS,
 KL penalty against a reference policy: the adapter-off model or a reference
-adapter, e.g. an earlier checkpoint), the SFT loss, and AdamW with
-gradient-norm clipping on the adapter's own optimizer state.
+adapter, e.g. an earlier checkpoint), the SFT loss, AdamW with
+gradient-norm clipping on the adapter's own optimizer state, and the
+divergence guard every optimizer step goes through (a non-finite loss or
+gradient, or weights leaving lora.py's bound, fails the step and leaves the
+adapter and its optimizer state exactly as they were).
 
 Refuses to know: trajectories, chat templates, advantages from rewards and
 row packing (the server computes those and sends per-token arrays), the wire
@@ -16,6 +19,7 @@ adapter files.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -23,7 +27,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .lora import Adapter, LoraBatch, make_optimizer
+from .lora import Adapter, LoraBatch, make_optimizer, peft_tensors, weights_problem
 from .model import ForwardContext, Transformer
 
 LOGITS_CHUNK_ELEMENTS = 1 << 25  # ~128 MiB of fp32 logits per chunk
@@ -260,7 +264,7 @@ def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[R
             scaled = _rl_row_loss(row, new_T, ent_T, mask_T, w_T, loss_cfg, ref_T, len(rows), tally)
         if total_mask > 0:
             scaled.backward()
-    grad_norm = _apply_step(adapter, opt, opt_cfg, total_mask)
+    grad_norm = _apply_step(adapter, opt, opt_cfg, total_mask, tally.loss)
     metrics = _step_metrics(loss, rows, tally, total_mask, grad_norm, opt_cfg, time.perf_counter() - t0)
     if logprob_chunk_size is not None:
         metrics["logprob_chunk_size"] = float(logits_chunk(model, logprob_chunk_size))
@@ -316,21 +320,54 @@ def _tally_ratios(tally: _Tally, stats: TokenLossStats, trained_T: torch.Tensor)
         tally.truncated = (tally.truncated or 0.0) + float(stats.truncated_T[trained_T].sum())
 
 
-def _apply_step(adapter: Adapter, opt: torch.optim.Optimizer, opt_cfg: OptimizerConfig, total_mask: float) -> float:
+def _apply_step(adapter: Adapter, opt: torch.optim.Optimizer, opt_cfg: OptimizerConfig, total_mask: float,
+                loss: float) -> float:
     """Clips and applies the accumulated gradients; returns their norm before clipping."""
     params = adapter.parameters()
     grads = [p.grad for p in params if p.grad is not None]
     grad_norm = 0.0
-    if total_mask > 0 and grads:
-        if opt_cfg.max_grad_norm > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt_cfg.max_grad_norm))
-        else:
-            grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-        opt.step()
-        adapter.version += 1
-    # Nothing trainable: no step at all, so weights (and Adam moments) stay exactly as they were.
-    opt.zero_grad(set_to_none=True)
+    try:
+        if total_mask > 0 and grads:
+            if opt_cfg.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt_cfg.max_grad_norm))
+            else:
+                grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            check_divergence(grad_norm, loss)
+            guarded_step(adapter, opt)
+            adapter.version += 1
+    finally:
+        # Nothing trainable (or a diverged step): no step at all, so weights and Adam moments stay as they were.
+        opt.zero_grad(set_to_none=True)
     return grad_norm
+
+
+class TrainingDiverged(Exception):
+    """A step whose loss or gradient is not finite, or whose update would push a weight out of lora.py's bound;
+    the adapter and its optimizer state are left as they were. Answered with the error code `diverged`."""
+
+
+def check_divergence(grad_norm: float, loss: Optional[float] = None) -> None:
+    """Before an optimizer step: its gradient norm (and loss, where the step has one) must be finite."""
+    for name, value in (("loss", loss), ("gradient norm", grad_norm)):
+        if value is not None and not math.isfinite(value):
+            raise TrainingDiverged(f"training diverged: the {name} is {value}; the step was not applied")
+
+
+def guarded_step(adapter: Adapter, opt: torch.optim.Optimizer) -> None:
+    """opt.step(), undone (weights and moments restored bit for bit) when a weight leaves the bound."""
+    params = adapter.parameters()
+    saved_weights = [p.detach().clone() for p in params]
+    saved_state = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()} for p, st in opt.state.items()}
+    opt.step()
+    problem = weights_problem(peft_tensors(adapter))
+    if problem is None:
+        return
+    with torch.no_grad():
+        for p, w in zip(params, saved_weights):
+            p.copy_(w)
+    opt.state.clear()
+    opt.state.update(saved_state)
+    raise TrainingDiverged(f"training diverged: the step would leave {problem}; the step was not applied")
 
 
 def _step_metrics(loss: str, rows: Sequence[Row], tally: _Tally, total_mask: float, grad_norm: float,

@@ -16,7 +16,9 @@ dataclasses), threads and replies (server.py), frames (transport.py).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -30,6 +32,9 @@ from .train import IS_LEVELS, KL_SOURCES, LossConfig, OptimizerConfig, Row, cont
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LOSSES = ("rl", "sft")
+# The sampling bounds the server's request validation states too (src/engine/bounds.ts reads the same file).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), "r", encoding="utf-8") as _f:
+    SAMPLING_BOUNDS: Dict[str, dict] = json.load(_f)["sampling"]
 
 
 class WireError(ValueError):
@@ -98,6 +103,13 @@ class Fields:
         if not (v > lo if lo_open else v >= lo) or v > hi:
             raise self.fail(name, f"in {'(' if lo_open else '['}{lo}, {hi}] (got {v})")
         return v
+
+    def bounded(self, name: str):
+        """A number within its SAMPLING_BOUNDS entry (an integer where the bounds are integers)."""
+        b = SAMPLING_BOUNDS[name]
+        if b.get("integer"):
+            return self.int(name, lo=b["min"], hi=b["max"])
+        return self.num(name, lo=b["min"], hi=b["max"], lo_open=bool(b.get("min_exclusive")))
 
     def ints(self, name: str, nullable: bool = False) -> Optional[List[int]]:
         v = self.get(name, nullable)
@@ -336,19 +348,18 @@ def _constraint_value(c: Fields, kind: str):
 
 
 def _sampling(f: Fields) -> SamplingParams:
-    top_k = f.int("top_k", lo=-1)
+    top_k = f.bounded("top_k")
     p = SamplingParams(
         max_tokens=f.int("max_tokens", nullable=True, lo=1), min_tokens=f.int("min_tokens", lo=0),
         ignore_eos=f.bool("ignore_eos"), stop_token_ids=tuple(f.ints("stop_token_ids")),
-        temperature=f.num("temperature", lo=0.0, hi=1e6), top_p=f.num("top_p", lo=0.0, hi=1.0, lo_open=True),
-        top_k=-1 if top_k in (0, -1) else top_k, min_p=f.num("min_p", lo=0.0, hi=1.0),
-        presence_penalty=f.num("presence_penalty", lo=-2.0, hi=2.0),
-        frequency_penalty=f.num("frequency_penalty", lo=-2.0, hi=2.0),
-        repetition_penalty=f.num("repetition_penalty", lo=0.0, hi=1e6, lo_open=True),
+        temperature=f.bounded("temperature"), top_p=f.bounded("top_p"),
+        top_k=-1 if top_k in (0, -1) else top_k, min_p=f.bounded("min_p"),
+        presence_penalty=f.bounded("presence_penalty"), frequency_penalty=f.bounded("frequency_penalty"),
+        repetition_penalty=f.bounded("repetition_penalty"),
         logit_bias=_logit_bias(f), allowed_token_ids=f.ints("allowed_token_ids", nullable=True),
         bad_words_ids=_bad_words(f), seed=f.int("seed", nullable=True),
         logprobs=f.int("logprobs", nullable=True, lo=0), prompt_logprobs=f.int("prompt_logprobs", nullable=True, lo=0),
-        n=f.int("n", lo=1, hi=1024))
+        n=f.bounded("n"))
     if p.allowed_token_ids is not None and not p.allowed_token_ids:
         raise f.fail("allowed_token_ids", "null or a non-empty list")
     if p.max_tokens is not None and p.min_tokens > p.max_tokens:

@@ -15,6 +15,8 @@ export const ERROR_CATALOGUE = {
   headers_too_large: { status: 431, message: 'The request headers are too large' },
   too_many_requests: { status: 429, message: 'Too many requests in flight; retry shortly' },
   unsupported_media_type: { status: 415, message: 'Unsupported content type' },
+  non_finite_weights: { status: 422, message: 'The model cannot be used: its weights are not finite or exceed the engine\'s bound (engine/bounds.json)' },
+  training_diverged: { status: 422, message: 'Training diverged: the step produced a non-finite loss, gradient or weight and was not applied' },
   engine_unavailable: { status: 503, message: 'The engine is not available' },
   engine_failed: { status: 500, message: 'The engine failed' },
   internal: { status: 500, message: 'Internal server error' },
@@ -35,6 +37,7 @@ export const JOB_ERROR_CATALOGUE = {
   bad_training_data: { message: 'The training data cannot be read' },
   bad_learning_rate: { message: 'The learning-rate schedule does not match the number of batches' },
   kl_reference_missing: { message: 'The KL reference step has no checkpoint' },
+  training_diverged: { message: 'Training diverged: a step produced a non-finite loss, gradient or weight (an absurd learning rate?); no checkpoint was written and the model keeps its latest one' },
   internal: { message: 'Internal error while training' },
 } as const;
 

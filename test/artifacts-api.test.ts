@@ -84,6 +84,27 @@ for (const backend of backends()) {
       assert.deepEqual(fs.readdirSync(path.join(t.dataDir, 'artifacts', '.staging')), []);
     });
 
+    test('uploads of 64 files (the most) and 65 over a real socket add no listener per part (no MaxListenersExceededWarning)', async () => {
+      const warnings: string[] = [];
+      const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`);
+      process.on('warning', onWarning);
+      try {
+        const url = await t.listen();
+        for (const count of [64, 65]) {
+          const form = new FormData();
+          for (let i = 0; i < count; i += 1) form.append('file', new Blob([`line ${i}\n`]), `part-${i}.txt`);
+          const response = await fetch(`${url}/v1/preview/artifacts/local/data/many`, { method: 'POST', headers: { authorization: `Bearer ${t.key}` }, body: form });
+          const body = (await response.json()) as { files?: unknown[]; detail?: string };
+          if (count === 64) assert.equal(body.files?.length, 64, JSON.stringify(body));
+          else assert.deepEqual([response.status, body.detail], [413, 'reach files limit']);
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50)); // warnings are emitted on a later tick
+      } finally {
+        process.off('warning', onWarning);
+      }
+      assert.deepEqual(warnings.filter((w) => w.includes('MaxListeners')), []);
+    });
+
     test('another entity may neither write nor read', async () => {
       await upload('/v1/preview/artifacts/local/data/private', [{ name: 'train.jsonl', content: 'x' }]);
       const other = await t.services.auth.createKey('artifact-outsider');

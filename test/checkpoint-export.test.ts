@@ -17,6 +17,7 @@ import { servingAdapterKey } from '../src/services/base-model-runtime.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { NO_REFERENCE, REFERENCE_PYTHON } from './helpers/reference.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { DOWN_PROJ_A, tarWithValue, withValue } from './helpers/adapters.ts';
 
 const run = promisify(execFile);
 
@@ -157,6 +158,59 @@ describe('checkpoints leave and come back as PEFT adapters, and start forks', ()
     assert.deepEqual(fs.readdirSync(path.join(e2e.dataDir, 'imports')), []);
     const names = (await e2e.api('GET', '/v1/models')).body.data.map((card: { id: string }) => card.id);
     assert.ok(!names.some((id: string) => id.includes('bad-')));
+  });
+
+  test('an adapter holding NaN, ±Inf or a value beyond ±65504 is a 422 naming the tensor and its first bad index; nothing is kept', async () => {
+    const models = () => fs.readdirSync(path.join(e2e.dataDir, 'models')).length;
+    const before = models();
+    const tar = fs.readFileSync(path.join(folder, 'a.tar'));
+    const cases: [number, string][] = [[Number.NaN, 'NaN'], [Infinity, 'Infinity'], [-Infinity, '-Infinity'], [1e38, '9.999999680285692e+37'], [65505, '65505']];
+    for (const [i, [value, shown]] of cases.entries()) {
+      const response = await upload(`poisoned-${i}`, tarWithValue(tar, value, DOWN_PROJ_A, [5, 7]));
+      assert.equal(response.status, 422, `${value}: ${JSON.stringify(response.body)}`);
+      assert.deepEqual(response.body.detail, [
+        { loc: ['body', 'adapter_model.safetensors', DOWN_PROJ_A], msg: `value ${shown} at index [0,5]: adapter values must be finite and within ±65504`, type: 'value_error' },
+      ]);
+    }
+    assert.equal(models(), before);
+    assert.deepEqual(fs.readdirSync(path.join(e2e.dataDir, 'imports')), []);
+    const edge = await upload('edge', tarWithValue(tar, -65504, DOWN_PROJ_A, [5]));
+    assert.equal(edge.status, 200, 'the bound itself is allowed');
+  });
+
+  test('a checkpoint whose values went bad on disk is refused by fork (422) and by the engine at load (chat 422), nothing kept', async () => {
+    const legacy = await upload('legacy', fs.readFileSync(path.join(folder, 'a.tar')));
+    assert.equal(legacy.status, 200);
+    const weights = path.join(e2e.server.services.models.modelFolder(legacy.body.id), 'checkpoints', '0', 'adapter_model.safetensors');
+    fs.writeFileSync(weights, withValue(fs.readFileSync(weights), Number.NaN, DOWN_PROJ_A, [2]));
+    const fork = await e2e.api('POST', `/v1/preview/models/${legacy.body.id}/fork`, { name: 'legacy-fork' });
+    assert.equal(fork.status, 422, JSON.stringify(fork.body));
+    assert.match(JSON.stringify(fork.body.detail), /down_proj\.lora_A\.weight.*value NaN at index \[0,2\]/);
+    assert.equal((await e2e.api('GET', '/v1/preview/models/by-name/local/export/legacy-fork')).status, 404);
+    const chat = await e2e.api('POST', '/v1/chat/completions', { model: 'local/export/legacy', messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 4 });
+    assert.equal(chat.status, 422, JSON.stringify(chat.body));
+    assert.match(chat.body.error.message, /down_proj\.lora_A\.weight holds nan at index \[0, 2\]/);
+  });
+
+  test('a job driven to divergence (an absurd learning rate) fails as training_diverged; the latest checkpoint is unchanged and serves as before', async () => {
+    const chat = () => e2e.api('POST', '/v1/chat/completions', { model: 'local/export/agent', messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 6, seed: 3, logprobs: true });
+    const checkpoints = async () => (await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints`)).body.data;
+    const [answer, listed] = [await chat(), await checkpoints()];
+    const group = await sampleGroup(e2e, 'local/export/agent', 'Say something.', 2, (_choice, index) => index);
+    const rl = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [group], experimental_config: { learning_rate: 1e30 } })).body;
+    const form = new FormData();
+    form.append('file', new Blob([`${JSON.stringify({ messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello' }] })}\n`]), 'train.jsonl');
+    const uploaded = await fetch(`${e2e.url}/v1/preview/artifacts/local/export/sft-data`, { method: 'POST', headers: { authorization: `Bearer ${e2e.key}` }, body: form });
+    const sftData = ((await uploaded.json()) as { url: string }).url;
+    const sft = (await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: sftData, config: { batch_size: 1, learning_rate: 1e30 } })).body;
+    for (const job of [rl, sft]) {
+      const ended = await waitForJob(e2e, job.id);
+      assert.equal(ended.status, 'FAILED', JSON.stringify(ended));
+      assert.equal(ended.error.code, 'training_diverged');
+      assert.match(ended.error.message, /^Training diverged: .*no checkpoint was written .*\(training diverged: the step would leave .* at index/);
+    }
+    assert.deepEqual(await checkpoints(), listed);
+    assert.deepEqual((await chat()).body.choices[0].logprobs, answer.body.choices[0].logprobs);
   });
 
   test('a fork starts from its parent\'s checkpoint, serves it identically, trains on, and outlives the parent', async () => {

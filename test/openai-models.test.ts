@@ -70,5 +70,20 @@ for (const backend of backends()) {
       assert.equal(raw.body.error.type, 'NotFoundError');
       assert.equal((await t.call('GET', '/v1/models', undefined, null)).status, 401);
     });
+
+    test('percent-encoded names are decoded once: %25 and other escapes are a 404, never a 500', async () => {
+      assert.equal((await t.call('POST', '/v1/preview/models', { project: 'enc', name: 'a.b', base_model: 'test/base' })).status, 200);
+      for (const name of ['%25', 'local%2Fx%25', '%25%25', '%E0%A4%A', 'local%2Fenc%2Fa%252Eb', '%2525', 'local/demo/%25']) {
+        const response = await t.call('GET', `/v1/models/${name}`);
+        assert.ok([400, 404].includes(response.status), `${name}: ${response.status} ${JSON.stringify(response.body)}`);
+        if (name !== '%E0%A4%A') assert.equal(response.status, 404, name); // a truncated escape is a malformed URL (400)
+      }
+      // Encoded slashes and escapes name the model exactly as its unencoded name does.
+      for (const name of ['local/enc/a%2Eb', 'local%2Fenc%2Fa.b%3Astep0', 'test%2Fbase']) {
+        const response = await t.call('GET', `/v1/models/${name}`);
+        assert.equal(response.status, 200, `${name}: ${JSON.stringify(response.body)}`);
+        assert.equal(response.body.id, decodeURIComponent(name));
+      }
+    });
   });
 }

@@ -20,6 +20,7 @@ import { TinkerRepository } from '../src/store/tinker-repository.ts';
 import { backends } from './helpers/database.ts';
 import { runJsonScript } from './helpers/reference.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { DOWN_PROJ_A, withValue } from './helpers/adapters.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON;
@@ -202,6 +203,33 @@ for (const backend of backends()) {
       const { builtin, custom } = session.custom_loss;
       assert.ok(Number.isFinite(custom.metrics.custom_nll), JSON.stringify(custom.metrics));
       assert.deepEqual(custom.logprobs, builtin.logprobs);
+    });
+
+    test('an optim_step at an absurd learning rate fails as diverged and leaves the training client exactly as it was', () => {
+      const { diverged } = session;
+      assert.match(diverged.error?.message ?? 'no error', /training diverged: the step would leave .* at index/);
+      assert.deepEqual(diverged.unchanged, diverged.reference);
+      // Weights, moments and step count all as before: the next good step lands where a twin's does.
+      assert.deepEqual(diverged.after, diverged.twin_after);
+      assert.notDeepEqual(diverged.after, diverged.reference);
+    });
+
+    test('load_weights and load_state of a checkpoint whose values went bad on disk fail as user errors naming the tensor', async () => {
+      const tinkerId = session.diverged.model_id;
+      const principal = await e2e.server.services.auth.authenticate(`Bearer ${e2e.key}`);
+      const { model } = await e2e.server.services.tinker.models.owned(principal, tinkerId);
+      const saves: { path: string; optimizer: boolean; folder: string }[] = [];
+      for (const [route, optimizer] of [['/api/v1/save_weights', true], ['/api/v1/save_weights_for_sampler', false]] as const) {
+        const saved = await result(e2e, (await tinkerCall(e2e, route, { model_id: tinkerId, path: `damaged-${optimizer}` })).body.request_id);
+        saves.push({ path: saved.path, optimizer, folder: (await e2e.server.services.repositories.models.latestCheckpoint(model.id))!.adapterPath! });
+      }
+      for (const { path: tinkerPath, optimizer, folder } of saves) {
+        const weights = path.join(folder, 'adapter_model.safetensors');
+        fs.writeFileSync(weights, withValue(fs.readFileSync(weights), Number.NaN, DOWN_PROJ_A, [3]));
+        const loaded = await result(e2e, (await tinkerCall(e2e, '/api/v1/load_weights', { model_id: tinkerId, path: tinkerPath, optimizer })).body.request_id);
+        assert.equal(loaded.category, 'user', JSON.stringify(loaded));
+        assert.match(loaded.error, /down_proj\.lora_A\.weight holds nan at index \[0, 3\]/);
+      }
     });
 
     test('bad input gets the SDK exception types, never a 500', () => {

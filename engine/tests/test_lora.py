@@ -141,11 +141,16 @@ class TestLora(unittest.TestCase):
         swapped = self.logits([[5, 6], [3, 4]], L.LoraBatch([a2, a1], torch.float32, "cpu", cache))
         self.assertEqual(len(cache._items), entries)  # the same stacks serve both orders
         self.assertTrue(torch.allclose(first, swapped.flip(0), atol=1e-6))
+        alone = self.logits([[3, 4]], L.LoraBatch([a1], torch.float32, "cpu", cache))
+        self.assertEqual(len(cache._items), entries)  # stacks are per adapter: a1 alone reuses its own
+        self.assertTrue(torch.allclose(first[:1], alone, atol=1e-6))
         small = L.StackCache(max_bytes=1)
         again = self.logits([[3, 4], [5, 6]], L.LoraBatch([a1, a2], torch.float32, "cpu", small))
         self.assertEqual(len(small._items), 1)  # over budget: only the latest stack stays
         self.assertTrue(torch.allclose(first, again, atol=1e-6))
         cache.forget(a1)
+        self.assertEqual(len(cache._items), entries // 2)
+        cache.forget(a2)
         self.assertEqual((len(cache._items), cache.bytes), (0, 0))
 
     def test_lru_bound_respects_pins(self):

@@ -6,6 +6,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { AppError } from '../errors.ts';
 import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './tinker-proto.ts';
+import { boundSchema } from '../engine/bounds.ts';
 
 const open = { additionalProperties: true } as const;
 const Id = Type.String({ minLength: 1, maxLength: 512 });
@@ -98,9 +99,9 @@ export const SamplingParams = Type.Object(
     max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1_000_000 }), Type.Null()])),
     seed: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 2 ** 53 }), Type.Null()])),
     stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String()), Type.Array(Type.Integer()), Type.Null()])),
-    temperature: Type.Optional(Type.Number({ minimum: 0 })),
-    top_k: Type.Optional(Type.Integer({ minimum: -1 })),
-    top_p: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+    temperature: Type.Optional(Type.Number(boundSchema('temperature'))),
+    top_k: Type.Optional(Type.Integer(boundSchema('top_k'))),
+    top_p: Type.Optional(Type.Number(boundSchema('top_p'))),
   },
   open,
 );
@@ -110,7 +111,7 @@ export const SampleBody = Type.Object(
   {
     prompt: Type.Object({ chunks: Type.Array(TokenChunk, { maxItems: 10_000 }) }, open),
     sampling_params: SamplingParams,
-    num_samples: Type.Optional(Type.Integer({ minimum: 1, maximum: 128 })),
+    num_samples: Type.Optional(Type.Integer(boundSchema('n'))),
     sampling_session_id: Type.Optional(Type.Union([Id, Type.Null()])),
     base_model: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()])),
     model_path: Type.Optional(Type.Union([Type.String({ maxLength: 1024 }), Type.Null()])),

@@ -60,6 +60,8 @@ function toolCalls(calls: unknown, where: string): Message[] | undefined {
   if (!Array.isArray(calls) || calls.length === 0) return undefined;
   return calls.map((call: Message, index) => {
     const fn = (call?.function ?? {}) as Message;
+    // Templates print the name as it is: without one, a call to nothing would be rendered (and trained on).
+    if (typeof fn.name !== 'string' || fn.name === '') throw new TemplateError(`${where}.tool_calls[${index}].function.name must be a non-empty string: the function the call names`);
     return { ...call, function: { ...fn, arguments: parsedArguments(fn.arguments, `${where}.tool_calls[${index}]`) } };
   });
 }

@@ -9,6 +9,7 @@ import { ConstraintRequestError } from '../constraints/constraint-error.ts';
 import { requestedConstraint, type RequestedConstraint } from '../constraints/request.ts';
 import { jsonSizeProblem } from '../constraints/limits.ts';
 import { contentPartProblem } from './messages.ts';
+import { boundText, SAMPLING_BOUNDS, withinBound, type SamplingBoundName } from '../engine/bounds.ts';
 
 export const MAX_LOGPROBS = 20;
 /** Nesting of the data a chat template renders; deeper data would overflow the renderer's stack. */
@@ -21,7 +22,6 @@ export function checkTemplateData(fields: Record<string, unknown>): void {
     if (problem) throw badRequest(`${field}: ${problem}, more than a chat template can render`, field);
   }
 }
-export const MAX_N = 128;
 
 export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
 
@@ -110,6 +110,11 @@ function checkRange(ok: boolean, message: string, param: string): void {
   if (!ok) throw badRequest(message, param);
 }
 
+/** A sampling parameter within the engine's bound (engine/bounds.json), so the engine never refuses what passes here. */
+function checkBound(name: SamplingBoundName, value: number): void {
+  checkRange(withinBound(name, value), `${name} must be in ${boundText(name)}, got ${value}.`, name);
+}
+
 /** The first content part that cannot be rendered, as a 400 naming it (messages.ts says what can be). */
 function checkContentParts(messages: Record<string, unknown>[]): void {
   messages.forEach((message, index) => {
@@ -189,23 +194,23 @@ function checkPromptOptions(body: ChatCompletionBody): void {
 /** n, temperature, penalties and the truncations of the distribution, in vLLM's ranges. */
 function distributionPlan(body: ChatCompletionBody) {
   const n = body.n ?? 1;
-  checkRange(n >= 1, `n must be at least 1, got ${n}.`, 'n');
-  checkRange(n <= MAX_N, `n must be at most ${MAX_N}, got ${n}.`, 'n');
+  checkBound('n', n);
   const temperature = body.temperature ?? null;
-  if (temperature !== null) checkRange(temperature >= 0, `temperature must be non-negative, got ${temperature}.`, 'temperature');
+  if (temperature !== null) checkBound('temperature', temperature);
   if (n > 1 && temperature !== null && temperature < 1e-5) throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
   const presence = body.presence_penalty ?? 0;
   const frequency = body.frequency_penalty ?? 0;
-  checkRange(presence >= -2 && presence <= 2, `presence_penalty must be in [-2, 2], got ${presence}.`, 'presence_penalty');
-  checkRange(frequency >= -2 && frequency <= 2, `frequency_penalty must be in [-2, 2], got ${frequency}.`, 'frequency_penalty');
+  checkBound('presence_penalty', presence);
+  checkBound('frequency_penalty', frequency);
   const repetition = body.repetition_penalty ?? null;
-  if (repetition !== null) checkRange(repetition > 0, `repetition_penalty must be greater than zero, got ${repetition}.`, 'repetition_penalty');
+  if (repetition !== null) checkBound('repetition_penalty', repetition);
   const topP = body.top_p ?? null;
-  if (topP !== null) checkRange(topP > 0 && topP <= 1, `top_p must be in (0, 1], got ${topP}.`, 'top_p');
+  if (topP !== null) checkBound('top_p', topP);
   const topK = body.top_k ?? null;
-  if (topK !== null) checkRange(topK === 0 || topK === -1 || topK >= 1, `top_k must be 0 (disable), or at least 1, got ${topK}.`, 'top_k');
+  // 0 and -1 both disable top-k (vLLM's two spellings of it).
+  if (topK !== null) checkRange(withinBound('top_k', topK), `top_k must be 0 or -1 (disable), or in [1, ${SAMPLING_BOUNDS.top_k.max}], got ${topK}.`, 'top_k');
   const minP = body.min_p ?? null;
-  if (minP !== null) checkRange(minP >= 0 && minP <= 1, `min_p must be in [0, 1], got ${minP}.`, 'min_p');
+  if (minP !== null) checkBound('min_p', minP);
   return { n, temperature, top_p: topP, top_k: topK === 0 ? -1 : topK, min_p: minP, presence_penalty: presence, frequency_penalty: frequency, repetition_penalty: repetition };
 }
 

@@ -73,7 +73,7 @@ type Pending =
   | { kind: 'unary'; resolve(reply: Reply): void; reject(error: EngineError): void }
   | { kind: 'stream'; stream: ReplyStream };
 
-const REPLY_ERROR_CODES: readonly string[] = ['bad_request', 'not_found', 'cancelled', 'internal', 'unauthorized'] satisfies ReplyErrorCode[];
+const REPLY_ERROR_CODES: readonly string[] = ['bad_request', 'not_found', 'non_finite', 'diverged', 'cancelled', 'internal', 'unauthorized'] satisfies ReplyErrorCode[];
 const STREAM_EVENT_TYPES: readonly string[] = ['prompt', 'tokens', 'finish'] satisfies GenerateEvent['type'][];
 
 // Process-wide, so ids stay unique across engine restarts and a log line names one request.

@@ -25,8 +25,12 @@ export interface EngineLimits {
   threads: number;
 }
 
-/** Codes of the engine's error replies; `unauthorized` answers a TCP connection's wrong secret (then it closes). */
-export type ReplyErrorCode = 'bad_request' | 'not_found' | 'cancelled' | 'internal' | 'unauthorized';
+/**
+ * Codes of the engine's error replies; `unauthorized` answers a TCP connection's wrong secret (then it closes).
+ * `non_finite`: adapter weights out of engine/bounds.json (load, save) or a request's non-finite logits (generate);
+ * `diverged`: a training step's loss, gradient or new weights were not finite, and the adapter is left as it was.
+ */
+export type ReplyErrorCode = 'bad_request' | 'not_found' | 'non_finite' | 'diverged' | 'cancelled' | 'internal' | 'unauthorized';
 
 export interface StatsReply {
   device: string;

@@ -117,6 +117,8 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
   if (error instanceof EngineError) {
     if (error.code === 'bad_request') return new AppError('bad_request', error.message);
     if (error.code === 'engine_unavailable') return new AppError('engine_unavailable', error.message);
+    if (error.code === 'non_finite') return new AppError('non_finite_weights', error.message);
+    if (error.code === 'diverged') return new AppError('training_diverged', error.message);
     return new AppError('engine_failed', `The engine failed: ${error.message}`);
   }
   if (error instanceof pg.DatabaseError) {

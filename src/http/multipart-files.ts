@@ -23,24 +23,25 @@ function truncated(): AppError {
   return new AppError('bad_request', 'The multipart body ended inside a part or without its closing boundary (--BOUNDARY--)');
 }
 
-/** Calls `then` PARSE_GRACE_MS after the whole request body has arrived. */
-function afterBody(request: FastifyRequest, then: () => void): void {
-  const later = () => setTimeout(then, PARSE_GRACE_MS).unref();
-  if (request.raw.readableEnded) later();
-  else request.raw.once('end', later);
+/** Resolves once the whole request body has arrived: one `end` listener per request, however many parts it has. */
+function bodyEnded(request: FastifyRequest): Promise<void> {
+  if (request.raw.readableEnded) return Promise.resolve();
+  return new Promise((resolve) => request.raw.once('end', () => resolve()));
 }
 
-/** `pending`, or a 400 when the body is in and it still has not settled. */
-function settledOrTruncated<T>(request: FastifyRequest, pending: Promise<T>): Promise<T> {
+/** `pending`, or a 400 when the body is in and it still has not settled PARSE_GRACE_MS later. */
+function settledOrTruncated<T>(ended: Promise<void>, pending: Promise<T>): Promise<T> {
   return new Promise((resolve, reject) => {
     let settled = false;
     pending.then(
       (value) => ((settled = true), resolve(value)),
       (error: unknown) => ((settled = true), reject(error)),
     );
-    afterBody(request, () => {
-      if (!settled) reject(truncated());
-    });
+    void ended.then(() =>
+      setTimeout(() => {
+        if (!settled) reject(truncated());
+      }, PARSE_GRACE_MS).unref(),
+    );
   });
 }
 
@@ -60,8 +61,9 @@ function ownStream(part: Readable): Readable {
 
 export async function* multipartFiles(request: FastifyRequest): AsyncGenerator<UploadedPart> {
   const parts = request.files()[Symbol.asyncIterator]();
+  const ended = bodyEnded(request);
   for (;;) {
-    const next = await settledOrTruncated(request, parts.next());
+    const next = await settledOrTruncated(ended, parts.next());
     if (next.done) return;
     yield { field: next.value.fieldname, fileName: next.value.filename, stream: ownStream(next.value.file) };
   }

@@ -4,6 +4,7 @@
  */
 import type { Logger } from 'pino';
 import { JOB_ERROR_CATALOGUE, JobError } from '../errors.ts';
+import { EngineError } from '../engine/errors.ts';
 import { newId } from '../ids.ts';
 import type { JobRow } from '../api/training-jobs.ts';
 import { JobQueue } from './queue.ts';
@@ -132,7 +133,7 @@ export class JobWorker {
         await this.queue.finishCancelled(job.id, this.owner);
         log.info('job cancelled');
       } else {
-        const failure = error instanceof JobError ? error : new JobError('internal', `${JOB_ERROR_CATALOGUE.internal.message}: ${(error as Error).message}`);
+        const failure = jobFailure(error);
         await this.queue.fail(job.id, this.owner, failure);
         log.error({ err: error }, 'job failed');
       }
@@ -142,4 +143,11 @@ export class JobWorker {
       this.options.onFinished?.(job.type, status, (performance.now() - started) / 1000);
     }
   }
+}
+
+/** What a job that threw failed with: its own JobError, a diverged engine step, or `internal`. */
+function jobFailure(error: unknown): JobError {
+  if (error instanceof JobError) return error;
+  if (error instanceof EngineError && error.code === 'diverged') return new JobError('training_diverged', `${JOB_ERROR_CATALOGUE.training_diverged.message} (${error.message})`);
+  return new JobError('internal', `${JOB_ERROR_CATALOGUE.internal.message}: ${(error as Error).message}`);
 }

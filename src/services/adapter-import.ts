@@ -14,7 +14,7 @@ import { listTar, type TarMember } from '../artifacts/tar.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import { ADAPTER_CONFIG, ADAPTER_WEIGHTS } from './checkpoint-export.ts';
-import { baseDims, checkLoraConfig, checkLoraTensors } from './adapter-validation.ts';
+import { baseDims, checkLoraConfig, checkLoraTensors, checkLoraValues } from './adapter-validation.ts';
 import type { ModelCreateBody, ModelResponse } from '../api/models.ts';
 import type { ModelService } from './model-service.ts';
 
@@ -86,6 +86,8 @@ export class AdapterImporter {
       const dims = baseDims(JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>);
       problems.push(...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], dims, header.dataBytes));
       if (problems.length) throw validationError(problems);
+      problems.push(...(await checkLoraValues(handle, header.dataStart, header.json)));
+      if (problems.length) throw validationError(problems);
       return { config, weights };
     } finally {
       await handle.close();
@@ -106,13 +108,28 @@ async function readJson(handle: fs.FileHandle, offset: number, size: number, max
   throw refuse('not a JSON object', loc);
 }
 
-/** The JSON header of a safetensors member (8-byte little-endian length, then JSON) and how many data bytes follow it. */
-async function safetensorsHeader(handle: fs.FileHandle, member: TarMember): Promise<{ json: Record<string, unknown>; dataBytes: number }> {
+/**
+ * The values of an adapter folder's weights (a checkpoint about to become another model's, as a fork copies it): a 422
+ * naming each tensor with a value out of bounds and its first bad index, as an import would answer.
+ */
+export async function checkAdapterFolderValues(folder: string): Promise<void> {
+  const handle = await fs.open(path.join(folder, ADAPTER_WEIGHTS));
+  try {
+    const header = await safetensorsHeader(handle, { offset: 0, size: (await handle.stat()).size });
+    const problems = await checkLoraValues(handle, header.dataStart, header.json);
+    if (problems.length) throw validationError(problems);
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The JSON header of a safetensors member (8-byte little-endian length, then JSON), where its data starts and how many data bytes follow. */
+async function safetensorsHeader(handle: fs.FileHandle, member: Pick<TarMember, 'offset' | 'size'>): Promise<{ json: Record<string, unknown>; dataStart: number; dataBytes: number }> {
   const prefix = Buffer.alloc(8);
   if (member.size < 8) throw refuse('too short to be safetensors', [ADAPTER_WEIGHTS]);
   await handle.read(prefix, 0, 8, member.offset);
   const length = Number(prefix.readBigUInt64LE(0));
   if (length > member.size - 8) throw refuse(`header length ${length} runs past the file (${member.size} bytes): not safetensors`, [ADAPTER_WEIGHTS]);
   const json = await readJson(handle, member.offset + 8, length, MAX_HEADER_BYTES, [ADAPTER_WEIGHTS]);
-  return { json, dataBytes: member.size - 8 - length };
+  return { json, dataStart: member.offset + 8 + length, dataBytes: member.size - 8 - length };
 }

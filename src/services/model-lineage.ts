@@ -1,7 +1,8 @@
 /**
  * Models that start from an adapter rather than from the base: a fork of another model's checkpoint. The new
  * model's step 0 holds that adapter (with its optimizer state, so training goes on where the parent stood),
- * and from there it trains and serves like any model.
+ * and from there it trains and serves like any model. The copied weights are checked as an import's are: a value
+ * that is not finite or out of bounds (a checkpoint older than that check, or damaged on disk) is a 422 and nothing is kept.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -9,6 +10,7 @@ import { notFound } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { Principal } from './auth-service.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
+import { checkAdapterFolderValues } from './adapter-import.ts';
 import type { ModelForkBody, ModelResponse } from '../api/models.ts';
 import type { ModelService } from './model-service.ts';
 
@@ -31,6 +33,7 @@ export class ModelLineage {
         if (error.code === 'ENOENT') throw notFound(`Checkpoint at step ${checkpoint.step} of model ${parent.name} (deleted meanwhile)`);
         throw error;
       });
+      await checkAdapterFolderValues(folder);
       const config = await publicAdapterConfig(folder, parent.base_model);
       await fs.writeFile(path.join(folder, ADAPTER_CONFIG), `${JSON.stringify(config, null, 2)}\n`);
     });

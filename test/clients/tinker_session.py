@@ -1,7 +1,8 @@
 """The official `tinker` SDK (run with $TINKER_PYTHON) against our server, for test/tinker-api.test.ts.
 
 Reads {server, api_key, other_key, base_model, tokenizer} as JSON on stdin; drives a supervised loop, an RL
-loop with importance sampling, a save/load round trip, sampling from saved weights and the SDK's error paths;
+loop with importance sampling, a save/load round trip, sampling from saved weights, the SDK's error paths and a
+diverged optim_step;
 prints what it observed as JSON. It asserts nothing: the test decides.
 """
 
@@ -165,6 +166,31 @@ def custom_loss(service, tokenizer, base_model):
     return results
 
 
+def diverged(service, tokenizer, base_model):
+    """An optim_step at an absurd learning rate fails; the client then trains on exactly as a twin that never tried."""
+    data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
+    as_lists = lambda out: [o["logprobs"].tolist() for o in out.loss_fn_outputs]
+    trainer, twin = (service.create_lora_training_client(base_model=base_model, rank=8, seed=4).result() for _ in range(2))
+    for client in (trainer, twin):
+        client.forward_backward(data, "cross_entropy")
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    reference = trainer.forward(data, "cross_entropy").result()
+    trainer.forward_backward(data, "cross_entropy")
+    error = failure(lambda: trainer.optim_step(types.AdamParams(learning_rate=1e30)).result())
+    unchanged = trainer.forward(data, "cross_entropy").result()
+    for client in (trainer, twin):
+        client.forward_backward(data, "cross_entropy")
+        client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    return {
+        "model_id": trainer.model_id,
+        "error": error,
+        "reference": as_lists(reference),
+        "unchanged": as_lists(unchanged),
+        "after": as_lists(trainer.forward(data, "cross_entropy").result()),
+        "twin_after": as_lists(twin.forward(data, "cross_entropy").result()),
+    }
+
+
 def failure(call):
     """The exception type the SDK raised (and its status where it has one), or None."""
     try:
@@ -281,6 +307,7 @@ def main():
     run_id = out["supervised"]["sampler_path"][len("tinker://"):].split("/")[0]
     out["errors"] = errors(service, other, tokenizer, base_model, out["supervised"]["model_id"], run_id)
     out["sampling"] = sampling(service, tokenizer, base_model)
+    out["diverged"] = diverged(service, tokenizer, base_model)
     out["rest"] = rest(service, out["supervised"]["sampler_path"], out["reinforcement"]["sampler_path"])
     json.dump(out, sys.stdout)
 

@@ -31,7 +31,7 @@ export interface Endpoint {
   body?: (c: Ctx) => Body;
   multipart?: true;
   /** A body of raw bytes (an upload), valid or broken as `hostile` says. */
-  bytes?: (c: Ctx, hostile: boolean) => { bytes: Buffer; contentType: string };
+  bytes?: (c: Ctx, hostile: boolean) => { bytes: Buffer; contentType: string; mustRefuse?: string };
   attacks?: ((c: Ctx, body: Body) => void)[];
 }
 
@@ -50,7 +50,7 @@ function trajectory(c: Ctx): Body {
 function chatBody(c: Ctx): Body {
   const { rng } = c;
   const body: Body = {
-    model: rng.chance(0.7) ? c.target.inferenceName : BASE_MODEL,
+    model: c.target.injected.length > 0 && rng.chance(0.1) ? rng.pick(c.target.injected) : rng.chance(0.7) ? c.target.inferenceName : BASE_MODEL,
     messages: [{ role: 'user', content: rng.pick(['Hi', 'Say a word.', '', 'Count: 1 2 3']) }],
     max_tokens: 1 + rng.int(6),
     seed: rng.int(1000),

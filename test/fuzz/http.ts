@@ -19,6 +19,8 @@ export interface Draft {
   /** JSON body as a value (with `Raw` parts), or bytes, or nothing. */
   body?: unknown;
   bytes?: Buffer;
+  /** Set where any 2xx answer is a finding (it says why): e.g. an import of an adapter holding NaN. */
+  mustRefuse?: string;
 }
 
 export interface Outcome {

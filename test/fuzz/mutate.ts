@@ -153,9 +153,10 @@ export function buildDraft(endpoint: Endpoint, c: Ctx, key: string, clean: boole
   }
   if (endpoint.multipart) multipart(rng, draft, !clean && rng.chance(0.6));
   if (endpoint.bytes) {
-    const { bytes, contentType } = endpoint.bytes(c, !clean && rng.chance(0.6));
+    const { bytes, contentType, mustRefuse } = endpoint.bytes(c, !clean && rng.chance(0.6));
     draft.bytes = bytes;
     draft.headers['content-type'] = contentType;
+    draft.mustRefuse = mustRefuse;
   }
   if (clean) return draft;
   const count = 1 + rng.int(2);

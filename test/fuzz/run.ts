@@ -1,7 +1,9 @@
 /**
- * One fuzz run: start the real server as its own process, seed two entities, snapshot the second, send
- * `requests` seeded hostile requests (the first entity's key for writes, either key for reads) while a worker
- * thread polls /v1/health, then check the server is alive and the second entity's data unchanged.
+ * One fuzz run: start the real server as its own process (its sampler a TCP engine, see probes.ts), seed two
+ * entities, inject broken adapters for the first, snapshot the second, send `requests` seeded hostile requests
+ * (the first entity's key for writes, either key for reads) while a worker thread polls /v1/health and the second
+ * entity's temperature-0 answers are compared in rounds, then check the server is alive and the second entity's
+ * data and answers unchanged.
  * Request i is drawn from its own PRNG (seed, i), so one finding replays with the same seed.
  */
 import fs from 'node:fs';
@@ -14,6 +16,8 @@ import { renderBody, renderPath, send, type Draft, type Outcome } from './http.t
 import { buildDraft } from './mutate.ts';
 import { Prng } from './prng.ts';
 import { seedEntity, snapshot, snapshotChanges, type World } from './world.ts';
+import { answerChanges, answersOf, injectBadAdapters, probeWhile } from './probes.ts';
+import { startTcpEngine } from '../helpers/engine-process.ts';
 
 export interface FuzzOptions {
   seed: number;
@@ -61,6 +65,8 @@ export interface FuzzReport {
   spans: Span[];
   /** The server's own error log lines (the last few), which name the cause of a 5xx. */
   serverErrors: string[];
+  /** Rounds of the other entity's answers taken beside chats on the injected adapters (probes.ts). */
+  isolationRounds: number;
 }
 
 const KEY_A = `sk-${'fuzz'.repeat(8)}`;
@@ -146,14 +152,15 @@ function remember(world: World, draft: Draft, outcome: Outcome): void {
   if (id && /"entity":"local"/.test(outcome.detail)) world.a.disposableModelIds.push(id);
 }
 
-/** Counts the answer in the histogram; a 5xx, a hung request or a refused connection is a finding. */
+/** Counts the answer in the histogram; a 5xx, a hung request, a refused connection or a 2xx that must not be is a finding. */
 function record(report: FuzzReport, index: number, draft: Draft, outcome: Outcome, at: number): void {
   report.spans.push({ at, ms: Math.round(outcome.ms), request: `#${index} ${describeRequest(draft).slice(0, 160)}`, status: outcome.status });
   const row = report.histogram.get(draft.label) ?? new Map<string, number>();
   row.set(String(outcome.status), (row.get(String(outcome.status)) ?? 0) + 1);
   report.histogram.set(draft.label, row);
   const bad = (typeof outcome.status === 'number' && outcome.status >= 500) || ['timeout', 'refused', 'fuzzer error'].includes(String(outcome.status));
-  if (bad) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: outcome.status, detail: outcome.detail });
+  const accepted = draft.mustRefuse !== undefined && typeof outcome.status === 'number' && outcome.status < 300;
+  if (bad || accepted) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: outcome.status, detail: accepted ? `${draft.mustRefuse}: ${outcome.detail}` : outcome.detail });
 }
 
 /** Sends the requests; stops early when the server dies or health stops answering (then the requests in flight are the suspects). */
@@ -185,21 +192,34 @@ async function fire(server: ServerProcess, world: World, options: FuzzOptions, r
 export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fuzz-'));
   const started = performance.now();
+  // The sampler takes the test-only flag that lets injected adapters (probes.ts) past its load check.
+  const secret = `fuzz-${process.pid}-${Date.now()}`;
+  const sampler = await startTcpEngine({ secret, args: ['--skip-adapter-value-check'] });
   // A small artifact file limit, so the fuzzer reaches the "file too large" path without sending a gigabyte.
-  const server = await spawnServerProcess({ dataDir, key: KEY_A, databaseUrl: options.databaseUrl, env: { ARTIFACT_MAX_FILE_BYTES: '1000000' } });
-  const report: FuzzReport = { histogram: new Map(), findings: [], health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] }, crashed: null, crossEntityChanges: [], wedged: false, seconds: 0, spans: [], serverErrors: [] };
+  const env = { ARTIFACT_MAX_FILE_BYTES: '1000000', SAMPLER_URLS: `tcp://127.0.0.1:${sampler.port}`, ENGINE_SECRET: secret };
+  const server = await spawnServerProcess({ dataDir, key: KEY_A, databaseUrl: options.databaseUrl, env });
+  const report: FuzzReport = { histogram: new Map(), findings: [], health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] }, crashed: null, crossEntityChanges: [], wedged: false, seconds: 0, spans: [], serverErrors: [], isolationRounds: 0 };
   try {
     const keyB = await server.createKey(ENTITY_B);
     const [a, b] = await Promise.all([seedEntity(server.url, 'local', KEY_A, false), seedEntity(server.url, ENTITY_B, keyB, true)]);
+    a.injected = await injectBadAdapters(server.url, dataDir, a);
     const world: World = { url: server.url, a, b };
-    const before = await snapshot(server.url, b);
+    const [before, answers] = [await snapshot(server.url, b), await answersOf(server.url, b)];
     options.progress?.(`fuzz: seeded in ${Math.round((performance.now() - started) / 1000)} s; sending ${options.requests} requests (seed ${options.seed})`);
-    await fire(server, world, options, report);
+    let firing = true;
+    const probing = probeWhile(server.url, a, b, a.injected, answers, () => !firing);
+    await fire(server, world, options, report).finally(() => (firing = false));
+    const probe = await probing;
+    report.isolationRounds = probe.rounds;
+    report.findings.push(...probe.serverErrors.map((error, index) => ({ index: -1 - index, label: 'chat on an injected adapter', request: error, status: 'probe 5xx', detail: error })));
     report.crashed = server.exit();
-    if (report.crashed === null && !report.wedged) report.crossEntityChanges = snapshotChanges(before, await snapshot(server.url, b));
+    if (report.crashed === null && !report.wedged) {
+      report.crossEntityChanges = [...snapshotChanges(before, await snapshot(server.url, b)), ...probe.changes, ...answerChanges(answers, await answersOf(server.url, b), 'after the requests')];
+    }
   } finally {
     report.serverErrors = server.errorLines.slice(-10);
     await server.stop();
+    await sampler.kill();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
   report.seconds = (performance.now() - started) / 1000;
@@ -214,7 +234,7 @@ export function formatReport(report: FuzzReport): string {
   const total = [...report.histogram.values()].reduce((sum, row) => sum + [...row.values()].reduce((a, b) => a + b, 0), 0);
   lines.push(`requests: ${total} in ${report.seconds.toFixed(1)} s; findings (5xx, timeouts, refused): ${report.findings.length}; crashed: ${report.crashed ?? 'no'}${report.wedged ? `; WEDGED (health unanswered for ${WEDGED_MS / 1000} s, run stopped)` : ''}`);
   lines.push(`health: ${report.health.polls} polls, ${report.health.slow} over 1 s, ${report.health.failures} failed, slowest ${report.health.maxMs} ms`);
-  lines.push(`cross-entity changes: ${report.crossEntityChanges.length === 0 ? 'none' : report.crossEntityChanges.join(', ')}`);
+  lines.push(`cross-entity changes: ${report.crossEntityChanges.length === 0 ? 'none' : report.crossEntityChanges.join(', ')} (the other entity's temperature-0 answers compared before, in ${report.isolationRounds} rounds beside chats on NaN/Inf/1e38 adapters, and after)`);
   for (const finding of report.findings.slice(0, 30)) lines.push(`  #${finding.index} ${finding.status} ${finding.request}\n      → ${finding.detail}`);
   if (report.serverErrors.length > 0) lines.push('server error log (last lines):', ...report.serverErrors.map((line) => `  ${line.slice(0, 600)}`));
   lines.push('slowest requests:', ...[...report.spans].sort((x, y) => y.ms - x.ms).slice(0, 5).map((span) => `      ${span.ms} ms ${span.status} ${span.request}`));

@@ -1,10 +1,15 @@
 /**
  * Adapter uploads for the import route: the seeded export as is, or broken in the ways an archive can be
  * (cut short, bytes flipped, sizes and checksums that lie, members that escape, configs and safetensors
- * headers that are not what they claim). Built synchronously, since a request is drawn synchronously.
+ * headers that are not what they claim), or valid but for one value no engine may compute with (NaN, ±Inf, beyond
+ * ±65504), which must be refused. Built synchronously, since a request is drawn synchronously.
  */
+import { adapterTensors, tarWithValue } from '../helpers/adapters.ts';
 import { deepNesting } from './hostile.ts';
 import type { Prng } from './prng.ts';
+
+/** Values an adapter must never hold (engine/bounds.json: finite, at most 65504 in magnitude). */
+export const BAD_VALUES = [Number.NaN, Infinity, -Infinity, 1e38, -3e38, 65505];
 
 const BLOCK = 512;
 
@@ -59,8 +64,19 @@ function hostileTar(rng: Prng, valid: Buffer): Buffer {
   ])();
 }
 
-/** The bytes and content type of an import request's body. */
-export function adapterUpload(rng: Prng, valid: Buffer, hostile: boolean): { bytes: Buffer; contentType: string } {
+/** The valid export with one value of a random tensor, at a random index, set to a value no adapter may hold. */
+function poisonedTar(rng: Prng, valid: Buffer): { bytes: Buffer; value: number; tensor: string } {
+  const tensor = rng.pick(adapterTensors(valid));
+  const value = rng.pick(BAD_VALUES);
+  return { bytes: tarWithValue(valid, value, tensor.name, [rng.int(tensor.elements)]), value, tensor: tensor.name };
+}
+
+/** The bytes and content type of an import request's body; `mustRefuse` says why a 2xx would be a finding. */
+export function adapterUpload(rng: Prng, valid: Buffer, hostile: boolean): { bytes: Buffer; contentType: string; mustRefuse?: string } {
   const contentType = hostile && rng.chance(0.2) ? rng.pick(['application/json', 'text/plain', 'application/x-tar; charset=utf-8', 'application/gzip']) : rng.pick(['application/x-tar', 'application/octet-stream']);
+  if (hostile && rng.chance(0.3)) {
+    const poisoned = poisonedTar(rng, valid);
+    return { bytes: poisoned.bytes, contentType, mustRefuse: `an adapter holding ${poisoned.value} in ${poisoned.tensor} was imported` };
+  }
   return { bytes: hostile ? hostileTar(rng, valid) : valid, contentType };
 }

@@ -28,6 +28,8 @@ export interface Entity {
   adapterTar: Buffer;
   /** A sampled group with logprobs: what a valid RL submission carries. */
   group: { trajectories: Record<string, unknown>[] };
+  /** Models whose weights the run made NaN, infinite or huge on disk (probes.ts); chats may aim at them. */
+  injected: string[];
 }
 
 export interface World {
@@ -95,6 +97,7 @@ export async function seedEntity(url: string, name: string, key: string, withSft
     artifactUrl,
     adapterTar: Buffer.from(await exported.arrayBuffer()),
     group,
+    injected: [],
   };
 }
 

@@ -153,6 +153,7 @@ export class TinkerFutures {
 function keyOf(request: NumberedRequest): { request_key: string; request_hash: string } {
   return { request_key: `${request.scope}#${request.seqId}`, request_hash: createHash('sha256').update(JSON.stringify(request.content)).digest('hex') };
 }
+const USER_ENGINE_ERRORS: readonly EngineError['code'][] = ['bad_request', 'not_found', 'non_finite', 'diverged'];
 
 function outcomeOf(row: TinkerFutureTable): FutureOutcome {
   if (row.status === 'pending') return { status: 'pending' };
@@ -160,9 +161,12 @@ function outcomeOf(row: TinkerFutureTable): FutureOutcome {
   return { status: 'complete', kind: row.kind, result: JSON.parse(row.result ?? 'null') };
 }
 
-/** The caller's own mistakes (input the engine refused, a missing checkpoint) are `user`; everything else `server`. */
+/**
+ * The caller's own mistakes (input the engine refused, a missing checkpoint, a step its learning rate made diverge,
+ * weights out of bounds) are `user`; everything else `server`.
+ */
 function describeFailure(error: unknown): { error: string; category: 'user' | 'server' } {
   if (error instanceof AppError) return { error: error.message, category: error.status < 500 ? 'user' : 'server' };
-  if (error instanceof EngineError) return { error: error.message, category: error.code === 'bad_request' || error.code === 'not_found' ? 'user' : 'server' };
+  if (error instanceof EngineError) return { error: error.message, category: USER_ENGINE_ERRORS.includes(error.code) ? 'user' : 'server' };
   return { error: 'Internal server error', category: 'server' };
 }
