@@ -85,14 +85,14 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
       await e2e.server.services.repositories.trajectories.insertRunMetrics(rival.body.run_id, step, 'train', { reward: 0.1 * step, reward_std_dev: 0.3, loss: 0.5 }, new Date().toISOString());
     }
 
-    // A job that fails while training (the chat template cannot render a tool call without a name).
+    // A job that fails while training: an absurd learning rate pushes the adapter past its bound at the first step.
     const broken = await e2e.api('POST', '/v1/preview/models', { project: 'experiments', name: 'broken', base_model: 'builtin/tiny-chat' });
-    const badTurn = { role: 'assistant', content: 'x', tool_calls: [{ type: 'function', function: { arguments: '{}' } }] };
     const failing = await e2e.api('POST', '/v1/preview/training-jobs', {
       model_id: broken.body.id,
-      trajectory_groups: [{ trajectories: [0, 1].map((reward) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, { index: 0, finish_reason: 'stop', message: badTurn, logprobs: null }], reward })) }],
-      experimental_config: { allow_training_without_logprobs: true },
+      trajectory_groups: [{ trajectories: [0, 1].map((reward) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, { index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'hello there' }, logprobs: null }], reward })) }],
+      experimental_config: { allow_training_without_logprobs: true, learning_rate: 1e6 },
     });
+    assert.equal(failing.status, 200, JSON.stringify(failing.body));
     failedJobId = failing.body.id;
     assert.equal((await waitForJob(e2e, failedJobId)).status, 'FAILED');
 
@@ -477,7 +477,7 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
     await page.goto(`/#/jobs/${failedJobId}`);
     const failure = page.getByRole('alert');
     await failure.getByText('Training failed').waitFor();
-    assert.match(await failure.innerText(), /chat template failed to render/);
+    assert.match(await failure.innerText(), /diverged/i);
     await page.locator('dl.job-config dd[data-key="allow_training_without_logprobs"]').getByText('true').waitFor();
     assert.equal(await page.locator('.progress-rate').innerText(), '', 'no rate without steps');
     await session.screenshot('08-job-failed');

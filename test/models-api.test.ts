@@ -183,7 +183,7 @@ for (const backend of backends()) {
       const folder = t.services.models.modelFolder(model.id);
       fs.mkdirSync(path.join(folder, 'checkpoints', '1'), { recursive: true });
       fs.writeFileSync(path.join(folder, 'checkpoints', '1', 'adapter_model.safetensors'), 'x');
-      const logged = await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ trajectories: [{ messages_and_choices: [], reward: 1 }] }] });
+      const logged = await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'hi' }], reward: 1 }] }] });
       assert.equal(logged.status, 200);
 
       // As openai-python (ART's client) sends it: a JSON content type and no body.
