@@ -95,6 +95,15 @@ export class BaseModelRuntime {
     return spec && tokenizer ? toolFormatOf(spec, tokenizer).name : null;
   }
 
+  /**
+   * Reads every loadable base's tokenizer now. Building one (SmolLM2's: 0.3–1.6 s) holds the event loop, so the
+   * first request that needed it (a `/v1/models` listing, say) would otherwise stall every other request, health
+   * included.
+   */
+  async readTokenizers(): Promise<void> {
+    for (const id of this.registry.loadableIds()) await this.tokenizerOnly(id);
+  }
+
   private async tokenizerOnly(baseId: string): Promise<ChatTokenizer | null> {
     const spec = this.registry.find(baseId);
     if (!spec) return null;
