@@ -4,6 +4,7 @@
  * focusing the reply and moving with ← →. The reply itself streams in playground-reply.ts.
  */
 import type { ChatLogprob } from '../../../src/api/chat.ts';
+import { servedModelName } from '../../../src/api/model-name.ts';
 import { get, getAll, type Checkpoint, type ListPage, type ModelSummary, type Overview } from '../api.ts';
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
@@ -142,7 +143,7 @@ async function fillSteps(pg: Playground): Promise<void> {
 function modelName(pg: Playground): string {
   const { model, base } = selectedModel(pg);
   if (!model) return base!;
-  return pg.stepSelect.value ? `${model.inference_name}:step${pg.stepSelect.value}` : model.inference_name;
+  return servedModelName({ entity: model.entity, project: model.project, name: model.name, step: pg.stepSelect.value ? Number(pg.stepSelect.value) : null });
 }
 
 function showTip(pg: Playground, target: TokenPiece): void {
