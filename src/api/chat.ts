@@ -144,7 +144,7 @@ const PromptLogprobs = Type.Union([
   Type.Null(),
 ]);
 
-export const ChatMessageOut = Closed({
+const ChatMessageOut = Closed({
   role: Type.String(),
   content: Type.Union([Type.String(), Type.Null()]),
   refusal: Type.Null(),

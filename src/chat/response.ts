@@ -34,7 +34,7 @@ function usageOf(plan: ChatPlan, completionTokens: number, cachedTokens: number)
 const completionTokens = (outputs: ChoiceOutput[]) => outputs.reduce((sum, output) => sum + output.completionTokens, 0);
 
 /** One output per choice, reading tokens as this plan's model and request say. */
-export function choiceOutputs(plan: ChatPlan): ChoiceOutput[] {
+function choiceOutputs(plan: ChatPlan): ChoiceOutput[] {
   const { request, model } = plan;
   const stopTokenIds = new Set([...plan.generate.stop_token_ids, ...(request.sampling.ignore_eos ? [] : model.generation.eos_token_ids)]);
   const thinkingOff = request.templateKwargs.enable_thinking === false;
