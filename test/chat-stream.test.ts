@@ -10,7 +10,9 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { Value } from '@sinclair/typebox/value';
 import OpenAI from 'openai';
+import { ChatCompletion, ChatCompletionChunk } from '../src/api/chat.ts';
 import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../src/chat/output.ts';
 import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
 import { TOOL_CALL_FORMATS } from '../src/chat/tool-calls/index.ts';
@@ -52,7 +54,10 @@ async function sse(url: string, key: string, body: Record<string, unknown>, sign
   for (const event of events) assert.ok(event.startsWith('data: ') && !event.includes('\n'), `one data line per event: ${JSON.stringify(event)}`);
   const payloads = events.map((event) => event.slice('data: '.length));
   assert.equal(payloads.at(-1), '[DONE]');
-  return { response, text, payloads, chunks: payloads.slice(0, -1).map((payload) => JSON.parse(payload) as Chunk) };
+  const chunks = payloads.slice(0, -1).map((payload) => JSON.parse(payload) as Chunk);
+  // Every chunk is what api/chat.ts declares (an error event, which ends a failing stream, is the error body instead).
+  for (const chunk of chunks.filter((chunk) => !('error' in chunk))) assert.deepEqual([...Value.Errors(ChatCompletionChunk, chunk)].map((e) => `${e.path}: ${e.message}`), [], JSON.stringify(chunk));
+  return { response, text, payloads, chunks };
 }
 
 /** Per choice index: its chunks in order, and the concatenated delta fields. */
@@ -433,6 +438,7 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   const bothModes = async (texts: string[], body: Record<string, unknown>) => {
     engine.texts = texts;
     const whole = await create(body);
+    assert.deepEqual([...Value.Errors(ChatCompletion, JSON.parse(JSON.stringify(whole)))].map((e) => `${e.path}: ${e.message}`), [], 'the answer is what api/chat.ts declares');
     const streamed = await sse(url, key, { messages: HI, ...body, stream_options: { include_usage: true } });
     const helper: any = await client.chat.completions.stream({ messages: HI, ...body } as never).finalChatCompletion();
     return { whole, chunks: streamed.chunks, choices: checkStreamShape(streamed.chunks, body.n === undefined ? 1 : (body.n as number), { usage: true }), helper };

@@ -12,18 +12,8 @@ import type { BaseModelSpec, EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
 import { markerSyntax, type MarkerSyntax } from '../constraints/lark.ts';
 import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat, type ToolParserName } from '../chat/tool-calls/index.ts';
+import type { GenerationDefaults } from '../chat/sampling.ts';
 import type { BaseModelRegistry } from './base-models.ts';
-
-/** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
-export interface GenerationDefaults {
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  min_p?: number;
-  repetition_penalty?: number;
-  /** Every end-of-sequence id the model may emit (the tokenizer's EOS among them). */
-  eos_token_ids: number[];
-}
 
 export interface LoadedBase {
   id: string;
