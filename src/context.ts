@@ -148,8 +148,8 @@ export function createServices({ config, store, clock, engines = null, enginePro
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
-      await runtime.sampler().stats();
-      await runtime.trainer().stats();
+      await runtime.sampler().request('stats', {});
+      await runtime.trainer().request('stats', {});
     });
   const tinker = createTinkerServices({
     repository: repositories.tinker,
@@ -191,7 +191,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     tinker,
     wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
-    metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
+    metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null) }),
     runners: createRunners(queue, checkpoints, repositories, trajectories, artifacts),
   };
 }

@@ -182,7 +182,7 @@ for (const backend of backends()) {
       const principal = await e2e.server.services.auth.authenticate(`Bearer ${e2e.key}`);
       const { model } = await e2e.server.services.tinker.models.owned(principal, tinkerId);
       // What an engine restart or an LRU eviction does to the trainer's copy.
-      await e2e.server.services.runtime.trainer().dropAdapter({ adapter: `tinker:${model.id}` });
+      await e2e.server.services.runtime.trainer().request('drop_adapter', { adapter: `tinker:${model.id}` });
       const lost = await step();
       assert.equal(lost.category, 'user');
       assert.match(lost.error, /lost this training client's state/);

@@ -4,7 +4,7 @@
  * checkpoint publisher (services/checkpoint-publisher.ts), which makes it servable before the job reports it.
  */
 import crypto from 'node:crypto';
-import type { Engine } from '../engine/client.ts';
+import type { Engine } from '../engine/ops.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from '../services/base-model-runtime.ts';
 import { JobError } from '../errors.ts';
@@ -43,12 +43,12 @@ export class CheckpointWriter {
     const adapter = `train:${model.id}`;
     const latest = await this.models.latestCheckpoint(model.id);
     // Always start from what is on disk: a checkpoint may have been deleted since this adapter was resident.
-    await engine.dropAdapter({ adapter });
+    await engine.request('drop_adapter', { adapter });
     if (latest?.adapterPath) {
-      await engine.ensureAdapter({ adapter, base: base.id, path: latest.adapterPath });
+      await engine.request('ensure_adapter', { adapter, base: base.id, path: latest.adapterPath });
     } else {
       const seed = crypto.createHash('sha256').update(model.id).digest().readUInt32LE(0);
-      await engine.ensureAdapter({ adapter, base: base.id, init: loraInit(seed) });
+      await engine.request('ensure_adapter', { adapter, base: base.id, init: loraInit(seed) });
     }
 
     return {
@@ -63,7 +63,7 @@ export class CheckpointWriter {
         return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
       },
       commit: async (metrics, historyAt) => {
-        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }), historyAt);
+        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.request('save_adapter', { adapter, path: folder }), historyAt);
         if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },

@@ -6,7 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AppError } from '../errors.ts';
-import type { Engine } from '../engine/client.ts';
+import type { Engine, SamplerEngine } from '../engine/ops.ts';
 import type { LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { BaseModelSpec, EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
@@ -64,7 +64,7 @@ export const servingAdapterKey = (checkpointId: string) => `ckpt:${checkpointId}
 
 /** The engines by role; one object may hold both. */
 export interface RuntimeEngines {
-  sampler: Engine;
+  sampler: SamplerEngine;
   trainer: Engine;
 }
 
@@ -79,7 +79,7 @@ export class BaseModelRuntime {
   ) {}
 
   /** The engine that serves chat, or a clear 503 when this server runs without engines. */
-  sampler(): Engine {
+  sampler(): SamplerEngine {
     return this.requireEngines().sampler;
   }
 
@@ -120,7 +120,7 @@ export class BaseModelRuntime {
     return cached(this.trainerLoading, baseId, async () => {
       const base = await this.load(baseId);
       const { sampler, trainer } = this.requireEngines();
-      if (trainer !== sampler) await trainer.loadBase(this.loadRequest(base.id, base.path));
+      if (trainer !== sampler) await trainer.request('load_base', this.loadRequest(base.id, base.path));
       return base;
     });
   }
@@ -140,7 +140,7 @@ export class BaseModelRuntime {
     const engine = this.sampler();
     const tokenizer = await loadTokenizer(spec.path);
     const toolFormat = toolFormatOf(spec, tokenizer);
-    const loaded = await engine.loadBase(this.loadRequest(spec.id, spec.path));
+    const loaded = await engine.request('load_base', this.loadRequest(spec.id, spec.path));
     const generation = await readGenerationDefaults(spec.path, tokenizer);
     const markers = markerSyntax((marker) => tokenizer.addedTokenIds.get(marker));
     return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat, markers };

@@ -293,7 +293,7 @@ export class ChatService {
     const spec = constraintSpec(requested, (calls) => base.toolFormat.forcedGrammar(calls, base.markers));
     const engine = this.runtime.sampler();
     try {
-      await checkOnEngine(requested, spec, { kinds: base.engine.constraint_kinds ?? [], check: (constraint) => engine.checkConstraint({ base: base.id, constraint }) });
+      await checkOnEngine(requested, spec, { kinds: base.engine.constraint_kinds ?? [], check: (constraint) => engine.request('check_constraint', { base: base.id, constraint }) });
     } catch (error) {
       if (error instanceof ConstraintRequestError) throw badRequest(error.message, error.param);
       throw error;

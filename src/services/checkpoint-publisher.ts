@@ -57,7 +57,7 @@ export class CheckpointPublisher {
     await this.models.insertCheckpoint({ id: checkpointId, model_id: modelId, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
     const historyStep = historyAt === 'own' ? step : historyAt;
     if (historyStep !== null) await this.trajectories.insertRunMetrics(current.run_id, historyStep, 'train', metrics, now);
-    await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
+    await this.runtime.sampler().request('ensure_adapter', { adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
     return { step, checkpointId, folder: final, deleted: await this.retention.apply(modelId) };
   }
 }
