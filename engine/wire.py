@@ -285,6 +285,11 @@ def parse_drop_adapter(msg: dict) -> DropAdapter:
     return DropAdapter(adapter=Fields("drop_adapter", msg).str("adapter"))
 
 
+def parse_stats(msg: dict) -> None:
+    """`stats` has no fields."""
+    return None
+
+
 def parse_cancel(msg: dict) -> Cancel:
     return Cancel(target=Fields("cancel", msg).str("target"))
 
