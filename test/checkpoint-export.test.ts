@@ -13,7 +13,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { repoRoot } from '../src/config.ts';
-import { servingAdapterKey } from '../src/services/base-model-runtime.ts';
+import { servingAdapterKey } from '../src/engine/adapter-keys.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { NO_REFERENCE, REFERENCE_PYTHON } from './helpers/reference.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';

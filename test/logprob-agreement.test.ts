@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
 import { trainingRenderer } from '../src/chat/training-render.ts';
-import { servingAdapterKey } from '../src/services/base-model-runtime.ts';
+import { servingAdapterKey } from '../src/engine/adapter-keys.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 

@@ -6,7 +6,8 @@
 import crypto from 'node:crypto';
 import type { Engine } from '../engine/ops.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from '../services/base-model-runtime.ts';
+import { jobAdapterKey, servingAdapterKey } from '../engine/adapter-keys.ts';
+import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
 import { loraInit } from '../services/training-defaults.ts';
@@ -40,7 +41,7 @@ export class CheckpointWriter {
     if (!model) throw new JobError('model_deleted', 'The model was deleted before its job ran');
     const base = await this.runtime.loadForTraining(model.base_model);
     const engine = this.runtime.trainer();
-    const adapter = `train:${model.id}`;
+    const adapter = jobAdapterKey(model.id);
     const latest = await this.models.latestCheckpoint(model.id);
     // Always start from what is on disk: a checkpoint may have been deleted since this adapter was resident.
     await engine.request('drop_adapter', { adapter });

@@ -59,9 +59,6 @@ async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer):
   };
 }
 
-/** The engine key of a servable checkpoint's adapter: the trainer publishes under it, chat asks for it. */
-export const servingAdapterKey = (checkpointId: string) => `ckpt:${checkpointId}`;
-
 /** The engines by role; one object may hold both. */
 export interface RuntimeEngines {
   sampler: SamplerEngine;

@@ -18,7 +18,8 @@ import type { ConstraintSpec, FinishEvent, GenerateRequest, PromptLogprobsEvent,
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { EngineError } from '../engine/errors.ts';
 import type { Principal } from './auth-service.ts';
-import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from './base-model-runtime.ts';
+import { servingAdapterKey } from '../engine/adapter-keys.ts';
+import type { BaseModelRuntime, LoadedBase } from './base-model-runtime.ts';
 import type { ModelResolver } from './model-resolver.ts';
 
 export interface ChatOptions {

@@ -5,6 +5,7 @@
  * operations execute in submission order; every save is the model's next ordinary checkpoint step.
  */
 import { AppError } from '../../errors.ts';
+import { tinkerAdapterKey } from '../../engine/adapter-keys.ts';
 import { EngineError } from '../../engine/errors.ts';
 import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
 import type { ProtoDatum, ProtoForwardBackward } from '../../api/tinker-proto.ts';
@@ -24,7 +25,6 @@ const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
 const MLP = ['gate_proj', 'up_proj', 'down_proj'];
 
 /** The engine key of a training client's adapter. */
-const trainerAdapter = (modelId: string) => `tinker:${modelId}`;
 
 /** What the SDK's numbers count: a training client's requests (`seq_id`), a session's new clients (`model_seq_id`). */
 const clientScope = (tinkerId: string) => `model ${tinkerId}`;
@@ -56,7 +56,7 @@ export class TinkerTraining {
     const model = await this.tinkerModels.create(principal, spec);
     return this.queue(principal, 'create_model', model, request, async () => {
       const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
-      await this.runtime.trainer().request('drop_adapter', { adapter: trainerAdapter(model.model.id) });
+      await this.runtime.trainer().request('drop_adapter', { adapter: tinkerAdapterKey(model.model.id) });
       await this.initAdapter(model, base, modules);
       this.resident.add(model.model.id);
       return { type: 'create_model', model_id: model.tinkerId };
@@ -134,7 +134,7 @@ export class TinkerTraining {
     return this.queue(principal, 'load_weights', model, creation ?? numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
       const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
       const trainer = this.runtime.trainer();
-      const adapter = trainerAdapter(model.model.id);
+      const adapter = tinkerAdapterKey(model.model.id);
       await trainer.request('drop_adapter', { adapter });
       this.resident.delete(model.model.id);
       if (body.optimizer && source.statePath) await trainer.request('load_state', { base, adapter, path: source.statePath });
@@ -155,7 +155,7 @@ export class TinkerTraining {
   async unload(principal: Principal, id: string): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, id);
     return this.queue(principal, 'unload_model', model, null, async () => {
-      await this.runtime.trainer().request('drop_adapter', { adapter: trainerAdapter(model.model.id) });
+      await this.runtime.trainer().request('drop_adapter', { adapter: tinkerAdapterKey(model.model.id) });
       this.resident.delete(model.model.id);
       return { type: 'unload_model', model_id: model.tinkerId };
     });
@@ -171,7 +171,7 @@ export class TinkerTraining {
    * train something else, and let the next operation restore the model's latest checkpoint as after a restart.
    */
   private lostState(model: TinkerModel, error: unknown): unknown {
-    const adapter = trainerAdapter(model.model.id);
+    const adapter = tinkerAdapterKey(model.model.id);
     if (!(error instanceof EngineError) || error.code !== 'not_found' || !error.message.includes(adapter)) return error;
     this.resident.delete(model.model.id);
     return new AppError('conflict', `The trainer lost this training client's state (${adapter}): the next operation continues from the model's latest checkpoint; load_state restores a saved state`);
@@ -183,7 +183,7 @@ export class TinkerTraining {
    */
   private async ready(model: TinkerModel): Promise<{ base: string; adapter: string }> {
     const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
-    const adapter = trainerAdapter(model.model.id);
+    const adapter = tinkerAdapterKey(model.model.id);
     if (!this.resident.has(model.model.id)) {
       const latest = await this.models.latestCheckpoint(model.model.id);
       if (latest?.adapterPath) await this.runtime.trainer().request('ensure_adapter', { adapter, base, path: latest.adapterPath });
@@ -196,7 +196,7 @@ export class TinkerTraining {
   /** A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are. */
   private async initAdapter(model: TinkerModel, base: string, modules: readonly string[] = LORA_DEFAULTS.target_modules): Promise<void> {
     const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
-    await this.runtime.trainer().request('ensure_adapter', { adapter: trainerAdapter(model.model.id), base, init: { rank: model.rank, alpha, target_modules: [...modules], seed: model.seed } });
+    await this.runtime.trainer().request('ensure_adapter', { adapter: tinkerAdapterKey(model.model.id), base, init: { rank: model.rank, alpha, target_modules: [...modules], seed: model.seed } });
   }
 }
 
