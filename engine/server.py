@@ -33,7 +33,7 @@ from . import lora as L
 from . import steps, wire
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
-from .model import Transformer, load_args
+from .model import ARCHITECTURES, ROPE_TYPES, Transformer, load_args
 from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log, serve_stream, serve_tcp
 
@@ -564,6 +564,14 @@ OPS: Dict[str, Op] = {
 }
 
 
+def supports() -> dict:
+    """What this engine can run, announced in its ready frame so the server validates against it (no copies)."""
+    return {"model_types": list(ARCHITECTURES), "architectures": list(ARCHITECTURES.values()),
+            "rope_types": list(ROPE_TYPES), "lora_targets": list(L.SUPPORTED_TARGETS),
+            "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(steps.LOSS_CONFIG_KEYS)},
+            "dtypes": list(DTYPES)}
+
+
 def rss_bytes() -> int:
     try:
         with open("/proc/self/statm", "r") as f:
@@ -635,7 +643,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         log("WARNING: --skip-adapter-value-check: adapters load without checking their values (tests only)")
     ready = {"id": None, "event": "ready", "device": device.type,
              "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
-             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads())}
+             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads()),
+             "supports": supports()}
     stop = threading.Event()
     for target, name in ((engine.compute_loop, "compute"), (engine.train_loop, "train")):
         threading.Thread(target=target, args=(stop,), name=name, daemon=True).start()

@@ -126,7 +126,7 @@ function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelR
 export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested, logError = () => {} }: ContextOptions): Services {
   const repositories = createRepositories(store);
   const { models: modelRepository, jobs: jobRepository } = repositories;
-  const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel);
+  const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel, engines?.support ?? null);
   const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'), { leaseMs: config.jobLeaseMs });
   /** Records the cancel, then tells this process's worker so a running job stops at once. */
   const cancelJob = async (jobId: string) => {

@@ -10,7 +10,7 @@ import { EngineError } from './errors.ts';
 import type { GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
 import { type Engine, isSamplerOp, OPS, type OpReply, type OpRequest, type SamplerEngine, type SamplerOp } from './ops.ts';
-import type { GenerateRequest } from './protocol.ts';
+import type { EngineSupport, GenerateRequest } from './protocol.ts';
 import { EngineSupervisor, type EngineHealth, type RemoteEngine } from './supervisor.ts';
 
 export type EngineRole = 'sampler' | 'trainer' | 'sampler+trainer';
@@ -24,6 +24,8 @@ export interface RoleEngine {
 export interface EngineRoles {
   sampler: SamplerEngine;
   trainer: Engine;
+  /** What the trainer announced it can run (every topology trains on our engine); waits for its first ready frame. */
+  support(): Promise<EngineSupport>;
   /** Every process, for start/stop, health and the system check. */
   all: RoleEngine[];
 }
@@ -73,13 +75,28 @@ export function createEngineRoles({ topology, serving, python, logger, extraArgs
   });
   if (topology.mode === 'single') {
     const only = make('sampler+trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice);
-    return { sampler: only.supervisor, trainer: only.supervisor, all: [only] };
+    return { sampler: only.supervisor, trainer: only.supervisor, support: announcedSupport(only.supervisor), all: [only] };
   }
   const trainer = make('trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice, topology.trainerNice);
   const samplerUrls = topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
   const samplers = samplerUrls.map((url, index) => make('sampler', index + 1, url, topology.samplerThreads, topology.samplerDevice));
   const sampler = samplers.length === 1 ? samplers[0].supervisor : new SamplerPool(samplers.map(({ supervisor }) => ({ engine: supervisor, busyness: () => supervisorBusyness(supervisor) })));
-  return { sampler, trainer: trainer.supervisor, all: [trainer, ...samplers] };
+  return { sampler, trainer: trainer.supervisor, support: announcedSupport(trainer.supervisor), all: [trainer, ...samplers] };
+}
+
+/** The engine's announcement from its first ready frame, kept: a restart runs the same engine code. */
+export function announcedSupport(supervisor: EngineSupervisor): () => Promise<EngineSupport> {
+  let announced: Promise<EngineSupport> | undefined;
+  return () => {
+    announced ??= supervisor.waitUntilReady().then(
+      (ready) => ready.supports,
+      (error: unknown) => {
+        announced = undefined; // not ready yet: the next caller asks again
+        throw error;
+      },
+    );
+    return announced;
+  };
 }
 
 /** Health of every engine by role, for the system check. */

@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AppError } from '../errors.ts';
 import type { Engine, SamplerEngine } from '../engine/ops.ts';
-import type { LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
+import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { BaseModelSpec, EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
 import { markerSyntax, type MarkerSyntax } from '../constraints/lark.ts';
@@ -63,6 +63,8 @@ async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer):
 export interface RuntimeEngines {
   sampler: SamplerEngine;
   trainer: Engine;
+  /** What the engines announced they can run; absent for stand-ins that announce nothing. */
+  support?: () => Promise<EngineSupport>;
 }
 
 export class BaseModelRuntime {
