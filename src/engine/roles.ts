@@ -3,7 +3,8 @@
  * forward for serving), the trainer runs train steps and saves adapters. With `ENGINES=separate` they are
  * different processes, so a train step never stalls a decode step; with `single` one engine holds both.
  * Each engine is a supervised child process or a remote engine reached over TCP. This module turns the
- * configuration into supervisors; it knows nothing of what callers send them.
+ * configuration into supervisors and routes several samplers by the op table's role column (ops.ts); it knows
+ * nothing of what callers send. A sampler of another kind (vLLM) joins the pool as any `SamplerEngine`.
  */
 import type { EngineTopology, ServingLimits } from '../config.ts';
 import { EngineError } from './errors.ts';
