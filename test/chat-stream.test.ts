@@ -16,7 +16,7 @@ import { ChatCompletion, ChatCompletionChunk } from '../src/api/chat.ts';
 import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../src/chat/output.ts';
 import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
 import { TOOL_CALL_FORMATS } from '../src/chat/tool-calls/index.ts';
-import type { Engine } from '../src/engine/client.ts';
+import type { Engine } from '../src/engine/ops.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import { ReplyStream, type GenerateStream } from '../src/engine/generate-stream.ts';
 import type { GenerateRequest } from '../src/engine/protocol.ts';
@@ -120,7 +120,7 @@ describe('streaming with the real engine', () => {
   const create = (body: Record<string, unknown>): Promise<any> => client.chat.completions.create({ model: BASE, messages: HI, max_tokens: 6, ...body } as never) as Promise<any>;
   const stream = (body: Record<string, unknown>, signal?: AbortSignal) => sse(e2e.url, e2e.key, { model: BASE, messages: HI, max_tokens: 6, ...body }, signal);
   const engineLoad = async () => {
-    const stats = await e2e.server.services.runtime.sampler().stats();
+    const stats = await e2e.server.services.runtime.sampler().request('stats', {});
     return stats.running + stats.waiting;
   };
   const waitForIdleEngine = async (timeoutMs: number) => {
@@ -381,12 +381,11 @@ class ScriptedEngine {
   failAfterTokens = false;
   constructor(private readonly tokenizer: ChatTokenizer) {}
 
-  async loadBase() {
-    return { vocab_size: 2048, context_length: 2048, eos_token_ids: [EOS], num_parameters: 0 };
-  }
-
-  async stats() {
-    return { running: 0, waiting: 0 };
+  /** The unary ops the chat path sends: load_base once per base, stats to see the engine idle. */
+  async request(op: string) {
+    if (op === 'load_base') return { vocab_size: 2048, context_length: 2048, eos_token_ids: [EOS], num_parameters: 0 };
+    if (op === 'stats') return { running: 0, waiting: 0 };
+    throw new EngineError('bad_request', `the scripted engine does not serve ${op}`);
   }
 
   generate(request: GenerateRequest): GenerateStream {

@@ -6,8 +6,8 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AppError } from '../errors.ts';
-import type { Engine } from '../engine/client.ts';
-import type { LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
+import type { Engine, SamplerEngine } from '../engine/ops.ts';
+import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { BaseModelSpec, EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
 import { markerSyntax, type MarkerSyntax } from '../constraints/lark.ts';
@@ -49,13 +49,12 @@ async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer):
   };
 }
 
-/** The engine key of a servable checkpoint's adapter: the trainer publishes under it, chat asks for it. */
-export const servingAdapterKey = (checkpointId: string) => `ckpt:${checkpointId}`;
-
 /** The engines by role; one object may hold both. */
 export interface RuntimeEngines {
-  sampler: Engine;
+  sampler: SamplerEngine;
   trainer: Engine;
+  /** What the engines announced they can run; absent for stand-ins that announce nothing. */
+  support?: () => Promise<EngineSupport>;
 }
 
 export class BaseModelRuntime {
@@ -69,7 +68,7 @@ export class BaseModelRuntime {
   ) {}
 
   /** The engine that serves chat, or a clear 503 when this server runs without engines. */
-  sampler(): Engine {
+  sampler(): SamplerEngine {
     return this.requireEngines().sampler;
   }
 
@@ -119,7 +118,7 @@ export class BaseModelRuntime {
     return cached(this.trainerLoading, baseId, async () => {
       const base = await this.load(baseId);
       const { sampler, trainer } = this.requireEngines();
-      if (trainer !== sampler) await trainer.loadBase(this.loadRequest(base.id, base.path));
+      if (trainer !== sampler) await trainer.request('load_base', this.loadRequest(base.id, base.path));
       return base;
     });
   }
@@ -139,7 +138,7 @@ export class BaseModelRuntime {
     const engine = this.sampler();
     const tokenizer = await loadTokenizer(spec.path);
     const toolFormat = toolFormatOf(spec, tokenizer);
-    const loaded = await engine.loadBase(this.loadRequest(spec.id, spec.path));
+    const loaded = await engine.request('load_base', this.loadRequest(spec.id, spec.path));
     const generation = await readGenerationDefaults(spec.path, tokenizer);
     const markers = markerSyntax((marker) => tokenizer.addedTokenIds.get(marker));
     return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat, markers };

@@ -12,7 +12,8 @@ import type { TemplateSandbox } from '../chat/template-sandbox.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { EngineError } from '../engine/errors.ts';
 import type { Principal } from './auth-service.ts';
-import { servingAdapterKey, type BaseModelRuntime } from './base-model-runtime.ts';
+import { servingAdapterKey } from '../engine/adapter-keys.ts';
+import type { BaseModelRuntime } from './base-model-runtime.ts';
 import type { ModelResolver } from './model-resolver.ts';
 
 export interface ChatOptions {
@@ -54,7 +55,7 @@ export class ChatService {
     return planChat(request, model, { modelName: request.modelName ?? model.id, adapter, version: checkpoint?.step ?? 0 }, {
       maxCompletionTokens: this.options.maxCompletionTokens,
       requestTemplates: this.options.requestTemplates,
-      checkConstraint: (constraint) => this.runtime.sampler().checkConstraint({ base: model.id, constraint }),
+      checkConstraint: (constraint) => this.runtime.sampler().request('check_constraint', { base: model.id, constraint }),
     });
   }
 

@@ -8,7 +8,7 @@ import { AppError, excerpt, notFound } from '../../errors.ts';
 import { newId } from '../../ids.ts';
 import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from '../../api/tinker.ts';
 import { GENERATE_DEFAULTS, type GenerateRequest } from '../../engine/protocol.ts';
-import { servingAdapterKey } from '../base-model-runtime.ts';
+import { servingAdapterKey } from '../../engine/adapter-keys.ts';
 import type { TinkerRepository } from '../../store/tinker-repository.ts';
 import { canActFor, type Principal } from '../auth-service.ts';
 import type { BaseModelRegistry } from '../base-models.ts';
