@@ -36,11 +36,11 @@ describe('examples/ against the server (tiny model, a couple of steps)', () => {
     assert.deepEqual(await steps(summary.model_id), [0, 1, 2]);
     assert.match(output, /country +before +after/);
     assert.ok(Number.isFinite(summary.reward_before) && Number.isFinite(summary.reward_after), JSON.stringify(summary));
-    const history = (await e2e.api('GET', `/v1/dashboard/models/${summary.model_id}/metrics?limit=100`)).body.data as { step: number; source: string; metrics: Record<string, number> }[];
-    const val = history.filter((row) => row.source === 'val');
+    const history = (await e2e.api('GET', `/v1/dashboard/models/${summary.model_id}/metrics?limit=100`)).body.data as { step: number; split: string; metrics: Record<string, number> }[];
+    const val = history.filter((row) => row.split === 'val');
     assert.deepEqual(val.map((row) => row.step), [0, 1, 2], JSON.stringify(history));
     for (const row of val) assert.ok(Number.isFinite(row.metrics['val/reward']), JSON.stringify(row));
-    assert.deepEqual(history.filter((row) => row.source === 'train').map((row) => row.step), [1, 2], JSON.stringify(history));
+    assert.deepEqual(history.filter((row) => row.split === 'train').map((row) => row.step), [1, 2], JSON.stringify(history));
     trained.rl = `${summary.model}:step2`;
   });
 
