@@ -26,13 +26,17 @@ CAPITALS = {"portugal": "Lisbon", "austria": "Vienna", "france": "Paris", "japan
 POPULATIONS = {"lisbon": "0.5 million", "vienna": "2.0 million", "paris": "2.1 million", "tokyo": "14 million", "cairo": "10 million"}
 
 
-def tool(name: str, description: str, argument: str) -> dict:
-    # additionalProperties: false lets the server's constraint close the call after its one argument.
-    schema = {"type": "object", "properties": {argument: {"type": "string"}}, "required": [argument], "additionalProperties": False}
+def tool(name: str, description: str, argument: str, values: list) -> dict:
+    # The argument's values are listed and no other property is allowed, so a forced call (constrained by the server
+    # to this schema) is complete and valid in a few tokens, even from a small model.
+    schema = {"type": "object", "properties": {argument: {"type": "string", "enum": values}}, "required": [argument], "additionalProperties": False}
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
-TOOLS = [tool("lookup_capital", "The capital city of a country", "country"), tool("lookup_population", "The population of a city", "city")]
+TOOLS = [
+    tool("lookup_capital", "The capital city of a country", "country", [country.title() for country in CAPITALS]),
+    tool("lookup_population", "The population of a city", "city", [city.title() for city in POPULATIONS]),
+]
 
 
 def run_tool(call) -> str:
@@ -53,7 +57,7 @@ def user_turn(client: OpenAI, model: str, messages: list, max_calls: int) -> lis
     tool_calls = []
     for index in range(max_calls + 1):
         choice = "required" if index == 0 else "auto" if index < max_calls else "none"
-        completion = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, tool_choice=choice, max_tokens=48, temperature=0)
+        completion = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, tool_choice=choice, max_tokens=64, temperature=0)
         message = completion.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
         if not message.tool_calls:
