@@ -14,6 +14,7 @@ Everything that trains is ART's own code: `art.TrainableModel` registered with `
 """
 
 import asyncio
+import math
 import os
 import sys
 import time
@@ -107,7 +108,9 @@ async def main() -> None:
         groups = await rollouts(art, model, TRAIN, args.samples, seed=10_000 * (len(train_rewards) + 1))
         train_rewards.append(mean(t.reward for group in groups for t in group.trajectories))
         result = await backend.train(model, groups, learning_rate=args.learning_rate)
-        print(f"step {result.step}: train reward {train_rewards[-1]:.2f}, loss {result.metrics.get('loss/train', float('nan')):.4f} ({time.monotonic() - step_started:.0f} s)", flush=True)
+        loss = result.metrics.get("loss/train", float("nan"))
+        learned = f"loss {loss:.4f}" if math.isfinite(loss) else "every group's answers scored alike: nothing to learn"
+        print(f"step {result.step}: train reward {train_rewards[-1]:.2f}, {learned} ({time.monotonic() - step_started:.0f} s)", flush=True)
         if result.step % args.eval_every == 0 or len(train_rewards) == args.steps:
             evaluations.append(await evaluate(art, model, args, step=result.step))
 
