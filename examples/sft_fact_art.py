@@ -59,7 +59,7 @@ async def main() -> None:
     step = await model.get_step()
     after = await ask(model, args.question)
     seconds = time.monotonic() - started
-    print(f"\nQ: {args.question}\nbefore (step 0):      {before!r}\nafter  (step {step}): {after!r}\n")
+    print(f"\nQ: {args.question}\n  before (step 0): {before!r}\n  after (step {step}):  {after!r}\n")
     print(f"{seconds:.0f} s; chat with it as {model.entity}/{args.project}/{args.name}:step{step}")
     connect.write_summary(args, {"model_id": model.id, "model": f"{model.entity}/{args.project}/{args.name}", "step": step, "seconds": round(seconds, 1), "question": args.question, "before": before, "after": after})
     await backend.close()
