@@ -63,9 +63,11 @@ async function serve(config: Config): Promise<void> {
   process.once('SIGTERM', () => void shutdown());
   if (config.engineEnabled) {
     const engine = () => server.supervisor?.health().engine;
-    await step('waiting for the engine (Python, torch, a matmul measurement)', () => server.waitForEngines(), () => `torch ${engine()?.torch} on ${engine()?.device}, fp32 matmul ${engine()?.matmul_gflops} GFLOP/s`);
-    // Not fatal: the service serves everything else, and a chat naming this model reports the problem itself.
-    await step(`loading the default base model ${config.defaultBaseModel}`, () => server.services.runtime.load(config.defaultBaseModel), (base) => base.path).catch((error: Error) => console.log(`  ${error.message}`));
+    // Neither is fatal: the service serves everything else meanwhile (the supervisor keeps restarting an engine that
+    // exits), and a request that needs the engine or this model reports the problem itself.
+    const ready = await step('waiting for the engine (Python, torch, a matmul measurement)', () => server.waitForEngines(), () => `torch ${engine()?.torch} on ${engine()?.device}, fp32 matmul ${engine()?.matmul_gflops} GFLOP/s`)
+      .then(() => true, (error: Error) => (console.log(`  ${error.message}`), false));
+    if (ready) await step(`loading the default base model ${config.defaultBaseModel}`, () => server.services.runtime.load(config.defaultBaseModel), (base) => base.path).catch((error: Error) => console.log(`  ${error.message}`));
   }
 
   const lines = [`Service listening on ${server.url}  (OpenAI base URL: ${server.url}/v1, dashboard: ${server.url}/)`];
