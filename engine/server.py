@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -38,6 +39,8 @@ from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log, serve_stream, serve_tcp
 
 LOW_GFLOPS = 20.0
+MATMUL_SIZE, MATMUL_SECONDS = 512, 0.25
+OPTIMIZED_BLAS = ("mkl", "open", "openblas", "accelerate", "blis", "flexi", "vecLib")
 DTYPES = wire.DTYPES
 
 
@@ -58,7 +61,7 @@ class Beside(NamedTuple):
     trains: bool
 
 
-def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0.25) -> float:
+def measure_matmul_gflops(device: torch.device, n: int = MATMUL_SIZE, seconds: float = MATMUL_SECONDS) -> float:
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
     for _ in range(2):
@@ -73,6 +76,27 @@ def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0
             if time.perf_counter() - t0 > seconds:
                 break
     return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def torch_blas() -> str:
+    """The BLAS this torch was built with (BLAS_INFO in torch.__config__.show(): mkl, open, ...), or "unknown"."""
+    match = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return match.group(1) if match else "unknown"
+
+
+def slow_matmul_warning(gflops: float, device: torch.device) -> str:
+    """What was measured, then the likely causes in order: a busy machine first (the measurement is a quarter of a
+    second of 512x512 products, easily shared with other processes), a reference BLAS only when torch has no
+    optimized one of its own."""
+    busy = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else "load unknown"
+    blas = torch_blas()
+    reason = (f"torch uses its own optimized BLAS ({blas}), so the likely cause is a busy machine ({busy}): other "
+              "processes on these cores; it measures again at every start"
+              if blas in OPTIMIZED_BLAS else
+              f"a busy machine ({busy}) can explain it; so can torch's BLAS ({blas}) if it is the reference one: "
+              "install an optimized one (Debian: libopenblas0-pthread)")
+    return (f"WARNING: fp32 matmul measured {gflops:.1f} GFLOP/s ({MATMUL_SIZE}x{MATMUL_SIZE} products for "
+            f"{MATMUL_SECONDS} s on {device}, {torch.get_num_threads()} threads; below {LOW_GFLOPS:.0f}): {reason}.")
 
 
 def _sync(device: torch.device) -> None:
@@ -634,8 +658,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     gflops = measure_matmul_gflops(device)
     log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
     if gflops < LOW_GFLOPS:
-        log(f"WARNING: fp32 matmul reaches only {gflops:.1f} GFLOP/s (< {LOW_GFLOPS:.0f}); this looks like the "
-            "reference BLAS. Install an optimized one (Debian: libopenblas0-pthread).")
+        log(slow_matmul_warning(gflops, device))
     limits = Limits(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.kv_cache_memory_bytes)
     engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None,
                     check_adapter_values=not args.skip_adapter_value_check)
