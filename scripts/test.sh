@@ -47,6 +47,7 @@ if [ -d engine/tests ]; then
   "$ENGINE_PYTHON" -m unittest discover -s engine/tests -t . 
 fi
 
-echo "== service tests (SQLite and $TEST_DATABASE_URL)"
-mapfile -t test_files < <(ls test/*.test.ts | sort)
+echo "== unit and service tests (SQLite and $TEST_DATABASE_URL)"
+# test/unit/ first (the pure logic, also `npm run test:unit`), then the files that start the app or the engine.
+mapfile -t test_files < <(ls test/unit/*.test.ts | sort; ls test/*.test.ts | sort)
 node --import tsx --test --test-concurrency=1 "${test_files[@]}"
