@@ -18,6 +18,7 @@ import { ReplyStream, type GenerateStream } from '../src/engine/generate-stream.
 import type { GenerateRequest } from '../src/engine/protocol.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
+import { waitFor } from './helpers/poll.ts';
 import { startE2eServer, TINY_MODEL_ENV, type E2eServer } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
@@ -116,14 +117,7 @@ describe('streaming with the real engine', () => {
     const stats = await e2e.server.services.runtime.sampler().stats();
     return stats.running + stats.waiting;
   };
-  const waitForIdleEngine = async (timeoutMs: number) => {
-    const deadline = Date.now() + timeoutMs;
-    while ((await engineLoad()) > 0) {
-      if (Date.now() > deadline) return false;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    return true;
-  };
+  const waitForIdleEngine = (timeoutMs: number, what: string) => waitFor(what, async () => (await engineLoad()) === 0, { timeoutMs, intervalMs: 50 });
 
   before(async () => {
     e2e = await startE2eServer();
@@ -267,10 +261,10 @@ describe('streaming with the real engine', () => {
     const whole = await create(body);
     assert.equal(whole.choices[0].finish_reason, 'stop');
     assert.ok(whole.usage.completion_tokens <= 12);
-    assert.ok(await waitForIdleEngine(CANCEL_MS), 'no 1500-token generation left behind');
+    await waitForIdleEngine(CANCEL_MS, 'no 1500-token generation left behind');
     const { chunks } = await stream(body);
     assert.equal(byChoice(chunks).get(0)!.chunks.at(-1)!.stop_reason, stop);
-    assert.ok(await waitForIdleEngine(CANCEL_MS), 'no 1500-token generation left behind');
+    await waitForIdleEngine(CANCEL_MS, 'no 1500-token generation left behind');
   });
 
   test('return_token_ids: prompt_token_ids on the role chunks only; token ids per chunk add up to the answer', async () => {
@@ -307,7 +301,7 @@ describe('streaming with the real engine', () => {
   });
 
   test('a stream the client cancels frees its engine slot at once', async () => {
-    assert.ok(await waitForIdleEngine(5000), 'idle before');
+    await waitForIdleEngine(5000, 'idle before');
     const controller = new AbortController();
     const response = await fetch(`${e2e.url}/v1/chat/completions`, {
       method: 'POST',
@@ -320,13 +314,13 @@ describe('streaming with the real engine', () => {
     while ((received.match(/\n\n/g) ?? []).length < 3) received += new TextDecoder().decode((await reader.read()).value);
     assert.equal(await engineLoad(), 1, 'the request is generating');
     controller.abort();
-    assert.ok(await waitForIdleEngine(CANCEL_MS), 'the engine slot is freed long before 1500 tokens are generated');
+    await waitForIdleEngine(CANCEL_MS, 'the engine slot is freed long before 1500 tokens are generated');
     // The server goes on serving.
     assert.equal((await create({ max_tokens: 2 })).usage.completion_tokens, 2);
   });
 
   test('an SDK stream aborted mid-way frees its engine slot too', async () => {
-    assert.ok(await waitForIdleEngine(5000), 'idle before');
+    await waitForIdleEngine(5000, 'idle before');
     const controller = new AbortController();
     const chat = await client.chat.completions.create({ model: BASE, messages: HI, stream: true, max_tokens: 1500, ignore_eos: true } as never, { signal: controller.signal });
     let seen = 0;
@@ -343,11 +337,11 @@ describe('streaming with the real engine', () => {
       assert.ok(error instanceof OpenAI.APIUserAbortError, String(error));
     }
     assert.ok(seen >= 3 && seen < 100, `the iteration ends soon after the abort: ${seen} chunks`);
-    assert.ok(await waitForIdleEngine(CANCEL_MS), 'the engine slot is freed long before 1500 tokens are generated');
+    await waitForIdleEngine(CANCEL_MS, 'the engine slot is freed long before 1500 tokens are generated');
   });
 
   test('a non-streaming client that disconnects frees its engine slot too', async () => {
-    assert.ok(await waitForIdleEngine(5000), 'idle before');
+    await waitForIdleEngine(5000, 'idle before');
     const controller = new AbortController();
     const pending = fetch(`${e2e.url}/v1/chat/completions`, {
       method: 'POST',
@@ -356,11 +350,10 @@ describe('streaming with the real engine', () => {
       body: JSON.stringify({ model: BASE, messages: HI, max_tokens: 1500, ignore_eos: true }),
     });
     pending.catch(() => undefined);
-    const deadline = Date.now() + 5000;
-    while ((await engineLoad()) === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor('the request to reach the engine', async () => (await engineLoad()) > 0, { timeoutMs: 5000, intervalMs: 20 });
     assert.equal(await engineLoad(), 1, 'the request is generating');
     controller.abort();
-    assert.ok(await waitForIdleEngine(CANCEL_MS), 'the engine slot is freed long before 1500 tokens are generated');
+    await waitForIdleEngine(CANCEL_MS, 'the engine slot is freed long before 1500 tokens are generated');
     assert.equal((await create({ max_tokens: 2 })).usage.completion_tokens, 2);
   });
 });

@@ -15,6 +15,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
+import { chatChoices, createModel as createModelVia } from './helpers/api.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 import { waitForJob } from './helpers/rollouts.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
@@ -30,17 +31,8 @@ after(async () => {
   await e2e?.close();
 });
 
-async function createModel(name: string): Promise<string> {
-  const created = await e2e.api('POST', '/v1/preview/models', { project: 'smollm2-learning', name, base_model: BASE });
-  assert.equal(created.status, 200, JSON.stringify(created.body));
-  return created.body.id;
-}
-
-async function chat(model: string, question: string, options: Record<string, unknown>): Promise<Record<string, any>[]> {
-  const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: question }], ...options });
-  assert.equal(response.status, 200, JSON.stringify(response.body));
-  return response.body.choices;
-}
+const createModel = async (name: string) => (await createModelVia(e2e.api, 'smollm2-learning', name, { base: BASE })).id;
+const chat = (model: string, question: string, options: Record<string, unknown>) => chatChoices(e2e.api, model, question, options);
 
 const seconds = (since: number) => ((Date.now() - since) / 1000).toFixed(0);
 

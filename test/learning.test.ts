@@ -10,6 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { chatChoices, createModel as createModelVia } from './helpers/api.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, waitForJob } from './helpers/rollouts.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
@@ -24,17 +25,8 @@ after(async () => {
   await e2e.close();
 });
 
-async function createModel(project: string, name: string): Promise<string> {
-  const created = await e2e.api('POST', '/v1/preview/models', { project, name, base_model: 'builtin/tiny-chat' });
-  assert.equal(created.status, 200, JSON.stringify(created.body));
-  return created.body.id;
-}
-
-async function chat(model: string, question: string, options: Record<string, unknown>): Promise<Record<string, any>[]> {
-  const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: question }], max_tokens: 8, ...options });
-  assert.equal(response.status, 200, JSON.stringify(response.body));
-  return response.body.choices;
-}
+const createModel = async (project: string, name: string) => (await createModelVia(e2e.api, project, name)).id;
+const chat = (model: string, question: string, options: Record<string, unknown>) => chatChoices(e2e.api, model, question, { max_tokens: 8, ...options });
 
 /** Every sum of two operands up to 20, the range the tiny model was pretrained on, in a seeded order. */
 function shuffledSums(): { question: string; answer: string }[] {

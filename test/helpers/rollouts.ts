@@ -1,11 +1,10 @@
 /** Rollouts through the real API: sample choices with chat completions and wrap them as ART trajectory groups. */
+import type { Trajectory as ApiTrajectory } from '../../src/api/models.ts';
+import { waitFor } from './poll.ts';
 import type { E2eServer } from './server.ts';
 
-export interface Trajectory {
-  messages_and_choices: Record<string, unknown>[];
-  reward: number;
-  [key: string]: unknown;
-}
+/** The API's trajectory as sampled here: always scored. */
+export type Trajectory = ApiTrajectory & { reward: number };
 
 export async function sampleChoice(e2e: E2eServer, model: string, prompt: string, seed: number, maxTokens = 6): Promise<Record<string, unknown>> {
   const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, seed });
@@ -23,14 +22,16 @@ export async function sampleGroup(e2e: E2eServer, model: string, prompt: string,
   return { trajectories };
 }
 
+const ENDED = ['COMPLETED', 'FAILED', 'CANCELLED'];
+
+/** The job once it has ended (completed, failed or cancelled), polled every 100 ms. */
 export async function waitForJob(e2e: E2eServer, jobId: string, timeoutMs = 60_000): Promise<Record<string, any>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  let status = 'unseen';
+  return waitFor(() => `job ${jobId} to end (still ${status})`, async () => {
     const job = await e2e.api('GET', `/v1/preview/training-jobs/${jobId}`);
-    if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(job.body.status)) return job.body;
-    if (Date.now() > deadline) throw new Error(`job ${jobId} still ${job.body.status} after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+    status = job.body.status;
+    return ENDED.includes(status) ? (job.body as Record<string, any>) : null;
+  }, { timeoutMs, intervalMs: 100 });
 }
 
 export async function allEvents(e2e: E2eServer, jobId: string): Promise<{ id: string; type: string; data: Record<string, unknown> }[]> {
