@@ -5,7 +5,7 @@
  * Each engine is a supervised child process or a remote engine reached over TCP. This module turns the
  * configuration into supervisors; it knows nothing of what callers send them.
  */
-import type { EngineTopology, ServingLimits } from '../config.ts';
+import type { EngineTopology, ServingLimits } from './settings.ts';
 import type { Engine } from './client.ts';
 import { EngineError } from './errors.ts';
 import type { GenerateStream } from './generate-stream.ts';
