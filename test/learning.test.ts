@@ -12,8 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { chatChoices, createModel as createModelVia } from './helpers/api.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
-import { allEvents, waitForJob } from './helpers/rollouts.ts';
-import { uploadArtifact } from './helpers/artifacts.ts';
+import { allEvents, trainRl, trainSft } from './helpers/rollouts.ts';
 
 const JOB_TIMEOUT_MS = 5 * 60_000;
 
@@ -73,14 +72,7 @@ describe('learning through the API (slow)', () => {
         trajectory_groups.push({ trajectories });
       }
       trainRewards.push(rewardSum / (task.length * groupSize));
-      const submitted = await e2e.api('POST', '/v1/preview/training-jobs', {
-        model_id: modelId,
-        trajectory_groups,
-        experimental_config: { learning_rate: 3e-3 },
-      });
-      assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-      const job = await waitForJob(e2e, submitted.body.id, JOB_TIMEOUT_MS);
-      assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+      await trainRl(e2e, modelId, trajectory_groups, { learning_rate: 3e-3 }, JOB_TIMEOUT_MS);
     }
 
     const afterTraining = await meanReward(model, task, 32);
@@ -103,20 +95,10 @@ describe('learning through the API (slow)', () => {
       String((await chat(checkpoint, question, { temperature: 0, max_tokens: 24 }))[0].message.content).trim();
     for (const { question, answer } of facts) assert.notEqual(await greedy(model, question), answer, 'not known before training');
 
-    const lines = Array.from({ length: 32 }, () =>
-      facts.map(({ question, answer }) => JSON.stringify({ messages: [{ role: 'user', content: question }, { role: 'assistant', content: answer }] })),
-    ).flat();
-    const artifact = await uploadArtifact(e2e, 'local/learning/facts', { 'train.jsonl': `${lines.join('\n')}\n` });
-    const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', {
-      model_id: modelId,
-      training_data_url: artifact.url,
-      config: { batch_size: 4, learning_rate: 1e-2 },
-    });
-    assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-    const job = await waitForJob(e2e, submitted.body.id, JOB_TIMEOUT_MS);
-    assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+    const pairs = Array.from({ length: 32 }, () => facts.map(({ question, answer }): [string, string] => [question, answer])).flat();
+    const { id, job } = await trainSft(e2e, modelId, 'local/learning/facts', pairs, { batch_size: 4, learning_rate: 1e-2 }, JOB_TIMEOUT_MS);
 
-    const losses = (await allEvents(e2e, submitted.body.id)).filter((event) => event.type === 'gradient_step').map((event) => Number(event.data.sft_loss));
+    const losses = (await allEvents(e2e, id)).filter((event) => event.type === 'gradient_step').map((event) => Number(event.data.sft_loss));
     const head = losses.slice(0, 3).reduce((a, b) => a + b) / 3;
     const tail = losses.slice(-3).reduce((a, b) => a + b) / 3;
     console.log(`SFT learning: loss ${losses.map((loss) => loss.toFixed(2)).join(' ')}`);
