@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { childPids, rssBytes, spawnServerProcess, type ServerProcess } from '../test/helpers/server-process.ts';
-import { apiFor, type Api } from '../test/fuzz/world.ts';
+import { httpApi, type Api } from '../test/helpers/api.ts';
 
 const { values } = parseArgs({ options: { minutes: { type: 'string', default: '30' }, 'sample-seconds': { type: 'string', default: '60' }, 'warmup-minutes': { type: 'string', default: '5' } } });
 const MINUTES = Number(values.minutes);
@@ -172,7 +172,7 @@ async function main(): Promise<boolean> {
   const server = await spawnServerProcess({ dataDir, key: KEY, databaseUrl: process.env.DATABASE_URL ?? null });
   const tally = new Tally();
   try {
-    const api = apiFor(server.url, KEY);
+    const api = httpApi(server.url, KEY);
     const modelId = (await api('POST', '/v1/preview/models', { project: 'soak', name: 'main', base_model: 'builtin/tiny-chat' })).body.id;
     const started = Date.now();
     const until = started + MINUTES * 60_000;

@@ -1,7 +1,10 @@
 """The numeric engine: token ids in, token ids and logprobs out (docs/engine-protocol.md).
 
-Files: weights.py (safetensors), model.py (transformer, KV cache), lora.py
-(adapters, PEFT layout, batched LoRA), sampling.py (per-request sampling),
-generate.py (continuous batching), train.py (logprobs, RL/SFT step),
-server.py (framed protocol over stdio/TCP).
+Files, the process: __main__.py (`python3 -m engine`), transport.py (stdio/TCP framing, log lines),
+server.py (the ops, dispatch, the engine's state), wire.py (requests parsed into dataclasses).
+The numerics: weights.py (safetensors), model.py (transformer, KV cache), lora.py (adapters, PEFT
+layout, batched LoRA), sampling.py (per-request sampling), constraints.py (llguidance token masks),
+generate.py (continuous batching), train.py (logprobs, RL/SFT step), steps.py (Tinker's token-level
+forward/backward, losses and AdamW step).
+Offline tools: gguf_convert.py (a GGUF file to an HF folder), pretrain.py (full-weight pretraining).
 """

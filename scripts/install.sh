@@ -38,13 +38,6 @@ else
   offline=1
 fi
 
-# Headless Chromium for the dashboard's browser tests (driven by playwright-core; no browser is downloaded).
-# The service runs without it, so a failed install only skips those tests.
-if [ -f /etc/debian_version ] && ! command -v chromium >/dev/null 2>&1; then
-  echo "installing Chromium from Debian (for the dashboard's browser tests)…" >&2
-  apt_install chromium || echo "could not install chromium: the dashboard's browser tests will be skipped" >&2
-fi
-
 if [ -f models/make-tiny.ts ]; then
   npx tsx models/make-tiny.ts >&2
 fi

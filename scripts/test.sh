@@ -8,6 +8,12 @@ source scripts/python/venv.sh
 
 ENGINE_PYTHON=$(bash scripts/install.sh | tail -n 1)
 export ENGINE_PYTHON
+# Headless Chromium for the dashboard's browser tests (driven by playwright-core; no browser is downloaded). Only tests
+# use it, so `npm start` does not install it; where it cannot be installed those tests are skipped.
+if [ -f /etc/debian_version ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "installing Chromium from Debian (for the dashboard's browser tests)…" >&2
+  apt_install chromium || echo "could not install chromium: the dashboard's browser tests will be skipped" >&2
+fi
 # The tests' reference tools (transformers, peft, …) live in a venv of their own, so the service never depends on them.
 make_venv .venv-test scripts/python/reference.txt
 export REFERENCE_PYTHON="$PWD/.venv-test/bin/python"
@@ -47,6 +53,7 @@ if [ -d engine/tests ]; then
   "$ENGINE_PYTHON" -m unittest discover -s engine/tests -t . 
 fi
 
-echo "== service tests (SQLite and $TEST_DATABASE_URL)"
-mapfile -t test_files < <(ls test/*.test.ts | sort)
+echo "== unit and service tests (SQLite and $TEST_DATABASE_URL)"
+# test/unit/ first (the pure logic, also `npm run test:unit`), then the files that start the app or the engine.
+mapfile -t test_files < <(ls test/unit/*.test.ts | sort; ls test/*.test.ts | sort)
 node --import tsx --test --test-concurrency=1 "${test_files[@]}"

@@ -4,20 +4,17 @@
  */
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { isToolParserName, TOOL_PARSER_NAMES, type ToolParserName } from './chat/tool-calls/index.ts';
+import { isToolParserName, TOOL_PARSER_NAMES } from './chat/tool-calls/index.ts';
+import type { EngineDtype, EngineTopology, ServingLimits } from './engine/settings.ts';
+import { BUILTIN_BASE_MODELS, SMOLLM2_BASE_MODEL, type BaseModelSpec } from './services/base-models.ts';
 import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
 
-export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+// The catalogue of built-in bases and the checkout's root have homes of their own; they are re-exported here because
+// tests and benches configure a server with them beside loadConfig.
+export { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from './services/base-models.ts';
+export { repoRoot } from './repo-root.ts';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-
-export interface BaseModelSpec {
-  id: string;
-  path: string;
-  /** The tool-call parser named for this base in `TOOL_CALL_PARSERS`; absent: detected from its chat template. */
-  toolCallParser?: ToolParserName;
-}
 
 export interface Config {
   port: number;
@@ -65,58 +62,7 @@ export interface Config {
   metricsPublic: boolean;
 }
 
-export type EngineDtype = 'float32' | 'bfloat16' | 'float16';
-
-/**
- * `separate`: a trainer and `samplers` sampling engines, so chat keeps answering while a job trains;
- * `single`: one engine holds both roles (machines too small for two). An engine with a URL is a remote
- * `python -m engine --tcp` reached with `secret`; one without is a child process of this server.
- */
-export interface EngineTopology {
-  mode: 'separate' | 'single';
-  samplers: number;
-  samplerUrls: string[];
-  trainerUrl: string | null;
-  secret: string | null;
-  /** CPU threads per child engine; null lets torch choose. */
-  samplerThreads: number | null;
-  trainerThreads: number | null;
-  /** `cpu`, `cuda` or `cuda:N` per child engine; null: CUDA when available. */
-  samplerDevice: string | null;
-  trainerDevice: string | null;
-  /** CPU priority the child trainer gives up (`nice`), so where it shares cores with samplers, decode steps go first. */
-  trainerNice: number;
-}
-
-export interface ServingLimits {
-  /** Most tokens (prompt included) one sequence may hold; null: the model's own. */
-  maxModelLen: number | null;
-  /** Most sequences decoding at once per engine. */
-  maxNumSeqs: number;
-  /** Most prompt tokens prefilled between two decode steps. */
-  maxNumBatchedTokens: number;
-  /** KV-cache bytes per engine and base; null: as large as max_num_seqs × max_model_len needs. */
-  kvCacheMemoryBytes: number | null;
-  /** Weights and compute dtype; null: float32 on CPU, bfloat16 on CUDA. */
-  dtype: EngineDtype | null;
-}
-
 type HttpLimits = Pick<Config, 'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'>;
-
-/** SmolLM2-135M-Instruct, converted from its GGUF by `scripts/install.sh`: what `npm start` serves by default. */
-export const SMOLLM2_BASE_MODEL: BaseModelSpec = {
-  id: 'builtin/smollm2-135m-instruct',
-  path: path.join(repoRoot, 'models', 'smollm2-135m-instruct'),
-};
-
-/** The 2M-parameter synthetic model built from `models/recipe/`: what the tests run on, for speed. */
-export const BUILTIN_BASE_MODEL: BaseModelSpec = {
-  id: 'builtin/tiny-chat',
-  path: path.join(repoRoot, 'models', 'tiny-chat'),
-};
-
-/** The base models served when `BASE_MODELS` is unset; the first is the default. */
-export const BUILTIN_BASE_MODELS: readonly BaseModelSpec[] = [SMOLLM2_BASE_MODEL, BUILTIN_BASE_MODEL];
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {

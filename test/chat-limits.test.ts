@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { waitFor } from './helpers/poll.ts';
 
 describe('chat in-flight limit', () => {
   let e2e: E2eServer;
@@ -34,11 +35,6 @@ describe('chat in-flight limit', () => {
 
     abort.abort();
     await Promise.all(streams.map((response) => response.body?.cancel().catch(() => undefined)));
-    let status = 0;
-    for (let tries = 0; tries < 50 && status !== 200; tries += 1) {
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      status = (await chat({ max_tokens: 1 })).status;
-    }
-    assert.equal(status, 200);
+    await waitFor('a chat to be admitted again', async () => (await chat({ max_tokens: 1 })).status === 200, { timeoutMs: 5000, intervalMs: 50 });
   });
 });

@@ -11,7 +11,9 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { httpApi, type E2eServer } from './helpers/server.ts';
+import { httpApi } from './helpers/api.ts';
+import { waitFor } from './helpers/poll.ts';
+import type { E2eServer } from './helpers/server.ts';
 import { serverEnv, spawnListening } from './helpers/server-process.ts';
 import { backends } from './helpers/database.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
@@ -29,14 +31,6 @@ async function spawnServer(dataDir: string, databaseUrl: string | null, env: Rec
 async function killHard(child: ChildProcess): Promise<void> {
   child.kill('SIGKILL');
   if (child.exitCode === null && child.signalCode === null) await new Promise((resolve) => child.once('exit', resolve));
-}
-
-async function waitFor(what: string, check: () => Promise<boolean> | boolean, timeoutMs = 30_000, pollMs = 25): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, pollMs));
-  }
 }
 
 const sftLine = (i: number) => JSON.stringify({ messages: [{ role: 'user', content: `Question ${i}?` }, { role: 'assistant', content: `Answer ${i}.` }] });
@@ -130,7 +124,7 @@ for (const backend of backends()) {
       }
       void first.e2e.api('DELETE', `/v1/preview/models/${modelId}`).catch(() => undefined);
       // Polled often: on an idle machine 20,000 files still go in well under a second.
-      await waitFor('the files to start going', () => !fs.existsSync(checkpoints) || fs.readdirSync(checkpoints).length < 20, 30_000, 2);
+      await waitFor('the files to start going', () => !fs.existsSync(checkpoints) || fs.readdirSync(checkpoints).length < 20, { intervalMs: 2 });
       await killHard(first.child);
       assert.ok(fs.existsSync(checkpoints), 'the kill landed while the files were being removed');
 

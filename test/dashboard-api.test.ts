@@ -16,6 +16,7 @@ import type { JobStatus } from '../src/api/training-jobs.ts';
 import { withTrajectoryDefaults } from '../src/api/models.ts';
 import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
+import { createModel as createModelVia } from './helpers/api.ts';
 
 function agentTrajectory(reward: number, extra: Record<string, unknown> = {}) {
   return {
@@ -48,11 +49,7 @@ for (const backend of backends()) {
       await t.close();
     });
 
-    const createModel = async (project: string, name: string, key?: string, entity?: string) => {
-      const created = await t.call('POST', '/v1/preview/models', { project, name, base_model: 'test/base', ...(entity ? { entity } : {}) }, key);
-      assert.equal(created.status, 200, JSON.stringify(created.body));
-      return created.body as { id: string; run_id: string; entity: string };
-    };
+    const createModel = (project: string, name: string, key?: string, entity?: string) => createModelVia(t.call, project, name, { base: 'test/base', key, entity });
 
     async function addStep(model: { id: string; run_id: string }, step: number, metrics: Record<string, number>) {
       const now = new Date().toISOString();

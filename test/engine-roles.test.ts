@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { RoleEngine } from '../src/engine/roles.ts';
+import { waitFor } from './helpers/poll.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
 
@@ -43,7 +44,7 @@ function engineOf(e2e: E2eServer, role: RoleEngine['role']): RoleEngine {
 async function killAndWaitForRestart(engine: RoleEngine): Promise<void> {
   const pid = engine.supervisor.health().pid ?? assert.fail('no pid');
   process.kill(pid, 'SIGKILL');
-  while (engine.supervisor.health().pid === pid) await new Promise((resolve) => setTimeout(resolve, 20));
+  await waitFor('the engine to restart', () => engine.supervisor.health().pid !== pid, { timeoutMs: 60_000, intervalMs: 20 });
   await engine.supervisor.waitUntilReady();
 }
 
@@ -122,7 +123,7 @@ describe('separate sampler and trainer engines', () => {
   test('kill -9 of the trainer fails the running job with training_failed; chat keeps answering and the next job works', async () => {
     const trainer = engineOf(e2e, 'trainer');
     const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: MANY_STEPS })).body;
-    while (!(await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step')) await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor('a gradient step', async () => (await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step'), { timeoutMs: 120_000, intervalMs: 20 });
     await killAndWaitForRestart(trainer);
     const failed = await waitForJob(e2e, job.id);
     assert.equal(failed.status, 'FAILED');

@@ -15,8 +15,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
-import { uploadArtifact } from './helpers/artifacts.ts';
-import { waitForJob } from './helpers/rollouts.ts';
+import { chatChoices, createModel as createModelVia } from './helpers/api.ts';
+import { trainRl, trainSft } from './helpers/rollouts.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const BASE = SMOLLM2_BASE_MODEL.id;
@@ -30,17 +30,8 @@ after(async () => {
   await e2e?.close();
 });
 
-async function createModel(name: string): Promise<string> {
-  const created = await e2e.api('POST', '/v1/preview/models', { project: 'smollm2-learning', name, base_model: BASE });
-  assert.equal(created.status, 200, JSON.stringify(created.body));
-  return created.body.id;
-}
-
-async function chat(model: string, question: string, options: Record<string, unknown>): Promise<Record<string, any>[]> {
-  const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: question }], ...options });
-  assert.equal(response.status, 200, JSON.stringify(response.body));
-  return response.body.choices;
-}
+const createModel = async (name: string) => (await createModelVia(e2e.api, 'smollm2-learning', name, { base: BASE })).id;
+const chat = (model: string, question: string, options: Record<string, unknown>) => chatChoices(e2e.api, model, question, options);
 
 const seconds = (since: number) => ((Date.now() - since) / 1000).toFixed(0);
 
@@ -63,18 +54,8 @@ describe('SmolLM2-135M-Instruct SFT (slow)', () => {
     const beforeAnswer = await greedy(model);
     assert.ok(!beforeAnswer.includes(WORD), beforeAnswer);
 
-    const lines = Array.from({ length: 4 }, () =>
-      trained.map((question) => JSON.stringify({ messages: [{ role: 'user', content: question }, { role: 'assistant', content: answer }] })),
-    ).flat();
-    const artifact = await uploadArtifact(e2e, 'local/smollm2-learning/glorp-data', { 'train.jsonl': `${lines.join('\n')}\n` });
-    const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', {
-      model_id: modelId,
-      training_data_url: artifact.url,
-      config: { batch_size: 4, learning_rate: 2e-3 },
-    });
-    assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-    const job = await waitForJob(e2e, submitted.body.id, JOB_TIMEOUT_MS);
-    assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+    const pairs = Array.from({ length: 4 }, () => trained.map((question): [string, string] => [question, answer])).flat();
+    const { job } = await trainSft(e2e, modelId, 'local/smollm2-learning/glorp-data', pairs, { batch_size: 4, learning_rate: 2e-3 }, JOB_TIMEOUT_MS);
 
     const afterAnswer = await greedy(`${model}:step${job.checkpoint_step}`);
     console.log(`SmolLM2 SFT (${seconds(started)}s): "${heldOut}" before: ${JSON.stringify(beforeAnswer)} after: ${JSON.stringify(afterAnswer)}`);
@@ -112,10 +93,7 @@ describe('SmolLM2-135M-Instruct RL (slow)', () => {
         trajectory_groups.push({ trajectories });
       }
       rollout.push(sum / (task.length * 8));
-      const submitted = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups, experimental_config: { learning_rate: 2e-3 } });
-      assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-      const job = await waitForJob(e2e, submitted.body.id, JOB_TIMEOUT_MS);
-      assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+      await trainRl(e2e, modelId, trajectory_groups, { learning_rate: 2e-3 }, JOB_TIMEOUT_MS);
     }
     const afterReward = await meanReward();
     console.log(`SmolLM2 RL (${seconds(started)}s): rollout reward per job ${rollout.map((r) => r.toFixed(2)).join(' ')}`);

@@ -10,9 +10,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { chatChoices, createModel as createModelVia } from './helpers/api.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
-import { allEvents, waitForJob } from './helpers/rollouts.ts';
-import { uploadArtifact } from './helpers/artifacts.ts';
+import { allEvents, trainRl, trainSft } from './helpers/rollouts.ts';
 
 const JOB_TIMEOUT_MS = 5 * 60_000;
 
@@ -24,17 +24,8 @@ after(async () => {
   await e2e.close();
 });
 
-async function createModel(project: string, name: string): Promise<string> {
-  const created = await e2e.api('POST', '/v1/preview/models', { project, name, base_model: 'builtin/tiny-chat' });
-  assert.equal(created.status, 200, JSON.stringify(created.body));
-  return created.body.id;
-}
-
-async function chat(model: string, question: string, options: Record<string, unknown>): Promise<Record<string, any>[]> {
-  const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: question }], max_tokens: 8, ...options });
-  assert.equal(response.status, 200, JSON.stringify(response.body));
-  return response.body.choices;
-}
+const createModel = async (project: string, name: string) => (await createModelVia(e2e.api, project, name)).id;
+const chat = (model: string, question: string, options: Record<string, unknown>) => chatChoices(e2e.api, model, question, { max_tokens: 8, ...options });
 
 /** Every sum of two operands up to 20, the range the tiny model was pretrained on, in a seeded order. */
 function shuffledSums(): { question: string; answer: string }[] {
@@ -81,14 +72,7 @@ describe('learning through the API (slow)', () => {
         trajectory_groups.push({ trajectories });
       }
       trainRewards.push(rewardSum / (task.length * groupSize));
-      const submitted = await e2e.api('POST', '/v1/preview/training-jobs', {
-        model_id: modelId,
-        trajectory_groups,
-        experimental_config: { learning_rate: 3e-3 },
-      });
-      assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-      const job = await waitForJob(e2e, submitted.body.id, JOB_TIMEOUT_MS);
-      assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+      await trainRl(e2e, modelId, trajectory_groups, { learning_rate: 3e-3 }, JOB_TIMEOUT_MS);
     }
 
     const afterTraining = await meanReward(model, task, 32);
@@ -111,20 +95,10 @@ describe('learning through the API (slow)', () => {
       String((await chat(checkpoint, question, { temperature: 0, max_tokens: 24 }))[0].message.content).trim();
     for (const { question, answer } of facts) assert.notEqual(await greedy(model, question), answer, 'not known before training');
 
-    const lines = Array.from({ length: 32 }, () =>
-      facts.map(({ question, answer }) => JSON.stringify({ messages: [{ role: 'user', content: question }, { role: 'assistant', content: answer }] })),
-    ).flat();
-    const artifact = await uploadArtifact(e2e, 'local/learning/facts', { 'train.jsonl': `${lines.join('\n')}\n` });
-    const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', {
-      model_id: modelId,
-      training_data_url: artifact.url,
-      config: { batch_size: 4, learning_rate: 1e-2 },
-    });
-    assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-    const job = await waitForJob(e2e, submitted.body.id, JOB_TIMEOUT_MS);
-    assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+    const pairs = Array.from({ length: 32 }, () => facts.map(({ question, answer }): [string, string] => [question, answer])).flat();
+    const { id, job } = await trainSft(e2e, modelId, 'local/learning/facts', pairs, { batch_size: 4, learning_rate: 1e-2 }, JOB_TIMEOUT_MS);
 
-    const losses = (await allEvents(e2e, submitted.body.id)).filter((event) => event.type === 'gradient_step').map((event) => Number(event.data.sft_loss));
+    const losses = (await allEvents(e2e, id)).filter((event) => event.type === 'gradient_step').map((event) => Number(event.data.sft_loss));
     const head = losses.slice(0, 3).reduce((a, b) => a + b) / 3;
     const tail = losses.slice(-3).reduce((a, b) => a + b) / 3;
     console.log(`SFT learning: loss ${losses.map((loss) => loss.toFixed(2)).join(' ')}`);

@@ -10,8 +10,8 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SMOLLM2_BASE_MODEL, repoRoot } from '../src/config.ts';
-import { uploadArtifact } from './helpers/artifacts.ts';
-import { waitForJob } from './helpers/rollouts.ts';
+import { createModel } from './helpers/api.ts';
+import { trainSft } from './helpers/rollouts.ts';
 import { runJsonScript } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
@@ -44,19 +44,10 @@ describe('an adapter from our checkpoint under PEFT on transformers', () => {
 
   before(async () => {
     e2e = await startE2eServer({ env: { BASE_MODELS: `${BASE}=${SMOLLM2_BASE_MODEL.path}` } });
-    const created = await e2e.api('POST', '/v1/preview/models', { project: 'peft', name: 'door', base_model: BASE });
-    assert.equal(created.status, 200, JSON.stringify(created.body));
-    const lines = Array.from({ length: 4 }, () => JSON.stringify({ messages: [{ role: 'user', content: QUESTION }, { role: 'assistant', content: ANSWER }] }));
-    const artifact = await uploadArtifact(e2e, 'local/peft/door-data', { 'train.jsonl': `${lines.join('\n')}\n` });
-    const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', {
-      model_id: created.body.id,
-      training_data_url: artifact.url,
-      config: { batch_size: 2, learning_rate: 1e-3 },
-    });
-    assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-    const job = await waitForJob(e2e, submitted.body.id, 5 * 60_000);
-    assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
-    adapterFolder = path.join(e2e.dataDir, 'models', created.body.id, 'checkpoints', String(job.checkpoint_step));
+    const modelId = (await createModel(e2e.api, 'peft', 'door', { base: BASE })).id;
+    const pairs = Array.from({ length: 4 }, (): [string, string] => [QUESTION, ANSWER]);
+    const { job } = await trainSft(e2e, modelId, 'local/peft/door-data', pairs, { batch_size: 2, learning_rate: 1e-3 }, 5 * 60_000);
+    adapterFolder = path.join(e2e.dataDir, 'models', modelId, 'checkpoints', String(job.checkpoint_step));
 
     // Rows a user would score: the trained model's own answers to the trained and an unrelated question.
     const rows: number[][] = [];

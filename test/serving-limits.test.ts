@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { execFile } from 'node:child_process';
-import { ConfigError, loadConfig, repoRoot, withServeFlags } from '../src/config.ts';
+import { loadConfig, repoRoot, withServeFlags } from '../src/config.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 /** The tiny model's KV bytes per position in float32: k and v × 4 layers × 2 KV heads × 32 dims × 4 bytes. */
@@ -67,43 +67,6 @@ describe('serving limits', () => {
 });
 
 describe('engine configuration', () => {
-  test('every bad engine variable is named in one error', () => {
-    const env = {
-      ENGINES: 'both',
-      SAMPLER_URLS: 'http://gpu:1',
-      TRAINER_URL: 'tcp://gpu-a:7000',
-      SAMPLERS: '0',
-      SAMPLER_DEVICE: 'tpu',
-      MAX_NUM_SEQS: '0',
-      DTYPE: 'int8',
-      KV_CACHE_MEMORY_BYTES: 'lots',
-      TRAINER_NICE: '20',
-    };
-    const error = (() => {
-      try {
-        loadConfig(env);
-      } catch (caught) {
-        return caught;
-      }
-      return assert.fail('expected a ConfigError');
-    })();
-    assert.ok(error instanceof ConfigError);
-    for (const name of ['ENGINES=', 'SAMPLER_URLS:', 'SAMPLERS=', 'SAMPLER_DEVICE=', 'MAX_NUM_SEQS=', 'DTYPE=', 'KV_CACHE_MEMORY_BYTES=', 'TRAINER_NICE=', 'ENGINE_SECRET:']) {
-      assert.ok(error.problems.some((problem) => problem.startsWith(name)), `${name} not named in ${error.message}`);
-    }
-  });
-
-  test('separate engines by default, sharing the cores between trainer and sampler', () => {
-    const config = loadConfig({});
-    assert.equal(config.engines.mode, 'separate');
-    assert.equal(config.engines.samplers, 1);
-    assert.ok(config.engines.samplerThreads! >= 1 && config.engines.trainerThreads! >= 1);
-    assert.equal(config.engines.trainerNice, 10);
-    assert.deepEqual(config.serving, { maxModelLen: null, maxNumSeqs: 32, maxNumBatchedTokens: 2048, kvCacheMemoryBytes: null, dtype: null });
-    const single = loadConfig({ ENGINES: 'single', TRAINER_URL: 'tcp://gpu:7000', ENGINE_SECRET: 's' });
-    assert.deepEqual([single.engines.mode, single.engines.trainerUrl, single.engines.samplerThreads], ['single', 'tcp://gpu:7000', null]);
-  });
-
   test('serve flags override their variables; a bad one stops serve naming it', async () => {
     const config = loadConfig(withServeFlags({ MAX_NUM_SEQS: '8', DTYPE: 'float16' }, { 'max-num-seqs': '2', engines: 'single' }));
     assert.deepEqual([config.serving.maxNumSeqs, config.serving.dtype, config.engines.mode], [2, 'float16', 'single']);

@@ -53,29 +53,3 @@ describe('system check', () => {
     }
   });
 });
-
-describe('configuration', () => {
-  test('every bad variable is named in one error', () => {
-    assert.throws(
-      () => loadConfig({ PORT: 'eighty', LOG_LEVEL: 'loud', DATABASE_URL: 'mysql://x', BOOTSTRAP_API_KEY: 'short' }),
-      (error: Error) => ['PORT', 'LOG_LEVEL', 'DATABASE_URL', 'BOOTSTRAP_API_KEY'].every((name) => error.message.includes(name)),
-    );
-    const config = loadConfig({});
-    assert.equal(config.port, 8000);
-    assert.equal(config.databaseUrl, null);
-    assert.ok(config.dataDir.endsWith('/data'));
-  });
-
-  test('timeouts and connection caps: defaults, and a request timeout shorter than the headers one is refused', () => {
-    const config = loadConfig({});
-    assert.deepEqual(
-      [config.headersTimeoutMs, config.bodyIdleTimeoutMs, config.requestTimeoutMs, config.keepAliveTimeoutMs, config.maxConnections, config.maxConnectionsPerClient],
-      [30_000, 60_000, 3_600_000, 72_000, 10_000, 1_000],
-    );
-    assert.equal(loadConfig({ REQUEST_TIMEOUT_MS: '0' }).requestTimeoutMs, 0);
-    assert.throws(
-      () => loadConfig({ REQUEST_TIMEOUT_MS: '1000', HEADERS_TIMEOUT_MS: '5000', MAX_CONNECTIONS_PER_CLIENT: '0' }),
-      (error: Error) => /REQUEST_TIMEOUT_MS=1000: must be 0 or at least HEADERS_TIMEOUT_MS/.test(error.message) && error.message.includes('MAX_CONNECTIONS_PER_CLIENT'),
-    );
-  });
-});

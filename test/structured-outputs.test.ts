@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import OpenAI from 'openai';
+import { waitFor } from './helpers/poll.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
@@ -320,7 +321,7 @@ describe('structured outputs through the openai client', () => {
     const supervisor = e2e.server.supervisor ?? assert.fail('no supervisor');
     const pid = supervisor.health().pid ?? assert.fail('no engine pid');
     process.kill(pid, 'SIGKILL');
-    while (supervisor.health().pid === pid) await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitFor('the engine to restart', () => supervisor.health().pid !== pid, { timeoutMs: 60_000, intervalMs: 20 });
     await supervisor.waitUntilReady();
     const response = await create({ structured_outputs: { choice: ['alpha', 'beta'] }, n: 2, seed: 2, max_tokens: 10 });
     for (const choice of response.choices) assert.ok(['alpha', 'beta'].includes(choice.message.content), choice.message.content);

@@ -22,27 +22,25 @@ import { backends } from './helpers/database.ts';
 import { runJsonScript } from './helpers/reference.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { DOWN_PROJ_A, withValue } from './helpers/adapters.ts';
+import { httpApi, tinkerKey } from './helpers/api.ts';
+import { waitFor } from './helpers/poll.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON;
 const skip = TINKER_PYTHON ? false : 'TINKER_PYTHON is not set (the python of a venv with tinker==0.38.0)';
 
 /** POST to the Tinker API with the SDK's header, answering JSON (no protobuf Accept). */
-async function tinkerCall(e2e: E2eServer, route: string, body: unknown): Promise<{ status: number; body: any }> {
-  const response = await fetch(`${e2e.url}${route}`, {
-    method: 'POST',
-    headers: { 'x-api-key': `tml-${e2e.key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: response.status, body: await response.json() };
+function tinkerCall(e2e: E2eServer, route: string, body: unknown): Promise<{ status: number; body: any }> {
+  return httpApi(e2e.url, e2e.key, tinkerKey)('POST', route, body);
 }
 
+/** The future's answer: retrieve_future holds each poll until it is ready or answers try_again. */
 async function result(e2e: E2eServer, requestId: string): Promise<any> {
-  for (;;) {
+  return waitFor(`the future ${requestId}`, async () => {
     const polled = await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: requestId });
     assert.equal(polled.status, 200, JSON.stringify(polled.body));
-    if (polled.body.type !== 'try_again') return polled.body;
-  }
+    return polled.body.type === 'try_again' ? null : polled.body;
+  }, { timeoutMs: 300_000, intervalMs: 0 });
 }
 
 /**

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { openStore } from '../src/store/db.ts';
+import { httpApi, tinkerKey } from './helpers/api.ts';
 import { backends } from './helpers/database.ts';
 import { startDroppingProxy, type DroppingProxy } from './helpers/dropping-proxy.ts';
 import { runJsonScript } from './helpers/reference.ts';
@@ -36,9 +37,8 @@ async function train(server: string, e2e: E2eServer): Promise<Run> {
   });
 }
 
-async function tinkerPost(e2e: E2eServer, route: string, body: unknown): Promise<{ status: number; body: any }> {
-  const response = await fetch(`${e2e.url}${route}`, { method: 'POST', headers: { 'x-api-key': `tml-${e2e.key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  return { status: response.status, body: await response.json() };
+function tinkerPost(e2e: E2eServer, route: string, body: unknown): Promise<{ status: number; body: any }> {
+  return httpApi(e2e.url, e2e.key, tinkerKey)('POST', route, body);
 }
 
 for (const backend of backends()) {

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { waitFor } from './helpers/poll.ts';
 
 describe('RL training jobs', () => {
   let e2e: E2eServer;
@@ -35,19 +36,13 @@ describe('RL training jobs', () => {
     // Poll like ART's client: after=<last id> every second until a terminal event.
     const seen: { id: string; type: string; data: Record<string, unknown> }[] = [];
     let cursor = '';
-    let ended: { id: string; type: string; data: Record<string, any> } | undefined;
-    for (let polls = 0; !ended && polls < 120; polls += 1) {
+    const ended = await waitFor('a terminal event', async () => {
       const page = await e2e.api('GET', `/v1/preview/training-jobs/${jobId}/events${cursor ? `?after=${cursor}` : ''}`);
       assert.equal(page.status, 200);
-      for (const event of page.body.data) {
-        seen.push(event);
-        if (event.type === 'training_ended' || event.type === 'training_failed') ended = event;
-      }
+      seen.push(...page.body.data);
       if (page.body.data.length > 0) cursor = page.body.last_id;
-      if (ended) break;
-      await new Promise((resolve) => setTimeout(resolve, 1000));
-    }
-    assert.ok(ended, 'the job ended');
+      return page.body.data.find((event: { type: string }) => event.type === 'training_ended' || event.type === 'training_failed') as { id: string; type: string; data: Record<string, any> } | undefined;
+    }, { timeoutMs: 120_000, intervalMs: 1000 });
     assert.equal(ended.type, 'training_ended', JSON.stringify(ended.data));
     // At the moment training_ended is visible, the checkpoint is listed and serves chat.
     const step = ended.data.step as number;
@@ -118,11 +113,7 @@ describe('RL training jobs', () => {
     assert.equal(cancelledQueued.body.status, 'CANCELLED');
 
     // Wait until the big job is training, then cancel it.
-    for (let tries = 0; tries < 200; tries += 1) {
-      const events = await allEvents(e2e, running.body.id);
-      if (events.some((event) => event.type === 'gradient_step')) break;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await waitFor('a gradient step', async () => (await allEvents(e2e, running.body.id)).some((event) => event.type === 'gradient_step'), { timeoutMs: 60_000, intervalMs: 50 });
     await e2e.api('POST', `/v1/preview/training-jobs/${running.body.id}/cancel`);
     const job = await waitForJob(e2e, running.body.id);
     assert.equal(job.status, 'CANCELLED');

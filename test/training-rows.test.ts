@@ -9,13 +9,14 @@ import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { agentLoop, samplerTrainerGap, toolCallsIn, type LogprobsMode } from './helpers/agent-loops.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
+import { createModel as createModelVia } from './helpers/api.ts';
 import type { Trajectory } from '../src/api/models.ts';
 
 const BASE = 'builtin/tiny-chat';
 
 describe('training rows (built-in model)', () => {
   let e2e: E2eServer;
-  const createModel = async (name: string) => (await e2e.api('POST', '/v1/preview/models', { project: 'rows', name, base_model: BASE })).body.id as string;
+  const createModel = async (name: string) => (await createModelVia(e2e.api, 'rows', name, { base: BASE })).id;
   const train = async (modelId: string, trajectories: Trajectory[], experimental: Record<string, unknown> = {}) => {
     const scored = trajectories.map((trajectory, i) => ({ ...trajectory, reward: i % 2 }));
     const submitted = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [{ trajectories: scored }], experimental_config: { learning_rate: 1e-2, ...experimental } });

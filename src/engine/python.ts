@@ -1,7 +1,7 @@
 /** Finds a Python that can run the engine, i.e. one that can `import torch`. */
 import { execFile } from 'node:child_process';
 import path from 'node:path';
-import { repoRoot } from '../config.ts';
+import { repoRoot } from '../repo-root.ts';
 
 /**
  * The project's own venv (scripts/install.sh) first; then Debian's python3, which carries the system torch where

@@ -6,7 +6,7 @@
  * configuration into supervisors and routes several samplers by the op table's role column (ops.ts); it knows
  * nothing of what callers send. A sampler of another kind (vLLM) joins the pool as any `SamplerEngine`.
  */
-import type { EngineTopology, ServingLimits } from '../config.ts';
+import type { EngineTopology, ServingLimits } from './settings.ts';
 import { EngineError } from './errors.ts';
 import type { GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';

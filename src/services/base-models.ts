@@ -1,8 +1,31 @@
-/** The base models this server can load: configured ids mapped to HF-format folders on disk. */
+/** The base models this server can load: configured ids mapped to HF-format folders on disk, and the built-in ones. */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { BaseModelSpec } from '../config.ts';
 import type { EngineSupport } from '../engine/protocol.ts';
+import type { ToolParserName } from '../chat/tool-calls/index.ts';
+import { repoRoot } from '../repo-root.ts';
+
+export interface BaseModelSpec {
+  id: string;
+  path: string;
+  /** The tool-call parser named for this base in `TOOL_CALL_PARSERS`; absent: detected from its chat template. */
+  toolCallParser?: ToolParserName;
+}
+
+/** SmolLM2-135M-Instruct, converted from its GGUF by `scripts/install.sh`: what `npm start` serves by default. */
+export const SMOLLM2_BASE_MODEL: BaseModelSpec = {
+  id: 'builtin/smollm2-135m-instruct',
+  path: path.join(repoRoot, 'models', 'smollm2-135m-instruct'),
+};
+
+/** The 2M-parameter synthetic model built from `models/recipe/`: what the tests run on, for speed. */
+export const BUILTIN_BASE_MODEL: BaseModelSpec = {
+  id: 'builtin/tiny-chat',
+  path: path.join(repoRoot, 'models', 'tiny-chat'),
+};
+
+/** The base models served when `BASE_MODELS` is unset; the first is the default. */
+export const BUILTIN_BASE_MODELS: readonly BaseModelSpec[] = [SMOLLM2_BASE_MODEL, BUILTIN_BASE_MODEL];
 
 /** Why an engine announcing `support` cannot run a model with this config.json, or null when it can. */
 export function architectureProblem(config: Record<string, unknown>, support: EngineSupport): string | null {

@@ -10,7 +10,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { withValue } from '../helpers/adapters.ts';
-import { apiFor, BASE_MODEL, PROJECT, type Entity } from './world.ts';
+import { httpApi } from '../helpers/api.ts';
+import { BASE_MODEL, PROJECT, type Entity } from './world.ts';
 
 /** What the sampler gets injected: the repro (NaN), an infinity, and a finite value far beyond the bound. */
 const INJECTED = [['nan', Number.NaN], ['inf', Infinity], ['huge', 1e38]] as const;
@@ -42,7 +43,7 @@ export async function injectBadAdapters(url: string, dataDir: string, entity: En
 }
 
 async function chat(url: string, key: string, model: string): Promise<Answer> {
-  const api = apiFor(url, key);
+  const api = httpApi(url, key);
   const body = { model, messages: [{ role: 'user', content: 'Count: 1 2 3' }], max_tokens: 8, temperature: 0, logprobs: true, ignore_eos: true };
   // A server that died answers nothing: the run reports the crash itself.
   const response = await api('POST', '/v1/chat/completions', body).catch(() => ({ status: 0, body: null }));

@@ -5,6 +5,7 @@
  * entity's key is thrown at the server.
  */
 import crypto from 'node:crypto';
+import { httpApi, type Api } from '../helpers/api.ts';
 import type { E2eServer } from '../helpers/server.ts';
 import { sampleGroup, waitForJob } from '../helpers/rollouts.ts';
 
@@ -38,20 +39,6 @@ export interface World {
   b: Entity;
 }
 
-export type Api = (method: string, route: string, body?: unknown) => Promise<{ status: number; body: any }>;
-
-export function apiFor(url: string, key: string): Api {
-  return async (method, route, body) => {
-    const response = await fetch(`${url}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${key}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
-  };
-}
-
 async function must(api: Api, method: string, route: string, body?: unknown): Promise<any> {
   const response = await api(method, route, body);
   if (response.status !== 200) throw new Error(`seeding: ${method} ${route} answered ${response.status} ${JSON.stringify(response.body)}`);
@@ -70,7 +57,7 @@ const SFT_ROWS = ['a', 'b'].map((word) => JSON.stringify({ messages: [{ role: 'u
 
 /** One entity's model, logs, RL job, artifact and (optionally) SFT job, finished before the fuzzing starts. */
 export async function seedEntity(url: string, name: string, key: string, withSft: boolean): Promise<Entity> {
-  const api = apiFor(url, key);
+  const api = httpApi(url, key);
   const modelId = (await must(api, 'POST', '/v1/preview/models', { project: PROJECT, name: 'main', base_model: BASE_MODEL })).id;
   const inferenceName = `${name}/${PROJECT}/main`;
   const client = { api } as unknown as E2eServer;
@@ -120,7 +107,7 @@ async function optional(api: Api, route: string): Promise<unknown> {
 
 /** Everything of one entity the API shows its own key: models, checkpoints, metrics, trajectories, jobs, events, artifacts. */
 export async function snapshot(url: string, entity: Entity): Promise<Record<string, unknown>> {
-  const api = apiFor(url, entity.key);
+  const api = httpApi(url, entity.key);
   const shot: Record<string, unknown> = { me: await must(api, 'GET', '/v1/preview/me'), overview: await must(api, 'GET', '/v1/dashboard/overview') };
   const models = (await allPages(api, '/v1/dashboard/models?limit=500')) as { id: string }[];
   shot.models = models;

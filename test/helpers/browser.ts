@@ -1,5 +1,5 @@
 /**
- * Headless Chromium for the dashboard tests: Debian's `chromium` (installed by scripts/install.sh) driven by
+ * Headless Chromium for the dashboard tests: Debian's `chromium` (installed by scripts/test.sh) driven by
  * playwright-core — never a downloaded browser. Every console error, uncaught page error and failed request
  * is recorded, so a test can fail on any of them; screenshots go to screenshots/ (ignored by git).
  */

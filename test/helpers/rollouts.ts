@@ -1,11 +1,15 @@
-/** Rollouts through the real API: sample choices with chat completions and wrap them as ART trajectory groups. */
+/**
+ * Training through the real API: rollouts sampled with chat completions and wrapped as ART trajectory groups, SFT
+ * jobs on uploaded question-answer conversations, and waiting for a job and reading its events.
+ */
+import assert from 'node:assert/strict';
+import type { Trajectory as ApiTrajectory } from '../../src/api/models.ts';
+import { uploadArtifact } from './artifacts.ts';
+import { waitFor } from './poll.ts';
 import type { E2eServer } from './server.ts';
 
-export interface Trajectory {
-  messages_and_choices: Record<string, unknown>[];
-  reward: number;
-  [key: string]: unknown;
-}
+/** The API's trajectory as sampled here: always scored. */
+export type Trajectory = ApiTrajectory & { reward: number };
 
 export async function sampleChoice(e2e: E2eServer, model: string, prompt: string, seed: number, maxTokens = 6): Promise<Record<string, unknown>> {
   const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, seed });
@@ -23,14 +27,39 @@ export async function sampleGroup(e2e: E2eServer, model: string, prompt: string,
   return { trajectories };
 }
 
+const ENDED = ['COMPLETED', 'FAILED', 'CANCELLED'];
+
+/** The job once it has ended (completed, failed or cancelled), polled every 100 ms. */
 export async function waitForJob(e2e: E2eServer, jobId: string, timeoutMs = 60_000): Promise<Record<string, any>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  let status = 'unseen';
+  return waitFor(() => `job ${jobId} to end (still ${status})`, async () => {
     const job = await e2e.api('GET', `/v1/preview/training-jobs/${jobId}`);
-    if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(job.body.status)) return job.body;
-    if (Date.now() > deadline) throw new Error(`job ${jobId} still ${job.body.status} after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+    status = job.body.status;
+    return ENDED.includes(status) ? (job.body as Record<string, any>) : null;
+  }, { timeoutMs, intervalMs: 100 });
+}
+
+/** Trains an RL job on `groups` with `experimentalConfig` and waits for it to complete (anything else fails the test). */
+export async function trainRl(e2e: E2eServer, modelId: string, groups: { trajectories: unknown[] }[], experimentalConfig: Record<string, unknown>, timeoutMs = 60_000) {
+  const submitted = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: experimentalConfig });
+  assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
+  const job = await waitForJob(e2e, submitted.body.id, timeoutMs);
+  assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+  return { id: submitted.body.id as string, job };
+}
+
+/**
+ * Uploads `[question, answer]` conversations as train.jsonl to `artifactPath`, trains an SFT job on them with `config`
+ * and waits for it to complete (anything else fails the test): the job's id and the ended job.
+ */
+export async function trainSft(e2e: E2eServer, modelId: string, artifactPath: string, pairs: [string, string][], config: Record<string, unknown>, timeoutMs = 60_000) {
+  const lines = pairs.map(([question, answer]) => JSON.stringify({ messages: [{ role: 'user', content: question }, { role: 'assistant', content: answer }] }));
+  const artifact = await uploadArtifact(e2e, artifactPath, { 'train.jsonl': `${lines.join('\n')}\n` });
+  const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config });
+  assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
+  const job = await waitForJob(e2e, submitted.body.id, timeoutMs);
+  assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+  return { id: submitted.body.id as string, job };
 }
 
 export async function allEvents(e2e: E2eServer, jobId: string): Promise<{ id: string; type: string; data: Record<string, unknown> }[]> {

@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import readline from 'node:readline';
 import { promisify } from 'node:util';
 import { enginePython } from './engine-process.ts';
+import { waitFor } from './poll.ts';
 
 export interface ServerProcess {
   child: ChildProcess;
@@ -105,14 +106,14 @@ export async function spawnServerProcess(options: ServerProcessOptions): Promise
 }
 
 async function waitUntilReady(url: string, exit: () => string | null, timeoutMs = 180_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  let lastAnswer = 'no answer';
+  await waitFor(() => `the server to be ready (last answer: ${lastAnswer})`, async () => {
     const response = await fetch(`${url}/v1/system-check`).catch(() => null);
-    if (response?.status === 200) return;
+    if (response?.status === 200) return true;
     if (exit() !== null) throw new Error(`server exited with ${exit()} while starting`);
-    if (Date.now() > deadline) throw new Error(`server not ready after ${timeoutMs} ms: ${response ? await response.text() : 'no answer'}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
+    lastAnswer = response ? await response.text() : 'no answer';
+    return false;
+  }, { timeoutMs, intervalMs: 200 });
 }
 
 /** Direct children of a process, from /proc (Linux). */

@@ -1,6 +1,6 @@
 /**
  * The real service for end-to-end tests: a fresh data folder and database, the real engine child process,
- * the job worker and an HTTP listener on a free port. `api()` calls it over real HTTP.
+ * the job worker and an HTTP listener on a free port. `api()` calls it over real HTTP (helpers/api.ts).
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { Clock } from '../../src/clock.ts';
 import { BUILTIN_BASE_MODEL, loadConfig } from '../../src/config.ts';
 import { startServer, type RunningServer } from '../../src/server.ts';
+import { httpApi } from './api.ts';
 import { enginePython } from './engine-process.ts';
 
 export interface E2eServer {
@@ -17,21 +18,6 @@ export interface E2eServer {
   dataDir: string;
   api(method: string, route: string, body?: unknown, key?: string): Promise<{ status: number; body: any }>;
   close(): Promise<void>;
-}
-
-type Api = E2eServer['api'];
-
-/** Calls the service over real HTTP with a key (the key given per call wins); JSON in and out. */
-export function httpApi(url: string, key: string): Api {
-  return async (method, route, body, useKey = key) => {
-    const response = await fetch(`${url}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${useKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? JSON.parse(text) : null };
-  };
 }
 
 /** Tests serve the tiny model alone (and default to it) unless they ask for more: SmolLM2 loads in seconds, not milliseconds. */

@@ -5,11 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
-import { ChoiceOutput, type OutputDelta } from '../src/chat/output.ts';
-import { detectToolParser, TOOL_CALL_FORMATS, type ToolParserName } from '../src/chat/tool-calls/index.ts';
-import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
-import { ConfigError, loadConfig } from '../src/config.ts';
-import { templateFixture, writeTokenizerFolder } from './helpers/families.ts';
+import { ChoiceOutput, type OutputDelta } from '../../src/chat/output.ts';
+import { detectToolParser, TOOL_CALL_FORMATS, type ToolParserName } from '../../src/chat/tool-calls/index.ts';
+import { loadTokenizer, type ChatTokenizer } from '../../src/chat/tokenizer.ts';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+import { templateFixture, writeTokenizerFolder } from '../helpers/families.ts';
 
 describe('tool-call formats on the real Llama 3.1 tokenizer', () => {
   let tokenizer: ChatTokenizer;

@@ -8,12 +8,12 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ConstraintRequestError } from '../src/constraints/constraint-error.ts';
-import { CONSTRAINT_LIMITS } from '../src/constraints/limits.ts';
-import { larkJson, markerSyntax } from '../src/constraints/lark.ts';
-import { constraintSpec, requestedConstraint } from '../src/constraints/request.ts';
-import { TOOL_CALL_FORMATS } from '../src/chat/tool-calls/index.ts';
-import type { ChatCompletionBody } from '../src/api/chat.ts';
+import { ConstraintRequestError } from '../../src/constraints/constraint-error.ts';
+import { CONSTRAINT_LIMITS } from '../../src/constraints/limits.ts';
+import { larkJson, markerSyntax } from '../../src/constraints/lark.ts';
+import { constraintSpec, requestedConstraint } from '../../src/constraints/request.ts';
+import { TOOL_CALL_FORMATS } from '../../src/chat/tool-calls/index.ts';
+import type { ChatCompletionBody } from '../../src/api/chat.ts';
 
 const body = (fields: Record<string, unknown>) => ({ messages: [], ...fields }) as unknown as ChatCompletionBody;
 const fails = (fields: Record<string, unknown>, param: string, message: RegExp, toolChoice: 'none' | 'required' | { name: string } = 'none') =>

@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Template } from '@huggingface/jinja';
-import { ensureTinyModel } from '../models/make-tiny.ts';
-import { pretrainingSet } from '../models/recipe/pretraining.ts';
-import { ConversationTokenizer } from '../models/recipe/sequences.ts';
-import { ChatTokenizer, loadTokenizer } from '../src/chat/tokenizer.ts';
+import { ensureTinyModel } from '../../models/make-tiny.ts';
+import { pretrainingSet } from '../../models/recipe/pretraining.ts';
+import { ConversationTokenizer } from '../../models/recipe/sequences.ts';
+import { ChatTokenizer, loadTokenizer } from '../../src/chat/tokenizer.ts';
 
 let modelDir: string;
 let tokenizer: ChatTokenizer;
