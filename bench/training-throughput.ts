@@ -4,11 +4,11 @@
  * last gradient step to the checkpoint answering chat. Prints figures; asserts nothing.
  * Usage: npx tsx bench/training-throughput.ts
  */
-import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
-import { trainingRenderer } from '../src/chat/training-render.ts';
-import { packRows, rowLength, weighSequences, groupAdvantages, type ScoredSequence } from '../src/jobs/rl-data.ts';
-import { loraInit, optimizerConfig } from '../src/services/training-defaults.ts';
-import { engineLossConfig, parseRlConfig } from '../src/services/rl-config.ts';
+import { tokenizeTrajectory } from '../src/training/rl/tokens.ts';
+import { trainingRenderer } from '../src/training/render.ts';
+import { packRows, rowLength, weighSequences, groupAdvantages, type ScoredSequence } from '../src/training/rl/data.ts';
+import { loraInit, optimizerConfig } from '../src/training/defaults.ts';
+import { engineLossConfig, parseRlConfig } from '../src/training/rl/config.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
 

@@ -5,8 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
-import { trainingRenderer } from '../src/chat/training-render.ts';
+import { tokenizeTrajectory } from '../src/training/rl/tokens.ts';
+import { trainingRenderer } from '../src/training/render.ts';
 import { servingAdapterKey } from '../src/services/base-model-runtime.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';

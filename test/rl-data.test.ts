@@ -4,12 +4,12 @@ import { describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { loadTokenizer } from '../src/chat/tokenizer.ts';
 import { renderChat } from '../src/chat/template.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError } from '../src/chat/trajectory-tokens.ts';
-import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
-import { trainingRenderer } from '../src/chat/training-render.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from '../src/jobs/rl-data.ts';
-import { trainedTokens } from '../src/jobs/trained-tokens.ts';
-import { rewardStdDevMultiplier, rowLearningRate } from '../src/jobs/learning-rate.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError } from '../src/training/rl/tokens.ts';
+import { tokenizeConversation } from '../src/training/sft/tokens.ts';
+import { trainingRenderer } from '../src/training/render.ts';
+import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from '../src/training/rl/data.ts';
+import { trainedTokens } from '../src/training/rl/trained-tokens.ts';
+import { rewardStdDevMultiplier, rowLearningRate } from '../src/training/rl/learning-rate.ts';
 
 const close = (actual: number, expected: number, message?: string) => assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
 

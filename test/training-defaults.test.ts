@@ -1,11 +1,11 @@
-/** src/services/training-defaults.ts: the learning rate follows the base model's size; ε follows the loss. */
+/** src/training/defaults.ts: the learning rate follows the base model's size; ε follows the loss. */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { BaseModelRegistry } from '../src/services/base-models.ts';
-import { defaultLearningRate, lossEpsilons, optimizerConfig } from '../src/services/training-defaults.ts';
+import { defaultLearningRate, lossEpsilons, optimizerConfig } from '../src/training/defaults.ts';
 
 const configOf = (folder: string) => JSON.parse(fs.readFileSync(path.join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;
 

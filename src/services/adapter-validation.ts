@@ -11,6 +11,8 @@ import { ADAPTER_WEIGHT_MAX_ABS } from '../engine/bounds.ts';
 
 /** The modules engine/lora.py can adapt (its SUPPORTED_TARGETS). */
 export const SUPPORTED_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
+/** The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given). */
+export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = { rank: 8, alpha: 16, target_modules: SUPPORTED_TARGETS };
 const TENSOR = /^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$/;
 const DTYPES = new Set(['F32', 'F16', 'BF16']);
 

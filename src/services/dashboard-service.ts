@@ -27,7 +27,7 @@ import type { ModelSummaryRow } from '../api/dashboard.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
-import { isChoice } from '../chat/trajectory-tokens.ts';
+import { isChoice } from './trajectory-items.ts';
 import { mentionsReasoning, splitReasoning } from '../chat/reasoning.ts';
 
 /** How many of a run's newest metric rows are read to find each split's latest reward. */

@@ -1,23 +1,22 @@
 /**
  * Runs one SFT job: the artifact's conversations, streamed line by line, each rendered once with the chat
- * template (its assistant spans trained, everything else masked; sft-tokens.ts), one optimizer step per batch, then the next
+ * template (its assistant spans trained, everything else masked; sft/tokens.ts), one optimizer step per batch, then the next
  * checkpoint exactly as RL writes it.
  */
 import type { Readable } from 'node:stream';
-import type { JobRow } from '../api/training-jobs.ts';
-import type { TrainingSequence } from '../chat/trajectory-tokens.ts';
-import { tokenizeConversation } from '../chat/sft-tokens.ts';
-import { trainingRenderer } from '../chat/training-render.ts';
-import type { LoadedBase } from '../services/base-model-runtime.ts';
-import { readConversations, type Conversation } from '../services/sft-data.ts';
-import type { SftJobPayload } from '../services/training-job-service.ts';
-import type { TrainRow } from '../engine/protocol.ts';
-import type { CheckpointWriter } from './checkpoint-writer.ts';
-import type { HistoryStep } from '../services/checkpoint-publisher.ts';
-import type { JobQueue } from './queue.ts';
-import { JobError } from '../errors.ts';
-import type { RunContext, RunResult } from './worker.ts';
-import { optimizerConfig } from '../services/training-defaults.ts';
+import type { JobRow } from '../../api/training-jobs.ts';
+import { tokenizeConversation } from './tokens.ts';
+import { trainingRenderer, type TrainingSequence } from '../render.ts';
+import type { LoadedBase } from '../../services/base-model-runtime.ts';
+import { readConversations, type Conversation } from './data.ts';
+import type { SftJobPayload } from '../job-service.ts';
+import type { TrainRow } from '../../engine/protocol.ts';
+import type { CheckpointWriter } from '../session.ts';
+import type { HistoryStep } from '../../services/checkpoint-publisher.ts';
+import type { JobQueue } from '../../jobs/queue.ts';
+import { JobError } from '../../errors.ts';
+import type { RunContext, RunResult } from '../../jobs/worker.ts';
+import { optimizerConfig } from '../defaults.ts';
 
 export interface SftRunnerDeps {
   queue: JobQueue;

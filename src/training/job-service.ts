@@ -5,16 +5,16 @@
 import { AppError, notFound, validationError, type FieldProblem } from '../errors.ts';
 import type { JobRepository } from '../store/job-repository.ts';
 import { toTrainingJob, toTrainingJobEvent, type JobRow, type RlJobBody, type TrainingJob } from '../api/training-jobs.ts';
-import type { Principal } from './auth-service.ts';
-import type { ModelService } from './model-service.ts';
-import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
-import { parseRlConfig, type RlConfig } from './rl-config.ts';
-import type { KlReferenceResolver } from './kl-reference.ts';
+import type { Principal } from '../services/auth-service.ts';
+import type { ModelService } from '../services/model-service.ts';
+import { checkRenderable, checkTrajectoryGroups } from '../services/trajectory-shape.ts';
+import { parseRlConfig, type RlConfig } from './rl/config.ts';
+import type { KlReferenceResolver } from './rl/kl-reference.ts';
 import { withGroupDefaults, type FullTrajectoryGroup } from '../api/models.ts';
 import type { SftJobBody, SftMetricLogging } from '../api/training-jobs.ts';
-import type { ArtifactService } from './artifact-service.ts';
-import type { AssistantTurns } from '../chat/sft-tokens.ts';
-import { countConversations, SFT_DATA_FILES } from './sft-data.ts';
+import type { ArtifactService } from '../services/artifact-service.ts';
+import type { AssistantTurns } from './sft/tokens.ts';
+import { countConversations, SFT_DATA_FILES } from './sft/data.ts';
 
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
 export const DEFAULT_SFT_BATCH_SIZE = 2;

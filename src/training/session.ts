@@ -8,8 +8,8 @@ import type { Engine } from '../engine/client.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from '../services/base-model-runtime.ts';
 import { JobError } from '../errors.ts';
-import type { RunContext, RunResult } from './worker.ts';
-import { loraInit } from '../services/training-defaults.ts';
+import type { RunContext, RunResult } from '../jobs/worker.ts';
+import { loraInit } from './defaults.ts';
 import type { CheckpointPublisher, HistoryStep } from '../services/checkpoint-publisher.ts';
 
 

@@ -8,10 +8,10 @@
  * base model's own id (the base policy). The checkpoint must be of a model on the trained model's base. Anything
  * else, another entity's model included (exactly as unknown as a missing one), is a field problem.
  */
-import { AppError, excerpt, type FieldProblem } from '../errors.ts';
-import type { Principal } from './auth-service.ts';
-import type { ModelResolver } from './model-resolver.ts';
-import type { TinkerModels } from './tinker/tinker-models.ts';
+import { AppError, excerpt, type FieldProblem } from '../../errors.ts';
+import type { Principal } from '../../services/auth-service.ts';
+import type { ModelResolver } from '../../services/model-resolver.ts';
+import type { TinkerModels } from '../../services/tinker/tinker-models.ts';
 
 const LOC = ['body', 'experimental_config', 'kl_ref_adapter_path'];
 const FORMS = 'wandb-artifact:///entity/project/name:stepN, entity/project/name:stepN, tinker://<model id>/sampler_weights/<name> or the base model id';

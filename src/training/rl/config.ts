@@ -3,9 +3,9 @@
  * unset ones null; null means the default. A key we do not implement is refused when it asks for anything
  * but its default, never silently ignored.
  */
-import type { FieldProblem } from '../errors.ts';
-import type { LossConfig } from '../engine/protocol.ts';
-import { LOGPROB_CHUNK_SIZE, lossEpsilons } from './training-defaults.ts';
+import type { FieldProblem } from '../../errors.ts';
+import type { LossConfig } from '../../engine/protocol.ts';
+import { LOGPROB_CHUNK_SIZE, lossEpsilons } from '../defaults.ts';
 
 export type ImportanceSamplingLevel = 'token' | 'sequence' | 'average' | 'geometric_average';
 
@@ -36,7 +36,7 @@ export interface RlConfig {
   klPenaltyReferenceStep: number | null;
   /** The KL reference is this many steps behind the step being trained (floored at step 0). */
   klPenaltyStepLag: number | null;
-  /** `kl_ref_adapter_path` as sent: a checkpoint name that training-job-service.ts resolves to `klReference`. */
+  /** `kl_ref_adapter_path` as sent: a checkpoint name that job-service.ts resolves to `klReference`. */
   klRefAdapterPath: string | null;
   /** The checkpoint `kl_ref_adapter_path` named, resolved at submission; null: none named. */
   klReference: { modelId: string; step: number } | null;
@@ -138,7 +138,7 @@ function unimplementedKeyProblems(values: Record<string, unknown>, { problem, bo
   for (const key of NO_EFFECT) bool(key);
 }
 
-/** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training-defaults.ts. */
+/** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training/defaults.ts. */
 function lossChoice(values: Record<string, unknown>, { problem, number, bool, oneOf }: Readers): Pick<RlConfig, 'ppo' | 'epsilon' | 'epsilonHigh'> {
   const lossFn = oneOf('loss_fn', ['ppo', 'cispo'] as const);
   const ppoFlag = bool('ppo');

@@ -3,26 +3,27 @@
  * (resumed from its latest checkpoint with its optimizer state) → the next checkpoint, written atomically,
  * listed and servable before the job completes.
  */
-import type { JobRow } from '../api/training-jobs.ts';
-import type { RlJobPayload } from '../services/training-job-service.ts';
-import { engineLossConfig, type RlConfig } from '../services/rl-config.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';
-import { trainingRenderer } from '../chat/training-render.ts';
-import { TemplateError } from '../chat/template.ts';
-import type { LoadedBase } from '../services/base-model-runtime.ts';
-import { withGroupDefaults, type FullTrajectory } from '../api/models.ts';
-import { populationStd } from '../services/trajectory-metrics.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type PackedRow, type Placement, type ScoredSequence } from './rl-data.ts';
+import type { JobRow } from '../../api/training-jobs.ts';
+import type { RlJobPayload } from '../job-service.ts';
+import { engineLossConfig, type RlConfig } from './config.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError, type TrajectoryInput } from './tokens.ts';
+import type { TrainingSequence } from '../render.ts';
+import { trainingRenderer } from '../render.ts';
+import { TemplateError } from '../../chat/template.ts';
+import type { LoadedBase } from '../../services/base-model-runtime.ts';
+import { withGroupDefaults, type FullTrajectory } from '../../api/models.ts';
+import { populationStd } from '../../services/trajectory-metrics.ts';
+import { groupAdvantages, packRows, rowLength, weighSequences, type PackedRow, type Placement, type ScoredSequence } from './data.ts';
 import { trainedTokens } from './trained-tokens.ts';
-import type { TrainedTrajectory } from '../store/trained-token-repository.ts';
-import { JobError } from '../errors.ts';
-import type { RunContext, RunResult } from './worker.ts';
-import type { CheckpointWriter, TrainingSession } from './checkpoint-writer.ts';
-import type { JobQueue } from './queue.ts';
-import type { TrainRow } from '../engine/protocol.ts';
-import { optimizerConfig } from '../services/training-defaults.ts';
+import type { TrainedTrajectory } from '../../store/trained-token-repository.ts';
+import { JobError } from '../../errors.ts';
+import type { RunContext, RunResult } from '../../jobs/worker.ts';
+import type { CheckpointWriter, TrainingSession } from '../session.ts';
+import type { JobQueue } from '../../jobs/queue.ts';
+import type { TrainRow } from '../../engine/protocol.ts';
+import { optimizerConfig } from '../defaults.ts';
 import { rewardStdDevMultiplier, rowLearningRate } from './learning-rate.ts';
-import type { SpreadPoint } from '../services/trajectory-service.ts';
+import type { SpreadPoint } from '../../services/trajectory-service.ts';
 
 const mean = (values: number[]) => (values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length);
 

@@ -1,10 +1,11 @@
 /**
  * The training defaults: every value a training job may leave out and the engine needs. This is their one
  * home; the engine keeps none of its own (engine/wire.py refuses a request that lacks one), so each engine
- * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`.
+ * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`. The LoRA shape's
+ * default lives with the LoRA contract (services/adapter-validation.ts), which the Tinker API also reads.
  */
 import type { AdapterInit, OptimizerConfig } from '../engine/protocol.ts';
-import { SUPPORTED_TARGETS } from './adapter-validation.ts';
+import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
 
 /**
  * Below this hidden size a base is a toy model (the built-in tiny-chat has 192; the smallest real models we
@@ -28,8 +29,6 @@ export function loraInit(seed: number): AdapterInit {
   return { rank: LORA_DEFAULTS.rank, alpha: LORA_DEFAULTS.alpha, target_modules: [...LORA_DEFAULTS.target_modules], seed };
 }
 
-/** The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given). */
-export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = { rank: 8, alpha: 16, target_modules: SUPPORTED_TARGETS };
 
 /**
  * The clip bounds of rl-loss.md (the ratio kept within [1 - ε, 1 + ε_high]) for what the job gave: ε defaults
