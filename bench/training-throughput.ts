@@ -46,7 +46,7 @@ try {
     group.trajectories.forEach((t, i) => {
       const id = trajectory++;
       const renderer = trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null);
-      for (const sequence of tokenizeTrajectory(renderer, t, { allowTrainingWithoutLogprobs: false })) sequences.push({ ...sequence, advantage: advantages[i], trajectory: id });
+      for (const sequence of tokenizeTrajectory(renderer, t, { allow_training_without_logprobs: false })) sequences.push({ ...sequence, advantage: advantages[i], trajectory: id });
     });
   }
   const rows = packRows(sequences, weighSequences(sequences, 0), rowLength(sequences, base.engine.context_length, null));

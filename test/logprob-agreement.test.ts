@@ -33,7 +33,7 @@ describe('sampler vs trainer logprobs', () => {
     let compared = 0;
     for (const seed of [11, 12, 13]) {
       const sampled = await sampleGroup(e2e, 'local/agree/m:step1', 'Describe the weather.', 1, () => 0, seed);
-      const [sequence] = tokenizeTrajectory(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null), sampled.trajectories[0], { allowTrainingWithoutLogprobs: false });
+      const [sequence] = tokenizeTrajectory(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null), sampled.trajectories[0], { allow_training_without_logprobs: false });
       const forward = await services.runtime.trainer().forward({
         base: base.id,
         adapter: servingAdapterKey(checkpoint.id),

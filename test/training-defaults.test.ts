@@ -20,11 +20,11 @@ test('the toy built-in model learns at 1e-3 and a pretrained one at 5e-6, whatev
 });
 
 test('clip bounds: PPO 0.2 both ways, CISPO 1.0 and 4.0, an explicit null epsilon_high means epsilon', () => {
-  assert.deepEqual(lossEpsilons(true, null, undefined), { epsilon: 0.2, epsilonHigh: 0.2 });
-  assert.deepEqual(lossEpsilons(true, 0.3, undefined), { epsilon: 0.3, epsilonHigh: 0.3 });
-  assert.deepEqual(lossEpsilons(false, null, undefined), { epsilon: 1.0, epsilonHigh: 4.0 });
-  assert.deepEqual(lossEpsilons(false, 0.5, null), { epsilon: 0.5, epsilonHigh: 0.5 });
-  assert.deepEqual(lossEpsilons(false, null, 2), { epsilon: 1.0, epsilonHigh: 2 });
+  assert.deepEqual(lossEpsilons(true, null, undefined), { epsilon: 0.2, epsilon_high: 0.2 });
+  assert.deepEqual(lossEpsilons(true, 0.3, undefined), { epsilon: 0.3, epsilon_high: 0.3 });
+  assert.deepEqual(lossEpsilons(false, null, undefined), { epsilon: 1.0, epsilon_high: 4.0 });
+  assert.deepEqual(lossEpsilons(false, 0.5, null), { epsilon: 0.5, epsilon_high: 0.5 });
+  assert.deepEqual(lossEpsilons(false, null, 2), { epsilon: 1.0, epsilon_high: 2 });
 });
 
 test('RL steps decay weights and clip at 0.1; SFT steps do not decay and clip at 1.0', () => {

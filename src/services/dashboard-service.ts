@@ -20,7 +20,7 @@ import {
   type TrajectorySummary,
 } from '../api/dashboard.ts';
 import type { Page } from '../api/lists.ts';
-import type { JobStatus } from '../api/training-jobs.ts';
+import type { JobStatus } from '../api/training-vocabulary.ts';
 import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
 import type { DashboardRepository, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
 import type { ModelSummaryRow } from '../api/dashboard.ts';

@@ -35,9 +35,9 @@ export function loraInit(seed: number): AdapterInit {
  * to 0.2 for PPO and 1.0 for CISPO; ε_high to ε for PPO, to 4.0 for CISPO when absent (`undefined`), and to ε
  * when sent as an explicit null.
  */
-export function lossEpsilons(ppo: boolean, epsilon: number | null, epsilonHigh: number | null | undefined): { epsilon: number; epsilonHigh: number } {
+export function lossEpsilons(ppo: boolean, epsilon: number | null, epsilonHigh: number | null | undefined): { epsilon: number; epsilon_high: number } {
   const low = epsilon ?? (ppo ? 0.2 : 1.0);
-  return { epsilon: low, epsilonHigh: epsilonHigh ?? (ppo || epsilonHigh === null ? low : 4.0) };
+  return { epsilon: low, epsilon_high: epsilonHigh ?? (ppo || epsilonHigh === null ? low : 4.0) };
 }
 
 /** rl-loss.md: RL clips gradients at 0.1 with weight decay 0.1; SFT clips at 1.0 without decay. */

@@ -7,6 +7,7 @@
  */
 import { asMessage, isChoice, sampledTokens, tokenIdsOutsideVocabulary, type SampledTurn } from '../../services/trajectory-items.ts';
 import type { TrainingRenderer, TrainingSequence } from '../render.ts';
+import type { RlConfig } from './config.ts';
 
 export interface TrajectoryInput {
   messages_and_choices: Record<string, unknown>[];
@@ -49,7 +50,7 @@ function isTrainable(item: Record<string, unknown>, allowTrainingWithoutLogprobs
 }
 
 /** Token sequences of one conversation; empty when nothing in it is trainable. */
-export function tokenizeTrajectory(renderer: TrainingRenderer, trajectory: TrajectoryInput, options: { allowTrainingWithoutLogprobs: boolean }): TrainingSequence[] {
+export function tokenizeTrajectory(renderer: TrainingRenderer, trajectory: TrajectoryInput, options: Pick<RlConfig, 'allow_training_without_logprobs'>): TrainingSequence[] {
   const items = trajectory.messages_and_choices;
   const vocabSize = renderer.tokenizer.vocabSize;
   const [outside] = tokenIdsOutsideVocabulary(items, vocabSize);
@@ -58,7 +59,7 @@ export function tokenizeTrajectory(renderer: TrainingRenderer, trajectory: Traje
   const sequences: TrainingSequence[] = [];
   let current: TrainingSequence | null = null;
   items.forEach((item, index) => {
-    if (!isTrainable(item, options.allowTrainingWithoutLogprobs)) return;
+    if (!isTrainable(item, options.allow_training_without_logprobs)) return;
     const contextText = renderer.text(messages.slice(0, index), true);
     const context = renderer.ids(contextText);
     if (current === null || !startsWith(context, current.tokens)) {
