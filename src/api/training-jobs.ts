@@ -1,7 +1,7 @@
 /** Wire schemas of training jobs (RL and SFT submissions, the job record, events). */
 import { Type, type Static } from '@sinclair/typebox';
 import { TrainingGroup } from './models.ts';
-import type { JobEventType, JobStatus } from './training-vocabulary.ts';
+import type { JobEvent, JobEventType, JobStatus } from './training-vocabulary.ts';
 
 /**
  * The learning-rate rule, its one home: a finite number >= 0, for RL, SFT (each entry of a schedule) and Tinker's
@@ -69,6 +69,9 @@ export const TrainingJobEvent = Type.Object({
   data: Type.Record(Type.String(), Type.Unknown()),
 });
 export type TrainingJobEvent = Static<typeof TrainingJobEvent>;
+
+/** An event as the events endpoint answers it, its data typed by its type (for readers: the CLI, the dashboard). */
+export type TypedTrainingJobEvent = Omit<TrainingJobEvent, 'type' | 'data'> & JobEvent;
 
 export function toTrainingJobEvent(event: EventRecord): TrainingJobEvent {
   return { id: event.id, type: event.type, created_at: event.created_at, data: event.data };

@@ -43,7 +43,11 @@ export type MetricPlace =
   /** Job page: a card with the latest step's value. */
   | 'job_card'
   /** Job page: in the event log's one-line summary of a `gradient_step`. */
-  | 'event_line';
+  | 'event_line'
+  /** Model page: a column of the checkpoints table. */
+  | 'checkpoint_column'
+  /** Model page: its `val/` split (logged by ART's evaluation) as a column beside it. */
+  | 'checkpoint_val_column';
 
 export interface TrainingMetric {
   label: string;
@@ -54,13 +58,13 @@ export interface TrainingMetric {
 
 /** The metrics the engine, the runners and ART's logs report that the dashboard knows by name, in display order. */
 export const TRAINING_METRICS: Record<string, TrainingMetric> = {
-  reward: { label: 'Reward', family: 'reward', places: ['chart_order', 'default_chart', 'job_card', 'event_line'] },
-  loss: { label: 'Loss', family: 'loss', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line'] },
+  reward: { label: 'Reward', family: 'reward', places: ['chart_order', 'default_chart', 'job_card', 'event_line', 'checkpoint_column', 'checkpoint_val_column'] },
+  loss: { label: 'Loss', family: 'loss', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line', 'checkpoint_column'] },
   policy_loss: { label: 'Policy loss', family: 'loss', places: ['chart_order', 'job_card'] },
   sft_loss: { label: 'SFT loss', family: 'loss', places: ['chart_order', 'job_chart', 'job_card', 'event_line'] },
-  grad_norm: { label: 'Grad norm', family: 'grad_norm', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line'] },
-  entropy: { label: 'Entropy', family: 'entropy', places: ['chart_order', 'default_chart', 'job_chart', 'job_card'] },
-  tokens_per_second: { label: 'Tokens / s', family: 'tokens_per_second', places: ['chart_order', 'default_chart', 'job_chart', 'job_card'] },
+  grad_norm: { label: 'Grad norm', family: 'grad_norm', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line', 'checkpoint_column'] },
+  entropy: { label: 'Entropy', family: 'entropy', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'checkpoint_column'] },
+  tokens_per_second: { label: 'Tokens / s', family: 'tokens_per_second', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'checkpoint_column'] },
   learning_rate: { label: 'Learning rate', family: 'learning_rate', places: ['chart_order', 'job_card'] },
   num_trainable_tokens: { label: 'Trainable tokens', family: 'num_trainable_tokens', places: ['chart_order', 'job_card'] },
   exception_rate: { label: 'Exception rate', family: 'exception_rate', places: ['chart_order'] },

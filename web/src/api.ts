@@ -4,8 +4,8 @@
  */
 import type { ListPage } from '../../src/api/lists.ts';
 import type { TrainedTokensView } from '../../src/api/trained-tokens.ts';
-import type { TrainingJob, TrainingJobEvent } from '../../src/api/training-jobs.ts';
-import { isActiveJobStatus, TERMINAL_JOB_STATUSES, type JobEvent as TypedJobEvent, type JobStatus } from '../../src/api/training-vocabulary.ts';
+import type { TrainingJob } from '../../src/api/training-jobs.ts';
+import { isActiveJobStatus, TERMINAL_JOB_STATUSES, type JobStatus } from '../../src/api/training-vocabulary.ts';
 
 const KEY_STORAGE = 'agent-trainer.api-key';
 
@@ -92,10 +92,9 @@ export type { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, RewardP
 export type { IdentityResponse as Me } from '../../src/api/identity.ts';
 export type { ListPage } from '../../src/api/lists.ts';
 export type { Checkpoint, CheckpointDeleteResponse, ModelResponse as Model } from '../../src/api/models.ts';
+export type { TypedTrainingJobEvent as JobEvent } from '../../src/api/training-jobs.ts';
 /** A job with its status as one of the statuses (the wire schema says only string). */
 export type Job = Omit<TrainingJob, 'status'> & { status: JobStatus };
-/** An event with its data typed by its type (training-vocabulary.ts). */
-export type JobEvent = Omit<TrainingJobEvent, 'type' | 'data'> & TypedJobEvent;
 /** Parallel arrays over a trajectory's trained tokens (a detail without them has `trained_tokens: null`). */
 export type TrainedTokens = NonNullable<TrainedTokensView>;
 
