@@ -73,11 +73,10 @@ export class CheckpointWriter {
   }
 }
 
-/** What a runner starts with: its checked payload, a session on the model's adapter, and the base's chat template. */
+/** What a runner starts with: its checked payload and a session on the model's adapter (whose base has a chat template). */
 export interface OpenedJob<P> {
   payload: P;
   session: TrainingSession;
-  template: string;
 }
 
 /**
@@ -92,7 +91,6 @@ export async function openJob<P>(
 ): Promise<OpenedJob<P>> {
   const payload = reading.read(await deps.queue.readPayload(job));
   const session = await deps.checkpoints.open(job.model_id, context.emit);
-  const { template } = session.base;
-  if (!template) throw new JobError('no_chat_template', `Base model ${session.base.id} has no chat template to render ${reading.renders} with`);
-  return { payload, session, template };
+  if (!session.base.template) throw new JobError('no_chat_template', `Base model ${session.base.id} has no chat template to render ${reading.renders} with`);
+  return { payload, session };
 }
