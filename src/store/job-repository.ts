@@ -6,7 +6,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Dialect } from './migrations/context.ts';
 import type { EventRecord, JobRow } from '../api/training-jobs.ts';
-import type { JobStatus } from '../api/training-vocabulary.ts';
+import { ACTIVE_JOB_STATUSES, type JobStatus } from '../api/training-vocabulary.ts';
 import type { Page } from '../api/lists.ts';
 import type { Database, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
 
@@ -177,7 +177,7 @@ export class JobRepository {
   }
 
   async unfinishedJobsOfModel(modelId: string): Promise<JobRow[]> {
-    const rows = await this.db.selectFrom('training_jobs').selectAll().where('model_id', '=', modelId).where('status', 'in', ['QUEUED', 'RUNNING']).execute();
+    const rows = await this.db.selectFrom('training_jobs').selectAll().where('model_id', '=', modelId).where('status', 'in', [...ACTIVE_JOB_STATUSES]).execute();
     return rows.map(toJobRow);
   }
 
