@@ -19,7 +19,7 @@ import { countConversations, SFT_DATA_FILES } from './sft/data.ts';
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
 export const DEFAULT_SFT_BATCH_SIZE = 2;
 
-/** The part of the job queue (jobs/queue.ts) that submitting needs: jobs run what services store, not the reverse. */
+/** The part of the job queue (jobs/queue.ts) that submitting needs: the queue stores what training hands it and knows no payload shape. */
 export interface JobSubmission {
   enqueue(input: { modelId: string; type: 'rl'; payload: RlJobPayload } | { modelId: string; type: 'sft'; payload: SftJobPayload }): Promise<{ id: string }>;
 }
