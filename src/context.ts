@@ -37,6 +37,7 @@ import { ModelLineage } from './services/model-lineage.ts';
 import { AdapterImporter } from './services/adapter-import.ts';
 import { RetentionService } from './services/retention.ts';
 import { defaultLearningRate } from './training/defaults.ts';
+import { payloadView } from './training/payloads.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
 import { createTinkerServices, type TinkerServices } from './services/tinker/index.ts';
 import { createWandbServices, type WandbServices } from './services/wandb/index.ts';
@@ -181,7 +182,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     ),
     artifacts,
     blobs,
-    dashboard: new DashboardService(repositories.dashboard, repositories.trainedTokens, models, baseModels),
+    dashboard: new DashboardService(repositories.dashboard, repositories.trainedTokens, models, baseModels, payloadView),
     repositories: { models: modelRepository, trajectories: repositories.trajectories, jobs: jobRepository, trainedTokens: repositories.trainedTokens },
     runtime,
     ...createChat(config, resolver, runtime),

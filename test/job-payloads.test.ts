@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import { JobError } from '../src/errors.ts';
 import { withGroupDefaults } from '../src/api/models.ts';
 import { parseRlConfig } from '../src/training/rl/config.ts';
-import { PAYLOAD_VERSION, readRlPayload, readSftPayload, rlPayload, sftPayload } from '../src/training/payloads.ts';
+import { PAYLOAD_VERSION, payloadView, readRlPayload, readSftPayload, rlPayload, sftPayload } from '../src/training/payloads.ts';
 
 const group = {
   trajectories: [
@@ -88,5 +88,21 @@ describe('SFT payloads', () => {
   test('what matches no version fails as unreadable_payload', () => {
     unreadable(() => readSftPayload({ ...sftPayload(fields), batch_size: 0 }), /\/batch_size/);
     unreadable(() => readSftPayload({ ...sftPayload(fields), learning_rate: [0.1, -0.1] }), /\/learning_rate/);
+  });
+});
+
+describe('the dashboard view of a stored payload', () => {
+  test('RL: the config named as experimental_config names it (older payloads too), and the data counted', () => {
+    const view = payloadView('rl', { trajectory_groups: [group, group], config: VERSION_0_CONFIG });
+    assert.equal(view?.config.allow_training_without_logprobs, false);
+    assert.equal(view?.config.learning_rate, 0.01);
+    assert.equal(view?.num_trajectory_groups, 2);
+    assert.equal(view?.num_trajectories, 4);
+  });
+
+  test('SFT: the config without the version or the artifact key; a payload that reads as none shows none', () => {
+    const view = payloadView('sft', { artifact: { key: 'k', file: 'train.jsonl' }, batch_size: 2, learning_rate: 1e-3, num_conversations: 4 });
+    assert.deepEqual(view, { config: { batch_size: 2, learning_rate: 1e-3, num_conversations: 4, assistant_turns: 'all', chat_template_kwargs: null, metric_logging: null }, num_trajectory_groups: null, num_trajectories: null });
+    assert.equal(payloadView('sft', { version: 99 }), null);
   });
 });

@@ -101,3 +101,25 @@ export function readSftPayload(raw: unknown): SftJobPayload {
   const current = isVersion0(raw) ? { assistant_turns: 'all', chat_template_kwargs: null, metric_logging: null, ...raw, version: PAYLOAD_VERSION } : raw;
   return read(checkSft, current, 'SFT');
 }
+
+/** What the dashboard shows of a job's request: its configuration as the job reads it and, for RL, how much data it got. */
+export interface PayloadView {
+  config: Record<string, unknown>;
+  num_trajectory_groups: number | null;
+  num_trajectories: number | null;
+}
+
+/** The view of a stored payload, read (and checked) as its runner reads it; null when it matches no version. */
+export function payloadView(type: 'rl' | 'sft', raw: unknown): PayloadView | null {
+  try {
+    if (type === 'sft') {
+      const { version: _version, artifact: _artifact, ...config } = readSftPayload(raw);
+      return { config, num_trajectory_groups: null, num_trajectories: null };
+    }
+    const { config, trajectory_groups: groups } = readRlPayload(raw);
+    return { config, num_trajectory_groups: groups.length, num_trajectories: groups.reduce((sum, group) => sum + group.trajectories.length, 0) };
+  } catch (error) {
+    if (error instanceof JobError) return null;
+    throw error;
+  }
+}
