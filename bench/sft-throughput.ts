@@ -3,9 +3,9 @@
  * same batches: trainable tokens/s of each and their ratio. Prints figures; asserts nothing.
  * Usage: npx tsx bench/sft-throughput.ts
  */
-import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
-import { trainingRenderer } from '../src/chat/training-render.ts';
-import { loraInit, optimizerConfig } from '../src/services/training-defaults.ts';
+import { tokenizeConversation } from '../src/training/sft/tokens.ts';
+import { trainingRenderer } from '../src/training/render.ts';
+import { loraInit, optimizerConfig } from '../src/training/defaults.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
 import { allEvents, waitForJob } from '../test/helpers/rollouts.ts';
 import { uploadArtifact } from '../test/helpers/artifacts.ts';

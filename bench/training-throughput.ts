@@ -4,11 +4,11 @@
  * last gradient step to the checkpoint answering chat. Prints figures; asserts nothing.
  * Usage: npx tsx bench/training-throughput.ts
  */
-import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
-import { trainingRenderer } from '../src/chat/training-render.ts';
-import { packRows, rowLength, weighSequences, groupAdvantages, type ScoredSequence } from '../src/jobs/rl-data.ts';
-import { loraInit, optimizerConfig } from '../src/services/training-defaults.ts';
-import { engineLossConfig, parseRlConfig } from '../src/services/rl-config.ts';
+import { tokenizeTrajectory } from '../src/training/rl/tokens.ts';
+import { trainingRenderer } from '../src/training/render.ts';
+import { packRows, rowLength, weighSequences, groupAdvantages, type ScoredSequence } from '../src/training/rl/data.ts';
+import { loraInit, optimizerConfig } from '../src/training/defaults.ts';
+import { engineLossConfig, parseRlConfig } from '../src/training/rl/config.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
 
@@ -46,7 +46,7 @@ try {
     group.trajectories.forEach((t, i) => {
       const id = trajectory++;
       const renderer = trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null);
-      for (const sequence of tokenizeTrajectory(renderer, t, { allowTrainingWithoutLogprobs: false })) sequences.push({ ...sequence, advantage: advantages[i], trajectory: id });
+      for (const sequence of tokenizeTrajectory(renderer, t, { allow_training_without_logprobs: false })) sequences.push({ ...sequence, advantage: advantages[i], trajectory: id });
     });
   }
   const rows = packRows(sequences, weighSequences(sequences, 0), rowLength(sequences, base.engine.context_length, null));

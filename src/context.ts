@@ -11,23 +11,23 @@ import { BaseModelRegistry } from './services/base-models.ts';
 import { HealthService, type Probe } from './services/health-service.ts';
 import { ModelService } from './services/model-service.ts';
 import { TrajectoryService } from './services/trajectory-service.ts';
-import { TrainingJobService } from './services/training-job-service.ts';
+import { TrainingJobService } from './training/job-service.ts';
 import { JobRepository } from './store/job-repository.ts';
 import { JobQueue } from './jobs/queue.ts';
-import { CheckpointWriter } from './jobs/checkpoint-writer.ts';
+import { CheckpointWriter } from './training/session.ts';
 import { CheckpointPublisher } from './services/checkpoint-publisher.ts';
-import { createRlRunner } from './jobs/rl-runner.ts';
+import { createRlRunner } from './training/rl/runner.ts';
 import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import type { JobRunner } from './jobs/worker.ts';
 import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
 import { ChatService } from './services/chat-service.ts';
 import { ModelResolver } from './services/model-resolver.ts';
-import { KlReferenceResolver } from './services/kl-reference.ts';
+import { KlReferenceResolver } from './training/rl/kl-reference.ts';
 import { ServedModelsService } from './services/served-models-service.ts';
 import { ArtifactRepository } from './store/artifact-repository.ts';
 import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
 import { ArtifactService } from './services/artifact-service.ts';
-import { createSftRunner } from './jobs/sft-runner.ts';
+import { createSftRunner } from './training/sft/runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { TemplateSandbox } from './chat/template-sandbox.ts';
@@ -36,7 +36,8 @@ import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
 import { AdapterImporter } from './services/adapter-import.ts';
 import { RetentionService } from './services/retention.ts';
-import { defaultLearningRate } from './services/training-defaults.ts';
+import { defaultLearningRate } from './training/defaults.ts';
+import { payloadView } from './training/payloads.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
 import { createTinkerServices, type TinkerServices } from './services/tinker/index.ts';
 import { createWandbServices, type WandbServices } from './services/wandb/index.ts';
@@ -181,7 +182,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     ),
     artifacts,
     blobs,
-    dashboard: new DashboardService(repositories.dashboard, repositories.trainedTokens, models, baseModels),
+    dashboard: new DashboardService(repositories.dashboard, repositories.trainedTokens, models, baseModels, payloadView),
     repositories: { models: modelRepository, trajectories: repositories.trajectories, jobs: jobRepository, trainedTokens: repositories.trainedTokens },
     runtime,
     ...createChat(config, resolver, runtime),

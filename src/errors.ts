@@ -37,6 +37,7 @@ export const JOB_ERROR_CATALOGUE = {
   bad_training_data: { message: 'The training data cannot be read' },
   bad_learning_rate: { message: 'The learning-rate schedule does not match the number of batches' },
   kl_reference_missing: { message: 'The KL reference step has no checkpoint' },
+  unreadable_payload: { message: "The job's stored request matches no payload version this server reads" },
   training_diverged: { message: 'Training diverged: a step produced a non-finite loss, gradient or weight (an absurd learning rate?); no checkpoint was written and the model keeps its latest one' },
   internal: { message: 'Internal error while training' },
 } as const;

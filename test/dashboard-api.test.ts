@@ -12,7 +12,7 @@ import { CompiledQuery } from 'kysely';
 import { repoRoot } from '../src/config.ts';
 import { newId } from '../src/ids.ts';
 import { DashboardRepository } from '../src/store/dashboard-repository.ts';
-import type { JobStatus } from '../src/api/training-jobs.ts';
+import type { JobStatus } from '../src/api/training-vocabulary.ts';
 import { withTrajectoryDefaults } from '../src/api/models.ts';
 import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';

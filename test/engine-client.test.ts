@@ -18,8 +18,8 @@ import type { GenerateStream } from '../src/engine/generate-stream.ts';
 import type { EngineLogger } from '../src/engine/logger.ts';
 import type { AdapterInit, GenerateEvent, GenerateRequest, LossConfig, OptimizerConfig } from '../src/engine/protocol.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
-import { engineLossConfig, parseRlConfig } from '../src/services/rl-config.ts';
-import { loraInit, optimizerConfig } from '../src/services/training-defaults.ts';
+import { engineLossConfig, parseRlConfig } from '../src/training/rl/config.ts';
+import { loraInit, optimizerConfig } from '../src/training/defaults.ts';
 import { enginePython, startTcpEngine } from './helpers/engine-process.ts';
 
 /** A scripted engine on the other end of two pipes. */

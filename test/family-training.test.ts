@@ -13,8 +13,8 @@ import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, waitForJob } from './helpers/rollouts.ts';
 import { agentLoop, samplerTrainerGap, toolCallsIn, WEATHER_TOOL, type LogprobsMode } from './helpers/agent-loops.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
-import { tokenizeConversation } from '../src/chat/sft-tokens.ts';
-import { trainingRenderer } from '../src/chat/training-render.ts';
+import { tokenizeConversation } from '../src/training/sft/tokens.ts';
+import { trainingRenderer } from '../src/training/render.ts';
 import type { Trajectory } from '../src/api/models.ts';
 
 const TESTED: Family[] = ['qwen3', 'llama3.1'];

@@ -103,6 +103,35 @@ describe('RL training jobs', () => {
     assert.ok(b.started_at >= a.finished_at, 'the second started after the first finished');
   });
 
+  test('a job an older build stored (camelCase RL config, no payload version) still runs, at its own rate', async () => {
+    const before = (await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints?order=desc&limit=1`)).body.data[0].step;
+    // Exactly what builds before payload versions wrote for `experimental_config: { learning_rate: 0.01, packed_sequence_length: 32 }`.
+    const config = {
+      learningRate: 0.01, numTrajectoriesLearningRateMultiplierPower: 0, scaleLearningRateByRewardStdDev: false, advantageBalance: 0, scaleRewards: true,
+      ppo: false, epsilon: 1, epsilonHigh: 4, importanceSamplingLevel: 'token', maskProbRatio: false, maxNegativeAdvantageImportanceSamplingWeight: null,
+      k2Tau: null, precalculateLogprobs: false, allowTrainingWithoutLogprobs: false, truncatedImportanceSampling: null, packedSequenceLength: 32,
+      logprobCalculationChunkSize: 1024, klPenaltyCoef: 0, klPenaltySource: 'current_learner', klPenaltyReferenceStep: null, klPenaltyStepLag: null,
+      klRefAdapterPath: null, klReference: null, chatTemplateKwargs: null,
+    };
+    const stored = await e2e.server.services.queue.enqueue({ modelId, type: 'rl', payload: { trajectory_groups: groups, config } });
+    e2e.server.worker.wake();
+    const job = await waitForJob(e2e, stored.id);
+    assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
+    assert.equal(job.checkpoint_step, before + 1);
+    const steps = (await allEvents(e2e, stored.id)).filter((event) => event.type === 'gradient_step');
+    assert.ok(steps.length > 1, 'packed at 32 tokens, the groups make several rows');
+    for (const step of steps) assert.equal(step.data.learning_rate, 0.01);
+  });
+
+  test('a stored payload that matches no version fails its job as unreadable_payload, naming where', async () => {
+    const stored = await e2e.server.services.queue.enqueue({ modelId, type: 'rl', payload: { version: 1, trajectory_groups: groups, config: { learning_rate: -1 } } });
+    e2e.server.worker.wake();
+    const job = await waitForJob(e2e, stored.id);
+    assert.equal(job.status, 'FAILED');
+    assert.equal(job.error.code, 'unreadable_payload');
+    assert.match(job.error.message, /\/config/);
+  });
+
   test('cancel: a queued job ends at once, a running one stops without a checkpoint', async () => {
     const stepsBefore = (await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints?limit=100`)).body.data.length;
     const big = Array.from({ length: 8 }, () => groups).flat();

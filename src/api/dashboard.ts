@@ -3,7 +3,8 @@
  * service returns and the dashboard (web/src/api.ts) reads.
  */
 import { Type, type Static } from '@sinclair/typebox';
-import { toTrainingJob, TrainingJob, type JobRow, type JobStatus } from './training-jobs.ts';
+import { toTrainingJob, TrainingJob, type JobRow } from './training-jobs.ts';
+import type { JobStatus } from './training-vocabulary.ts';
 import { TrainedTokens } from './trained-tokens.ts';
 import { servedModelName } from './model-name.ts';
 

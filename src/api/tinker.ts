@@ -7,6 +7,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { AppError } from '../errors.ts';
 import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './tinker-proto.ts';
 import { boundSchema } from '../engine/bounds.ts';
+import { LearningRate } from './training-jobs.ts';
 
 const open = { additionalProperties: true } as const;
 const Id = Type.String({ minLength: 1, maxLength: 512 });
@@ -48,7 +49,7 @@ export type ModelIdBody = Static<typeof ModelIdBody>;
 
 export const AdamParamsBody = Type.Object(
   {
-    learning_rate: Type.Number({ minimum: 0 }),
+    learning_rate: LearningRate,
     beta1: Type.Number({ minimum: 0, exclusiveMaximum: 1 }),
     beta2: Type.Number({ minimum: 0, exclusiveMaximum: 1 }),
     eps: Type.Number({ exclusiveMinimum: 0 }),

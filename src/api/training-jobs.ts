@@ -1,6 +1,20 @@
 /** Wire schemas of training jobs (RL and SFT submissions, the job record, events). */
 import { Type, type Static } from '@sinclair/typebox';
 import { TrainingGroup } from './models.ts';
+import type { JobEvent, JobEventType, JobStatus } from './training-vocabulary.ts';
+
+/**
+ * The learning-rate rule, its one home: a finite number >= 0, for RL, SFT (each entry of a schedule) and Tinker's
+ * `optim_step` alike. 0 is a rate, not a mistake: ART's schedules decay to 0 on their last batch, and a step at 0
+ * still advances the optimizer's moments. (engine/wire.py refuses a negative rate on its side of the wire.)
+ */
+export const LEARNING_RATE_MINIMUM = 0;
+export const LearningRate = Type.Number({ minimum: LEARNING_RATE_MINIMUM });
+
+/** Why `value` breaks the learning-rate rule, or null when it keeps it. */
+export function learningRateProblem(value: number): string | null {
+  return Number.isFinite(value) && value >= LEARNING_RATE_MINIMUM ? null : `must be a finite number >= ${LEARNING_RATE_MINIMUM}, got ${value}`;
+}
 
 export const RlJobBody = Type.Object(
   {
@@ -11,9 +25,6 @@ export const RlJobBody = Type.Object(
   { additionalProperties: true },
 );
 export type RlJobBody = Static<typeof RlJobBody>;
-
-export const JOB_STATUSES = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'] as const;
-export type JobStatus = (typeof JOB_STATUSES)[number];
 
 export const JobCreated = Type.Object({ id: Type.String() });
 export type JobCreated = Static<typeof JobCreated>;
@@ -59,6 +70,9 @@ export const TrainingJobEvent = Type.Object({
 });
 export type TrainingJobEvent = Static<typeof TrainingJobEvent>;
 
+/** An event as the events endpoint answers it, its data typed by its type (for readers: the CLI, the dashboard). */
+export type TypedTrainingJobEvent = Omit<TrainingJobEvent, 'type' | 'data'> & JobEvent;
+
 export function toTrainingJobEvent(event: EventRecord): TrainingJobEvent {
   return { id: event.id, type: event.type, created_at: event.created_at, data: event.data };
 }
@@ -86,7 +100,7 @@ export const SftJobBody = Type.Object(
         Type.Object(
           {
             batch_size: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 4096 }), Type.Literal('auto'), Type.Null()])),
-            // Checked by the service, which names the bad entry (a schedule may decay to 0).
+            // Checked by the service with learningRateProblem, which names the bad entry (a schedule may decay to 0).
             learning_rate: Type.Optional(Type.Union([Type.Number(), Type.Array(Type.Number(), { minItems: 1 }), Type.Null()])),
             assistant_turns: Type.Optional(Type.Union([Type.Literal('all'), Type.Literal('last'), Type.Null()])),
             chat_template_kwargs: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
@@ -129,7 +143,7 @@ export interface JobRow {
 export interface EventRecord {
   id: string;
   job_id: string;
-  type: string;
+  type: JobEventType;
   data: Record<string, unknown>;
   created_at: string;
 }

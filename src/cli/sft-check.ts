@@ -1,12 +1,12 @@
 /**
  * The SFT data checked on this machine before anything is uploaded: every line of every data file parsed as the
- * server's job will parse it (services/sft-data.ts), and every problem reported with its file and line number at once,
+ * server's job will parse it (training/sft/data.ts), and every problem reported with its file and line number at once,
  * instead of the first one surfacing after an upload and a training step.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
-import { parseConversation, SFT_DATA_FILES } from '../services/sft-data.ts';
+import { parseConversation, SFT_DATA_FILES } from '../training/sft/data.ts';
 
 /** Problems listed in full up to this many; beyond it only counted. */
 const MAX_LISTED = 20;

@@ -1,7 +1,7 @@
 /** `sft`: upload the data, start an SFT job on a model, and follow its events with a progress bar until it ends. */
 import type { ListPage } from '../api/lists.ts';
 import type { ModelResponse } from '../api/models.ts';
-import type { JobCreated, TrainingJobEvent } from '../api/training-jobs.ts';
+import type { JobCreated, TypedTrainingJobEvent } from '../api/training-jobs.ts';
 import { resolveModelId, type ServiceClient } from './client.ts';
 import { ProgressBar } from './progress.ts';
 import { uploadFiles } from './upload.ts';
@@ -11,7 +11,7 @@ export async function followJob(client: ServiceClient, jobId: string, pollMs = 1
   let after = '';
   let bar: ProgressBar | undefined;
   for (;;) {
-    const page = await client.json<ListPage<TrainingJobEvent>>('GET', `/v1/preview/training-jobs/${jobId}/events?limit=100${after ? `&after=${after}` : ''}`);
+    const page = await client.json<ListPage<TypedTrainingJobEvent>>('GET', `/v1/preview/training-jobs/${jobId}/events?limit=100${after ? `&after=${after}` : ''}`);
     for (const event of page.data) {
       after = event.id;
       if (event.type === 'training_started') bar = new ProgressBar('train', Number(event.data.num_sequences));

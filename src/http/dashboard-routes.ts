@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../api/dashboard.ts';
 import { listEnvelope, toListPage } from '../api/lists.ts';
 import { SPLIT_PATTERN } from '../api/models.ts';
-import { JOB_STATUSES, type JobStatus } from '../api/training-jobs.ts';
+import { JOB_STATUSES, type JobStatus } from '../api/training-vocabulary.ts';
 import { AppError, validationError } from '../errors.ts';
 import type { DashboardService } from '../services/dashboard-service.ts';
 import { buildDashboard, type DashboardBundle } from '../../web/build.ts';

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import { listEnvelope, toListPage } from '../api/lists.ts';
 import { JobCreated, RlJobBody, SftJobBody, TrainingJob, TrainingJobEvent } from '../api/training-jobs.ts';
-import type { TrainingJobService } from '../services/training-job-service.ts';
+import type { TrainingJobService } from '../training/job-service.ts';
 import { queryInteger, queryString } from './query.ts';
 
 export function registerTrainingJobRoutes(app: FastifyInstance, jobs: TrainingJobService): void {

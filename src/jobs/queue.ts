@@ -9,6 +9,7 @@ import type { Clock } from '../clock.ts';
 import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { JobRow } from '../api/training-jobs.ts';
+import type { JobEventData, JobEventType } from '../api/training-vocabulary.ts';
 import { toJobRow, type EventRow, type JobOutcome, type JobRepository } from '../store/job-repository.ts';
 import type { TrainingJobTable } from '../store/schema.ts';
 
@@ -32,7 +33,7 @@ export class JobQueue {
     return new Date(this.clock.now().getTime() + this.options.leaseMs).toISOString();
   }
 
-  event(jobId: string, type: string, data: Record<string, unknown>): EventRow {
+  event<T extends JobEventType>(jobId: string, type: T, data: JobEventData[T]): EventRow {
     return { id: newId(), job_id: jobId, type, data: JSON.stringify(data), created_at: this.now() };
   }
 
@@ -73,8 +74,9 @@ export class JobQueue {
     return toJobRow(job);
   }
 
-  async readPayload<T>(job: JobRow): Promise<T> {
-    return JSON.parse(await fs.readFile(job.payload_path, 'utf8')) as T;
+  /** The stored request as parsed JSON: its reader (training/payloads.ts) checks it, the queue knows no payload shape. */
+  async readPayload(job: JobRow): Promise<unknown> {
+    return JSON.parse(await fs.readFile(job.payload_path, 'utf8'));
   }
 
   claim(owner: string): Promise<JobRow | undefined> {
@@ -85,7 +87,7 @@ export class JobQueue {
     return this.jobs.heartbeat(jobId, owner, this.leaseUntil());
   }
 
-  emit(jobId: string, type: string, data: Record<string, unknown>): Promise<void> {
+  emit<T extends JobEventType>(jobId: string, type: T, data: JobEventData[T]): Promise<void> {
     return this.jobs.appendEvent(this.event(jobId, type, data));
   }
 

@@ -7,12 +7,13 @@ import { JOB_ERROR_CATALOGUE, JobError } from '../errors.ts';
 import { EngineError } from '../engine/errors.ts';
 import { newId } from '../ids.ts';
 import type { JobRow } from '../api/training-jobs.ts';
+import type { JobEventData, JobEventType } from '../api/training-vocabulary.ts';
 import { JobQueue } from './queue.ts';
 
 export interface RunContext {
   owner: string;
   signal: AbortSignal;
-  emit(type: string, data: Record<string, unknown>): Promise<void>;
+  emit<T extends JobEventType>(type: T, data: JobEventData[T]): Promise<void>;
   setProgress(progress: { numSequences?: number; metrics?: Record<string, number> }): Promise<void>;
 }
 

@@ -20,14 +20,14 @@ import {
   type TrajectorySummary,
 } from '../api/dashboard.ts';
 import type { Page } from '../api/lists.ts';
-import type { JobStatus } from '../api/training-jobs.ts';
+import type { JobStatus } from '../api/training-vocabulary.ts';
 import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
 import type { DashboardRepository, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
 import type { ModelSummaryRow } from '../api/dashboard.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
-import { isChoice } from '../chat/trajectory-tokens.ts';
+import { isChoice } from './trajectory-items.ts';
 import { mentionsReasoning, splitReasoning } from '../chat/reasoning.ts';
 
 /** How many of a run's newest metric rows are read to find each split's latest reward. */
@@ -142,6 +142,8 @@ export class DashboardService {
     private readonly trainedTokens: Pick<TrainedTokenRepository, 'find'>,
     private readonly models: Pick<ModelService, 'getOwned'>,
     private readonly baseModels: Pick<BaseModelRegistry, 'loadableIds' | 'defaultId'>,
+    /** A stored job request as its runner reads it (training/payloads.ts `payloadView`); null when it reads as none. */
+    private readonly payloadView: (type: 'rl' | 'sft', raw: unknown) => Pick<JobConfig, 'config' | 'num_trajectory_groups' | 'num_trajectories'> | null,
   ) {}
 
   overview(principal: Principal): Overview {
@@ -241,24 +243,13 @@ export class DashboardService {
     const job = await this.repository.findJob(jobId, entityIdsOf(principal));
     if (!job) throw notFound('Training job');
     const view: JobConfig = { job_id: job.id, type: job.type, config: null, num_trajectory_groups: null, num_trajectories: null };
-    let payload: Record<string, unknown>;
+    let raw: unknown;
     try {
-      payload = JSON.parse(await fs.readFile(job.payload_path, 'utf8')) as Record<string, unknown>;
+      raw = JSON.parse(await fs.readFile(job.payload_path, 'utf8'));
     } catch {
       return view;
     }
-    if (job.type !== 'rl') {
-      const { artifact: _artifact, ...config } = payload;
-      return { ...view, config };
-    }
-    const groups = Array.isArray(payload.trajectory_groups) ? (payload.trajectory_groups as { trajectories?: unknown[] }[]) : [];
-    return {
-      ...view,
-      // Spelled as experimental_config spells it (the parsed config is camelCase inside).
-      config: payload.config ? Object.fromEntries(Object.entries(payload.config).map(([key, value]) => [key.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`), value])) : null,
-      num_trajectory_groups: groups.length,
-      num_trajectories: groups.reduce((sum, group) => sum + (Array.isArray(group.trajectories) ? group.trajectories.length : 0), 0),
-    };
+    return { ...view, ...this.payloadView(job.type === 'sft' ? 'sft' : 'rl', raw) };
   }
 
   async jobs(principal: Principal, query: { modelId?: string; statuses?: JobStatus[]; after?: string; limit: number }): Promise<Page<JobListItem>> {

@@ -4,7 +4,7 @@
  * sampled when scraped, each under a short timeout so a busy engine slows a scrape but never hangs it.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { JOB_STATUSES } from '../api/training-jobs.ts';
+import { JOB_STATUSES } from '../api/training-vocabulary.ts';
 import type { StatsReply } from '../engine/protocol.ts';
 
 export interface MetricsSources {

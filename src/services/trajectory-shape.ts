@@ -7,7 +7,7 @@
  */
 import type { FieldProblem } from '../errors.ts';
 import type { FullTrajectoryGroup } from '../api/models.ts';
-import { asMessage, isChoice, tokenIdsOutsideVocabulary } from '../chat/trajectory-tokens.ts';
+import { asMessage, isChoice, tokenIdsOutsideVocabulary } from './trajectory-items.ts';
 import { normaliseMessages } from '../chat/messages.ts';
 import { TemplateError } from '../chat/template.ts';
 

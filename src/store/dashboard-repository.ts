@@ -7,7 +7,7 @@ import { toJobRow } from './job-repository.ts';
 import { toStoredTrajectory, type StoredTrajectory } from './trajectory-repository.ts';
 import type { Kysely } from 'kysely';
 import type { JobListRow, ModelSummaryRow } from '../api/dashboard.ts';
-import type { JobStatus } from '../api/training-jobs.ts';
+import type { JobStatus } from '../api/training-vocabulary.ts';
 import type { Page } from '../api/lists.ts';
 import type { Database } from './schema.ts';
 

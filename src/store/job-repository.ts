@@ -5,14 +5,14 @@
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Dialect } from './migrations/context.ts';
-import type { EventRecord, JobRow, JobStatus } from '../api/training-jobs.ts';
+import type { EventRecord, JobRow } from '../api/training-jobs.ts';
+import { ACTIVE_JOB_STATUSES, type JobStatus } from '../api/training-vocabulary.ts';
 import type { Page } from '../api/lists.ts';
 import type { Database, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
 
-/** A job as callers see it: counts as numbers (PostgreSQL answers bigints as text), metrics parsed. */
 export type EventRow = TrainingJobEventTable;
-/** An event with its data parsed. */
 
+/** A job as callers see it: counts as numbers (PostgreSQL answers bigints as text), metrics parsed. */
 export function toJobRow(row: TrainingJobTable): JobRow {
   return {
     ...row,
@@ -24,6 +24,7 @@ export function toJobRow(row: TrainingJobTable): JobRow {
   };
 }
 
+/** An event with its data parsed. */
 const toEventRecord = (row: EventRow): EventRecord => ({ ...row, data: JSON.parse(row.data) as Record<string, unknown> });
 
 export interface JobOutcome {
@@ -176,7 +177,7 @@ export class JobRepository {
   }
 
   async unfinishedJobsOfModel(modelId: string): Promise<JobRow[]> {
-    const rows = await this.db.selectFrom('training_jobs').selectAll().where('model_id', '=', modelId).where('status', 'in', ['QUEUED', 'RUNNING']).execute();
+    const rows = await this.db.selectFrom('training_jobs').selectAll().where('model_id', '=', modelId).where('status', 'in', [...ACTIVE_JOB_STATUSES]).execute();
     return rows.map(toJobRow);
   }
 

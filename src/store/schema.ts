@@ -5,6 +5,7 @@
 import type { Generated } from 'kysely';
 import type { ModelRow } from '../api/models.ts';
 import type { JobRow } from '../api/training-jobs.ts';
+import type { JobEventType } from '../api/training-vocabulary.ts';
 
 export interface EntityTable {
   id: string;
@@ -96,7 +97,7 @@ export type TrainingJobTable = Omit<JobRow, 'metrics'> & { metrics: string };
 export interface TrainingJobEventTable {
   id: string;
   job_id: string;
-  type: string;
+  type: JobEventType;
   data: string;
   created_at: string;
 }

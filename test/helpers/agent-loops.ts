@@ -4,8 +4,8 @@
  * runner builds from them.
  */
 import OpenAI from 'openai';
-import { parseRlConfig } from '../../src/services/rl-config.ts';
-import { trajectorySequences } from '../../src/jobs/rl-runner.ts';
+import { parseRlConfig } from '../../src/training/rl/config.ts';
+import { trajectorySequences } from '../../src/training/rl/runner.ts';
 import { withTrajectoryDefaults, type Trajectory } from '../../src/api/models.ts';
 import type { E2eServer } from './server.ts';
 

@@ -4,12 +4,12 @@ import { describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../../src/config.ts';
 import { loadTokenizer } from '../../src/chat/tokenizer.ts';
 import { renderChat } from '../../src/chat/template.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError } from '../../src/chat/trajectory-tokens.ts';
-import { tokenizeConversation } from '../../src/chat/sft-tokens.ts';
-import { trainingRenderer } from '../../src/chat/training-render.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from '../../src/jobs/rl-data.ts';
-import { trainedTokens } from '../../src/jobs/trained-tokens.ts';
-import { rewardStdDevMultiplier, rowLearningRate } from '../../src/jobs/learning-rate.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError } from '../../src/training/rl/tokens.ts';
+import { tokenizeConversation } from '../../src/training/sft/tokens.ts';
+import { trainingRenderer } from '../../src/training/render.ts';
+import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from '../../src/training/rl/data.ts';
+import { trainedTokens } from '../../src/training/rl/trained-tokens.ts';
+import { rewardStdDevMultiplier, rowLearningRate } from '../../src/training/rl/learning-rate.ts';
 
 const close = (actual: number, expected: number, message?: string) => assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
 
@@ -85,7 +85,7 @@ describe('trajectory tokenization', async () => {
       { role: 'system', content: 'Answer briefly.' },
       { role: 'user', content: 'Capital of France?' },
     ];
-    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: [...messages, choice, { role: 'user', content: 'dropped' }] }, { allowTrainingWithoutLogprobs: false });
+    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: [...messages, choice, { role: 'user', content: 'dropped' }] }, { allow_training_without_logprobs: false });
     assert.equal(sequences.length, 1);
     const [sequence] = sequences;
     const prompt = promptIds(messages);
@@ -97,14 +97,14 @@ describe('trajectory tokenization', async () => {
   test('OpenAI SDK logprobs (decoded strings with bytes) recover the same ids and keep every logprob', () => {
     // A multi-byte character split across byte tokens: its pieces decode to U+FFFD, only the bytes identify them.
     const { sampled, choice } = choiceOf('Größe 東京', asText);
-    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: false })[0];
+    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allow_training_without_logprobs: false })[0];
     assert.deepEqual(sequence.tokens.filter((_, t) => sequence.mask[t]), sampled);
     assert.ok(sequence.mask.every((m, t) => !m || sequence.logprobs[t] !== null), 'every trained token keeps its sampler logprob');
   });
 
   test('logprobs that identify no token: re-tokenized, trained without sampler logprobs', () => {
     const { choice } = choiceOf('Paris', (id, i) => ({ token: tokenizer.decode([id]), logprob: -0.1 * (i + 1), bytes: null, top_logprobs: [] }));
-    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: false })[0];
+    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allow_training_without_logprobs: false })[0];
     assert.equal(tokenizer.decode(sequence.tokens.filter((_, t) => sequence.mask[t])), 'Paris<|im_end|>');
     assert.ok(sequence.logprobs.every((l) => l === null));
   });
@@ -113,7 +113,7 @@ describe('trajectory tokenization', async () => {
     const first = choiceOf('Paris', asTokenIds);
     const second = choiceOf('Rome', asTokenIds);
     const items = [{ role: 'user', content: 'France?' }, first.choice, { role: 'user', content: 'Italy?' }, second.choice];
-    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: false });
+    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: items }, { allow_training_without_logprobs: false });
     assert.equal(sequences.length, 1);
     const secondPrompt = promptIds([items[0], { role: 'assistant', content: 'Paris' }, items[2]]);
     assert.deepEqual(sequences[0].tokens, [...secondPrompt, ...second.sampled]);
@@ -130,7 +130,7 @@ describe('trajectory tokenization', async () => {
     const second = choiceOf(think('Rome'), asTokenIds);
     const firstMessage = { ...first.choice, message: { role: 'assistant', content: 'Paris', reasoning: 'hmm' } };
     const items = [{ role: 'user', content: 'France?' }, firstMessage, { role: 'user', content: 'Italy?' }, second.choice];
-    const sequences = tokenizeTrajectory(thinking, { messages_and_choices: items }, { allowTrainingWithoutLogprobs: false });
+    const sequences = tokenizeTrajectory(thinking, { messages_and_choices: items }, { allow_training_without_logprobs: false });
     assert.equal(sequences.length, 2, 'the second context drops the first turn’s reasoning, so it cannot extend the first sequence');
     const context = tokenizer.encode(renderChat({ template: rewriting, messages: [items[0], firstMessage.message, items[2]], addGenerationPrompt: true }));
     assert.deepEqual(sequences[1].tokens, [...context, ...second.sampled]);
@@ -147,7 +147,7 @@ describe('trajectory tokenization', async () => {
     ];
     for (const [choice, message] of cases) {
       assert.throws(
-        () => tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allowTrainingWithoutLogprobs: true }),
+        () => tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allow_training_without_logprobs: true }),
         (error: unknown) => error instanceof TrajectoryTokenizeError && message.test(error.message),
       );
     }
@@ -155,10 +155,10 @@ describe('trajectory tokenization', async () => {
 
   test('plain assistant messages are context, allowed or not; a choice without logprobs trains only when allowed', () => {
     const items = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }];
-    for (const allowTrainingWithoutLogprobs of [false, true]) assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: items }, { allowTrainingWithoutLogprobs }), []);
+    for (const allowTrainingWithoutLogprobs of [false, true]) assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: items }, { allow_training_without_logprobs: allowTrainingWithoutLogprobs }), []);
     const choice = [items[0], { index: 0, finish_reason: 'stop', message: items[1], logprobs: null }];
-    assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allowTrainingWithoutLogprobs: false }), []);
-    const [allowed] = tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allowTrainingWithoutLogprobs: true });
+    assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allow_training_without_logprobs: false }), []);
+    const [allowed] = tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allow_training_without_logprobs: true });
     const trained = allowed.tokens.filter((_, i) => allowed.mask[i]);
     assert.equal(tokenizer.decode(trained), 'hello<|im_end|>');
     assert.ok(allowed.logprobs.every((logprob) => logprob === null));

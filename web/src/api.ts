@@ -4,6 +4,8 @@
  */
 import type { ListPage } from '../../src/api/lists.ts';
 import type { TrainedTokensView } from '../../src/api/trained-tokens.ts';
+import type { TrainingJob } from '../../src/api/training-jobs.ts';
+import { isActiveJobStatus, TERMINAL_JOB_STATUSES, type JobStatus } from '../../src/api/training-vocabulary.ts';
 
 const KEY_STORAGE = 'agent-trainer.api-key';
 
@@ -90,9 +92,11 @@ export type { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, RewardP
 export type { IdentityResponse as Me } from '../../src/api/identity.ts';
 export type { ListPage } from '../../src/api/lists.ts';
 export type { Checkpoint, CheckpointDeleteResponse, ModelResponse as Model } from '../../src/api/models.ts';
-export type { TrainingJob as Job, TrainingJobEvent as JobEvent } from '../../src/api/training-jobs.ts';
+export type { TypedTrainingJobEvent as JobEvent } from '../../src/api/training-jobs.ts';
+/** A job with its status as one of the statuses (the wire schema says only string). */
+export type Job = Omit<TrainingJob, 'status'> & { status: JobStatus };
 /** Parallel arrays over a trajectory's trained tokens (a detail without them has `trained_tokens: null`). */
 export type TrainedTokens = NonNullable<TrainedTokensView>;
 
-export const TERMINAL_STATUSES = ['COMPLETED', 'FAILED', 'CANCELLED'];
-export const isActive = (status: string) => status === 'QUEUED' || status === 'RUNNING';
+export const TERMINAL_STATUSES: readonly string[] = TERMINAL_JOB_STATUSES;
+export const isActive = isActiveJobStatus;

@@ -1,4 +1,5 @@
 /** Number, time and id formatting shared by every page. */
+import { TRAINING_METRICS } from '../../src/api/training-vocabulary.ts';
 
 export function num(value: unknown, digits = 4): string {
   if (typeof value !== 'number' || !Number.isFinite(value)) return '—';
@@ -54,21 +55,5 @@ export function duration(fromIso: string | null | undefined, toIso: string | nul
 
 /** Metric names for people: `train/grad_norm` → `grad norm`. */
 export function metricLabel(name: string): string {
-  const labels: Record<string, string> = {
-    reward: 'Reward',
-    loss: 'Loss',
-    policy_loss: 'Policy loss',
-    sft_loss: 'SFT loss',
-    grad_norm: 'Grad norm',
-    entropy: 'Entropy',
-    tokens_per_second: 'Tokens / s',
-    learning_rate: 'Learning rate',
-    num_trainable_tokens: 'Trainable tokens',
-    num_groups_submitted: 'Groups submitted',
-    num_groups_trainable: 'Groups trainable',
-    num_gradient_steps: 'Gradient steps',
-    num_trajectories: 'Trajectories',
-    exception_rate: 'Exception rate',
-  };
-  return labels[name] ?? name.replace(/_/g, ' ').replace(/^./, (c) => c.toUpperCase());
+  return TRAINING_METRICS[name]?.label ?? name.replace(/_/g, ' ').replace(/^./, (c) => c.toUpperCase());
 }

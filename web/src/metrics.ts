@@ -7,21 +7,10 @@
 import type { MetricRow } from './api.ts';
 import { SERIES_COLORS, type ChartSeries } from './chart.ts';
 import { extent } from './chart-data.ts';
+import { metricsAt, TRAINING_METRICS } from '../../src/api/training-vocabulary.ts';
 
-export const PREFERRED_METRICS = [
-  'reward',
-  'loss',
-  'policy_loss',
-  'sft_loss',
-  'grad_norm',
-  'entropy',
-  'tokens_per_second',
-  'learning_rate',
-  'num_trainable_tokens',
-  'exception_rate',
-  'num_trajectories',
-];
-export const DEFAULT_METRICS = ['reward', 'loss', 'grad_norm', 'entropy', 'tokens_per_second'];
+export const PREFERRED_METRICS = metricsAt('chart_order');
+export const DEFAULT_METRICS = metricsAt('default_chart');
 
 export interface MetricTable {
   /** metric name → split → step → value */
@@ -38,8 +27,11 @@ export interface RunTable {
 }
 
 /** Members of a family share its chart; a member identical to one already drawn adds no line. */
-const FAMILIES: Record<string, string[]> = { loss: ['loss', 'policy_loss', 'sft_loss'] };
-const familyHead = (name: string) => Object.keys(FAMILIES).find((head) => FAMILIES[head].includes(name)) ?? name;
+const familyHead = (name: string) => TRAINING_METRICS[name]?.family ?? name;
+const membersOfFamily = (family: string) => {
+  const members = Object.keys(TRAINING_METRICS).filter((name) => TRAINING_METRICS[name].family === family);
+  return members.length > 0 ? members : [family];
+};
 
 export function splitKey(split: string, key: string): { split: string; name: string } {
   // Rows of `log:<split>` name their keys `<split>/<name>`; a `train` row's keys are bare.
@@ -104,7 +96,7 @@ function sameValues(a: Map<number, number>, b: Map<number, number>): boolean {
 /** The family's members with values in this table, dropping one that repeats a member already kept. */
 function membersOf(table: MetricTable, family: string): string[] {
   const kept: string[] = [];
-  for (const name of FAMILIES[family] ?? [family]) {
+  for (const name of membersOfFamily(family)) {
     const bySplit = table.values.get(name);
     if (!bySplit) continue;
     const repeats = kept.some((other) => [...bySplit].every(([split, steps]) => { const mine = table.values.get(other)!.get(split); return mine !== undefined && sameValues(steps, mine); }));

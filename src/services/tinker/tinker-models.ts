@@ -15,7 +15,7 @@ import { canActFor, type Principal } from '../auth-service.ts';
 import type { BaseModelRegistry } from '../base-models.ts';
 import type { BaseModelRuntime } from '../base-model-runtime.ts';
 import type { ModelService } from '../model-service.ts';
-import { LORA_DEFAULTS } from '../training-defaults.ts';
+import { LORA_DEFAULTS } from '../adapter-validation.ts';
 
 /** Every training client's model lives in this project of its entity. */
 export const TINKER_PROJECT = 'tinker';

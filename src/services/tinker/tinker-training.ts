@@ -10,7 +10,7 @@ import { EngineError } from '../../engine/errors.ts';
 import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
 import type { ProtoDatum, ProtoForwardBackward } from '../../api/tinker-proto.ts';
 import type { ForwardBackwardReply, StepRow } from '../../engine/protocol.ts';
-import { LORA_DEFAULTS } from '../training-defaults.ts';
+import { LORA_DEFAULTS } from '../adapter-validation.ts';
 import type { CheckpointPublisher } from '../checkpoint-publisher.ts';
 import type { ModelRepository } from '../../store/model-repository.ts';
 import type { TinkerRepository } from '../../store/tinker-repository.ts';

@@ -8,10 +8,12 @@ import { lineChart, SERIES_COLORS, type Chart } from '../chart.ts';
 import { badge, confirmDialog, emptyState, errorBox, h, replace, spinner, toast } from '../dom.ts';
 import { absoluteTime, duration, metricLabel, num, relativeTime, shortId } from '../format.ts';
 import { href, type RouteContext } from '../router.ts';
+import { metricsAt } from '../../../src/api/training-vocabulary.ts';
 
 const POLL_MS = 500;
-const CHART_METRICS = ['loss', 'sft_loss', 'grad_norm', 'entropy', 'tokens_per_second'];
-const CARD_METRICS = ['loss', 'policy_loss', 'sft_loss', 'reward', 'grad_norm', 'entropy', 'tokens_per_second', 'learning_rate', 'num_trainable_tokens'];
+const CHART_METRICS = metricsAt('job_chart');
+const CARD_METRICS = metricsAt('job_card');
+const EVENT_LINE = ['step', ...metricsAt('event_line')];
 const MAX_EVENT_ROWS = 200;
 
 const sleep = (ms: number, signal: AbortSignal) =>
@@ -23,35 +25,39 @@ const sleep = (ms: number, signal: AbortSignal) =>
     });
   });
 
+type StepEvent = Extract<JobEvent, { type: 'gradient_step' }>;
+
 function eventSummary(event: JobEvent): string {
-  const data = event.data;
+  const data: unknown = event.data;
   switch (event.type) {
     case 'training_started':
-      return `${String(data.num_sequences)} gradient steps planned`;
-    case 'gradient_step':
-      return ['step', 'loss', 'sft_loss', 'grad_norm', 'reward']
-        .filter((key) => typeof data[key] === 'number')
-        .map((key) => `${key} ${num(data[key])}`)
+      return `${String(event.data.num_sequences)} gradient steps planned`;
+    case 'gradient_step': {
+      const metrics = event.data;
+      return EVENT_LINE.filter((key) => typeof metrics[key] === 'number')
+        .map((key) => `${key} ${num(metrics[key])}`)
         .join(' · ');
+    }
     case 'training_ended':
-      return `checkpoint step ${String(data.step)}`;
+      return `checkpoint step ${String(event.data.step)}`;
     case 'training_failed':
-      return String(data.error_message ?? 'failed');
+      return String(event.data.error_message ?? 'failed');
     case 'checkpoints_deleted':
-      return `retention deleted step${(data.steps as unknown[]).length === 1 ? '' : 's'} ${(data.steps as unknown[]).join(', ')}`;
+      return `retention deleted step${event.data.steps.length === 1 ? '' : 's'} ${event.data.steps.join(', ')}`;
     default:
+      // An event this dashboard does not know by name (sampler_logprobs_missing, or one a later server adds).
       return JSON.stringify(data);
   }
 }
 
 /** Gradient steps per second over the steps seen so far (the first step's own time is not measured). */
-export function stepRate(steps: JobEvent[]): number | null {
+export function stepRate(steps: StepEvent[]): number | null {
   if (steps.length < 2) return null;
   const seconds = (Date.parse(steps.at(-1)!.created_at) - Date.parse(steps[0].created_at)) / 1000;
   return seconds > 0 ? (steps.length - 1) / seconds : null;
 }
 
-function rateText(steps: JobEvent[], total: number, running: boolean): string {
+function rateText(steps: StepEvent[], total: number, running: boolean): string {
   const rate = stepRate(steps);
   if (rate === null) return running && total > 0 ? 'ETA after the second step' : '';
   const perSecond = `${num(rate, 3)} steps/s`;
@@ -141,7 +147,7 @@ function renderMeta(jp: JobPage): void {
   jp.cancelButton.hidden = !isActive(job.status);
 }
 
-function renderProgress(jp: JobPage, steps: JobEvent[]): void {
+function renderProgress(jp: JobPage, steps: StepEvent[]): void {
   const { job, events } = jp;
   const started = events.find((event) => event.type === 'training_started');
   const total = Number(started?.data.num_sequences ?? job.num_sequences ?? 0);
@@ -182,8 +188,8 @@ function renderOutcome(jp: JobPage): void {
 }
 
 /** The latest step's metrics as cards, and one curve per metric the steps carry. */
-function renderMetrics(jp: JobPage, steps: JobEvent[]): void {
-  const last = steps.at(-1)?.data ?? jp.job.metrics;
+function renderMetrics(jp: JobPage, steps: StepEvent[]): void {
+  const last: Record<string, number> = steps.at(-1)?.data ?? jp.job.metrics;
   replace(
     jp.cards,
     CARD_METRICS.filter((key) => typeof last[key] === 'number').map((key) =>
@@ -216,7 +222,7 @@ function renderEvents(jp: JobPage): void {
 
 function render(jp: JobPage): void {
   renderMeta(jp);
-  const steps = jp.events.filter((event) => event.type === 'gradient_step');
+  const steps = jp.events.filter((event): event is StepEvent => event.type === 'gradient_step');
   renderProgress(jp, steps);
   renderOutcome(jp);
   renderMetrics(jp, steps);

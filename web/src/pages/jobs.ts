@@ -3,10 +3,15 @@ import { get, query, type JobListItem, type ListPage, type Model } from '../api.
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { href, navigate, type RouteContext } from '../router.ts';
 import { jobsTable } from './model.ts';
+import { ACTIVE_JOB_STATUSES, TERMINAL_JOB_STATUSES } from '../../../src/api/training-vocabulary.ts';
 
 const PAGE_SIZE = 50;
 const REFRESH_MS = 2000;
-const FILTERS: Record<string, string | undefined> = { all: undefined, active: 'QUEUED,RUNNING', completed: 'COMPLETED', failed: 'FAILED', cancelled: 'CANCELLED' };
+const FILTERS: Record<string, string | undefined> = {
+  all: undefined,
+  active: ACTIVE_JOB_STATUSES.join(','),
+  ...Object.fromEntries(TERMINAL_JOB_STATUSES.map((status) => [status.toLowerCase(), status])),
+};
 
 /** The listed jobs (first page, then whatever "Load more" brought) and the list's parts. */
 interface JobsList {

@@ -5,10 +5,11 @@
 import { get, query, request, type Checkpoint, type CheckpointDeleteResponse, type ListPage, type ModelSummary } from '../api.ts';
 import { confirmDialog, emptyState, errorBox, h, replace, spinner, toast } from '../dom.ts';
 import { absoluteTime, metricLabel, num, relativeTime } from '../format.ts';
+import { metricsAt, TRAINING_METRICS } from '../../../src/api/training-vocabulary.ts';
 import { href } from '../router.ts';
 
 const CHECKPOINT_PAGE = 100;
-const CHECKPOINT_COLUMNS = ['reward', 'val/reward', 'loss', 'grad_norm', 'entropy', 'tokens_per_second'];
+const CHECKPOINT_COLUMNS = metricsAt('checkpoint_column').flatMap((name) => (TRAINING_METRICS[name].places.includes('checkpoint_val_column') ? [name, `val/${name}`] : [name]));
 
 /** The listed checkpoints, the user's selection and the table's parts. */
 interface CheckpointsTable {

@@ -5,9 +5,8 @@
  * newline after it, are trained, as ART's response/instruction markers train them); system, user and tool
  * turns are masked. Markers come from the template itself, so every family is handled the same way.
  */
-import type { TrainingSequence } from './trajectory-tokens.ts';
-import { asMessage } from './trajectory-tokens.ts';
-import type { TrainingRenderer } from './training-render.ts';
+import { asMessage } from '../../services/trajectory-items.ts';
+import type { TrainingRenderer, TrainingSequence } from '../render.ts';
 
 export type AssistantTurns = 'all' | 'last';
 

@@ -1,10 +1,19 @@
 /**
  * How training renders a conversation: exactly as chat completions render a prompt (same template context,
  * same message normalisation, same tokenization), with a trajectory's tools and chat template kwargs bound.
- * Both RL rows (trajectory-tokens.ts) and SFT rows (sft-tokens.ts) render through this and nothing else.
+ * Both RL rows (rl/tokens.ts) and SFT rows (sft/tokens.ts) render through this and nothing else.
  */
-import type { ChatTokenizer } from './tokenizer.ts';
-import { encodePrompt, renderPromptText } from './prompt.ts';
+import type { ChatTokenizer } from '../chat/tokenizer.ts';
+import { encodePrompt, renderPromptText } from '../chat/prompt.ts';
+
+/** A rendered row before packing: what RL and SFT both train on. */
+export interface TrainingSequence {
+  tokens: number[];
+  /** 1 where the token is trained on (sampled by the policy), else 0. */
+  mask: number[];
+  /** The sampler's logprob per token, null where unknown. */
+  logprobs: (number | null)[];
+}
 
 export interface TrainingRenderer {
   tokenizer: ChatTokenizer;

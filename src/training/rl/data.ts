@@ -3,8 +3,8 @@
  * per-trajectory token weights, job-wide normalisation, advantage balance, and first-fit packing.
  * Pure functions: no engine, no database.
  */
-import { populationStd } from '../services/trajectory-metrics.ts';
-import type { TrainingSequence } from '../chat/trajectory-tokens.ts';
+import { populationStd } from '../../services/trajectory-metrics.ts';
+import type { TrainingSequence } from '../render.ts';
 
 export interface ScoredSequence extends TrainingSequence {
   advantage: number;

@@ -8,16 +8,16 @@
  * base model's own id (the base policy). The checkpoint must be of a model on the trained model's base. Anything
  * else, another entity's model included (exactly as unknown as a missing one), is a field problem.
  */
-import { AppError, excerpt, type FieldProblem } from '../errors.ts';
-import type { Principal } from './auth-service.ts';
-import type { ModelResolver } from './model-resolver.ts';
-import type { TinkerModels } from './tinker/tinker-models.ts';
+import { AppError, excerpt, type FieldProblem } from '../../errors.ts';
+import type { Principal } from '../../services/auth-service.ts';
+import type { ModelResolver } from '../../services/model-resolver.ts';
+import type { TinkerModels } from '../../services/tinker/tinker-models.ts';
 
 const LOC = ['body', 'experimental_config', 'kl_ref_adapter_path'];
 const FORMS = 'wandb-artifact:///entity/project/name:stepN, entity/project/name:stepN, tinker://<model id>/sampler_weights/<name> or the base model id';
 
 /** A named checkpoint: the model and step the job's KL reference is; null: the base model itself. */
-export type KlReference = { modelId: string; step: number } | null;
+export type KlReference = { model_id: string; step: number } | null;
 
 export class KlReferenceResolver {
   constructor(
@@ -42,9 +42,9 @@ export class KlReferenceResolver {
   private async find(principal: Principal, path: string): Promise<{ baseId: string; reference: KlReference }> {
     if (path.startsWith('tinker://')) {
       const { model, checkpoint } = await this.tinker.resolvePath(principal, path);
-      return { baseId: model.base_model, reference: { modelId: model.id, step: checkpoint.step } };
+      return { baseId: model.base_model, reference: { model_id: model.id, step: checkpoint.step } };
     }
     const { baseId, checkpoint } = await this.names.resolve(principal, path);
-    return { baseId, reference: checkpoint ? { modelId: checkpoint.modelId, step: checkpoint.step } : null };
+    return { baseId, reference: checkpoint ? { model_id: checkpoint.modelId, step: checkpoint.step } : null };
   }
 }

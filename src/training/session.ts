@@ -2,6 +2,7 @@
  * A training session on one model's adapter in the trainer engine: opened from the latest checkpoint
  * (adapter and optimizer state) or a fresh no-op adapter, and committed as the next step through the
  * checkpoint publisher (services/checkpoint-publisher.ts), which makes it servable before the job reports it.
+ * Also the opening every runner shares (`openJob`): the payload read and checked, the session, the chat template.
  */
 import crypto from 'node:crypto';
 import type { Engine } from '../engine/ops.ts';
@@ -9,10 +10,11 @@ import type { ModelRepository } from '../store/model-repository.ts';
 import { jobAdapterKey, servingAdapterKey } from '../engine/adapter-keys.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import { JobError } from '../errors.ts';
-import type { RunContext, RunResult } from './worker.ts';
-import { loraInit } from '../services/training-defaults.ts';
+import type { JobRow } from '../api/training-jobs.ts';
+import type { JobQueue } from '../jobs/queue.ts';
+import type { RunContext, RunResult } from '../jobs/worker.ts';
+import { loraInit } from './defaults.ts';
 import type { CheckpointPublisher, HistoryStep } from '../services/checkpoint-publisher.ts';
-
 
 export interface TrainingSession {
   base: LoadedBase;
@@ -70,4 +72,26 @@ export class CheckpointWriter {
       },
     };
   }
+}
+
+/** What a runner starts with: its checked payload and a session on the model's adapter (whose base has a chat template). */
+export interface OpenedJob<P> {
+  payload: P;
+  session: TrainingSession;
+}
+
+/**
+ * The opening RL and SFT runners share: read the job's payload through its kind's reader (which checks it), open
+ * the session, and refuse a base without a chat template, since every training row is rendered with one.
+ */
+export async function openJob<P>(
+  deps: { queue: Pick<JobQueue, 'readPayload'>; checkpoints: CheckpointWriter },
+  job: JobRow,
+  context: RunContext,
+  reading: { read(raw: unknown): P; renders: string },
+): Promise<OpenedJob<P>> {
+  const payload = reading.read(await deps.queue.readPayload(job));
+  const session = await deps.checkpoints.open(job.model_id, context.emit);
+  if (!session.base.template) throw new JobError('no_chat_template', `Base model ${session.base.id} has no chat template to render ${reading.renders} with`);
+  return { payload, session };
 }

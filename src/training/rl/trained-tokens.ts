@@ -4,9 +4,9 @@
  * (about 26 bytes a token as stored JSON, so at most ≈ 430 KB a job), and one engine forward over only the rows
  * holding them.
  */
-import type { ForwardReply, ForwardRequest } from '../engine/protocol.ts';
-import type { TrainedTrajectory } from '../store/trained-token-repository.ts';
-import type { PackedRow, Placement, ScoredSequence } from './rl-data.ts';
+import type { ForwardReply, ForwardRequest } from '../../engine/protocol.ts';
+import type { TrainedTrajectory } from '../../store/trained-token-repository.ts';
+import type { PackedRow, Placement, ScoredSequence } from './data.ts';
 
 export const TRAINED_TOKENS_PER_JOB = 16_384;
 

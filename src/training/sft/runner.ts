@@ -1,23 +1,23 @@
 /**
  * Runs one SFT job: the artifact's conversations, streamed line by line, each rendered once with the chat
- * template (its assistant spans trained, everything else masked; sft-tokens.ts), one optimizer step per batch, then the next
+ * template (its assistant spans trained, everything else masked; sft/tokens.ts), one optimizer step per batch, then the next
  * checkpoint exactly as RL writes it.
  */
 import type { Readable } from 'node:stream';
-import type { JobRow } from '../api/training-jobs.ts';
-import type { TrainingSequence } from '../chat/trajectory-tokens.ts';
-import { tokenizeConversation } from '../chat/sft-tokens.ts';
-import { trainingRenderer } from '../chat/training-render.ts';
-import type { LoadedBase } from '../services/base-model-runtime.ts';
-import { readConversations, type Conversation } from '../services/sft-data.ts';
-import type { SftJobPayload } from '../services/training-job-service.ts';
-import type { TrainRow } from '../engine/protocol.ts';
-import type { CheckpointWriter } from './checkpoint-writer.ts';
-import type { HistoryStep } from '../services/checkpoint-publisher.ts';
-import type { JobQueue } from './queue.ts';
-import { JobError } from '../errors.ts';
-import type { RunContext, RunResult } from './worker.ts';
-import { optimizerConfig } from '../services/training-defaults.ts';
+import type { JobRow } from '../../api/training-jobs.ts';
+import type { JobEventData } from '../../api/training-vocabulary.ts';
+import { tokenizeConversation } from './tokens.ts';
+import { trainingRenderer, type TrainingSequence } from '../render.ts';
+import type { LoadedBase } from '../../services/base-model-runtime.ts';
+import { readConversations, type Conversation } from './data.ts';
+import { readSftPayload, type SftJobPayload } from '../payloads.ts';
+import type { TrainRow } from '../../engine/protocol.ts';
+import { openJob, type CheckpointWriter } from '../session.ts';
+import type { HistoryStep } from '../../services/checkpoint-publisher.ts';
+import type { JobQueue } from '../../jobs/queue.ts';
+import { JobError } from '../../errors.ts';
+import type { RunContext, RunResult } from '../../jobs/worker.ts';
+import { optimizerConfig } from '../defaults.ts';
 
 export interface SftRunnerDeps {
   queue: JobQueue;
@@ -42,7 +42,7 @@ async function* batches(conversations: AsyncIterable<Conversation>, size: number
 function conversationRow(base: LoadedBase, conversation: Conversation, payload: SftJobPayload, file: string): TrainingSequence | null {
   const renderer = trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, conversation.tools, payload.chat_template_kwargs);
   try {
-    return tokenizeConversation(renderer, conversation.messages, payload.assistant_turns ?? 'all');
+    return tokenizeConversation(renderer, conversation.messages, payload.assistant_turns);
   } catch (error) {
     throw new JobError('bad_training_data', `${file} line ${conversation.line}: the conversation cannot be rendered (${(error as Error).message})`);
   }
@@ -57,10 +57,8 @@ function historyStep(logging: SftJobPayload['metric_logging']): HistoryStep {
 
 export function createSftRunner(deps: SftRunnerDeps) {
   return async function runSft(job: JobRow, context: RunContext): Promise<RunResult> {
-    const payload = await deps.queue.readPayload<SftJobPayload>(job);
-    const session = await deps.checkpoints.open(job.model_id, context.emit);
+    const { payload, session } = await openJob(deps, job, context, { read: readSftPayload, renders: 'conversations' });
     const { base } = session;
-    if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render conversations with`);
     const numBatches = Math.ceil(payload.num_conversations / payload.batch_size);
     const rates = Array.isArray(payload.learning_rate) ? payload.learning_rate : null;
     await context.emit('training_started', { num_sequences: numBatches });
@@ -86,7 +84,7 @@ export function createSftRunner(deps: SftRunnerDeps) {
         const mask = sequence.mask.map((m, t) => (t === 0 ? 0 : m));
         rows.push({ tokens: sequence.tokens, segment_ids: sequence.tokens.map(() => 0), mask, weights: mask });
       }
-      const data: Record<string, number> = { step, learning_rate: learningRate, num_trajectories: batch.length, num_dropped_trajectories: dropped };
+      const data: JobEventData['gradient_step'] = { step, learning_rate: learningRate, num_trajectories: batch.length, num_dropped_trajectories: dropped };
       if (rows.length > 0) {
         const { metrics } = await session.engine.request('train_step', {
           base: base.id,

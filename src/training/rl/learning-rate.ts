@@ -4,8 +4,8 @@
  * (ART's unsloth trainer), `scale_learning_rate_by_reward_std_dev` by the trend of the model's reward spread
  * (ART's LocalBackend, the last trainer that read the flag: 0.5.0–0.5.7). Pure functions.
  */
-import type { PackedRow } from './rl-data.ts';
-import type { SpreadPoint } from '../services/trajectory-service.ts';
+import type { PackedRow } from './data.ts';
+import type { SpreadPoint } from '../../services/trajectory-service.ts';
 
 const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
 

@@ -5,8 +5,8 @@
  */
 import readline from 'node:readline';
 import type { Readable } from 'node:stream';
-import { MAX_JSON_DEPTH, nestsDeeperThan } from '../json-limits.ts';
-import { JobError } from '../errors.ts';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../json-limits.ts';
+import { JobError } from '../../errors.ts';
 
 /** The data file names we accept, in order of preference. */
 export const SFT_DATA_FILES = ['train.jsonl', 'trajectories.jsonl'] as const;

@@ -5,51 +5,33 @@
 import { AppError, notFound, validationError, type FieldProblem } from '../errors.ts';
 import type { JobRepository } from '../store/job-repository.ts';
 import { toTrainingJob, toTrainingJobEvent, type JobRow, type RlJobBody, type TrainingJob } from '../api/training-jobs.ts';
-import type { Principal } from './auth-service.ts';
-import type { ModelService } from './model-service.ts';
-import { checkRenderable, checkTrajectoryGroups } from './trajectory-shape.ts';
-import { parseRlConfig, type RlConfig } from './rl-config.ts';
-import type { KlReferenceResolver } from './kl-reference.ts';
-import { withGroupDefaults, type FullTrajectoryGroup } from '../api/models.ts';
-import type { SftJobBody, SftMetricLogging } from '../api/training-jobs.ts';
-import type { ArtifactService } from './artifact-service.ts';
-import type { AssistantTurns } from '../chat/sft-tokens.ts';
-import { countConversations, SFT_DATA_FILES } from './sft-data.ts';
+import type { Principal } from '../services/auth-service.ts';
+import type { ModelService } from '../services/model-service.ts';
+import { checkRenderable, checkTrajectoryGroups } from '../services/trajectory-shape.ts';
+import { parseRlConfig } from './rl/config.ts';
+import { rlPayload, sftPayload, type RlJobPayload, type SftJobPayload } from './payloads.ts';
+import type { KlReferenceResolver } from './rl/kl-reference.ts';
+import { withGroupDefaults } from '../api/models.ts';
+import { learningRateProblem, type SftJobBody } from '../api/training-jobs.ts';
+import type { ArtifactService } from '../services/artifact-service.ts';
+import { countConversations, SFT_DATA_FILES } from './sft/data.ts';
 
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
 export const DEFAULT_SFT_BATCH_SIZE = 2;
 
-/** What an RL job's payload file holds: the groups with ART's defaults in place (older payloads may lack some: read them with `withGroupDefaults`). */
-export interface RlJobPayload {
-  trajectory_groups: FullTrajectoryGroup[];
-  config: RlConfig;
-}
-
-/** What an SFT job's payload file holds (resolved and checked at submit). */
-export interface SftJobPayload {
-  artifact: { key: string; file: string };
-  batch_size: number;
-  /** One rate for every batch, or one per batch. */
-  learning_rate: number | number[];
-  num_conversations: number;
-  /** Which assistant spans of each conversation are trained (older payloads: all). */
-  assistant_turns?: AssistantTurns;
-  chat_template_kwargs?: Record<string, unknown> | null;
-  /** ART's `config.metric_logging` as sent (older payloads and clients: none, logged at the step the job writes). */
-  metric_logging?: SftMetricLogging | null;
-}
-
-/** The part of the job queue (jobs/queue.ts) that submitting needs: jobs run what services store, not the reverse. */
+/** The part of the job queue (jobs/queue.ts) that submitting needs: the queue stores what training hands it and knows no payload shape. */
 export interface JobSubmission {
   enqueue(input: { modelId: string; type: 'rl'; payload: RlJobPayload } | { modelId: string; type: 'sft'; payload: SftJobPayload }): Promise<{ id: string }>;
 }
 
-/** A rate, or a schedule with one per batch: each finite and >= 0 (ART's schedules decay to 0 on the last batch). */
+/** A rate, or a schedule with one per batch: each entry held to the learning-rate rule. */
 function learningRateProblems(rate: number | number[]): FieldProblem[] {
   const loc = ['body', 'config', 'learning_rate'];
-  const bad = (value: number) => !Number.isFinite(value) || value < 0;
-  if (!Array.isArray(rate)) return bad(rate) ? [{ loc, msg: `must be a finite number >= 0, got ${rate}`, type: 'value_error' }] : [];
-  return rate.flatMap((value, index) => (bad(value) ? [{ loc: [...loc, index], msg: `must be a finite number >= 0, got ${value}`, type: 'value_error' }] : []));
+  const problem = (value: number, at: (string | number)[]): FieldProblem[] => {
+    const msg = learningRateProblem(value);
+    return msg ? [{ loc: at, msg, type: 'value_error' }] : [];
+  };
+  return Array.isArray(rate) ? rate.flatMap((value, index) => problem(value, [...loc, index])) : problem(rate, loc);
 }
 
 export class TrainingJobService {
@@ -68,17 +50,17 @@ export class TrainingJobService {
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
     const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
-    if (config.klRefAdapterPath !== null) {
+    if (config.kl_ref_adapter_path !== null) {
       // Resolved now, to a model and step: the job reads that checkpoint even if names change before it runs.
-      const resolved = await this.klReferences.resolve(principal, config.klRefAdapterPath, model.base_model);
+      const resolved = await this.klReferences.resolve(principal, config.kl_ref_adapter_path, model.base_model);
       if ('problem' in resolved) problems.push(resolved.problem);
-      else config.klReference = resolved.reference;
+      else config.kl_reference = resolved.reference;
     }
     const groups = body.trajectory_groups.map(withGroupDefaults);
     const shape = checkTrajectoryGroups(groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
     problems.push(...shape, ...(shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : []));
     if (problems.length > 0) throw validationError(problems);
-    const payload: RlJobPayload = { trajectory_groups: groups, config };
+    const payload = rlPayload({ trajectory_groups: groups, config });
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
     this.notify.submitted();
     return { id: job.id };
@@ -109,7 +91,7 @@ export class TrainingJobService {
       });
     }
     if (problems.length > 0) throw validationError(problems);
-    const payload: SftJobPayload = {
+    const payload = sftPayload({
       artifact: { key: resolved.key, file },
       batch_size: batchSize,
       learning_rate: learningRate,
@@ -117,7 +99,7 @@ export class TrainingJobService {
       assistant_turns: config.assistant_turns ?? 'all',
       chat_template_kwargs: config.chat_template_kwargs ?? null,
       metric_logging: config.metric_logging ?? null,
-    };
+    });
     const job = await this.queue.enqueue({ modelId: model.id, type: 'sft', payload });
     this.notify.submitted();
     return { id: job.id };

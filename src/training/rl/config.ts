@@ -3,46 +3,60 @@
  * unset ones null; null means the default. A key we do not implement is refused when it asks for anything
  * but its default, never silently ignored.
  */
-import type { FieldProblem } from '../errors.ts';
-import type { LossConfig } from '../engine/protocol.ts';
-import { LOGPROB_CHUNK_SIZE, lossEpsilons } from './training-defaults.ts';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import type { FieldProblem } from '../../errors.ts';
+import { learningRateProblem, LearningRate } from '../../api/training-jobs.ts';
+import type { LossConfig } from '../../engine/protocol.ts';
+import { LOGPROB_CHUNK_SIZE, lossEpsilons } from '../defaults.ts';
 
-export type ImportanceSamplingLevel = 'token' | 'sequence' | 'average' | 'geometric_average';
+const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+const ImportanceSamplingLevel = Type.Union([Type.Literal('token'), Type.Literal('sequence'), Type.Literal('average'), Type.Literal('geometric_average')]);
+const KlPenaltySource = Type.Union([Type.Literal('sample'), Type.Literal('current_learner')]);
+const IMPORTANCE_SAMPLING_LEVELS = ImportanceSamplingLevel.anyOf.map((literal) => literal.const);
+const KL_PENALTY_SOURCES = KlPenaltySource.anyOf.map((literal) => literal.const);
 
-export interface RlConfig {
-  learningRate: number;
-  advantageBalance: number;
-  scaleRewards: boolean;
-  ppo: boolean;
-  epsilon: number;
-  epsilonHigh: number;
-  importanceSamplingLevel: ImportanceSamplingLevel;
-  maskProbRatio: boolean;
-  maxNegativeAdvantageImportanceSamplingWeight: number | null;
-  k2Tau: number | null;
-  precalculateLogprobs: boolean;
-  allowTrainingWithoutLogprobs: boolean;
-  truncatedImportanceSampling: number | null;
-  packedSequenceLength: number | null;
-  /** Positions whose logits the engine computes at once (ART's `logprob_calculation_chunk_size`). */
-  logprobCalculationChunkSize: number;
-  /** Each step's learning rate × (sequences in its row)^power (ART's `num_trajectories_learning_rate_multiplier_power`). */
-  numTrajectoriesLearningRateMultiplierPower: number;
-  /** The job's learning rate × the trend of the model's reward spread (learning-rate.ts `rewardStdDevMultiplier`). */
-  scaleLearningRateByRewardStdDev: boolean;
-  klPenaltyCoef: number;
-  klPenaltySource: 'sample' | 'current_learner';
-  /** The checkpoint step whose adapter is the KL reference; null: the base model. */
-  klPenaltyReferenceStep: number | null;
-  /** The KL reference is this many steps behind the step being trained (floored at step 0). */
-  klPenaltyStepLag: number | null;
-  /** `kl_ref_adapter_path` as sent: a checkpoint name that training-job-service.ts resolves to `klReference`. */
-  klRefAdapterPath: string | null;
-  /** The checkpoint `kl_ref_adapter_path` named, resolved at submission; null: none named. */
-  klReference: { modelId: string; step: number } | null;
-  /** Chat template kwargs for every trajectory of the job (a trajectory's own take precedence). */
-  chatTemplateKwargs: Record<string, unknown> | null;
-}
+/**
+ * An RL job's training configuration, named as `experimental_config` names it (the wire's snake_case, which is
+ * also how job payloads store it: payloads.ts), every default in place.
+ */
+export const RlConfig = Type.Object(
+  {
+    learning_rate: LearningRate,
+    advantage_balance: Type.Number({ minimum: -1, maximum: 1 }),
+    scale_rewards: Type.Boolean(),
+    ppo: Type.Boolean(),
+    epsilon: Type.Number(),
+    epsilon_high: Type.Number(),
+    importance_sampling_level: ImportanceSamplingLevel,
+    mask_prob_ratio: Type.Boolean(),
+    max_negative_advantage_importance_sampling_weight: Nullable(Type.Number()),
+    k2_tau: Nullable(Type.Number()),
+    precalculate_logprobs: Type.Boolean(),
+    allow_training_without_logprobs: Type.Boolean(),
+    truncated_importance_sampling: Nullable(Type.Number()),
+    packed_sequence_length: Nullable(Type.Integer()),
+    /** Positions whose logits the engine computes at once (ART's `logprob_calculation_chunk_size`). */
+    logprob_calculation_chunk_size: Type.Integer({ minimum: 1 }),
+    /** Each step's learning rate × (sequences in its row)^power (ART's `num_trajectories_learning_rate_multiplier_power`). */
+    num_trajectories_learning_rate_multiplier_power: Type.Number(),
+    /** The job's learning rate × the trend of the model's reward spread (learning-rate.ts `rewardStdDevMultiplier`). */
+    scale_learning_rate_by_reward_std_dev: Type.Boolean(),
+    kl_penalty_coef: Type.Number({ minimum: 0 }),
+    kl_penalty_source: KlPenaltySource,
+    /** The checkpoint step whose adapter is the KL reference; null: the base model. */
+    kl_penalty_reference_step: Nullable(Type.Integer({ minimum: 0 })),
+    /** The KL reference is this many steps behind the step being trained (floored at step 0). */
+    kl_penalty_step_lag: Nullable(Type.Integer({ minimum: 1 })),
+    /** `kl_ref_adapter_path` as sent: a checkpoint name that job-service.ts resolves to `kl_reference`. */
+    kl_ref_adapter_path: Nullable(Type.String()),
+    /** The checkpoint `kl_ref_adapter_path` named, resolved at submission; null: none named. */
+    kl_reference: Nullable(Type.Object({ model_id: Type.String(), step: Type.Integer({ minimum: 0 }) }, { additionalProperties: false })),
+    /** Chat template kwargs for every trajectory of the job (a trajectory's own take precedence). */
+    chat_template_kwargs: Nullable(Type.Record(Type.String(), Type.Unknown())),
+  },
+  { additionalProperties: false },
+);
+export type RlConfig = Static<typeof RlConfig>;
 
 /**
  * Keys whose every valid value trains the same: `plot_tensors` is ART's debug output (plots of the packed
@@ -138,8 +152,8 @@ function unimplementedKeyProblems(values: Record<string, unknown>, { problem, bo
   for (const key of NO_EFFECT) bool(key);
 }
 
-/** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training-defaults.ts. */
-function lossChoice(values: Record<string, unknown>, { problem, number, bool, oneOf }: Readers): Pick<RlConfig, 'ppo' | 'epsilon' | 'epsilonHigh'> {
+/** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training/defaults.ts. */
+function lossChoice(values: Record<string, unknown>, { problem, number, bool, oneOf }: Readers): Pick<RlConfig, 'ppo' | 'epsilon' | 'epsilon_high'> {
   const lossFn = oneOf('loss_fn', ['ppo', 'cispo'] as const);
   const ppoFlag = bool('ppo');
   if (lossFn !== null && ppoFlag !== null && (lossFn === 'ppo') !== ppoFlag) problem('loss_fn', `conflicts with ppo=${ppoFlag}`);
@@ -150,7 +164,7 @@ function lossChoice(values: Record<string, unknown>, { problem, number, bool, on
 }
 
 /** The KL penalty: its coefficient, whose logprobs it measures, and which checkpoint is its reference (one way of naming it at most). */
-function klPenalty({ problem, number, oneOf, integer, string }: Readers): Pick<RlConfig, 'klPenaltyCoef' | 'klPenaltySource' | 'klPenaltyReferenceStep' | 'klPenaltyStepLag' | 'klRefAdapterPath' | 'klReference'> {
+function klPenalty({ problem, number, oneOf, integer, string }: Readers): Pick<RlConfig, 'kl_penalty_coef' | 'kl_penalty_source' | 'kl_penalty_reference_step' | 'kl_penalty_step_lag' | 'kl_ref_adapter_path' | 'kl_reference'> {
   const klPenaltyCoef = number('kl_penalty_coef', (v) => (v >= 0 ? null : 'must be >= 0')) ?? 0;
   const klPenaltyReferenceStep = integer('kl_penalty_reference_step', 0);
   const klPenaltyStepLag = integer('kl_penalty_step_lag', 1);
@@ -159,8 +173,15 @@ function klPenalty({ problem, number, oneOf, integer, string }: Readers): Pick<R
   if (klRefAdapterPath !== null && (klPenaltyReferenceStep !== null || klPenaltyStepLag !== null)) {
     problem('kl_ref_adapter_path', 'Only one of kl_ref_adapter_path, kl_penalty_reference_step and kl_penalty_step_lag may name the KL reference');
   }
-  const klPenaltySource = oneOf('kl_penalty_source', ['sample', 'current_learner'] as const) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner');
-  return { klPenaltyCoef, klPenaltySource, klPenaltyReferenceStep, klPenaltyStepLag, klRefAdapterPath, klReference: null };
+  const klPenaltySource = oneOf('kl_penalty_source', KL_PENALTY_SOURCES) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner');
+  return {
+    kl_penalty_coef: klPenaltyCoef,
+    kl_penalty_source: klPenaltySource,
+    kl_penalty_reference_step: klPenaltyReferenceStep,
+    kl_penalty_step_lag: klPenaltyStepLag,
+    kl_ref_adapter_path: klRefAdapterPath,
+    kl_reference: null,
+  };
 }
 
 /**
@@ -176,11 +197,11 @@ function truncatedImportanceSampling({ problem, number }: Readers, precalculateL
 }
 
 /** The learning-rate knobs: the rate itself and the two multipliers ART derives from the data. */
-function learningRateKnobs({ number, bool }: Readers, defaultLearningRate: number): Pick<RlConfig, 'learningRate' | 'numTrajectoriesLearningRateMultiplierPower' | 'scaleLearningRateByRewardStdDev'> {
+function learningRateKnobs({ number, bool }: Readers, defaultLearningRate: number): Pick<RlConfig, 'learning_rate' | 'num_trajectories_learning_rate_multiplier_power' | 'scale_learning_rate_by_reward_std_dev'> {
   return {
-    learningRate: number('learning_rate', (v) => (v > 0 ? null : 'must be > 0')) ?? defaultLearningRate,
-    numTrajectoriesLearningRateMultiplierPower: number('num_trajectories_learning_rate_multiplier_power') ?? 0,
-    scaleLearningRateByRewardStdDev: bool('scale_learning_rate_by_reward_std_dev') ?? false,
+    learning_rate: number('learning_rate', learningRateProblem) ?? defaultLearningRate,
+    num_trajectories_learning_rate_multiplier_power: number('num_trajectories_learning_rate_multiplier_power') ?? 0,
+    scale_learning_rate_by_reward_std_dev: bool('scale_learning_rate_by_reward_std_dev') ?? false,
   };
 }
 
@@ -202,20 +223,20 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
   return {
     config: {
       ...learningRateKnobs(readers, defaultLearningRate),
-      advantageBalance: number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
-      scaleRewards: (scaleRewards ?? true) && (normalizeAdvantages ?? true),
+      advantage_balance: number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
+      scale_rewards: (scaleRewards ?? true) && (normalizeAdvantages ?? true),
       ...loss,
-      importanceSamplingLevel: oneOf('importance_sampling_level', ['token', 'sequence', 'average', 'geometric_average'] as const) ?? 'token',
-      maskProbRatio: bool('mask_prob_ratio') ?? false,
-      maxNegativeAdvantageImportanceSamplingWeight: number('max_negative_advantage_importance_sampling_weight', (v) => (v > 0 ? null : 'must be > 0')),
-      k2Tau: k2TauKey ? number(k2TauKey) : null,
-      precalculateLogprobs,
-      allowTrainingWithoutLogprobs: bool('allow_training_without_logprobs') ?? false,
-      truncatedImportanceSampling: truncatedImportanceSampling(readers, precalculateLogprobs),
-      packedSequenceLength: number('packed_sequence_length', (v) => (Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16')),
-      logprobCalculationChunkSize: integer('logprob_calculation_chunk_size', 1) ?? LOGPROB_CHUNK_SIZE,
+      importance_sampling_level: oneOf('importance_sampling_level', IMPORTANCE_SAMPLING_LEVELS) ?? 'token',
+      mask_prob_ratio: bool('mask_prob_ratio') ?? false,
+      max_negative_advantage_importance_sampling_weight: number('max_negative_advantage_importance_sampling_weight', (v) => (v > 0 ? null : 'must be > 0')),
+      k2_tau: k2TauKey ? number(k2TauKey) : null,
+      precalculate_logprobs: precalculateLogprobs,
+      allow_training_without_logprobs: bool('allow_training_without_logprobs') ?? false,
+      truncated_importance_sampling: truncatedImportanceSampling(readers, precalculateLogprobs),
+      packed_sequence_length: number('packed_sequence_length', (v) => (Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16')),
+      logprob_calculation_chunk_size: integer('logprob_calculation_chunk_size', 1) ?? LOGPROB_CHUNK_SIZE,
       ...kl,
-      chatTemplateKwargs: kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
+      chat_template_kwargs: kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
     },
     problems,
   };
@@ -226,13 +247,13 @@ export function engineLossConfig(config: RlConfig): LossConfig {
   return {
     ppo: config.ppo,
     epsilon: config.epsilon,
-    epsilon_high: config.epsilonHigh,
-    importance_sampling_level: config.importanceSamplingLevel,
-    max_negative_advantage_importance_sampling_weight: config.maxNegativeAdvantageImportanceSamplingWeight,
-    mask_prob_ratio: config.maskProbRatio,
-    k2_tau: config.k2Tau,
-    truncated_importance_sampling: config.truncatedImportanceSampling,
-    kl_penalty_coef: config.klPenaltyCoef,
-    kl_penalty_source: config.klPenaltySource,
+    epsilon_high: config.epsilon_high,
+    importance_sampling_level: config.importance_sampling_level,
+    max_negative_advantage_importance_sampling_weight: config.max_negative_advantage_importance_sampling_weight,
+    mask_prob_ratio: config.mask_prob_ratio,
+    k2_tau: config.k2_tau,
+    truncated_importance_sampling: config.truncated_importance_sampling,
+    kl_penalty_coef: config.kl_penalty_coef,
+    kl_penalty_source: config.kl_penalty_source,
   };
 }

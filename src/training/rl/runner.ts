@@ -3,26 +3,27 @@
  * (resumed from its latest checkpoint with its optimizer state) → the next checkpoint, written atomically,
  * listed and servable before the job completes.
  */
-import type { JobRow } from '../api/training-jobs.ts';
-import type { RlJobPayload } from '../services/training-job-service.ts';
-import { engineLossConfig, type RlConfig } from '../services/rl-config.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError, type TrainingSequence, type TrajectoryInput } from '../chat/trajectory-tokens.ts';
-import { trainingRenderer } from '../chat/training-render.ts';
-import { TemplateError } from '../chat/template.ts';
-import type { LoadedBase } from '../services/base-model-runtime.ts';
-import { withGroupDefaults, type FullTrajectory } from '../api/models.ts';
-import { populationStd } from '../services/trajectory-metrics.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type PackedRow, type Placement, type ScoredSequence } from './rl-data.ts';
+import type { JobRow } from '../../api/training-jobs.ts';
+import { readRlPayload, type RlJobPayload } from '../payloads.ts';
+import { engineLossConfig, type RlConfig } from './config.ts';
+import { tokenizeTrajectory, TrajectoryTokenizeError, type TrajectoryInput } from './tokens.ts';
+import type { TrainingSequence } from '../render.ts';
+import { trainingRenderer } from '../render.ts';
+import { TemplateError } from '../../chat/template.ts';
+import type { LoadedBase } from '../../services/base-model-runtime.ts';
+import type { FullTrajectory } from '../../api/models.ts';
+import { populationStd } from '../../services/trajectory-metrics.ts';
+import { groupAdvantages, packRows, rowLength, weighSequences, type PackedRow, type Placement, type ScoredSequence } from './data.ts';
 import { trainedTokens } from './trained-tokens.ts';
-import type { TrainedTrajectory } from '../store/trained-token-repository.ts';
-import { JobError } from '../errors.ts';
-import type { RunContext, RunResult } from './worker.ts';
-import type { CheckpointWriter, TrainingSession } from './checkpoint-writer.ts';
-import type { JobQueue } from './queue.ts';
-import type { TrainRow } from '../engine/protocol.ts';
-import { optimizerConfig } from '../services/training-defaults.ts';
+import type { TrainedTrajectory } from '../../store/trained-token-repository.ts';
+import { JobError } from '../../errors.ts';
+import type { RunContext, RunResult } from '../../jobs/worker.ts';
+import { openJob, type CheckpointWriter, type TrainingSession } from '../session.ts';
+import type { JobQueue } from '../../jobs/queue.ts';
+import type { TrainRow } from '../../engine/protocol.ts';
+import { optimizerConfig } from '../defaults.ts';
 import { rewardStdDevMultiplier, rowLearningRate } from './learning-rate.ts';
-import type { SpreadPoint } from '../services/trajectory-service.ts';
+import type { SpreadPoint } from '../../services/trajectory-service.ts';
 
 const mean = (values: number[]) => (values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length);
 
@@ -56,7 +57,7 @@ function tokenizeHistory(base: LoadedBase, history: TrajectoryInput & { tools?: 
 
 /** The trainable sequences of a trajectory and its additional histories, rendered with its tools and template kwargs. */
 export function trajectorySequences(base: LoadedBase, trajectory: FullTrajectory, config: RlConfig, where: string): TrainingSequence[] {
-  const kwargs = { ...config.chatTemplateKwargs, ...trajectory.chat_template_kwargs };
+  const kwargs = { ...config.chat_template_kwargs, ...trajectory.chat_template_kwargs };
   const histories = [trajectory, ...trajectory.additional_histories];
   return histories.flatMap((history, historyIndex) =>
     tokenizeHistory(base, { ...history, tools: history.tools ?? trajectory.tools }, kwargs, config, historyIndex ? `${where}.additional_histories[${historyIndex - 1}]` : where).filter((sequence) =>
@@ -79,7 +80,7 @@ function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
     rewards.push(...groupRewards);
     if (groupRewards.length > 1) groupSpreads.push(populationStd(groupRewards));
     if (new Set(groupRewards).size > 1) trainableGroups += 1;
-    const advantages = groupAdvantages(groupRewards, config.scaleRewards);
+    const advantages = groupAdvantages(groupRewards, config.scale_rewards);
     group.trajectories.forEach((trajectory, index) => {
       const advantage = advantages[index];
       const id = trajectoryIndex++;
@@ -98,7 +99,7 @@ function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
     frac_sampler_logprobs: samplerLogprobCoverage(sequences),
   };
   // As ART's trainer: when no trained token carries a sampler logprob, nothing trains unless the job allows it.
-  const untrainable = groupMetrics.frac_sampler_logprobs === 0 && !config.allowTrainingWithoutLogprobs;
+  const untrainable = groupMetrics.frac_sampler_logprobs === 0 && !config.allow_training_without_logprobs;
   return { sequences: untrainable ? [] : sequences, groupMetrics, withoutLogprobs };
 }
 
@@ -118,15 +119,12 @@ function samplerLogprobCoverage(sequences: TrainingSequence[]): number {
 
 export function createRlRunner(deps: RlRunnerDeps) {
   return async function runRl(job: JobRow, context: RunContext): Promise<RunResult> {
-    const stored = await deps.queue.readPayload<RlJobPayload>(job);
-    const payload = { ...stored, trajectory_groups: stored.trajectory_groups.map(withGroupDefaults) };
-    const session = await deps.checkpoints.open(job.model_id, context.emit);
+    const { payload, session } = await openJob(deps, job, context, { read: readRlPayload, renders: 'trajectories' });
     const { base } = session;
-    if (!base.template) throw new JobError('no_chat_template', `Base model ${base.id} has no chat template to render trajectories with`);
     const { config } = payload;
     const data = jobData(payload, base);
-    const reference = config.klPenaltyCoef > 0 ? await klReference(config, session) : null;
-    const learningRate = config.learningRate * (config.scaleLearningRateByRewardStdDev ? await spreadMultiplier(deps, job.model_id, session.fromStep, data) : 1);
+    const reference = config.kl_penalty_coef > 0 ? await klReference(config, session) : null;
+    const learningRate = config.learning_rate * (config.scale_learning_rate_by_reward_std_dev ? await spreadMultiplier(deps, job.model_id, session.fromStep, data) : 1);
     const packed = await packJob(config, data, session, context);
     const stepMetrics = await trainRows(config, { rows: packed.trainRows, reference, groupMetrics: data.groupMetrics, learningRate }, session, context);
 
@@ -150,16 +148,16 @@ interface PackedJob {
 /** Packs the sequences into rows, announces the job, and precalculates the old logprobs when the config asks. */
 async function packJob(config: RlConfig, data: JobData, session: TrainingSession, context: RunContext): Promise<PackedJob> {
   const { base } = session;
-  const length = rowLength(data.sequences, base.engine.context_length, config.packedSequenceLength);
+  const length = rowLength(data.sequences, base.engine.context_length, config.packed_sequence_length);
   const placements: Placement[] = [];
-  const rows = packRows(data.sequences, weighSequences(data.sequences, config.advantageBalance), length, placements);
+  const rows = packRows(data.sequences, weighSequences(data.sequences, config.advantage_balance), length, placements);
   await context.emit('training_started', { num_sequences: rows.length });
   await context.setProgress({ numSequences: rows.length });
   if (data.withoutLogprobs.length > 0) {
     // Never silent: these trained tokens have ratio 1 (old = new), so the update is not importance-weighted.
     await context.emit('sampler_logprobs_missing', { trajectories: data.withoutLogprobs, frac_sampler_logprobs: data.groupMetrics.frac_sampler_logprobs });
   }
-  if (!config.precalculateLogprobs || rows.length === 0) return { rows, placements, trainRows: rows };
+  if (!config.precalculate_logprobs || rows.length === 0) return { rows, placements, trainRows: rows };
   // The pre-update policy's logprobs become `old`; the sampler's are kept as `original`.
   const forward = await session.engine.request('forward', { base: base.id, adapter: session.adapter, rows: rows.map((row) => ({ tokens: row.tokens, segment_ids: row.segment_ids })) });
   return { rows, placements, trainRows: rows.map((row, r) => ({ ...row, original_logprobs: row.logprobs, logprobs: forward.logprobs[r] })) };
@@ -184,8 +182,8 @@ async function trainRows(config: RlConfig, { rows, reference, groupMetrics, lear
       loss: 'rl',
       rows: [row],
       loss_config: engineLossConfig(config),
-      optimizer: optimizerConfig('rl', rowLearningRate(learningRate, row, config.numTrajectoriesLearningRateMultiplierPower)),
-      logprob_chunk_size: config.logprobCalculationChunkSize,
+      optimizer: optimizerConfig('rl', rowLearningRate(learningRate, row, config.num_trajectories_learning_rate_multiplier_power)),
+      logprob_chunk_size: config.logprob_calculation_chunk_size,
       ...reference,
     });
     const data = { step: index + 1, ...numericOnly(metrics), ...groupMetrics };
@@ -207,9 +205,9 @@ function trajectoryLocator(payload: RlJobPayload): (trajectory: number) => { gro
  * trained from (floored at 0, as ART's PipelineTrainer and ServerlessBackend resolve it), else the base model.
  */
 function klReference(config: RlConfig, session: TrainingSession): ReturnType<TrainingSession['reference']> {
-  if (config.klReference) return session.reference(config.klReference.step, config.klReference.modelId);
-  if (config.klPenaltyReferenceStep !== null) return session.reference(config.klPenaltyReferenceStep);
-  if (config.klPenaltyStepLag !== null) return session.reference(Math.max(0, session.fromStep - config.klPenaltyStepLag));
+  if (config.kl_reference) return session.reference(config.kl_reference.step, config.kl_reference.model_id);
+  if (config.kl_penalty_reference_step !== null) return session.reference(config.kl_penalty_reference_step);
+  if (config.kl_penalty_step_lag !== null) return session.reference(Math.max(0, session.fromStep - config.kl_penalty_step_lag));
   return session.reference(0);
 }
 

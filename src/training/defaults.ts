@@ -1,9 +1,11 @@
 /**
  * The training defaults: every value a training job may leave out and the engine needs. This is their one
  * home; the engine keeps none of its own (engine/wire.py refuses a request that lacks one), so each engine
- * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`.
+ * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`. The LoRA shape's
+ * default lives with the LoRA contract (services/adapter-validation.ts), which the Tinker API also reads.
  */
 import type { AdapterInit, OptimizerConfig } from '../engine/protocol.ts';
+import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
 
 /**
  * Below this hidden size a base is a toy model (the built-in tiny-chat has 192; the smallest real models we
@@ -27,22 +29,15 @@ export function loraInit(seed: number): AdapterInit {
   return { rank: LORA_DEFAULTS.rank, alpha: LORA_DEFAULTS.alpha, target_modules: [...LORA_DEFAULTS.target_modules], seed };
 }
 
-/** The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given). */
-export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = {
-  rank: 8,
-  alpha: 16,
-  // A choice, not a copy of the engine's table: the engine refuses (bad_request) a module it cannot adapt.
-  target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
-};
 
 /**
  * The clip bounds of rl-loss.md (the ratio kept within [1 - ε, 1 + ε_high]) for what the job gave: ε defaults
  * to 0.2 for PPO and 1.0 for CISPO; ε_high to ε for PPO, to 4.0 for CISPO when absent (`undefined`), and to ε
  * when sent as an explicit null.
  */
-export function lossEpsilons(ppo: boolean, epsilon: number | null, epsilonHigh: number | null | undefined): { epsilon: number; epsilonHigh: number } {
+export function lossEpsilons(ppo: boolean, epsilon: number | null, epsilonHigh: number | null | undefined): { epsilon: number; epsilon_high: number } {
   const low = epsilon ?? (ppo ? 0.2 : 1.0);
-  return { epsilon: low, epsilonHigh: epsilonHigh ?? (ppo || epsilonHigh === null ? low : 4.0) };
+  return { epsilon: low, epsilon_high: epsilonHigh ?? (ppo || epsilonHigh === null ? low : 4.0) };
 }
 
 /** rl-loss.md: RL clips gradients at 0.1 with weight decay 0.1; SFT clips at 1.0 without decay. */
