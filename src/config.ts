@@ -7,6 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isToolParserName, TOOL_PARSER_NAMES, type ToolParserName } from './chat/tool-calls/index.ts';
 import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
+import { isVllmUrl, parseVllmConfig, type VllmConfig } from './engine/vllm/config.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -59,6 +60,8 @@ export interface Config {
   engines: EngineTopology;
   /** vLLM-named limits every sampling engine started by this server runs with. */
   serving: ServingLimits;
+  /** Which sampler engine kind serves each base, and the vLLM servers (src/engine/vllm/config.ts). */
+  vllm: VllmConfig;
   /** Checkpoint retention of models that set none (RETENTION_KEEP_LAST, RETENTION_KEEP_BEST, RETENTION_BEST_METRIC, RETENTION_BEST_MODE). */
   retention: RetentionPolicy;
   /** `/metrics` answers without an API key (for a Prometheus that scrapes without one); off by default. */
@@ -206,8 +209,10 @@ export function loadConfig(env: Env = process.env): Config {
   const engines = parseEngineTopology(read, integer, problems);
   const serving = parseServingLimits(read, integer, problems);
   const retention = readRetention(read, integer, problems);
+  const vllm = parseVllmConfig(read, integer, problems);
+  for (const id of Object.keys(vllm.perBase)) if (!models.baseModels.some((model) => model.id === id)) problems.push(`SAMPLER_ENGINES: ${JSON.stringify(id)} is not one of BASE_MODELS`);
   if (problems.length > 0) throw new ConfigError(problems);
-  return { ...httpLimits, ...server, ...models, ...limits, ...switches, enginePython: read('ENGINE_PYTHON') ?? null, engines, serving, retention };
+  return { ...httpLimits, ...server, ...models, ...limits, ...switches, enginePython: read('ENGINE_PYTHON') ?? null, engines, serving, retention, vllm };
 }
 
 /** `serve` flags that stand for an environment variable (a flag wins over the variable). */
@@ -243,7 +248,8 @@ function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[
   const mode = read('ENGINES') ?? 'separate';
   if (mode !== 'separate' && mode !== 'single') problems.push(`ENGINES=${JSON.stringify(mode)}: expected separate or single`);
   const urls = (name: string) => {
-    const list = (read(name) ?? '').split(',').map((part) => part.trim()).filter(Boolean);
+    // vLLM servers among the sampler URLs are src/engine/vllm/config.ts's.
+    const list = (read(name) ?? '').split(',').map((part) => part.trim()).filter((url) => url && !isVllmUrl(url));
     for (const url of list) if (!ENGINE_URL_PATTERN.test(url)) problems.push(`${name}: ${JSON.stringify(url)} is not tcp://host:port`);
     return list;
   };

@@ -19,6 +19,7 @@ export class ServedModelsService {
     private readonly resolver: ModelResolver,
     private readonly startedAt: string,
     private readonly toolCallParser: (baseId: string) => Promise<string | null>,
+    private readonly samplerEngine: (baseId: string) => ModelCard['sampler_engine'] = () => 'ours',
   ) {}
 
   async list(principal: Principal): Promise<ModelCard[]> {
@@ -29,7 +30,13 @@ export class ServedModelsService {
     let previous = '';
     for (const row of rows) {
       const name = `${row.entity_name}/${row.project}/${row.name}`;
-      const common = { object: 'model' as const, owned_by: row.entity_name, root: row.base_model, tool_call_parser: parsers.get(row.base_model) ?? null };
+      const common = {
+        object: 'model' as const,
+        owned_by: row.entity_name,
+        root: row.base_model,
+        tool_call_parser: parsers.get(row.base_model) ?? null,
+        sampler_engine: this.samplerEngine(row.base_model),
+      };
       if (name !== previous) cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
       previous = name;
       cards.push({ id: `${name}:step${row.step}`, created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
@@ -44,10 +51,12 @@ export class ServedModelsService {
     if (!resolved.checkpoint) return this.baseCard(resolved.baseId, parser);
     const owner = name.replace(/^wandb-artifact:\/\/\//, '').split('/')[0];
     const parent = /:step\d+$/.test(name) ? name.replace(/:step\d+$/, '') : resolved.baseId;
-    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: owner, root: resolved.baseId, parent, tool_call_parser: parser };
+    const engine = this.samplerEngine(resolved.baseId);
+    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: owner, root: resolved.baseId, parent, tool_call_parser: parser, sampler_engine: engine };
   }
 
   private baseCard(id: string, toolCallParser: string | null): ModelCard {
-    return { id, object: 'model', created: unixSeconds(this.startedAt), owned_by: OWNER_OF_BASE_MODELS, root: id, parent: null, tool_call_parser: toolCallParser };
+    const engine = this.samplerEngine(id);
+    return { id, object: 'model', created: unixSeconds(this.startedAt), owned_by: OWNER_OF_BASE_MODELS, root: id, parent: null, tool_call_parser: toolCallParser, sampler_engine: engine };
   }
 }

@@ -1,0 +1,178 @@
+/**
+ * The vLLM samplers of one server and the sampler that routes by base model (issue 27): a base whose sampler
+ * kind is vLLM (SAMPLER_ENGINE, SAMPLER_ENGINES) is served by a vLLM we start for it, or by the operator's vLLM
+ * (SAMPLER_URLS `vllm+http://…`) that serves it under our base id; every other base by our own samplers. Ops
+ * without a base (dropping an adapter) go to every sampler.
+ */
+import type { BaseModelSpec, ServingLimits } from '../../config.ts';
+import type { Engine } from '../client.ts';
+import { EngineError } from '../errors.ts';
+import type { GenerateStream } from '../generate-stream.ts';
+import type { EngineLogger } from '../logger.ts';
+import type {
+  CheckConstraintReply,
+  CheckConstraintRequest,
+  DropAdapterReply,
+  DropAdapterRequest,
+  EnsureAdapterReply,
+  EnsureAdapterRequest,
+  GenerateRequest,
+  LoadBaseReply,
+  LoadBaseRequest,
+  StatsReply,
+} from '../protocol.ts';
+import { samplerKindOf, type SamplerEngineKind, type VllmConfig } from './config.ts';
+import { VllmSampler } from './sampler.ts';
+
+export interface VllmSetup {
+  config: VllmConfig;
+  bases: BaseModelSpec[];
+  serving: ServingLimits;
+}
+
+/** The vLLM samplers: `all` of them, and `byBase` those started for one base each. */
+export interface VllmSamplers {
+  all: VllmSampler[];
+  byBase: Map<string, VllmSampler>;
+}
+
+/** One sampler per operator's URL, else one child per base served by vLLM; none when no base is. */
+export function createVllmSamplers({ config, bases, serving }: VllmSetup, logger: EngineLogger): VllmSamplers {
+  const served = bases.filter((base) => samplerKindOf(config, base.id) === 'vllm');
+  const common = { apiKey: config.apiKey, maxAdapters: config.maxAdapters, maxNumSeqs: serving.maxNumSeqs };
+  const byBase = new Map<string, VllmSampler>();
+  if (served.length === 0) return { all: [], byBase };
+  if (config.urls.length > 0) {
+    return { all: config.urls.map((url) => new VllmSampler({ ...common, name: `the vLLM sampler at ${url}`, url, launch: null, logger })), byBase };
+  }
+  for (const base of served) {
+    const launch = {
+      python: config.python,
+      model: base.path,
+      servedName: base.id,
+      // fp32 unless DTYPE says otherwise: on CPU its logprobs then match our engine's (and the trainer's).
+      dtype: serving.dtype ?? 'float32',
+      maxModelLen: serving.maxModelLen,
+      maxNumSeqs: serving.maxNumSeqs,
+      maxLoraRank: config.maxLoraRank,
+      maxLoras: config.maxLoras,
+      maxAdapters: config.maxAdapters,
+      kvCacheMemoryBytes: serving.kvCacheMemoryBytes,
+      apiKey: config.apiKey,
+      extraArgs: config.extraArgs,
+    };
+    byBase.set(base.id, new VllmSampler({ ...common, name: `the vLLM sampler for ${base.id}`, url: null, launch, logger }));
+  }
+  return { all: [...byBase.values()], byBase };
+}
+
+/** The sampler every service sees: each base's op goes to the engine kind that serves it. */
+export class SamplerByBase implements Engine {
+  /** Base → the vLLM sampler that serves it (a child's from the start; an operator's once it was found serving it). */
+  private readonly assigned = new Map<string, VllmSampler>();
+  private readonly vllm: VllmSampler[];
+
+  constructor(
+    samplers: VllmSamplers,
+    private readonly ours: Engine | null,
+    private readonly setup: VllmSetup,
+  ) {
+    this.vllm = samplers.all;
+    for (const [base, sampler] of samplers.byBase) this.assigned.set(base, sampler);
+  }
+
+  kindOf(base: string): SamplerEngineKind {
+    return samplerKindOf(this.setup.config, base);
+  }
+
+  /**
+   * Whether a model on this base can be sampled, for model creation: a vLLM that failed to start for it, or a running
+   * vLLM that does not serve it, is a clear error now. A vLLM still starting is given the benefit of the doubt.
+   */
+  async check(base: string): Promise<void> {
+    if (this.kindOf(base) !== 'vllm') return;
+    const candidates = this.assigned.has(base) ? [this.assigned.get(base)!] : this.vllm;
+    const failed = candidates.find((sampler) => sampler.health().state === 'failed');
+    if (failed) throw new EngineError('bad_request', `vLLM cannot serve base model ${base}: ${failed.health().error}`);
+    if (candidates.every((sampler) => sampler.health().state !== 'ready')) return;
+    const spec = this.setup.bases.find((candidate) => candidate.id === base);
+    await this.loadBase({ base, path: spec?.path ?? '' }).catch((error: EngineError) => {
+      throw new EngineError(error.code === 'engine_unavailable' ? error.code : 'bad_request', `vLLM cannot serve base model ${base}: ${error.message}`);
+    });
+  }
+
+  stats(): Promise<StatsReply> {
+    return this.ours ? this.ours.stats() : this.vllm[0].stats();
+  }
+
+  async loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
+    if (this.kindOf(request.base) === 'ours' || this.assigned.has(request.base)) return this.engineFor(request.base).loadBase(request);
+    let firstError: unknown;
+    for (const sampler of this.vllm) {
+      try {
+        const reply = await sampler.loadBase(request);
+        this.assigned.set(request.base, sampler);
+        return reply;
+      } catch (error) {
+        firstError ??= error;
+      }
+    }
+    throw firstError;
+  }
+
+  checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
+    return this.engineFor(request.base).checkConstraint(request);
+  }
+
+  ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {
+    return this.engineFor(request.base).ensureAdapter(request);
+  }
+
+  async dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply> {
+    const engines: Engine[] = [...(this.ours ? [this.ours] : []), ...this.vllm];
+    const replies = await Promise.all(engines.map((engine) => engine.dropAdapter(request)));
+    return { dropped: replies.some((reply) => reply.dropped) };
+  }
+
+  generate(request: GenerateRequest): GenerateStream {
+    return this.engineFor(request.base).generate(request);
+  }
+
+  forward(request: Parameters<Engine['forward']>[0]): ReturnType<Engine['forward']> {
+    return this.engineFor(request.base).forward(request);
+  }
+
+  saveAdapter(request: Parameters<Engine['saveAdapter']>[0]): ReturnType<Engine['saveAdapter']> {
+    return this.ownOrRefuse((engine) => engine.saveAdapter(request));
+  }
+
+  trainStep(request: Parameters<Engine['trainStep']>[0]): ReturnType<Engine['trainStep']> {
+    return this.ownOrRefuse((engine) => engine.trainStep(request));
+  }
+
+  forwardBackward(request: Parameters<Engine['forwardBackward']>[0]): ReturnType<Engine['forwardBackward']> {
+    return this.ownOrRefuse((engine) => engine.forwardBackward(request));
+  }
+
+  optimStep(request: Parameters<Engine['optimStep']>[0]): ReturnType<Engine['optimStep']> {
+    return this.ownOrRefuse((engine) => engine.optimStep(request));
+  }
+
+  saveState(request: Parameters<Engine['saveState']>[0]): ReturnType<Engine['saveState']> {
+    return this.ownOrRefuse((engine) => engine.saveState(request));
+  }
+
+  loadState(request: Parameters<Engine['loadState']>[0]): ReturnType<Engine['loadState']> {
+    return this.ownOrRefuse((engine) => engine.loadState(request));
+  }
+
+  private engineFor(base: string): Engine {
+    if (this.kindOf(base) === 'vllm') return this.assigned.get(base) ?? this.vllm[0];
+    if (!this.ours) throw new EngineError('engine_unavailable', `no sampler of ours runs for ${base}`);
+    return this.ours;
+  }
+
+  private ownOrRefuse<T>(run: (engine: Engine) => Promise<T>): Promise<T> {
+    return this.ours ? run(this.ours) : Promise.reject(new EngineError('bad_request', 'vLLM samplers do not train: our engine (the trainer) does'));
+  }
+}
