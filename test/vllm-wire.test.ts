@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { ConfigError, loadConfig } from '../src/config.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import { samplerKindOf } from '../src/engine/vllm/config.ts';
-import { choiceEvents, completionBody, promptEvent, structuredOutputs } from '../src/engine/vllm/wire.ts';
+import { choiceEvents, completionBody, promptEvent, structuredOutputs, type VllmChoice } from '../src/engine/vllm/wire.ts';
 import { startServer, type RunningServer } from '../src/server.ts';
 import { enginePython } from './helpers/engine-process.ts';
 import { httpApi, TINY_MODEL_ENV } from './helpers/server.ts';
@@ -37,7 +37,7 @@ describe('our generate request as vLLM’s completions request', () => {
   });
 
   test('a choice’s tokens with logprobs and our top k, its finish with the stop id; prompt logprobs by rank', () => {
-    const chunk = {
+    const chunk: VllmChoice = {
       index: 1,
       token_ids: [10, 11],
       logprobs: { token_logprobs: [-0.5, -2], top_logprobs: [{ 'token_id:10': -0.5 }, { 'token_id:11': -2, 'token_id:13': -0.1 }] },
