@@ -8,7 +8,7 @@
  * - the step-0 sampler–trainer gap: an RL job on completions that engine sampled; its first step's
  *   `sampler_logprob_gap` (mean |trainer − sampler| logprob per token; our engine trains in both cases).
  * Prints the figures and the vLLM ÷ ours ratios; asserts nothing. Needs .venv-vllm (VLLM_PYTHON).
- * Usage: npx tsx bench/vllm-sampler.ts [--tokens 128] [--streams 32] [--group 16]
+ * Usage: npx tsx bench/vllm-sampler.ts [--tokens 128] [--streams 32] [--group 16]   (env DTYPE, VLLM_ARGS pass through)
  */
 import { parseArgs } from 'node:util';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
@@ -108,6 +108,8 @@ async function main(): Promise<void> {
       VLLM_MAX_LORA_RANK: '8',
       MAX_MODEL_LEN: '2048',
       KV_CACHE_MEMORY_BYTES: String(2 ** 30),
+      // A GPU host (bench/gpu_check.sh) sets DTYPE=bfloat16 and leaves the trainer its share with VLLM_ARGS.
+      ...Object.fromEntries(['DTYPE', 'VLLM_ARGS'].filter((name) => process.env[name]).map((name) => [name, process.env[name]!])),
     },
   });
   try {
@@ -122,7 +124,7 @@ async function main(): Promise<void> {
         'step-0 |trainer − sampler| logprob/token': await stepZeroGap(e2e, model, `gap-${kind}`),
       };
     }
-    console.log(`SmolLM2-135M fp32, ${TOKENS} tokens per stream, through our HTTP API (ENGINES=single: our engine samples and trains; vLLM beside it)`);
+    console.log(`SmolLM2-135M ${process.env.DTYPE ?? 'float32'}, ${TOKENS} tokens per stream, through our HTTP API (ENGINES=single: our engine samples and trains; vLLM beside it)`);
     console.log(['figure', 'ours', 'vLLM', 'vLLM ÷ ours'].join('\t'));
     for (const figure of Object.keys(rows.ours)) {
       const [ours, vllm] = [rows.ours[figure], rows.vllm[figure]];

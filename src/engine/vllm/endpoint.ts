@@ -172,16 +172,20 @@ export class VllmEndpoint {
     return false;
   }
 
-  /** Until the child exits or the server stops answering `/health` (twice in a row, so one slow answer is not a death). */
+  /**
+   * Until the child exits or the server stops answering `/health`: twice in a row for a server we watch; five times for
+   * a child (its exit is the sure sign, and a child on a busy machine may answer slowly without being gone).
+   */
   private async watch(http: VllmHttp, exited: Promise<unknown>): Promise<void> {
     let gone = false;
     void exited.then(() => (gone = true));
     let misses = 0;
-    while (!gone && this.state === 'ready' && misses < 2) {
+    const allowed = this.options.url === null ? 5 : 2;
+    while (!gone && this.state === 'ready' && misses < allowed) {
       await Promise.race([this.pause(this.options.healthEveryMs), exited]);
       if (gone || this.state !== 'ready') break;
       try {
-        await http.json('GET', '/health', undefined, { timeoutMs: 5000 });
+        await http.json('GET', '/health', undefined, { timeoutMs: 10_000 });
         misses = 0;
       } catch (error) {
         misses += 1;
