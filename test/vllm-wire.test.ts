@@ -106,6 +106,31 @@ describe('a vLLM sampler URL that does not answer', () => {
   });
 });
 
+describe('a base model vLLM cannot serve', () => {
+  let server: RunningServer;
+  let dataDir: string;
+  const key = `sk-${'vllmfail'.repeat(4)}`;
+
+  before(async () => {
+    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-fail-'));
+    const env = { ...TINY_MODEL_ENV, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: key, ENGINE_PYTHON: await enginePython() };
+    server = await startServer(loadConfig({ ...env, SAMPLER_ENGINE: 'vllm', VLLM_PYTHON: path.join(dataDir, 'no-such-python') }));
+  });
+  after(async () => {
+    await server?.close();
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  test('a vLLM that cannot start for a base: model creation on it is a 400 that says why', async () => {
+    const api = httpApi(server.url, key);
+    const vllm = server.engines!.all.find((engine) => engine.kind === 'vllm')!;
+    while (vllm.supervisor.health().state !== 'failed') await new Promise((resolve) => setTimeout(resolve, 200));
+    const created = await api('POST', '/v1/preview/models', { project: 'p', name: 'm', base_model: TINY_MODEL_ENV.BASE_MODELS.split('=')[0] });
+    assert.equal(created.status, 400, JSON.stringify(created.body));
+    assert.match(JSON.stringify(created.body), /vLLM cannot serve base model .*no vLLM Python at/);
+  });
+});
+
 /** A loopback port nothing listens on. */
 function closedPort(): Promise<number> {
   return new Promise((resolve) => {
