@@ -41,7 +41,12 @@ export class VllmEndpoint {
   private readonly options: Required<VllmEndpointOptions>;
 
   constructor(options: VllmEndpointOptions) {
-    this.options = { readyTimeoutMs: 20 * 60_000, requestWaitMs: 10 * 60_000, healthEveryMs: 2000, ...options };
+    this.options = {
+      ...options,
+      readyTimeoutMs: options.readyTimeoutMs ?? 20 * 60_000,
+      requestWaitMs: options.requestWaitMs ?? 10 * 60_000,
+      healthEveryMs: options.healthEveryMs ?? 2000,
+    };
   }
 
   get pid(): number | null {
