@@ -33,7 +33,7 @@ try {
   const services = e2e.server.services;
   const base = await services.runtime.loadForTraining('builtin/tiny-chat');
   const engine = services.runtime.trainer();
-  await engine.ensureAdapter({ adapter: 'bench-sft', base: base.id, init: loraInit(1) });
+  await engine.request('ensure_adapter', { adapter: 'bench-sft', base: base.id, init: loraInit(1) });
   const rows = conversations.map((conversation) => {
     const sequence = tokenizeConversation(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null), conversation.messages, 'all')!;
     const mask = sequence.mask.map((m, t) => (t === 0 ? 0 : m));
@@ -41,7 +41,7 @@ try {
   });
   const engineStarted = performance.now();
   for (let start = 0; start < rows.length; start += BATCH) {
-    await engine.trainStep({ base: base.id, adapter: 'bench-sft', loss: 'sft', rows: rows.slice(start, start + BATCH), optimizer: optimizerConfig('sft', 1e-3) });
+    await engine.request('train_step', { base: base.id, adapter: 'bench-sft', loss: 'sft', rows: rows.slice(start, start + BATCH), optimizer: optimizerConfig('sft', 1e-3) });
   }
   const engineSeconds = (performance.now() - engineStarted) / 1000;
   console.log(`SFT of ${CONVERSATIONS} conversations in batches of ${BATCH}: ${trainable} trainable tokens`);

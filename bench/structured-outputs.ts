@@ -74,7 +74,7 @@ try {
   };
 
   await batch(0, 0); // warm the engine's batch shapes
-  const rssFree = (await engine.stats()).rss_bytes;
+  const rssFree = (await engine.request('stats', {})).rss_bytes;
   // Compile time: a first request with a new schema minus the same request again (compiled, cached).
   const first: number[] = [];
   const again: number[] = [];
@@ -96,7 +96,7 @@ try {
     half.push(await batch(BATCH / 2, round * 100 + 1000));
     all.push(await batch(BATCH, round * 100 + 2000));
   }
-  const rssAfter = (await engine.stats()).rss_bytes;
+  const rssAfter = (await engine.request('stats', {})).rss_bytes;
   const base = median(free);
   const perToken = (1 / median(all) - 1 / base) * 1000;
   console.log(`decode throughput, batch of ${BATCH} × ${TOKENS} tokens (median of ${ROUNDS}): free ${base.toFixed(0)} tokens/s`);

@@ -51,10 +51,10 @@ try {
   }
   const rows = packRows(sequences, weighSequences(sequences, 0), rowLength(sequences, base.engine.context_length, null));
   const engine = services.runtime.trainer();
-  await engine.ensureAdapter({ adapter: 'bench-direct', base: base.id, init: loraInit(1) });
+  await engine.request('ensure_adapter', { adapter: 'bench-direct', base: base.id, init: loraInit(1) });
   const engineStarted = performance.now();
   for (const row of rows) {
-    await engine.trainStep({ base: base.id, adapter: 'bench-direct', loss: 'rl', rows: [row], loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config), optimizer: optimizerConfig('rl', 1e-3) });
+    await engine.request('train_step', { base: base.id, adapter: 'bench-direct', loss: 'rl', rows: [row], loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config), optimizer: optimizerConfig('rl', 1e-3) });
   }
   const engineSeconds = (performance.now() - engineStarted) / 1000;
 

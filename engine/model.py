@@ -46,7 +46,11 @@ def _sdpa_has_gqa() -> bool:
 SDPA_GQA = _sdpa_has_gqa()
 ATTN_CHUNK_ELEMENTS = 1 << 25  # score elements per attention chunk on the non-SDPA path (128 MiB fp32)
 CHECKPOINT_TOKENS = 4096  # training rows at least this long recompute each block in backward
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+# What this engine runs, as config.json names it (model_type -> its architecture class); announced in the ready frame.
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM"}
+FAMILIES = tuple(ARCHITECTURES)
+ROPE_TYPES = ("default", "linear", "llama3")  # rope_scaling types rope_inv_freq computes
 # Names the LoRA side addresses; q/k/v and gate/up are fused in the base
 # weights for speed but stay separate modules for adapters and HF loading.
 ATTN_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -80,6 +84,9 @@ class ModelArgs:
         family = cfg.get("model_type")
         if family not in FAMILIES:
             raise ValueError(f"unsupported model_type {family!r}; supported: {', '.join(FAMILIES)}")
+        unknown = [name for name in cfg.get("architectures") or [] if name not in ARCHITECTURES.values()]
+        if unknown:
+            raise ValueError(f"unsupported architectures {unknown}; supported: {', '.join(ARCHITECTURES.values())}")
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         attention_bias = bool(cfg.get("attention_bias", False))
@@ -141,7 +148,7 @@ def rope_inv_freq(args: ModelArgs) -> Tuple[torch.Tensor, float]:
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
         return torch.where(medium, smoothed, scaled), 1.0
-    raise ValueError(f"unsupported rope_scaling type {kind!r} (supported: default, linear, llama3)")
+    raise ValueError(f"unsupported rope_scaling type {kind!r} (supported: {', '.join(ROPE_TYPES)})")
 
 
 class Rope:

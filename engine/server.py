@@ -1,6 +1,7 @@
 """The ops of docs/engine-protocol.md and the engine's state.
 
-Owns: dispatch (msg -> wire.parse_<op> -> the op on dataclasses), error replies (bad_request, not_found,
+Owns: the `OPS` table (op -> its wire parser, its handler, the thread it runs on) and dispatch through it,
+error replies (bad_request, not_found,
 non_finite, diverged, cancelled, internal, unauthorized), the serving limits (vLLM's names), the
 registry of loaded bases and resident adapters, and the three threads: the
 reader answers `cancel` and `stats` itself (promptly, even during a train
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import sys
 import threading
 import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional
 
 import torch
 
@@ -32,11 +34,13 @@ from . import lora as L
 from . import steps, wire
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
-from .model import Transformer, load_args
+from .model import ARCHITECTURES, ROPE_TYPES, Transformer, load_args
 from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log, serve_stream, serve_tcp
 
 LOW_GFLOPS = 20.0
+MATMUL_SIZE, MATMUL_SECONDS = 512, 0.25
+OPTIMIZED_BLAS = ("mkl", "open", "openblas", "accelerate", "blis", "flexi", "vecLib")
 DTYPES = wire.DTYPES
 
 
@@ -44,7 +48,20 @@ class NotFound(LookupError):
     pass
 
 
-def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0.25) -> float:
+# Where an op runs (docs/engine-protocol.md, "Ordering"): answered at once by the reading thread; in arrival order
+# on the compute thread, between decode steps; or checked there and then run on the training thread beside decoding.
+READER, COMPUTE, TRAINING = "reader", "compute", "training"
+TRAINED = "_trained"  # the compute thread's own message: a training-thread op finished
+
+
+class Beside(NamedTuple):
+    """What a training-thread op hands over: the adapter to pin meanwhile, the work, and whether it changes weights."""
+    adapter: Optional[L.Adapter]
+    work: Callable[[], dict]
+    trains: bool
+
+
+def measure_matmul_gflops(device: torch.device, n: int = MATMUL_SIZE, seconds: float = MATMUL_SECONDS) -> float:
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
     for _ in range(2):
@@ -59,6 +76,27 @@ def measure_matmul_gflops(device: torch.device, n: int = 512, seconds: float = 0
             if time.perf_counter() - t0 > seconds:
                 break
     return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def torch_blas() -> str:
+    """The BLAS this torch was built with (BLAS_INFO in torch.__config__.show(): mkl, open, ...), or "unknown"."""
+    match = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return match.group(1) if match else "unknown"
+
+
+def slow_matmul_warning(gflops: float, device: torch.device) -> str:
+    """What was measured, then the likely causes in order: a busy machine first (the measurement is a quarter of a
+    second of 512x512 products, easily shared with other processes), a reference BLAS only when torch has no
+    optimized one of its own."""
+    busy = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else "load unknown"
+    blas = torch_blas()
+    reason = (f"torch uses its own optimized BLAS ({blas}), so the likely cause is a busy machine ({busy}): other "
+              "processes on these cores; it measures again at every start"
+              if blas in OPTIMIZED_BLAS else
+              f"a busy machine ({busy}) can explain it; so can torch's BLAS ({blas}) if it is the reference one: "
+              "install an optimized one (Debian: libopenblas0-pthread)")
+    return (f"WARNING: fp32 matmul measured {gflops:.1f} GFLOP/s ({MATMUL_SIZE}x{MATMUL_SIZE} products for "
+            f"{MATMUL_SECONDS} s on {device}, {torch.get_num_threads()} threads; below {LOW_GFLOPS:.0f}): {reason}.")
 
 
 def _sync(device: torch.device) -> None:
@@ -170,24 +208,27 @@ class Engine:
                 raise ValueError("a frame must hold one JSON object")
             if not isinstance(rid, str):
                 raise ValueError("id must be a string")
-            op = msg.get("op")
-            if op == "stats":
-                self.reply(rid, self.stats())
-            elif op == "cancel":
-                self.reply(rid, {"cancelled": self.cancel(wire.parse_cancel(msg).target)})
-            elif op == "check_constraint":
-                self.check_constraint(rid, wire.parse_check_constraint(msg))
-            elif op in self.OPS:
-                if op == "generate":
-                    with self.lock:
-                        if rid in self.tickets:
-                            raise ValueError(f"a generate request with id {rid!r} is still running")
-                        self.tickets[rid] = Ticket()
-                self.jobs.put((op, rid, msg))
+            name = msg.get("op")
+            op = OPS.get(name) if isinstance(name, str) else None
+            if op is None:
+                raise ValueError(f"unknown op {name!r}")
+            if op.thread == READER:
+                result = op.run(self, rid, op.parse(msg))
+                if result is not None:
+                    self.reply(rid, result)
             else:
-                raise ValueError(f"unknown op {op!r}")
+                if op.admit is not None:
+                    op.admit(self, rid)
+                self.jobs.put((name, rid, msg))
         except Exception as e:
             self.error(rid if isinstance(rid, str) else None, e)
+
+    def admit_generate(self, rid) -> None:
+        """On the reader, before queuing: a ticket, so a cancel arriving before the generate runs finds it."""
+        with self.lock:
+            if rid in self.tickets:
+                raise ValueError(f"a generate request with id {rid!r} is still running")
+            self.tickets[rid] = Ticket()
 
     def cancel(self, target) -> bool:
         with self.lock:
@@ -279,36 +320,41 @@ class Engine:
                 job = self.jobs.get_nowait() if busy else self.jobs.get(timeout=0.2)
             except queue.Empty:
                 return None
-            if job[0] == "_trained" or self.training is None or (job[0] == "generate" and not self.deferred):
+            if job[0] == TRAINED or self.training is None or (job[0] == "generate" and not self.deferred):
                 return job
             self.deferred.append(job)
             if not busy:
                 return None
 
-    def _run_job(self, op: str, rid, msg) -> None:
+    def _run_job(self, name: str, rid, msg) -> None:
         try:
-            # A generate waiting for its constraint comes back parsed (op_generate).
-            request = msg if op == "_trained" or not isinstance(msg, dict) else getattr(wire, "parse_" + op)(msg)
-            result = getattr(self, "op_" + op)(rid, request)
+            if name == TRAINED:
+                result = self._trained(msg)
+            else:
+                op = OPS[name]
+                # A generate waiting for its constraint comes back parsed (generate).
+                result = op.run(self, rid, op.parse(msg) if isinstance(msg, dict) else msg)
+                if op.thread == TRAINING:
+                    self._train_beside_decode(rid, result)
+                    result = None
             if result is not None:
                 self.reply(rid, result)
         except Exception as e:
-            if op == "generate":
-                with self.lock:
-                    self.tickets.pop(rid, None)
+            with self.lock:  # a generate's ticket (no other op has one)
+                self.tickets.pop(rid, None)
             self.error(rid, e)
 
     # --- training thread -----------------------------------------------------
 
-    def _train_beside_decode(self, rid, adapter: Optional[L.Adapter], work: Callable[[], dict], trains: bool) -> None:
-        """Runs `work` on the training thread; decode steps go on meanwhile (torch releases the GIL in its ops).
+    def _train_beside_decode(self, rid, job: Beside) -> None:
+        """Runs the job's work on the training thread; decode steps go on meanwhile (torch releases the GIL in its ops).
 
-        The adapter stays pinned (an LRU insert must not evict it) until `op__trained` answers on this thread.
+        The adapter stays pinned (an LRU insert must not evict it) until `_trained` answers on this thread.
         """
-        if adapter is not None:
-            adapter.pins += 1
+        if job.adapter is not None:
+            job.adapter.pins += 1
         self.training = rid
-        self.train_jobs.put((rid, adapter, work, trains))
+        self.train_jobs.put((rid, job.adapter, job.work, job.trains))
 
     def train_loop(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -320,9 +366,9 @@ class Engine:
                 outcome = work()
             except Exception as e:  # answered as an error reply by the compute thread
                 outcome = e
-            self.jobs.put(("_trained", rid, {"adapter": adapter, "outcome": outcome, "trains": trains}))
+            self.jobs.put((TRAINED, rid, {"adapter": adapter, "outcome": outcome, "trains": trains}))
 
-    def op__trained(self, rid, msg) -> Optional[dict]:
+    def _trained(self, msg) -> Optional[dict]:
         """Back on the compute thread: release the adapter, drop its stale stacks, answer."""
         self.training = None
         adapter, outcome = msg["adapter"], msg["outcome"]
@@ -363,10 +409,9 @@ class Engine:
             for base in self.bases.values():
                 base.scheduler.stacks.forget(old)
 
-    OPS = ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "generate", "forward", "train_step",
-           "forward_backward", "optim_step", "save_state", "load_state")
+    # --- the ops (OPS below names each one's parser and thread) --------------
 
-    def op_load_base(self, rid, req: wire.LoadBase) -> dict:
+    def load_base(self, rid, req: wire.LoadBase) -> dict:
         dtype = DTYPES[req.dtype] if req.dtype else self.default_dtype
         base = self.bases.get(req.base)
         if base is not None and (os.path.abspath(base.path) != os.path.abspath(req.path) or base.model.dtype != dtype):
@@ -398,7 +443,7 @@ class Engine:
         log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
         return base
 
-    def op_ensure_adapter(self, rid, req: wire.EnsureAdapter) -> dict:
+    def ensure_adapter(self, rid, req: wire.EnsureAdapter) -> dict:
         base = self._base(req.base)
         if req.adapter in self.adapters:
             if self.adapters.get(req.adapter).base != base.name:
@@ -411,21 +456,21 @@ class Engine:
         self._put(adapter)
         return {"loaded": True}
 
-    def op_save_adapter(self, rid, req: wire.SaveAdapter) -> dict:
+    def save_adapter(self, rid, req: wire.SaveAdapter) -> dict:
         if req.adapter not in self.adapters:
             raise NotFound(f"adapter {req.adapter!r} is not resident")
         adapter = self.adapters.get(req.adapter)
         base = self.bases[adapter.base]
         return {"files": L.save_peft(adapter, req.path, base.path)}
 
-    def op_drop_adapter(self, rid, req: wire.DropAdapter) -> dict:
+    def drop_adapter(self, rid, req: wire.DropAdapter) -> dict:
         adapter = self.adapters.get(req.adapter) if req.adapter in self.adapters else None
         if adapter is not None:
             for base in self.bases.values():
                 base.scheduler.stacks.forget(adapter)
         return {"dropped": self.adapters.drop(req.adapter)}
 
-    def op_generate(self, rid, req: wire.Generate) -> None:
+    def generate(self, rid, req: wire.Generate) -> None:
         base = self._base(req.base)
         wire.check_generate(req, base.model.args.vocab_size)
         constraint = None
@@ -461,14 +506,13 @@ class Engine:
                 gen.cancelled = ticket.cancelled
         return None
 
-    def op_forward(self, rid, req: wire.Forward) -> None:
+    def forward(self, rid, req: wire.Forward) -> Beside:
         base = self._base(req.base)
         wire.check_rows("forward", req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
         adapter = self._adapter(req.adapter, base)
-        work = lambda: {"logprobs": forward_logprobs(base.model, req.rows, adapter)}  # noqa: E731
-        self._train_beside_decode(rid, adapter, work, False)
+        return Beside(adapter, lambda: {"logprobs": forward_logprobs(base.model, req.rows, adapter)}, False)
 
-    def op_train_step(self, rid, req: wire.TrainStep) -> None:
+    def train_step(self, rid, req: wire.TrainStep) -> Beside:
         base = self._base(req.base)
         wire.check_rows("train_step", req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
         adapter = self._adapter(req.adapter, base)
@@ -478,31 +522,30 @@ class Engine:
             reference = self._adapter(req.reference, base)
         finally:
             adapter.pins -= 1
-        work = lambda: {"metrics": train_step(base.model, adapter, req.loss, req.rows, req.loss_config,  # noqa: E731
-                                              req.optimizer, reference, req.logprob_chunk_size)}
-        self._train_beside_decode(rid, adapter, work, True)
+        return Beside(adapter, lambda: {"metrics": train_step(base.model, adapter, req.loss, req.rows, req.loss_config,
+                                                              req.optimizer, reference, req.logprob_chunk_size)}, True)
 
     # --- token-level training (Tinker's primitives; numerics in steps.py) ----
 
-    def op_forward_backward(self, rid, req: wire.ForwardBackward) -> None:
+    def forward_backward(self, rid, req: wire.ForwardBackward) -> Beside:
         base = self._base(req.base)
         wire.check_step_rows(req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
         adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), base) if req.adapter else None
-        work = lambda: steps.forward_backward(base.model, adapter, req.loss, req.loss_config, req.rows, req.backward)  # noqa: E731
-        self._train_beside_decode(rid, adapter, work, False)
+        return Beside(adapter, lambda: steps.forward_backward(base.model, adapter, req.loss, req.loss_config, req.rows,
+                                                              req.backward), False)
 
-    def op_optim_step(self, rid, req: wire.OptimStep) -> None:
+    def optim_step(self, rid, req: wire.OptimStep) -> Beside:
         adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), self._base(req.base))
-        self._train_beside_decode(rid, adapter, lambda: steps.optim_step(adapter, req.adam), True)
+        return Beside(adapter, lambda: steps.optim_step(adapter, req.adam), True)
 
-    def op_save_state(self, rid, req: wire.SaveState) -> None:
+    def save_state(self, rid, req: wire.SaveState) -> Beside:
         if req.adapter not in self.adapters:
             raise NotFound(f"adapter {req.adapter!r} is not resident")
         adapter = self.adapters.get(req.adapter)
         base_path = self.bases[adapter.base].path
-        self._train_beside_decode(rid, adapter, lambda: {"files": steps.save_state(adapter, req.path, base_path)}, False)
+        return Beside(adapter, lambda: {"files": steps.save_state(adapter, req.path, base_path)}, False)
 
-    def op_load_state(self, rid, req: wire.LoadState) -> dict:
+    def load_state(self, rid, req: wire.LoadState) -> dict:
         """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
         base = self._base(req.base)
         adapter = steps.load_state(req.adapter, base.name, req.path, base.model.args, base.model.device,
@@ -514,6 +557,44 @@ class Engine:
             self.adapters.drop(req.adapter)
         self._put(adapter)
         return {"step": adapter.version}
+
+
+class Op(NamedTuple):
+    """One op: its parser (wire.py), its handler (an Engine method taking the request id and the parsed request),
+    the thread it runs on, and what the reader does before queuing it."""
+    parse: Callable[[dict], Any]
+    run: Callable[[Engine, str, Any], Any]
+    thread: str
+    admit: Optional[Callable[[Engine, str], None]] = None
+
+
+# The engine's ops: adding one is an entry here (a parser in wire.py, a handler above), one in src/engine/ops.ts
+# and a row in docs/engine-protocol.md's op table; engine/tests/test_ops.py checks that they agree.
+OPS: Dict[str, Op] = {
+    "stats": Op(wire.parse_stats, lambda engine, rid, req: engine.stats(), READER),
+    "cancel": Op(wire.parse_cancel, lambda engine, rid, req: {"cancelled": engine.cancel(req.target)}, READER),
+    "check_constraint": Op(wire.parse_check_constraint, Engine.check_constraint, READER),
+    "load_base": Op(wire.parse_load_base, Engine.load_base, COMPUTE),
+    "ensure_adapter": Op(wire.parse_ensure_adapter, Engine.ensure_adapter, COMPUTE),
+    "save_adapter": Op(wire.parse_save_adapter, Engine.save_adapter, COMPUTE),
+    "drop_adapter": Op(wire.parse_drop_adapter, Engine.drop_adapter, COMPUTE),
+    "load_state": Op(wire.parse_load_state, Engine.load_state, COMPUTE),
+    "generate": Op(wire.parse_generate, Engine.generate, COMPUTE, Engine.admit_generate),
+    "forward": Op(wire.parse_forward, Engine.forward, TRAINING),
+    "train_step": Op(wire.parse_train_step, Engine.train_step, TRAINING),
+    "forward_backward": Op(wire.parse_forward_backward, Engine.forward_backward, TRAINING),
+    "optim_step": Op(wire.parse_optim_step, Engine.optim_step, TRAINING),
+    "save_state": Op(wire.parse_save_state, Engine.save_state, TRAINING),
+}
+
+
+def supports() -> dict:
+    """What this engine can run, announced in its ready frame so the server validates against it (no copies)."""
+    return {"model_types": list(ARCHITECTURES), "architectures": list(ARCHITECTURES.values()),
+            "rope_types": list(ROPE_TYPES), "lora_targets": list(L.SUPPORTED_TARGETS),
+            "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(steps.LOSS_CONFIG_KEYS)},
+            "dtypes": list(DTYPES)}
+
 
 def rss_bytes() -> int:
     try:
@@ -577,8 +658,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     gflops = measure_matmul_gflops(device)
     log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
     if gflops < LOW_GFLOPS:
-        log(f"WARNING: fp32 matmul reaches only {gflops:.1f} GFLOP/s (< {LOW_GFLOPS:.0f}); this looks like the "
-            "reference BLAS. Install an optimized one (Debian: libopenblas0-pthread).")
+        log(slow_matmul_warning(gflops, device))
     limits = Limits(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.kv_cache_memory_bytes)
     engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None,
                     check_adapter_values=not args.skip_adapter_value_check)
@@ -586,7 +666,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         log("WARNING: --skip-adapter-value-check: adapters load without checking their values (tests only)")
     ready = {"id": None, "event": "ready", "device": device.type,
              "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
-             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads())}
+             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads()),
+             "supports": supports()}
     stop = threading.Event()
     for target, name in ((engine.compute_loop, "compute"), (engine.train_loop, "train")):
         threading.Thread(target=target, args=(stop,), name=name, daemon=True).start()

@@ -5,10 +5,8 @@ target t), the named per-token losses as Tinker defines them (every loss is
 a SUM over tokens, never a mean: `cross_entropy`, `importance_sampling`,
 `ppo`, `cispo`, `dro`, and `gspo` in its token-level form), gradient
 accumulation into the adapter across calls (summed, until the optimizer
-step), the AdamW step with explicit
-hyper-parameters (the step count is the adapter's version; a step whose
-gradient is not finite or would push a weight out of bounds fails through
-train.py's divergence guard, adapter unchanged), and the full
+step), the optimizer step (train.py's one AdamW step; the step count is
+the adapter's version), and the full
 training state on disk (PEFT adapter + optimizer moments + step), written
 atomically and read back bit-exactly.
 
@@ -32,8 +30,7 @@ from torch.utils.checkpoint import checkpoint
 from . import lora as L
 from . import weights as W
 from .model import ForwardContext, Transformer
-from .train import (LOGITS_CHUNK_ELEMENTS, LossConfig, TrainingDiverged, _head_stats, check_divergence, guarded_step,
-                    rl_token_loss)
+from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
 
 # Each loss and the loss_config keys it uses; all are required, any other key is rejected.
 LOSS_CONFIG_KEYS: Dict[str, Tuple[str, ...]] = {
@@ -58,16 +55,6 @@ class StepRow:
     sampler_logprobs_T: Optional[torch.Tensor]  # float32; required by the RL losses
     advantages_T: Optional[torch.Tensor]  # float32; required by the RL losses
     sequence_ratio_mask_T: Optional[torch.Tensor] = None  # float32; required by gspo: the tokens of its ratio
-
-
-@dataclass
-class AdamParams:
-    learning_rate: float
-    beta1: float
-    beta2: float
-    eps: float
-    weight_decay: float
-    grad_clip_norm: float  # 0: no clipping
 
 
 STATE_NAME = "training_state.json"
@@ -169,28 +156,9 @@ def forward_backward(model: Transformer, adapter: Optional[L.Adapter], loss: str
             "metrics": {"loss:sum": total, "num_tokens": float(tokens), "step_seconds": time.perf_counter() - t0}}
 
 
-def optim_step(adapter: L.Adapter, p: AdamParams) -> dict:
-    """AdamW (decoupled weight decay) on the accumulated gradient, clipped to grad_clip_norm when > 0; zeroes it."""
-    if adapter.optimizer is None:
-        adapter.optimizer = L.make_optimizer(adapter)
-    opt = adapter.optimizer
-    for group in opt.param_groups:
-        group.update(lr=p.learning_rate, betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
-    params = adapter.parameters()
-    grads = [q.grad for q in params if q.grad is not None]
-    grad_norm = 0.0
-    try:
-        if grads:
-            if p.grad_clip_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, p.grad_clip_norm))
-            else:
-                grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-            check_divergence(grad_norm)
-        guarded_step(adapter, opt)  # parameters without a gradient are left alone, as AdamW does
-    finally:
-        # A diverged step discards the accumulated gradient too: it could never be applied.
-        opt.zero_grad(set_to_none=True)
-    adapter.version += 1
+def optim_step(adapter: L.Adapter, p: AdamW) -> dict:
+    """The AdamW step of train.py on what forward_backward accumulated (counted even without a gradient, as Tinker does)."""
+    grad_norm = adamw_step(adapter, p)
     return {"metrics": {"grad_norm": grad_norm, "learning_rate": p.learning_rate}, "step": adapter.version}
 
 

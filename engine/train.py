@@ -1,12 +1,12 @@
 """Logprobs of packed rows, and one optimizer step of the RL or SFT loss on an adapter.
 
 Owns: Row (one packed row's per-token arrays), LossConfig and
-OptimizerConfig (as wire.py parsed them: every value explicit),
+AdamW (the one optimizer's hyperparameters, as wire.py parsed them: every value explicit),
 chunked logprob/entropy computation, the per-token RL loss (CISPO or
 PPO, importance-sampling levels, ratio cap and masking, k2 tau, truncated IS,
 KL penalty against a reference policy: the adapter-off model or a reference
-adapter, e.g. an earlier checkpoint), the SFT loss, AdamW with
-gradient-norm clipping on the adapter's own optimizer state, and the
+adapter, e.g. an earlier checkpoint), the SFT loss, the one AdamW step (`adamw_step`, gradient-norm clipping on the adapter's own optimizer
+state; train_step here and steps.py's optim_step both take it), and the
 divergence guard every optimizer step goes through (a non-finite loss or
 gradient, or weights leaving lora.py's bound, fails the step and leaves the
 adapter and its optimizer state exactly as they were).
@@ -54,11 +54,14 @@ class LossConfig:
 
 
 @dataclass
-class OptimizerConfig:
+class AdamW:
+    """The optimizer's hyperparameters, from either wire form (train_step's `optimizer`, optim_step's `adam`)."""
     learning_rate: float
-    betas: tuple
+    beta1: float
+    beta2: float
+    eps: float
     weight_decay: float
-    max_grad_norm: float  # <= 0: no clipping
+    grad_clip_norm: float  # <= 0: no clipping
 
 
 @dataclass
@@ -237,7 +240,7 @@ class _Tally:
 
 
 def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[Row], loss_cfg: Optional[LossConfig],
-               opt_cfg: OptimizerConfig, reference: Optional[Adapter] = None,
+               opt_cfg: AdamW, reference: Optional[Adapter] = None,
                logprob_chunk_size: Optional[int] = None) -> Dict[str, float]:
     """One AdamW step over all rows (gradients accumulated row by row); the KL reference is `reference`, else the base.
 
@@ -248,7 +251,8 @@ def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[R
     device = model.device
     lora = LoraBatch([adapter], model.dtype, device)
     ref_lora = LoraBatch([reference], model.dtype, device) if reference is not None else None
-    opt = _prepared_optimizer(adapter, opt_cfg)
+    for p in adapter.parameters():  # this step's gradient is its rows' alone
+        p.grad = None
     total_mask = float(sum(r.mask_T.sum() for r in rows))
     tally = _Tally()
     for row in rows:
@@ -264,22 +268,12 @@ def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[R
             scaled = _rl_row_loss(row, new_T, ent_T, mask_T, w_T, loss_cfg, ref_T, len(rows), tally)
         if total_mask > 0:
             scaled.backward()
-    grad_norm = _apply_step(adapter, opt, opt_cfg, total_mask, tally.loss)
+    # Nothing trainable: no step at all, so weights, Adam moments and the step count stay as they were.
+    grad_norm = adamw_step(adapter, opt_cfg, tally.loss) if total_mask > 0 else 0.0
     metrics = _step_metrics(loss, rows, tally, total_mask, grad_norm, opt_cfg, time.perf_counter() - t0)
     if logprob_chunk_size is not None:
         metrics["logprob_chunk_size"] = float(logits_chunk(model, logprob_chunk_size))
     return metrics
-
-
-def _prepared_optimizer(adapter: Adapter, opt_cfg: OptimizerConfig) -> torch.optim.Optimizer:
-    """The adapter's own AdamW (its moments persist across steps) with this request's hyperparameters."""
-    if adapter.optimizer is None:
-        adapter.optimizer = make_optimizer(adapter)
-    opt = adapter.optimizer
-    for group in opt.param_groups:
-        group.update(lr=opt_cfg.learning_rate, betas=opt_cfg.betas, weight_decay=opt_cfg.weight_decay)
-    opt.zero_grad(set_to_none=True)
-    return opt
 
 
 def _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask: float, tally: _Tally) -> torch.Tensor:
@@ -320,24 +314,30 @@ def _tally_ratios(tally: _Tally, stats: TokenLossStats, trained_T: torch.Tensor)
         tally.truncated = (tally.truncated or 0.0) + float(stats.truncated_T[trained_T].sum())
 
 
-def _apply_step(adapter: Adapter, opt: torch.optim.Optimizer, opt_cfg: OptimizerConfig, total_mask: float,
-                loss: float) -> float:
-    """Clips and applies the accumulated gradients; returns their norm before clipping."""
+def adamw_step(adapter: Adapter, p: AdamW, loss: Optional[float] = None) -> float:
+    """One AdamW step (decoupled weight decay) of the adapter's own optimizer (its moments persist across steps) on
+    the accumulated gradient, clipped to grad_clip_norm when > 0; counts the step and zeroes the gradient. Returns
+    the gradient norm before clipping. A non-finite loss or gradient, or a weight leaving the bound, fails the step
+    and leaves the adapter, its moments and its step count as they were (the gradient is discarded all the same)."""
+    if adapter.optimizer is None:
+        adapter.optimizer = make_optimizer(adapter)
+    opt = adapter.optimizer
+    for group in opt.param_groups:
+        group.update(lr=p.learning_rate, betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
     params = adapter.parameters()
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [q.grad for q in params if q.grad is not None]
     grad_norm = 0.0
     try:
-        if total_mask > 0 and grads:
-            if opt_cfg.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt_cfg.max_grad_norm))
+        if grads:
+            if p.grad_clip_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, p.grad_clip_norm))
             else:
                 grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
             check_divergence(grad_norm, loss)
-            guarded_step(adapter, opt)
-            adapter.version += 1
+        guarded_step(adapter, opt)  # parameters without a gradient are left alone, as AdamW does
     finally:
-        # Nothing trainable (or a diverged step): no step at all, so weights and Adam moments stay as they were.
         opt.zero_grad(set_to_none=True)
+    adapter.version += 1
     return grad_norm
 
 
@@ -371,7 +371,7 @@ def guarded_step(adapter: Adapter, opt: torch.optim.Optimizer) -> None:
 
 
 def _step_metrics(loss: str, rows: Sequence[Row], tally: _Tally, total_mask: float, grad_norm: float,
-                  opt_cfg: OptimizerConfig, elapsed: float) -> Dict[str, float]:
+                  opt_cfg: AdamW, elapsed: float) -> Dict[str, float]:
     tokens = sum(r.tokens_T.shape[0] for r in rows)
     metrics = {
         "loss": tally.loss,

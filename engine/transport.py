@@ -17,10 +17,19 @@ import struct
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional, Protocol
 
-if TYPE_CHECKING:
-    from .server import Engine
+
+class Engine(Protocol):
+    """What the transport needs of the engine (server.py's Engine has it): no import of server.py, so no circle."""
+    send: Callable[[dict], None]
+
+    def handle(self, msg) -> None: ...
+
+    def error(self, rid, exc: BaseException) -> None: ...
+
+    def cancel_all(self) -> None: ...
+
 
 MAX_FRAME = 512 * 1024 * 1024
 

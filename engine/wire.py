@@ -26,9 +26,9 @@ import torch
 
 from .constraints import KINDS as CONSTRAINT_KINDS, Spec, spec_key
 from .lora import LoraConfig
-from .steps import LOSS_CONFIG_KEYS, RL_LOSSES, AdamParams, StepRow
+from .steps import LOSS_CONFIG_KEYS, RL_LOSSES, StepRow
 from .sampling import SamplingParams
-from .train import IS_LEVELS, KL_SOURCES, LossConfig, OptimizerConfig, Row, continues
+from .train import IS_LEVELS, KL_SOURCES, AdamW, LossConfig, Row, continues
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LOSSES = ("rl", "sft")
@@ -213,7 +213,7 @@ class TrainStep:
     loss: str
     rows: List[Row]
     loss_config: Optional[LossConfig]  # None for the sft loss
-    optimizer: OptimizerConfig
+    optimizer: AdamW
     reference: AdapterRef  # the KL reference policy; key None: the base model
     logprob_chunk_size: Optional[int]  # positions whose logits are computed at once; None: the memory bound
 
@@ -232,7 +232,7 @@ class ForwardBackward:
 class OptimStep:
     base: str
     adapter: str
-    adam: AdamParams
+    adam: AdamW
 
 
 @dataclass
@@ -283,6 +283,11 @@ def parse_save_adapter(msg: dict) -> SaveAdapter:
 
 def parse_drop_adapter(msg: dict) -> DropAdapter:
     return DropAdapter(adapter=Fields("drop_adapter", msg).str("adapter"))
+
+
+def parse_stats(msg: dict) -> None:
+    """`stats` has no fields."""
+    return None
 
 
 def parse_cancel(msg: dict) -> Cancel:
@@ -455,13 +460,18 @@ def _loss_config(f: Fields) -> LossConfig:
         kl_penalty_coef=f.num("kl_penalty_coef", lo=0.0), kl_penalty_source=f.str("kl_penalty_source", choices=KL_SOURCES))
 
 
-def _optimizer(f: Fields) -> OptimizerConfig:
+# train_step's optimizer has no eps on the wire: AdamW's usual 1e-8, the value its steps have always used.
+TRAIN_STEP_EPS = 1e-8
+
+
+def _optimizer(f: Fields) -> AdamW:
     betas = f.get("betas")
     if not isinstance(betas, list) or len(betas) != 2 or \
             not all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
         raise f.fail("betas", "two numbers in [0, 1)")
-    return OptimizerConfig(learning_rate=f.num("learning_rate", lo=0.0), betas=(float(betas[0]), float(betas[1])),
-                           weight_decay=f.num("weight_decay", lo=0.0), max_grad_norm=f.num("max_grad_norm"))
+    return AdamW(learning_rate=f.num("learning_rate", lo=0.0), beta1=float(betas[0]), beta2=float(betas[1]),
+                 eps=TRAIN_STEP_EPS, weight_decay=f.num("weight_decay", lo=0.0),
+                 grad_clip_norm=f.num("max_grad_norm"))
 
 
 # --- the token-level training ops (steps.py) -----------------------------------
@@ -512,9 +522,9 @@ def _step_row(f: Fields, loss: str) -> StepRow:
 def parse_optim_step(msg: dict) -> OptimStep:
     f = Fields("optim_step", msg)
     a = f.object("adam")
-    p = AdamParams(learning_rate=a.num("learning_rate", lo=0.0), beta1=a.num("beta1", lo=0.0, hi=0.999999),
-                   beta2=a.num("beta2", lo=0.0, hi=0.999999), eps=a.num("eps", lo=0.0),
-                   weight_decay=a.num("weight_decay", lo=0.0), grad_clip_norm=a.num("grad_clip_norm", lo=0.0))
+    p = AdamW(learning_rate=a.num("learning_rate", lo=0.0), beta1=a.num("beta1", lo=0.0, hi=0.999999),
+              beta2=a.num("beta2", lo=0.0, hi=0.999999), eps=a.num("eps", lo=0.0),
+              weight_decay=a.num("weight_decay", lo=0.0), grad_clip_norm=a.num("grad_clip_norm", lo=0.0))
     return OptimStep(base=f.str("base"), adapter=f.str("adapter"), adam=p)
 
 

@@ -127,7 +127,7 @@ function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelR
 export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested, logError = () => {} }: ContextOptions): Services {
   const repositories = createRepositories(store);
   const { models: modelRepository, jobs: jobRepository } = repositories;
-  const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel);
+  const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel, engines?.support ?? null);
   const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'), { leaseMs: config.jobLeaseMs });
   /** Records the cancel, then tells this process's worker so a running job stops at once. */
   const cancelJob = async (jobId: string) => {
@@ -150,8 +150,8 @@ export function createServices({ config, store, clock, engines = null, enginePro
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
-      await runtime.sampler().stats();
-      await runtime.trainer().stats();
+      await runtime.sampler().request('stats', {});
+      await runtime.trainer().request('stats', {});
     });
   const tinker = createTinkerServices({
     repository: repositories.tinker,
@@ -193,7 +193,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     tinker,
     wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
-    metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().stats() : null) }),
+    metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null) }),
     runners: createRunners(queue, checkpoints, repositories, trajectories, artifacts),
   };
 }

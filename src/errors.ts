@@ -74,6 +74,11 @@ export class AppError extends Error {
   }
 }
 
+/** A 400 naming the request field at fault (FastAPI's `loc`), as vLLM answers a request it refuses. */
+export function badRequest(message: string, param: string | null = null): AppError {
+  return new AppError('bad_request', message, param === null ? [] : [{ loc: ['body', param], msg: message, type: 'value_error' }]);
+}
+
 export function validationError(problems: FieldProblem[]): AppError {
   return new AppError('validation_failed', problems.map((p) => `${p.loc.join('.')}: ${p.msg}`).join('; '), problems);
 }

@@ -34,19 +34,46 @@ async function withServices<T>(config: Config, work: (services: Services) => Pro
   }
 }
 
-async function serve(config: Config): Promise<void> {
-  const server = await startServer(config);
-  const lines = [`Service listening on ${server.url}  (OpenAI base URL: ${server.url}/v1, dashboard: ${server.url}/)`];
-  if (server.bootstrapKey) lines.push(`Bootstrap API key for entity "local" (shown once): ${server.bootstrapKey}`);
-  lines.push(`API key file: ${config.dataDir}/bootstrap-api-key  (more keys: npm run cli -- keys create --entity NAME)`);
-  console.log(`\n${lines.join('\n')}\n`);
+/** Runs one start-up step, printing its name, then its time (or that it failed) on the same line. */
+async function step<T>(label: string, work: () => Promise<T>, detail: (result: T) => string = () => ''): Promise<T> {
+  const started = performance.now();
+  process.stdout.write(`${label} … `);
+  try {
+    const result = await work();
+    const extra = detail(result);
+    console.log(`${((performance.now() - started) / 1000).toFixed(1)} s${extra ? `  (${extra})` : ''}`);
+    return result;
+  } catch (error) {
+    console.log(`failed after ${((performance.now() - started) / 1000).toFixed(1)} s`);
+    throw error;
+  }
+}
 
+/**
+ * Serves, showing each start-up step with its time: the database and listener, the engine process (torch's import
+ * and its matmul measurement), then the default base model, so that the first chat does not pay for loading it.
+ */
+async function serve(config: Config): Promise<void> {
+  const server = await step('opening the database, starting the engine and the HTTP listener', () => startServer(config));
   const shutdown = async () => {
     await server.close();
     process.exit(0);
   };
   process.once('SIGINT', () => void shutdown());
   process.once('SIGTERM', () => void shutdown());
+  if (config.engineEnabled) {
+    const engine = () => server.supervisor?.health().engine;
+    // Neither is fatal: the service serves everything else meanwhile (the supervisor keeps restarting an engine that
+    // exits), and a request that needs the engine or this model reports the problem itself.
+    const ready = await step('waiting for the engine (Python, torch, a matmul measurement)', () => server.waitForEngines(), () => `torch ${engine()?.torch} on ${engine()?.device}, fp32 matmul ${engine()?.matmul_gflops} GFLOP/s`)
+      .then(() => true, (error: Error) => (console.log(`  ${error.message}`), false));
+    if (ready) await step(`loading the default base model ${config.defaultBaseModel}`, () => server.services.runtime.load(config.defaultBaseModel), (base) => base.path).catch((error: Error) => console.log(`  ${error.message}`));
+  }
+
+  const lines = [`Service listening on ${server.url}  (OpenAI base URL: ${server.url}/v1, dashboard: ${server.url}/)`];
+  if (server.bootstrapKey) lines.push(`Bootstrap API key for entity "local" (shown once): ${server.bootstrapKey}`);
+  lines.push(`API key file: ${config.dataDir}/bootstrap-api-key  (more keys: npm run cli -- keys create --entity NAME)`);
+  console.log(`\n${lines.join('\n')}\n`);
 }
 
 /** Commander's camelCased option values back under their flag names (`maxModelLen` → `max-model-len`). */

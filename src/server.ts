@@ -70,6 +70,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
   await services.imports.sweepStaging();
   await services.tinker.futures.failLeftovers();
   worker.start();
+  await services.runtime.readTokenizers();
 
   const app = buildApp({ config, services });
   const address = await app.listen({ port: config.port, host: config.host });

@@ -5,9 +5,11 @@
  * ServerlessBackend, samples with `model.openai_client()` (n > 1 with logprobs, whose token counts 0.5.23 checks),
  * trains RL steps on scored groups where most rewards are 0.0 and one step of multi-turn tool trajectories with
  * `backend.train`, logs with `model.log`, prunes with `delete_checkpoints`, runs SFT from a JSONL file
- * (`train_sft_from_file`; 0.5.23 asks the server to log its metrics), drives 0.5.23's `PipelineTrainer`, and deletes
- * the model. Every request to our training API is ART's own; only W&B's artifact upload is redirected to our artifact
- * endpoint. This file checks what ART got back, and what the server held before the delete.
+ * (`train_sft_from_file`, whose data ART uploads with W&B's real `wandb` SDK pointed at our server by WANDB_BASE_URL;
+ * 0.5.23 asks the server to log its metrics), trains (0.5.23) with every `experimental_config` key off its default,
+ * drives 0.5.23's `PipelineTrainer`, and deletes the model. Every request to our training API and our W&B API is ART's
+ * or the SDK's own. This file checks what ART got back, and what the server held before the delete; what each
+ * `experimental_config` key does to training is test/art-config.test.ts's.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -21,20 +23,25 @@ import { startE2eServer, type E2eServer } from './helpers/server.ts';
 interface Client {
   version: string;
   python: string | undefined;
+  /** The wandb release its requirements file pins. */
+  wandb: string | undefined;
   /** Why its tests cannot run here, or false. */
   skip: string | false;
 }
 
-function client(version: string, env: string, venv: string, needs: string): Client {
+function client(version: string, env: string, venv: string, requirements: string, needs: string): Client {
   const fallback = path.join(repoRoot, venv, 'bin', 'python');
   const python = process.env[env] ?? (fs.existsSync(fallback) ? fallback : undefined);
-  return { version, python, skip: python ? false : `no ART ${version} venv: set ${env} (scripts/test.sh builds ${venv}${needs})` };
+  const wandb = /^wandb==(\S+)$/m.exec(fs.readFileSync(path.join(repoRoot, 'scripts', 'python', requirements), 'utf8'))?.[1];
+  return { version, python, wandb, skip: python ? false : `no ART ${version} venv: set ${env} (scripts/test.sh builds ${venv}${needs})` };
 }
 
 const CLIENTS = [
-  client('0.5.18', 'ART_PYTHON', '.venv-art', ''),
-  client('0.5.23', 'ART_0523_PYTHON', '.venv-art-0523', ' where a Python 3.12 exists: python3.12 on PATH or pyenv’s 3.12.*'),
+  client('0.5.18', 'ART_PYTHON', '.venv-art', 'art.txt', ''),
+  client('0.5.23', 'ART_0523_PYTHON', '.venv-art-0523', 'art-0523.txt', ' where a Python 3.12 exists: python3.12 on PATH or pyenv’s 3.12.*'),
 ];
+const EXPERIMENTAL = JSON.parse(fs.readFileSync(path.join(repoRoot, 'test', 'fixtures', 'art-0.5.23-experimental-config.json'), 'utf8')).cases as Record<string, { experimental_config: Record<string, unknown> }>;
+const KL_REFERENCE_KEYS = ['kl_penalty_reference_step', 'kl_penalty_step_lag', 'kl_ref_adapter_path'];
 
 type Row = { step: number; source: string; metrics: Record<string, number> };
 const finite = (metrics: Record<string, unknown> | null | undefined, key: string) => Number.isFinite(metrics?.[key]);
@@ -51,7 +58,10 @@ for (const art of CLIENTS) {
       e2e = await startE2eServer();
       workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'art-'));
       const started = Date.now();
-      session = await runJsonScript(art.python!, 'test/clients/art_session.py', { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir, project });
+      // W&B's SDK talks to our server, as the README tells a self-hosted user; its files stay in the workdir.
+      const wandbDirs = Object.fromEntries(['WANDB_DIR', 'WANDB_DATA_DIR', 'WANDB_CACHE_DIR', 'WANDB_CONFIG_DIR'].map((name) => [name, path.join(workdir, name.toLowerCase())]));
+      const env = { ...process.env, ...wandbDirs, WANDB_BASE_URL: e2e.url };
+      session = await runJsonScript(art.python!, 'test/clients/art_session.py', { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir, project }, env);
       console.log(`ART ${art.version} session: ${((Date.now() - started) / 1000).toFixed(1)}s ${JSON.stringify(session.timings)}`);
     });
     after(async () => {
@@ -134,10 +144,15 @@ for (const art of CLIENTS) {
       for (const step of kept.filter((step) => step !== 4)) assert.ok(val.some((row) => row.step === step && row['val/reward'] === best), `step ${step} is not a best step`);
     });
 
-    test('SFT from a file goes through our artifact endpoint and trains a new checkpoint whose metrics the server records', () => {
-      assert.equal(session.uploads.length, 1);
-      assert.match(session.uploads[0].url, new RegExp(`^wandb-artifact:///local/${project}/${session.storage_name}-sft-data-[0-9a-f]{12}:v0$`));
-      assert.deepEqual(session.uploads[0].files.map((file: { name: string }) => file.name), ['train.jsonl']);
+    test('SFT from a file: the real wandb SDK uploads the data to our W&B API, and the job trains a new checkpoint whose metrics the server records', async () => {
+      assert.ok(art.wandb, 'the requirements pin wandb');
+      assert.equal(session.wandb_version, art.wandb);
+      const [, name] = new RegExp(`^wandb-artifact:///local/${project}/(${session.storage_name}-sft-data-[0-9a-f]{12}):v0$`).exec(session.sft_training_data_url) ?? [];
+      assert.ok(name, session.sft_training_data_url);
+      // The model is deleted by now; the artifact ART uploaded through the SDK stays in the key's store.
+      const stored = await e2e.api('GET', `/v1/preview/artifacts/local/${project}/${name}`);
+      assert.equal(stored.status, 200, JSON.stringify(stored.body));
+      assert.deepEqual(stored.body.data.map((version: any) => [version.version, version.files.map((file: any) => file.name)]), [['v0', ['train.jsonl']]]);
       const { before: from, after: step, checkpoint_metrics: metrics } = session.sft;
       assert.equal(step, from + 1);
       // 0.5.20+ no longer logs SFT metrics itself: it asks the server to, at the step the job writes.
@@ -152,6 +167,32 @@ for (const art of CLIENTS) {
       const localSftRows = history().filter((row) => row.step === step && Object.keys(row).some((key) => key.startsWith('loss/') || key.startsWith('sft/')));
       if (newWire) assert.deepEqual(localSftRows, [], 'ART 0.5.23 logged SFT metrics itself');
       assert.equal(typeof session.answer_after_training, 'string', 'the model answers after training');
+    });
+
+    test('backend.train with every experimental_config key off its default: ART sends all 25, and each job trains with them', { skip: !newWire && 'experimental_config has 25 keys from 0.5.20' }, () => {
+      const defaults = EXPERIMENTAL.default.experimental_config;
+      // With a KL coefficient, ART's own default source is "sample" (current_learner is its default without one).
+      const defaultOf = (key: string) => (key === 'kl_penalty_source' ? EXPERIMENTAL.kl_penalty_coef.experimental_config[key] : defaults[key]);
+      const calls = session.every_key as { step: number; experimental_config: Record<string, unknown>; events: { type: string; data: Record<string, number> }[] }[];
+      assert.deepEqual(calls.map((call) => call.step), [1, 2, 3].map((n) => session.sft.after + n));
+      // The three ways of naming the KL reference exclude one another: each call names it one way.
+      assert.deepEqual(calls.map((call) => KL_REFERENCE_KEYS.filter((key) => call.experimental_config[key] !== null)), KL_REFERENCE_KEYS.map((key) => [key]));
+      for (const [index, { experimental_config: sent, events }] of calls.entries()) {
+        assert.deepEqual(Object.keys(sent).sort(), Object.keys(defaults).sort());
+        const atDefault = Object.keys(defaults).filter((key) => !KL_REFERENCE_KEYS.includes(key) || key === KL_REFERENCE_KEYS[index]).filter((key) => JSON.stringify(sent[key]) === JSON.stringify(defaultOf(key)));
+        assert.deepEqual(atDefault, [], `call ${index}`);
+        // What the job reports: rows of packed_sequence_length, logits chunks of logprob_calculation_chunk_size, the KL
+        // term, truncation of the precalculated ratios, whose first step is on-policy (ratio 1).
+        assert.deepEqual([events[0].type, events.at(-1)!.type], ['training_started', 'training_ended']);
+        assert.ok(events[0].data.num_sequences > 1, JSON.stringify(events[0].data));
+        const steps = events.filter((event) => event.type === 'gradient_step').map((event) => event.data);
+        assert.equal(steps.length, events[0].data.num_sequences);
+        for (const step of steps) {
+          assert.equal(step.logprob_chunk_size, 8);
+          assert.ok(finite(step, 'kl_policy_ref') && finite(step, 'truncated_token_fraction') && finite(step, 'loss'), JSON.stringify(step));
+        }
+        assert.ok(Math.abs(steps[0].importance_ratio_mean - 1) < 1e-4, JSON.stringify(steps[0]));
+      }
     });
 
     test('PipelineTrainer trains two steps from its rollouts and evaluates the checkpoint it started from', { skip: !newWire && 'PipelineTrainer is 0.5.20+' }, () => {

@@ -32,6 +32,8 @@ const FIXTURE = path.join(repoRoot, 'test', 'fixtures', 'art-0.5.23-experimental
 const fixture = JSON.parse(fs.readFileSync(FIXTURE, 'utf8')) as Fixture;
 const art = (name: string, over: Body = {}): Body => ({ ...fixture.cases[name].experimental_config, ...over });
 const TWIN_BASE = 'test/tiny-twin';
+/** How long a job may take to end: a bound on waiting, not on speed, generous for a machine shared with other work. */
+const JOB_WAIT_MS = 600_000;
 
 describe('ART 0.5.23 experimental_config: every key', () => {
   let e2e: E2eServer;
@@ -43,7 +45,7 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   const run = async (modelId: string, config: Body, groups: unknown = rollouts): Promise<Outcome> => {
     const submitted = await submit(modelId, groups, config);
     assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-    const job = await waitForJob(e2e, submitted.body.id, 120_000);
+    const job = await waitForJob(e2e, submitted.body.id, JOB_WAIT_MS);
     const events = await allEvents(e2e, submitted.body.id);
     const started = Number(events.find((event) => event.type === 'training_started')?.data.num_sequences);
     const first = (events.find((event) => event.type === 'gradient_step')?.data ?? {}) as Record<string, number>;
@@ -171,11 +173,17 @@ describe('ART 0.5.23 experimental_config: every key', () => {
     assert.ok(outcomes.allow_training_without_logprobs.started > 0, 'rollouts with logprobs train as before');
   });
 
-  test('kl_penalty_coef: a KL term against the base model, reported and added to the advantages; kl_penalty_source picks whose logprobs', () => {
+  test('kl_penalty_coef: a KL term against the model’s step 0, reported and added to the advantages; kl_penalty_source picks whose logprobs', () => {
     assert.equal(base().kl_policy_ref, undefined);
+    // With no reference named it is the model's step 0: for these forks, the adapter they start from (the source's
+    // step 3). kl_policy_ref is the mean of (source − reference) over the sampled tokens, an estimate whose sign
+    // depends on which tokens were sampled: its size, not its sign, shows the sampler (step 1) is not the reference.
     const sample = outcomes.kl_penalty_coef.first.kl_policy_ref;
-    assert.ok(sample > 1e-3, `step 1 (the sampler) has moved from the base: ${sample}`);
+    assert.ok(Math.abs(sample) > 1e-3, `step 1 (the sampler) has moved from step 3: ${sample}`);
+    same(sample, outcomes.reference_step_3.first.kl_policy_ref, 'the fork’s step 0 is the source’s step 3', 1e-6);
     differs(outcomes.kl_penalty_coef.first.loss, base().loss, 'loss');
+    // current_learner measures the adapter being trained, which at the first step is the reference itself.
+    same(outcomes.kl_penalty_source.first.kl_policy_ref, 0, 'current_learner (step 3) against step 3');
     differs(outcomes.kl_penalty_source.first.kl_policy_ref, sample, 'current_learner (step 3) vs sample (step 1)', 1e-4);
   });
 

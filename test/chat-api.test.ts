@@ -8,7 +8,9 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { Value } from '@sinclair/typebox/value';
 import OpenAI from 'openai';
+import { ChatCompletion } from '../src/api/chat.ts';
 import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
@@ -295,6 +297,14 @@ describe('chat completions (non-streaming) through the openai client', () => {
     const without = await create({ max_tokens: 1 });
     assert.equal(without.prompt_token_ids, null);
     assert.equal(without.choices[0].token_ids, null);
+  });
+
+  test('the answer is exactly what api/chat.ts declares, with every optional part present or absent', async () => {
+    const full = { n: 2, seed: 4, logprobs: true, top_logprobs: 3, prompt_logprobs: 2, return_token_ids: true, return_tokens_as_token_ids: false };
+    for (const body of [full, { logprobs: false }]) {
+      const response = JSON.parse(JSON.stringify(await create(body)));
+      assert.deepEqual([...Value.Errors(ChatCompletion, response)].map((e) => `${e.path}: ${e.message}`), [], JSON.stringify(response));
+    }
   });
 
   test('tool conversation: tools, an assistant tool call and its tool result are accepted and rendered by the template', async () => {

@@ -10,11 +10,13 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { Value } from '@sinclair/typebox/value';
 import OpenAI from 'openai';
+import { ChatCompletion, ChatCompletionChunk } from '../src/api/chat.ts';
 import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../src/chat/output.ts';
 import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
 import { TOOL_CALL_FORMATS } from '../src/chat/tool-calls/index.ts';
-import type { Engine } from '../src/engine/client.ts';
+import type { Engine } from '../src/engine/ops.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import { ReplyStream, type GenerateStream } from '../src/engine/generate-stream.ts';
 import type { GenerateRequest } from '../src/engine/protocol.ts';
@@ -52,7 +54,10 @@ async function sse(url: string, key: string, body: Record<string, unknown>, sign
   for (const event of events) assert.ok(event.startsWith('data: ') && !event.includes('\n'), `one data line per event: ${JSON.stringify(event)}`);
   const payloads = events.map((event) => event.slice('data: '.length));
   assert.equal(payloads.at(-1), '[DONE]');
-  return { response, text, payloads, chunks: payloads.slice(0, -1).map((payload) => JSON.parse(payload) as Chunk) };
+  const chunks = payloads.slice(0, -1).map((payload) => JSON.parse(payload) as Chunk);
+  // Every chunk is what api/chat.ts declares (an error event, which ends a failing stream, is the error body instead).
+  for (const chunk of chunks.filter((chunk) => !('error' in chunk))) assert.deepEqual([...Value.Errors(ChatCompletionChunk, chunk)].map((e) => `${e.path}: ${e.message}`), [], JSON.stringify(chunk));
+  return { response, text, payloads, chunks };
 }
 
 /** Per choice index: its chunks in order, and the concatenated delta fields. */
@@ -115,7 +120,7 @@ describe('streaming with the real engine', () => {
   const create = (body: Record<string, unknown>): Promise<any> => client.chat.completions.create({ model: BASE, messages: HI, max_tokens: 6, ...body } as never) as Promise<any>;
   const stream = (body: Record<string, unknown>, signal?: AbortSignal) => sse(e2e.url, e2e.key, { model: BASE, messages: HI, max_tokens: 6, ...body }, signal);
   const engineLoad = async () => {
-    const stats = await e2e.server.services.runtime.sampler().stats();
+    const stats = await e2e.server.services.runtime.sampler().request('stats', {});
     return stats.running + stats.waiting;
   };
   const waitForIdleEngine = async (timeoutMs: number) => {
@@ -376,12 +381,11 @@ class ScriptedEngine {
   failAfterTokens = false;
   constructor(private readonly tokenizer: ChatTokenizer) {}
 
-  async loadBase() {
-    return { vocab_size: 2048, context_length: 2048, eos_token_ids: [EOS], num_parameters: 0 };
-  }
-
-  async stats() {
-    return { running: 0, waiting: 0 };
+  /** The unary ops the chat path sends: load_base once per base, stats to see the engine idle. */
+  async request(op: string) {
+    if (op === 'load_base') return { vocab_size: 2048, context_length: 2048, eos_token_ids: [EOS], num_parameters: 0 };
+    if (op === 'stats') return { running: 0, waiting: 0 };
+    throw new EngineError('bad_request', `the scripted engine does not serve ${op}`);
   }
 
   generate(request: GenerateRequest): GenerateStream {
@@ -433,6 +437,7 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   const bothModes = async (texts: string[], body: Record<string, unknown>) => {
     engine.texts = texts;
     const whole = await create(body);
+    assert.deepEqual([...Value.Errors(ChatCompletion, JSON.parse(JSON.stringify(whole)))].map((e) => `${e.path}: ${e.message}`), [], 'the answer is what api/chat.ts declares');
     const streamed = await sse(url, key, { messages: HI, ...body, stream_options: { include_usage: true } });
     const helper: any = await client.chat.completions.stream({ messages: HI, ...body } as never).finalChatCompletion();
     return { whole, chunks: streamed.chunks, choices: checkStreamShape(streamed.chunks, body.n === undefined ? 1 : (body.n as number), { usage: true }), helper };

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import { repoRoot } from '../src/config.ts';
-import { servingAdapterKey } from '../src/services/base-model-runtime.ts';
+import { servingAdapterKey } from '../src/engine/adapter-keys.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { NO_REFERENCE, REFERENCE_PYTHON } from './helpers/reference.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
@@ -107,7 +107,7 @@ describe('checkpoints leave and come back as PEFT adapters, and start forks', ()
     const base = await services.runtime.load('builtin/tiny-chat');
     const tokens = base.tokenizer.encode('The quick brown fox jumps over the lazy dog, twice.');
     const checkpoint = (await services.repositories.models.findCheckpointByStep(modelId, 1))!;
-    const ours = await services.runtime.sampler().forward({ base: base.id, adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath!, rows: [{ tokens }] });
+    const ours = await services.runtime.sampler().request('forward', { base: base.id, adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath!, rows: [{ tokens }] });
     const { stdout } = await run(REFERENCE_PYTHON!, ['-c', PEFT_LOGPROBS, path.join(repoRoot, 'models', 'tiny-chat'), folder, JSON.stringify(tokens)]);
     const theirs = JSON.parse(stdout) as (number | null)[];
     let worst = 0;

@@ -64,8 +64,9 @@ describe('compact trajectories (ART 0.5.20+ JSON)', () => {
     assert.equal(logged.body.metrics['val/turns'], 2);
   });
 
-  test('nothing to train or log is a 422 naming the field', async () => {
+  test('nothing to train or log, or an unknown loss_fn, is a 422 naming the field', async () => {
     const rl = (groups: unknown[]) => ['/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups }] as const;
+    const log = (groups: unknown[]) => [`/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: groups }] as const;
     const cases: [readonly [string, Record<string, unknown>], (string | number)[], string][] = [
       [rl([{ trajectories: [] }]), ['body', 'trajectory_groups', 0, 'trajectories'], 'too_short'],
       [rl([{}]), ['body', 'trajectory_groups', 0, 'trajectories'], 'missing'],
@@ -73,9 +74,13 @@ describe('compact trajectories (ART 0.5.20+ JSON)', () => {
       [rl([{ trajectories: [{ messages_and_choices: [], reward: 1 }] }]), ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices'], 'too_short'],
       // ART 0.5.23's captured-exchanges form carries no messages_and_choices, the only form this server reads.
       [rl([{ trajectories: [{ exchanges: { chat_completions: [] } }] }]), ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices'], 'missing'],
-      // A log may record a group that only failed, but not one with nothing at all.
-      [[`/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: [{ trajectories: [], exceptions: [] }] }], ['body', 'trajectory_groups', 0, 'trajectories'], 'too_short'],
-      [[`/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: [{}] }], ['body', 'trajectory_groups', 0, 'trajectories'], 'missing'],
+      // An unknown loss function is named, never trained as the default one.
+      [['/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [{ trajectories: [{ messages_and_choices: [prompt, choices[0]], reward: 1 }] }], experimental_config: { loss_fn: 'grpo' } }], ['body', 'experimental_config', 'loss_fn'], 'literal_error'],
+      // A log may record a group that only failed, but not one with nothing at all, nor a trajectory without messages.
+      [log([{ trajectories: [], exceptions: [] }]), ['body', 'trajectory_groups', 0, 'trajectories'], 'too_short'],
+      [log([{}]), ['body', 'trajectory_groups', 0, 'trajectories'], 'missing'],
+      [log([{ trajectories: [{ reward: 1 }] }]), ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices'], 'missing'],
+      [log([{ trajectories: [{ messages_and_choices: [], reward: 1 }] }]), ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices'], 'too_short'],
     ];
     for (const [[route, body], loc, type] of cases) {
       const response = await e2e.api('POST', route, body);

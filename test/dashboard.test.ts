@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Page } from 'playwright-core';
 import { newId } from '../src/ids.ts';
 import path from 'node:path';
+import { inflateSync } from 'node:zlib';
 import { chromiumAvailable, CHROMIUM, openBrowser, SCREENSHOT_DIR, type BrowserSession } from './helpers/browser.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
@@ -85,14 +86,14 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
       await e2e.server.services.repositories.trajectories.insertRunMetrics(rival.body.run_id, step, 'train', { reward: 0.1 * step, reward_std_dev: 0.3, loss: 0.5 }, new Date().toISOString());
     }
 
-    // A job that fails while training (the chat template cannot render a tool call without a name).
+    // A job that fails while training: an absurd learning rate pushes the adapter past its bound at the first step.
     const broken = await e2e.api('POST', '/v1/preview/models', { project: 'experiments', name: 'broken', base_model: 'builtin/tiny-chat' });
-    const badTurn = { role: 'assistant', content: 'x', tool_calls: [{ type: 'function', function: { arguments: '{}' } }] };
     const failing = await e2e.api('POST', '/v1/preview/training-jobs', {
       model_id: broken.body.id,
-      trajectory_groups: [{ trajectories: [0, 1].map((reward) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, { index: 0, finish_reason: 'stop', message: badTurn, logprobs: null }], reward })) }],
-      experimental_config: { allow_training_without_logprobs: true },
+      trajectory_groups: [{ trajectories: [0, 1].map((reward) => ({ messages_and_choices: [{ role: 'user', content: 'hi' }, { index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'hello there' }, logprobs: null }], reward })) }],
+      experimental_config: { allow_training_without_logprobs: true, learning_rate: 1e6 },
     });
+    assert.equal(failing.status, 200, JSON.stringify(failing.body));
     failedJobId = failing.body.id;
     assert.equal((await waitForJob(e2e, failedJobId)).status, 'FAILED');
 
@@ -477,7 +478,7 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
     await page.goto(`/#/jobs/${failedJobId}`);
     const failure = page.getByRole('alert');
     await failure.getByText('Training failed').waitFor();
-    assert.match(await failure.innerText(), /chat template failed to render/);
+    assert.match(await failure.innerText(), /diverged/i);
     await page.locator('dl.job-config dd[data-key="allow_training_without_logprobs"]').getByText('true').waitFor();
     assert.equal(await page.locator('.progress-rate').innerText(), '', 'no rate without steps');
     await session.screenshot('08-job-failed');
@@ -649,3 +650,102 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
     expectNoProblems();
   });
 });
+
+
+describe('dashboard: a model trained with held-out evaluations (skipped without Chromium)', { skip: chromiumAvailable() ? false : `no Chromium at ${CHROMIUM}` }, () => {
+  let e2e: E2eServer;
+  let session: BrowserSession;
+  let modelId: string;
+
+  // The history examples/rl_capitals_art.py leaves: held-out groups logged with split "val" at step 0 and after each
+  // training job, and the train reward each job records.
+  before(async () => {
+    e2e = await startE2eServer();
+    modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'examples', name: 'capitals', base_model: 'builtin/tiny-chat' })).body.id;
+    for (let step = 0; step <= 2; step += 1) {
+      const held = [await sampleGroup(e2e, 'local/examples/capitals', 'Name a colour.', 3, (_choice, i) => Math.min(1, 0.2 * step + 0.3 * i), 100 + step * 10)];
+      const logged = await e2e.api('POST', `/v1/preview/models/${modelId}/log`, { split: 'val', trajectory_groups: held });
+      assert.equal(logged.status, 200, JSON.stringify(logged.body));
+      if (step === 2) break;
+      const groups = [await sampleGroup(e2e, 'local/examples/capitals', 'Count to three.', 3, (_choice, i) => Math.min(1, 0.3 * step + 0.25 * i), step * 10)];
+      const job = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: {} });
+      assert.equal(job.status, 200, JSON.stringify(job.body));
+      assert.equal((await waitForJob(e2e, job.body.id)).status, 'COMPLETED');
+    }
+    session = await openBrowser(e2e.url);
+    session.page.setDefaultTimeout(TIMEOUT);
+    await session.page.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
+  });
+  after(async () => {
+    await session?.close();
+    await e2e?.close();
+  });
+
+  test('the model page, screenshot-checked: the reward chart draws the train and the val curve, each in its own colour', async () => {
+    const page = session.page;
+    await page.goto(`/#/models/${modelId}`);
+    const reward = page.locator('figure[data-chart="Reward"][data-series-count="2"]');
+    await reward.locator('canvas').first().waitFor();
+    await page.mouse.move(0, 0);
+    const legend = await reward.locator('.chart-legend li').evaluateAll((nodes) =>
+      nodes.map((node) => ({ key: node.getAttribute('data-series'), points: node.getAttribute('data-points'), colour: getComputedStyle(node.querySelector('.swatch')!).backgroundColor })),
+    );
+    assert.deepEqual(legend.map(({ key, points }) => [key, points]), [['0:train:reward', '2'], ['0:val:reward', '3']]);
+    assert.notEqual(legend[0].colour, legend[1].colour, 'train and val in different colours');
+    // What was drawn: each curve's colour on the chart's canvas, in a screenshot of it.
+    const png = await reward.locator('canvas').first().screenshot({ path: path.join(SCREENSHOT_DIR, '20-model-train-val-chart.png') });
+    const pixels = decodePng(png);
+    for (const { key, colour } of legend) {
+      const drawn = countNear(pixels, colour.match(/\d+/g)!.map(Number), 40);
+      assert.ok(drawn > 50, `${key}: only ${drawn} pixels of ${colour} on the chart`);
+    }
+    await session.screenshot('20-model-train-val');
+    assert.deepEqual(session.problems, [], 'no browser console errors, page errors or failed requests');
+  });
+});
+
+/** A PNG as Chromium writes screenshots (8-bit RGB or RGBA, not interlaced): rows of [r, g, b] pixels, unfiltered. */
+function decodePng(png: Buffer): { width: number; height: number; rgb: Uint8Array } {
+  const width = png.readUInt32BE(16);
+  const height = png.readUInt32BE(20);
+  const channels = png[25] === 6 ? 4 : 3;
+  assert.ok(png[24] === 8 && (png[25] === 2 || png[25] === 6) && png[28] === 0, 'an 8-bit RGB(A) PNG');
+  const chunks: Buffer[] = [];
+  for (let at = 8; at < png.length; ) {
+    const length = png.readUInt32BE(at);
+    if (png.toString('latin1', at + 4, at + 8) === 'IDAT') chunks.push(png.subarray(at + 8, at + 8 + length));
+    at += 12 + length;
+  }
+  const raw = inflateSync(Buffer.concat(chunks));
+  const stride = width * channels;
+  const rows = new Uint8Array(height * stride);
+  for (let y = 0; y < height; y += 1) {
+    const filter = raw[y * (stride + 1)];
+    for (let x = 0; x < stride; x += 1) {
+      const value = raw[y * (stride + 1) + 1 + x];
+      const left = x >= channels ? rows[y * stride + x - channels] : 0;
+      const up = y > 0 ? rows[(y - 1) * stride + x] : 0;
+      const upLeft = y > 0 && x >= channels ? rows[(y - 1) * stride + x - channels] : 0;
+      const predictors = [0, left, up, (left + up) >> 1, paeth(left, up, upLeft)];
+      rows[y * stride + x] = (value + predictors[filter]) & 0xff;
+    }
+  }
+  const rgb = new Uint8Array(width * height * 3);
+  for (let i = 0; i < width * height; i += 1) rgb.set(rows.subarray(i * channels, i * channels + 3), i * 3);
+  return { width, height, rgb };
+}
+
+function paeth(a: number, b: number, c: number): number {
+  const p = a + b - c;
+  const [pa, pb, pc] = [Math.abs(p - a), Math.abs(p - b), Math.abs(p - c)];
+  return pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+}
+
+/** Pixels within `tolerance` (per channel) of a colour. */
+function countNear(image: { rgb: Uint8Array }, [r, g, b]: number[], tolerance: number): number {
+  let count = 0;
+  for (let i = 0; i < image.rgb.length; i += 3) {
+    if (Math.abs(image.rgb[i] - r) <= tolerance && Math.abs(image.rgb[i + 1] - g) <= tolerance && Math.abs(image.rgb[i + 2] - b) <= tolerance) count += 1;
+  }
+  return count;
+}

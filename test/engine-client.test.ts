@@ -108,8 +108,8 @@ describe('client against a fake engine', () => {
     const engine = fakeEngine();
     engine.reply({ id: null, event: 'ready', device: 'cpu', dtype: 'float32', torch: 'x', matmul_gflops: 1 });
     assert.equal((await engine.client.ready).device, 'cpu');
-    const first = engine.client.dropAdapter({ adapter: 'one' });
-    const second = engine.client.dropAdapter({ adapter: 'two' });
+    const first = engine.client.request('drop_adapter', { adapter: 'one' });
+    const second = engine.client.request('drop_adapter', { adapter: 'two' });
     await new Promise((resolve) => setImmediate(resolve));
     const [a, b] = engine.received;
     assert.equal(a.op, 'drop_adapter');
@@ -122,7 +122,7 @@ describe('client against a fake engine', () => {
   test('error replies reject with the engine code', async () => {
     const engine = fakeEngine();
     engine.onRequest((m) => engine.reply({ id: m.id, done: true, error: { code: 'not_found', message: "base 'x' is not loaded" } }));
-    await assert.rejects(engine.client.stats(), (error: unknown) => error instanceof EngineError && error.code === 'not_found');
+    await assert.rejects(engine.client.request('stats', {}), (error: unknown) => error instanceof EngineError && error.code === 'not_found');
   });
 
   test('generate streams tagged events, ending with done', async () => {
@@ -156,13 +156,13 @@ describe('client against a fake engine', () => {
 
   test('a closed connection fails everything in flight with engine_exited, and later requests too', async () => {
     const engine = fakeEngine();
-    const stats = engine.client.stats();
+    const stats = engine.client.request('stats', {});
     const stream = engine.client.generate(generateRequest);
     engine.die();
     const exited = (error: unknown) => error instanceof EngineError && error.code === 'engine_exited';
     await assert.rejects(stats, exited);
     await assert.rejects(collect(stream), exited);
-    await assert.rejects(engine.client.stats(), exited);
+    await assert.rejects(engine.client.request('stats', {}), exited);
     assert.equal(engine.client.closed, true);
   });
 });
@@ -216,11 +216,11 @@ describe('supervisor and client against the real engine', () => {
   });
 
   test('loads the tiny model', async () => {
-    const loaded = await supervisor.loadBase({ base: 'tiny', path: modelDir });
+    const loaded = await supervisor.request('load_base', { base: 'tiny', path: modelDir });
     assert.equal(loaded.vocab_size, 2048);
     assert.equal(loaded.context_length, 2048);
     assert.ok(loaded.eos_token_ids.includes(2041), `eos ${loaded.eos_token_ids}`);
-    assert.deepEqual((await supervisor.stats()).bases, ['tiny']);
+    assert.deepEqual((await supervisor.request('stats', {})).bases, ['tiny']);
   });
 
   test('generates tokens with logprobs, a finish reason and usage', async () => {
@@ -245,23 +245,23 @@ describe('supervisor and client against the real engine', () => {
       })(),
       (error: unknown) => error instanceof EngineError && error.code === 'cancelled',
     );
-    const stats = await supervisor.stats();
+    const stats = await supervisor.request('stats', {});
     assert.equal(stats.running + stats.waiting, 0);
   });
 
   test('bad requests get error replies with their code, and the engine carries on', async () => {
     const code = (expected: string) => (error: unknown) => error instanceof EngineError && error.code === expected;
-    await assert.rejects(supervisor.loadBase({ base: 'nowhere', path: '/no/such/folder' }), code('not_found'));
+    await assert.rejects(supervisor.request('load_base', { base: 'nowhere', path: '/no/such/folder' }), code('not_found'));
     await assert.rejects(collect(supervisor.generate({ ...long, base: 'unknown', prompt })), code('not_found'));
     const badPrompt = { ...long, prompt: ['not', 'ids'] } as unknown as GenerateRequest;
     await assert.rejects(collect(supervisor.generate(badPrompt)), code('bad_request'));
-    await supervisor.stats();
+    await supervisor.request('stats', {});
   });
 
   test('killing the engine mid-generation fails that request cleanly and the next request succeeds', async () => {
-    await supervisor.ensureAdapter({ adapter: 'fresh', base: 'tiny', init: { rank: 4, alpha: 8, target_modules: ['q_proj', 'v_proj'], seed: 1 } });
-    await supervisor.ensureAdapter({ adapter: 'saved', base: 'tiny', init: { rank: 4, alpha: 8, target_modules: ['q_proj'], seed: 2 } });
-    await supervisor.saveAdapter({ adapter: 'saved', path: join(scratch, 'saved') });
+    await supervisor.request('ensure_adapter', { adapter: 'fresh', base: 'tiny', init: { rank: 4, alpha: 8, target_modules: ['q_proj', 'v_proj'], seed: 1 } });
+    await supervisor.request('ensure_adapter', { adapter: 'saved', base: 'tiny', init: { rank: 4, alpha: 8, target_modules: ['q_proj'], seed: 2 } });
+    await supervisor.request('save_adapter', { adapter: 'saved', path: join(scratch, 'saved') });
     const pid = supervisor.health().pid ?? assert.fail('no pid');
     const stream = supervisor.generate({ ...long, prompt });
     await assert.rejects(
@@ -281,30 +281,30 @@ describe('supervisor and client against the real engine', () => {
     assert.notEqual(health.pid, pid);
     assert.equal(health.lastExit?.signal, 'SIGKILL');
     assert.ok(logger.lines.includes('base reloaded after restart'));
-    assert.deepEqual((await supervisor.stats()).adapters.sort(), ['fresh', 'saved']);
+    assert.deepEqual((await supervisor.request('stats', {})).adapters.sort(), ['fresh', 'saved']);
     assert.equal(logger.lines.filter((line) => line === 'adapter reloaded after restart').length, 2);
   });
 
   test('a request missing a field gets a bad_request naming it; the complete request trains', async () => {
     const named = (message: string) => (error: unknown) => error instanceof EngineError && error.code === 'bad_request' && error.message === message;
     const { seed: _seed, ...seedless } = loraInit(1);
-    await assert.rejects(supervisor.ensureAdapter({ adapter: 'learner', base: 'tiny', init: seedless as AdapterInit }), named('ensure_adapter: missing field init.seed'));
-    await supervisor.ensureAdapter({ adapter: 'learner', base: 'tiny', init: loraInit(1) });
+    await assert.rejects(supervisor.request('ensure_adapter', { adapter: 'learner', base: 'tiny', init: seedless as AdapterInit }), named('ensure_adapter: missing field init.seed'));
+    await supervisor.request('ensure_adapter', { adapter: 'learner', base: 'tiny', init: loraInit(1) });
     const mask = prompt.map((_, t) => (t === 0 ? 0 : 1));
     const row = { tokens: prompt, segment_ids: prompt.map(() => 0), mask, weights: mask, advantages: mask, logprobs: prompt.map(() => null) };
     const rl = { base: 'tiny', adapter: 'learner', loss: 'rl' as const, rows: [row], loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config), optimizer: optimizerConfig('rl', 1e-3) };
     const { epsilon_high: _high, ...noHigh } = rl.loss_config;
-    await assert.rejects(supervisor.trainStep({ ...rl, loss_config: noHigh as LossConfig }), named('train_step: missing field loss_config.epsilon_high'));
+    await assert.rejects(supervisor.request('train_step', { ...rl, loss_config: noHigh as LossConfig }), named('train_step: missing field loss_config.epsilon_high'));
     const { max_grad_norm: _norm, ...noNorm } = optimizerConfig('sft', 1e-3);
-    await assert.rejects(supervisor.trainStep({ ...rl, loss: 'sft', optimizer: noNorm as OptimizerConfig }), named('train_step: missing field optimizer.max_grad_norm'));
+    await assert.rejects(supervisor.request('train_step', { ...rl, loss: 'sft', optimizer: noNorm as OptimizerConfig }), named('train_step: missing field optimizer.max_grad_norm'));
     const { advantages: _advantages, ...noAdvantages } = row;
-    await assert.rejects(supervisor.trainStep({ ...rl, rows: [row, noAdvantages] }), named('train_step: missing field rows[1].advantages'));
+    await assert.rejects(supervisor.request('train_step', { ...rl, rows: [row, noAdvantages] }), named('train_step: missing field rows[1].advantages'));
     const baseless = { ...long, prompt, base: undefined } as unknown as GenerateRequest;
     await assert.rejects(collect(supervisor.generate(baseless)), named('generate: missing field base'));
-    const { metrics } = await supervisor.trainStep(rl);
+    const { metrics } = await supervisor.request('train_step', rl);
     assert.equal(metrics.learning_rate, 1e-3);
     assert.ok(metrics.grad_norm > 0, JSON.stringify(metrics));
-    assert.equal((await supervisor.dropAdapter({ adapter: 'learner' })).dropped, true);
+    assert.equal((await supervisor.request('drop_adapter', { adapter: 'learner' })).dropped, true);
   });
 
   test('stops politely: closing stdin lets the engine exit by itself', async () => {
@@ -313,7 +313,7 @@ describe('supervisor and client against the real engine', () => {
     // Not `code 0`: the engine's own teardown sometimes aborts (torch threads at interpreter exit).
     // What the supervisor owns is that it asked, by closing stdin, rather than killing.
     assert.notEqual(supervisor.health().lastExit?.signal, 'SIGKILL', logger.lines.slice(-20).join('\n'));
-    await assert.rejects(supervisor.stats(), (error: unknown) => error instanceof EngineError && error.code === 'engine_unavailable');
+    await assert.rejects(supervisor.request('stats', {}), (error: unknown) => error instanceof EngineError && error.code === 'engine_unavailable');
   });
 });
 
@@ -323,7 +323,7 @@ describe('client over TCP against the real engine', () => {
     try {
       const client = await EngineClient.connect('127.0.0.1', engine.port);
       assert.equal(typeof (await client.ready).matmul_gflops, 'number');
-      assert.deepEqual((await client.stats()).bases, []);
+      assert.deepEqual((await client.request('stats', {})).bases, []);
       client.close();
     } finally {
       await engine.kill();

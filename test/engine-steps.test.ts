@@ -50,7 +50,7 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     engine = new EngineSupervisor({ logger, python, args: ['--threads', '1'], readyTimeoutMs: 60_000 });
     engine.start();
     await engine.waitUntilReady();
-    vocab = (await engine.loadBase({ base: 'tiny', path: modelDir })).vocab_size;
+    vocab = (await engine.request('load_base', { base: 'tiny', path: modelDir })).vocab_size;
   });
 
   after(async () => {
@@ -59,10 +59,10 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
   });
 
   const fb = (adapter: string, backward: boolean, over: Partial<ForwardBackwardRequest> = {}) =>
-    engine.forwardBackward({ base: 'tiny', adapter, loss: 'cross_entropy', loss_config: {}, backward, rows, ...over });
+    engine.request('forward_backward', { base: 'tiny', adapter, loss: 'cross_entropy', loss_config: {}, backward, rows, ...over });
 
   test('cross_entropy steps lower the summed loss; forward-only changes nothing', async () => {
-    await engine.ensureAdapter({ base: 'tiny', adapter: 'sft', init });
+    await engine.request('ensure_adapter', { base: 'tiny', adapter: 'sft', init });
     const first = await fb('sft', false);
     assert.equal(first.outputs.length, rows.length);
     rows.forEach((row, i) => assert.equal(first.outputs[i].logprobs.length, row.tokens.length));
@@ -73,7 +73,7 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     let last = first.loss;
     for (let step = 1; step <= 4; step++) {
       last = (await fb('sft', true)).loss;
-      assert.equal((await engine.optimStep({ base: 'tiny', adapter: 'sft', adam })).step, step);
+      assert.equal((await engine.request('optim_step', { base: 'tiny', adapter: 'sft', adam })).step, step);
     }
     const after = (await fb('sft', false)).loss;
     assert.ok(after < first.loss * 0.9, `loss ${first.loss} -> ${after}`);
@@ -81,30 +81,30 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
   });
 
   test('save_state and load_state round-trip weights, moments and step', async () => {
-    await engine.ensureAdapter({ base: 'tiny', adapter: 'a', init: { ...init, seed: 5 } });
+    await engine.request('ensure_adapter', { base: 'tiny', adapter: 'a', init: { ...init, seed: 5 } });
     await fb('a', true);
-    await engine.optimStep({ base: 'tiny', adapter: 'a', adam });
+    await engine.request('optim_step', { base: 'tiny', adapter: 'a', adam });
     const folder = join(scratch, 'state-a');
-    const saved = await engine.saveState({ adapter: 'a', path: folder });
+    const saved = await engine.request('save_state', { adapter: 'a', path: folder });
     assert.deepEqual([...saved.files].sort(), ['adapter_config.json', 'adapter_model.safetensors', 'optimizer.pt', 'training_state.json']);
     const atSave = await fb('a', false);
     await fb('a', true);
-    const continued = await engine.optimStep({ base: 'tiny', adapter: 'a', adam });
+    const continued = await engine.request('optim_step', { base: 'tiny', adapter: 'a', adam });
     const afterContinued = await fb('a', false);
 
-    assert.equal((await engine.loadState({ base: 'tiny', adapter: 'b', path: folder })).step, 1);
+    assert.equal((await engine.request('load_state', { base: 'tiny', adapter: 'b', path: folder })).step, 1);
     assert.deepEqual((await fb('b', false)).outputs, atSave.outputs);
     await fb('b', true);
-    const replayed = await engine.optimStep({ base: 'tiny', adapter: 'b', adam });
+    const replayed = await engine.request('optim_step', { base: 'tiny', adapter: 'b', adam });
     assert.deepEqual([replayed.step, replayed.metrics], [continued.step, continued.metrics]);
     assert.deepEqual((await fb('b', false)).outputs, afterContinued.outputs);
 
-    assert.equal((await engine.loadState({ base: 'tiny', adapter: 'a', path: folder })).step, 1);
+    assert.equal((await engine.request('load_state', { base: 'tiny', adapter: 'a', path: folder })).step, 1);
     assert.deepEqual((await fb('a', false)).outputs, atSave.outputs, 'loading replaces a resident adapter');
   });
 
   test('the trainer scores sampled tokens as the sampler did', async () => {
-    await engine.ensureAdapter({ base: 'tiny', adapter: 'rl', init });
+    await engine.request('ensure_adapter', { base: 'tiny', adapter: 'rl', init });
     const prompt = rows[0].tokens.slice(0, 5);
     const sampled: number[] = [];
     const logprobs: number[] = [];
@@ -123,11 +123,11 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
       logprobs: [...Array(prompt.length - 1).fill(0), ...logprobs],
       advantages: Array(T).fill(1),
     };
-    const out = await engine.forwardBackward({ base: 'tiny', adapter: 'rl', loss: 'importance_sampling', loss_config: {}, backward: true, rows: [row] });
+    const out = await engine.request('forward_backward', { base: 'tiny', adapter: 'rl', loss: 'importance_sampling', loss_config: {}, backward: true, rows: [row] });
     const trainer = out.outputs[0].logprobs.slice(prompt.length - 1);
     const gap = Math.max(...trainer.map((lp, i) => Math.abs(lp - logprobs[i])));
     assert.ok(gap < 1e-4, `trainer vs sampler logprobs differ by ${gap}`);
-    assert.equal((await engine.optimStep({ base: 'tiny', adapter: 'rl', adam })).step, 1);
+    assert.equal((await engine.request('optim_step', { base: 'tiny', adapter: 'rl', adam })).step, 1);
   });
 
   test('bad input is an error reply', async () => {
@@ -142,8 +142,8 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     ];
     for (const [over, expected, pattern] of cases) await assert.rejects(fb('sft', false, over), code(expected, pattern));
     const { eps: _eps, ...noEps } = adam;
-    await assert.rejects(engine.optimStep({ base: 'tiny', adapter: 'sft', adam: noEps as AdamParams }), code('bad_request', /missing field adam\.eps/));
-    await assert.rejects(engine.loadState({ base: 'tiny', adapter: 'x', path: join(scratch, 'missing') }), code('not_found', /missing/));
-    assert.deepEqual((await engine.stats()).bases, ['tiny']);
+    await assert.rejects(engine.request('optim_step', { base: 'tiny', adapter: 'sft', adam: noEps as AdamParams }), code('bad_request', /missing field adam\.eps/));
+    await assert.rejects(engine.request('load_state', { base: 'tiny', adapter: 'x', path: join(scratch, 'missing') }), code('not_found', /missing/));
+    assert.deepEqual((await engine.request('stats', {})).bases, ['tiny']);
   });
 });

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { tokenizeTrajectory } from '../src/chat/trajectory-tokens.ts';
 import { trainingRenderer } from '../src/chat/training-render.ts';
-import { servingAdapterKey } from '../src/services/base-model-runtime.ts';
+import { servingAdapterKey } from '../src/engine/adapter-keys.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 
@@ -34,7 +34,7 @@ describe('sampler vs trainer logprobs', () => {
     for (const seed of [11, 12, 13]) {
       const sampled = await sampleGroup(e2e, 'local/agree/m:step1', 'Describe the weather.', 1, () => 0, seed);
       const [sequence] = tokenizeTrajectory(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, null, null), sampled.trajectories[0], { allowTrainingWithoutLogprobs: false });
-      const forward = await services.runtime.trainer().forward({
+      const forward = await services.runtime.trainer().request('forward', {
         base: base.id,
         adapter: servingAdapterKey(checkpoint.id),
         adapter_path: checkpoint.adapterPath!,

@@ -5,6 +5,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
+import { silentLogger } from '../src/engine/logger.ts';
+import { findEnginePython } from '../src/engine/python.ts';
+import { announcedSupport } from '../src/engine/roles.ts';
+import { EngineSupervisor } from '../src/engine/supervisor.ts';
 import { newId } from '../src/ids.ts';
 import { ModelRepository } from '../src/store/model-repository.ts';
 import { backends } from './helpers/database.ts';
@@ -183,7 +187,7 @@ for (const backend of backends()) {
       const folder = t.services.models.modelFolder(model.id);
       fs.mkdirSync(path.join(folder, 'checkpoints', '1'), { recursive: true });
       fs.writeFileSync(path.join(folder, 'checkpoints', '1', 'adapter_model.safetensors'), 'x');
-      const logged = await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ trajectories: [{ messages_and_choices: [], reward: 1 }] }] });
+      const logged = await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'hi' }], reward: 1 }] }] });
       assert.equal(logged.status, 200);
 
       // As openai-python (ART's client) sends it: a JSON content type and no body.
@@ -267,6 +271,8 @@ describe('body limits', () => {
 
 describe('base models a model is created on', () => {
   let t: TestApp;
+  /** The real engine: what it announces it runs is what creation checks (it loads none of these folders). */
+  let engine: EngineSupervisor;
   const folderWith = (config: Record<string, unknown>) => {
     const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'arch-'));
     fs.writeFileSync(path.join(folder, 'config.json'), JSON.stringify(config));
@@ -283,10 +289,14 @@ describe('base models a model is created on', () => {
   };
   before(async () => {
     const setting = Object.entries(BASES).map(([id, config]) => `${id}=${folderWith(config)}`).join(',');
-    t = await startTestApp(backends()[0], { env: { BASE_MODELS: setting } });
+    engine = new EngineSupervisor({ logger: silentLogger, python: process.env.ENGINE_PYTHON || (await findEnginePython()), args: ['--threads', '1'] });
+    engine.start();
+    const engines = { sampler: engine, trainer: engine, support: announcedSupport(engine) };
+    t = await startTestApp(backends()[0], { env: { BASE_MODELS: setting }, engines });
   });
   after(async () => {
     await t.close();
+    await engine.stop();
   });
   const create = (base: string) => t.call('POST', '/v1/preview/models', { project: 'p', name: base.replace('/', '-'), base_model: base });
 

@@ -72,7 +72,7 @@ describe('an adapter from our checkpoint under PEFT on transformers', () => {
       rows.push([...completion.body.prompt_token_ids, ...completion.body.choices[0].token_ids]);
     }
     const engine = e2e.server.services.runtime.sampler();
-    ours = (await engine.forward({ base: BASE, adapter: 'peft-check', adapter_path: adapterFolder, rows: rows.map((tokens) => ({ tokens })) })).logprobs;
+    ours = (await engine.request('forward', { base: BASE, adapter: 'peft-check', adapter_path: adapterFolder, rows: rows.map((tokens) => ({ tokens })) })).logprobs;
     const conversion = JSON.parse(readFileSync(path.join(SMOLLM2_BASE_MODEL.path, 'conversion.json'), 'utf8')) as { source: string };
     expected = await reference({ gguf: path.join(repoRoot, 'models', '.cache', conversion.source), adapter: adapterFolder, rows });
   });

@@ -34,12 +34,12 @@ describe('engines over TCP with a shared secret', () => {
     assert.equal(wrong.closed, true);
 
     const anonymous = await EngineClient.connect('127.0.0.1', trainer!.port);
-    await assert.rejects(anonymous.stats(), (error: unknown) => error instanceof EngineError && error.code === 'unauthorized');
+    await assert.rejects(anonymous.request('stats', {}), (error: unknown) => error instanceof EngineError && error.code === 'unauthorized');
     await assert.rejects(anonymous.ready);
 
     const right = await EngineClient.connect('127.0.0.1', trainer!.port, { secret: SECRET });
     assert.equal((await right.ready).event, 'ready');
-    assert.deepEqual((await right.stats()).bases, []);
+    assert.deepEqual((await right.request('stats', {})).bases, []);
     right.close();
   });
 

@@ -5,6 +5,12 @@ import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, waitForJob } from './helpers/rollouts.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 
+/**
+ * How long a job may take to end. A bound on waiting, not on speed (no test here measures speed): on a machine shared
+ * with other work the engine's first job, which also loads the base model, took over a minute.
+ */
+const JOB_WAIT_MS = 600_000;
+
 const line = (question: string, answer: string) =>
   JSON.stringify({
     messages: [
@@ -32,7 +38,7 @@ describe('SFT jobs', () => {
     assert.equal(artifact.url, 'wandb-artifact:///local/sft/art-shape:v0');
     const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: 1e-3 } });
     assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-    const job = await waitForJob(e2e, submitted.body.id);
+    const job = await waitForJob(e2e, submitted.body.id, JOB_WAIT_MS);
     assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
     assert.equal(job.type, 'sft');
     assert.equal(job.checkpoint_step, 1);
@@ -47,7 +53,7 @@ describe('SFT jobs', () => {
   test('a malformed line fails the job with the file and line number', async () => {
     const artifact = await uploadArtifact(e2e, 'local/sft/broken', { 'train.jsonl': `${line('a', 'b')}\n${line('c', 'd')}\n{"messages": [oops\n` });
     const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 1 } });
-    const job = await waitForJob(e2e, submitted.body.id);
+    const job = await waitForJob(e2e, submitted.body.id, JOB_WAIT_MS);
     assert.equal(job.status, 'FAILED');
     assert.match(job.error.message, /train\.jsonl line 3/);
     const events = await allEvents(e2e, submitted.body.id);
@@ -59,7 +65,7 @@ describe('SFT jobs', () => {
     const deep = `{"messages":[{"role":"user","content":"hi","extra":${'['.repeat(5000)}${']'.repeat(5000)}}]}`;
     const artifact = await uploadArtifact(e2e, 'local/sft/deep', { 'train.jsonl': `${line('a', 'b')}\n${deep}\n` });
     const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 1 } });
-    const job = await waitForJob(e2e, submitted.body.id);
+    const job = await waitForJob(e2e, submitted.body.id, JOB_WAIT_MS);
     assert.equal(job.status, 'FAILED');
     assert.match(job.error.message, /train\.jsonl line 2: nests objects and arrays deeper than 64 levels/);
   });
@@ -71,7 +77,7 @@ describe('SFT jobs', () => {
     const run = async (metricLogging: unknown) => {
       const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, metric_logging: metricLogging } });
       assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-      const job = await waitForJob(e2e, submitted.body.id);
+      const job = await waitForJob(e2e, submitted.body.id, JOB_WAIT_MS);
       assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
       return job.checkpoint_step as number;
     };
@@ -114,7 +120,7 @@ describe('SFT jobs', () => {
     // ART's linear schedule (train_sft_from_file) ends on a learning rate of 0.
     const right = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: [1e-3, 0] } });
     assert.equal(right.status, 200);
-    assert.equal((await waitForJob(e2e, right.body.id)).status, 'COMPLETED');
+    assert.equal((await waitForJob(e2e, right.body.id, JOB_WAIT_MS)).status, 'COMPLETED');
 
     for (const url of ['wandb-artifact:///local/sft/nothing:v0', 'wandb-artifact:///local/sft/sched:v9', 'https://example.com/data.jsonl', 'wandb-artifact:///other-team/sft/sched:latest']) {
       const response = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: url });

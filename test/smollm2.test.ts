@@ -73,7 +73,7 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
     e2e = await startE2eServer({ env: { BASE_MODELS: `${BASE}=${SMOLLM2_BASE_MODEL.path}` } });
     const started = Date.now();
     base = await e2e.server.services.runtime.load(BASE);
-    const stats = await e2e.server.services.runtime.sampler().stats();
+    const stats = await e2e.server.services.runtime.sampler().request('stats', {});
     console.log(`# SmolLM2 load: ${((Date.now() - started) / 1000).toFixed(1)}s, engine RSS ${(stats.rss_bytes / 2 ** 20).toFixed(0)} MiB`);
 
     completion = (
@@ -91,7 +91,7 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
     const textIds = TEXTS.map((text) => base.tokenizer.encode(text));
     const chatText = CHATS.map((messages) => renderChat({ template: base.template!, messages, addGenerationPrompt: true }));
     const rows = [[...completion.prompt_token_ids, ...completion.choices[0].token_ids], base.tokenizer.encode(LONG_TEXT), base.tokenizer.encode(chatText[1])];
-    const forward = await e2e.server.services.runtime.sampler().forward({ base: BASE, adapter: null, rows: rows.map((tokens) => ({ tokens })) });
+    const forward = await e2e.server.services.runtime.sampler().request('forward', { base: BASE, adapter: null, rows: rows.map((tokens) => ({ tokens })) });
     ours = { textIds, chatText, rows, logprobs: forward.logprobs };
     expected = await reference({ gguf, texts: TEXTS, chats: CHATS, rows, top: 5 });
   });

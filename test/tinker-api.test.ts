@@ -13,6 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
+import { tinkerAdapterKey } from '../src/engine/adapter-keys.ts';
 import { RESTART_FAILURE } from '../src/services/tinker/futures.ts';
 import { newId } from '../src/ids.ts';
 import { openStore } from '../src/store/db.ts';
@@ -182,7 +183,7 @@ for (const backend of backends()) {
       const principal = await e2e.server.services.auth.authenticate(`Bearer ${e2e.key}`);
       const { model } = await e2e.server.services.tinker.models.owned(principal, tinkerId);
       // What an engine restart or an LRU eviction does to the trainer's copy.
-      await e2e.server.services.runtime.trainer().dropAdapter({ adapter: `tinker:${model.id}` });
+      await e2e.server.services.runtime.trainer().request('drop_adapter', { adapter: tinkerAdapterKey(model.id) });
       const lost = await step();
       assert.equal(lost.category, 'user');
       assert.match(lost.error, /lost this training client's state/);

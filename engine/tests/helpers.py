@@ -19,7 +19,7 @@ from engine import wire
 from engine.lora import SUPPORTED_TARGETS, LoraConfig
 from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint
 from engine.sampling import SamplingParams
-from engine.train import LossConfig, OptimizerConfig, Row
+from engine.train import AdamW, LossConfig, Row
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -49,8 +49,9 @@ def loss_config(**over) -> LossConfig:
     return wire.parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", loss_config=over)).loss_config
 
 
-def optimizer(loss: str, **over) -> OptimizerConfig:
-    return OptimizerConfig(**{**OPTIMIZER[loss], **over, "betas": tuple(over.get("betas", OPTIMIZER[loss]["betas"]))})
+def optimizer(loss: str, **over) -> AdamW:
+    """The optimizer a train_step request with these overrides of its `optimizer` parses to."""
+    return wire.parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1]}], "sft", optimizer={**OPTIMIZER[loss], **over})).optimizer
 
 
 def lora(**over) -> LoraConfig:

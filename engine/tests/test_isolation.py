@@ -23,7 +23,7 @@ from engine.model import ForwardContext
 from engine.tests.helpers import EngineProcess, generate_request, lora, make_checkpoint, optimizer, parse_rows
 from engine.tests.test_generate import EOS, Run
 from engine.tests.test_lora import randomize
-from engine.train import TrainingDiverged, train_step
+from engine.train import AdamW, TrainingDiverged, train_step
 
 DOWN0 = "model.layers.0.mlp.down_proj"
 BAD_VALUES = (float("nan"), float("inf"), 1e38)
@@ -220,13 +220,13 @@ class TestDivergence(unittest.TestCase):
         a = L.new_adapter("a", "b", self.args, lora(seed=2), "cpu")
         row = steps.StepRow(tokens_T=torch.tensor([1, 5, 9]), target_tokens_T=torch.tensor([5, 9, 13]),
                             weights_T=torch.ones(3), sampler_logprobs_T=None, advantages_T=None)
-        adam = steps.AdamParams(learning_rate=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, grad_clip_norm=0.0)
+        adam = AdamW(learning_rate=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, grad_clip_norm=0.0)
         steps.forward_backward(self.model, a, "cross_entropy", {}, [row], True)
         steps.optim_step(a, adam)
         snap = self.snapshot(a)
         steps.forward_backward(self.model, a, "cross_entropy", {}, [row], True)
         with self.assertRaisesRegex(TrainingDiverged, "training diverged"):
-            steps.optim_step(a, steps.AdamParams(**{**adam.__dict__, "learning_rate": 1e30}))
+            steps.optim_step(a, AdamW(**{**adam.__dict__, "learning_rate": 1e30}))
         self.assertUnchanged(a, snap)  # the gradient it could not apply is discarded too
         steps.forward_backward(self.model, a, "cross_entropy", {}, [row], True)
         grads = [None if p.grad is None else p.grad.clone() for p in a.parameters()]

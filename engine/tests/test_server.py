@@ -13,6 +13,7 @@ import unittest
 
 import torch
 
+from engine.lora import SUPPORTED_TARGETS
 from engine.model import ModelArgs
 from engine.server import Limits
 from engine.tests.helpers import INIT, REPO, EngineProcess, make_checkpoint, train_request
@@ -50,6 +51,12 @@ class TestServer(unittest.TestCase):
         r = self.e.ready
         self.assertEqual((r["id"], r["event"], r["device"], r["dtype"]), (None, "ready", "cpu", "float32"))
         self.assertGreater(r["matmul_gflops"], 0)
+        # What it runs, announced from its own tables (the server validates against this, never a copy).
+        self.assertIn("LlamaForCausalLM", r["supports"]["architectures"])
+        self.assertEqual(r["supports"]["lora_targets"], list(SUPPORTED_TARGETS))
+        self.assertEqual(r["supports"]["losses"]["train_step"], ["rl", "sft"])
+        self.assertIn("gspo", r["supports"]["losses"]["forward_backward"])
+        self.assertEqual(r["supports"]["dtypes"], ["float32", "bfloat16", "float16"])
         again = self.call({"id": "l2", "op": "load_base", "base": "b", "path": self.model_path})
         self.assertEqual((again["vocab_size"], again["context_length"], again["eos_token_ids"]), (101, 256, [2]))
         self.assertGreater(again["num_parameters"], 0)

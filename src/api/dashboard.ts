@@ -5,6 +5,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { toTrainingJob, TrainingJob, type JobRow, type JobStatus } from './training-jobs.ts';
 import { TrainedTokens } from './trained-tokens.ts';
+import { servedModelName } from './model-name.ts';
 
 const Json = Type.Record(Type.String(), Type.Unknown());
 const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
@@ -28,7 +29,7 @@ export const ModelSummary = Type.Object({
   base_model: Type.String(),
   run_id: Type.String(),
   created_at: Type.String(),
-  /** `entity/project/name`: the chat completions model name (add `:stepN` for a checkpoint). */
+  /** The model's served name, `entity/project/name` (model-name.ts; its `:stepN` form names a checkpoint). */
   inference_name: Type.String(),
   latest_step: Type.Union([Type.Integer(), Type.Null()]),
   checkpoint_count: Type.Integer(),
@@ -54,7 +55,7 @@ export function toModelSummary(row: ModelSummaryRow, rewards: LatestRewards): Mo
     base_model: row.base_model,
     run_id: row.run_id,
     created_at: row.created_at,
-    inference_name: `${row.entity_name}/${row.project}/${row.name}`,
+    inference_name: servedModelName({ entity: row.entity_name, project: row.project, name: row.name }),
     latest_step: row.latest_step,
     checkpoint_count: row.checkpoint_count,
     last_reward: rewards.last,

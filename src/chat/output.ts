@@ -9,26 +9,10 @@ import type { ChatTokenizer } from './tokenizer.ts';
 import { partialMarkerLength } from './tool-calls/format.ts';
 import type { ToolCallFormat } from './tool-calls/index.ts';
 import type { TopLogprob } from '../engine/protocol.ts';
+import type { ChatDelta, ChatLogprob, ChatToolCall } from '../api/chat.ts';
 
-export interface LogprobEntry {
-  token: string;
-  logprob: number;
-  bytes: number[] | null;
-  top_logprobs: { token: string; logprob: number; bytes: number[] | null }[];
-}
-
-export interface ToolCallDelta {
-  index: number;
-  id: string;
-  type: 'function';
-  function: { name: string; arguments: string };
-}
-
-export interface OutputDelta {
-  content?: string;
-  reasoning?: string;
-  tool_calls?: ToolCallDelta[];
-}
+/** What one step of the output makes visible: a stream chunk's delta without its role. */
+export type OutputDelta = Omit<ChatDelta, 'role'>;
 
 export interface OutputOptions {
   tokenizer: ChatTokenizer;
@@ -50,7 +34,7 @@ const LOGPROB_FLOOR = -9999;
 
 export class ChoiceOutput {
   readonly tokenIds: number[] = [];
-  readonly logprobEntries: LogprobEntry[] = [];
+  readonly logprobEntries: ChatLogprob[] = [];
   finishReason: 'stop' | 'length' | 'tool_calls' | 'repetition' | null = null;
   stopReason: string | number | null = null;
 
@@ -64,7 +48,7 @@ export class ChoiceOutput {
   private phase: 'start' | 'reasoning' | 'content' | 'tools' = 'start';
   private parsed = 0;
   private toolText = '';
-  private readonly toolCalls: ToolCallDelta[] = [];
+  private readonly toolCalls: ChatToolCall[] = [];
   private content = '';
   private reasoning = '';
   /** Just past the reasoning block: the newlines that follow are the template's blank line, not content. */
@@ -87,8 +71,8 @@ export class ChoiceOutput {
   }
 
   /** Feeds tokens (with logprobs when requested); answers what became visible. Ignores tokens after a stop. */
-  push(tokens: number[], logprobs?: (number | null)[], tops?: TopLogprob[][]): { delta: OutputDelta; logprobs: LogprobEntry[] } {
-    const entries: LogprobEntry[] = [];
+  push(tokens: number[], logprobs?: (number | null)[], tops?: TopLogprob[][]): { delta: OutputDelta; logprobs: ChatLogprob[] } {
+    const entries: ChatLogprob[] = [];
     for (const [position, id] of tokens.entries()) {
       if (this.stopped) break;
       this.tokenIds.push(id);
@@ -119,7 +103,7 @@ export class ChoiceOutput {
   }
 
   /** The whole message, as a non-streaming response reports it. */
-  message(): { content: string | null; reasoning: string | null; tool_calls: ToolCallDelta[] } {
+  message(): { content: string | null; reasoning: string | null; tool_calls: ChatToolCall[] } {
     const hasCalls = this.toolCalls.length > 0;
     return {
       content: hasCalls && this.content.trim() === '' ? null : this.content,
@@ -128,7 +112,7 @@ export class ChoiceOutput {
     };
   }
 
-  private logprobEntry(id: number, logprob: number | null, top: TopLogprob[]): LogprobEntry {
+  private logprobEntry(id: number, logprob: number | null, top: TopLogprob[]): ChatLogprob {
     const { tokenizer, logprobs } = this.options;
     const describe = (tokenId: number, value: number | null) => {
       const bytes = tokenizer.tokenBytes(tokenId);
@@ -265,12 +249,12 @@ export class ChoiceOutput {
   }
 
   /** Emits each call once the format sees it whole; at the end, what is not a call becomes content. */
-  private takeToolCalls(final: boolean, addContent: (text: string) => void): ToolCallDelta[] {
+  private takeToolCalls(final: boolean, addContent: (text: string) => void): ChatToolCall[] {
     const taken = this.options.toolFormat.take(this.toolText, final);
     this.toolText = taken.rest;
     addContent(taken.content);
     return taken.calls.map((parsed) => {
-      const call: ToolCallDelta = { index: this.toolCalls.length, id: this.options.toolFormat.callId(), type: 'function', function: parsed };
+      const call: ChatToolCall = { index: this.toolCalls.length, id: this.options.toolFormat.callId(), type: 'function', function: parsed };
       this.toolCalls.push(call);
       return call;
     });

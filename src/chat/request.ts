@@ -1,15 +1,17 @@
 /**
- * A chat completion request → the plan the service executes, applying vLLM's validation rules and
- * messages (400 with the offending `param`). Checks that need the model (vocabulary, context length)
- * are in the chat service.
+ * A chat completion request, read and checked before its model is known: vLLM's validation rules and
+ * messages (400 with the offending `param`), into a `ChatRequest` that keeps what the request left unset
+ * as null. Checks and defaults that need the model (vocabulary, context length, generation_config.json)
+ * belong to the plan (plan.ts).
  */
-import { AppError } from '../errors.ts';
+import { badRequest } from '../errors.ts';
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { ConstraintRequestError } from '../constraints/constraint-error.ts';
 import { requestedConstraint, type RequestedConstraint } from '../constraints/request.ts';
 import { jsonSizeProblem } from '../constraints/limits.ts';
 import { contentPartProblem } from './messages.ts';
 import { boundText, SAMPLING_BOUNDS, withinBound, type SamplingBoundName } from '../engine/bounds.ts';
+import { GENERATE_DEFAULTS } from '../engine/protocol.ts';
 
 export const MAX_LOGPROBS = 20;
 /** Nesting of the data a chat template renders; deeper data would overflow the renderer's stack. */
@@ -25,13 +27,14 @@ export function checkTemplateData(fields: Record<string, unknown>): void {
 
 export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
 
-export interface SamplingPlan {
+/** The request's own sampling parameters; null where it left one to the model or the engine defaults (sampling.ts). */
+export interface RequestedSampling {
   temperature: number | null;
   top_p: number | null;
   top_k: number | null;
   min_p: number | null;
-  presence_penalty: number;
-  frequency_penalty: number;
+  presence_penalty: number | null;
+  frequency_penalty: number | null;
   repetition_penalty: number | null;
   seed: number | null;
   min_tokens: number;
@@ -41,7 +44,8 @@ export interface SamplingPlan {
   allowed_token_ids: number[] | null;
 }
 
-export interface ChatPlan {
+/** What the request asks for, checked; the plan (plan.ts) adds what the model decides. */
+export interface ChatRequest {
   modelName: string | null;
   messages: Record<string, unknown>[];
   tools: Record<string, unknown>[] | null;
@@ -49,7 +53,7 @@ export interface ChatPlan {
   includeUsage: boolean;
   continuousUsage: boolean;
   n: number;
-  sampling: SamplingPlan;
+  sampling: RequestedSampling;
   badWords: string[];
   stop: string[];
   includeStopStr: boolean;
@@ -75,10 +79,6 @@ export interface ChatPlan {
   truncatePromptTokens: number | null;
   repetitionDetection: { minPatternSize: number; maxPatternSize: number; minCount: number } | null;
   requestId: string | null;
-}
-
-export function badRequest(message: string, param: string | null = null): AppError {
-  return new AppError('bad_request', message, param === null ? [] : [{ loc: ['body', param], msg: message, type: 'value_error' }]);
 }
 
 const isTruthyObject = (value: unknown) => value !== null && typeof value === 'object' && Object.keys(value).length > 0;
@@ -127,7 +127,7 @@ function checkContentParts(messages: Record<string, unknown>[]): void {
   });
 }
 
-export interface PlanOptions {
+export interface ParseOptions {
   logprobsByDefault: boolean;
   requestIdHeader: string | undefined;
   /** Whether the operator lets requests bring their own `chat_template` (user code the server would run). */
@@ -135,7 +135,7 @@ export interface PlanOptions {
 }
 
 /** Features this server refuses outright, and request shapes vLLM refuses before looking at anything else. */
-function checkRefused(body: ChatCompletionBody, options: PlanOptions): void {
+function checkRefused(body: ChatCompletionBody, options: ParseOptions): void {
   if (typeof body.chat_template === 'string' && !options.requestTemplatesAllowed) {
     throw badRequest(
       'chat_template: this server does not run chat templates sent with a request, because a template is code; send none to use the model\'s own, or ask the operator to start the server with TRUST_REQUEST_CHAT_TEMPLATE=on',
@@ -154,7 +154,7 @@ function checkRefused(body: ChatCompletionBody, options: PlanOptions): void {
 }
 
 /** Sampled and prompt logprobs: how many, in which token format; ART trains only on choices that carry them. */
-function logprobsPlan(body: ChatCompletionBody, options: PlanOptions): Pick<ChatPlan, 'logprobs' | 'promptLogprobs'> {
+function logprobsPlan(body: ChatCompletionBody, options: ParseOptions): Pick<ChatRequest, 'logprobs' | 'promptLogprobs'> {
   const promptLogprobs = body.prompt_logprobs ?? null;
   if (promptLogprobs !== null) {
     if (body.stream && (promptLogprobs > 0 || promptLogprobs === -1)) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
@@ -172,7 +172,7 @@ function logprobsPlan(body: ChatCompletionBody, options: PlanOptions): Pick<Chat
   return { logprobs: logprobsOn ? { top: topLogprobs, asTokenIds } : null, promptLogprobs: promptLogprobs ?? (body.echo ? topLogprobs : null) };
 }
 
-function toolsPlan(body: ChatCompletionBody): Pick<ChatPlan, 'toolChoice' | 'parallelToolCalls' | 'constraint'> {
+function toolsPlan(body: ChatCompletionBody): Pick<ChatRequest, 'toolChoice' | 'parallelToolCalls' | 'constraint'> {
   const toolChoice = parseToolChoice(body);
   const parallelToolCalls = body.parallel_tool_calls ?? true;
   try {
@@ -193,15 +193,15 @@ function checkPromptOptions(body: ChatCompletionBody): void {
 
 /** n, temperature, penalties and the truncations of the distribution, in vLLM's ranges. */
 function distributionPlan(body: ChatCompletionBody) {
-  const n = body.n ?? 1;
+  const n = body.n ?? GENERATE_DEFAULTS.n;
   checkBound('n', n);
   const temperature = body.temperature ?? null;
   if (temperature !== null) checkBound('temperature', temperature);
   if (n > 1 && temperature !== null && temperature < 1e-5) throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
-  const presence = body.presence_penalty ?? 0;
-  const frequency = body.frequency_penalty ?? 0;
-  checkBound('presence_penalty', presence);
-  checkBound('frequency_penalty', frequency);
+  const presence = body.presence_penalty ?? null;
+  const frequency = body.frequency_penalty ?? null;
+  if (presence !== null) checkBound('presence_penalty', presence);
+  if (frequency !== null) checkBound('frequency_penalty', frequency);
   const repetition = body.repetition_penalty ?? null;
   if (repetition !== null) checkBound('repetition_penalty', repetition);
   const topP = body.top_p ?? null;
@@ -214,11 +214,11 @@ function distributionPlan(body: ChatCompletionBody) {
   return { n, temperature, top_p: topP, top_k: topK === 0 ? -1 : topK, min_p: minP, presence_penalty: presence, frequency_penalty: frequency, repetition_penalty: repetition };
 }
 
-function tokenLimits(body: ChatCompletionBody): Pick<ChatPlan, 'requestedMaxTokens' | 'maxTokensParam'> & { minTokens: number } {
+function tokenLimits(body: ChatCompletionBody): Pick<ChatRequest, 'requestedMaxTokens' | 'maxTokensParam'> & { minTokens: number } {
   const maxTokensParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
   const requestedMaxTokens = body.max_completion_tokens ?? body.max_tokens ?? null;
   if (requestedMaxTokens !== null) checkRange(requestedMaxTokens >= 1, `max_tokens must be at least 1, got ${requestedMaxTokens}.`, maxTokensParam);
-  const minTokens = body.min_tokens ?? 0;
+  const minTokens = body.min_tokens ?? GENERATE_DEFAULTS.min_tokens;
   checkRange(minTokens >= 0, `min_tokens must be greater than or equal to 0, got ${minTokens}.`, 'min_tokens');
   if (requestedMaxTokens !== null) checkRange(minTokens <= requestedMaxTokens, `min_tokens must be less than or equal to max_tokens=${requestedMaxTokens}, got ${minTokens}.`, 'min_tokens');
   return { requestedMaxTokens, maxTokensParam, minTokens };
@@ -240,7 +240,7 @@ function tokenRules(body: ChatCompletionBody) {
   return { stop, badWords, logitBias, allowed };
 }
 
-function repetitionDetectionPlan(body: ChatCompletionBody): ChatPlan['repetitionDetection'] {
+function repetitionDetectionPlan(body: ChatCompletionBody): ChatRequest['repetitionDetection'] {
   const detection = body.repetition_detection ?? null;
   if (!detection) return null;
   const minPatternSize = detection.min_pattern_size ?? 0;
@@ -258,19 +258,20 @@ function samplingPlan(body: ChatCompletionBody) {
   const { stop, badWords, logitBias, allowed } = tokenRules(body);
   const repetitionDetection = repetitionDetectionPlan(body);
   const seed = body.seed === undefined || body.seed === null || body.seed === -1 ? null : body.seed;
-  const sampling: SamplingPlan = {
+  const sampling: RequestedSampling = {
     ...distribution,
     seed,
     min_tokens: limits.minTokens,
-    ignore_eos: body.ignore_eos ?? false,
-    stop_token_ids: body.stop_token_ids ?? [],
+    ignore_eos: body.ignore_eos ?? GENERATE_DEFAULTS.ignore_eos,
+    stop_token_ids: body.stop_token_ids ?? [...GENERATE_DEFAULTS.stop_token_ids],
     logit_bias: logitBias,
     allowed_token_ids: allowed,
   };
   return { n, sampling, requestedMaxTokens: limits.requestedMaxTokens, maxTokensParam: limits.maxTokensParam, stop, badWords, repetitionDetection };
 }
 
-export function planChat(body: ChatCompletionBody, options: PlanOptions): ChatPlan {
+/** The request checked in vLLM's order, as the plan reads it. */
+export function parseChatRequest(body: ChatCompletionBody, options: ParseOptions): ChatRequest {
   checkRefused(body, options);
   const logprobs = logprobsPlan(body, options);
   const tools = toolsPlan(body);

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { IdentityResponse } from '../api/identity.ts';
 import type { ModelResponse } from '../api/models.ts';
+import { parseServedModelName } from '../api/model-name.ts';
 import type { Config } from '../config.ts';
 import { BOOTSTRAP_KEY_FILE } from '../services/auth-service.ts';
 
@@ -51,10 +52,12 @@ export function serviceClient(config: Config, flags: { url?: string; key?: strin
 
 /** A model id, or a name (`entity/project/name`, or `project/name` of the key's own entity) resolved to one. */
 export async function resolveModelId(client: ServiceClient, idOrName: string): Promise<string> {
-  const parts = idOrName.split('/');
-  if (parts.length === 1) return idOrName;
-  if (parts.length > 3 || parts.some((part) => part === '')) throw new Error(`${idOrName}: expected a model id, entity/project/name or project/name`);
-  const [entity, project, name] = parts.length === 3 ? parts : [(await client.json<IdentityResponse>('GET', '/v1/preview/me')).entity, ...parts];
-  const route = `/v1/preview/models/by-name/${[entity, project, name].map(encodeURIComponent).join('/')}`;
+  if (!idOrName.includes('/')) return idOrName;
+  // `project/name` is the served name (api/model-name.ts) with the key's own entity left out; a model, not a checkpoint.
+  const own = async () => (await client.json<IdentityResponse>('GET', '/v1/preview/me')).entity;
+  const full = idOrName.split('/').length === 2 ? `${await own()}/${idOrName}` : idOrName;
+  const parsed = parseServedModelName(full);
+  if (!parsed || parsed.artifact || parsed.step !== null) throw new Error(`${idOrName}: expected a model id, entity/project/name or project/name`);
+  const route = `/v1/preview/models/by-name/${[parsed.entity, parsed.project, parsed.name].map(encodeURIComponent).join('/')}`;
   return (await client.json<ModelResponse>('GET', route)).id;
 }

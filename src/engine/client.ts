@@ -1,6 +1,6 @@
 /**
  * The engine client: one connection (a child's stdio or a TCP socket), many requests in flight,
- * told apart by id. A typed method per op of docs/engine-protocol.md; error replies become
+ * told apart by id. Any op of the table in ops.ts goes through `request`, `generate` streams; error replies become
  * `EngineError`s with the engine's code; a closed connection fails everything still in flight
  * with `engine_exited`. It neither spawns nor restarts anything: that is the supervisor's job.
  */
@@ -10,55 +10,9 @@ import { EngineError } from './errors.ts';
 import { encodeFrame, FrameDecoder, FramingError, parseFrame } from './framing.ts';
 import { type GenerateStream, ReplyStream } from './generate-stream.ts';
 import { type EngineLogger, silentLogger } from './logger.ts';
-import type {
-  CancelReply,
-  CheckConstraintReply,
-  CheckConstraintRequest,
-  DropAdapterReply,
-  DropAdapterRequest,
-  EnsureAdapterReply,
-  EnsureAdapterRequest,
-  ForwardBackwardReply,
-  ForwardBackwardRequest,
-  ForwardReply,
-  ForwardRequest,
-  GenerateEvent,
-  GenerateRequest,
-  LoadBaseReply,
-  LoadBaseRequest,
-  LoadStateReply,
-  LoadStateRequest,
-  OptimStepReply,
-  OptimStepRequest,
-  ReadyEvent,
-  ReplyErrorCode,
-  SaveAdapterReply,
-  SaveAdapterRequest,
-  SaveStateReply,
-  SaveStateRequest,
-  StatsReply,
-  TrainStepReply,
-  TrainStepRequest,
-} from './protocol.ts';
+import type { Engine, OpReply, OpRequest, UnaryOp } from './ops.ts';
+import type { ForwardRequest, GenerateEvent, GenerateRequest, ReadyEvent, ReplyErrorCode } from './protocol.ts';
 import { GENERATE_DEFAULTS } from './protocol.ts';
-
-/** What the rest of the server needs from an engine; the client and the supervisor both provide it. */
-export interface Engine {
-  stats(): Promise<StatsReply>;
-  loadBase(request: LoadBaseRequest): Promise<LoadBaseReply>;
-  /** Compiles a constraint for the base, off the engine's decode loop; a refusal is a `bad_request` naming the problem. */
-  checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply>;
-  ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply>;
-  saveAdapter(request: SaveAdapterRequest): Promise<SaveAdapterReply>;
-  dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply>;
-  generate(request: GenerateRequest): GenerateStream;
-  forward(request: ForwardRequest): Promise<ForwardReply>;
-  trainStep(request: TrainStepRequest): Promise<TrainStepReply>;
-  forwardBackward(request: ForwardBackwardRequest): Promise<ForwardBackwardReply>;
-  optimStep(request: OptimStepRequest): Promise<OptimStepReply>;
-  saveState(request: SaveStateRequest): Promise<SaveStateReply>;
-  loadState(request: LoadStateRequest): Promise<LoadStateReply>;
-}
 
 export interface EngineClientOptions {
   /** Names the other end in error messages, e.g. "the engine (pid 1234)". */
@@ -120,7 +74,7 @@ export class EngineClient implements Engine {
         socket.setNoDelay(true);
         socket.setKeepAlive(true, 30_000); // a dead engine host shows up as a closed connection, then a reconnect
         const client = new EngineClient(socket, socket, { peer: `the engine at ${host}:${port}`, ...options });
-        if (options.secret) void client.request('auth', { secret: options.secret }).catch((error: EngineError) => client.close(error));
+        if (options.secret) void client.send('auth', { secret: options.secret }).catch((error: EngineError) => client.close(error));
         resolve(client);
       });
     });
@@ -139,64 +93,16 @@ export class EngineClient implements Engine {
     else this.closeListeners.push(listener);
   }
 
-  stats(): Promise<StatsReply> {
-    return this.request('stats', {});
-  }
-
-  loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
-    return this.request('load_base', request);
-  }
-
-  checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
-    return this.request('check_constraint', request);
-  }
-
-  ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {
-    return this.request('ensure_adapter', request);
-  }
-
-  saveAdapter(request: SaveAdapterRequest): Promise<SaveAdapterReply> {
-    return this.request('save_adapter', request);
-  }
-
-  dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply> {
-    return this.request('drop_adapter', request);
-  }
-
-  forward(request: ForwardRequest): Promise<ForwardReply> {
-    const rows = request.rows.map((row) => ({ ...row, segment_ids: row.segment_ids ?? row.tokens.map(() => 0) }));
-    return this.request('forward', { ...request, rows });
-  }
-
-  trainStep(request: TrainStepRequest): Promise<TrainStepReply> {
-    return this.request('train_step', request);
-  }
-
-  forwardBackward(request: ForwardBackwardRequest): Promise<ForwardBackwardReply> {
-    return this.request('forward_backward', request);
-  }
-
-  optimStep(request: OptimStepRequest): Promise<OptimStepReply> {
-    return this.request('optim_step', request);
-  }
-
-  saveState(request: SaveStateRequest): Promise<SaveStateReply> {
-    return this.request('save_state', request);
-  }
-
-  loadState(request: LoadStateRequest): Promise<LoadStateReply> {
-    return this.request('load_state', request);
-  }
-
-  /** Asks the engine to stop the generate request `target` (a `ReplyStream.id`). */
-  cancel(target: string): Promise<CancelReply> {
-    return this.request('cancel', { target });
+  /** The one place a wire reply becomes a typed value: the engine is trusted to follow the protocol. */
+  request<O extends UnaryOp>(op: O, body: OpRequest<O>): Promise<OpReply<O>> {
+    const fill = FILLS[op] as ((request: OpRequest<O>) => OpRequest<O>) | undefined;
+    return this.send(op, fill ? fill(body) : body) as Promise<unknown> as Promise<OpReply<O>>;
   }
 
   /** Sends the request at once; the replies wait in the stream until they are read. */
   generate(request: GenerateRequest): ReplyStream {
     const id = `g${++requestCounter}`;
-    const stream = new ReplyStream(id, () => this.cancel(id));
+    const stream = new ReplyStream(id, () => this.request('cancel', { target: id }));
     const frame = this.frame({ ...withGenerateDefaults(request), id, op: 'generate' });
     if (frame instanceof EngineError) {
       stream.fail(frame);
@@ -223,13 +129,13 @@ export class EngineClient implements Engine {
     for (const listener of this.closeListeners.splice(0)) listener(error);
   }
 
-  /** The one place a wire reply becomes a typed value: the engine is trusted to follow the protocol. */
-  private request<R>(op: string, body: object): Promise<R> {
+  /** Any unary frame, `auth` included (the transport's, not an op of the table). */
+  private send(op: string, body: object): Promise<Reply> {
     const id = `r${++requestCounter}`;
     const frame = this.frame({ ...body, id, op });
     if (frame instanceof EngineError) return Promise.reject(frame);
-    return new Promise<R>((resolve, reject) => {
-      this.pending.set(id, { kind: 'unary', resolve: (reply) => resolve(reply as R), reject });
+    return new Promise<Reply>((resolve, reject) => {
+      this.pending.set(id, { kind: 'unary', resolve, reject });
       this.output.write(frame);
     });
   }
@@ -310,6 +216,12 @@ function replyError(reply: Reply): EngineError | undefined {
   const known = typeof code === 'string' && REPLY_ERROR_CODES.includes(code);
   return new EngineError(known ? (code as ReplyErrorCode) : 'internal', typeof message === 'string' ? message : JSON.stringify(error));
 }
+
+/** Requests the client completes before sending: fields the protocol requires whose value the caller may leave implicit. */
+const FILLS: { [O in UnaryOp]?: (request: OpRequest<O>) => OpRequest<O> } = {
+  // Without segment_ids a row is one sequence; the client says so explicitly (all zeros).
+  forward: (request: ForwardRequest) => ({ ...request, rows: request.rows.map((row) => ({ ...row, segment_ids: row.segment_ids ?? row.tokens.map(() => 0) })) }),
+};
 
 /** The request with every sampling field its caller left out (or set to undefined) at its protocol default. */
 function withGenerateDefaults(request: GenerateRequest): GenerateRequest {

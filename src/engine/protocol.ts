@@ -15,6 +15,22 @@ export interface ReadyEvent {
   matmul_gflops: number;
   /** The limits the engine runs with (its command line), as vLLM names them. */
   limits?: EngineLimits;
+  /** What the engine can run; the server validates models and adapters against it instead of keeping a copy. */
+  supports: EngineSupport;
+}
+
+/** The engine's own tables (engine/model.py, lora.py, wire.py, steps.py), as its ready frame announces them. */
+export interface EngineSupport {
+  /** config.json `model_type`s. */
+  model_types: string[];
+  /** config.json `architectures` class names. */
+  architectures: string[];
+  /** `rope_scaling` types (`default`: none). */
+  rope_types: string[];
+  /** Modules a LoRA adapter may target. */
+  lora_targets: string[];
+  losses: { train_step: string[]; forward_backward: string[] };
+  dtypes: Dtype[];
 }
 
 export interface EngineLimits {

@@ -3,39 +3,15 @@
  * forward for serving), the trainer runs train steps and saves adapters. With `ENGINES=separate` they are
  * different processes, so a train step never stalls a decode step; with `single` one engine holds both.
  * Each engine is a supervised child process or a remote engine reached over TCP. This module turns the
- * configuration into supervisors; it knows nothing of what callers send them.
+ * configuration into supervisors and routes several samplers by the op table's role column (ops.ts); it knows
+ * nothing of what callers send. A sampler of another kind (vLLM) joins the pool as any `SamplerEngine`.
  */
 import type { EngineTopology, ServingLimits } from '../config.ts';
-import type { Engine } from './client.ts';
 import { EngineError } from './errors.ts';
 import type { GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
-import type {
-  CheckConstraintReply,
-  CheckConstraintRequest,
-  DropAdapterReply,
-  DropAdapterRequest,
-  EnsureAdapterReply,
-  EnsureAdapterRequest,
-  ForwardBackwardReply,
-  ForwardBackwardRequest,
-  ForwardReply,
-  ForwardRequest,
-  GenerateRequest,
-  LoadBaseReply,
-  LoadBaseRequest,
-  LoadStateReply,
-  LoadStateRequest,
-  OptimStepReply,
-  OptimStepRequest,
-  SaveAdapterReply,
-  SaveAdapterRequest,
-  SaveStateReply,
-  SaveStateRequest,
-  StatsReply,
-  TrainStepReply,
-  TrainStepRequest,
-} from './protocol.ts';
+import { type Engine, isSamplerOp, OPS, type OpReply, type OpRequest, type SamplerEngine, type SamplerOp } from './ops.ts';
+import type { EngineSupport, GenerateRequest } from './protocol.ts';
 import { EngineSupervisor, type EngineHealth, type RemoteEngine } from './supervisor.ts';
 import { samplerKindOf } from './vllm/config.ts';
 import { createVllmSamplers, SamplerByBase, type VllmSetup } from './vllm/samplers.ts';
@@ -60,8 +36,10 @@ export interface RoleEngine {
 
 /** What the services see: one engine to sample with, one to train with (the same one in single mode). */
 export interface EngineRoles {
-  sampler: Engine;
+  sampler: SamplerEngine;
   trainer: Engine;
+  /** What the trainer announced it can run (every topology trains on our engine); waits for its first ready frame. */
+  support(): Promise<EngineSupport>;
   /** Every process, for start/stop, health and the system check. */
   all: RoleEngine[];
   /** Throws when models on this base cannot be sampled (a vLLM that cannot load it); absent: every base can. */
@@ -120,7 +98,7 @@ function withVllmSamplers(ours: EngineRoles, setup: VllmSetup, logger: EngineLog
   const sampler = new SamplerByBase(samplers, needOurs ? ours.sampler : null, setup);
   const kept = ours.all.filter(({ role }) => needOurs || role !== 'sampler');
   const vllm = samplers.all.map((supervisor): RoleEngine => ({ role: 'sampler', kind: 'vllm', supervisor }));
-  return { sampler, trainer: ours.trainer, all: [...kept, ...vllm], checkSampler: (baseId) => sampler.check(baseId) };
+  return { ...ours, sampler, all: [...kept, ...vllm], checkSampler: (baseId) => sampler.check(baseId) };
 }
 
 function createOurEngines({ topology, serving, python, logger, extraArgs = [] }: EngineRolesOptions): EngineRoles {
@@ -137,13 +115,29 @@ function createOurEngines({ topology, serving, python, logger, extraArgs = [] }:
   const supervisor = (engine: RoleEngine) => engine.supervisor as EngineSupervisor;
   if (topology.mode === 'single') {
     const only = make('sampler+trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice);
-    return { sampler: supervisor(only), trainer: supervisor(only), all: [only] };
+    return { sampler: supervisor(only), trainer: supervisor(only), support: announcedSupport(supervisor(only)), all: [only] };
   }
   const trainer = make('trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice, topology.trainerNice);
   const samplerUrls = topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
   const samplers = samplerUrls.map((url, index) => make('sampler', index + 1, url, topology.samplerThreads, topology.samplerDevice));
-  const sampler = samplers.length === 1 ? supervisor(samplers[0]) : new SamplerPool(samplers.map(supervisor));
-  return { sampler, trainer: supervisor(trainer), all: [trainer, ...samplers] };
+  const ours = samplers.map(supervisor);
+  const sampler = ours.length === 1 ? ours[0] : new SamplerPool(ours.map((engine) => ({ engine, busyness: () => supervisorBusyness(engine) })));
+  return { sampler, trainer: supervisor(trainer), support: announcedSupport(supervisor(trainer)), all: [trainer, ...samplers] };
+}
+
+/** The engine's announcement from its first ready frame, kept: a restart runs the same engine code. */
+export function announcedSupport(supervisor: EngineSupervisor): () => Promise<EngineSupport> {
+  let announced: Promise<EngineSupport> | undefined;
+  return () => {
+    announced ??= supervisor.waitUntilReady().then(
+      (ready) => ready.supports,
+      (error: unknown) => {
+        announced = undefined; // not ready yet: the next caller asks again
+        throw error;
+      },
+    );
+    return announced;
+  };
 }
 
 /** Health of every engine by role, for the system check. */
@@ -151,81 +145,52 @@ export function rolesHealth(roles: EngineRoles): ((EngineHealth | VllmHealth) & 
   return roles.all.map(({ role, kind, supervisor }) => ({ role, kind, ...supervisor.health() }));
 }
 
+/** A sampler of the pool: any engine that serves the sampler's ops, and how busy it is now (lower is better). */
+export interface PooledSampler {
+  engine: SamplerEngine;
+  busyness(): number;
+}
+
+/** Ready first, then the fewest requests in flight. */
+export function supervisorBusyness(supervisor: EngineSupervisor): number {
+  const health = supervisor.health();
+  return (health.state === 'ready' ? 0 : 1_000_000) + health.inFlight;
+}
+
 /**
- * Several samplers behind one `Engine`: a request goes to the one with the fewest requests in flight;
- * what must hold everywhere (bases, serving adapters) is sent to every sampler.
+ * Several samplers behind one `SamplerEngine`, routed by the op table: an op marked `every` (what every sampler
+ * must hold, a cancel whose stream may be on any) goes to each and their replies merge; any other op goes to the
+ * least busy. Trainer ops are refused at run time too, for callers that pick the op by name.
  */
-export class SamplerPool implements Engine {
-  constructor(private readonly samplers: EngineSupervisor[]) {}
+export class SamplerPool implements SamplerEngine {
+  constructor(private readonly samplers: PooledSampler[]) {}
 
-  stats(): Promise<StatsReply> {
-    return this.leastBusy().stats();
-  }
-
-  async loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
-    return (await Promise.all(this.samplers.map((sampler) => sampler.loadBase(request))))[0];
-  }
-
-  /** On every sampler: a generate may go to any of them, and each compiles for itself (cached there). */
-  async checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
-    return (await Promise.all(this.samplers.map((sampler) => sampler.checkConstraint(request))))[0];
-  }
-
-  async ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {
-    const replies = await Promise.all(this.samplers.map((sampler) => sampler.ensureAdapter(request)));
-    return { loaded: replies.some((reply) => reply.loaded) };
-  }
-
-  async dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply> {
-    const replies = await Promise.all(this.samplers.map((sampler) => sampler.dropAdapter(request)));
-    return { dropped: replies.some((reply) => reply.dropped) };
-  }
-
-  saveAdapter(_request: SaveAdapterRequest): Promise<SaveAdapterReply> {
-    return Promise.reject(new EngineError('bad_request', 'samplers do not save adapters: the trainer does'));
+  async request<O extends SamplerOp>(op: O, body: OpRequest<O>): Promise<OpReply<O>> {
+    if (!isSamplerOp(op)) throw new EngineError('bad_request', `samplers do not serve ${op}: the trainer does`);
+    if (!('every' in OPS[op])) return this.leastBusy().request(op, body);
+    return mergeReplies(await Promise.all(this.samplers.map(({ engine }) => engine.request(op, body))));
   }
 
   generate(request: GenerateRequest): GenerateStream {
     return this.leastBusy().generate(request);
   }
 
-  forward(request: ForwardRequest): Promise<ForwardReply> {
-    return this.leastBusy().forward(request);
-  }
-
-  trainStep(_request: TrainStepRequest): Promise<TrainStepReply> {
-    return notTrainer();
-  }
-
-  forwardBackward(_request: ForwardBackwardRequest): Promise<ForwardBackwardReply> {
-    return notTrainer();
-  }
-
-  optimStep(_request: OptimStepRequest): Promise<OptimStepReply> {
-    return notTrainer();
-  }
-
-  saveState(_request: SaveStateRequest): Promise<SaveStateReply> {
-    return notTrainer();
-  }
-
-  loadState(_request: LoadStateRequest): Promise<LoadStateReply> {
-    return notTrainer();
-  }
-
-  /** Ready samplers first, then the fewest requests in flight. */
-  private leastBusy(): EngineSupervisor {
+  private leastBusy(): SamplerEngine {
     let best = this.samplers[0];
     let bestScore = Number.POSITIVE_INFINITY;
     for (const sampler of this.samplers) {
-      const health = sampler.health();
-      const score = (health.state === 'ready' ? 0 : 1_000_000) + health.inFlight;
+      const score = sampler.busyness();
       if (score < bestScore) [best, bestScore] = [sampler, score];
     }
-    return best;
+    return best.engine;
   }
 }
 
-function notTrainer(): Promise<never> {
-  return Promise.reject(new EngineError('bad_request', 'samplers do not train: the trainer does'));
+/** The replies of one op from every sampler as one: the first, with a flag set where any sampler set it (`loaded`, `dropped`). */
+function mergeReplies<R extends object>(replies: R[]): R {
+  const merged = { ...replies[0] } as Record<string, unknown>;
+  for (const [field, value] of Object.entries(merged)) {
+    if (typeof value === 'boolean') merged[field] = replies.some((reply) => (reply as Record<string, unknown>)[field] === true);
+  }
+  return merged as R;
 }

@@ -4,43 +4,19 @@
  * when it exits, and puts back the bases and adapters it was asked to load before answering requests
  * again. Requests that were in flight when the process died (or the connection dropped) fail with
  * `engine_exited`; requests made while it restarts wait for it. Offers the same `Engine` interface
- * as the client, so callers never hold a dead connection.
+ * as the client (its `request` wrapped once), so callers never hold a dead connection.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { type Engine, EngineClient } from './client.ts';
+import { EngineClient } from './client.ts';
 import { EngineError } from './errors.ts';
 import { DeferredStream, type GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
-import type {
-  CheckConstraintReply,
-  CheckConstraintRequest,
-  DropAdapterReply,
-  DropAdapterRequest,
-  EnsureAdapterReply,
-  EnsureAdapterRequest,
-  ForwardBackwardReply,
-  ForwardBackwardRequest,
-  ForwardReply,
-  ForwardRequest,
-  GenerateRequest,
-  LoadBaseReply,
-  LoadBaseRequest,
-  LoadStateReply,
-  LoadStateRequest,
-  OptimStepReply,
-  OptimStepRequest,
-  ReadyEvent,
-  SaveAdapterReply,
-  SaveAdapterRequest,
-  SaveStateReply,
-  SaveStateRequest,
-  StatsReply,
-  TrainStepReply,
-  TrainStepRequest,
-} from './protocol.ts';
+import type { Engine, OpReply, OpRequest, UnaryOp } from './ops.ts';
+import type { GenerateRequest, ReadyEvent } from './protocol.ts';
 import { findEnginePython } from './python.ts';
+import { Restorable } from './restorable.ts';
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -114,8 +90,7 @@ export class EngineSupervisor implements Engine {
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly waiters = new Set<Waiter>();
   /** What to load again after a restart, in the order it was last asked for. */
-  private readonly bases = new Map<string, LoadBaseRequest>();
-  private readonly adapters = new Map<string, EnsureAdapterRequest>();
+  private readonly restorable: Restorable;
   private readonly options: Required<Omit<EngineSupervisorOptions, 'python' | 'env' | 'remote'>> &
     Pick<EngineSupervisorOptions, 'python' | 'env' | 'remote'>;
 
@@ -134,6 +109,7 @@ export class EngineSupervisor implements Engine {
       maxRestoredAdapters: options.maxRestoredAdapters ?? 32,
       stopGraceMs: options.stopGraceMs ?? 5_000,
     };
+    this.restorable = new Restorable(this.options.maxRestoredAdapters);
   }
 
   /** Starts the engine in the background; `waitUntilReady` tells when it answers. */
@@ -179,83 +155,18 @@ export class EngineSupervisor implements Engine {
   /** For the system check: answers only if the engine is up now and replies to `stats`. */
   async probe(): Promise<void> {
     if (this.state !== 'ready' || !this.run) throw new EngineError('engine_unavailable', `the engine is ${this.state}`);
-    await this.run.client.stats();
+    await this.run.client.request('stats', {});
   }
 
-  async stats(): Promise<StatsReply> {
-    return (await this.client()).stats();
-  }
-
-  async loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
-    const reply = await (await this.client()).loadBase(request);
-    this.bases.delete(request.base);
-    this.bases.set(request.base, request);
-    return reply;
-  }
-
-  async checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
-    return (await this.client()).checkConstraint(request);
-  }
-
-  async ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {
-    const reply = await (await this.client()).ensureAdapter(request);
-    this.rememberAdapter(request);
-    return reply;
-  }
-
-  /** Once saved, the adapter comes back from its files after a restart, not from its init. */
-  async saveAdapter(request: SaveAdapterRequest): Promise<SaveAdapterReply> {
-    const reply = await (await this.client()).saveAdapter(request);
-    const known = this.adapters.get(request.adapter);
-    if (known) this.rememberAdapter({ adapter: request.adapter, base: known.base, path: request.path });
-    return reply;
-  }
-
-  async dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply> {
-    const reply = await (await this.client()).dropAdapter(request);
-    this.adapters.delete(request.adapter);
+  /** Any op, once the engine is ready; what it loads is remembered for a restart. */
+  async request<O extends UnaryOp>(op: O, body: OpRequest<O>): Promise<OpReply<O>> {
+    const reply = await (await this.client()).request(op, body);
+    this.restorable.remember(op, body, reply);
     return reply;
   }
 
   generate(request: GenerateRequest): GenerateStream {
     return new DeferredStream(async () => (await this.client()).generate(request));
-  }
-
-  async forward(request: ForwardRequest): Promise<ForwardReply> {
-    return (await this.client()).forward(request);
-  }
-
-  async trainStep(request: TrainStepRequest): Promise<TrainStepReply> {
-    return (await this.client()).trainStep(request);
-  }
-
-  async forwardBackward(request: ForwardBackwardRequest): Promise<ForwardBackwardReply> {
-    return (await this.client()).forwardBackward(request);
-  }
-
-  async optimStep(request: OptimStepRequest): Promise<OptimStepReply> {
-    return (await this.client()).optimStep(request);
-  }
-
-  /** Like saveAdapter: after a restart the adapter comes back from these files (optimizer state included). */
-  async saveState(request: SaveStateRequest): Promise<SaveStateReply> {
-    const reply = await (await this.client()).saveState(request);
-    const known = this.adapters.get(request.adapter);
-    if (known) this.rememberAdapter({ adapter: request.adapter, base: known.base, path: request.path });
-    return reply;
-  }
-
-  async loadState(request: LoadStateRequest): Promise<LoadStateReply> {
-    const reply = await (await this.client()).loadState(request);
-    this.rememberAdapter({ adapter: request.adapter, base: request.base, path: request.path });
-    return reply;
-  }
-
-  private rememberAdapter(request: EnsureAdapterRequest): void {
-    this.adapters.delete(request.adapter);
-    this.adapters.set(request.adapter, request);
-    const oldest = this.adapters.keys().next().value;
-    if (this.adapters.size > this.options.maxRestoredAdapters && oldest !== undefined) this.adapters.delete(oldest);
   }
 
   /** The connection of a ready engine, waiting for one while it starts or restarts. */
@@ -312,7 +223,7 @@ export class EngineSupervisor implements Engine {
       const ready = await client.ready;
       clearTimeout(readyTimer);
       logger.info({ pid, ...ready }, 'engine ready');
-      await this.restore(client);
+      await this.restorable.restore(client, logger);
       if (this.run !== run || client.closed) return; // replaced, exited or stopped meanwhile
       this.engine = ready;
       this.state = 'ready';
@@ -370,23 +281,6 @@ export class EngineSupervisor implements Engine {
       markExited();
     });
     return run;
-  }
-
-  private async restore(client: EngineClient): Promise<void> {
-    const { logger } = this.options;
-    for (const request of this.bases.values()) {
-      await client.loadBase(request).then(
-        () => logger.info({ base: request.base }, 'base reloaded after restart'),
-        (error: Error) => logger.warn({ base: request.base, error: error.message }, 'base not reloaded after restart'),
-      );
-    }
-    // Oldest first, so the engine's LRU order after the restart is the order before it.
-    for (const request of this.adapters.values()) {
-      await client.ensureAdapter(request).then(
-        () => logger.info({ adapter: request.adapter }, 'adapter reloaded after restart'),
-        (error: Error) => logger.warn({ adapter: request.adapter, error: error.message }, 'adapter not reloaded after restart'),
-      );
-    }
   }
 
   private handleExit(run: Run, how: string, status: { code: number | null; signal: string | null }): void {

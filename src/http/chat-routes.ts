@@ -3,7 +3,7 @@
  * (`data: <json>\n\n` … `data: [DONE]\n\n`). A client that disconnects cancels its generation, streamed or not.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ChatCompletionBody } from '../api/chat.ts';
+import { ChatCompletionBody, type ChatCompletionChunk, type ChatUsage } from '../api/chat.ts';
 import type { ChatResult, ChatService } from '../services/chat-service.ts';
 import type { Metrics } from '../services/metrics.ts';
 import { AppError } from '../errors.ts';
@@ -91,9 +91,8 @@ async function writeStream(request: FastifyRequest, reply: FastifyReply, result:
   if (!disconnected) raw.end('data: [DONE]\n\n');
 }
 
-function completionTokens(usage: unknown): number {
-  const tokens = (usage as { completion_tokens?: unknown } | undefined)?.completion_tokens;
-  return typeof tokens === 'number' ? tokens : 0;
+function completionTokens(usage: ChatUsage | undefined): number {
+  return usage?.completion_tokens ?? 0;
 }
 
 /**
@@ -106,10 +105,10 @@ function streamedTokens() {
   let reported: number | undefined;
   return {
     /** Answers whether the chunk carries generated content. */
-    count(chunk: unknown): boolean {
-      const { choices, usage } = chunk as { choices?: { delta?: { content?: unknown; tool_calls?: unknown } }[]; usage?: unknown };
+    count(chunk: ChatCompletionChunk): boolean {
+      const { choices, usage } = chunk;
       if (usage) reported = completionTokens(usage);
-      const content = (choices ?? []).filter((choice) => (typeof choice.delta?.content === 'string' && choice.delta.content !== '') || choice.delta?.tool_calls !== undefined).length;
+      const content = choices.filter((choice) => (choice.delta.content !== undefined && choice.delta.content !== '') || choice.delta.tool_calls !== undefined).length;
       deltas += content;
       return content > 0;
     },

@@ -4,6 +4,7 @@
  * bearer auth. Thin: parse the query, call the service, shape the list envelope.
  */
 import zlib from 'node:zlib';
+import { promisify } from 'node:util';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../api/dashboard.ts';
 import { listEnvelope, toListPage } from '../api/lists.ts';
@@ -13,6 +14,9 @@ import { AppError, validationError } from '../errors.ts';
 import type { DashboardService } from '../services/dashboard-service.ts';
 import { buildDashboard, type DashboardBundle } from '../../web/build.ts';
 import { queryInteger, queryString } from './query.ts';
+
+const gzipAsync = promisify(zlib.gzip);
+const brotliAsync = promisify(zlib.brotliCompress);
 
 type Query = Record<string, unknown>;
 
@@ -46,21 +50,25 @@ function statusesParam(query: Query): JobStatus[] | undefined {
   return statuses as JobStatus[];
 }
 
-/** The built dashboard with gzip and brotli copies of every file worth compressing. */
+/** The built dashboard with gzip and brotli copies of every file worth compressing (not source maps). */
 interface CompressedBundle {
   bundle: DashboardBundle;
   gzip: Map<string, Buffer>;
   brotli: Map<string, Buffer>;
 }
 
-function compress(built: DashboardBundle): CompressedBundle {
+/**
+ * Compressed on libuv's thread pool: brotli at its best quality takes seconds for the bundle, which on the event
+ * loop would hold every other request (health included) that long. Source maps are left as they are: only a
+ * browser's developer tools fetch them, and they are four fifths of the work.
+ */
+async function compress(built: DashboardBundle): Promise<CompressedBundle> {
   const gzip = new Map<string, Buffer>();
   const brotli = new Map<string, Buffer>();
-  for (const [urlPath, file] of built.files) {
-    if (file.body.length < 1024) continue;
-    gzip.set(urlPath, zlib.gzipSync(file.body, { level: 9 }));
-    brotli.set(urlPath, zlib.brotliCompressSync(file.body));
-  }
+  await Promise.all([...built.files].filter(([urlPath, file]) => file.body.length >= 1024 && !urlPath.endsWith('.map')).map(async ([urlPath, file]) => {
+    gzip.set(urlPath, await gzipAsync(file.body, { level: 9 }));
+    brotli.set(urlPath, await brotliAsync(file.body));
+  }));
   return { bundle: built, gzip, brotli };
 }
 
@@ -69,8 +77,8 @@ function bundleLoader(app: FastifyInstance, build: () => Promise<DashboardBundle
   let bundle: Promise<CompressedBundle> | null = null;
   return () => {
     bundle ??= build()
-      .then((built) => {
-        const compressed = compress(built);
+      .then(async (built) => {
+        const compressed = await compress(built);
         app.log.info({ buildMs: Math.round(built.buildMs), files: built.files.size }, 'dashboard built');
         return compressed;
       })

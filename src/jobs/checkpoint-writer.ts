@@ -4,9 +4,10 @@
  * checkpoint publisher (services/checkpoint-publisher.ts), which makes it servable before the job reports it.
  */
 import crypto from 'node:crypto';
-import type { Engine } from '../engine/client.ts';
+import type { Engine } from '../engine/ops.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import { servingAdapterKey, type BaseModelRuntime, type LoadedBase } from '../services/base-model-runtime.ts';
+import { jobAdapterKey, servingAdapterKey } from '../engine/adapter-keys.ts';
+import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import { JobError } from '../errors.ts';
 import type { RunContext, RunResult } from './worker.ts';
 import { loraInit } from '../services/training-defaults.ts';
@@ -40,15 +41,15 @@ export class CheckpointWriter {
     if (!model) throw new JobError('model_deleted', 'The model was deleted before its job ran');
     const base = await this.runtime.loadForTraining(model.base_model);
     const engine = this.runtime.trainer();
-    const adapter = `train:${model.id}`;
+    const adapter = jobAdapterKey(model.id);
     const latest = await this.models.latestCheckpoint(model.id);
     // Always start from what is on disk: a checkpoint may have been deleted since this adapter was resident.
-    await engine.dropAdapter({ adapter });
+    await engine.request('drop_adapter', { adapter });
     if (latest?.adapterPath) {
-      await engine.ensureAdapter({ adapter, base: base.id, path: latest.adapterPath });
+      await engine.request('ensure_adapter', { adapter, base: base.id, path: latest.adapterPath });
     } else {
       const seed = crypto.createHash('sha256').update(model.id).digest().readUInt32LE(0);
-      await engine.ensureAdapter({ adapter, base: base.id, init: loraInit(seed) });
+      await engine.request('ensure_adapter', { adapter, base: base.id, init: loraInit(seed) });
     }
 
     return {
@@ -63,7 +64,7 @@ export class CheckpointWriter {
         return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
       },
       commit: async (metrics, historyAt) => {
-        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.saveAdapter({ adapter, path: folder }), historyAt);
+        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.request('save_adapter', { adapter, path: folder }), historyAt);
         if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },

@@ -132,7 +132,7 @@ export function createRlRunner(deps: RlRunnerDeps) {
 
     const jobMetrics = summarize(stepMetrics, data.groupMetrics);
     await context.setProgress({ metrics: jobMetrics });
-    const forward = (forwardRows: { tokens: number[]; segment_ids?: number[] }[]) => session.engine.forward({ base: base.id, adapter: session.adapter, rows: forwardRows });
+    const forward = (forwardRows: { tokens: number[]; segment_ids?: number[] }[]) => session.engine.request('forward', { base: base.id, adapter: session.adapter, rows: forwardRows });
     const trained = await trainedTokens({ rows: packed.rows, sequences: data.sequences, placements: packed.placements }, forward, trajectoryLocator(payload));
     await deps.storeTrajectories(job.model_id, 'train', session.fromStep, payload.trajectory_groups);
     await deps.storeTrainedTokens(job.model_id, session.fromStep, trained);
@@ -161,7 +161,7 @@ async function packJob(config: RlConfig, data: JobData, session: TrainingSession
   }
   if (!config.precalculateLogprobs || rows.length === 0) return { rows, placements, trainRows: rows };
   // The pre-update policy's logprobs become `old`; the sampler's are kept as `original`.
-  const forward = await session.engine.forward({ base: base.id, adapter: session.adapter, rows: rows.map((row) => ({ tokens: row.tokens, segment_ids: row.segment_ids })) });
+  const forward = await session.engine.request('forward', { base: base.id, adapter: session.adapter, rows: rows.map((row) => ({ tokens: row.tokens, segment_ids: row.segment_ids })) });
   return { rows, placements, trainRows: rows.map((row, r) => ({ ...row, original_logprobs: row.logprobs, logprobs: forward.logprobs[r] })) };
 }
 
@@ -178,7 +178,7 @@ async function trainRows(config: RlConfig, { rows, reference, groupMetrics, lear
   const stepMetrics: Record<string, number>[] = [];
   for (const [index, row] of rows.entries()) {
     if (context.signal.aborted) throw new JobError('cancelled');
-    const { metrics } = await session.engine.trainStep({
+    const { metrics } = await session.engine.request('train_step', {
       base: session.base.id,
       adapter: session.adapter,
       loss: 'rl',

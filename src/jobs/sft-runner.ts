@@ -88,7 +88,7 @@ export function createSftRunner(deps: SftRunnerDeps) {
       }
       const data: Record<string, number> = { step, learning_rate: learningRate, num_trajectories: batch.length, num_dropped_trajectories: dropped };
       if (rows.length > 0) {
-        const { metrics } = await session.engine.trainStep({
+        const { metrics } = await session.engine.request('train_step', {
           base: base.id,
           adapter: session.adapter,
           loss: 'sft',

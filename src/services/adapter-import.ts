@@ -80,7 +80,7 @@ export class AdapterImporter {
       };
       const [configMember, weights] = [pick(ADAPTER_CONFIG), pick(ADAPTER_WEIGHTS)];
       const config = await readJson(handle, configMember.offset, configMember.size, MAX_CONFIG_BYTES, [ADAPTER_CONFIG]);
-      const problems: FieldProblem[] = checkLoraConfig(config);
+      const problems: FieldProblem[] = checkLoraConfig(config, await this.baseModels.loraTargets());
       if (problems.length) throw validationError(problems);
       const header = await safetensorsHeader(handle, weights);
       const dims = baseDims(JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>);

@@ -9,8 +9,6 @@ import type fs from 'node:fs/promises';
 import type { FieldProblem } from '../errors.ts';
 import { ADAPTER_WEIGHT_MAX_ABS } from '../engine/bounds.ts';
 
-/** The modules engine/lora.py can adapt (its SUPPORTED_TARGETS). */
-export const SUPPORTED_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 const TENSOR = /^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$/;
 const DTYPES = new Set(['F32', 'F16', 'BF16']);
 
@@ -45,7 +43,8 @@ function projection(dims: BaseDims, module: string): [number, number] {
 
 const problem = (loc: string[], msg: string): FieldProblem => ({ loc: ['body', ...loc], msg, type: 'value_error' });
 
-export function checkLoraConfig(config: Record<string, unknown>): FieldProblem[] {
+/** `supported`: the target modules the engine announced (null where no engine runs here to ask). */
+export function checkLoraConfig(config: Record<string, unknown>, supported: string[] | null): FieldProblem[] {
   const at = (key: string) => ['adapter_config.json', key];
   const problems: FieldProblem[] = [];
   if ((config.peft_type ?? 'LORA') !== 'LORA') problems.push(problem(at('peft_type'), `${JSON.stringify(config.peft_type)} is not LORA`));
@@ -53,7 +52,7 @@ export function checkLoraConfig(config: Record<string, unknown>): FieldProblem[]
   if (config.lora_alpha !== undefined && typeof config.lora_alpha !== 'number') problems.push(problem(at('lora_alpha'), 'must be a number'));
   const targets = config.target_modules;
   if (!Array.isArray(targets) || targets.length === 0) problems.push(problem(at('target_modules'), 'must be a non-empty list of module names'));
-  else for (const name of targets) if (!SUPPORTED_TARGETS.includes(name)) problems.push(problem(at('target_modules'), `${JSON.stringify(name)} is not supported; supported: ${SUPPORTED_TARGETS.join(', ')}`));
+  else if (supported) for (const name of targets) if (!supported.includes(name)) problems.push(problem(at('target_modules'), `${JSON.stringify(name)} is not supported; supported: ${supported.join(', ')}`));
   for (const key of ['use_dora', 'rank_pattern', 'alpha_pattern', 'modules_to_save', 'layers_to_transform']) {
     const value = config[key];
     if (value && !(typeof value === 'object' && Object.keys(value).length === 0)) problems.push(problem(at(key), 'is not supported by this engine'));

@@ -6,25 +6,15 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AppError } from '../errors.ts';
-import type { Engine } from '../engine/client.ts';
 import { EngineError } from '../engine/errors.ts';
-import type { LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
+import type { Engine, SamplerEngine } from '../engine/ops.ts';
+import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { BaseModelSpec, EngineDtype } from '../config.ts';
 import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
 import { markerSyntax, type MarkerSyntax } from '../constraints/lark.ts';
 import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat, type ToolParserName } from '../chat/tool-calls/index.ts';
+import type { GenerationDefaults } from '../chat/sampling.ts';
 import type { BaseModelRegistry } from './base-models.ts';
-
-/** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
-export interface GenerationDefaults {
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  min_p?: number;
-  repetition_penalty?: number;
-  /** Every end-of-sequence id the model may emit (the tokenizer's EOS among them). */
-  eos_token_ids: number[];
-}
 
 export interface LoadedBase {
   id: string;
@@ -60,13 +50,12 @@ async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer):
   };
 }
 
-/** The engine key of a servable checkpoint's adapter: the trainer publishes under it, chat asks for it. */
-export const servingAdapterKey = (checkpointId: string) => `ckpt:${checkpointId}`;
-
 /** The engines by role; one object may hold both. */
 export interface RuntimeEngines {
-  sampler: Engine;
+  sampler: SamplerEngine;
   trainer: Engine;
+  /** What the engines announced they can run; absent for stand-ins that announce nothing. */
+  support?: () => Promise<EngineSupport>;
   /** Throws when the sampler cannot serve this base (engine/roles.ts); absent: every base can be sampled. */
   checkSampler?(baseId: string): Promise<void>;
 }
@@ -82,7 +71,7 @@ export class BaseModelRuntime {
   ) {}
 
   /** The engine that serves chat, or a clear 503 when this server runs without engines. */
-  sampler(): Engine {
+  sampler(): SamplerEngine {
     return this.requireEngines().sampler;
   }
 
@@ -106,6 +95,15 @@ export class BaseModelRuntime {
     const spec = this.registry.find(baseId);
     const tokenizer = await this.tokenizerOnly(baseId);
     return spec && tokenizer ? toolFormatOf(spec, tokenizer).name : null;
+  }
+
+  /**
+   * Reads every loadable base's tokenizer now. Building one (SmolLM2's: 0.3–1.6 s) holds the event loop, so the
+   * first request that needed it (a `/v1/models` listing, say) would otherwise stall every other request, health
+   * included.
+   */
+  async readTokenizers(): Promise<void> {
+    for (const id of this.registry.loadableIds()) await this.tokenizerOnly(id);
   }
 
   private async tokenizerOnly(baseId: string): Promise<ChatTokenizer | null> {
@@ -133,7 +131,7 @@ export class BaseModelRuntime {
     return cached(this.trainerLoading, baseId, async () => {
       const base = await this.load(baseId);
       const { sampler, trainer } = this.requireEngines();
-      if (trainer !== sampler) await trainer.loadBase(this.loadRequest(base.id, base.path));
+      if (trainer !== sampler) await trainer.request('load_base', this.loadRequest(base.id, base.path));
       return base;
     });
   }
@@ -153,7 +151,7 @@ export class BaseModelRuntime {
     const engine = this.sampler();
     const tokenizer = await loadTokenizer(spec.path);
     const toolFormat = toolFormatOf(spec, tokenizer);
-    const loaded = await engine.loadBase(this.loadRequest(spec.id, spec.path));
+    const loaded = await engine.request('load_base', this.loadRequest(spec.id, spec.path));
     const generation = await readGenerationDefaults(spec.path, tokenizer);
     const markers = markerSyntax((marker) => tokenizer.addedTokenIds.get(marker));
     return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat, markers };

@@ -2,28 +2,23 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { BaseModelSpec } from '../config.ts';
+import type { EngineSupport } from '../engine/protocol.ts';
 
-/** What engine/model.py runs (`FAMILIES`, `rope_inv_freq`): anything else fails at first use, so creation refuses it. */
-export const SUPPORTED_MODEL_TYPES = ['llama', 'mistral', 'qwen2', 'qwen3'] as const;
-const SUPPORTED_ARCHITECTURES = ['LlamaForCausalLM', 'MistralForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM'];
-const SUPPORTED_ROPE_TYPES = ['default', 'linear', 'llama3'];
-
-/** Why the engine cannot run a model with this config.json, or null when it can. */
-export function architectureProblem(config: Record<string, unknown>): string | null {
-  const supported = `supported: model_type ${SUPPORTED_MODEL_TYPES.join(', ')} (${SUPPORTED_ARCHITECTURES.join(', ')})`;
+/** Why an engine announcing `support` cannot run a model with this config.json, or null when it can. */
+export function architectureProblem(config: Record<string, unknown>, support: EngineSupport): string | null {
+  const supported = `supported: model_type ${support.model_types.join(', ')} (${support.architectures.join(', ')})`;
   const modelType = config.model_type;
-  if (typeof modelType !== 'string' || !(SUPPORTED_MODEL_TYPES as readonly string[]).includes(modelType)) {
+  if (typeof modelType !== 'string' || !support.model_types.includes(modelType)) {
     return `its architecture (model_type ${JSON.stringify(modelType ?? null)}) is not supported; ${supported}`;
   }
   const architectures = Array.isArray(config.architectures) ? (config.architectures as unknown[]) : [];
-  const unknown = architectures.filter((name) => typeof name !== 'string' || !SUPPORTED_ARCHITECTURES.includes(name));
+  const unknown = architectures.filter((name) => typeof name !== 'string' || !support.architectures.includes(name));
   if (unknown.length > 0) return `its architecture ${JSON.stringify(unknown)} is not supported; ${supported}`;
   const rope = (config.rope_scaling ?? null) as { rope_type?: unknown; type?: unknown } | null;
   const ropeType = rope === null ? 'default' : (rope.rope_type ?? rope.type ?? 'default');
-  if (typeof ropeType !== 'string' || !SUPPORTED_ROPE_TYPES.includes(ropeType)) {
-    return `its rope_scaling type ${JSON.stringify(ropeType)} is not supported; supported: ${SUPPORTED_ROPE_TYPES.join(', ')}`;
+  if (typeof ropeType !== 'string' || !support.rope_types.includes(ropeType)) {
+    return `its rope_scaling type ${JSON.stringify(ropeType)} is not supported; supported: ${support.rope_types.join(', ')}`;
   }
-  if (modelType === 'qwen2' && config.use_sliding_window === true) return 'qwen2 with use_sliding_window=true is not supported';
   return null;
 }
 
@@ -31,6 +26,8 @@ export class BaseModelRegistry {
   constructor(
     private readonly models: BaseModelSpec[],
     readonly defaultId: string,
+    /** What the engine announced it runs; null where no engine runs here (nothing to run a model, nothing to ask). */
+    private readonly engineSupport: (() => Promise<EngineSupport>) | null = null,
   ) {}
 
   /** The ids whose folders hold a loadable model right now. */
@@ -43,10 +40,16 @@ export class BaseModelRegistry {
     return model && isModelFolder(model.path) ? model : undefined;
   }
 
-  /** Why the engine could not run this base (its config.json read now), or null when it can. */
-  architectureProblem(model: BaseModelSpec): string | null {
+  /** Why the engine could not run this base (its config.json read now), or null when it can (or no engine is here to say). */
+  async architectureProblem(model: BaseModelSpec): Promise<string | null> {
     const config = readModelConfig(model.path);
-    return typeof config === 'string' ? config : architectureProblem(config);
+    if (typeof config === 'string') return config;
+    return this.engineSupport ? architectureProblem(config, await this.engineSupport()) : null;
+  }
+
+  /** The modules the engine can adapt, as it announced them; null where no engine runs here. */
+  async loraTargets(): Promise<string[] | null> {
+    return this.engineSupport ? (await this.engineSupport()).lora_targets : null;
   }
 
   /** The HF `config.json` of a loadable base, or null when there is no such base or it cannot be read. */

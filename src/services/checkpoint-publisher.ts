@@ -11,7 +11,8 @@ import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
-import { servingAdapterKey, type BaseModelRuntime } from './base-model-runtime.ts';
+import { servingAdapterKey } from '../engine/adapter-keys.ts';
+import type { BaseModelRuntime } from './base-model-runtime.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
 import type { ModelService } from './model-service.ts';
 import type { RetentionService } from './retention.ts';
@@ -57,7 +58,7 @@ export class CheckpointPublisher {
     await this.models.insertCheckpoint({ id: checkpointId, model_id: modelId, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
     const historyStep = historyAt === 'own' ? step : historyAt;
     if (historyStep !== null) await this.trajectories.insertRunMetrics(current.run_id, historyStep, 'train', metrics, now);
-    await this.runtime.sampler().ensureAdapter({ adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
+    await this.runtime.sampler().request('ensure_adapter', { adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
     return { step, checkpointId, folder: final, deleted: await this.retention.apply(modelId) };
   }
 }

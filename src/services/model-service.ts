@@ -38,7 +38,7 @@ export class ModelService {
     const entityName = input.entity ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity) throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
-    this.checkBaseModel(input.base_model);
+    await this.checkBaseModel(input.base_model);
     const existing = await this.models.findByName(entity.name, input.project, input.name);
     if (existing) return this.existingOrConflict(existing, input);
     await this.checkSampler(input.base_model);
@@ -74,7 +74,7 @@ export class ModelService {
   }
 
   /** A base this server cannot run is refused now, not at the model's first chat or training job. */
-  private checkBaseModel(baseModel: string): void {
+  private async checkBaseModel(baseModel: string): Promise<void> {
     const invalid = (msg: string) => validationError([{ loc: ['body', 'base_model'], msg, type: 'value_error' }]);
     const spec = this.baseModels.find(baseModel);
     if (!spec) {
@@ -84,7 +84,7 @@ export class ModelService {
           'put the model folder (config.json, tokenizer files, safetensors) on disk and add it to the BASE_MODELS setting as id=/path/to/folder.',
       );
     }
-    const problem = this.baseModels.architectureProblem(spec);
+    const problem = await this.baseModels.architectureProblem(spec);
     if (problem) throw invalid(`Base model ${JSON.stringify(baseModel)} cannot be served: ${problem}`);
   }
 

@@ -2,6 +2,7 @@
  * The names chat completions serve to a key, as OpenAI model objects: every loadable base model, and for each model
  * of the key's entities its latest-step name `entity/project/name` and one `…:stepN` per checkpoint.
  */
+import { parseServedModelName, servedModelName } from '../api/model-name.ts';
 import type { ModelCard } from '../api/openai-models.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { Principal } from './auth-service.ts';
@@ -29,7 +30,7 @@ export class ServedModelsService {
     const rows = await this.models.servableCheckpoints(principal.entities.map((entity) => entity.id));
     let previous = '';
     for (const row of rows) {
-      const name = `${row.entity_name}/${row.project}/${row.name}`;
+      const name = servedModelName({ entity: row.entity_name, project: row.project, name: row.name });
       const common = {
         object: 'model' as const,
         owned_by: row.entity_name,
@@ -39,7 +40,7 @@ export class ServedModelsService {
       };
       if (name !== previous) cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
       previous = name;
-      cards.push({ id: `${name}:step${row.step}`, created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
+      cards.push({ id: servedModelName({ entity: row.entity_name, project: row.project, name: row.name, step: row.step }), created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
     }
     return cards;
   }
@@ -49,10 +50,11 @@ export class ServedModelsService {
     const resolved = await this.resolver.resolve(principal, name);
     const parser = await this.toolCallParser(resolved.baseId);
     if (!resolved.checkpoint) return this.baseCard(resolved.baseId, parser);
-    const owner = name.replace(/^wandb-artifact:\/\/\//, '').split('/')[0];
-    const parent = /:step\d+$/.test(name) ? name.replace(/:step\d+$/, '') : resolved.baseId;
+    // A name that resolved to a checkpoint is a served model name; `:stepN` names the model, the others its base.
+    const parsed = parseServedModelName(name)!;
+    const parent = typeof parsed.step === 'number' ? servedModelName({ ...parsed, step: null }) : resolved.baseId;
     const engine = this.samplerEngine(resolved.baseId);
-    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: owner, root: resolved.baseId, parent, tool_call_parser: parser, sampler_engine: engine };
+    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: parsed.entity, root: resolved.baseId, parent, tool_call_parser: parser, sampler_engine: engine };
   }
 
   private baseCard(id: string, toolCallParser: string | null): ModelCard {

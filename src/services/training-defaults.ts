@@ -4,7 +4,6 @@
  * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`.
  */
 import type { AdapterInit, OptimizerConfig } from '../engine/protocol.ts';
-import { SUPPORTED_TARGETS } from './adapter-validation.ts';
 
 /**
  * Below this hidden size a base is a toy model (the built-in tiny-chat has 192; the smallest real models we
@@ -21,7 +20,7 @@ export function defaultLearningRate(baseConfig: Record<string, unknown> | null):
 }
 
 /**
- * A fresh adapter's shape: every module the engine can adapt. `seed` fixes its random A (B starts at zero,
+ * A fresh adapter's shape: every attention and MLP projection. `seed` fixes its random A (B starts at zero,
  * so a fresh adapter is a no-op either way).
  */
 export function loraInit(seed: number): AdapterInit {
@@ -29,7 +28,12 @@ export function loraInit(seed: number): AdapterInit {
 }
 
 /** The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given). */
-export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = { rank: 8, alpha: 16, target_modules: SUPPORTED_TARGETS };
+export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = {
+  rank: 8,
+  alpha: 16,
+  // A choice, not a copy of the engine's table: the engine refuses (bad_request) a module it cannot adapt.
+  target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+};
 
 /**
  * The clip bounds of rl-loss.md (the ratio kept within [1 - ε, 1 + ε_high]) for what the job gave: ε defaults

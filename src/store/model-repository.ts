@@ -1,4 +1,5 @@
 /** Models with their runs and checkpoints: one aggregate, so its rows change together in transactions. */
+import { setImmediate } from 'node:timers/promises';
 import type { Kysely, Transaction } from 'kysely';
 import type { CheckpointRecord, ModelRow, RetentionPolicy } from '../api/models.ts';
 import type { Page } from '../api/lists.ts';
@@ -150,6 +151,9 @@ export class ModelRepository {
       const deletedSteps: number[] = [];
       const folders: string[] = [];
       for (const batch of batches(steps)) {
+        // SQLite answers synchronously: without a turn of the event loop between batches, deleting 100 000 steps
+        // would hold every other request (health included) until the last one.
+        await setImmediate();
         const rows = await trx.selectFrom('checkpoints').select(['id', 'step', 'adapter_path']).where('model_id', '=', modelId).where('step', 'in', batch).execute();
         if (rows.length === 0) continue;
         await trx.deleteFrom('checkpoints').where('id', 'in', rows.map((row) => row.id)).execute();

@@ -7,14 +7,15 @@ checks the token counts of each answer, and SFT asks the server to log its metri
 
 Everything that reaches our training API is ART's own code: `art.TrainableModel` registered with
 `art.ServerlessBackend(base_url=..., api_key=...)` (the constructor arguments ART documents for a
-self-hosted server), sampling through `model.openai_client()`, `backend.train`, `model.log`,
-`model.get_step`, `model.delete_checkpoints`, `art.utils.sft.train_sft_from_file`, (0.5.23) ART's
-`PipelineTrainer`, and `backend.delete`. Two stand-ins: the `wandb` module (ART uploads SFT data with W&B's SDK to
-W&B's servers, so a minimal `wandb` here uploads the same file to our artifact endpoint instead, under the artifact
-name ART chose; ART then sends our server the `wandb-artifact:///` URL it built itself), and for 0.5.23's
-PipelineTrainer a torch-free `art.local.backend` (see `local_backend_without_torch`). The SFT job request is watched
-on its way out, unchanged. What the server holds is read back with plain HTTP (our dashboard API), for the test to
-check, before the model is deleted.
+self-hosted server), sampling through `model.openai_client()`, `backend.train` (0.5.23: once more with every
+`experimental_config` key away from its default), `model.log`, `model.get_step`, `model.delete_checkpoints`,
+`art.utils.sft.train_sft_from_file`, (0.5.23) ART's `PipelineTrainer`, and `backend.delete`. ART uploads SFT data with
+W&B's real `wandb` SDK (pinned in art.txt and art-0523.txt), which the environment points at our server
+(WANDB_BASE_URL, as a self-hosted user sets it; ART hands the SDK its backend's key); ART then sends our server the
+`wandb-artifact:///` URL it built itself. One stand-in: for 0.5.23's PipelineTrainer, a torch-free
+`art.local.backend` (see `local_backend_without_torch`). The SFT and RL job requests are watched on their way out,
+unchanged. What the server holds is read back with plain HTTP (our dashboard API), for the test to check, before the
+model is deleted.
 
     stdin  {"server": "http://host:port", "api_key": str, "base_model": str, "workdir": folder, "project": str}
     stdout one JSON object: what each call returned, for the test to check
@@ -27,57 +28,12 @@ import sys
 import time
 import types
 from importlib.metadata import version
-from pathlib import Path
 
 import httpx
 
 ART_VERSION = version("openpipe-art")
 # 0.5.20 is the release that changed the wire (there is no 0.5.19).
 NEW_WIRE = tuple(int(part) for part in ART_VERSION.split(".")[:3]) >= (0, 5, 20)
-
-
-def install_wandb_stand_in(server: str, api_key: str, uploads: list) -> None:
-    """The part of W&B's SDK that ART's SFT path calls, uploading to our /v1/preview/artifacts."""
-
-    class Artifact:
-        def __init__(self, name, type, metadata=None):
-            self.name, self.type, self.metadata, self.files = name, type, metadata, []
-
-        def add_file(self, local_path, name):
-            self.files.append((local_path, name))
-
-        def wait(self):
-            return self
-
-    class Run:
-        def __init__(self, entity, project):
-            self.entity, self.project, self._is_finished = entity, project, False
-
-        def log_artifact(self, artifact):
-            files = [("file", (name, Path(local_path).read_bytes())) for local_path, name in artifact.files]
-            url = f"{server}/v1/preview/artifacts/{self.entity}/{self.project}/{artifact.name}"
-            response = httpx.post(url, files=files, headers={"authorization": f"Bearer {api_key}"})
-            response.raise_for_status()
-            uploads.append(response.json())
-            return artifact
-
-        def finish(self):
-            self._is_finished = True
-
-    def init(entity=None, project=None, **_):
-        return Run(entity, project)
-
-    def settings(**values):
-        return values
-
-    names = ("wandb", "wandb.sdk", "wandb.sdk.wandb_init", "wandb.sdk.wandb_settings", "wandb.sdk.artifacts", "wandb.sdk.artifacts.artifact")
-    modules = {name: types.ModuleType(name) for name in names}
-    # 0.5.18 reads the top-level names; 0.5.20+ imports each from its SDK module (art/utils/wandb_sdk.py).
-    modules["wandb"].Artifact, modules["wandb"].Settings, modules["wandb"].init = Artifact, settings, init
-    modules["wandb.sdk.wandb_init"].init = init
-    modules["wandb.sdk.wandb_settings"].Settings = settings
-    modules["wandb.sdk.artifacts.artifact"].Artifact = Artifact
-    sys.modules.update(modules)
 
 
 TASK = [(2, 3), (4, 1), (6, 2), (3, 3)]
@@ -200,6 +156,66 @@ async def train_tools(art, backend, model, out: dict) -> None:
     out["tools"] = {"step": result.step, "metrics": result.metrics, "wire": wire_keys([art.TrajectoryGroup(trajectories)])}
 
 
+def every_key(kl_reference: dict) -> dict:
+    """`backend.train` arguments that move every one of 0.5.23's 25 `experimental_config` keys off its default (the
+    default: what ART sends when the argument is left out, given the others; with a KL coefficient the source defaults
+    to "sample"). The three keys that name the KL reference exclude one another, in ART as here: `kl_reference` is one."""
+    return {
+        "learning_rate": 1e-3,
+        "loss_fn": "ppo",
+        "ppo": True,
+        "normalize_advantages": False,
+        "scale_rewards": False,
+        "advantage_balance": 0.25,
+        "epsilon": 0.1,
+        "epsilon_high": 0.3,
+        "importance_sampling_level": "sequence",
+        "max_negative_advantage_importance_sampling_weight": 0.5,
+        "mask_prob_ratio": True,
+        "kimi_k2_tau": 0.5,
+        "precalculate_logprobs": True,
+        "truncated_importance_sampling": 2.0,
+        "allow_training_without_logprobs": True,
+        "plot_tensors": True,
+        "scale_learning_rate_by_reward_std_dev": True,
+        "logprob_calculation_chunk_size": 8,
+        "packed_sequence_length": 32,
+        "num_trajectories_learning_rate_multiplier_power": 0.5,
+        "kl_penalty_coef": 0.5,
+        "kl_penalty_source": "current_learner",
+        **kl_reference,
+    }
+
+
+async def train_every_key(art, backend, model, request: dict, out: dict) -> None:
+    """0.5.23's `backend.train` with every training argument away from its default, three times: the KL reference
+    named by checkpoint step, by lag, then by ART's name for the checkpoint (kl_ref_adapter_path). The body ART sends
+    and the job's events (read back over plain HTTP) are kept for the test."""
+    jobs = backend._client.training_jobs
+    create = jobs.create
+    sent: list = []
+
+    async def create_and_record(**request_body):
+        job = await create(**request_body)
+        sent.append({"experimental_config": dict(request_body["experimental_config"]), "job_id": job.id})
+        return job
+
+    jobs.create = create_and_record
+    groups = await scored_groups(art, model, seed=900)
+    out["every_key"] = []
+    step = await model.get_step()
+    references = (
+        {"kl_penalty_reference_step": step},
+        {"kl_penalty_step_lag": 1},
+        {"kl_ref_adapter_path": f"{model.get_inference_name()}:step{step}"},
+    )
+    for kl_reference in references:
+        result = await backend.train(model, groups, **every_key(kl_reference))
+        events = server_get(request, f"/v1/preview/training-jobs/{sent[-1]['job_id']}/events?limit=100")["data"]
+        out["every_key"].append({"step": result.step, **sent[-1], "events": [{"type": e["type"], "data": e["data"]} for e in events]})
+    jobs.create = create
+
+
 async def list_steps(backend, model) -> list:
     # ART's own paginated listing (the request delete_checkpoints walks), not ours.
     return [checkpoint.step async for checkpoint in backend._client.models.checkpoints.list(model_id=model.id)]
@@ -218,6 +234,7 @@ async def train_sft_file(backend, model, workdir: str, out: dict) -> None:
 
     async def create_and_record(**request):
         out["sft_request_config"] = request.get("config")
+        out["sft_training_data_url"] = request.get("training_data_url")
         return await create(**request)
 
     jobs.create = create_and_record
@@ -229,9 +246,11 @@ async def train_sft_file(backend, model, workdir: str, out: dict) -> None:
 
 
 def local_backend_without_torch() -> None:
-    """ART 0.5.23's PipelineTrainer imports `art.local.backend` only to ask `isinstance(backend, LocalBackend)`, and that
-    module imports torch, which only ART's GPU extras install: with its base install the trainer cannot start. For a
-    ServerlessBackend the answer is no, which a stand-in module without torch gives."""
+    """ART 0.5.23's PipelineTrainer imports `art.local.backend` only to ask `isinstance(backend, LocalBackend)`
+    (`PipelineTrainer._validate_backend_support`, art/pipeline_trainer/trainer.py), and that module imports torch and
+    transformers at its top (art/local/backend.py), which only ART's GPU extras install: with the base install pinned
+    in art-0523.txt the trainer cannot start (ModuleNotFoundError: torch; checked again with these pins). For a
+    ServerlessBackend the answer is no, which a stand-in module without torch gives; ART's own modules are untouched."""
     try:
         import torch  # noqa: F401
     except ModuleNotFoundError:
@@ -285,14 +304,18 @@ async def pipeline(art, backend, model, out: dict) -> None:
     out["pipeline"] = {"before": before, "after": await model.get_step(), "eval_steps": sorted(trainer.state.completed_eval_steps)}
 
 
+def server_get(request: dict, path: str):
+    """Plain HTTP to our server (not ART) with the session's key."""
+    response = httpx.get(f"{request['server']}{path}", headers={"authorization": f"Bearer {request['api_key']}"})
+    response.raise_for_status()
+    return response.json()
+
+
 def server_view(request: dict, model_id: str) -> dict:
-    """What our server holds for the model (plain HTTP to our dashboard API, not ART): its record, run history and trained trajectories."""
-    headers = {"authorization": f"Bearer {request['api_key']}"}
+    """What our server holds for the model (our dashboard API): its record, run history and trained trajectories."""
 
     def get(path: str):
-        response = httpx.get(f"{request['server']}{path}", headers=headers)
-        response.raise_for_status()
-        return response.json()
+        return server_get(request, path)
 
     base = f"/v1/dashboard/models/{model_id}"
     trajectories = get(f"{base}/trajectories?split=train&limit=200")["data"]
@@ -312,8 +335,9 @@ async def timed(out: dict, label: str, work):
 
 async def main() -> dict:
     request = json.load(sys.stdin)
-    out: dict = {"art_version": ART_VERSION, "uploads": [], "timings": {}}
-    install_wandb_stand_in(request["server"], request["api_key"], out["uploads"])
+    import wandb
+
+    out: dict = {"art_version": ART_VERSION, "wandb_version": wandb.__version__, "timings": {}}
     import art
     from art.serverless import ServerlessBackend
 
@@ -338,6 +362,7 @@ async def main() -> dict:
     out["steps_after_delete"] = await list_steps(backend, model)
     await timed(out, "sft", train_sft_file(backend, model, request["workdir"], out))
     if NEW_WIRE:
+        await timed(out, "every_key", train_every_key(art, backend, model, request, out))
         await timed(out, "pipeline", pipeline(art, backend, model, out))
     answer = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(), messages=[{"role": "user", "content": "What is 2 + 3?"}], max_tokens=8, temperature=0
@@ -356,9 +381,14 @@ async def main() -> dict:
 
 
 if __name__ == "__main__":
-    # W&B's key must not be in the environment: ART would then log metrics to W&B's servers itself.
+    # ART's SFT upload needs no W&B key in the environment (ServerlessBackend gives the SDK its own key); with one, ART
+    # would also open a W&B run of its own to log every metric, which is not what this session is about.
     os.environ.pop("WANDB_API_KEY", None)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm would fetch a price list at import
-    # ART prints progress and notices; stdout carries only the result.
-    result_stream, sys.stdout = sys.stdout, sys.stderr
+    # ART prints progress and the SDK its notices, some at exit through the original stdout: the result goes to a
+    # copy of file descriptor 1, and descriptor 1 itself to stderr for everything else.
+    result_stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     json.dump(asyncio.run(main()), result_stream)
+    result_stream.flush()

@@ -2,11 +2,11 @@
 
 ART uploads SFT data with the `wandb` SDK (wandb.init, run.log_artifact, Artifact.wait, run.finish) and
 then sends our training API the `wandb-artifact:///` URL of that upload. Here nothing is replaced: the SDK
-installed in the venv (scripts/python/art.txt) talks to our server because WANDB_BASE_URL names it, with one
-of our keys as WANDB_API_KEY, as a self-hosted user would set them. The only addition is an observer on ART's
+installed in the venv (scripts/python/art.txt, art-0523.txt) talks to our server because WANDB_BASE_URL names it,
+with one of our keys as WANDB_API_KEY, as a self-hosted user would set them. The only addition is an observer on ART's
 own SFT job call that notes the URL ART sent (and passes the call on). Before ART runs, the SDK is also called
 directly, twice: with a key this server does not know, and asking for an artifact alias the server does not serve.
-Run with $ART_PYTHON (the .venv-art venv):
+Run with $ART_PYTHON (ART 0.5.18, .venv-art) or $ART_0523_PYTHON (0.5.23, .venv-art-0523):
 
     stdin  {"server": "http://host:port", "api_key": str, "base_model": str, "workdir": folder}
     stdout one JSON object: what each call returned or raised, for the test to check

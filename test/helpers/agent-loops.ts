@@ -96,7 +96,7 @@ export async function samplerTrainerGap(e2e: E2eServer, baseId: string, trajecto
   for (const trajectory of trajectories) {
     for (const sequence of trajectorySequences(base, withTrajectoryDefaults(trajectory), config, 'test')) {
       gap.sequences += 1;
-      const forward = await services.runtime.trainer().forward({ base: base.id, ...adapter, rows: [{ tokens: sequence.tokens }] });
+      const forward = await services.runtime.trainer().request('forward', { base: base.id, ...adapter, rows: [{ tokens: sequence.tokens }] });
       sequence.mask.forEach((trained, t) => {
         if (!trained) return;
         const sampled = sequence.logprobs[t];

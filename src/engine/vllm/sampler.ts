@@ -1,16 +1,16 @@
 /**
- * One vLLM server as a sampler engine (issue 27): the sampler-role ops of our engine protocol — load a base (check
- * it is served and read its limits), check a constraint, hold adapters, generate — answered by vLLM's OpenAI server
- * with token ids in and out (wire.ts), on a server we start or one the operator runs (endpoint.ts). Training ops are
- * refused: our engine trains. Generation streams vLLM's chunks as our events; cancelling aborts the HTTP request,
+ * One vLLM server as a sampler engine (issue 27): the sampler's share of the op table (ops.ts `SamplerEngine`) —
+ * load a base (check it is served and read its limits), check a constraint, hold adapters, generate — answered by
+ * vLLM's OpenAI server with token ids in and out (wire.ts), on a server we start or one the operator runs
+ * (endpoint.ts). `forward` is refused: our engine (the trainer) runs it. Generation streams vLLM's chunks as our events; cancelling aborts the HTTP request,
  * which vLLM answers by dropping the request.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Engine } from '../client.ts';
 import { EngineError } from '../errors.ts';
 import type { GenerateStream } from '../generate-stream.ts';
 import type { EngineLogger } from '../logger.ts';
+import type { OpReply, OpRequest, SamplerEngine, SamplerOp } from '../ops.ts';
 import {
   CONSTRAINT_KINDS,
   type CheckConstraintReply,
@@ -62,7 +62,7 @@ interface Completion {
   usage?: VllmUsage | null;
 }
 
-export class VllmSampler implements Engine {
+export class VllmSampler implements SamplerEngine {
   readonly endpoint: VllmEndpoint;
   private readonly adapters: VllmAdapters;
   private inFlight = 0;
@@ -170,32 +170,18 @@ export class VllmSampler implements Engine {
     return new VllmStream((signal) => this.run(request, signal));
   }
 
-  forward(): Promise<never> {
-    return refuse('forward');
-  }
-
-  saveAdapter(): Promise<never> {
-    return refuse('saveAdapter');
-  }
-
-  trainStep(): Promise<never> {
-    return refuse('trainStep');
-  }
-
-  forwardBackward(): Promise<never> {
-    return refuse('forwardBackward');
-  }
-
-  optimStep(): Promise<never> {
-    return refuse('optimStep');
-  }
-
-  saveState(): Promise<never> {
-    return refuse('saveState');
-  }
-
-  loadState(): Promise<never> {
-    return refuse('loadState');
+  /** The sampler's ops of the table (ops.ts); a stream is cancelled by aborting its HTTP request, not by `cancel`. */
+  request<O extends SamplerOp>(op: O, body: OpRequest<O>): Promise<OpReply<O>> {
+    const handlers: { [K in SamplerOp]: (body: OpRequest<K>) => Promise<OpReply<K>> } = {
+      stats: () => this.stats(),
+      load_base: (request) => this.loadBase(request),
+      check_constraint: (request) => this.checkConstraint(request),
+      ensure_adapter: (request) => this.ensureAdapter(request),
+      drop_adapter: (request) => this.dropAdapter(request),
+      cancel: async () => ({ cancelled: false }),
+      forward: () => Promise.reject(new EngineError('bad_request', 'the vLLM sampler does not run forward: our engine (the trainer) does')),
+    };
+    return (handlers[op] as (body: OpRequest<O>) => Promise<OpReply<O>>)(body);
   }
 
   private async servedModels(http: VllmHttp): Promise<{ id: string; parent?: string | null; max_model_len?: number }[]> {
@@ -297,8 +283,4 @@ function readModelConfig(folder: string): Record<string, unknown> {
   } catch (error) {
     throw new EngineError('not_found', `cannot read ${path.join(folder, 'config.json')}: ${(error as Error).message}`);
   }
-}
-
-function refuse(op: string): Promise<never> {
-  return Promise.reject(new EngineError('bad_request', `the vLLM sampler does not run ${op}: our engine (the trainer) does`));
 }

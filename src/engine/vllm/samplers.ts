@@ -2,25 +2,14 @@
  * The vLLM samplers of one server and the sampler that routes by base model (issue 27): a base whose sampler
  * kind is vLLM (SAMPLER_ENGINE, SAMPLER_ENGINES) is served by a vLLM we start for it, or by the operator's vLLM
  * (SAMPLER_URLS `vllm+http://…`) that serves it under our base id; every other base by our own samplers. Ops
- * without a base (dropping an adapter) go to every sampler.
+ * without a base (dropping an adapter, a cancel) go to every sampler.
  */
 import type { BaseModelSpec, ServingLimits } from '../../config.ts';
-import type { Engine } from '../client.ts';
 import { EngineError } from '../errors.ts';
 import type { GenerateStream } from '../generate-stream.ts';
 import type { EngineLogger } from '../logger.ts';
-import type {
-  CheckConstraintReply,
-  CheckConstraintRequest,
-  DropAdapterReply,
-  DropAdapterRequest,
-  EnsureAdapterReply,
-  EnsureAdapterRequest,
-  GenerateRequest,
-  LoadBaseReply,
-  LoadBaseRequest,
-  StatsReply,
-} from '../protocol.ts';
+import type { OpReply, OpRequest, SamplerEngine, SamplerOp } from '../ops.ts';
+import type { GenerateRequest, LoadBaseReply, LoadBaseRequest } from '../protocol.ts';
 import { samplerKindOf, type SamplerEngineKind, type VllmConfig } from './config.ts';
 import { VllmSampler } from './sampler.ts';
 
@@ -67,14 +56,14 @@ export function createVllmSamplers({ config, bases, serving }: VllmSetup, logger
 }
 
 /** The sampler every service sees: each base's op goes to the engine kind that serves it. */
-export class SamplerByBase implements Engine {
+export class SamplerByBase implements SamplerEngine {
   /** Base → the vLLM sampler that serves it (a child's from the start; an operator's once it was found serving it). */
   private readonly assigned = new Map<string, VllmSampler>();
   private readonly vllm: VllmSampler[];
 
   constructor(
     samplers: VllmSamplers,
-    private readonly ours: Engine | null,
+    private readonly ours: SamplerEngine | null,
     private readonly setup: VllmSetup,
   ) {
     this.vllm = samplers.all;
@@ -101,12 +90,21 @@ export class SamplerByBase implements Engine {
     });
   }
 
-  stats(): Promise<StatsReply> {
-    return this.ours ? this.ours.stats() : this.vllm[0].stats();
+  /** An op with a base goes to that base's engine; `stats` to ours (or the first vLLM); the rest to every sampler. */
+  async request<O extends SamplerOp>(op: O, body: OpRequest<O>): Promise<OpReply<O>> {
+    if (op === 'load_base') return (await this.loadBase(body as LoadBaseRequest)) as OpReply<O>;
+    const base = (body as { base?: unknown }).base;
+    if (typeof base === 'string') return this.engineFor(base).request(op, body);
+    if (op === 'stats') return (this.ours ?? this.vllm[0]).request(op, body);
+    const engines: SamplerEngine[] = [...(this.ours ? [this.ours] : []), ...this.vllm];
+    const replies = (await Promise.all(engines.map((engine) => engine.request(op, body)))) as Record<string, unknown>[];
+    const merged = { ...replies[0] };
+    for (const [field, value] of Object.entries(merged)) if (typeof value === 'boolean') merged[field] = replies.some((reply) => reply[field] === true);
+    return merged as unknown as OpReply<O>;
   }
 
   async loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
-    if (this.kindOf(request.base) === 'ours' || this.assigned.has(request.base)) return this.engineFor(request.base).loadBase(request);
+    if (this.kindOf(request.base) === 'ours' || this.assigned.has(request.base)) return this.engineFor(request.base).request('load_base', request);
     let firstError: unknown;
     for (const sampler of this.vllm) {
       try {
@@ -120,59 +118,13 @@ export class SamplerByBase implements Engine {
     throw firstError;
   }
 
-  checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
-    return this.engineFor(request.base).checkConstraint(request);
-  }
-
-  ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {
-    return this.engineFor(request.base).ensureAdapter(request);
-  }
-
-  async dropAdapter(request: DropAdapterRequest): Promise<DropAdapterReply> {
-    const engines: Engine[] = [...(this.ours ? [this.ours] : []), ...this.vllm];
-    const replies = await Promise.all(engines.map((engine) => engine.dropAdapter(request)));
-    return { dropped: replies.some((reply) => reply.dropped) };
-  }
-
   generate(request: GenerateRequest): GenerateStream {
     return this.engineFor(request.base).generate(request);
   }
 
-  forward(request: Parameters<Engine['forward']>[0]): ReturnType<Engine['forward']> {
-    return this.engineFor(request.base).forward(request);
-  }
-
-  saveAdapter(request: Parameters<Engine['saveAdapter']>[0]): ReturnType<Engine['saveAdapter']> {
-    return this.ownOrRefuse((engine) => engine.saveAdapter(request));
-  }
-
-  trainStep(request: Parameters<Engine['trainStep']>[0]): ReturnType<Engine['trainStep']> {
-    return this.ownOrRefuse((engine) => engine.trainStep(request));
-  }
-
-  forwardBackward(request: Parameters<Engine['forwardBackward']>[0]): ReturnType<Engine['forwardBackward']> {
-    return this.ownOrRefuse((engine) => engine.forwardBackward(request));
-  }
-
-  optimStep(request: Parameters<Engine['optimStep']>[0]): ReturnType<Engine['optimStep']> {
-    return this.ownOrRefuse((engine) => engine.optimStep(request));
-  }
-
-  saveState(request: Parameters<Engine['saveState']>[0]): ReturnType<Engine['saveState']> {
-    return this.ownOrRefuse((engine) => engine.saveState(request));
-  }
-
-  loadState(request: Parameters<Engine['loadState']>[0]): ReturnType<Engine['loadState']> {
-    return this.ownOrRefuse((engine) => engine.loadState(request));
-  }
-
-  private engineFor(base: string): Engine {
+  private engineFor(base: string): SamplerEngine {
     if (this.kindOf(base) === 'vllm') return this.assigned.get(base) ?? this.vllm[0];
     if (!this.ours) throw new EngineError('engine_unavailable', `no sampler of ours runs for ${base}`);
     return this.ours;
-  }
-
-  private ownOrRefuse<T>(run: (engine: Engine) => Promise<T>): Promise<T> {
-    return this.ours ? run(this.ours) : Promise.reject(new EngineError('bad_request', 'vLLM samplers do not train: our engine (the trainer) does'));
   }
 }

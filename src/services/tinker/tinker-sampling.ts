@@ -7,8 +7,8 @@ import type { Clock } from '../../clock.ts';
 import { AppError, excerpt, notFound } from '../../errors.ts';
 import { newId } from '../../ids.ts';
 import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from '../../api/tinker.ts';
-import type { GenerateRequest } from '../../engine/protocol.ts';
-import { servingAdapterKey } from '../base-model-runtime.ts';
+import { GENERATE_DEFAULTS, type GenerateRequest } from '../../engine/protocol.ts';
+import { servingAdapterKey } from '../../engine/adapter-keys.ts';
 import type { TinkerRepository } from '../../store/tinker-repository.ts';
 import { canActFor, type Principal } from '../auth-service.ts';
 import type { BaseModelRegistry } from '../base-models.ts';
@@ -146,10 +146,10 @@ function generateRequest(base: LoadedBase, target: Target, body: SampleBody): Ge
     // Tinker: no `stop` keeps the model's end-of-sequence ids; any list, even an empty one, replaces them.
     ignore_eos: stop !== null,
     stop_token_ids: stop === null ? base.generation.eos_token_ids : stopIds,
-    temperature: params.temperature ?? 1,
-    top_p: params.top_p ?? 1,
-    top_k: params.top_k ?? -1,
-    seed: params.seed ?? null,
+    temperature: params.temperature ?? GENERATE_DEFAULTS.temperature,
+    top_p: params.top_p ?? GENERATE_DEFAULTS.top_p,
+    top_k: params.top_k ?? GENERATE_DEFAULTS.top_k,
+    seed: params.seed ?? GENERATE_DEFAULTS.seed,
     logprobs: 0,
     prompt_logprobs: body.prompt_logprobs ? 0 : null,
   };

@@ -5,6 +5,7 @@
  * operations execute in submission order; every save is the model's next ordinary checkpoint step.
  */
 import { AppError } from '../../errors.ts';
+import { tinkerAdapterKey } from '../../engine/adapter-keys.ts';
 import { EngineError } from '../../engine/errors.ts';
 import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
 import type { ProtoDatum, ProtoForwardBackward } from '../../api/tinker-proto.ts';
@@ -24,7 +25,6 @@ const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
 const MLP = ['gate_proj', 'up_proj', 'down_proj'];
 
 /** The engine key of a training client's adapter. */
-const trainerAdapter = (modelId: string) => `tinker:${modelId}`;
 
 /** What the SDK's numbers count: a training client's requests (`seq_id`), a session's new clients (`model_seq_id`). */
 const clientScope = (tinkerId: string) => `model ${tinkerId}`;
@@ -56,7 +56,7 @@ export class TinkerTraining {
     const model = await this.tinkerModels.create(principal, spec);
     return this.queue(principal, 'create_model', model, request, async () => {
       const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
-      await this.runtime.trainer().dropAdapter({ adapter: trainerAdapter(model.model.id) });
+      await this.runtime.trainer().request('drop_adapter', { adapter: tinkerAdapterKey(model.model.id) });
       await this.initAdapter(model, base, modules);
       this.resident.add(model.model.id);
       return { type: 'create_model', model_id: model.tinkerId };
@@ -78,7 +78,7 @@ export class TinkerTraining {
     const numberedRequest = numbered(clientScope(model.tinkerId), request.seq_id || null, request);
     return this.queue(principal, request.forward_only ? 'forward' : 'forward_backward', model, numberedRequest, async () => {
       const { base, adapter } = await this.ready(model);
-      const reply = await this.runtime.trainer().forwardBackward({ base, adapter, loss, loss_config: lossConfig, backward: !request.forward_only, rows });
+      const reply = await this.runtime.trainer().request('forward_backward', { base, adapter, loss, loss_config: lossConfig, backward: !request.forward_only, rows });
       return forwardBackwardResult(reply);
     });
   }
@@ -88,7 +88,7 @@ export class TinkerTraining {
     const adam = { weight_decay: 0, grad_clip_norm: 0, ...body.adam_params };
     return this.queue(principal, 'optim_step', model, numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
       const { base, adapter } = await this.ready(model);
-      const reply = await this.runtime.trainer().optimStep({
+      const reply = await this.runtime.trainer().request('optim_step', {
         base,
         adapter,
         adam: { learning_rate: adam.learning_rate, beta1: adam.beta1, beta2: adam.beta2, eps: adam.eps, weight_decay: adam.weight_decay, grad_clip_norm: adam.grad_clip_norm },
@@ -105,7 +105,7 @@ export class TinkerTraining {
       const { base, adapter } = await this.ready(model);
       const trainer = this.runtime.trainer();
       const saved = await this.checkpoints.publish(model.model.id, base, { tinker_save: 1 }, (folder) =>
-        forSampler ? trainer.saveAdapter({ adapter, path: folder }) : trainer.saveState({ adapter, path: folder }),
+        forSampler ? trainer.request('save_adapter', { adapter, path: folder }) : trainer.request('save_state', { adapter, path: folder }),
       );
       const name = body.path ?? stepName(saved.step);
       await this.repository.nameCheckpoint({ model_id: model.model.id, kind, name, step: saved.step, state_path: forSampler ? null : saved.folder, created_at: this.clock.now().toISOString() });
@@ -134,11 +134,11 @@ export class TinkerTraining {
     return this.queue(principal, 'load_weights', model, creation ?? numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
       const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
       const trainer = this.runtime.trainer();
-      const adapter = trainerAdapter(model.model.id);
-      await trainer.dropAdapter({ adapter });
+      const adapter = tinkerAdapterKey(model.model.id);
+      await trainer.request('drop_adapter', { adapter });
       this.resident.delete(model.model.id);
-      if (body.optimizer && source.statePath) await trainer.loadState({ base, adapter, path: source.statePath });
-      else if (folder) await trainer.ensureAdapter({ adapter, base, path: folder });
+      if (body.optimizer && source.statePath) await trainer.request('load_state', { base, adapter, path: source.statePath });
+      else if (folder) await trainer.request('ensure_adapter', { adapter, base, path: folder });
       else await this.initAdapter(model, base);
       this.resident.add(model.model.id);
       return { type: 'load_weights', path: body.path, model_id: model.tinkerId };
@@ -155,7 +155,7 @@ export class TinkerTraining {
   async unload(principal: Principal, id: string): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, id);
     return this.queue(principal, 'unload_model', model, null, async () => {
-      await this.runtime.trainer().dropAdapter({ adapter: trainerAdapter(model.model.id) });
+      await this.runtime.trainer().request('drop_adapter', { adapter: tinkerAdapterKey(model.model.id) });
       this.resident.delete(model.model.id);
       return { type: 'unload_model', model_id: model.tinkerId };
     });
@@ -171,7 +171,7 @@ export class TinkerTraining {
    * train something else, and let the next operation restore the model's latest checkpoint as after a restart.
    */
   private lostState(model: TinkerModel, error: unknown): unknown {
-    const adapter = trainerAdapter(model.model.id);
+    const adapter = tinkerAdapterKey(model.model.id);
     if (!(error instanceof EngineError) || error.code !== 'not_found' || !error.message.includes(adapter)) return error;
     this.resident.delete(model.model.id);
     return new AppError('conflict', `The trainer lost this training client's state (${adapter}): the next operation continues from the model's latest checkpoint; load_state restores a saved state`);
@@ -183,10 +183,10 @@ export class TinkerTraining {
    */
   private async ready(model: TinkerModel): Promise<{ base: string; adapter: string }> {
     const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
-    const adapter = trainerAdapter(model.model.id);
+    const adapter = tinkerAdapterKey(model.model.id);
     if (!this.resident.has(model.model.id)) {
       const latest = await this.models.latestCheckpoint(model.model.id);
-      if (latest?.adapterPath) await this.runtime.trainer().ensureAdapter({ adapter, base, path: latest.adapterPath });
+      if (latest?.adapterPath) await this.runtime.trainer().request('ensure_adapter', { adapter, base, path: latest.adapterPath });
       else await this.initAdapter(model, base);
       this.resident.add(model.model.id);
     }
@@ -196,7 +196,7 @@ export class TinkerTraining {
   /** A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are. */
   private async initAdapter(model: TinkerModel, base: string, modules: readonly string[] = LORA_DEFAULTS.target_modules): Promise<void> {
     const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
-    await this.runtime.trainer().ensureAdapter({ adapter: trainerAdapter(model.model.id), base, init: { rank: model.rank, alpha, target_modules: [...modules], seed: model.seed } });
+    await this.runtime.trainer().request('ensure_adapter', { adapter: tinkerAdapterKey(model.model.id), base, init: { rank: model.rank, alpha, target_modules: [...modules], seed: model.seed } });
   }
 }
 

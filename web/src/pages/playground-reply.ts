@@ -2,17 +2,12 @@
  * One assistant reply of the playground: its DOM, the streaming chat completion read event by event into
  * token pieces (each keeps its logprobs for the tip), reasoning and tool calls, and the closing summary line.
  */
+import type { ChatCompletionChunk, ChatLogprob, ChatUsage } from '../../../src/api/chat.ts';
 import { authHeaders, errorMessage } from '../api.ts';
 import { h, replace } from '../dom.ts';
 
-export interface TokenLogprob {
-  token: string;
-  logprob: number;
-  top_logprobs?: { token: string; logprob: number }[];
-}
-
 /** A streamed piece of the reply, carrying the logprobs of the tokens it holds. */
-export type TokenPiece = HTMLElement & { logprobs?: TokenLogprob[] };
+export type TokenPiece = HTMLElement & { logprobs?: ChatLogprob[] };
 
 export interface ReplyView {
   reasoning: HTMLDetailsElement;
@@ -29,20 +24,13 @@ export interface StreamState {
   pieces: number;
   content: string;
   finish: string;
-  usage: { completion_tokens?: number } | null;
+  usage: ChatUsage | null;
   calls: { name: string; arguments: string }[];
 }
 
-interface Chunk {
-  error?: { message?: string };
-  usage?: { completion_tokens?: number } | null;
-  choices?: {
-    delta?: { content?: string | null; reasoning?: string | null; reasoning_content?: string | null; tool_calls?: { index?: number; function?: { name?: string; arguments?: string } }[] };
-    logprobs?: { content?: TokenLogprob[] | null } | null;
-    finish_reason?: string | null;
-  }[];
-}
-type Choice = NonNullable<Chunk['choices']>[number];
+/** One `data:` event: a chunk, or the error event that ends a stream failing midway. */
+type StreamEvent = ChatCompletionChunk | { error: { message?: string } };
+type Choice = ChatCompletionChunk['choices'][number];
 
 /** How sure the model was of a piece: 0 (sure) … 3 (surprised), for colouring. */
 function surpriseClass(logprob: number): string {
@@ -80,23 +68,22 @@ function appendContent(state: StreamState, view: ReplyView, log: HTMLElement, ch
 /** One `data:` line of the stream. */
 function applyChunk(state: StreamState, view: ReplyView, log: HTMLElement, data: string): void {
   if (data === '[DONE]') return;
-  const chunk = JSON.parse(data) as Chunk;
-  if (chunk.error) throw new Error(chunk.error.message ?? 'The stream failed');
-  if (chunk.usage) state.usage = chunk.usage;
-  const choice = chunk.choices?.[0];
+  const event = JSON.parse(data) as StreamEvent;
+  if ('error' in event) throw new Error(event.error.message ?? 'The stream failed');
+  if (event.usage) state.usage = event.usage;
+  const choice = event.choices[0];
   if (!choice) return;
-  const delta = choice.delta ?? {};
-  const thought = delta.reasoning ?? delta.reasoning_content;
+  const delta = choice.delta;
+  const thought = delta.reasoning;
   if (thought) {
     view.reasoning.hidden = false;
     view.reasoningBox.append(thought);
   }
   if (delta.content) appendContent(state, view, log, choice, delta.content);
   for (const call of delta.tool_calls ?? []) {
-    const index = call.index ?? 0;
-    state.calls[index] ??= { name: '', arguments: '' };
-    state.calls[index].name += call.function?.name ?? '';
-    state.calls[index].arguments += call.function?.arguments ?? '';
+    state.calls[call.index] ??= { name: '', arguments: '' };
+    state.calls[call.index].name += call.function.name;
+    state.calls[call.index].arguments += call.function.arguments;
   }
   if (choice.finish_reason) state.finish = choice.finish_reason;
 }

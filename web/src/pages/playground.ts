@@ -3,11 +3,13 @@
  * max tokens; every streamed piece keeps its token logprobs, shown on hover or, on the keyboard, by
  * focusing the reply and moving with ← →. The reply itself streams in playground-reply.ts.
  */
+import type { ChatLogprob } from '../../../src/api/chat.ts';
+import { servedModelName } from '../../../src/api/model-name.ts';
 import { get, getAll, type Checkpoint, type ListPage, type ModelSummary, type Overview } from '../api.ts';
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
 import { replaceQuery, type RouteContext } from '../router.ts';
-import { newStreamState, replyView, showFinished, streamReply, type TokenLogprob, type TokenPiece } from './playground-reply.ts';
+import { newStreamState, replyView, showFinished, streamReply, type TokenPiece } from './playground-reply.ts';
 
 interface Turn {
   role: 'user' | 'assistant';
@@ -47,7 +49,7 @@ function visible(token: string): string {
   return token.replace(/\n/g, '↵').replace(/\t/g, '⇥').replace(/ /g, '·');
 }
 
-function tokenTip(entries: TokenLogprob[]): HTMLElement {
+function tokenTip(entries: ChatLogprob[]): HTMLElement {
   return h(
     'div',
     entries.map((entry) =>
@@ -141,7 +143,7 @@ async function fillSteps(pg: Playground): Promise<void> {
 function modelName(pg: Playground): string {
   const { model, base } = selectedModel(pg);
   if (!model) return base!;
-  return pg.stepSelect.value ? `${model.inference_name}:step${pg.stepSelect.value}` : model.inference_name;
+  return servedModelName({ entity: model.entity, project: model.project, name: model.name, step: pg.stepSelect.value ? Number(pg.stepSelect.value) : null });
 }
 
 function showTip(pg: Playground, target: TokenPiece): void {

@@ -1,0 +1,49 @@
+/**
+ * The sampling parameters a chat completion decodes with, chosen once: the request's own, else the model's
+ * `generation_config.json`, else the engine's defaults (`GENERATE_DEFAULTS`, the one home of their values).
+ * Owns that chain and the model-side defaults' shape; refuses to know how a request is validated (request.ts).
+ */
+import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
+import type { ChatTokenizer } from './tokenizer.ts';
+import type { ChatRequest } from './request.ts';
+
+/** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
+export interface GenerationDefaults {
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  repetition_penalty?: number;
+  /** Every end-of-sequence id the model may emit (the tokenizer's EOS among them). */
+  eos_token_ids: number[];
+}
+
+export type SamplingParams = Required<Omit<GenerateRequest, 'base' | 'adapter' | 'adapter_path' | 'prompt' | 'constraint'>>;
+
+/** The engine's sampling parameters for this request on this model. */
+export function samplingParams(request: ChatRequest, model: { generation: GenerationDefaults; tokenizer: ChatTokenizer }, maxTokens: number): SamplingParams {
+  const { sampling } = request;
+  const { generation, tokenizer } = model;
+  const extraEos = sampling.ignore_eos ? [] : generation.eos_token_ids.filter((id) => id !== tokenizer.eosTokenId);
+  const badWordsIds = request.badWords.flatMap((word) => [tokenizer.encode(word), tokenizer.encode(` ${word.trimStart()}`)]).filter((ids) => ids.length > 0);
+  return {
+    n: request.n,
+    max_tokens: maxTokens,
+    min_tokens: sampling.min_tokens,
+    ignore_eos: sampling.ignore_eos,
+    stop_token_ids: [...sampling.stop_token_ids, ...extraEos],
+    temperature: sampling.temperature ?? generation.temperature ?? GENERATE_DEFAULTS.temperature,
+    top_p: sampling.top_p ?? generation.top_p ?? GENERATE_DEFAULTS.top_p,
+    top_k: sampling.top_k ?? generation.top_k ?? GENERATE_DEFAULTS.top_k,
+    min_p: sampling.min_p ?? generation.min_p ?? GENERATE_DEFAULTS.min_p,
+    presence_penalty: sampling.presence_penalty ?? GENERATE_DEFAULTS.presence_penalty,
+    frequency_penalty: sampling.frequency_penalty ?? GENERATE_DEFAULTS.frequency_penalty,
+    repetition_penalty: sampling.repetition_penalty ?? generation.repetition_penalty ?? GENERATE_DEFAULTS.repetition_penalty,
+    logit_bias: sampling.logit_bias,
+    allowed_token_ids: sampling.allowed_token_ids,
+    bad_words_ids: badWordsIds,
+    seed: sampling.seed,
+    logprobs: request.logprobs ? request.logprobs.top : null,
+    prompt_logprobs: request.promptLogprobs,
+  };
+}
