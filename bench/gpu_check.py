@@ -225,11 +225,10 @@ def our_engine_checks(args, folder: str, scratch: str) -> dict:
 
 
 # ==== vLLM-kind checks (issue 27, phase 3) =====================================================================
-# Phase 3 replaces this section with the vLLM sampler engine behind our API: the same figures through our HTTP
-# API with SAMPLER_ENGINE=vllm (decode tok/s at 1 and 32 streams, p50 TTFT, the warm-prefix group ratio), our
-# API over vLLM vs vLLM alone, and the step-0 logprob gap of vLLM's samples against our trainer. What runs today
-# (when VLLM_PYTHON names a Python with vLLM): vLLM's own OpenAI server on the same folder, our adapter hot-loaded,
-# greedy tokens compared with our engine's, and vLLM's sampled logprobs against our bf16 trainer.
+# vLLM alone (when VLLM_PYTHON names a Python with vLLM): its own OpenAI server on the same folder, our adapter
+# hot-loaded, greedy tokens compared with our engine's, and vLLM's sampled logprobs against our bf16 trainer. The
+# vLLM sampler engine behind our HTTP API (SAMPLER_ENGINES, the same figures ours vs vLLM, and the step-0 gap as
+# the RL job reports it) is bench/vllm-sampler.ts, which gpu_check.sh runs after this script.
 
 def http_json(url: str, body=None, timeout: float = 600.0):
     data = None if body is None else json.dumps(body).encode()

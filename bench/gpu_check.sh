@@ -63,5 +63,14 @@ for shape in ${GPU_CHECK_SHAPES:-smollm2-135m qwen3-0.6b}; do
   # The vLLM-kind checks (phase 3 of issue 27) run inside gpu_check.py's marked section, once per shape.
   PYTHONUNBUFFERED=1 "$python" bench/gpu_check.py --shape "$shape" || { status=1; echo "gpu_check: $shape FAILED"; }
 done
+# The vLLM sampler engine behind our HTTP API vs our engine (bench/vllm-sampler.ts: decode tok/s at 1 and 32 streams,
+# p50 TTFT, the warm-prefix group, the step-0 logprob gap), bf16 on the GPU, vLLM leaving the trainer most of it.
+if [ -n "${VLLM_PYTHON:-}" ] && command -v node >/dev/null && [ -d node_modules ] && [ -f models/smollm2-135m-instruct/config.json ]; then
+  echo "== our API: our engine vs the vLLM sampler (bench/vllm-sampler.ts) ($(date -u +%H:%M:%S))"
+  ENGINE_PYTHON=$python DTYPE=bfloat16 VLLM_ARGS="${GPU_CHECK_VLLM_ARGS:---gpu-memory-utilization 0.35}" timeout 1500 npx tsx bench/vllm-sampler.ts \
+    || { status=1; echo "gpu_check: bench/vllm-sampler.ts FAILED"; }
+else
+  echo "gpu_check: our API over vLLM skipped (needs VLLM_PYTHON, node with node_modules, and models/smollm2-135m-instruct)"
+fi
 echo "== done in $(( $(date +%s) - started ))s (exit $status)"
 exit $status

@@ -8,6 +8,7 @@ import { isToolParserName, TOOL_PARSER_NAMES } from './chat/tool-calls/index.ts'
 import type { EngineDtype, EngineTopology, ServingLimits } from './engine/settings.ts';
 import { BUILTIN_BASE_MODELS, SMOLLM2_BASE_MODEL, type BaseModelSpec } from './services/base-models.ts';
 import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
+import { isVllmUrl, parseVllmConfig, type VllmConfig } from './engine/vllm/config.ts';
 
 // The catalogue of built-in bases and the checkout's root have homes of their own; they are re-exported here because
 // tests and benches configure a server with them beside loadConfig.
@@ -56,6 +57,8 @@ export interface Config {
   engines: EngineTopology;
   /** vLLM-named limits every sampling engine started by this server runs with. */
   serving: ServingLimits;
+  /** Which sampler engine kind serves each base, and the vLLM servers (src/engine/vllm/config.ts). */
+  vllm: VllmConfig;
   /** Checkpoint retention of models that set none (RETENTION_KEEP_LAST, RETENTION_KEEP_BEST, RETENTION_BEST_METRIC, RETENTION_BEST_MODE). */
   retention: RetentionPolicy;
   /** `/metrics` answers without an API key (for a Prometheus that scrapes without one); off by default. */
@@ -152,8 +155,10 @@ export function loadConfig(env: Env = process.env): Config {
   const engines = parseEngineTopology(read, integer, problems);
   const serving = parseServingLimits(read, integer, problems);
   const retention = readRetention(read, integer, problems);
+  const vllm = parseVllmConfig(read, integer, problems);
+  for (const id of Object.keys(vllm.perBase)) if (!models.baseModels.some((model) => model.id === id)) problems.push(`SAMPLER_ENGINES: ${JSON.stringify(id)} is not one of BASE_MODELS`);
   if (problems.length > 0) throw new ConfigError(problems);
-  return { ...httpLimits, ...server, ...models, ...limits, ...switches, enginePython: read('ENGINE_PYTHON') ?? null, engines, serving, retention };
+  return { ...httpLimits, ...server, ...models, ...limits, ...switches, enginePython: read('ENGINE_PYTHON') ?? null, engines, serving, retention, vllm };
 }
 
 /** `serve` flags that stand for an environment variable (a flag wins over the variable). */
@@ -189,7 +194,8 @@ function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[
   const mode = read('ENGINES') ?? 'separate';
   if (mode !== 'separate' && mode !== 'single') problems.push(`ENGINES=${JSON.stringify(mode)}: expected separate or single`);
   const urls = (name: string) => {
-    const list = (read(name) ?? '').split(',').map((part) => part.trim()).filter(Boolean);
+    // vLLM servers among the sampler URLs are src/engine/vllm/config.ts's.
+    const list = (read(name) ?? '').split(',').map((part) => part.trim()).filter((url) => url && !isVllmUrl(url));
     for (const url of list) if (!ENGINE_URL_PATTERN.test(url)) problems.push(`${name}: ${JSON.stringify(url)} is not tcp://host:port`);
     return list;
   };

@@ -38,6 +38,7 @@ import { AdapterImporter } from './services/adapter-import.ts';
 import { RetentionService } from './services/retention.ts';
 import { defaultLearningRate } from './training/defaults.ts';
 import { payloadView } from './training/payloads.ts';
+import { samplerKindOf } from './engine/vllm/config.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
 import { createTinkerServices, type TinkerServices } from './services/tinker/index.ts';
 import { createWandbServices, type WandbServices } from './services/wandb/index.ts';
@@ -135,10 +136,11 @@ export function createServices({ config, store, clock, engines = null, enginePro
     if (after?.status === 'RUNNING') onCancelRequested?.(jobId);
     return after;
   };
-  const models = new ModelService(modelRepository, baseModels, clock, config.dataDir, async (modelId) => {
-    for (const job of await jobRepository.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
-  });
   const runtime = new BaseModelRuntime(baseModels, engines, config.serving.dtype);
+  const cancelJobsOf = async (modelId: string) => {
+    for (const job of await jobRepository.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
+  };
+  const models = new ModelService(modelRepository, baseModels, clock, config.dataDir, cancelJobsOf, (baseId) => runtime.checkSampler(baseId));
   const resolver = new ModelResolver(modelRepository, baseModels);
   const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
   const artifacts = new ArtifactService(repositories.artifacts, blobs, clock);
@@ -166,7 +168,7 @@ export function createServices({ config, store, clock, engines = null, enginePro
     auth: new AuthService(repositories.identity, clock),
     baseModels,
     models,
-    served: new ServedModelsService(modelRepository, baseModels, resolver, clock.now().toISOString(), (baseId) => runtime.toolCallParser(baseId)),
+    served: new ServedModelsService(modelRepository, baseModels, resolver, clock.now().toISOString(), (baseId) => runtime.toolCallParser(baseId), (baseId) => samplerKindOf(config.vllm, baseId)),
     trajectories,
     health: new HealthService(store.db, { engine: probeEngine, queue: async () => void (await jobRepository.countByStatus()) }),
     queue,

@@ -9,7 +9,7 @@ import { buildApp } from './app.ts';
 import { systemClock, type Clock } from './clock.ts';
 import type { Config } from './config.ts';
 import { createServices, type Services } from './context.ts';
-import type { EngineSupervisor } from './engine/supervisor.ts';
+import { EngineSupervisor } from './engine/supervisor.ts';
 import { createEngineRoles, rolesHealth, type EngineRoles } from './engine/roles.ts';
 import { JobWorker } from './jobs/worker.ts';
 import { migrate, openStore } from './store/db.ts';
@@ -20,7 +20,7 @@ export interface RunningServer {
   services: Services;
   /** Every engine by role; null with ENGINE=off. */
   engines: EngineRoles | null;
-  /** The first engine that serves chat (the only one in single mode). */
+  /** The first engine of ours that serves chat (the only one in single mode). */
   supervisor: EngineSupervisor | null;
   /** Resolves when every engine answers. */
   waitForEngines(): Promise<void>;
@@ -34,10 +34,17 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
   const store = openStore(config);
   await migrate(store);
   const engines = config.engineEnabled
-    ? createEngineRoles({ topology: config.engines, serving: config.serving, python: config.enginePython, logger: logger.child({ component: 'engine' }), extraArgs: options.engineArgs })
+    ? createEngineRoles({
+        topology: config.engines,
+        serving: config.serving,
+        python: config.enginePython,
+        logger: logger.child({ component: 'engine' }),
+        extraArgs: options.engineArgs,
+        vllm: { config: config.vllm, bases: config.baseModels, serving: config.serving },
+      })
     : null;
   for (const { supervisor } of engines?.all ?? []) supervisor.start();
-  const supervisor = engines?.all.find(({ role }) => role !== 'trainer')?.supervisor ?? null;
+  const supervisor = (engines?.all.find(({ role, supervisor }) => role !== 'trainer' && supervisor instanceof EngineSupervisor)?.supervisor as EngineSupervisor | undefined) ?? null;
 
   let worker: JobWorker | undefined;
   const services = createServices({
@@ -93,6 +100,7 @@ async function probeEngines(engines: EngineRoles): Promise<Record<string, unknow
   const outcomes = await Promise.allSettled(engines.all.map(({ supervisor }) => supervisor.probe()));
   const report = rolesHealth(engines).map((health, index) => ({
     role: health.role,
+    kind: health.kind,
     state: health.state,
     pid: health.pid,
     url: health.url,
@@ -101,8 +109,10 @@ async function probeEngines(engines: EngineRoles): Promise<Record<string, unknow
     dtype: health.engine?.dtype ?? null,
     limits: health.engine?.limits ?? null,
     ok: outcomes[index].status === 'fulfilled',
+    ...('error' in health ? { error: health.error } : {}),
   }));
   const down = report.filter((engine) => !engine.ok);
-  if (down.length > 0) throw new Error(`engines not answering: ${down.map((engine) => `${engine.role} (${engine.state})`).join(', ')}`);
+  const named = (engine: (typeof report)[number]) => `${engine.role}${engine.kind === 'vllm' ? ` (vLLM at ${engine.url ?? 'not started'})` : ''} (${engine.state})`;
+  if (down.length > 0) throw new Error(`engines not answering: ${down.map(named).join(', ')}`);
   return { engines: report };
 }

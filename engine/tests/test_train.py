@@ -193,6 +193,8 @@ class TestTrainStep(unittest.TestCase):
         self.assertEqual(metrics["loss"], metrics["policy_loss"])
         self.assertEqual(metrics["num_trainable_tokens"], 8.0)
         self.assertAlmostEqual(metrics["frac_old_logprobs_valid"], 1 / 8)
+        pairs = [(n, o) for r, row in zip(lp, self.ROWS) for n, o, m in zip(r, row["logprobs"], row["mask"]) if o is not None and m > 0]
+        self.assertAlmostEqual(metrics["sampler_logprob_gap"], sum(abs(n - o) for n, o in pairs) / len(pairs), places=5)
         self.assertLessEqual(metrics["grad_norm"], 1e9)
         for _ in range(3):
             last = train_step(self.model, a, "rl", rows, cfg, opt)

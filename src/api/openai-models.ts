@@ -13,6 +13,8 @@ export const ModelCard = Type.Object({
   parent: Type.Union([Type.String(), Type.Null()]),
   /** How tool calls are read from this model's answers (vLLM's `--tool-call-parser`): hermes, llama3_json, mistral. */
   tool_call_parser: Type.Union([Type.String(), Type.Null()]),
+  /** Which engine kind samples this name (SAMPLER_ENGINE, SAMPLER_ENGINES): `ours` or `vllm`. */
+  sampler_engine: Type.Union([Type.Literal('ours'), Type.Literal('vllm')]),
 });
 export type ModelCard = Static<typeof ModelCard>;
 

@@ -13,12 +13,25 @@ import type { EngineLogger } from './logger.ts';
 import { type Engine, isSamplerOp, OPS, type OpReply, type OpRequest, type SamplerEngine, type SamplerOp } from './ops.ts';
 import type { EngineSupport, GenerateRequest } from './protocol.ts';
 import { EngineSupervisor, type EngineHealth, type RemoteEngine } from './supervisor.ts';
+import { samplerKindOf } from './vllm/config.ts';
+import { createVllmSamplers, SamplerByBase, type VllmSetup } from './vllm/samplers.ts';
+import type { VllmHealth } from './vllm/sampler.ts';
 
 export type EngineRole = 'sampler' | 'trainer' | 'sampler+trainer';
 
+/** What the server starts, stops and checks of an engine, whatever its kind (ours, or a vLLM sampler). */
+export interface ManagedEngine {
+  start(): void;
+  stop(): Promise<void>;
+  waitUntilReady(): Promise<unknown>;
+  probe(): Promise<void>;
+  health(): EngineHealth | VllmHealth;
+}
+
 export interface RoleEngine {
   role: EngineRole;
-  supervisor: EngineSupervisor;
+  kind: 'ours' | 'vllm';
+  supervisor: ManagedEngine;
 }
 
 /** What the services see: one engine to sample with, one to train with (the same one in single mode). */
@@ -29,6 +42,8 @@ export interface EngineRoles {
   support(): Promise<EngineSupport>;
   /** Every process, for start/stop, health and the system check. */
   all: RoleEngine[];
+  /** Throws when models on this base cannot be sampled (a vLLM that cannot load it); absent: every base can. */
+  checkSampler?(baseId: string): Promise<void>;
 }
 
 export interface EngineRolesOptions {
@@ -38,6 +53,8 @@ export interface EngineRolesOptions {
   logger: EngineLogger;
   /** Extra arguments for every child engine (tests: shorter timeouts, fewer adapters). */
   extraArgs?: string[];
+  /** Which bases vLLM samples (src/engine/vllm/); absent: ours sample every base. */
+  vllm?: VllmSetup;
 }
 
 /** The command line of a child engine: its serving limits, threads and device. */
@@ -64,9 +81,30 @@ function parseUrl(url: string, secret: string | null): RemoteEngine {
   return { host: hostname.replace(/^\[|\]$/g, ''), port: Number(port), secret };
 }
 
-export function createEngineRoles({ topology, serving, python, logger, extraArgs = [] }: EngineRolesOptions): EngineRoles {
+export function createEngineRoles(options: EngineRolesOptions): EngineRoles {
+  const ours = createOurEngines(options);
+  return options.vllm ? withVllmSamplers(ours, options.vllm, options.logger) : ours;
+}
+
+/**
+ * The sampler routes each base to its kind: vLLM samplers for the bases vLLM serves, ours for the rest (our
+ * samplers are kept only if a base needs them; the trainer always is).
+ */
+function withVllmSamplers(ours: EngineRoles, setup: VllmSetup, logger: EngineLogger): EngineRoles {
+  const samplers = createVllmSamplers(setup, tagged(logger, { role: 'sampler', kind: 'vllm' }));
+  if (samplers.all.length === 0) return ours;
+  const single = ours.all.some(({ role }) => role === 'sampler+trainer');
+  const needOurs = single || setup.bases.some((base) => samplerKindOf(setup.config, base.id) === 'ours');
+  const sampler = new SamplerByBase(samplers, needOurs ? ours.sampler : null, setup);
+  const kept = ours.all.filter(({ role }) => needOurs || role !== 'sampler');
+  const vllm = samplers.all.map((supervisor): RoleEngine => ({ role: 'sampler', kind: 'vllm', supervisor }));
+  return { ...ours, sampler, all: [...kept, ...vllm], checkSampler: (baseId) => sampler.check(baseId) };
+}
+
+function createOurEngines({ topology, serving, python, logger, extraArgs = [] }: EngineRolesOptions): EngineRoles {
   const make = (role: EngineRole, index: number, url: string | null, threads: number | null, device: string | null, nice = 0): RoleEngine => ({
     role,
+    kind: 'ours',
     supervisor: new EngineSupervisor({
       python,
       logger: tagged(logger, { role, engine: index }),
@@ -74,15 +112,17 @@ export function createEngineRoles({ topology, serving, python, logger, extraArgs
       args: [...engineArgs(serving, threads, device), ...(nice ? ['--nice', String(nice)] : []), ...extraArgs],
     }),
   });
+  const supervisor = (engine: RoleEngine) => engine.supervisor as EngineSupervisor;
   if (topology.mode === 'single') {
     const only = make('sampler+trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice);
-    return { sampler: only.supervisor, trainer: only.supervisor, support: announcedSupport(only.supervisor), all: [only] };
+    return { sampler: supervisor(only), trainer: supervisor(only), support: announcedSupport(supervisor(only)), all: [only] };
   }
   const trainer = make('trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice, topology.trainerNice);
   const samplerUrls = topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
   const samplers = samplerUrls.map((url, index) => make('sampler', index + 1, url, topology.samplerThreads, topology.samplerDevice));
-  const sampler = samplers.length === 1 ? samplers[0].supervisor : new SamplerPool(samplers.map(({ supervisor }) => ({ engine: supervisor, busyness: () => supervisorBusyness(supervisor) })));
-  return { sampler, trainer: trainer.supervisor, support: announcedSupport(trainer.supervisor), all: [trainer, ...samplers] };
+  const ours = samplers.map(supervisor);
+  const sampler = ours.length === 1 ? ours[0] : new SamplerPool(ours.map((engine) => ({ engine, busyness: () => supervisorBusyness(engine) })));
+  return { sampler, trainer: supervisor(trainer), support: announcedSupport(supervisor(trainer)), all: [trainer, ...samplers] };
 }
 
 /** The engine's announcement from its first ready frame, kept: a restart runs the same engine code. */
@@ -101,8 +141,8 @@ export function announcedSupport(supervisor: EngineSupervisor): () => Promise<En
 }
 
 /** Health of every engine by role, for the system check. */
-export function rolesHealth(roles: EngineRoles): (EngineHealth & { role: EngineRole })[] {
-  return roles.all.map(({ role, supervisor }) => ({ role, ...supervisor.health() }));
+export function rolesHealth(roles: EngineRoles): ((EngineHealth | VllmHealth) & { role: EngineRole; kind: RoleEngine['kind'] })[] {
+  return roles.all.map(({ role, kind, supervisor }) => ({ role, kind, ...supervisor.health() }));
 }
 
 /** A sampler of the pool: any engine that serves the sampler's ops, and how busy it is now (lower is better). */

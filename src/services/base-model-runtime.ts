@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AppError } from '../errors.ts';
+import { EngineError } from '../engine/errors.ts';
 import type { Engine, SamplerEngine } from '../engine/ops.ts';
 import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { EngineDtype } from '../engine/settings.ts';
@@ -56,6 +57,8 @@ export interface RuntimeEngines {
   trainer: Engine;
   /** What the engines announced they can run; absent for stand-ins that announce nothing. */
   support?: () => Promise<EngineSupport>;
+  /** Throws when the sampler cannot serve this base (engine/roles.ts); absent: every base can be sampled. */
+  checkSampler?(baseId: string): Promise<void>;
 }
 
 export class BaseModelRuntime {
@@ -71,6 +74,16 @@ export class BaseModelRuntime {
   /** The engine that serves chat, or a clear 503 when this server runs without engines. */
   sampler(): SamplerEngine {
     return this.requireEngines().sampler;
+  }
+
+  /** A 400 naming why when this base's sampler cannot serve it (a vLLM that cannot load it); a 503 when it is down. */
+  async checkSampler(baseId: string): Promise<void> {
+    try {
+      await this.engines?.checkSampler?.(baseId);
+    } catch (error) {
+      if (!(error instanceof EngineError)) throw error;
+      throw new AppError(error.code === 'engine_unavailable' ? 'engine_unavailable' : 'bad_request', error.message);
+    }
   }
 
   /** The vocabulary size from the tokenizer alone (no engine needed), or null when it cannot be read. */

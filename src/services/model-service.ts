@@ -22,6 +22,8 @@ export class ModelService {
     private readonly dataDir: string,
     /** Cancels a model's queued and running jobs; a model is never deleted under a running job. */
     private readonly cancelJobsOf: (modelId: string) => Promise<void> = async () => {},
+    /** Throws when models on this base cannot be sampled (a vLLM sampler that cannot load it), so creation says so. */
+    private readonly checkSampler: (baseId: string) => Promise<void> = async () => {},
   ) {}
 
   modelFolder(modelId: string): string {
@@ -39,6 +41,7 @@ export class ModelService {
     await this.checkBaseModel(input.base_model);
     const existing = await this.models.findByName(entity.name, input.project, input.name);
     if (existing) return this.existingOrConflict(existing, input);
+    await this.checkSampler(input.base_model);
 
     const now = this.clock.now().toISOString();
     const modelId = newId();

@@ -20,6 +20,7 @@ export class ServedModelsService {
     private readonly resolver: ModelResolver,
     private readonly startedAt: string,
     private readonly toolCallParser: (baseId: string) => Promise<string | null>,
+    private readonly samplerEngine: (baseId: string) => ModelCard['sampler_engine'] = () => 'ours',
   ) {}
 
   async list(principal: Principal): Promise<ModelCard[]> {
@@ -30,7 +31,13 @@ export class ServedModelsService {
     let previous = '';
     for (const row of rows) {
       const name = servedModelName({ entity: row.entity_name, project: row.project, name: row.name });
-      const common = { object: 'model' as const, owned_by: row.entity_name, root: row.base_model, tool_call_parser: parsers.get(row.base_model) ?? null };
+      const common = {
+        object: 'model' as const,
+        owned_by: row.entity_name,
+        root: row.base_model,
+        tool_call_parser: parsers.get(row.base_model) ?? null,
+        sampler_engine: this.samplerEngine(row.base_model),
+      };
       if (name !== previous) cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
       previous = name;
       cards.push({ id: servedModelName({ entity: row.entity_name, project: row.project, name: row.name, step: row.step }), created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
@@ -46,10 +53,12 @@ export class ServedModelsService {
     // A name that resolved to a checkpoint is a served model name; `:stepN` names the model, the others its base.
     const parsed = parseServedModelName(name)!;
     const parent = typeof parsed.step === 'number' ? servedModelName({ ...parsed, step: null }) : resolved.baseId;
-    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: parsed.entity, root: resolved.baseId, parent, tool_call_parser: parser };
+    const engine = this.samplerEngine(resolved.baseId);
+    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: parsed.entity, root: resolved.baseId, parent, tool_call_parser: parser, sampler_engine: engine };
   }
 
   private baseCard(id: string, toolCallParser: string | null): ModelCard {
-    return { id, object: 'model', created: unixSeconds(this.startedAt), owned_by: OWNER_OF_BASE_MODELS, root: id, parent: null, tool_call_parser: toolCallParser };
+    const engine = this.samplerEngine(id);
+    return { id, object: 'model', created: unixSeconds(this.startedAt), owned_by: OWNER_OF_BASE_MODELS, root: id, parent: null, tool_call_parser: toolCallParser, sampler_engine: engine };
   }
 }
