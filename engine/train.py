@@ -387,12 +387,15 @@ def _step_metrics(loss: str, rows: Sequence[Row], tally: _Tally, total_mask: flo
         metrics["sft_loss"] = tally.loss
         return metrics
     metrics["policy_loss"] = tally.loss
-    metrics["probs_corr"] = _probs_corr(torch.cat(tally.corr_old), torch.cat(tally.corr_new)) if tally.corr_old else 0.0
+    old_N = torch.cat(tally.corr_old) if tally.corr_old else torch.zeros(0)
+    new_N = torch.cat(tally.corr_new) if tally.corr_new else torch.zeros(0)
+    metrics["probs_corr"] = _probs_corr(old_N, new_N) if tally.corr_old else 0.0
     metrics["frac_old_logprobs_valid"] = tally.old_valid / total_mask if total_mask > 0 else 0.0
-    if tally.corr_old:
+    if old_N.numel():
         # Mean |trainer − sampler| logprob per token; at a job's first step (the weights the sampler used) it is the
-        # numeric gap between the two engines, which the loss's importance ratios otherwise silently absorb.
-        metrics["sampler_logprob_gap"] = float((torch.cat(tally.corr_new) - torch.cat(tally.corr_old)).abs().mean())
+        # numeric gap between the two engines, which the loss's importance ratios otherwise silently absorb. Absent
+        # when no trained token carried a sampler logprob (the mean of nothing would be NaN).
+        metrics["sampler_logprob_gap"] = float((new_N - old_N).abs().mean())
     if tally.kls:
         metrics["kl_policy_ref"] = sum(tally.kls) / len(tally.kls)
     denominator = max(tally.ratio_tokens, 1.0)
