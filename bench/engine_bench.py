@@ -34,7 +34,7 @@ sys.path.insert(0, REPO)
 from engine import lora as L  # noqa: E402
 from engine.generate import GenRequest, Scheduler, SchedulerConfig  # noqa: E402
 from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint  # noqa: E402
-from engine.server import measure_matmul_gflops  # noqa: E402
+from engine.machine import measure_matmul_gflops  # noqa: E402
 from engine.transport import encode_frame  # noqa: E402
 from engine.tests.helpers import lora, optimizer, parse_rows, sampling  # noqa: E402
 from engine.train import train_step  # noqa: E402
@@ -106,7 +106,7 @@ MEMORY_PROBE = r"""
 import json, os, sys, gc
 sys.path.insert(0, sys.argv[1])
 import torch
-from engine.server import rss_bytes
+from engine.machine import rss_bytes
 from engine.model import Transformer
 from engine import lora as L
 gc.collect(); before = rss_bytes()

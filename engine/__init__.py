@@ -1,6 +1,7 @@
 """The numeric engine: token ids in, token ids and logprobs out (docs/engine-protocol.md).
 
-Files, the process: __main__.py (`python3 -m engine`), transport.py (stdio/TCP framing, log lines),
+Files, the process: __main__.py (`python3 -m engine`), cli.py (its command line, start-up and threads),
+machine.py (the start-up matmul measurement and its warning, memory), transport.py (stdio/TCP framing, log lines),
 server.py (the ops, dispatch, the engine's state), wire.py (requests parsed into dataclasses).
 The numerics: weights.py (safetensors), model.py (transformer, KV cache), lora.py (adapters, PEFT
 layout, batched LoRA), sampling.py (per-request sampling), constraints.py (llguidance token masks),

@@ -1,7 +1,7 @@
-"""`python3 -m engine`: the engine process (see server.py and docs/engine-protocol.md)."""
+"""`python3 -m engine`: the engine process (see cli.py, server.py and docs/engine-protocol.md)."""
 
 import sys
 
-from .server import main
+from .cli import main
 
 sys.exit(main())

@@ -11,16 +11,14 @@ forward and the token-level training ops go on to the training thread, so
 decoding never waits for them.
 
 Refuses to know: the wire's fields (wire.py parses every request), the
-numerics (model.py, lora.py, generate.py, train.py, steps.py) and how frames travel
-(transport.py).
+numerics (model.py, lora.py, generate.py, train.py, steps.py), how frames travel
+(transport.py) and the process around it (cli.py: arguments, threads, the ready frame).
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import re
-import sys
 import threading
 import time
 import traceback
@@ -36,11 +34,9 @@ from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .model import ARCHITECTURES, ROPE_TYPES, Transformer, load_args
 from .train import TrainingDiverged, forward_logprobs, train_step
-from .transport import log, serve_stream, serve_tcp
+from .machine import rss_bytes
+from .transport import log
 
-LOW_GFLOPS = 20.0
-MATMUL_SIZE, MATMUL_SECONDS = 512, 0.25
-OPTIMIZED_BLAS = ("mkl", "open", "openblas", "accelerate", "blis", "flexi", "vecLib")
 DTYPES = wire.DTYPES
 
 
@@ -59,49 +55,6 @@ class Beside(NamedTuple):
     adapter: Optional[L.Adapter]
     work: Callable[[], dict]
     trains: bool
-
-
-def measure_matmul_gflops(device: torch.device, n: int = MATMUL_SIZE, seconds: float = MATMUL_SECONDS) -> float:
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
-    for _ in range(2):
-        a @ b
-    _sync(device)
-    reps, t0 = 0, time.perf_counter()
-    while True:
-        a @ b
-        reps += 1
-        if reps % 4 == 0:
-            _sync(device)
-            if time.perf_counter() - t0 > seconds:
-                break
-    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
-
-
-def torch_blas() -> str:
-    """The BLAS this torch was built with (BLAS_INFO in torch.__config__.show(): mkl, open, ...), or "unknown"."""
-    match = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
-    return match.group(1) if match else "unknown"
-
-
-def slow_matmul_warning(gflops: float, device: torch.device) -> str:
-    """What was measured, then the likely causes in order: a busy machine first (the measurement is a quarter of a
-    second of 512x512 products, easily shared with other processes), a reference BLAS only when torch has no
-    optimized one of its own."""
-    busy = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else "load unknown"
-    blas = torch_blas()
-    reason = (f"torch uses its own optimized BLAS ({blas}), so the likely cause is a busy machine ({busy}): other "
-              "processes on these cores; it measures again at every start"
-              if blas in OPTIMIZED_BLAS else
-              f"a busy machine ({busy}) can explain it; so can torch's BLAS ({blas}) if it is the reference one: "
-              "install an optimized one (Debian: libopenblas0-pthread)")
-    return (f"WARNING: fp32 matmul measured {gflops:.1f} GFLOP/s ({MATMUL_SIZE}x{MATMUL_SIZE} products for "
-            f"{MATMUL_SECONDS} s on {device}, {torch.get_num_threads()} threads; below {LOW_GFLOPS:.0f}): {reason}.")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 @dataclass
@@ -594,90 +547,3 @@ def supports() -> dict:
             "rope_types": list(ROPE_TYPES), "lora_targets": list(L.SUPPORTED_TARGETS),
             "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(steps.LOSS_CONFIG_KEYS)},
             "dtypes": list(DTYPES)}
-
-
-def rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm", "r") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def parse_args(argv: Optional[List[str]]):
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python3 -m engine", description="LLM engine speaking framed JSON on stdio")
-    ap.add_argument("--tcp", metavar="HOST:PORT",
-                    help="serve on TCP instead of stdio (one connection at a time); the ENGINE_SECRET environment "
-                         "variable, when set, is the secret a connection's first frame must carry "
-                         "(required beyond loopback)")
-    ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
-    ap.add_argument("--dtype", choices=list(DTYPES), default=None,
-                    help="default weights dtype (default: float32 on CPU, bfloat16 on CUDA)")
-    ap.add_argument("--max-adapters", type=int, default=32)
-    ap.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", type=int, default=32,
-                    help="concurrent generation sequences per base")
-    ap.add_argument("--max-model-len", "--max-seq-len", dest="max_model_len", type=int, default=None,
-                    help="cap on tokens per sequence, prompt included (default: the model's)")
-    ap.add_argument("--max-num-batched-tokens", type=int, default=2048,
-                    help="prompt tokens prefilled between two decode steps")
-    ap.add_argument("--kv-cache-memory-bytes", type=int, default=None,
-                    help="KV cache per base; caps concurrent full-length sequences (default: unbounded)")
-    ap.add_argument("--nice", type=int, default=0,
-                    help="lower this process's CPU priority (a trainer sharing cores with samplers yields to them)")
-    ap.add_argument("--skip-adapter-value-check", action="store_true",
-                    help="TESTS ONLY: load adapters without checking that their values are finite and within "
-                         "engine/bounds.json, so a test can make a broken adapter resident and show that its rows "
-                         "cannot reach other rows of the batch. The server never passes it to its engines.")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
-                         "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
-                         "peers (bench/torch_stack.py --threads); give more on a dedicated machine)")
-    args = ap.parse_args(argv)
-    for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes", "threads"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(argv)
-    # Frames own the real stdout; anything else printing (C or Python) lands on stderr.
-    frame_out = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.threads < 1:
-        ap.error("--threads must be at least 1")
-    torch.set_num_threads(args.threads)
-    if args.nice:
-        os.nice(args.nice)
-    gflops = measure_matmul_gflops(device)
-    log(f"torch {torch.__version__} on {device}, fp32 matmul {gflops:.1f} GFLOP/s, {torch.get_num_threads()} threads")
-    if gflops < LOW_GFLOPS:
-        log(slow_matmul_warning(gflops, device))
-    limits = Limits(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.kv_cache_memory_bytes)
-    engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None,
-                    check_adapter_values=not args.skip_adapter_value_check)
-    if args.skip_adapter_value_check:
-        log("WARNING: --skip-adapter-value-check: adapters load without checking their values (tests only)")
-    ready = {"id": None, "event": "ready", "device": device.type,
-             "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
-             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads()),
-             "supports": supports()}
-    stop = threading.Event()
-    for target, name in ((engine.compute_loop, "compute"), (engine.train_loop, "train")):
-        threading.Thread(target=target, args=(stop,), name=name, daemon=True).start()
-    try:
-        if args.tcp:
-            serve_tcp(engine, args.tcp, os.environ.get("ENGINE_SECRET") or None, ready)
-        else:
-            serve_stream(engine, sys.stdin.buffer, frame_out, ready)
-    except KeyboardInterrupt:
-        pass
-    engine.cancel_all()
-    stop.set()
-    return 0
