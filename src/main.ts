@@ -34,17 +34,20 @@ async function withServices<T>(config: Config, work: (services: Services) => Pro
   }
 }
 
-/** Runs one start-up step, printing its name, then its time (or that it failed) on the same line. */
+/**
+ * Runs one start-up step and prints its name with its time (or that it failed) as one line when it ends: the
+ * server's own log lines arrive meanwhile, and a line begun before them would be cut in two.
+ */
 async function step<T>(label: string, work: () => Promise<T>, detail: (result: T) => string = () => ''): Promise<T> {
   const started = performance.now();
-  process.stdout.write(`${label} … `);
+  const seconds = () => `${((performance.now() - started) / 1000).toFixed(1)} s`;
   try {
     const result = await work();
     const extra = detail(result);
-    console.log(`${((performance.now() - started) / 1000).toFixed(1)} s${extra ? `  (${extra})` : ''}`);
+    console.log(`${label} … ${seconds()}${extra ? `  (${extra})` : ''}`);
     return result;
   } catch (error) {
-    console.log(`failed after ${((performance.now() - started) / 1000).toFixed(1)} s`);
+    console.log(`${label} … failed after ${seconds()}`);
     throw error;
   }
 }
