@@ -12,6 +12,7 @@
  */
 import { parseArgs } from 'node:util';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
+import { ssePayloads } from '../test/helpers/api.ts';
 import { sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
 import { startE2eServer, type E2eServer } from '../test/helpers/server.ts';
 import { VLLM_PYTHON } from '../test/helpers/vllm-process.ts';
@@ -38,20 +39,13 @@ async function streamed(e2e: E2eServer, model: string, content: string, maxToken
   if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${await response.text()}`);
   let first = 0;
   let tokens = 0;
-  let buffered = '';
-  for await (const piece of response.body!.pipeThrough(new TextDecoderStream())) {
-    buffered += piece;
-    const events = buffered.split('\n\n');
-    buffered = events.pop()!;
-    for (const event of events) {
-      const data = event.slice('data: '.length);
-      if (data === '[DONE]') continue;
-      const chunk = JSON.parse(data);
-      if (chunk.error) throw new Error(JSON.stringify(chunk.error));
-      const ids = chunk.choices?.[0]?.token_ids?.length ?? 0;
-      if (ids > 0 && first === 0) first = performance.now();
-      tokens += ids;
-    }
+  for await (const data of ssePayloads(response)) {
+    if (data === '[DONE]') continue;
+    const chunk = JSON.parse(data);
+    if (chunk.error) throw new Error(JSON.stringify(chunk.error));
+    const ids = chunk.choices?.[0]?.token_ids?.length ?? 0;
+    if (ids > 0 && first === 0) first = performance.now();
+    tokens += ids;
   }
   return { ttftMs: first - started, decodeMs: performance.now() - first, tokens };
 }

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { RoleEngine } from '../src/engine/roles.ts';
+import { ssePayloads } from './helpers/api.ts';
 import { waitFor } from './helpers/poll.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
@@ -24,15 +25,9 @@ async function stream(e2e: E2eServer, body: Record<string, unknown>, onFirstChun
   });
   assert.equal(response.status, 200);
   const payloads: string[] = [];
-  let buffered = '';
-  for await (const piece of response.body!.pipeThrough(new TextDecoderStream())) {
-    buffered += piece;
-    const events = buffered.split('\n\n');
-    buffered = events.pop()!;
-    for (const event of events) {
-      if (payloads.length === 0) onFirstChunk?.();
-      payloads.push(event.slice('data: '.length));
-    }
+  for await (const payload of ssePayloads(response)) {
+    if (payloads.length === 0) onFirstChunk?.();
+    payloads.push(payload);
   }
   return payloads;
 }

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { EngineClient } from '../src/engine/client.ts';
 import { EngineError } from '../src/engine/errors.ts';
+import { ssePayloads } from './helpers/api.ts';
 import { startTcpEngine, type TcpEngine } from './helpers/engine-process.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
@@ -68,13 +69,9 @@ describe('engines over TCP with a shared secret', () => {
       body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Go on.' }], max_tokens: 2000, ignore_eos: true, stream: true }),
     });
     const payloads: string[] = [];
-    let buffered = '';
-    for await (const piece of response.body!.pipeThrough(new TextDecoderStream())) {
+    for await (const payload of ssePayloads(response)) {
       if (payloads.length === 0 && sampler!.child.exitCode === null) await sampler!.kill();
-      buffered += piece;
-      const events = buffered.split('\n\n');
-      buffered = events.pop()!;
-      payloads.push(...events.map((event) => event.slice('data: '.length)));
+      payloads.push(payload);
     }
     assert.equal(payloads.at(-1), '[DONE]');
     assert.match(JSON.parse(payloads.at(-2)!).error.message, /engine .*(exited|closed)/);

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import type { RoleEngine } from '../src/engine/roles.ts';
+import { ssePayloads } from './helpers/api.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { HAS_VLLM, VLLM_PYTHON } from './helpers/vllm-process.ts';
@@ -39,15 +40,9 @@ async function stream(e2e: E2eServer, body: Record<string, unknown>, onFirstChun
   });
   assert.equal(response.status, 200);
   const payloads: string[] = [];
-  let buffered = '';
-  for await (const piece of response.body!.pipeThrough(new TextDecoderStream())) {
-    buffered += piece;
-    const events = buffered.split('\n\n');
-    buffered = events.pop()!;
-    for (const event of events) {
-      if (payloads.length === 0) onFirstChunk?.();
-      payloads.push(event.slice('data: '.length));
-    }
+  for await (const payload of ssePayloads(response)) {
+    if (payloads.length === 0) onFirstChunk?.();
+    payloads.push(payload);
   }
   return payloads;
 }

@@ -25,6 +25,17 @@ export function httpApi(url: string, key: string, auth: (key: string) => Record<
   };
 }
 
+/** The `data:` payloads of a server-sent-event stream as they arrive, `[DONE]` included. */
+export async function* ssePayloads(response: Response): AsyncGenerator<string> {
+  let buffered = '';
+  for await (const piece of response.body!.pipeThrough(new TextDecoderStream())) {
+    buffered += piece;
+    const events = buffered.split('\n\n');
+    buffered = events.pop()!;
+    for (const event of events) yield event.slice('data: '.length);
+  }
+}
+
 /** Creates a model (on the built-in tiny model unless told) and answers its body; any other status fails the test. */
 export async function createModel(
   api: Api,

