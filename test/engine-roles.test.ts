@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { RoleEngine } from '../src/engine/roles.ts';
-import { ssePayloads } from './helpers/api.ts';
+import { streamChat } from './helpers/api.ts';
 import { waitFor } from './helpers/poll.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
@@ -17,20 +17,8 @@ const MODEL = 'local/roles/policy';
 const MANY_STEPS = { packed_sequence_length: 64, learning_rate: 0.01 };
 
 /** A streamed chat completion: its data payloads, in order, up to and including [DONE]. */
-async function stream(e2e: E2eServer, body: Record<string, unknown>, onFirstChunk?: () => void): Promise<string[]> {
-  const response = await fetch(`${e2e.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say something long.' }], stream: true, ...body }),
-  });
-  assert.equal(response.status, 200);
-  const payloads: string[] = [];
-  for await (const payload of ssePayloads(response)) {
-    if (payloads.length === 0) onFirstChunk?.();
-    payloads.push(payload);
-  }
-  return payloads;
-}
+const stream = (e2e: E2eServer, body: Record<string, unknown>, onFirstChunk?: () => void) =>
+  streamChat(e2e.url, e2e.key, { model: MODEL, messages: [{ role: 'user', content: 'Say something long.' }], ...body }, onFirstChunk);
 
 function engineOf(e2e: E2eServer, role: RoleEngine['role']): RoleEngine {
   return e2e.server.engines?.all.find((engine) => engine.role === role) ?? assert.fail(`no ${role} engine`);

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import type { RoleEngine } from '../src/engine/roles.ts';
-import { ssePayloads } from './helpers/api.ts';
+import { streamChat } from './helpers/api.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { HAS_VLLM, VLLM_PYTHON } from './helpers/vllm-process.ts';
@@ -32,20 +32,7 @@ function shape(value: unknown): unknown {
 }
 
 /** A streamed chat completion's data payloads, up to and including [DONE]. */
-async function stream(e2e: E2eServer, body: Record<string, unknown>, onFirstChunk?: () => void): Promise<string[]> {
-  const response = await fetch(`${e2e.url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ ...body, stream: true }),
-  });
-  assert.equal(response.status, 200);
-  const payloads: string[] = [];
-  for await (const payload of ssePayloads(response)) {
-    if (payloads.length === 0) onFirstChunk?.();
-    payloads.push(payload);
-  }
-  return payloads;
-}
+const stream = (e2e: E2eServer, body: Record<string, unknown>, onFirstChunk?: () => void) => streamChat(e2e.url, e2e.key, body, onFirstChunk);
 
 function vllmEngine(e2e: E2eServer): RoleEngine {
   return e2e.server.engines?.all.find((engine) => engine.kind === 'vllm') ?? assert.fail('no vLLM sampler');

@@ -36,6 +36,22 @@ export async function* ssePayloads(response: Response): AsyncGenerator<string> {
   }
 }
 
+/** A streamed chat completion's data payloads in order, `[DONE]` included; `onFirstChunk` runs as the first arrives. */
+export async function streamChat(url: string, key: string, body: Record<string, unknown>, onFirstChunk?: () => void): Promise<string[]> {
+  const response = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { ...bearerKey(key), 'content-type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: true }),
+  });
+  assert.equal(response.status, 200, `a stream answers 200 (${response.status})`);
+  const payloads: string[] = [];
+  for await (const payload of ssePayloads(response)) {
+    if (payloads.length === 0) onFirstChunk?.();
+    payloads.push(payload);
+  }
+  return payloads;
+}
+
 /** Creates a model (on the built-in tiny model unless told) and answers its body; any other status fails the test. */
 export async function createModel(
   api: Api,
