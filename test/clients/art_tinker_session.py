@@ -24,19 +24,26 @@ PROMPT = [{"role": "user", "content": "What is 2 + 2? Answer with a number."}]
 
 
 async def rollouts(model, groups, per_group):
-    """Groups of sampled answers with rewards that differ within each group (so every group has an advantage)."""
+    """Groups of sampled answers with rewards that differ within each group (so every group has an advantage), each
+    group holding at least two different answers: the tiny model often samples the same six tokens, and a group of
+    identical answers has advantages that cancel exactly, a zero gradient the test would take for no training."""
     client = model.openai_client()
     import art
 
+    async def sample():
+        completion = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=PROMPT, max_tokens=6, temperature=1.0, logprobs=True
+        )
+        return completion.choices[0]
+
     out = []
     for _ in range(groups):
-        trajectories = []
-        for index in range(per_group):
-            completion = await client.chat.completions.create(
-                model=model.get_inference_name(), messages=PROMPT, max_tokens=6, temperature=1.0, logprobs=True
-            )
-            choice = completion.choices[0]
-            trajectories.append(art.Trajectory(messages_and_choices=[*PROMPT, choice], reward=float(index)))
+        choices = [await sample() for _ in range(per_group)]
+        for _ in range(20):
+            if len({choice.message.content for choice in choices}) > 1:
+                break
+            choices[-1] = await sample()
+        trajectories = [art.Trajectory(messages_and_choices=[*PROMPT, choice], reward=float(index)) for index, choice in enumerate(choices)]
         out.append(art.TrajectoryGroup(trajectories))
     return out
 
