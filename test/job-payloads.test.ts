@@ -5,6 +5,7 @@ import { JobError } from '../src/errors.ts';
 import { withGroupDefaults } from '../src/api/models.ts';
 import { parseRlConfig } from '../src/training/rl/config.ts';
 import { PAYLOAD_VERSION, payloadView, readRlPayload, readSftPayload, rlPayload, sftPayload } from '../src/training/payloads.ts';
+import { VERSION_0_RL_CONFIG } from './helpers/payloads.ts';
 
 const group = {
   trajectories: [
@@ -13,14 +14,6 @@ const group = {
   ],
 };
 
-/** What builds before payload versions stored for `{ learning_rate: 0.01, packed_sequence_length: 32 }` (their parser's whole output). */
-const VERSION_0_CONFIG = {
-  learningRate: 0.01, numTrajectoriesLearningRateMultiplierPower: 0, scaleLearningRateByRewardStdDev: false, advantageBalance: 0, scaleRewards: true,
-  ppo: false, epsilon: 1, epsilonHigh: 4, importanceSamplingLevel: 'token', maskProbRatio: false, maxNegativeAdvantageImportanceSamplingWeight: null,
-  k2Tau: null, precalculateLogprobs: false, allowTrainingWithoutLogprobs: false, truncatedImportanceSampling: null, packedSequenceLength: 32,
-  logprobCalculationChunkSize: 1024, klPenaltyCoef: 0, klPenaltySource: 'current_learner', klPenaltyReferenceStep: null, klPenaltyStepLag: null,
-  klRefAdapterPath: null, klReference: null, chatTemplateKwargs: null,
-};
 
 const unreadable = (read: () => unknown, where: RegExp) =>
   assert.throws(read, (error: unknown) => error instanceof JobError && error.code === 'unreadable_payload' && where.test(error.message));
@@ -35,12 +28,12 @@ describe('RL payloads', () => {
   });
 
   test('a version-0 payload (camelCase, no version) reads exactly as today writes the same request', () => {
-    const read = readRlPayload({ trajectory_groups: [group], config: VERSION_0_CONFIG });
+    const read = readRlPayload({ trajectory_groups: [group], config: VERSION_0_RL_CONFIG });
     assert.deepEqual(read, rlPayload({ trajectory_groups: [withGroupDefaults(group)], config: today }));
   });
 
   test('a version-0 payload older than some keys reads them at their defaults; its KL reference is renamed too', () => {
-    const { logprobCalculationChunkSize, numTrajectoriesLearningRateMultiplierPower, ...older } = VERSION_0_CONFIG;
+    const { logprobCalculationChunkSize, numTrajectoriesLearningRateMultiplierPower, ...older } = VERSION_0_RL_CONFIG;
     assert.ok(logprobCalculationChunkSize && numTrajectoriesLearningRateMultiplierPower === 0);
     const read = readRlPayload({ trajectory_groups: [group], config: { ...older, klPenaltyCoef: 0.1, klReference: { modelId: 'm1', step: 3 } } });
     assert.equal(read.config.logprob_calculation_chunk_size, today.logprob_calculation_chunk_size);
@@ -54,7 +47,7 @@ describe('RL payloads', () => {
     unreadable(() => readRlPayload({ ...good, version: PAYLOAD_VERSION + 1 }), /\/version/);
     unreadable(() => readRlPayload({ ...good, config: { ...today, learning_rate: -1 } }), /\/config\/learning_rate/);
     unreadable(() => readRlPayload({ ...good, config: { ...today, someFutureKey: 1 } }), /\/config/);
-    unreadable(() => readRlPayload({ trajectory_groups: [group], config: { ...VERSION_0_CONFIG, importanceSamplingLevel: 'nonsense' } }), /importance_sampling_level/);
+    unreadable(() => readRlPayload({ trajectory_groups: [group], config: { ...VERSION_0_RL_CONFIG, importanceSamplingLevel: 'nonsense' } }), /importance_sampling_level/);
     unreadable(() => readRlPayload('not a payload'), /\//);
   });
 
@@ -93,7 +86,7 @@ describe('SFT payloads', () => {
 
 describe('the dashboard view of a stored payload', () => {
   test('RL: the config named as experimental_config names it (older payloads too), and the data counted', () => {
-    const view = payloadView('rl', { trajectory_groups: [group, group], config: VERSION_0_CONFIG });
+    const view = payloadView('rl', { trajectory_groups: [group, group], config: VERSION_0_RL_CONFIG });
     assert.equal(view?.config.allow_training_without_logprobs, false);
     assert.equal(view?.config.learning_rate, 0.01);
     assert.equal(view?.num_trajectory_groups, 2);

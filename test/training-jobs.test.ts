@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { VERSION_0_RL_CONFIG } from './helpers/payloads.ts';
 import { waitFor } from './helpers/poll.ts';
 
 describe('RL training jobs', () => {
@@ -105,15 +106,7 @@ describe('RL training jobs', () => {
 
   test('a job an older build stored (camelCase RL config, no payload version) still runs, at its own rate', async () => {
     const before = (await e2e.api('GET', `/v1/preview/models/${modelId}/checkpoints?order=desc&limit=1`)).body.data[0].step;
-    // Exactly what builds before payload versions wrote for `experimental_config: { learning_rate: 0.01, packed_sequence_length: 32 }`.
-    const config = {
-      learningRate: 0.01, numTrajectoriesLearningRateMultiplierPower: 0, scaleLearningRateByRewardStdDev: false, advantageBalance: 0, scaleRewards: true,
-      ppo: false, epsilon: 1, epsilonHigh: 4, importanceSamplingLevel: 'token', maskProbRatio: false, maxNegativeAdvantageImportanceSamplingWeight: null,
-      k2Tau: null, precalculateLogprobs: false, allowTrainingWithoutLogprobs: false, truncatedImportanceSampling: null, packedSequenceLength: 32,
-      logprobCalculationChunkSize: 1024, klPenaltyCoef: 0, klPenaltySource: 'current_learner', klPenaltyReferenceStep: null, klPenaltyStepLag: null,
-      klRefAdapterPath: null, klReference: null, chatTemplateKwargs: null,
-    };
-    const stored = await e2e.server.services.queue.enqueue({ modelId, type: 'rl', payload: { trajectory_groups: groups, config } });
+    const stored = await e2e.server.services.queue.enqueue({ modelId, type: 'rl', payload: { trajectory_groups: groups, config: VERSION_0_RL_CONFIG } });
     e2e.server.worker.wake();
     const job = await waitForJob(e2e, stored.id);
     assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
