@@ -80,6 +80,8 @@ describe('ART 0.5.23 experimental_config: every key', () => {
       ['kl_ref_tinker_path', art('kl_ref_adapter_path', { kl_ref_adapter_path: `tinker://${sourceId}/sampler_weights/step2` })],
       ['without_logprobs_default', art('default'), withoutLogprobs(rollouts)],
       ['without_logprobs_allowed', art('allow_training_without_logprobs'), withoutLogprobs(rollouts)],
+      ['default_raised', art('default'), withRatiosRaised(rollouts, 1.5)],
+      ['epsilon_high_raised', art('epsilon_high'), withRatiosRaised(rollouts, 1.5)],
     ];
     const forks = [];
     for (const [name] of onForks) forks.push(await fork(name));
@@ -140,7 +142,12 @@ describe('ART 0.5.23 experimental_config: every key', () => {
     assert.ok(base().clipped_token_fraction < 0.5, String(base().clipped_token_fraction));
     assert.ok(outcomes.epsilon.first.clipped_token_fraction > base().clipped_token_fraction, `epsilon: ${outcomes.epsilon.first.clipped_token_fraction}`);
     assert.ok(outcomes.epsilon_high.first.clipped_token_fraction >= base().clipped_token_fraction, `epsilon_high: ${outcomes.epsilon_high.first.clipped_token_fraction}`);
-    for (const key of ['epsilon', 'epsilon_high']) differs(outcomes[key].first.loss, base().loss, key);
+    differs(outcomes.epsilon.first.loss, base().loss, 'epsilon');
+    // The tiny model's sampled tokens are often near-certain, so no ratio need rise above 1.05 (on some CPUs none
+    // did): with every ratio made 1.5× by the rollouts themselves, the upper bound binds on every trained token.
+    const raised = outcomes.epsilon_high_raised.first;
+    assert.ok(raised.clipped_token_fraction > outcomes.default_raised.first.clipped_token_fraction, `epsilon_high: ${raised.clipped_token_fraction}`);
+    differs(raised.loss, outcomes.default_raised.first.loss, 'epsilon_high');
     differs(outcomes.mask_prob_ratio.first.loss, outcomes.epsilon_both.first.loss, 'mask_prob_ratio vs the same bounds clipped');
   });
 
@@ -259,6 +266,17 @@ describe('ART 0.5.23 experimental_config: every key', () => {
 });
 
 /** The rollouts as an OpenAI answer without `logprobs: true` would have them: no logprobs, no token ids. */
+/** The rollouts with each sampled token's logprob lowered by ln(factor): every trainer/sampler ratio is `factor` times what it was. */
+function withRatiosRaised(groups: { trajectories: Trajectory[] }[], factor: number) {
+  const lower = (entry: { logprob: number }) => ({ ...entry, logprob: entry.logprob - Math.log(factor) });
+  return groups.map((group) => ({
+    trajectories: group.trajectories.map((trajectory) => ({
+      ...trajectory,
+      messages_and_choices: trajectory.messages_and_choices.map((item: any) => ('message' in item ? { ...item, logprobs: { content: item.logprobs.content.map(lower) } } : item)),
+    })),
+  }));
+}
+
 function withoutLogprobs(groups: { trajectories: Trajectory[] }[]) {
   return groups.map((group) => ({
     trajectories: group.trajectories.map((trajectory) => ({
