@@ -39,18 +39,19 @@ for (const backend of backends()) {
   describe(`crash recovery on ${backend.name}`, () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'crash-'));
     let database: Awaited<ReturnType<typeof backend.create>>;
-    let current: ChildProcess | undefined;
+    // Every server started, so one a failed test leaves running is still killed at the end.
+    const started = new Set<ChildProcess>();
     before(async () => {
       database = await backend.create();
     });
     after(async () => {
-      current?.kill('SIGKILL');
+      for (const child of started) child.kill('SIGKILL');
       await database.drop();
       fs.rmSync(dataDir, { recursive: true, force: true });
     });
     const start = async (env: Record<string, string> = {}) => {
       const server = await spawnServer(dataDir, database.databaseUrl, env);
-      current = server.child;
+      started.add(server.child);
       return server;
     };
     const checkpointLeftovers = (modelId: string) => {
