@@ -97,6 +97,11 @@ function samplingOf(data: Record<string, unknown>, messages: Record<string, unkn
   };
 }
 
+/** What the list and the detail both show of a stored trajectory, in the API's names. */
+function trajectoryHeader(row: TrajectoryRow) {
+  return { id: row.id, split: row.split, step: row.step, group_index: row.groupIndex, trajectory_index: row.trajectoryIndex, reward: row.reward, created_at: row.createdAt };
+}
+
 export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummary {
   const messages = messagesOf(row.data);
   const firstUser = messages.find((message) => message.role === 'user');
@@ -119,13 +124,7 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummary {
     response = `${String(call.function?.name ?? 'tool call')}(…)`;
   }
   return {
-    id: row.id,
-    split: row.split,
-    step: row.step,
-    group_index: row.groupIndex,
-    trajectory_index: row.trajectoryIndex,
-    reward: row.reward,
-    created_at: row.createdAt,
+    ...trajectoryHeader(row),
     num_messages: messages.length,
     num_tool_calls: numToolCalls,
     has_reasoning: hasReasoning,
@@ -226,13 +225,7 @@ export class DashboardService {
     const row = await this.repository.findTrajectory(model.id, trajectoryId);
     if (!row) throw notFound('Trajectory');
     return {
-      id: row.id,
-      split: row.split,
-      step: row.step,
-      group_index: row.groupIndex,
-      trajectory_index: row.trajectoryIndex,
-      reward: row.reward,
-      created_at: row.createdAt,
+      ...trajectoryHeader(row),
       data: row.data,
       trained_tokens: row.split === 'train' ? ((await this.trainedTokens.find(model.id, row.step, row.groupIndex, row.trajectoryIndex)) ?? null) : null,
     };
