@@ -8,7 +8,6 @@
  * what it wrote (metrics.jsonl, checkpoints.jsonl), and that its checkpoints are ordinary checkpoints of our API.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,6 +15,7 @@ import { after, before, describe, test } from 'node:test';
 import { parseTinkerPath, TINKER_KEY_PREFIX } from '../src/api/tinker.ts';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
 import { openStore } from '../src/store/db.ts';
+import { runPython } from './helpers/reference.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON ?? path.join(repoRoot, '.venv-tinker', 'bin', 'python');
@@ -26,26 +26,6 @@ interface RecipeRun {
   logPath: string;
   metrics: Record<string, any>[];
   checkpoints: Record<string, any>[];
-}
-
-/** Runs `python -m module args…` in `workdir`; rejects with the tail of its output when it fails or hangs. */
-function runRecipe(module: string, args: string[], workdir: string, env: Record<string, string>): Promise<number> {
-  const started = Date.now();
-  return new Promise((resolve, reject) => {
-    const child = spawn(TINKER_PYTHON, ['-m', module, ...args], { cwd: workdir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-20_000));
-    child.stdout.on('data', keep);
-    child.stderr.on('data', keep);
-    const timer = setTimeout(() => child.kill('SIGKILL'), RECIPE_TIMEOUT_MS);
-    child.on('error', reject);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      fs.writeFileSync(path.join(workdir, `${module}.log`), output);
-      if (code === 0) resolve((Date.now() - started) / 1000);
-      else reject(new Error(`${module} exited ${code ?? signal}:\n${output.slice(-6000)}`));
-    });
-  });
 }
 
 function readJsonl(file: string): Record<string, any>[] {
@@ -112,7 +92,7 @@ describe('tinker-cookbook recipes against the server', () => {
 
   async function run(name: string, module: string, args: string[]): Promise<RecipeRun> {
     const shared = common(name);
-    const seconds = await runRecipe(module, [...shared.args, ...args], workdir, shared.env);
+    const { seconds } = await runPython(TINKER_PYTHON, ['-m', module, ...shared.args, ...args], { label: module, timeoutMs: RECIPE_TIMEOUT_MS, cwd: workdir, env: { ...process.env, ...shared.env } });
     console.log(`${name}: ${seconds.toFixed(1)}s`);
     return { logPath: shared.logPath, metrics: readJsonl(path.join(shared.logPath, 'metrics.jsonl')), checkpoints: readJsonl(path.join(shared.logPath, 'checkpoints.jsonl')) };
   }

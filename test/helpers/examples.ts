@@ -3,11 +3,11 @@
  * tinker-cookbook, transformers+peft), against a running server: what the smoke tests (test/examples.test.ts)
  * and the benchmark (bench/examples.ts) share. Each example writes its figures to the JSON file named by --summary.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { repoRoot } from '../../src/config.ts';
+import { runPython } from './reference.ts';
 
 export interface ExampleClient {
   python: string | undefined;
@@ -35,24 +35,12 @@ export interface ExampleRun {
 }
 
 /** Runs `examples/<script> args…` against the server; rejects with the tail of its output when it fails or outlives `timeoutMs`. */
-export function runExample(python: string, script: string, args: string[], server: { url: string; key: string }, timeoutMs: number): Promise<ExampleRun> {
+export async function runExample(python: string, script: string, args: string[], server: { url: string; key: string }, timeoutMs: number): Promise<ExampleRun> {
   const summaryFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'example-')), 'summary.json');
   const argv = [path.join(repoRoot, 'examples', script), '--url', server.url, '--key', server.key, '--summary', summaryFile, ...args];
-  const started = Date.now();
-  return new Promise((resolve, reject) => {
-    const child = spawn(python, argv, { env: { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-40_000));
-    child.stdout.on('data', keep);
-    child.stderr.on('data', keep);
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      if (code !== 0) return reject(new Error(`${script} exited ${code ?? signal}:\n${output.slice(-6000)}`));
-      const summary = JSON.parse(fs.readFileSync(summaryFile, 'utf8'));
-      fs.rmSync(path.dirname(summaryFile), { recursive: true, force: true });
-      resolve({ summary, output, seconds: (Date.now() - started) / 1000 });
-    });
-  });
+  const env = { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' };
+  const { output, seconds } = await runPython(python, argv, { label: script, timeoutMs, env });
+  const summary = JSON.parse(fs.readFileSync(summaryFile, 'utf8'));
+  fs.rmSync(path.dirname(summaryFile), { recursive: true, force: true });
+  return { summary, output, seconds };
 }

@@ -54,3 +54,28 @@ export function runJsonScript<T>(python: string, script: string, request: unknow
     child.stdin.end(JSON.stringify(request));
   });
 }
+
+export interface PythonRun {
+  /** The last 40,000 characters of its stdout and stderr, interleaved. */
+  output: string;
+  seconds: number;
+}
+
+/** Runs `python argv…` to its end; rejects with `label` and the tail of its output when it exits non-zero or outlives `timeoutMs` (then killed). */
+export function runPython(python: string, argv: string[], options: { label: string; timeoutMs: number; cwd?: string; env?: NodeJS.ProcessEnv }): Promise<PythonRun> {
+  const started = Date.now();
+  return new Promise((resolve, reject) => {
+    const child = spawn(python, argv, { cwd: options.cwd, env: options.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-40_000));
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code !== 0) return reject(new Error(`${options.label} exited ${code ?? signal}:\n${output.slice(-6000)}`));
+      resolve({ output, seconds: (Date.now() - started) / 1000 });
+    });
+  });
+}
