@@ -1,9 +1,9 @@
 """One request's broken weights never reach another's tokens.
 
 A NaN (or +Inf, or 1e38) adapter shares the batch with the base model and another adapter: the other rows'
-logprobs are bit-identical to the same batch without it, at admission and when its values turn bad mid-decode;
-its request fails alone with `non_finite` and emits nothing from bad logits; the cache slots it used serve later
-requests unchanged. Broken values are refused at load (unless the engine runs with --skip-adapter-value-check,
+logprobs are bit-identical to the same batch without it at admission, and to the same batch with its weights left
+finite when they turn bad mid-decode; its request fails alone with `non_finite` and emits nothing from bad logits;
+the cache slots it used serve later requests unchanged. Broken values are refused at load (unless the engine runs with --skip-adapter-value-check,
 which these tests use to get one resident) and at save, and a training step that would produce them fails as
 `diverged` with the adapter as it was.
 """
@@ -125,24 +125,21 @@ class TestIsolation(unittest.TestCase):
             self.assertEqual(len(with_bad[name].tokens[0]), with_bad[name].req.params.max_tokens)
 
     def test_weights_turning_bad_mid_decode_fail_only_their_request(self):
-        def runs(flip):
-            out = {"base": greedy([5, 6, 7], None, 12), "other": greedy([8, 9], self.other, 12),
-                   "after": greedy([30, 31, 32, 33], None, 8)}
-            if flip is not None:
-                # No longer than the others' prompts: a decode step attends over the longest row's span, and a
-                # longer row would change the others' reduction lengths (rounding of batching, not a leak).
-                out["flip"] = greedy([40, 41], flip, 12)
-            return out
-        without = runs(None)
-        self.run_all([(0, without["base"]), (0, without["other"]), (6, without["after"])])
+        def runs(flip, flip_tokens=12):
+            # The flip row's prompt is no longer than the others': a decode step attends over the longest row's span.
+            return {"base": greedy([5, 6, 7], None, 12), "other": greedy([8, 9], self.other, 12),
+                    "after": greedy([30, 31, 32, 33], None, 8), "flip": greedy([40, 41], flip, flip_tokens)}
+
+        def run_all(rows, on_step=None):
+            self.run_all([(0, r) for k, r in rows.items() if k != "after"] + [(6, rows["after"])], on_step=on_step)
+
         for value in BAD_VALUES:
             flip = self.adapter("flip", 7)
             with_flip = runs(flip)
-            self.run_all([(0, r) for k, r in with_flip.items() if k != "after"] + [(6, with_flip["after"])],
-                         on_step=lambda step, flip=flip, value=value: poison(flip, value) if step == 3 else None)
-            got = with_flip["flip"].tokens[0]
+            run_all(with_flip, on_step=lambda step, flip=flip, value=value: poison(flip, value) if step == 3 else None)
+            got, failed = with_flip["flip"].tokens[0], "error" in with_flip["flip"].result
             if value == 1e38:  # its own garbage, finite until it overflows (if it does): then it fails as well
-                if "error" in with_flip["flip"].result:
+                if failed:
                     self.assertFailedNonFinite(with_flip["flip"])
                 self.assertGreaterEqual(len(got), 4)
             else:
@@ -151,8 +148,14 @@ class TestIsolation(unittest.TestCase):
                 # weights, none after they turned bad.
                 self.assertEqual(len(got), 4)
             self.assertTrue(all(isinstance(lp, float) and lp == lp for lp in with_flip["flip"].logprobs[0]))
-            for name in without:
-                self.assertSameOutput(with_flip[name], without[name])
+            # The control is the same batch with the adapter left finite, its row leaving at the step the bad one
+            # failed: a batch of another size rounds differently on some CPUs' kernels (AVX-512 here), which is
+            # batching, not a leak, so a batch without the row at all cannot be compared bit for bit.
+            control = runs(self.adapter("flip", 7), len(got) + 1 if failed else 12)
+            run_all(control)
+            self.assertEqual(got[:4], control["flip"].tokens[0][:4])
+            for name in ("base", "other", "after"):
+                self.assertSameOutput(with_flip[name], control[name])
 
     def test_bad_values_are_refused_at_load_and_save(self):
         with tempfile.TemporaryDirectory() as d:
