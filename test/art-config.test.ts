@@ -32,8 +32,8 @@ const FIXTURE = path.join(repoRoot, 'test', 'fixtures', 'art-0.5.23-experimental
 const fixture = JSON.parse(fs.readFileSync(FIXTURE, 'utf8')) as Fixture;
 const art = (name: string, over: Body = {}): Body => ({ ...fixture.cases[name].experimental_config, ...over });
 const TWIN_BASE = 'test/tiny-twin';
-/** The clip cases that also train on the rollouts with every ratio raised (withRatiosRaised). */
-const RAISED = ['default', 'epsilon', 'epsilon_high', 'epsilon_both', 'mask_prob_ratio'];
+/** The cases that also train on the rollouts with every ratio raised (withRatiosRaised). */
+const RAISED = ['default', 'epsilon', 'epsilon_high', 'epsilon_both', 'mask_prob_ratio', 'precalculate_logprobs'];
 /** How long a job may take to end: a bound on waiting, not on speed, generous for a machine shared with other work. */
 const JOB_WAIT_MS = 600_000;
 
@@ -98,6 +98,8 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   });
 
   const base = () => outcomes.default.first;
+  /** The first step of a RAISED case on the rollouts with every ratio made 1.5×. */
+  const raised = (name: string) => outcomes[`${name}_raised`].first;
   const differs = (a: number, b: number, what: string, tolerance = 1e-6) => assert.ok(Math.abs(a - b) > tolerance, `${what}: ${a} vs ${b}`);
   const same = (a: number, b: number, what: string, tolerance = 1e-6) => assert.ok(Math.abs(a - b) <= tolerance, `${what}: ${a} vs ${b}`);
 
@@ -147,7 +149,6 @@ describe('ART 0.5.23 experimental_config: every key', () => {
     // Whether a ratio above 1.05 occurs at all depends on the tokens sampled (a tiny model's are often near-certain,
     // and a ratio cannot exceed 1/p): it did in some runs and CPUs and not in others. On the same rollouts with every
     // ratio made 1.5×, the upper bound binds on every trained token, so each key must change what the default does.
-    const raised = (name: string) => outcomes[`${name}_raised`].first;
     for (const key of ['epsilon', 'epsilon_high']) {
       assert.ok(raised(key).clipped_token_fraction > raised('default').clipped_token_fraction, `${key}: ${raised(key).clipped_token_fraction}`);
       differs(raised(key).loss, raised('default').loss, key);
@@ -163,9 +164,12 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   });
 
   test('precalculate_logprobs: the old policy is the pre-update trainer (ratio 1), not the sampler', () => {
-    differs(base().importance_ratio_mean, 1, 'the rollouts are off-policy', 1e-3);
+    // The sampled tokens' ratios can average 1 by chance: on the raised rollouts the sampler's ratios average ~1.5.
+    differs(raised('default').importance_ratio_mean, 1, 'the raised rollouts are off-policy', 0.1);
     same(outcomes.precalculate_logprobs.first.importance_ratio_mean, 1, 'precalculated', 1e-5);
-    differs(outcomes.precalculate_logprobs.first.loss, base().loss, 'loss');
+    same(raised('precalculate_logprobs').importance_ratio_mean, 1, 'precalculated on the raised rollouts', 1e-5);
+    differs(raised('precalculate_logprobs').loss, raised('default').loss, 'loss');
+    same(raised('precalculate_logprobs').loss, outcomes.precalculate_logprobs.first.loss, 'the sampler’s logprobs are not read', 1e-6);
   });
 
   test('truncated_importance_sampling: trainer/sampler ratios above the bound are truncated, visibly; without precalculate_logprobs it is a 422', async () => {

@@ -469,6 +469,8 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
     assert.equal(await config.locator('dd[data-key="allow_training_without_logprobs"]').innerText(), 'false');
     await page.getByText(`${2 * PROMPTS.length} groups · ${2 * PROMPTS.length * 3} trajectories`).waitFor();
     await page.getByText(`Checkpoint step ${final.checkpoint_step} written`).waitFor();
+    // The badge and that line come from the job; its last events arrive with the page's next poll (same transaction).
+    await page.locator('table.events tbody tr[data-type="training_ended"]').waitFor();
     assert.equal(await page.locator('figure[data-chart="Loss"] .chart-legend li').getAttribute('data-points'), String(total), 'one loss point per gradient step');
     assert.equal(await page.locator('table.events tbody tr[data-type="gradient_step"]').count(), total);
     assert.equal(await page.locator('table.events tbody tr').first().getAttribute('data-type'), 'training_ended');
