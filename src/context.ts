@@ -31,6 +31,7 @@ import { createSftRunner } from './training/sft/runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { TemplateSandbox } from './chat/template-sandbox.ts';
+import { PromptWorker } from './chat/prompt-worker.ts';
 import { Metrics } from './services/metrics.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
@@ -61,6 +62,8 @@ export interface Services {
   dashboard: DashboardService;
   /** Renders request-supplied chat templates; null unless TRUST_REQUEST_CHAT_TEMPLATE=on. Closed with the server. */
   templateSandbox: TemplateSandbox | null;
+  /** Renders and tokenizes large chat prompts off the event loop (a thread started at the first). Closed with the server. */
+  promptWorker: PromptWorker;
   metrics: Metrics;
   exports: CheckpointExporter;
   lineage: ModelLineage;
@@ -114,15 +117,17 @@ function createRunners(queue: JobQueue, checkpoints: CheckpointWriter, repositor
   };
 }
 
-/** Chat with the worker it owns: the request-template sandbox (only when trusted). */
-function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelRuntime): Pick<Services, 'chat' | 'templateSandbox'> {
+/** Chat with the workers it owns: the prompt worker, and the request-template sandbox (only when trusted). */
+function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelRuntime): Pick<Services, 'chat' | 'templateSandbox' | 'promptWorker'> {
   const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
+  const promptWorker = new PromptWorker();
   const chat = new ChatService(resolver, runtime, {
     logprobsByDefault: config.logprobsByDefault,
     maxCompletionTokens: config.maxCompletionTokens,
     requestTemplates: templateSandbox,
+    prompts: promptWorker,
   });
-  return { chat, templateSandbox };
+  return { chat, templateSandbox, promptWorker };
 }
 
 export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested, logError = () => {} }: ContextOptions): Services {

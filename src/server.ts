@@ -88,6 +88,7 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
     async close() {
       await app.close();
       services.templateSandbox?.close();
+      await services.promptWorker.close();
       await worker?.stop();
       await Promise.all((engines?.all ?? []).map(({ supervisor }) => supervisor.stop()));
       await store.close();

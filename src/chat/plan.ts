@@ -13,6 +13,7 @@ import type { MarkerSyntax } from '../constraints/lark.ts';
 import type { ConstraintSpec, GenerateRequest, LoadBaseReply } from '../engine/protocol.ts';
 import { contentString } from './messages.ts';
 import { encodePrompt, promptRenderOptions } from './prompt.ts';
+import { LARGE_PROMPT_CHARS, type PromptWorker } from './prompt-worker.ts';
 import { checkTemplateData, type ChatRequest } from './request.ts';
 import { samplingParams, type GenerationDefaults } from './sampling.ts';
 import { renderChat, TemplateError, type RenderOptions } from './template.ts';
@@ -43,6 +44,8 @@ export interface PlanDeps {
   maxCompletionTokens: number;
   /** Where request-supplied chat templates render; null: the operator does not trust them. */
   requestTemplates: TemplateSandbox | null;
+  /** Where large prompts are rendered and tokenized, off the event loop. */
+  prompts: PromptWorker;
   /** The sampler's compile check of a constraint on this model. */
   checkConstraint(constraint: ConstraintSpec): Promise<unknown>;
 }
@@ -63,7 +66,7 @@ export interface ChatPlan {
 
 /** The plan, its checks in vLLM's order: template and prompt, constraint, context, vocabulary. */
 export async function planChat(request: ChatRequest, model: ChatModel, target: ChatTarget, deps: PlanDeps): Promise<ChatPlan> {
-  const renderedIds = await promptIds(request, model, deps.requestTemplates);
+  const renderedIds = await promptIds(request, model, deps);
   const constraint = await compiledConstraint(request, model, deps);
   const { promptIds: prompt, maxTokens } = fitContext(request, model, renderedIds, deps.maxCompletionTokens);
   checkVocabulary(request, model.tokenizer.vocabSize);
@@ -83,13 +86,16 @@ export async function planChat(request: ChatRequest, model: ChatModel, target: C
   };
 }
 
-/** The prompt rendered with the request's template or the model's, and tokenized. */
-async function promptIds(request: ChatRequest, model: ChatModel, sandbox: TemplateSandbox | null): Promise<number[]> {
+/** The prompt rendered with the request's template or the model's, and tokenized; a large one off the event loop. */
+async function promptIds(request: ChatRequest, model: ChatModel, deps: PlanDeps): Promise<number[]> {
   const template = request.chatTemplate ?? model.template;
   if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
   if (request.documents && !template.includes('documents')) throw badRequest("documents: this model's chat template does not use documents", 'documents');
-  const prompt = await render(request.chatTemplate !== null, sandbox, () =>
-    promptRenderOptions(model.tokenizer, {
+  const fromRequest = request.chatTemplate !== null;
+  const encoding = { folder: model.tokenizer.folder, addSpecialTokens: request.addSpecialTokens ?? false };
+  let param = 'messages';
+  try {
+    const options = promptRenderOptions(model.tokenizer, {
       template,
       messages: request.messages,
       tools: request.tools,
@@ -97,27 +103,26 @@ async function promptIds(request: ChatRequest, model: ChatModel, sandbox: Templa
       addGenerationPrompt: request.addGenerationPrompt,
       continueFinalMessage: request.continueFinalMessage,
       kwargs: request.templateKwargs,
-    }),
-  );
-  return encodePrompt(model.tokenizer, prompt, { addSpecialTokens: request.addSpecialTokens });
-}
-
-/**
- * The model's own template is trusted and renders here; a request's own is user code and renders in the sandbox
- * (request.ts refused it already when there is none).
- */
-async function render(fromRequest: boolean, sandbox: TemplateSandbox | null, options: () => RenderOptions): Promise<string> {
-  let param = 'messages';
-  try {
-    const normalised = options();
-    const { messages, tools, documents } = normalised;
-    checkTemplateData({ messages, tools, documents, chat_template_kwargs: normalised.kwargs });
-    param = fromRequest ? 'chat_template' : 'messages';
-    return fromRequest ? await sandbox!.render(normalised) : renderChat(normalised);
+    });
+    checkTemplateData({ messages: options.messages, tools: options.tools, documents: options.documents, chat_template_kwargs: options.kwargs });
+    if (!fromRequest) {
+      // The model's own template is trusted and renders here, or on the prompt worker when the data is large.
+      if (isLarge(options)) return await deps.prompts.encode({ ...encoding, options });
+      return encodePrompt(model.tokenizer, renderChat(options), encoding);
+    }
+    // A request's own template is user code and renders in the sandbox (request.ts refused it already when there is none).
+    param = 'chat_template';
+    const text = await deps.requestTemplates!.render(options);
+    return text.length >= LARGE_PROMPT_CHARS ? await deps.prompts.encode({ ...encoding, text }) : encodePrompt(model.tokenizer, text, encoding);
   } catch (error) {
     if (error instanceof TemplateError) throw badRequest(error.message, param);
     throw error;
   }
+}
+
+/** Whether rendering and encoding these messages, tools and documents would hold the event loop for long. */
+function isLarge(options: RenderOptions): boolean {
+  return JSON.stringify([options.messages, options.tools ?? null, options.documents ?? null]).length >= LARGE_PROMPT_CHARS;
 }
 
 /**

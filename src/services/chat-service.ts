@@ -9,6 +9,7 @@ import { planChat, type ChatPlan } from '../chat/plan.ts';
 import { parseChatRequest, type ChatRequest } from '../chat/request.ts';
 import { chunks, completion } from '../chat/response.ts';
 import type { TemplateSandbox } from '../chat/template-sandbox.ts';
+import type { PromptWorker } from '../chat/prompt-worker.ts';
 import type { GenerateStream } from '../engine/generate-stream.ts';
 import { EngineError } from '../engine/errors.ts';
 import type { Principal } from './auth-service.ts';
@@ -23,6 +24,8 @@ export interface ChatOptions {
   maxCompletionTokens: number;
   /** Where request-supplied chat templates render; null: the operator does not trust them (400). */
   requestTemplates: TemplateSandbox | null;
+  /** Renders and tokenizes large prompts off the event loop. */
+  prompts: PromptWorker;
 }
 
 export type ChatResult =
@@ -55,6 +58,7 @@ export class ChatService {
     return planChat(request, model, { modelName: request.modelName ?? model.id, adapter, version: checkpoint?.step ?? 0 }, {
       maxCompletionTokens: this.options.maxCompletionTokens,
       requestTemplates: this.options.requestTemplates,
+      prompts: this.options.prompts,
       checkConstraint: (constraint) => this.runtime.sampler().request('check_constraint', { base: model.id, constraint }),
     });
   }
