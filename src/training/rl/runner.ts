@@ -3,6 +3,7 @@
  * (resumed from its latest checkpoint with its optimizer state) → the next checkpoint, written atomically,
  * listed and servable before the job completes.
  */
+import { setImmediate } from 'node:timers/promises';
 import type { JobRow } from '../../api/training-jobs.ts';
 import { readRlPayload, type RlJobPayload } from '../payloads.ts';
 import { engineLossConfig, type RlConfig } from './config.ts';
@@ -66,8 +67,12 @@ export function trajectorySequences(base: LoadedBase, trajectory: FullTrajectory
   );
 }
 
-/** Advantages per group, then the token sequences of every trajectory that still has something to learn. */
-function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
+/**
+ * Advantages per group, then the token sequences of every trajectory that still has something to learn. It yields
+ * to the event loop after each trajectory: rendering a job's worth of multi-turn histories takes seconds, and the
+ * chats and health checks served beside the job must not wait for all of it.
+ */
+async function jobData(payload: RlJobPayload, base: LoadedBase): Promise<JobData> {
   const { config } = payload;
   const sequences: ScoredSequence[] = [];
   const rewards: number[] = [];
@@ -75,22 +80,23 @@ function jobData(payload: RlJobPayload, base: LoadedBase): JobData {
   const withoutLogprobs: string[] = [];
   let trainableGroups = 0;
   let trajectoryIndex = 0;
-  payload.trajectory_groups.forEach((group, groupIndex) => {
+  for (const [groupIndex, group] of payload.trajectory_groups.entries()) {
     const groupRewards = group.trajectories.map((trajectory) => trajectory.reward);
     rewards.push(...groupRewards);
     if (groupRewards.length > 1) groupSpreads.push(populationStd(groupRewards));
     if (new Set(groupRewards).size > 1) trainableGroups += 1;
     const advantages = groupAdvantages(groupRewards, config.scale_rewards);
-    group.trajectories.forEach((trajectory, index) => {
+    for (const [index, trajectory] of group.trajectories.entries()) {
       const advantage = advantages[index];
       const id = trajectoryIndex++;
-      if (advantage === 0) return;
+      if (advantage === 0) continue;
       const where = `trajectory_groups[${groupIndex}].trajectories[${index}]`;
       const found = trajectorySequences(base, trajectory, config, where);
       for (const sequence of found) sequences.push({ ...sequence, advantage, trajectory: id });
       if (found.some((sequence) => sequence.mask.some((m, t) => m && sequence.logprobs[t] === null))) withoutLogprobs.push(where);
-    });
-  });
+      await setImmediate();
+    }
+  }
   const groupMetrics = {
     reward: mean(rewards),
     reward_std_dev: mean(groupSpreads),
@@ -122,7 +128,7 @@ export function createRlRunner(deps: RlRunnerDeps) {
     const { payload, session } = await openJob(deps, job, context, { read: readRlPayload, renders: 'trajectories' });
     const { base } = session;
     const { config } = payload;
-    const data = jobData(payload, base);
+    const data = await jobData(payload, base);
     const reference = config.kl_penalty_coef > 0 ? await klReference(config, session) : null;
     const learningRate = config.learning_rate * (config.scale_learning_rate_by_reward_std_dev ? await spreadMultiplier(deps, job.model_id, session.fromStep, data) : 1);
     const packed = await packJob(config, data, session, context);
