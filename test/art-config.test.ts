@@ -275,23 +275,23 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   });
 });
 
-/** The rollouts as an OpenAI answer without `logprobs: true` would have them: no logprobs, no token ids. */
-/** The rollouts with each sampled token's logprob lowered by ln(factor): every trainer/sampler ratio is `factor` times what it was. */
-function withRatiosRaised(groups: { trajectories: Trajectory[] }[], factor: number) {
-  const lower = (entry: { logprob: number }) => ({ ...entry, logprob: entry.logprob - Math.log(factor) });
+/** The rollouts with every choice (an item with a `message`) replaced by `change(choice)`; other items as they are. */
+function withChoices(groups: { trajectories: Trajectory[] }[], change: (choice: any) => Record<string, unknown>) {
   return groups.map((group) => ({
     trajectories: group.trajectories.map((trajectory) => ({
       ...trajectory,
-      messages_and_choices: trajectory.messages_and_choices.map((item: any) => ('message' in item ? { ...item, logprobs: { content: item.logprobs.content.map(lower) } } : item)),
+      messages_and_choices: trajectory.messages_and_choices.map((item) => ('message' in item ? change(item) : item)),
     })),
   }));
 }
 
+/** The rollouts with each sampled token's logprob lowered by ln(factor): every trainer/sampler ratio is `factor` times what it was. */
+function withRatiosRaised(groups: { trajectories: Trajectory[] }[], factor: number) {
+  const lower = (entry: { logprob: number }) => ({ ...entry, logprob: entry.logprob - Math.log(factor) });
+  return withChoices(groups, (choice) => ({ ...choice, logprobs: { content: choice.logprobs.content.map(lower) } }));
+}
+
+/** The rollouts as an OpenAI answer without `logprobs: true` would have them: no logprobs, no token ids. */
 function withoutLogprobs(groups: { trajectories: Trajectory[] }[]) {
-  return groups.map((group) => ({
-    trajectories: group.trajectories.map((trajectory) => ({
-      ...trajectory,
-      messages_and_choices: trajectory.messages_and_choices.map((item) => ('message' in item ? { ...item, logprobs: null, token_ids: undefined } : item)),
-    })),
-  }));
+  return withChoices(groups, (choice) => ({ ...choice, logprobs: null, token_ids: undefined }));
 }
