@@ -389,7 +389,7 @@ def _step_metrics(loss: str, rows: Sequence[Row], tally: _Tally, total_mask: flo
     metrics["policy_loss"] = tally.loss
     old_N = torch.cat(tally.corr_old) if tally.corr_old else torch.zeros(0)
     new_N = torch.cat(tally.corr_new) if tally.corr_new else torch.zeros(0)
-    metrics["probs_corr"] = _probs_corr(old_N, new_N) if tally.corr_old else 0.0
+    metrics["probs_corr"] = _probs_corr(old_N, new_N)  # 0.0 for fewer than two tokens
     metrics["frac_old_logprobs_valid"] = tally.old_valid / total_mask if total_mask > 0 else 0.0
     if old_N.numel():
         # Mean |trainer − sampler| logprob per token; at a job's first step (the weights the sampler used) it is the

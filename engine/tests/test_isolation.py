@@ -3,9 +3,9 @@
 A NaN (or +Inf, or 1e38) adapter shares the batch with the base model and another adapter: the other rows'
 logprobs are bit-identical to the same batch without it at admission, and to the same batch with its weights left
 finite when they turn bad mid-decode; its request fails alone with `non_finite` and emits nothing from bad logits;
-the cache slots it used serve later requests unchanged. Broken values are refused at load (unless the engine runs with --skip-adapter-value-check,
-which these tests use to get one resident) and at save, and a training step that would produce them fails as
-`diverged` with the adapter as it was.
+the cache slots it used serve later requests unchanged. Broken values are refused at load (unless the engine runs
+with --skip-adapter-value-check, which these tests use to get one resident) and at save, and a training step that
+would produce them fails as `diverged` with the adapter as it was.
 """
 
 import os
