@@ -1,15 +1,18 @@
 /**
  * Large prompts render and tokenize on the prompt worker (src/chat/prompt-worker.ts), off the event loop: its ids
- * are exactly the loop's, a template that cannot render is still a TemplateError (the caller's 400), and over HTTP
- * a conversation of 20,000 messages is refused with the loop's exact token count while the loop stays free.
+ * are exactly the loop's (the built-in model, and Qwen3's, Qwen2.5's and Llama 3.1's real tokenizers and templates),
+ * a template that cannot render is still a TemplateError (the caller's 400), and over HTTP a conversation of 20,000
+ * messages is refused with the loop's exact token count while the loop stays free.
  */
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { renderPrompt, promptRenderOptions } from '../src/chat/prompt.ts';
 import { LARGE_PROMPT_CHARS, PromptWorker } from '../src/chat/prompt-worker.ts';
 import { TemplateError } from '../src/chat/template.ts';
 import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
+import { FAMILIES, writeTokenizerFolder } from './helpers/families.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 
 const TOOLS = [{ type: 'function', function: { name: 'lookup', description: 'Find a word.', parameters: { type: 'object', properties: { word: { type: 'string' } } } } }];
@@ -25,23 +28,32 @@ function conversation(turns: number): Record<string, unknown>[] {
 describe('prompt worker', () => {
   let tokenizer: ChatTokenizer;
   let worker: PromptWorker;
+  const folders: string[] = [];
   before(async () => {
     tokenizer = await loadTokenizer(BUILTIN_BASE_MODEL.path);
     worker = new PromptWorker();
   });
   after(async () => {
     await worker.close();
+    for (const folder of folders) fs.rmSync(folder, { recursive: true, force: true });
   });
 
-  test('the worker renders and encodes exactly as the loop does, with and without special tokens', async () => {
-    const input = { template: tokenizer.chatTemplate!, messages: conversation(400), tools: TOOLS, addGenerationPrompt: true };
-    const options = promptRenderOptions(tokenizer, input);
-    assert.ok(JSON.stringify(options.messages).length > LARGE_PROMPT_CHARS, 'a conversation the plan sends to the worker');
-    const onLoop = renderPrompt(tokenizer, input);
-    assert.deepEqual(await worker.encode({ folder: tokenizer.folder, addSpecialTokens: false, options }), onLoop.ids);
-    assert.deepEqual(await worker.encode({ folder: tokenizer.folder, addSpecialTokens: false, text: onLoop.text }), onLoop.ids);
-    assert.deepEqual(await worker.encode({ folder: tokenizer.folder, addSpecialTokens: true, text: onLoop.text }), renderPrompt(tokenizer, input, { addSpecialTokens: true }).ids);
-  });
+  for (const family of ['builtin', ...FAMILIES] as const) {
+    test(`${family}: the worker renders and encodes exactly as the loop does, with and without special tokens`, async () => {
+      let own = tokenizer;
+      if (family !== 'builtin') {
+        folders.push(writeTokenizerFolder(family));
+        own = await loadTokenizer(folders.at(-1)!);
+      }
+      const input = { template: own.chatTemplate!, messages: conversation(400), tools: TOOLS, addGenerationPrompt: true };
+      const options = promptRenderOptions(own, input);
+      assert.ok(JSON.stringify(options.messages).length > LARGE_PROMPT_CHARS, 'a conversation the plan sends to the worker');
+      const onLoop = renderPrompt(own, input);
+      assert.deepEqual(await worker.encode({ folder: own.folder, addSpecialTokens: false, options }), onLoop.ids);
+      assert.deepEqual(await worker.encode({ folder: own.folder, addSpecialTokens: false, text: onLoop.text }), onLoop.ids);
+      assert.deepEqual(await worker.encode({ folder: own.folder, addSpecialTokens: true, text: onLoop.text }), renderPrompt(own, input, { addSpecialTokens: true }).ids);
+    });
+  }
 
   test('a template that cannot render is a TemplateError with its message; the worker keeps serving', async () => {
     const options = promptRenderOptions(tokenizer, { template: "{{ raise_exception('no system role here') }}", messages: conversation(1), addGenerationPrompt: true });
