@@ -95,7 +95,7 @@ describe('learning through the API (slow)', () => {
       String((await chat(checkpoint, question, { temperature: 0, max_tokens: 24 }))[0].message.content).trim();
     for (const { question, answer } of facts) assert.notEqual(await greedy(model, question), answer, 'not known before training');
 
-    const pairs = Array.from({ length: 32 }, () => facts.map(({ question, answer }): [string, string] => [question, answer])).flat();
+    const pairs = Array.from({ length: 48 }, () => facts.map(({ question, answer }): [string, string] => [question, answer])).flat();
     const { id, job } = await trainSft(e2e, modelId, 'local/learning/facts', pairs, { batch_size: 4, learning_rate: 1e-2 }, JOB_TIMEOUT_MS);
 
     const losses = (await allEvents(e2e, id)).filter((event) => event.type === 'gradient_step').map((event) => Number(event.data.sft_loss));
