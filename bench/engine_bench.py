@@ -33,11 +33,11 @@ sys.path.insert(0, REPO)
 
 from engine import lora as L  # noqa: E402
 from engine.generate import GenRequest, Scheduler, SchedulerConfig  # noqa: E402
-from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint  # noqa: E402
 from engine.machine import measure_matmul_gflops  # noqa: E402
-from engine.transport import encode_frame  # noqa: E402
+from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint  # noqa: E402
 from engine.tests.helpers import lora, optimizer, parse_rows, sampling  # noqa: E402
 from engine.train import train_step  # noqa: E402
+from engine.transport import encode_frame  # noqa: E402
 
 CONFIG_25M = {
     "model_type": "llama", "vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536,

@@ -37,7 +37,8 @@ from engine.generate import GenRequest  # noqa: E402
 from engine.model import ModelArgs, init_hf_weights, write_hf_checkpoint  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.server import Engine, Limits  # noqa: E402
-from engine.tests.helpers import lora as lora_config, parse_rows, train_request  # noqa: E402
+from engine.tests.helpers import lora as lora_config  # noqa: E402
+from engine.tests.helpers import parse_rows, train_request  # noqa: E402
 from engine.train import forward_logprobs, train_step  # noqa: E402
 
 SMOLLM2 = os.path.join(REPO, "models", "smollm2-135m-instruct")
@@ -249,7 +250,7 @@ def start_vllm(python: str, folder: str, port: int, args) -> subprocess.Popen:
         cmd += ["--gpu-memory-utilization", "0.5"]
     if not os.path.exists(os.path.join(folder, "tokenizer.json")):
         cmd.append("--skip-tokenizer-init")  # random weights come without a tokenizer: token ids in and out
-    log = open(os.path.join(tempfile.gettempdir(), "gpu_check_vllm.log"), "w")
+    log = open(os.path.join(tempfile.gettempdir(), "gpu_check_vllm.log"), "w")  # noqa: SIM115 (vLLM's log while it runs)
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 600
     while time.time() < deadline:

@@ -42,7 +42,10 @@ def read_safetensors(path: str):
 
 def checkpoint_tensors(folder: str):
     index = os.path.join(folder, "model.safetensors.index.json")
-    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    files = ["model.safetensors"]
+    if os.path.exists(index):
+        with open(index) as handle:
+            files = sorted(set(json.load(handle)["weight_map"].values()))
     for file in files:
         yield from read_safetensors(os.path.join(folder, file))
 
@@ -74,7 +77,8 @@ def write_gguf(folder: str, out: str) -> None:
     if os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(os.path.join(folder, f))
                                                              for f in os.listdir(folder)):
         return
-    cfg = json.load(open(os.path.join(folder, "config.json")))
+    with open(os.path.join(folder, "config.json")) as handle:
+        cfg = json.load(handle)
     if cfg.get("model_type") != "llama":
         sys.exit(f"{folder}: llama.cpp column supports model_type llama only, not {cfg.get('model_type')!r}")
     H, K, V = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"], cfg["vocab_size"]

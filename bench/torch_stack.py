@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

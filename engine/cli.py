@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import List, Optional
 
 import torch
 
@@ -20,7 +19,7 @@ from .server import DTYPES, Engine, Limits, supports
 from .transport import log, serve_stream, serve_tcp
 
 
-def parse_args(argv: Optional[List[str]]):
+def parse_args(argv: list[str] | None):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python3 -m engine", description="LLM engine speaking framed JSON on stdio")
@@ -58,7 +57,7 @@ def parse_args(argv: Optional[List[str]]):
     return args
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Frames own the real stdout; anything else printing (C or Python) lands on stderr.
     frame_out = os.fdopen(os.dup(1), "wb", buffering=0)

@@ -23,9 +23,9 @@ import json
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -67,7 +67,7 @@ def spec_key(raw: dict) -> str:
     return hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def available_kinds(has_tokenizer: bool) -> List[str]:
+def available_kinds(has_tokenizer: bool) -> list[str]:
     return list(KINDS) if llg is not None and has_tokenizer else []
 
 
@@ -137,9 +137,9 @@ class Vocabulary:
         args = (tokenizer_json, vocab_size, [t for t in eos_ids if 0 <= t < vocab_size])
         threading.Thread(target=self._build, args=args, name="llg-tokenizer", daemon=True).start()
 
-    def _build(self, path: str, vocab_size: int, eos_ids: List[int]) -> None:
+    def _build(self, path: str, vocab_size: int, eos_ids: list[int]) -> None:
         try:
-            with open(path, "r", encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 text = f.read()
             self.ready.set_result(llg.LLTokenizer(text, n_vocab=vocab_size, eos_token=eos_ids or None))
         except Exception as e:  # noqa: BLE001 - answered to every constraint on this base
@@ -185,7 +185,7 @@ class Guide:
             raise ConstraintError(f"constraint: {_short(self.matcher.get_error())}")
         return bits_W
 
-    def error(self) -> Optional[BaseException]:
+    def error(self) -> BaseException | None:
         """Why the sequence cannot go on (once its mask is done): the matcher's error, or None."""
         return self.next_W.exception() if self.next_W.done() else None
 
@@ -195,13 +195,13 @@ class ConstraintStore:
 
     def __init__(self, max_compiled: int = MAX_COMPILED):
         self.max_compiled = max_compiled
-        self.vocabs: Dict[str, Vocabulary] = {}
-        self.compiled: "OrderedDict[tuple, Future]" = OrderedDict()
+        self.vocabs: dict[str, Vocabulary] = {}
+        self.compiled: OrderedDict[tuple, Future] = OrderedDict()
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="llg-compile")
         self.limits = llg.LLParserLimits(**LIMITS) if llg is not None else None
 
-    def add_base(self, base: str, folder: str, vocab_size: int, eos_ids: Sequence[int]) -> List[str]:
+    def add_base(self, base: str, folder: str, vocab_size: int, eos_ids: Sequence[int]) -> list[str]:
         """Starts building the base's tokenizer (once); answers the kinds this base can be constrained with."""
         path = os.path.join(folder, "tokenizer.json")
         kinds = available_kinds(os.path.isfile(path))
@@ -257,7 +257,7 @@ class ConstraintStore:
 BITS_32 = torch.tensor([1 << i for i in range(31)] + [-(1 << 31)], dtype=torch.int32)
 
 
-def ready_rows(guides: Sequence[Optional[Guide]], grace_s: float) -> List[bool]:
+def ready_rows(guides: Sequence[Guide | None], grace_s: float) -> list[bool]:
     """Per row: whether it is done waiting (free, or its mask computed or failed), waiting up to `grace_s` for masks
     still being computed. When no row is, waits for the first mask instead: there is nothing else to do."""
     pending = [g.next_W for g in guides if g is not None and not g.next_W.done()]
@@ -268,7 +268,7 @@ def ready_rows(guides: Sequence[Optional[Guide]], grace_s: float) -> List[bool]:
     return [g is None or g.next_W.done() for g in guides]
 
 
-def step_masks(guides: Sequence[Optional[Guide]], device) -> Optional[Tuple[List[int], torch.Tensor]]:
+def step_masks(guides: Sequence[Guide | None], device) -> tuple[list[int], torch.Tensor] | None:
     """The constrained rows (their masks computed, without error) and their allowed tokens, bool [C, V], as
     sample_step takes them; None when no row is constrained."""
     rows = [b for b, g in enumerate(guides) if g is not None]

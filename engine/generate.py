@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Deque, List, Optional, Tuple
 
 import torch
 
-from .constraints import MASK_GRACE_S, Compiled, ConstraintError, Guide, ready_rows, step_masks
+from .constraints import MASK_GRACE_S, Compiled, Guide, ready_rows, step_masks
 from .lora import Adapter, LoraBatch, NonFinite, StackCache
 from .model import ForwardContext, KVCache, Transformer
 from .sampling import SamplingParams, SeqSampler, prompt_logprob_entries, prompt_mask, sample_step, static_bias
@@ -37,15 +37,15 @@ class Cancelled(Exception):
 @dataclass
 class GenRequest:
     id: str
-    prompt: List[int]
+    prompt: list[int]
     params: SamplingParams
     emit: Callable[[dict], None]  # non-final replies (done: false)
     finish: Callable[[dict], None]  # the final reply (done: true), or an error
-    adapter: Optional[Adapter] = None
+    adapter: Adapter | None = None
     cancelled: bool = False  # set from another thread; read between steps
     live: int = 0  # sequences not yet finished
-    on_release: Optional[Callable[["GenRequest"], None]] = None
-    constraint: Optional[Compiled] = None  # every sequence decodes only what its grammar allows
+    on_release: Callable[[GenRequest], None] | None = None
+    constraint: Compiled | None = None  # every sequence decodes only what its grammar allows
     cached: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
@@ -58,7 +58,7 @@ class Sequence:
     last: int  # the latest sampled token, fed at the next decode step
     slot: int = -1
     generated: int = 0
-    guide: Optional[Guide] = None
+    guide: Guide | None = None
 
 
 @dataclass
@@ -79,13 +79,13 @@ class PrefixCache:
 
     def __init__(self, max_tokens: int, min_tokens: int = 32):
         self.max_tokens, self.min_tokens, self.tokens = max_tokens, min_tokens, 0
-        self._items: "OrderedDict[tuple, Tuple[List[int], tuple]]" = OrderedDict()  # (prompt, KVCache.read_prefix)
+        self._items: OrderedDict[tuple, tuple[list[int], tuple]] = OrderedDict()  # (prompt, KVCache.read_prefix)
 
     @staticmethod
-    def _owner(adapter: Optional[Adapter]) -> tuple:
+    def _owner(adapter: Adapter | None) -> tuple:
         return (adapter.uid, adapter.version) if adapter is not None else (None, None)
 
-    def lookup(self, adapter: Optional[Adapter], prompt: List[int]):
+    def lookup(self, adapter: Adapter | None, prompt: list[int]):
         """(kv, L): the longest kept prefix of `prompt` (at most all but its last token), or None."""
         owner, best, best_len = self._owner(adapter), None, 0
         for key, (tokens, _) in self._items.items():
@@ -99,7 +99,7 @@ class PrefixCache:
         self._items.move_to_end(best)
         return self._items[best][1], best_len
 
-    def store(self, adapter: Optional[Adapter], prompt: List[int], read: Callable[[], tuple]) -> None:
+    def store(self, adapter: Adapter | None, prompt: list[int], read: Callable[[], tuple]) -> None:
         """Keeps the prompt's KV (`read()` copies it out of the cache) unless the prompt is too short or too long."""
         if len(prompt) < self.min_tokens or len(prompt) > self.max_tokens:
             return
@@ -113,7 +113,7 @@ class PrefixCache:
             self.tokens -= len(self._items.popitem(last=False)[1][0])
 
 
-def _common_prefix(a: List[int], b: List[int], limit: int) -> int:
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
     n = min(len(a), len(b), limit)
     i = 0
     while i < n and a[i] == b[i]:
@@ -122,18 +122,18 @@ def _common_prefix(a: List[int], b: List[int], limit: int) -> int:
 
 
 class Scheduler:
-    def __init__(self, model: Transformer, eos_ids: List[int], config: SchedulerConfig):
+    def __init__(self, model: Transformer, eos_ids: list[int], config: SchedulerConfig):
         self.model, self.config = model, config
         self.eos_ids = list(eos_ids)
         self.eos_set = set(eos_ids)
         self.window = model.args.sliding_window
         self.cache = KVCache(model.args, model.dtype, model.device, slots=min(4, config.max_batch),
                              length=min(256, config.max_len), max_slots=config.max_batch, max_length=config.max_len)
-        self.waiting: Deque[GenRequest] = deque()
-        self.running: List[Sequence] = []
+        self.waiting: deque[GenRequest] = deque()
+        self.running: list[Sequence] = []
         self.stacks = StackCache()
         self.prefix = PrefixCache(config.prefix_cache_tokens) if config.prefix_cache_tokens > 0 else None
-        self._rate: Deque = deque()  # (time, tokens) of recent steps
+        self._rate: deque = deque()  # (time, tokens) of recent steps
 
     # --- queue --------------------------------------------------------------
 
@@ -223,7 +223,7 @@ class Scheduler:
 
     # --- prefill ------------------------------------------------------------
 
-    def _twins(self, req: GenRequest) -> List[GenRequest]:
+    def _twins(self, req: GenRequest) -> list[GenRequest]:
         """Waiting requests with req's exact prompt and adapter, taken out of the queue to share its prefill.
 
         A group of identical rollouts arrives together and waits together; prefilling each alone repeats the
@@ -242,7 +242,7 @@ class Scheduler:
                 room -= other.params.n
         return twins
 
-    def _admit(self, group: List[GenRequest]) -> int:
+    def _admit(self, group: list[GenRequest]) -> int:
         """Prefills the first request's prompt (after any cached prefix) once for the whole group of identical
         prompts, samples every sequence's first token from it, and gives cache slots only to the sequences that
         go on (the prefill's slot to the first, copies to the rest). Answers the prompt tokens reused."""
@@ -260,7 +260,7 @@ class Scheduler:
             kv, begin = reused
             self.cache.write_prefix(slot, kv, begin)
         req.cached = begin
-        entries: List[Optional[dict]] = [None]
+        entries: list[dict | None] = [None]
         last_logits, finite = None, True
         chunk = self.config.prefill_chunk
         for start in range(begin, len(prompt), chunk):
@@ -287,7 +287,7 @@ class Scheduler:
         self._start(group, last_logits, slot)
         return begin + sum(len(r.prompt) for r in group[1:])
 
-    def _start(self, group: List[GenRequest], last_logits, slot: int) -> None:
+    def _start(self, group: list[GenRequest], last_logits, slot: int) -> None:
         """The group's sequences sample their first token; those that go on take slots from `slot`, whose KV
         (the prefill's) is copied to the others. A sequence done after one token never costs a copy."""
         vocab, device, length = self.model.args.vocab_size, self.model.device, len(group[0].prompt)
@@ -340,7 +340,7 @@ class Scheduler:
         for req, error in broken.values():  # a request whose grammar broke or whose logits are not finite ends
             self._fail_request(req, error)  # with its error, all its rows, before any of them emits a token
 
-    def _broken_requests(self, seqs: List[Sequence], logits_BV: torch.Tensor, ready: List[bool]) -> dict:
+    def _broken_requests(self, seqs: list[Sequence], logits_BV: torch.Tensor, ready: list[bool]) -> dict:
         """The requests that must end now, by id: any row of non-finite logits (nothing of it may be sampled) or a
         ready row whose grammar failed."""
         broken = {id(s.req): (s.req, s.guide.error()) for b, s in enumerate(seqs)
@@ -351,7 +351,7 @@ class Scheduler:
                 broken[id(seqs[b].req)] = (seqs[b].req, _non_finite(seqs[b].req))
         return broken
 
-    def _record(self, seqs: List[Sequence], result) -> List[Sequence]:
+    def _record(self, seqs: list[Sequence], result) -> list[Sequence]:
         """Emit each row's new token; finish rows that hit a stop rule (answered)."""
         now = time.monotonic()
         self._rate.append((now, len(seqs)))

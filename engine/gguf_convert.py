@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import sys
-from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -167,11 +166,11 @@ def unpermute_rotary(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def read_tensors(reader, path: str, config: dict) -> Dict[str, torch.Tensor]:
+def read_tensors(reader, path: str, config: dict) -> dict[str, torch.Tensor]:
     """Every tensor dequantized to fp32 under its HF name, q/k rows back in HF order."""
     from gguf.quants import dequantize
 
-    out: Dict[str, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         kind = t.tensor_type.name
         if kind not in SUPPORTED_TYPES:
@@ -195,7 +194,7 @@ def byte_level_alphabet() -> set:
     return {chr(b) for b in printable} | {chr(256 + i) for i in range(256 - len(printable))}
 
 
-def read_tokenizer(reader, path: str) -> Tuple[dict, List[dict]]:
+def read_tokenizer(reader, path: str) -> tuple[dict, list[dict]]:
     """tokenizer.json for the GGUF's byte-level BPE, and its added tokens."""
     model, pre = field(reader, "tokenizer.ggml.model"), field(reader, "tokenizer.ggml.pre", "gpt-2")
     if model != "gpt2":
@@ -226,7 +225,7 @@ def read_tokenizer(reader, path: str) -> Tuple[dict, List[dict]]:
     return tokenizer, added
 
 
-def tokenizer_config(reader, path: str, added: List[dict], config: dict) -> dict:
+def tokenizer_config(reader, path: str, added: list[dict], config: dict) -> dict:
     tokens = field(reader, "tokenizer.ggml.tokens")
 
     def token(key: str):
@@ -265,7 +264,7 @@ def write_folder(gguf_path: str, folder: str, key: str) -> dict:
         "pad_token_id": config["pad_token_id"]})
     W.atomic_write_json(os.path.join(folder, "tokenizer.json"), tokenizer)
     W.atomic_write_json(os.path.join(folder, "tokenizer_config.json"), tok_config)
-    kinds: Dict[str, int] = {}
+    kinds: dict[str, int] = {}
     for t in reader.tensors:
         kinds[t.tensor_type.name] = kinds.get(t.tensor_type.name, 0) + 1
     record = {"key": key, "source": os.path.basename(gguf_path), "name": field(reader, "general.name"),
@@ -277,7 +276,7 @@ def write_folder(gguf_path: str, folder: str, key: str) -> dict:
 
 def recorded_key(folder: str):
     try:
-        with open(os.path.join(folder, RECORD), "r", encoding="utf-8") as f:
+        with open(os.path.join(folder, RECORD), encoding="utf-8") as f:
             return json.load(f).get("key")
     except (OSError, ValueError):
         return None
@@ -305,7 +304,7 @@ def convert(gguf_path: str, out_dir: str, if_stale: bool = False) -> bool:
     return True
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.gguf_convert", description="GGUF -> HF model folder")
     parser.add_argument("gguf")
     parser.add_argument("out_dir")

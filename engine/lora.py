@@ -21,16 +21,16 @@ import math
 import os
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from . import weights as W
 from .model import ATTN_MODULES, MLP_MODULES, ModelArgs
 
-SUPPORTED_TARGETS: Tuple[str, ...] = ATTN_MODULES + MLP_MODULES
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), "r", encoding="utf-8") as _f:
+SUPPORTED_TARGETS: tuple[str, ...] = ATTN_MODULES + MLP_MODULES
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), encoding="utf-8") as _f:
     MAX_ABS_WEIGHT = float(json.load(_f)["adapter_weight_max_abs"]["value"])  # the server checks imports against it too
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -39,7 +39,7 @@ _UIDS = itertools.count()
 _PEFT_KEY = re.compile(r"^base_model\.model\.(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+))\.lora_([AB])(?:\.default)?\.weight$")
 
 
-def module_shape(args: ModelArgs, name: str) -> Tuple[int, int]:
+def module_shape(args: ModelArgs, name: str) -> tuple[int, int]:
     """(in_features, out_features) of a base projection by its short name."""
     shapes = {
         "q_proj": (args.hidden_size, args.q_size),
@@ -65,7 +65,7 @@ class LoraConfig:
     """An adapter's shape and init: the server's choice for a new one (wire.py), the file's for a loaded one."""
     rank: int
     alpha: float
-    target_modules: Tuple[str, ...]
+    target_modules: tuple[str, ...]
     seed: int
     use_rslora: bool = False  # only PEFT files set it: adapters the server creates never use rsLoRA
 
@@ -100,18 +100,18 @@ class Adapter:
     key: str
     base: str
     config: LoraConfig
-    A: Dict[str, torch.Tensor]  # module path -> [rank, in]
-    B: Dict[str, torch.Tensor]  # module path -> [out, rank]
-    optimizer: Optional[torch.optim.Optimizer] = None
+    A: dict[str, torch.Tensor]  # module path -> [rank, in]
+    B: dict[str, torch.Tensor]  # module path -> [out, rank]
+    optimizer: torch.optim.Optimizer | None = None
     version: int = 0  # bumped by every optimizer step; StackCache keys on (uid, version)
     pins: int = field(default=0, repr=False)
     uid: int = field(default_factory=lambda: next(_UIDS), repr=False)
 
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         """Parameter names in a fixed order: the order of optimizer state too."""
         return [f"{m}.lora_{ab}" for m in sorted(self.A) for ab in "AB"]
 
-    def parameters(self) -> List[torch.Tensor]:
+    def parameters(self) -> list[torch.Tensor]:
         return [t for m in sorted(self.A) for t in (self.A[m], self.B[m])]
 
     def nbytes(self) -> int:
@@ -123,7 +123,7 @@ class NonFinite(Exception):
     logits that are not finite. Answered with the error code `non_finite`."""
 
 
-def weights_problem(tensors: Dict[str, torch.Tensor]) -> Optional[str]:
+def weights_problem(tensors: dict[str, torch.Tensor]) -> str | None:
     """The first value out of bounds, as 'TENSOR holds VALUE at index [i, j]', or None when all are in bounds."""
     for name in sorted(tensors):
         t = tensors[name].detach()
@@ -139,7 +139,7 @@ def weights_problem(tensors: Dict[str, torch.Tensor]) -> Optional[str]:
     return None
 
 
-def peft_tensors(adapter: "Adapter") -> Dict[str, torch.Tensor]:
+def peft_tensors(adapter: Adapter) -> dict[str, torch.Tensor]:
     """The adapter's weights under their PEFT names (as save_peft writes them)."""
     out = {}
     for m in sorted(adapter.A):
@@ -165,7 +165,7 @@ def new_adapter(key: str, base: str, args: ModelArgs, config: LoraConfig, device
     return Adapter(key=key, base=base, config=config, A=A, B=B)
 
 
-def save_peft(adapter: Adapter, folder: str, base_name: str) -> List[str]:
+def save_peft(adapter: Adapter, folder: str, base_name: str) -> list[str]:
     """Writes the adapter; one holding a value out of bounds is refused (NonFinite) before anything is written."""
     tensors = {name: t.detach().float().cpu() for name, t in peft_tensors(adapter).items()}
     problem = weights_problem(tensors)
@@ -218,7 +218,7 @@ def load_optimizer_state(adapter: Adapter, path: str, device) -> None:
 
 def load_peft(key: str, base: str, folder: str, args: ModelArgs, device, check_values: bool = True) -> Adapter:
     """The PEFT adapter in `folder`; values out of bounds are refused (NonFinite) unless check_values is off."""
-    with open(os.path.join(folder, CONFIG_NAME), "r", encoding="utf-8") as f:
+    with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as f:
         peft = json.load(f)
     if peft.get("peft_type", "LORA") != "LORA":
         raise ValueError(f"{folder}: peft_type {peft.get('peft_type')!r} is not LORA")
@@ -269,12 +269,12 @@ class AdapterStore:
 
     def __init__(self, max_adapters: int = 32):
         self.max_adapters = max_adapters
-        self._items: "OrderedDict[str, Adapter]" = OrderedDict()
+        self._items: OrderedDict[str, Adapter] = OrderedDict()
 
     def __contains__(self, key: str) -> bool:
         return key in self._items
 
-    def keys(self) -> List[str]:
+    def keys(self) -> list[str]:
         return list(self._items)
 
     def get(self, key: str) -> Adapter:
@@ -282,7 +282,7 @@ class AdapterStore:
         self._items.move_to_end(key)
         return adapter
 
-    def put(self, adapter: Adapter) -> List[Adapter]:
+    def put(self, adapter: Adapter) -> list[Adapter]:
         """Insert and evict down to the bound; returns the evicted. Over the bound only while all are pinned."""
         self._items[adapter.key] = adapter
         self._items.move_to_end(adapter.key)
@@ -324,11 +324,11 @@ class LoraBatch:
     parameters so gradients reach them.
     """
 
-    def __init__(self, row_adapters: Sequence[Optional[Adapter]], dtype: torch.dtype, device,
-                 stack_cache: Optional["StackCache"] = None):
+    def __init__(self, row_adapters: Sequence[Adapter | None], dtype: torch.dtype, device,
+                 stack_cache: StackCache | None = None):
         self.dtype, self.device = dtype, device
-        rows_of: Dict[int, List[int]] = {}
-        self.uniques: List[Adapter] = []
+        rows_of: dict[int, list[int]] = {}
+        self.uniques: list[Adapter] = []
         for b, a in enumerate(row_adapters):
             if a is not None:
                 if a.uid not in rows_of:
@@ -338,7 +338,7 @@ class LoraBatch:
         self.rows = [torch.tensor(rows_of[a.uid], device=device) for a in self.uniques]
         self.stacks = stack_cache if stack_cache is not None else StackCache()
 
-    def delta(self, modules: Tuple[str, ...], sizes: Tuple[int, ...], x: torch.Tensor) -> Optional[torch.Tensor]:
+    def delta(self, modules: tuple[str, ...], sizes: tuple[int, ...], x: torch.Tensor) -> torch.Tensor | None:
         """The summed LoRA output for the concatenated outputs of `modules` (widths `sizes`), or None."""
         mine = [u for u, a in enumerate(self.uniques) if any(m in a.A for m in modules)]
         if not mine:
@@ -354,13 +354,13 @@ class LoraBatch:
         rows = self.rows[mine[0]] if len(mine) == 1 else torch.cat([self.rows[u] for u in mine])
         return out.index_copy_(0, rows, deltas[0] if len(deltas) == 1 else torch.cat(deltas))
 
-    def _stack(self, adapter: Adapter, modules: Tuple[str, ...], sizes: Tuple[int, ...], dtype: torch.dtype):
+    def _stack(self, adapter: Adapter, modules: tuple[str, ...], sizes: tuple[int, ...], dtype: torch.dtype):
         if torch.is_grad_enabled():  # training: stacks built from the parameters, in the graph
             return build_stack(adapter, modules, sizes, dtype)
         return self.stacks.get(adapter, modules, sizes, dtype)
 
 
-def build_stack(adapter: Adapter, modules: Tuple[str, ...], sizes: Tuple[int, ...], dtype: torch.dtype):
+def build_stack(adapter: Adapter, modules: tuple[str, ...], sizes: tuple[int, ...], dtype: torch.dtype):
     """(A_cat [R, in], B [sum(sizes), R]) of one adapter over a projection group.
 
     A_cat stacks the A's of the group's projections the adapter has; B puts each
@@ -387,9 +387,9 @@ class StackCache:
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes, self.bytes = max_bytes, 0
-        self._items: "OrderedDict[Tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
+        self._items: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
 
-    def get(self, adapter: Adapter, modules: Tuple[str, ...], sizes, dtype):
+    def get(self, adapter: Adapter, modules: tuple[str, ...], sizes, dtype):
         key = (adapter.uid, adapter.version, modules, dtype)
         hit = self._items.get(key)
         if hit is not None:

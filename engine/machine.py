@@ -64,7 +64,7 @@ def _sync(device: torch.device) -> None:
 
 def rss_bytes() -> int:
     try:
-        with open("/proc/self/statm", "r") as f:
+        with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0

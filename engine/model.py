@@ -18,7 +18,6 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -69,18 +68,18 @@ class ModelArgs:
     head_dim: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    rope_scaling: Optional[dict] = None
+    rope_scaling: dict | None = None
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
-    sliding_window: Optional[int] = None
-    eos_token_ids: List[int] = field(default_factory=list)
+    sliding_window: int | None = None
+    eos_token_ids: list[int] = field(default_factory=list)
 
     @classmethod
-    def from_hf_config(cls, cfg: dict) -> "ModelArgs":
+    def from_hf_config(cls, cfg: dict) -> ModelArgs:
         family = cfg.get("model_type")
         if family not in FAMILIES:
             raise ValueError(f"unsupported model_type {family!r}; supported: {', '.join(FAMILIES)}")
@@ -128,7 +127,7 @@ class ModelArgs:
         return self.num_kv_heads * self.head_dim
 
 
-def rope_inv_freq(args: ModelArgs) -> Tuple[torch.Tensor, float]:
+def rope_inv_freq(args: ModelArgs) -> tuple[torch.Tensor, float]:
     """Inverse frequencies [D/2] and the position divisor, as HF computes them."""
     dim = args.head_dim
     inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
@@ -167,7 +166,7 @@ class Rope:
         emb = torch.cat([freqs, freqs], dim=-1)
         self.cos, self.sin = emb.cos(), emb.sin()
 
-    def lookup(self, positions_BT: torch.Tensor, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
+    def lookup(self, positions_BT: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         need = int(positions_BT.max()) + 1 if positions_BT.numel() else 1
         if need > self.cos.shape[0]:
             self._grow(need)
@@ -198,7 +197,7 @@ class KVCache:
     """
 
     def __init__(self, args: ModelArgs, dtype: torch.dtype, device: torch.device, slots: int = 4, length: int = 256,
-                 max_slots: Optional[int] = None, max_length: Optional[int] = None):
+                 max_slots: int | None = None, max_length: int | None = None):
         self.args, self.dtype, self.device = args, dtype, device
         self.max_slots, self.max_length = max_slots, max_length
         self.k = self.v = torch.empty(0)
@@ -235,11 +234,11 @@ class KVCache:
         self.k.zero_()
         self.v.zero_()
 
-    def read_prefix(self, slot: int, length: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def read_prefix(self, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Copies of the first `length` positions of a slot (for the prefix cache)."""
         return self.k[:, slot, :, :length].clone(), self.v[:, slot, :, :length].clone()
 
-    def write_prefix(self, slot: int, kv: Tuple[torch.Tensor, torch.Tensor], length: int) -> None:
+    def write_prefix(self, slot: int, kv: tuple[torch.Tensor, torch.Tensor], length: int) -> None:
         """Puts the first `length` positions of a `read_prefix` result into a slot."""
         self.k[:, slot, :, :length] = kv[0][:, :, :length]
         self.v[:, slot, :, :length] = kv[1][:, :, :length]
@@ -251,12 +250,12 @@ class ForwardContext:
 
     positions_BT: torch.Tensor
     allowed_BTS: torch.Tensor  # bool [B, 1, T, S]: query t may attend to key s
-    cache: Optional[KVCache] = None
+    cache: KVCache | None = None
     first_slot: int = 0  # cached mode: row b is the sequence in slot first_slot + b
-    starts: Optional[List[int]] = None  # cached mode: row b's new tokens sit at starts[b] .. starts[b]+T-1
+    starts: list[int] | None = None  # cached mode: row b's new tokens sit at starts[b] .. starts[b]+T-1
 
     @classmethod
-    def packed(cls, segment_ids_BT: torch.Tensor, window: Optional[int] = None) -> "ForwardContext":
+    def packed(cls, segment_ids_BT: torch.Tensor, window: int | None = None) -> ForwardContext:
         """Rows of several sequences: block-diagonal causal attention, positions restart per segment."""
         B, T = segment_ids_BT.shape
         device = segment_ids_BT.device
@@ -274,8 +273,8 @@ class ForwardContext:
         return cls(positions_BT=positions_BT, allowed_BTS=allowed.unsqueeze(1))
 
     @classmethod
-    def cached(cls, cache: KVCache, first_slot: int, starts: List[int], length: int,
-               window: Optional[int] = None) -> "ForwardContext":
+    def cached(cls, cache: KVCache, first_slot: int, starts: list[int], length: int,
+               window: int | None = None) -> ForwardContext:
         """Rows continue the sequences in consecutive cache slots.
 
         Row b feeds `length` new tokens at positions starts[b].., writes their
@@ -295,7 +294,7 @@ class ForwardContext:
 
 
 def attention(q_BHTD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor,
-              allowed_BTS: torch.Tensor, bias_BTS: Optional[torch.Tensor]) -> torch.Tensor:
+              allowed_BTS: torch.Tensor, bias_BTS: torch.Tensor | None) -> torch.Tensor:
     B, H, T, D = q_BHTD.shape
     K, S = k_BKSD.shape[1], k_BKSD.shape[2]
     G = H // K
@@ -352,7 +351,7 @@ class Block(nn.Module):
         self.down = nn.Parameter(torch.empty(a.hidden_size, a.intermediate_size, **e), requires_grad=False)
         self.down_bias = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False) if a.mlp_bias else None
 
-    def _lora(self, lora, group: Tuple[str, ...], sizes: Tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _lora(self, lora, group: tuple[str, ...], sizes: tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if lora is None:
             return y
         # The low-rank products run in fp32 whatever the weights' dtype (the adapter's own dtype): in bf16, x·Aᵀ,
@@ -361,8 +360,8 @@ class Block(nn.Module):
         delta = lora.delta(group, sizes, x.float())
         return y if delta is None else (y + delta).to(y.dtype)
 
-    def forward(self, x_BTD: torch.Tensor, ctx: ForwardContext, rope: Tuple[torch.Tensor, torch.Tensor],
-                bias_BTS: Optional[torch.Tensor], lora) -> torch.Tensor:
+    def forward(self, x_BTD: torch.Tensor, ctx: ForwardContext, rope: tuple[torch.Tensor, torch.Tensor],
+                bias_BTS: torch.Tensor | None, lora) -> torch.Tensor:
         a = self.args
         B, T, _ = x_BTD.shape
         h = rms_norm(x_BTD, self.input_layernorm, a.rms_norm_eps)
@@ -442,12 +441,12 @@ class Transformer(nn.Module):
 
     # --- HF checkpoints -------------------------------------------------------
 
-    def hf_mapping(self) -> Dict[str, Tuple[nn.Parameter, int, int]]:
+    def hf_mapping(self) -> dict[str, tuple[nn.Parameter, int, int]]:
         """HF tensor name -> (our parameter, first row, end row) it fills."""
         a = self.args
-        m: Dict[str, Tuple[nn.Parameter, int, int]] = {}
+        m: dict[str, tuple[nn.Parameter, int, int]] = {}
 
-        def whole(name: str, p: Optional[nn.Parameter]) -> None:
+        def whole(name: str, p: nn.Parameter | None) -> None:
             if p is not None:
                 m[name] = (p, 0, p.shape[0])
 
@@ -499,7 +498,7 @@ class Transformer(nn.Module):
                              f"unexpected {unexpected[:8]}{'…' if len(unexpected) > 8 else ''}")
 
     @classmethod
-    def from_pretrained(cls, folder: str, dtype: torch.dtype, device="cpu") -> "Transformer":
+    def from_pretrained(cls, folder: str, dtype: torch.dtype, device="cpu") -> Transformer:
         args = load_args(folder)
         model = cls(args, dtype, device)
         model.load_hf_tensors(W.iter_checkpoint(folder))
@@ -507,19 +506,19 @@ class Transformer(nn.Module):
 
 
 def load_args(folder: str) -> ModelArgs:
-    with open(os.path.join(folder, "config.json"), "r", encoding="utf-8") as f:
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
         args = ModelArgs.from_hf_config(json.load(f))
     gen_path = os.path.join(folder, "generation_config.json")
     if os.path.exists(gen_path):
         # Chat models often list their end-of-turn token only here.
-        with open(gen_path, "r", encoding="utf-8") as f:
+        with open(gen_path, encoding="utf-8") as f:
             eos = json.load(f).get("eos_token_id")
         extra = [] if eos is None else (eos if isinstance(eos, list) else [eos])
         args.eos_token_ids = sorted(set(args.eos_token_ids) | {int(e) for e in extra})
     return args
 
 
-def init_hf_weights(args: ModelArgs, seed: int = 0, std: float = 0.02) -> Dict[str, torch.Tensor]:
+def init_hf_weights(args: ModelArgs, seed: int = 0, std: float = 0.02) -> dict[str, torch.Tensor]:
     """Random HF-named fp32 tensors for a config (tests, benchmarks, from-scratch pretraining).
 
     Norm weights and biases are perturbed away from their identity values so a
@@ -527,7 +526,7 @@ def init_hf_weights(args: ModelArgs, seed: int = 0, std: float = 0.02) -> Dict[s
     """
     g = torch.Generator().manual_seed(seed)
     model = Transformer(args, torch.float32, "cpu")
-    out: Dict[str, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
     for name, (param, lo, hi) in model.hf_mapping().items():
         shape = (hi - lo,) + tuple(param.shape[1:])
         if "norm" in name:
@@ -539,8 +538,8 @@ def init_hf_weights(args: ModelArgs, seed: int = 0, std: float = 0.02) -> Dict[s
     return out
 
 
-def write_hf_checkpoint(folder: str, config: dict, tensors: Dict[str, torch.Tensor],
-                        max_shard_bytes: Optional[int] = None) -> None:
+def write_hf_checkpoint(folder: str, config: dict, tensors: dict[str, torch.Tensor],
+                        max_shard_bytes: int | None = None) -> None:
     os.makedirs(folder, exist_ok=True)
     W.atomic_write_json(os.path.join(folder, "config.json"), config)
     W.save_checkpoint(tensors, folder, max_shard_bytes)

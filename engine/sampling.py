@@ -19,8 +19,8 @@ Refuses to know: the model, the KV cache, scheduling, when a sequence stops
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -35,24 +35,24 @@ class SamplingParams:
     its source is part of the tiny model's weights key (models/make-tiny.ts), so it cannot change without
     retraining that model. The wire never relies on them.
     """
-    max_tokens: Optional[int]  # None: until the context is full
+    max_tokens: int | None  # None: until the context is full
     temperature: float
-    seed: Optional[int]  # None: a fresh random seed
+    seed: int | None  # None: a fresh random seed
     n: int
     min_tokens: int = 0
     ignore_eos: bool = False
-    stop_token_ids: Tuple[int, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
     top_p: float = 1.0
     top_k: int = -1  # -1: off
     min_p: float = 0.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    logit_bias: Dict[int, float] = field(default_factory=dict)
-    allowed_token_ids: Optional[List[int]] = None  # None: every token
-    bad_words_ids: List[List[int]] = field(default_factory=list)
-    logprobs: Optional[int] = None  # top-k logprobs per sampled token; None: none
-    prompt_logprobs: Optional[int] = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    allowed_token_ids: list[int] | None = None  # None: every token
+    bad_words_ids: list[list[int]] = field(default_factory=list)
+    logprobs: int | None = None  # top-k logprobs per sampled token; None: none
+    prompt_logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -63,7 +63,7 @@ class SamplingParams:
         return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
 
 
-def static_bias(params: SamplingParams, vocab: int, device) -> Optional[torch.Tensor]:
+def static_bias(params: SamplingParams, vocab: int, device) -> torch.Tensor | None:
     """One dense [V] additive bias for logit_bias, allowed ids and single-token bad words (shared by n samples)."""
     single_bad = [w[0] for w in params.bad_words_ids if len(w) == 1]
     if not params.logit_bias and params.allowed_token_ids is None and not single_bad:
@@ -89,12 +89,12 @@ class SeqSampler:
     """Mutable sampling state of one sequence."""
 
     def __init__(self, params: SamplingParams, prompt: Sequence[int], index: int, vocab: int,
-                 bias_V: Optional[torch.Tensor], prompt_mask_V: Optional[torch.Tensor], device):
+                 bias_V: torch.Tensor | None, prompt_mask_V: torch.Tensor | None, device):
         self.params = params
         seed = new_seed() if params.seed is None else (params.seed * 1_000_003 + index) % (1 << 63)
         # CPU generators: the same seed gives the same tokens on any device and in any batch.
         self.generator = torch.Generator().manual_seed(seed)
-        self.output: List[int] = []
+        self.output: list[int] = []
         self.bias_V = bias_V
         self.prompt_mask_V = prompt_mask_V
         self.counts_V = torch.zeros(vocab, device=device) if params.penalized else None
@@ -105,7 +105,7 @@ class SeqSampler:
             self.counts_V[token] += 1
 
 
-def prompt_mask(params: SamplingParams, prompt: Sequence[int], vocab: int, device) -> Optional[torch.Tensor]:
+def prompt_mask(params: SamplingParams, prompt: Sequence[int], vocab: int, device) -> torch.Tensor | None:
     if params.repetition_penalty == 1:
         return None
     mask_V = torch.zeros(vocab, dtype=torch.bool)
@@ -116,13 +116,13 @@ def prompt_mask(params: SamplingParams, prompt: Sequence[int], vocab: int, devic
 
 @dataclass
 class SampleResult:
-    tokens: List[int]
-    logprobs: List[float]
-    top: List[Optional[List[List]]]  # per row: [[id, logprob], ...] or None
+    tokens: list[int]
+    logprobs: list[float]
+    top: list[list[list] | None]  # per row: [[id, logprob], ...] or None
 
 
 def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Sequence[int],
-                allowed: Optional[Tuple[Sequence[int], torch.Tensor]] = None) -> SampleResult:
+                allowed: tuple[Sequence[int], torch.Tensor] | None = None) -> SampleResult:
     """Sample one token per row; row b's state is rows[b]. `allowed`, when given, is (constrained rows, their bool
     [C, V] masks, a constraint's): those rows sample only among their tokens, whatever their other settings."""
     logits_BV = logits_BV.float()
@@ -185,7 +185,7 @@ def _apply_penalties(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> None:
     x_BV[idx] = xs_PV - freq * counts_PV - pres * (counts_PV > 0).float()
 
 
-def _apply_constraints(x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: Tuple[Sequence[int], torch.Tensor]) -> None:
+def _apply_constraints(x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: tuple[Sequence[int], torch.Tensor]) -> None:
     """Constrained rows keep only their allowed tokens, in place. Masks are applied by selection (torch.where) on
     the constrained rows alone, never by arithmetic, so no row's values can reach another row."""
     rows, keep_CV = allowed
@@ -223,8 +223,8 @@ def _pick_tokens(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor
     return tokens_B
 
 
-def _top_logprobs(raw_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> List[Optional[List[List]]]:
-    tops: List[Optional[List[List]]] = [None] * raw_BV.shape[0]
+def _top_logprobs(raw_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> list[list[list] | None]:
+    tops: list[list[list] | None] = [None] * raw_BV.shape[0]
     ks = [r.params.logprobs or 0 for r in rows]
     kmax = max(ks)
     if kmax > 0:
@@ -296,7 +296,7 @@ def _sample_rows(x_RV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor
     return picked
 
 
-def _filter_top_k(x_RV: torch.Tensor, ks: List[int]) -> torch.Tensor:
+def _filter_top_k(x_RV: torch.Tensor, ks: list[int]) -> torch.Tensor:
     V = x_RV.shape[1]
     ks = [k if 0 < k < V else V for k in ks]
     if all(k >= V for k in ks):
@@ -315,14 +315,14 @@ def _top_p_mask(probs_RV: torch.Tensor, top_p_R: torch.Tensor) -> torch.Tensor:
     return probs_RV >= sorted_p.gather(1, last)
 
 
-def prompt_logprob_entries(logits_TV: torch.Tensor, targets: List[int], k: int) -> List[dict]:
+def prompt_logprob_entries(logits_TV: torch.Tensor, targets: list[int], k: int) -> list[dict]:
     """Entry t: raw logprob of targets[t] as predicted by logits_TV[t], plus the top k."""
     if not targets:
         return []
     lp_TV = torch.log_softmax(logits_TV[:len(targets)].float(), dim=-1)
     idx = torch.tensor(targets, device=lp_TV.device)
     chosen = lp_TV.gather(1, idx[:, None]).squeeze(1).tolist()
-    tops: List[list] = [[] for _ in chosen]
+    tops: list[list] = [[] for _ in chosen]
     if k > 0:
         vals, ids = lp_TV.topk(k, dim=-1)
         vals, ids = vals.tolist(), ids.tolist()

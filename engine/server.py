@@ -23,8 +23,9 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 
@@ -32,9 +33,9 @@ from . import lora as L
 from . import steps, wire
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
+from .machine import rss_bytes
 from .model import ARCHITECTURES, ROPE_TYPES, Transformer, load_args
 from .train import TrainingDiverged, forward_logprobs, train_step
-from .machine import rss_bytes
 from .transport import log
 
 DTYPES = wire.DTYPES
@@ -52,7 +53,7 @@ TRAINED = "_trained"  # the compute thread's own message: a training-thread op f
 
 class Beside(NamedTuple):
     """What a training-thread op hands over: the adapter to pin meanwhile, the work, and whether it changes weights."""
-    adapter: Optional[L.Adapter]
+    adapter: L.Adapter | None
     work: Callable[[], dict]
     trains: bool
 
@@ -64,7 +65,7 @@ class Base:
     model: Transformer
     scheduler: Scheduler
     max_len: int
-    constraint_kinds: List[str]  # what constraints.py can apply on this base (its tokenizer.json, llguidance)
+    constraint_kinds: list[str]  # what constraints.py can apply on this base (its tokenizer.json, llguidance)
 
 
 class Ticket:
@@ -72,16 +73,16 @@ class Ticket:
 
     def __init__(self):
         self.cancelled = False
-        self.req: Optional[GenRequest] = None
+        self.req: GenRequest | None = None
 
 
 @dataclass
 class Limits:
     """The serving limits of the command line, named as vLLM names them."""
-    max_model_len: Optional[int] = None  # tokens per sequence, prompt included (None: the model's)
+    max_model_len: int | None = None  # tokens per sequence, prompt included (None: the model's)
     max_num_seqs: int = 32  # sequences decoding at once per base
     max_num_batched_tokens: int = 2048  # prompt tokens prefilled between two decode steps
-    kv_cache_memory_bytes: Optional[int] = None  # KV cache per base (None: what the two above need)
+    kv_cache_memory_bytes: int | None = None  # KV cache per base (None: what the two above need)
 
     def sized(self, args, dtype: torch.dtype) -> tuple:
         """(max_len, max_batch, prefix_cache_tokens) for a base.
@@ -111,22 +112,22 @@ class Limits:
 
 
 class Engine:
-    def __init__(self, device: torch.device, max_adapters: int = 32, limits: Optional[Limits] = None,
-                 matmul_gflops: float = 0.0, dtype: Optional[torch.dtype] = None, check_adapter_values: bool = True):
+    def __init__(self, device: torch.device, max_adapters: int = 32, limits: Limits | None = None,
+                 matmul_gflops: float = 0.0, dtype: torch.dtype | None = None, check_adapter_values: bool = True):
         self.device = device
         self.check_adapter_values = check_adapter_values  # off only for tests (--skip-adapter-value-check)
         # fp32 on CPU keeps logits within 1e-4 of fp32 references; bf16 is the CPU's speed option (--dtype).
         self.default_dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
         self.limits, self.matmul_gflops = limits or Limits(), matmul_gflops
-        self.bases: Dict[str, Base] = {}
+        self.bases: dict[str, Base] = {}
         self.adapters = L.AdapterStore(max_adapters)
         self.constraints = ConstraintStore()
         self.lock = threading.Lock()
-        self.tickets: Dict[str, Ticket] = {}
-        self.jobs: "queue.Queue" = queue.Queue()
-        self.deferred: Deque = deque()  # ops held back while the training thread works
-        self.train_jobs: "queue.Queue" = queue.Queue()
-        self.training: Optional[str] = None  # the id of the train_step or forward on the training thread
+        self.tickets: dict[str, Ticket] = {}
+        self.jobs: queue.Queue = queue.Queue()
+        self.deferred: deque = deque()  # ops held back while the training thread works
+        self.train_jobs: queue.Queue = queue.Queue()
+        self.training: str | None = None  # the id of the train_step or forward on the training thread
         self.send: Callable[[dict], None] = lambda obj: None
 
     # --- replies -------------------------------------------------------------
@@ -321,7 +322,7 @@ class Engine:
                 outcome = e
             self.jobs.put((TRAINED, rid, {"adapter": adapter, "outcome": outcome, "trains": trains}))
 
-    def _trained(self, msg) -> Optional[dict]:
+    def _trained(self, msg) -> dict | None:
         """Back on the compute thread: release the adapter, drop its stale stacks, answer."""
         self.training = None
         adapter, outcome = msg["adapter"], msg["outcome"]
@@ -340,7 +341,7 @@ class Engine:
             raise NotFound(f"base {name!r} is not loaded")
         return base
 
-    def _adapter(self, ref: wire.AdapterRef, base: Base) -> Optional[L.Adapter]:
+    def _adapter(self, ref: wire.AdapterRef, base: Base) -> L.Adapter | None:
         """The resident adapter `ref` names (loaded from its path first when it is not resident); None for none."""
         if ref.key is None:
             return None
@@ -518,12 +519,12 @@ class Op(NamedTuple):
     parse: Callable[[dict], Any]
     run: Callable[[Engine, str, Any], Any]
     thread: str
-    admit: Optional[Callable[[Engine, str], None]] = None
+    admit: Callable[[Engine, str], None] | None = None
 
 
 # The engine's ops: adding one is an entry here (a parser in wire.py, a handler above), one in src/engine/ops.ts
 # and a row in docs/engine-protocol.md's op table; engine/tests/test_ops.py checks that they agree.
-OPS: Dict[str, Op] = {
+OPS: dict[str, Op] = {
     "stats": Op(wire.parse_stats, lambda engine, rid, req: engine.stats(), READER),
     "cancel": Op(wire.parse_cancel, lambda engine, rid, req: {"cancelled": engine.cancel(req.target)}, READER),
     "check_constraint": Op(wire.parse_check_constraint, Engine.check_constraint, READER),

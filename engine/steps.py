@@ -22,7 +22,6 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Dict, List, Optional
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -33,7 +32,7 @@ from .model import ForwardContext, Transformer
 from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
 
 # Each loss and the loss_config keys it uses; all are required, any other key is rejected.
-LOSS_CONFIG_KEYS: Dict[str, Tuple[str, ...]] = {
+LOSS_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "cross_entropy": (),
     "importance_sampling": (),
     "ppo": ("clip_low_threshold", "clip_high_threshold"),
@@ -52,9 +51,9 @@ class StepRow:
     tokens_T: torch.Tensor  # int64
     target_tokens_T: torch.Tensor  # int64
     weights_T: torch.Tensor  # float32
-    sampler_logprobs_T: Optional[torch.Tensor]  # float32; required by the RL losses
-    advantages_T: Optional[torch.Tensor]  # float32; required by the RL losses
-    sequence_ratio_mask_T: Optional[torch.Tensor] = None  # float32; required by gspo: the tokens of its ratio
+    sampler_logprobs_T: torch.Tensor | None  # float32; required by the RL losses
+    advantages_T: torch.Tensor | None  # float32; required by the RL losses
+    sequence_ratio_mask_T: torch.Tensor | None = None  # float32; required by gspo: the tokens of its ratio
 
 
 STATE_NAME = "training_state.json"
@@ -86,7 +85,7 @@ def target_logprobs(model: Transformer, tokens_T: torch.Tensor, targets_T: torch
     parts = []
     for s in range(0, T, chunk):
         h_CD, t_C = h_TD[s:s + chunk], targets_T[s:s + chunk]
-        if torch.is_grad_enabled() and T > chunk:
+        if torch.is_grad_enabled() and chunk < T:
             lp_C, _ = checkpoint(_head_stats, model, h_CD, t_C, use_reentrant=False)
         else:
             lp_C, _ = _head_stats(model, h_CD, t_C)
@@ -94,7 +93,7 @@ def target_logprobs(model: Transformer, tokens_T: torch.Tensor, targets_T: torch
     return torch.cat(parts)
 
 
-def token_loss(loss: str, cfg: Dict[str, float], logprobs_T: torch.Tensor, row: StepRow) -> torch.Tensor:
+def token_loss(loss: str, cfg: dict[str, float], logprobs_T: torch.Tensor, row: StepRow) -> torch.Tensor:
     """The elementwise loss of Tinker's docs, times the row's weights (all 1 for the RL losses in Tinker's usage)."""
     device = logprobs_T.device
     w_T = row.weights_T.to(device)
@@ -115,7 +114,7 @@ def token_loss(loss: str, cfg: Dict[str, float], logprobs_T: torch.Tensor, row: 
     return loss_T * w_T
 
 
-def _gspo_token_loss(logprobs_T, old_T, adv_T, in_ratio_T, cfg: Dict[str, float]) -> torch.Tensor:
+def _gspo_token_loss(logprobs_T, old_T, adv_T, in_ratio_T, cfg: dict[str, float]) -> torch.Tensor:
     """-min(s_t·A, clip(s_t)·A): s_t has the value of the sequence ratio (the geometric mean of the marked
     tokens' ratios) and the gradient of the token's own probability ratio."""
     log_s = (logprobs_T.detach() - old_T)[in_ratio_T].mean()
@@ -124,15 +123,15 @@ def _gspo_token_loss(logprobs_T, old_T, adv_T, in_ratio_T, cfg: Dict[str, float]
     return -torch.min(ratio_T * adv_T, clipped_T * adv_T)
 
 
-def forward_backward(model: Transformer, adapter: Optional[L.Adapter], loss: str, loss_config: Dict[str, float],
-                     rows: List[StepRow], backward: bool) -> dict:
+def forward_backward(model: Transformer, adapter: L.Adapter | None, loss: str, loss_config: dict[str, float],
+                     rows: list[StepRow], backward: bool) -> dict:
     """Per row: logprobs and elementwise loss; with `backward`, the summed loss's gradient is ADDED to the adapter's.
 
     A row whose loss is not finite fails the call (TrainingDiverged) with the accumulated gradient as it was before it.
     """
     t0 = time.perf_counter()
     lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
-    outputs: List[dict] = []
+    outputs: list[dict] = []
     total = 0.0
     grads_before = [None if p.grad is None else p.grad.clone() for p in adapter.parameters()] if backward else []
     with torch.set_grad_enabled(backward):
@@ -162,7 +161,7 @@ def optim_step(adapter: L.Adapter, p: AdamW) -> dict:
     return {"metrics": {"grad_norm": grad_norm, "learning_rate": p.learning_rate}, "step": adapter.version}
 
 
-def save_state(adapter: L.Adapter, folder: str, base_name: str) -> List[str]:
+def save_state(adapter: L.Adapter, folder: str, base_name: str) -> list[str]:
     """The adapter, its optimizer state and step in `folder`, replaced as a whole (never half written)."""
     folder = os.path.abspath(folder)
     parent = os.path.dirname(folder)
@@ -188,7 +187,7 @@ def load_state(key: str, base: str, folder: str, args, device, check_values: boo
     adapter = L.load_peft(key, base, folder, args, device, check_values)
     state_path = os.path.join(folder, STATE_NAME)
     if os.path.exists(state_path):
-        with open(state_path, "r", encoding="utf-8") as f:
+        with open(state_path, encoding="utf-8") as f:
             state = json.load(f)
         step = state.get("step") if isinstance(state, dict) and state.get("format") == STATE_FORMAT else None
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -42,10 +42,10 @@ class LossConfig:
     epsilon: float  # the clip's lower bound is 1 - epsilon
     epsilon_high: float  # the clip's upper bound is 1 + epsilon_high
     importance_sampling_level: str  # one of IS_LEVELS
-    max_negative_advantage_importance_sampling_weight: Optional[float]
+    max_negative_advantage_importance_sampling_weight: float | None
     mask_prob_ratio: bool
-    k2_tau: Optional[float]
-    truncated_importance_sampling: Optional[float]
+    k2_tau: float | None
+    truncated_importance_sampling: float | None
     kl_penalty_coef: float
     kl_penalty_source: str  # one of KL_SOURCES
 
@@ -72,7 +72,7 @@ class Row:
     weights_T: torch.Tensor
     advantages_T: torch.Tensor
     logprobs_T: torch.Tensor  # NaN where missing
-    original_T: Optional[torch.Tensor]  # NaN where missing; None when not sent
+    original_T: torch.Tensor | None  # NaN where missing; None when not sent
 
 
 def continues(seg_T: torch.Tensor) -> torch.Tensor:
@@ -91,14 +91,14 @@ def _head_stats(model: Transformer, h_CD: torch.Tensor, targets_C: torch.Tensor)
     return lp, ent
 
 
-def logits_chunk(model: Transformer, requested: Optional[int]) -> int:
+def logits_chunk(model: Transformer, requested: int | None) -> int:
     """Positions per logits chunk: the request's (ART's logprob_calculation_chunk_size), never past the memory bound."""
     bound = max(1, LOGITS_CHUNK_ELEMENTS // model.args.vocab_size)
     return bound if requested is None else min(requested, bound)
 
 
 def row_logprobs(model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor, lora,
-                 chunk_size: Optional[int] = None) -> tuple:
+                 chunk_size: int | None = None) -> tuple:
     """(logprobs_T, entropy_T, valid_T): entry t scores tokens[t] given the earlier tokens of its segment."""
     device = model.device
     tokens_T, seg_T = tokens_T.to(device), seg_T.to(device)
@@ -109,7 +109,7 @@ def row_logprobs(model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor
     lps, ents = [], []
     for s in range(0, T - 1, chunk):
         h_c, t_c = h_pred[s:s + chunk], targets[s:s + chunk]
-        if torch.is_grad_enabled() and T - 1 > chunk:
+        if torch.is_grad_enabled() and chunk < T - 1:
             # Recompute this chunk's logits in backward instead of keeping all T x V of them.
             lp, ent = checkpoint(_head_stats, model, h_c, t_c, use_reentrant=False)
         else:
@@ -124,7 +124,7 @@ def row_logprobs(model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor
 
 
 @torch.no_grad()
-def forward_logprobs(model: Transformer, rows: Sequence[Row], adapter: Optional[Adapter]) -> List[List[Optional[float]]]:
+def forward_logprobs(model: Transformer, rows: Sequence[Row], adapter: Adapter | None) -> list[list[float | None]]:
     lora = LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
     out = []
     for row in rows:
@@ -148,10 +148,10 @@ LOG_RATIO_BOUND = 20.0  # ART 0.5.23 clamps log-ratios here before exp (fp32 ran
 @dataclass
 class TokenLossStats:
     """What rl_token_loss measured besides the loss, for a step's metrics (all detached)."""
-    kl: Optional[torch.Tensor]  # the row's mean KL to the reference over trainable tokens; None: no penalty
+    kl: torch.Tensor | None  # the row's mean KL to the reference over trainable tokens; None: no penalty
     ratio_T: torch.Tensor  # the importance ratio after the sampling level, before caps and masks
     clipped_T: torch.Tensor  # bool: the ratio lies outside the loss's clip range (PPO: on the side the sign of A clips)
-    truncated_T: Optional[torch.Tensor]  # bool: truncated importance sampling lowered this token's weight; None: off
+    truncated_T: torch.Tensor | None  # bool: truncated importance sampling lowered this token's weight; None: off
 
 
 def _importance_ratio(delta_T, mask_T, seg_T, level: str) -> torch.Tensor:
@@ -185,7 +185,7 @@ def _clipped(ratio_T, adv_T, cfg: LossConfig) -> torch.Tensor:
 
 
 def rl_token_loss(new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfig,
-                  ref_T: Optional[torch.Tensor]) -> tuple:
+                  ref_T: torch.Tensor | None) -> tuple:
     """Per-token policy loss L_t of rl-loss.md (before weights and mask), and its TokenLossStats."""
     old_T = torch.where(torch.isnan(old_T), new_T.detach(), old_T)  # missing: sampled by this policy
     delta_T = new_T - old_T
@@ -229,19 +229,19 @@ class _Tally:
     """What a train step sums over its rows for the metrics it reports."""
     loss: float = 0.0
     entropy: float = 0.0
-    kls: List[float] = field(default_factory=list)
+    kls: list[float] = field(default_factory=list)
     old_valid: float = 0.0  # trained tokens that came with a sampler logprob
-    corr_old: List[torch.Tensor] = field(default_factory=list)
-    corr_new: List[torch.Tensor] = field(default_factory=list)
+    corr_old: list[torch.Tensor] = field(default_factory=list)
+    corr_new: list[torch.Tensor] = field(default_factory=list)
     ratio_tokens: float = 0.0  # trained tokens (mask and weight nonzero) the ratio figures are over
     ratio_sum: float = 0.0
     clipped: float = 0.0
-    truncated: Optional[float] = None  # None: truncated importance sampling did not run
+    truncated: float | None = None  # None: truncated importance sampling did not run
 
 
-def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[Row], loss_cfg: Optional[LossConfig],
-               opt_cfg: AdamW, reference: Optional[Adapter] = None,
-               logprob_chunk_size: Optional[int] = None) -> Dict[str, float]:
+def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[Row], loss_cfg: LossConfig | None,
+               opt_cfg: AdamW, reference: Adapter | None = None,
+               logprob_chunk_size: int | None = None) -> dict[str, float]:
     """One AdamW step over all rows (gradients accumulated row by row); the KL reference is `reference`, else the base.
 
     `loss_cfg` is the RL loss's configuration (None for SFT); `logprob_chunk_size` the positions whose logits are
@@ -314,7 +314,7 @@ def _tally_ratios(tally: _Tally, stats: TokenLossStats, trained_T: torch.Tensor)
         tally.truncated = (tally.truncated or 0.0) + float(stats.truncated_T[trained_T].sum())
 
 
-def adamw_step(adapter: Adapter, p: AdamW, loss: Optional[float] = None) -> float:
+def adamw_step(adapter: Adapter, p: AdamW, loss: float | None = None) -> float:
     """One AdamW step (decoupled weight decay) of the adapter's own optimizer (its moments persist across steps) on
     the accumulated gradient, clipped to grad_clip_norm when > 0; counts the step and zeroes the gradient. Returns
     the gradient norm before clipping. A non-finite loss or gradient, or a weight leaving the bound, fails the step
@@ -346,7 +346,7 @@ class TrainingDiverged(Exception):
     the adapter and its optimizer state are left as they were. Answered with the error code `diverged`."""
 
 
-def check_divergence(grad_norm: float, loss: Optional[float] = None) -> None:
+def check_divergence(grad_norm: float, loss: float | None = None) -> None:
     """Before an optimizer step: its gradient norm (and loss, where the step has one) must be finite."""
     for name, value in (("loss", loss), ("gradient norm", grad_norm)):
         if value is not None and not math.isfinite(value):
@@ -371,7 +371,7 @@ def guarded_step(adapter: Adapter, opt: torch.optim.Optimizer) -> None:
 
 
 def _step_metrics(loss: str, rows: Sequence[Row], tally: _Tally, total_mask: float, grad_norm: float,
-                  opt_cfg: AdamW, elapsed: float) -> Dict[str, float]:
+                  opt_cfg: AdamW, elapsed: float) -> dict[str, float]:
     tokens = sum(r.tokens_T.shape[0] for r in rows)
     metrics = {
         "loss": tally.loss,

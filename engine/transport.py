@@ -17,7 +17,8 @@ import struct
 import sys
 import threading
 import time
-from typing import BinaryIO, Callable, Optional, Protocol
+from collections.abc import Callable
+from typing import BinaryIO, Protocol
 
 
 class Engine(Protocol):
@@ -58,7 +59,7 @@ def encode_frame(obj: dict) -> bytes:
     return struct.pack(">I", len(raw)) + raw
 
 
-def read_exact(stream: BinaryIO, n: int) -> Optional[bytes]:
+def read_exact(stream: BinaryIO, n: int) -> bytes | None:
     chunks, got = [], 0
     while got < n:
         piece = stream.read(min(n - got, 1 << 20))
@@ -135,7 +136,7 @@ def authenticate(rfile: BinaryIO, wfile: BinaryIO, secret: str) -> bool:
     return ok
 
 
-def serve_tcp(engine: Engine, address: str, secret: Optional[str], ready: dict) -> None:
+def serve_tcp(engine: Engine, address: str, secret: str | None, ready: dict) -> None:
     """One connection at a time; with a secret, a connection is served only after its auth frame."""
     host, _, port = address.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"

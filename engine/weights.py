@@ -10,17 +10,18 @@ HF names onto modules is model.py's job, PEFT names are lora.py's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
 import tempfile
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from collections.abc import Callable, Iterator
 
 import torch
 
 # Only the dtypes checkpoints for these model families use; anything else is
 # refused loudly rather than guessed.
-DTYPES: Dict[str, torch.dtype] = {
+DTYPES: dict[str, torch.dtype] = {
     "F32": torch.float32,
     "F16": torch.float16,
     "BF16": torch.bfloat16,
@@ -29,8 +30,8 @@ DTYPES: Dict[str, torch.dtype] = {
     "U8": torch.uint8,
     "BOOL": torch.bool,
 }
-DTYPE_NAMES: Dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
-ITEMSIZE: Dict[str, int] = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+ITEMSIZE: dict[str, int] = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -38,7 +39,7 @@ SINGLE_NAME = "model.safetensors"
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 
-def read_header(path: str) -> Tuple[Dict[str, dict], Dict[str, str], int]:
+def read_header(path: str) -> tuple[dict[str, dict], dict[str, str], int]:
     """Return (tensor entries, __metadata__, byte offset of the data section)."""
     with open(path, "rb") as f:
         raw_len = f.read(8)
@@ -72,7 +73,7 @@ def _decode(buf: bytearray, entry: dict, name: str, path: str) -> torch.Tensor:
     return flat.reshape(shape)
 
 
-def iter_file(path: str, names: Optional[set] = None) -> Iterator[Tuple[str, torch.Tensor]]:
+def iter_file(path: str, names: set | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (name, tensor) from one file, one tensor at a time (bounded memory)."""
     header, _, data_start = read_header(path)
     entries = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
@@ -88,7 +89,7 @@ def iter_file(path: str, names: Optional[set] = None) -> Iterator[Tuple[str, tor
             yield name, _decode(buf, entry, name, path)
 
 
-def load_file(path: str) -> Dict[str, torch.Tensor]:
+def load_file(path: str) -> dict[str, torch.Tensor]:
     return dict(iter_file(path))
 
 
@@ -115,10 +116,8 @@ def _atomic_write(path: str, write: Callable) -> None:
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 
@@ -146,12 +145,12 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
     return t.numpy().tobytes()
 
 
-def save_file(tensors: Dict[str, torch.Tensor], path: str, metadata: Optional[Dict[str, str]] = None) -> None:
+def save_file(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
     """Write one safetensors file atomically; tensors keep their dtype."""
-    header: Dict[str, object] = {}
+    header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    blobs: List[bytes] = []
+    blobs: list[bytes] = []
     offset = 0
     for name in sorted(tensors):
         t = tensors[name]
@@ -175,11 +174,11 @@ def save_file(tensors: Dict[str, torch.Tensor], path: str, metadata: Optional[Di
     _atomic_write(path, write)
 
 
-def checkpoint_files(folder: str) -> List[str]:
+def checkpoint_files(folder: str) -> list[str]:
     """The safetensors files of an HF folder, sharded or not."""
     index_path = os.path.join(folder, INDEX_NAME)
     if os.path.exists(index_path):
-        with open(index_path, "r", encoding="utf-8") as f:
+        with open(index_path, encoding="utf-8") as f:
             index = json.load(f)
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
@@ -192,12 +191,12 @@ def checkpoint_files(folder: str) -> List[str]:
     raise FileNotFoundError(f"{folder}: neither {SINGLE_NAME} nor {INDEX_NAME}")
 
 
-def iter_checkpoint(folder: str) -> Iterator[Tuple[str, torch.Tensor]]:
+def iter_checkpoint(folder: str) -> Iterator[tuple[str, torch.Tensor]]:
     for path in checkpoint_files(folder):
         yield from iter_file(path)
 
 
-def save_checkpoint(tensors: Dict[str, torch.Tensor], folder: str, max_shard_bytes: Optional[int] = None) -> List[str]:
+def save_checkpoint(tensors: dict[str, torch.Tensor], folder: str, max_shard_bytes: int | None = None) -> list[str]:
     """Write tensors as one file, or as shards plus an index when they exceed max_shard_bytes."""
     os.makedirs(folder, exist_ok=True)
     sizes = {n: t.numel() * t.element_size() for n, t in tensors.items()}
@@ -205,7 +204,7 @@ def save_checkpoint(tensors: Dict[str, torch.Tensor], folder: str, max_shard_byt
     if max_shard_bytes is None or total <= max_shard_bytes:
         save_file(tensors, os.path.join(folder, SINGLE_NAME), {"format": "pt"})
         return [SINGLE_NAME]
-    shards: List[Dict[str, torch.Tensor]] = [{}]
+    shards: list[dict[str, torch.Tensor]] = [{}]
     used = 0
     for name in sorted(tensors):
         if shards[-1] and used + sizes[name] > max_shard_bytes:

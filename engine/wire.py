@@ -20,21 +20,22 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import torch
 
-from .constraints import KINDS as CONSTRAINT_KINDS, Spec, spec_key
+from .constraints import KINDS as CONSTRAINT_KINDS
+from .constraints import Spec, spec_key
 from .lora import LoraConfig
-from .steps import LOSS_CONFIG_KEYS, RL_LOSSES, StepRow
 from .sampling import SamplingParams
+from .steps import LOSS_CONFIG_KEYS, RL_LOSSES, StepRow
 from .train import IS_LEVELS, KL_SOURCES, AdamW, LossConfig, Row, continues
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LOSSES = ("rl", "sft")
 # The sampling bounds the server's request validation states too (src/engine/bounds.ts reads the same file).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), "r", encoding="utf-8") as _f:
-    SAMPLING_BOUNDS: Dict[str, dict] = json.load(_f)["sampling"]
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), encoding="utf-8") as _f:
+    SAMPLING_BOUNDS: dict[str, dict] = json.load(_f)["sampling"]
 
 
 class WireError(ValueError):
@@ -66,7 +67,7 @@ class Fields:
             raise self.fail(name, "given (it is null)")
         return value
 
-    def str(self, name: str, nullable: bool = False, choices=None) -> Optional[str]:
+    def str(self, name: str, nullable: bool = False, choices=None) -> str | None:
         v = self.get(name, nullable)
         if v is None:
             return None
@@ -82,7 +83,7 @@ class Fields:
             raise self.fail(name, "true or false")
         return v
 
-    def int(self, name: str, nullable: bool = False, lo: Optional[int] = None, hi: Optional[int] = None) -> Optional[int]:
+    def int(self, name: str, nullable: bool = False, lo: int | None = None, hi: int | None = None) -> int | None:
         v = self.get(name, nullable)
         if v is None:
             return None
@@ -93,7 +94,7 @@ class Fields:
         return v
 
     def num(self, name: str, nullable: bool = False, lo: float = -math.inf, hi: float = math.inf,
-            lo_open: bool = False) -> Optional[float]:
+            lo_open: bool = False) -> float | None:
         v = self.get(name, nullable)
         if v is None:
             return None
@@ -111,7 +112,7 @@ class Fields:
             return self.int(name, lo=b["min"], hi=b["max"])
         return self.num(name, lo=b["min"], hi=b["max"], lo_open=bool(b.get("min_exclusive")))
 
-    def ints(self, name: str, nullable: bool = False) -> Optional[List[int]]:
+    def ints(self, name: str, nullable: bool = False) -> list[int] | None:
         v = self.get(name, nullable)
         if v is None:
             return None
@@ -134,10 +135,10 @@ class Fields:
                 out.append(float(x))
         return torch.tensor(out, dtype=torch.float32)
 
-    def object(self, name: str) -> "Fields":
+    def object(self, name: str) -> Fields:
         return Fields(self.op, self.get(name), self.at(name))
 
-    def objects(self, name: str) -> List["Fields"]:
+    def objects(self, name: str) -> list[Fields]:
         v = self.get(name)
         if not isinstance(v, list) or not v:
             raise self.fail(name, "a non-empty list")
@@ -149,15 +150,15 @@ class Fields:
 @dataclass
 class AdapterRef:
     """An adapter by engine key, loaded from `path` when not resident; key None: the base alone."""
-    key: Optional[str]
-    path: Optional[str]
+    key: str | None
+    path: str | None
 
 
 @dataclass
 class LoadBase:
     base: str
     path: str
-    dtype: Optional[str]  # None: the engine's --dtype (its command line, not a training default)
+    dtype: str | None  # None: the engine's --dtype (its command line, not a training default)
 
 
 @dataclass
@@ -170,8 +171,8 @@ class CheckConstraint:
 class EnsureAdapter:
     adapter: str
     base: str
-    path: Optional[str]
-    init: Optional[LoraConfig]
+    path: str | None
+    init: LoraConfig | None
 
 
 @dataclass
@@ -194,16 +195,16 @@ class Cancel:
 class Generate:
     base: str
     adapter: AdapterRef
-    prompt: List[int]
+    prompt: list[int]
     params: SamplingParams
-    constraint: Optional[Spec]  # decode only what it allows (constraints.py)
+    constraint: Spec | None  # decode only what it allows (constraints.py)
 
 
 @dataclass
 class Forward:
     base: str
     adapter: AdapterRef
-    rows: List[Row]
+    rows: list[Row]
 
 
 @dataclass
@@ -211,21 +212,21 @@ class TrainStep:
     base: str
     adapter: AdapterRef
     loss: str
-    rows: List[Row]
-    loss_config: Optional[LossConfig]  # None for the sft loss
+    rows: list[Row]
+    loss_config: LossConfig | None  # None for the sft loss
     optimizer: AdamW
     reference: AdapterRef  # the KL reference policy; key None: the base model
-    logprob_chunk_size: Optional[int]  # positions whose logits are computed at once; None: the memory bound
+    logprob_chunk_size: int | None  # positions whose logits are computed at once; None: the memory bound
 
 
 @dataclass
 class ForwardBackward:
     base: str
-    adapter: Optional[str]  # None only for a forward without backward: the base model
+    adapter: str | None  # None only for a forward without backward: the base model
     loss: str
-    loss_config: Dict[str, float]
+    loss_config: dict[str, float]
     backward: bool
-    rows: List[StepRow]
+    rows: list[StepRow]
 
 
 @dataclass
@@ -372,11 +373,11 @@ def _sampling(f: Fields) -> SamplingParams:
     return p
 
 
-def _logit_bias(f: Fields) -> Dict[int, float]:
+def _logit_bias(f: Fields) -> dict[int, float]:
     raw = f.get("logit_bias")
     if not isinstance(raw, dict):
         raise f.fail("logit_bias", "an object of token id -> number")
-    bias: Dict[int, float] = {}
+    bias: dict[int, float] = {}
     for k, v in raw.items():
         try:
             tid = int(k)
@@ -388,7 +389,7 @@ def _logit_bias(f: Fields) -> Dict[int, float]:
     return bias
 
 
-def _bad_words(f: Fields) -> List[List[int]]:
+def _bad_words(f: Fields) -> list[list[int]]:
     raw = f.get("bad_words_ids")
     if not isinstance(raw, list) or not all(isinstance(w, list) and w for w in raw) or \
             any(isinstance(t, bool) or not isinstance(t, int) for w in raw for t in w):
@@ -415,7 +416,7 @@ def parse_train_step(msg: dict) -> TrainStep:
                      logprob_chunk_size=f.int("logprob_chunk_size", nullable=True, lo=1) if "logprob_chunk_size" in f.obj else None)
 
 
-def _row(f: Fields, loss: Optional[str]) -> Row:
+def _row(f: Fields, loss: str | None) -> Row:
     """A packed row; loss None means `forward` (tokens and segment_ids only)."""
     tokens = f.ints("tokens")
     if not tokens:
@@ -490,7 +491,7 @@ def parse_forward_backward(msg: dict) -> ForwardBackward:
                            rows=[_step_row(r, loss) for r in f.objects("rows")])
 
 
-def _step_loss_config(f: Fields, loss: str) -> Dict[str, float]:
+def _step_loss_config(f: Fields, loss: str) -> dict[str, float]:
     wanted = LOSS_CONFIG_KEYS[loss]
     extra = sorted(set(f.obj) - set(wanted))
     if extra:
@@ -559,7 +560,7 @@ def check_generate(req: Generate, vocab: int) -> None:
             raise WireError(f"generate: field {name} must be at most the vocabulary size ({vocab})")
 
 
-def check_rows(op: str, rows: List[Row], vocab: int, max_len: int) -> None:
+def check_rows(op: str, rows: list[Row], vocab: int, max_len: int) -> None:
     for i, row in enumerate(rows):
         if bool(((row.tokens_T < 0) | (row.tokens_T >= vocab)).any()):
             raise WireError(f"{op}: field rows[{i}].tokens has an id outside the vocabulary (size {vocab})")
@@ -568,11 +569,11 @@ def check_rows(op: str, rows: List[Row], vocab: int, max_len: int) -> None:
                             f"length {max_len}")
 
 
-def check_step_rows(rows: List[StepRow], vocab: int, max_len: int) -> None:
+def check_step_rows(rows: list[StepRow], vocab: int, max_len: int) -> None:
     """forward_backward's rows against the loaded base: ids within its vocabulary, rows within its context."""
     for i, row in enumerate(rows):
         T = int(row.tokens_T.shape[0])
-        if T > max_len:
+        if max_len < T:
             raise WireError(f"forward_backward: field rows[{i}] has {T} tokens, more than the context length {max_len}")
         for name, ids_T in (("tokens", row.tokens_T), ("target_tokens", row.target_tokens_T)):
             if bool(((ids_T < 0) | (ids_T >= vocab)).any()):

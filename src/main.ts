@@ -69,7 +69,13 @@ async function serve(config: Config): Promise<void> {
     // Neither is fatal: the service serves everything else meanwhile (the supervisor keeps restarting an engine that
     // exits), and a request that needs the engine or this model reports the problem itself.
     const ready = await step('waiting for the engine (Python, torch, a matmul measurement)', () => server.waitForEngines(), () => `torch ${engine()?.torch} on ${engine()?.device}, fp32 matmul ${engine()?.matmul_gflops} GFLOP/s`)
-      .then(() => true, (error: Error) => (console.log(`  ${error.message}`), false));
+      .then(
+        () => true,
+        (error: Error) => {
+          console.log(`  ${error.message}`);
+          return false;
+        },
+      );
     if (ready) await step(`loading the default base model ${config.defaultBaseModel}`, () => server.services.runtime.load(config.defaultBaseModel), (base) => base.path).catch((error: Error) => console.log(`  ${error.message}`));
   }
 

@@ -65,7 +65,10 @@ function byChoice(chunks: Chunk[]) {
   for (const chunk of chunks) {
     for (const choice of chunk.choices) {
       let entry = choices.get(choice.index);
-      if (!entry) choices.set(choice.index, (entry = { chunks: [], content: '', reasoning: '', toolCalls: [] }));
+      if (!entry) {
+        entry = { chunks: [], content: '', reasoning: '', toolCalls: [] };
+        choices.set(choice.index, entry);
+      }
       entry.chunks.push(choice);
       entry.content += choice.delta.content ?? '';
       entry.reasoning += choice.delta.reasoning ?? '';

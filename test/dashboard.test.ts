@@ -315,7 +315,10 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
     await page.getByLabel('Colour tokens by').selectOption('trainer');
     const afterPaint = await tokens.evaluateAll((nodes) => nodes.map((node) => [Number(node.getAttribute('data-logprob')), node.getAttribute('data-hue'), node.classList.contains('tok-untrained')]));
     afterPaint.forEach(([logprob, hue, untrained], index) => {
-      if (index >= trained.trainer_logprobs.length) return assert.ok(untrained, `token ${index} beyond the trained ones is left blank`);
+      if (index >= trained.trainer_logprobs.length) {
+        assert.ok(untrained, `token ${index} beyond the trained ones is left blank`);
+        return;
+      }
       // The i-th sampled token is the i-th trained one: their sampler logprobs agree.
       assert.ok(Math.abs((logprob as number) - trained.sampler_logprobs[index]) < 1e-4, `token ${index}: ${logprob} vs ${trained.sampler_logprobs[index]}`);
       assert.equal(hue, String(Math.round(120 * Math.min(1, Math.exp(trained.trainer_logprobs[index])))), `token ${index}`);
@@ -395,7 +398,7 @@ describe('dashboard in a real browser (skipped without Chromium)', { skip: chrom
       // rl-loss.md: A = (r − mean) / (population std + 1e-6).
       const mean = rewards.reduce((sum, reward) => sum + reward, 0) / rewards.length;
       const std = Math.sqrt(rewards.reduce((sum, reward) => sum + (reward - mean) ** 2, 0) / rewards.length);
-      cards.forEach((card) => assert.ok(Math.abs(card.advantage - (card.reward - mean) / (std + 1e-6)) < 1e-9, JSON.stringify(card)));
+      for (const card of cards) assert.ok(Math.abs(card.advantage - (card.reward - mean) / (std + 1e-6)) < 1e-9, JSON.stringify(card));
       for (const card of cards) assert.match(card.text, /length\s+\d+ tokens[\s\S]*finish\s+(stop|length)[\s\S]*tool calls\s+0/);
     }
     const first = page.locator('section.group').first();

@@ -65,7 +65,7 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     await engine.request('ensure_adapter', { base: 'tiny', adapter: 'sft', init });
     const first = await fb('sft', false);
     assert.equal(first.outputs.length, rows.length);
-    rows.forEach((row, i) => assert.equal(first.outputs[i].logprobs.length, row.tokens.length));
+    for (const [i, row] of rows.entries()) assert.equal(first.outputs[i].logprobs.length, row.tokens.length);
     const weighted = first.outputs.flatMap((o, i) => o.logprobs.map((lp, t) => -lp * rows[i].weights[t]));
     assert.ok(Math.abs(first.loss - weighted.reduce((a, b) => a + b, 0)) < 1e-3, 'the loss is the weighted sum');
     assert.equal(first.metrics['loss:sum'], first.loss);

@@ -85,9 +85,8 @@ describe('training rows on real families (random weights, real tokenizers)', () 
     test(`${family}: RL from multi-turn agent loops: every trained token has its sampler logprob; trainer = sampler at step 0`, async () => {
       const modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'rows', name: family, base_model: baseId })).body.id;
       const trajectories: Trajectory[] = [];
-      let seed = 0;
-      for (const mode of ['omitted', 'true', 'token_id'] as LogprobsMode[]) {
-        for (const tools of [false, true]) trajectories.push(await agentLoop(e2e, { model: `local/rows/${family}`, mode, tools, seed: (seed += 10), maxTokens: 6 }));
+      for (const [m, mode] of (['omitted', 'true', 'token_id'] as LogprobsMode[]).entries()) {
+        for (const tools of [false, true]) trajectories.push(await agentLoop(e2e, { model: `local/rows/${family}`, mode, tools, seed: 10 * (2 * m + (tools ? 2 : 1)), maxTokens: 6 }));
       }
       // Qwen3 without thinking: the template drops the empty think block of earlier turns, so later turns start their own sequences.
       if (family === 'qwen3') trajectories.push(await agentLoop(e2e, { model: `local/rows/${family}`, mode: 'omitted', tools: true, seed: 99, maxTokens: 6, kwargs: { enable_thinking: false } }));

@@ -94,7 +94,7 @@ for (const backend of backends()) {
     test('nesting within the limit, and brackets inside strings, are accepted', async () => {
       const deepEnough = await send('POST', `/v1/preview/models/${modelId}/log`, logBody(nested(50)));
       assert.equal(deepEnough.statusCode, 200, deepEnough.body);
-      const bracketsInStrings = await send('POST', `/v1/preview/models/${modelId}/log`, logBody(JSON.stringify({ text: '[{'.repeat(10_000) + '\\"' })));
+      const bracketsInStrings = await send('POST', `/v1/preview/models/${modelId}/log`, logBody(JSON.stringify({ text: `${'[{'.repeat(10_000)}\\"` })));
       assert.equal(bracketsInStrings.statusCode, 200, bracketsInStrings.body);
       const stored = await t.call('GET', `/v1/dashboard/models/${modelId}/trajectories?split=train`);
       assert.equal(stored.status, 200);

@@ -92,7 +92,7 @@ describe('a NaN adapter resident in the sampler never reaches another entity’s
         assert.equal(answer.status, 200, `${label} ${i}: ${answer.error}`);
         assert.deepEqual(answer.tokens, beforeB[i].tokens, `${label} ${i}: B's tokens changed`);
         // Same tokens; logprobs equal up to batching's float rounding (a batch attends over its longest row's span).
-        answer.logprobs.forEach((lp, t) => assert.ok(Math.abs(lp - beforeB[i].logprobs[t]) < 1e-5, `${label} ${i} token ${t}: ${lp} vs ${beforeB[i].logprobs[t]}`));
+        for (const [t, lp] of answer.logprobs.entries()) assert.ok(Math.abs(lp - beforeB[i].logprobs[t]) < 1e-5, `${label} ${i} token ${t}: ${lp} vs ${beforeB[i].logprobs[t]}`);
       });
     }
   });

@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { startTestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
-import { parsePrometheusText, valueOf, type Sample } from './helpers/prometheus.ts';
+import { parsePrometheusText, sampleSum, type Sample } from './helpers/prometheus.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 
 describe('/metrics with the real engine', () => {
@@ -49,7 +49,7 @@ describe('/metrics with the real engine', () => {
     await e2e.api('GET', `/v1/preview/models/${modelId}`);
 
     const now = await scrape();
-    const delta = (metric: string, labels: Record<string, string> = {}) => valueOf(now, metric, labels) - valueOf(before, metric, labels);
+    const delta = (metric: string, labels: Record<string, string> = {}) => sampleSum(now, metric, labels) - sampleSum(before, metric, labels);
     assert.equal(delta('agent_trainer_chat_completion_tokens_total', { stream: 'false' }), plain.body.usage.completion_tokens);
     assert.equal(delta('agent_trainer_chat_completion_tokens_total', { stream: 'true' }), streamedTokens);
     assert.equal(delta('agent_trainer_chat_tokens_per_second_count'), 2);
@@ -67,14 +67,14 @@ describe('/metrics with the real engine', () => {
     const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [group], experimental_config: { learning_rate: 1e-3 } })).body;
     assert.equal((await waitForJob(e2e, job.id)).status, 'COMPLETED');
     const samples = await scrape();
-    assert.equal(valueOf(samples, 'agent_trainer_engine_up'), 1);
-    assert.ok(valueOf(samples, 'agent_trainer_engine_rss_bytes') > 10_000_000);
-    assert.equal(valueOf(samples, 'agent_trainer_engine_running_sequences'), 0);
-    assert.ok(valueOf(samples, 'agent_trainer_engine_adapter_slots') >= 1);
-    assert.equal(valueOf(samples, 'agent_trainer_jobs', { status: 'COMPLETED' }), 1);
-    assert.equal(valueOf(samples, 'agent_trainer_jobs', { status: 'QUEUED' }), 0);
-    assert.equal(valueOf(samples, 'agent_trainer_job_duration_seconds_count', { type: 'rl', status: 'COMPLETED' }), 1);
-    assert.ok(valueOf(samples, 'agent_trainer_job_duration_seconds_sum', { type: 'rl', status: 'COMPLETED' }) > 0);
+    assert.equal(sampleSum(samples, 'agent_trainer_engine_up'), 1);
+    assert.ok(sampleSum(samples, 'agent_trainer_engine_rss_bytes') > 10_000_000);
+    assert.equal(sampleSum(samples, 'agent_trainer_engine_running_sequences'), 0);
+    assert.ok(sampleSum(samples, 'agent_trainer_engine_adapter_slots') >= 1);
+    assert.equal(sampleSum(samples, 'agent_trainer_jobs', { status: 'COMPLETED' }), 1);
+    assert.equal(sampleSum(samples, 'agent_trainer_jobs', { status: 'QUEUED' }), 0);
+    assert.equal(sampleSum(samples, 'agent_trainer_job_duration_seconds_count', { type: 'rl', status: 'COMPLETED' }), 1);
+    assert.ok(sampleSum(samples, 'agent_trainer_job_duration_seconds_sum', { type: 'rl', status: 'COMPLETED' }) > 0);
   });
 });
 
@@ -86,8 +86,8 @@ for (const backend of backends()) {
       const response = await t.app.inject({ method: 'GET', url: '/metrics' });
       assert.equal(response.statusCode, 200);
       const samples = parsePrometheusText(response.body);
-      assert.equal(valueOf(samples, 'agent_trainer_engine_up'), 0);
-      assert.equal(valueOf(samples, 'agent_trainer_http_request_duration_seconds_count', { method: 'POST', route: '/v1/preview/models', status_code: '200' }), 1);
+      assert.equal(sampleSum(samples, 'agent_trainer_engine_up'), 0);
+      assert.equal(sampleSum(samples, 'agent_trainer_http_request_duration_seconds_count', { method: 'POST', route: '/v1/preview/models', status_code: '200' }), 1);
     } finally {
       await t.close();
     }

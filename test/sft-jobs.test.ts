@@ -33,7 +33,7 @@ describe('SFT jobs', () => {
   });
 
   test("ART's upload shape (train.jsonl of {messages, tools}, URL :v0) trains and writes the next step", async () => {
-    const data = Array.from({ length: 6 }, (_, i) => line(`Question ${i}?`, `Answer ${i}.`)).join('\n') + '\n';
+    const data = `${Array.from({ length: 6 }, (_, i) => line(`Question ${i}?`, `Answer ${i}.`)).join('\n')}\n`;
     const artifact = await uploadArtifact(e2e, 'local/sft/art-shape', { 'train.jsonl': data });
     assert.equal(artifact.url, 'wandb-artifact:///local/sft/art-shape:v0');
     const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 2, learning_rate: 1e-3 } });

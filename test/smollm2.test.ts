@@ -121,7 +121,10 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
     ours.logprobs.forEach((row, r) => {
       assert.equal(row.length, expected.logprobs[r]!.length);
       row.forEach((value, t) => {
-        if (t === 0) return assert.equal(value, null);
+        if (t === 0) {
+          assert.equal(value, null);
+          return;
+        }
         worst = Math.max(worst, Math.abs(value! - expected.logprobs[r]![t]!));
         compared += 1;
       });
@@ -142,7 +145,7 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
       assert.equal(id, top[0]![0], `token ${i} is not transformers' argmax`);
       const reported = choice.logprobs.content[i].top_logprobs as { token: string; logprob: number }[];
       assert.deepEqual(reported.map((entry) => Number(entry.token.replace('token_id:', ''))), top.map(([tokenId]) => tokenId));
-      reported.forEach((entry, j) => assert.ok(Math.abs(entry.logprob - top[j]![1]) <= TOLERANCE, `token ${i} top ${j}`));
+      for (const [j, entry] of reported.entries()) assert.ok(Math.abs(entry.logprob - top[j]![1]) <= TOLERANCE, `token ${i} top ${j}`);
     });
   });
 });

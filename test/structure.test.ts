@@ -148,7 +148,10 @@ function typescriptFunctions(file: string): FunctionLength[] {
   const found: FunctionLength[] = [];
   const line = (pos: number) => source.getLineAndCharacterOfPosition(pos).line;
   const visit = (node: ts.Node): void => {
-    if (!isFunctionLike(node)) return ts.forEachChild(node, visit);
+    if (!isFunctionLike(node)) {
+      ts.forEachChild(node, visit);
+      return;
+    }
     const name = (node as ts.FunctionLikeDeclaration).name?.getText(source) ?? '<anonymous>';
     const lines = line(node.getEnd()) - line(node.getStart(source)) + 1;
     found.push({ where: `${path.relative(ROOT, file)}:${line(node.getStart(source)) + 1} ${name}`, lines });

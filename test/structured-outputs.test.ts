@@ -373,7 +373,7 @@ describe('structured outputs through the openai client', () => {
 
   test('refusals: 400 naming the field, the feature, or vLLM\'s rule', async () => {
     const cases: [string, Record<string, unknown>, string, RegExp][] = [
-      ['invalid regex', { structured_outputs: { regex: '(ab' } }, 'structured_outputs', /invalid regex[^]*unclosed group/],
+      ['invalid regex', { structured_outputs: { regex: '(ab' } }, 'structured_outputs', /invalid regex[\s\S]*unclosed group/],
       ['lookahead', { structured_outputs: { regex: 'a(?=b)' } }, 'structured_outputs', /look-around.* is not supported/],
       ['invalid schema', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'strange' } } } }, 'response_format', /Invalid type: strange/],
       ['unsupported keyword', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', not: { const: 'a' } } } } }, 'response_format', /Unimplemented keys: \["not"\]/],

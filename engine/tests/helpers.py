@@ -3,6 +3,7 @@ complete wire requests (the engine has no defaults, so tests spell out what the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -11,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import List, Optional
 
 import torch
 
@@ -60,7 +60,7 @@ def lora(**over) -> LoraConfig:
                       seed=cfg["seed"])
 
 
-def complete_row(row: dict, loss: Optional[str]) -> dict:
+def complete_row(row: dict, loss: str | None) -> dict:
     """A test row with the per-token arrays it leaves out filled as the server fills them (advantages excepted)."""
     T = len(row.get("tokens") or [])
     out = {"segment_ids": [0] * T, **row}
@@ -87,7 +87,7 @@ def generate_request(rid: str, **over) -> dict:
     return {"id": rid, "op": "generate", "base": "b", "adapter": None, **SAMPLING, **over}
 
 
-def parse_rows(rows: list, vocab: int, max_len: int, loss: Optional[str]) -> List[Row]:
+def parse_rows(rows: list, vocab: int, max_len: int, loss: str | None) -> list[Row]:
     """Rows as the engine takes them from a train_step (loss given) or forward (loss None) request."""
     if loss is None:
         parsed = wire.parse_forward({"base": "b", "adapter": None, "rows": [complete_row(r, None) for r in rows]}).rows
@@ -135,7 +135,7 @@ class EngineProcess:
     def __init__(self, *extra: str):
         self.proc = subprocess.Popen([sys.executable, "-m", "engine", *extra], cwd=REPO, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.frames: "queue.Queue" = queue.Queue()
+        self.frames: queue.Queue = queue.Queue()
         self.stderr_lines = []
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._drain_stderr, daemon=True).start()
@@ -163,7 +163,7 @@ class EngineProcess:
         raw = json.dumps(obj).encode("utf-8")
         self.send_raw(struct.pack(">I", len(raw)) + raw)
 
-    def next(self, timeout: float = 30) -> Optional[dict]:
+    def next(self, timeout: float = 30) -> dict | None:
         return self.frames.get(timeout=timeout)
 
     def until_done(self, rid, timeout: float = 60) -> list:
@@ -188,10 +188,8 @@ class EngineProcess:
         return self.until_done(obj["id"], timeout)[-1]
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.proc.stdin.close()
-        except OSError:
-            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

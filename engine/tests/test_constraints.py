@@ -253,7 +253,7 @@ class TestProtocol(unittest.TestCase):
                     if frame.get("type") == "tokens":
                         tokens.setdefault(frame["seq"], []).extend(frame["tokens"])
                 for seq in tokens.values():
-                    self.assertRegex(text_of(seq), '^\\{"[a-c]{1,%d}"\\}$' % (seed + 1))
+                    self.assertRegex(text_of(seq), f'^\\{{"[a-c]{{1,{seed + 1}}}"\\}}$')
         finally:
             engine.close()
             tm.dir.cleanup()

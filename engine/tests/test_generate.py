@@ -80,7 +80,7 @@ class TestGenerate(unittest.TestCase):
     def test_continuous_batching_with_mixed_adapters_equals_alone(self):
         together = [(step, Run(**kw)) for step, kw in self.specs()]
         drive(self.sched(max_batch=4), together)  # max_batch 4 < 6 sequences: some wait for a free slot
-        for (step, kw), (_, run) in zip(self.specs(), together, strict=True):
+        for (_step, kw), (_, run) in zip(self.specs(), together, strict=True):
             alone = Run(**kw)
             drive(self.sched(), [(0, alone)])
             self.assertEqual(run.tokens, alone.tokens)

@@ -11,8 +11,8 @@ from engine import lora as L
 from engine import steps
 from engine.model import ForwardContext
 from engine.steps import StepRow
-from engine.wire import check_step_rows, parse_forward_backward, parse_optim_step
 from engine.tests.helpers import EngineProcess, TempModel, make_checkpoint
+from engine.wire import check_step_rows, parse_forward_backward, parse_optim_step
 
 CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -111,7 +111,7 @@ class TestLossDefinitions(unittest.TestCase):
         lp_T = (self.old_T + torch.tensor([0.05, -0.1, 0.3, 0.02])).double().requires_grad_(True)
         for loss, cfg in (("cross_entropy", {}), ("importance_sampling", {}), ("ppo", CLIP), ("dro", {"beta": 0.3})):
             with self.subTest(loss=loss):
-                self.assertTrue(torch.autograd.gradcheck(lambda x: steps.token_loss(loss, cfg, x, row).sum(), (lp_T,)))
+                self.assertTrue(torch.autograd.gradcheck(lambda x, loss=loss, cfg=cfg: steps.token_loss(loss, cfg, x, row).sum(), (lp_T,)))
 
 
 class TestSteps(unittest.TestCase):

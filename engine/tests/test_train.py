@@ -8,7 +8,7 @@ import torch
 from engine import lora as L
 from engine import model as M
 from engine import train as TR
-from engine.tests.helpers import TempModel, loss_config, lora, optimizer, parse_rows, train_request
+from engine.tests.helpers import TempModel, lora, loss_config, optimizer, parse_rows, train_request
 from engine.train import forward_logprobs, rl_token_loss, train_step
 from engine.wire import parse_train_step
 
@@ -167,7 +167,7 @@ class TestTrainStep(unittest.TestCase):
         a = self.adapter()
         rows = parse_rows(self.ROWS, 101, 256, "sft")
         lp = forward_logprobs(self.model, rows, a)
-        num = sum(-l * w * m for r, row in zip(lp, self.ROWS, strict=True) for l, w, m in zip(r, row["weights"], row["mask"], strict=True) if m)
+        num = sum(-lp_t * w * m for r, row in zip(lp, self.ROWS, strict=True) for lp_t, w, m in zip(r, row["weights"], row["mask"], strict=True) if m)
         want = num / sum(sum(r["mask"]) for r in self.ROWS)
         opt = optimizer("sft", learning_rate=3e-2)
         losses = [train_step(self.model, a, "sft", rows, None, opt)["loss"] for _ in range(4)]

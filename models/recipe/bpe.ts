@@ -66,12 +66,15 @@ export function learnBpe(texts: readonly string[], vocabSize: number): LearnedBp
       pairCounts.set(key, (pairCounts.get(key) ?? 0) + sign * count);
       if (sign > 0) {
         let holders = wordsWithPair.get(key);
-        if (!holders) wordsWithPair.set(key, (holders = new Set()));
+        if (!holders) {
+          holders = new Set();
+          wordsWithPair.set(key, holders);
+        }
         holders.add(wordIndex);
       }
     }
   };
-  words.forEach((_, index) => countPairs(index, 1));
+  for (let index = 0; index < words.length; index += 1) countPairs(index, 1);
 
   // The token id of byte b is b.
   const vocab = new Map(BYTE_LEVEL_ALPHABET.map((symbol, id) => [symbol, id]));

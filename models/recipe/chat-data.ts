@@ -185,7 +185,11 @@ export function trainingConversations(
   const out: Conversation[] = [];
   for (let i = 0; i < count; i++) {
     let roll = rng.uniform() * total;
-    const kind = kinds.find(([, share]) => (roll -= share) < 0)?.[0] ?? kinds[0][0];
+    const kind =
+      kinds.find(([, share]) => {
+        roll -= share;
+        return roll < 0;
+      })?.[0] ?? kinds[0][0];
     if (kind === 'tool') {
       out.push(toolConversation(rng, i));
       continue;

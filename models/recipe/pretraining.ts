@@ -109,7 +109,8 @@ export async function pretrain(modelDir: string, { conversations, evaluation: it
     const answer = (ids: number[]) => tokenizer.decode(ids.filter((id) => id !== imEnd));
     const accuracy = {} as PretrainingReport['accuracy'];
     items.forEach((item, i) => {
-      const entry = (accuracy[item.kind] ??= { items: 0, greedy: 0, sampled: 0 });
+      accuracy[item.kind] ??= { items: 0, greedy: 0, sampled: 0 };
+      const entry = accuracy[item.kind];
       entry.items += 1;
       entry.greedy += isCorrect(item, answer(outputs.greedy[i])) ? 1 : 0;
       const samples = outputs.sampled[i] ?? [];

@@ -84,7 +84,7 @@ export class ConversationTokenizer {
       let content = part.slice(header.length);
       if (content === '' && EMPTY_THINK.every((piece, k) => k === 3 ? parts[i + 1 + k]?.startsWith(piece) : parts[i + 1 + k] === piece)) {
         push(this.encodePiece(header), false);
-        EMPTY_THINK.slice(0, 3).forEach((piece) => push(this.encodePiece(piece), false));
+        for (const piece of EMPTY_THINK.slice(0, 3)) push(this.encodePiece(piece), false);
         i += 4;
         header = EMPTY_THINK[3];
         content = parts[i].slice(header.length);

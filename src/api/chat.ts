@@ -6,8 +6,9 @@
 import { Type, type Static, type TProperties } from '@sinclair/typebox';
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Optional(Type.Union([schema, Type.Null()]));
-const INT64_MIN = -9223372036854775808;
-const INT64_MAX = 9223372036854775807;
+/** int64's range as JSON numbers arrive here: as doubles, so its top is 2 ** 63 (the nearest double to 2 ** 63 - 1). */
+const INT64_MIN = -(2 ** 63);
+const INT64_MAX = 2 ** 63 - 1;
 
 const Message = Type.Object({ role: Type.String() }, { additionalProperties: true });
 

@@ -52,6 +52,8 @@ export function forcedCallGrammar(calls: ForcedCalls, syntax: CallSyntax): strin
     calls.multiple ? `calls: call (${larkString(syntax.separator)} call)*` : 'calls: call',
     `call: ${calls.tools.map((_, i) => `call_${i}`).join(' | ')}`,
   ];
-  calls.tools.forEach((tool, i) => lines.push(`call_${i}: ${syntax.call(tool.name, `arguments_${i}`)}`, `arguments_${i}: ${tool.arguments}`));
+  calls.tools.forEach((tool, i) => {
+    lines.push(`call_${i}: ${syntax.call(tool.name, `arguments_${i}`)}`, `arguments_${i}: ${tool.arguments}`);
+  });
   return `${lines.join('\n')}\n`;
 }

@@ -8,7 +8,7 @@ import { connect as connectTcp } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
 import { EngineError } from './errors.ts';
 import { encodeFrame, FrameDecoder, FramingError, parseFrame } from './framing.ts';
-import { type GenerateStream, ReplyStream } from './generate-stream.ts';
+import { ReplyStream } from './generate-stream.ts';
 import { type EngineLogger, silentLogger } from './logger.ts';
 import type { Engine, OpReply, OpRequest, UnaryOp } from './ops.ts';
 import type { ForwardRequest, GenerateEvent, GenerateRequest, ReadyEvent, ReplyErrorCode } from './protocol.ts';

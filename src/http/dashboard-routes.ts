@@ -114,7 +114,7 @@ function sendFile(loaded: CompressedBundle, urlPath: string, request: FastifyReq
 function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>) {
   const load = bundleLoader(app, build);
   const serve = async (urlPath: string, request: FastifyRequest, reply: FastifyReply) => {
-    let loaded;
+    let loaded: Awaited<ReturnType<typeof load>>;
     try {
       loaded = await load();
     } catch (error) {

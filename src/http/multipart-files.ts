@@ -34,8 +34,14 @@ function settledOrTruncated<T>(ended: Promise<void>, pending: Promise<T>): Promi
   return new Promise((resolve, reject) => {
     let settled = false;
     pending.then(
-      (value) => ((settled = true), resolve(value)),
-      (error: unknown) => ((settled = true), reject(error)),
+      (value) => {
+        settled = true;
+        resolve(value);
+      },
+      (error: unknown) => {
+        settled = true;
+        reject(error);
+      },
     );
     void ended.then(() =>
       setTimeout(() => {

@@ -4,7 +4,7 @@
  * upload URLs under this server's own address). A query for a field outside the subset fails validation with
  * graphql-js's message naming the field, and we add which part of W&B this server serves.
  */
-import { buildSchema, execute, GraphQLError, parse, validate, type ExecutionResult } from 'graphql';
+import { buildSchema, execute, GraphQLError, parse, validate, type DocumentNode, type ExecutionResult } from 'graphql';
 import { parseWandbId, UPLOAD_PATH_PREFIX, WANDB_SCHEMA_SDL, wandbId, type CreateArtifactFileSpecInput, type CreateArtifactInput, type CreateArtifactManifestInput, type GraphqlRequest, type UpsertBucketInput } from '../api/wandb.ts';
 import { AppError } from '../errors.ts';
 import type { Principal } from '../services/auth-service.ts';
@@ -183,7 +183,7 @@ const ROOT = { ...queries, ...mutations };
  * asked; a resolver's AppError keeps its message; anything else is reported by `onInternal` and answered vaguely.
  */
 export async function executeWandbGraphql(context: Context, request: GraphqlRequest, onInternal: (error: unknown) => void): Promise<ExecutionResult> {
-  let document;
+  let document: DocumentNode;
   try {
     document = parse(request.query, { maxTokens: MAX_TOKENS });
   } catch (error) {

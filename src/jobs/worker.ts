@@ -8,7 +8,7 @@ import { EngineError } from '../engine/errors.ts';
 import { newId } from '../ids.ts';
 import type { JobRow } from '../api/training-jobs.ts';
 import type { JobEventData, JobEventType } from '../api/training-vocabulary.ts';
-import { JobQueue } from './queue.ts';
+import type { JobQueue } from './queue.ts';
 
 export interface RunContext {
   owner: string;

@@ -64,7 +64,9 @@ export function checkRenderable(groups: FullTrajectoryGroup[], loc: Loc): FieldP
     group.trajectories.forEach((trajectory, trajectoryIndex) => {
       const trajectoryLoc = [...loc, groupIndex, 'trajectories', trajectoryIndex];
       check(trajectory.messages_and_choices, [...trajectoryLoc, 'messages_and_choices']);
-      trajectory.additional_histories.forEach((history, historyIndex) => check(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices']));
+      trajectory.additional_histories.forEach((history, historyIndex) => {
+        check(history.messages_and_choices, [...trajectoryLoc, 'additional_histories', historyIndex, 'messages_and_choices']);
+      });
     });
   });
   return problems;

@@ -145,6 +145,7 @@ export class JobRepository {
     return this.endIf(id, (query) => query.where('status', '=', 'RUNNING').where('lease_expires_at', '<', now), outcome);
   }
 
+  // biome-ignore lint/suspicious/noExplicitAny: any update query of training_jobs; Kysely's where overloads admit no narrower bound
   private async endIf(id: string, condition: <Q extends { where: any }>(query: Q) => Q, outcome: JobOutcome): Promise<boolean> {
     return this.db.transaction().execute(async (trx: Transaction<Database>) => {
       const update = condition(trx.updateTable('training_jobs').set(this.outcomeColumns(outcome)).where('id', '=', id));

@@ -70,8 +70,8 @@ def direct_sdk_calls(data_path: str, key: str) -> dict:
 
 async def main() -> dict:
     request = json.load(sys.stdin)
-    import wandb
     import art
+    import wandb
     from art.serverless import ServerlessBackend
     from art.utils.sft import train_sft_from_file
 

@@ -126,7 +126,8 @@ def save_and_load(service, tokenizer, base_model):
     after_restored_step = trainer.forward(data, "cross_entropy").result()
     clone = service.create_training_client_from_state_with_optimizer(state.path).result()
     cloned = clone.forward(data, "cross_entropy").result()
-    as_lists = lambda out: [o["logprobs"].tolist() for o in out.loss_fn_outputs]
+    def as_lists(out):
+        return [o["logprobs"].tolist() for o in out.loss_fn_outputs]
     return {
         "state_path": state.path,
         "reference": as_lists(reference),
@@ -169,7 +170,8 @@ def custom_loss(service, tokenizer, base_model):
 def diverged(service, tokenizer, base_model):
     """An optim_step at an absurd learning rate fails; the client then trains on exactly as a twin that never tried."""
     data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
-    as_lists = lambda out: [o["logprobs"].tolist() for o in out.loss_fn_outputs]
+    def as_lists(out):
+        return [o["logprobs"].tolist() for o in out.loss_fn_outputs]
     trainer, twin = (service.create_lora_training_client(base_model=base_model, rank=8, seed=4).result() for _ in range(2))
     for client in (trainer, twin):
         client.forward_backward(data, "cross_entropy")
@@ -208,7 +210,8 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
     outside = types.Datum(model_input=types.ModelInput.from_ints([10 ** 7] + tokens[1:]), loss_fn_inputs=good.loss_fn_inputs)
     rl_datum = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:] + [0], "logprobs": [0.0] * len(tokens), "advantages": [1.0] * len(tokens)})
     raw = service.holder
-    other_info = lambda: other.create_rest_client().get_training_run(run_id).result()
+    def other_info():
+        return other.create_rest_client().get_training_run(run_id).result()
 
     def unknown_future():
         async def call():

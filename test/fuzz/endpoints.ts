@@ -80,7 +80,7 @@ const CHAT_ATTACKS: Endpoint['attacks'] = [
   (c, b) => Object.assign(b, c.rng.pick([{ stop: hugeArray(c.rng, 100_000) }, { allowed_token_ids: [99_999_999] }, { stop_token_ids: [-1] }, { prompt_logprobs: 5 }, { echo: true }, { truncate_prompt_tokens: 3 }])),
   (c, b) => (b.messages = Array.from({ length: c.rng.pick([1000, 20_000]) }, () => ({ role: 'user', content: 'hi' }))),
   (c, b) => (b.messages = [{ role: c.rng.pick(['tool', 'assistant', 'system', 'function', 'developer', 'root']), content: null, tool_calls: [{ id: 1, type: 'function', function: { name: 'x', arguments: '{not json' } }] }]),
-  (c, b) => Object.assign(b, { continue_final_message: true, add_generation_prompt: true, tool_choice: { type: 'function', function: { name: 'missing' } } }),
+  (_c, b) => Object.assign(b, { continue_final_message: true, add_generation_prompt: true, tool_choice: { type: 'function', function: { name: 'missing' } } }),
 ];
 
 function rlBody(c: Ctx): Body {
@@ -94,7 +94,7 @@ const TRAJECTORY_ATTACKS: Endpoint['attacks'] = [
   (c, b) => (b.trajectory_groups[0].metadata = deepNesting(c.rng, 5000)),
   (c, b) => (b.trajectory_groups = hugeArray(c.rng, c.rng.pick([10_000, 200_000]))),
   (c, b) => (b.trajectory_groups[0].trajectories[0].tools = [{ type: 'function', function: { name: 'f', parameters: deepNesting(c.rng, 5000) } }]),
-  (c, b) => (b.trajectory_groups[0].trajectories[0].messages_and_choices = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }]),
+  (_c, b) => (b.trajectory_groups[0].trajectories[0].messages_and_choices = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }]),
   (c, b) => {
     const choice = b.trajectory_groups[0].trajectories[0].messages_and_choices.at(-1);
     const content = choice?.logprobs?.content;
@@ -119,7 +119,7 @@ function modelEndpoints(): Endpoint[] {
     {
       method: 'DELETE', template: '/v1/preview/models/:model_id/checkpoints', writes: true, weight: 2, params: modelParam,
       body: (c) => ({ steps: [c.rng.int(3)] }),
-      attacks: [(c, b) => (b.steps = new Raw(`[${Array.from({ length: c.rng.pick([40_000, 100_000]) }, (_, i) => i).join(',')}]`)), (c, b) => (b.steps = [-1, 1.5, 2 ** 60])],
+      attacks: [(c, b) => (b.steps = new Raw(`[${Array.from({ length: c.rng.pick([40_000, 100_000]) }, (_, i) => i).join(',')}]`)), (_c, b) => (b.steps = [-1, 1.5, 2 ** 60])],
     },
     {
       method: 'POST', template: '/v1/preview/models/:model_id/log', writes: true, weight: 3, params: modelParam,

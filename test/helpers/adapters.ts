@@ -12,7 +12,7 @@ function dataOffset(file: Buffer, tensor: string): number {
   const length = Number(file.readBigUInt64LE(0));
   const header = JSON.parse(file.subarray(8, 8 + length).toString('utf8')) as Record<string, { dtype: string; data_offsets: number[] }>;
   const entry = header[tensor];
-  if (!entry || entry.dtype !== 'F32') throw new Error(`no F32 tensor ${tensor} in this safetensors file`);
+  if (entry?.dtype !== 'F32') throw new Error(`no F32 tensor ${tensor} in this safetensors file`);
   return 8 + length + entry.data_offsets[0];
 }
 

@@ -97,7 +97,7 @@ function checkHistograms(samples: Sample[], types: Map<string, string>): void {
 }
 
 /** The sum over the series of `name` that carry `labels` (0 when none, as a counter that has not moved yet). */
-export function valueOf(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
+export function sampleSum(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
   const hits = samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
   return hits.reduce((sum, s) => sum + s.value, 0);
 }

@@ -16,7 +16,7 @@ const close = (actual: number, expected: number, message?: string) => assert.ok(
 describe('advantages and weights', () => {
   test('group advantages: centred, scaled by the population std, zero for equal rewards', () => {
     const scaled = groupAdvantages([1, 0, 1, 0], true);
-    scaled.forEach((a, i) => close(a, i % 2 === 0 ? 0.5 / (0.5 + 1e-6) : -0.5 / (0.5 + 1e-6)));
+    for (const [i, a] of scaled.entries()) close(a, i % 2 === 0 ? 0.5 / (0.5 + 1e-6) : -0.5 / (0.5 + 1e-6));
     assert.deepEqual(groupAdvantages([2, 0], false), [1, -1]);
     assert.deepEqual(groupAdvantages([3, 3, 3], true), [0, 0, 0]);
   });

@@ -160,7 +160,10 @@ class LineChart implements Chart {
   setView(view: ChartView): void {
     const rebuild = view.xMode !== this.view.xMode;
     this.view = view;
-    if (!rebuild) return this.redraw();
+    if (!rebuild) {
+      this.redraw();
+      return;
+    }
     this.zoomed = false;
     this.aligned = alignSeries(this.series, this.view, this.bandRange);
     if (this.width > 0) this.create();

@@ -62,7 +62,10 @@ export function replace(element: Element, ...children: Child[]): void {
 }
 
 let idCounter = 0;
-export const uid = (prefix: string) => `${prefix}-${(idCounter += 1)}`;
+export const uid = (prefix: string) => {
+  idCounter += 1;
+  return `${prefix}-${idCounter}`;
+};
 
 /** A labelled form field: the label is tied to the control, so clicking it and screen readers both work. */
 export function field(label: string, control: HTMLElement, hint?: string): HTMLElement {

@@ -81,7 +81,9 @@ export function tokenView(items: unknown[], advantage: number | null, trained: T
     h('option', { value: 'advantage', disabled: advantage === null }, advantage === null ? 'advantage (unknown here)' : `advantage (${num(advantage, 3)})`),
     h('option', { value: 'trainer', disabled: trained === null }, trained === null ? 'trainer logprob after the step (not trained)' : 'trainer logprob after the step'),
   );
-  const colour = () => spans.forEach((span, index) => paint(span, tokens[index], picker.value as TokenColouring, advantage, afterOf(index)));
+  const colour = () => {
+    for (const [index, span] of spans.entries()) paint(span, tokens[index], picker.value as TokenColouring, advantage, afterOf(index));
+  };
   picker.addEventListener('change', colour);
   colour();
   let current = -1;

@@ -89,7 +89,7 @@ function messageView(item: Json, toolNames: Map<string, string>): HTMLElement {
     body.push(h('div', { class: 'text' }, content));
   }
   const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as Json[]) : [];
-  calls.forEach((call, index) => body.push(toolCallView(call, index)));
+  for (const [index, call] of calls.entries()) body.push(toolCallView(call, index));
   if (body.length === 0) body.push(h('div', { class: 'text muted' }, '(empty)'));
 
   return h('article', { class: `msg msg-${role}`, 'data-role': role }, h('header', { class: 'msg-head' }, h('span', { class: 'role' }, role), badges), body);

@@ -43,8 +43,7 @@ export class VllmHttp {
     try {
       for await (const chunk of response.body) {
         buffered += decoder.decode(chunk as Uint8Array, { stream: true });
-        let end: number;
-        while ((end = buffered.indexOf('\n\n')) !== -1) {
+        for (let end = buffered.indexOf('\n\n'); end !== -1; end = buffered.indexOf('\n\n')) {
           const event = buffered.slice(0, end);
           buffered = buffered.slice(end + 2);
           const data = event.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()).join('\n');

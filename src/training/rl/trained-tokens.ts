@@ -22,7 +22,9 @@ interface Packed {
 /** Sequence indices per trajectory, trajectories in submission order, kept while their trained tokens fit the cap. */
 function keptTrajectories({ rows, sequences, placements }: Packed, cap: number): number[][] {
   const byTrajectory = new Map<number, number[]>();
-  sequences.forEach((sequence, s) => byTrajectory.set(sequence.trajectory, [...(byTrajectory.get(sequence.trajectory) ?? []), s]));
+  sequences.forEach((sequence, s) => {
+    byTrajectory.set(sequence.trajectory, [...(byTrajectory.get(sequence.trajectory) ?? []), s]);
+  });
   const kept: number[][] = [];
   let total = 0;
   for (const members of byTrajectory.values()) {

@@ -106,8 +106,7 @@ async function readEvents(reader: ReadableStreamDefaultReader<string>, onData: (
     const { value, done } = await reader.read();
     if (done) break;
     buffer += value;
-    let boundary: number;
-    while ((boundary = buffer.indexOf('\n\n')) !== -1) {
+    for (let boundary = buffer.indexOf('\n\n'); boundary !== -1; boundary = buffer.indexOf('\n\n')) {
       const event = buffer.slice(0, boundary);
       buffer = buffer.slice(boundary + 2);
       for (const line of event.split('\n')) if (line.startsWith('data: ')) onData(line.slice(6));

@@ -169,7 +169,10 @@ function onReplyKey(pg: Playground, event: KeyboardEvent): void {
   const reply = (event.target as HTMLElement).closest<HTMLElement>('.reply-tokens');
   if (!reply || (event.key !== 'ArrowRight' && event.key !== 'ArrowLeft' && event.key !== 'Escape')) return;
   event.preventDefault();
-  if (event.key === 'Escape') return hideTip(pg);
+  if (event.key === 'Escape') {
+    hideTip(pg);
+    return;
+  }
   const tokens = [...reply.querySelectorAll<HTMLElement>('.tok')];
   const at = tokens.findIndex((token) => token.classList.contains('active'));
   const next = tokens[Math.max(0, Math.min(tokens.length - 1, at === -1 ? 0 : at + (event.key === 'ArrowRight' ? 1 : -1)))];
