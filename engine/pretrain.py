@@ -30,7 +30,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -40,15 +40,15 @@ from .generate import GenRequest, Scheduler, SchedulerConfig
 from .model import ForwardContext, Transformer, load_args
 from .sampling import SamplingParams
 
-Example = tuple[list[int], list[int]]  # (ids, mask)
+Example = Tuple[List[int], List[int]]  # (ids, mask)
 
 
-def read_jsonl(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
+def read_jsonl(path: str) -> List[dict]:
+    with open(path, "r", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def read_examples(path: str, vocab: int, max_tokens: int) -> list[Example]:
+def read_examples(path: str, vocab: int, max_tokens: int) -> List[Example]:
     out = []
     for i, r in enumerate(read_jsonl(path)):
         ids, mask = r["ids"], r["mask"]
@@ -68,10 +68,10 @@ def read_examples(path: str, vocab: int, max_tokens: int) -> list[Example]:
 
 def pack(examples: Sequence[Example], order: Sequence[int], row_tokens: int, pad_id: int):
     """First-fit in the given order: rows [R, T] of tokens, segment ids and mask (padding: own segment, mask 0)."""
-    rows: list[tuple[list[int], list[int], list[int]]] = []
-    ids: list[int] = []
-    seg: list[int] = []
-    mask: list[int] = []
+    rows: List[Tuple[List[int], List[int], List[int]]] = []
+    ids: List[int] = []
+    seg: List[int] = []
+    mask: List[int] = []
     segments = 0
 
     def flush():
@@ -93,7 +93,7 @@ def pack(examples: Sequence[Example], order: Sequence[int], row_tokens: int, pad
     return t(0), t(1), t(2)
 
 
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # tokens, segment ids, mask: [rows, row length]
+Batch = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # tokens, segment ids, mask: [rows, row length]
 
 
 def batches(examples: Sequence[Example], seed: int, batch_tokens: int, row_lengths: Sequence[int],
@@ -111,7 +111,7 @@ def batches(examples: Sequence[Example], seed: int, batch_tokens: int, row_lengt
     while True:
         g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         order = torch.randperm(len(examples), generator=g).tolist()
-        out: list[Batch] = []
+        out: List[Batch] = []
         for L in lengths:
             mine = [i for i in order if bucket[i] == L]
             if not mine:
@@ -168,7 +168,7 @@ class Progress:
 
 def train(model: Transformer, examples: Sequence[Example], steps: int, seed: int, lr: float, warmup: int,
           min_lr_ratio: float, weight_decay: float, batch_tokens: int, row_lengths: Sequence[int], pad_id: int,
-          max_grad_norm: float = 1.0, label: str = "pretraining", quiet: bool = False) -> dict[str, float]:
+          max_grad_norm: float = 1.0, label: str = "pretraining", quiet: bool = False) -> Dict[str, float]:
     torch.manual_seed(seed)
     params = [p for p in model.parameters()]
     for p in params:
@@ -179,7 +179,7 @@ def train(model: Transformer, examples: Sequence[Example], steps: int, seed: int
     opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-8)
     progress = None if quiet else Progress(steps, label)
     data = batches(examples, seed, batch_tokens, row_lengths, pad_id)
-    losses: list[float] = []
+    losses: List[float] = []
     targets = seen = 0
     t0 = time.monotonic()
     for step in range(steps):
@@ -216,19 +216,19 @@ def round_to(model: Transformer, dtype: torch.dtype) -> None:
             p.copy_(p.to(dtype).to(p.dtype))
 
 
-def hf_tensors(model: Transformer, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def hf_tensors(model: Transformer, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
     """The model's weights under HF names (fused tensors split back), in `dtype`, contiguous."""
     return {name: param[lo:hi].detach().to(dtype).contiguous().clone()
             for name, (param, lo, hi) in model.hf_mapping().items()}
 
 
-def generate(model: Transformer, prompts: Sequence[list[int]], max_tokens: Sequence[int], temperature: float,
-             n: int, seed: int) -> list[list[list[int]]]:
+def generate(model: Transformer, prompts: Sequence[List[int]], max_tokens: Sequence[int], temperature: float,
+             n: int, seed: int) -> List[List[List[int]]]:
     """Decode every prompt with the engine's continuous-batching scheduler: outputs[prompt][sample] = ids."""
     max_len = max(len(p) + m for p, m in zip(prompts, max_tokens)) + 1
     sched = Scheduler(model, model.args.eos_token_ids, SchedulerConfig(max_batch=64, max_len=max_len))
     outputs = [[[] for _ in range(n)] for _ in prompts]
-    errors: list[Exception] = []
+    errors: List[Exception] = []
 
     def emit(i: int, m: dict) -> None:
         if m.get("type") == "tokens":
@@ -249,7 +249,7 @@ def generate(model: Transformer, prompts: Sequence[list[int]], max_tokens: Seque
     return outputs
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m engine.pretrain", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="HF folder: config.json + model.safetensors (the init)")
     ap.add_argument("--data", required=True, help="JSON lines of {ids, mask}")
