@@ -20,7 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { learnBpe, tokenizerJson } from './recipe/bpe.ts';
 import { buildCorpus } from './recipe/corpus.ts';
 import { type PretrainingReport, type PretrainingSet, pretrain, pretrainingSet } from './recipe/pretraining.ts';
-import { renderChat } from '../src/chat/template.ts';
+import { renderChat } from '../src/conversation/template.ts';
 import { ADDED_TOKEN_ALTERNATION } from './recipe/sequences.ts';
 import {
   ADDED_TOKENS,

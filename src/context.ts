@@ -30,8 +30,8 @@ import { ArtifactService } from './services/artifact-service.ts';
 import { createSftRunner } from './training/sft/runner.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import { DashboardService } from './services/dashboard-service.ts';
-import { TemplateSandbox } from './chat/template-sandbox.ts';
-import { PromptWorker } from './chat/prompt-worker.ts';
+import { TemplateSandbox } from './conversation/template-sandbox.ts';
+import { PromptWorker } from './conversation/prompt-worker.ts';
 import { Metrics } from './services/metrics.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { ModelLineage } from './services/model-lineage.ts';
@@ -41,8 +41,8 @@ import { defaultLearningRate } from './training/defaults.ts';
 import { payloadView } from './training/payloads.ts';
 import { samplerKindOf } from './engine/vllm/config.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
-import { createTinkerServices, type TinkerServices } from './services/tinker/index.ts';
-import { createWandbServices, type WandbServices } from './services/wandb/index.ts';
+import { createTinkerServices, type TinkerServices } from './tinker/index.ts';
+import { createWandbServices, type WandbServices } from './wandb/index.ts';
 
 export interface Services {
   auth: AuthService;

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ARCHIVE_URL_TTL_SECONDS, parseTinkerPath } from '../src/api/tinker.ts';
+import { ARCHIVE_URL_TTL_SECONDS, parseTinkerPath } from '../src/tinker/schemas.ts';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { openStore } from '../src/store/db.ts';
 import { runJsonScript } from './helpers/reference.ts';

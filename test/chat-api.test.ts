@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { Value } from '@sinclair/typebox/value';
 import OpenAI from 'openai';
 import { ChatCompletion } from '../src/api/chat.ts';
-import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
+import { loadTokenizer, type ChatTokenizer } from '../src/conversation/tokenizer.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 

@@ -13,7 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import { Value } from '@sinclair/typebox/value';
 import OpenAI from 'openai';
 import { ChatCompletion, ChatCompletionChunk } from '../src/api/chat.ts';
-import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
+import { loadTokenizer, type ChatTokenizer } from '../src/conversation/tokenizer.ts';
 import type { Engine } from '../src/engine/ops.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import { ReplyStream, type GenerateStream } from '../src/engine/generate-stream.ts';

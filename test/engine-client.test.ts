@@ -10,7 +10,7 @@ import { PassThrough } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { Template } from '@huggingface/jinja';
 import { ensureTinyModel } from '../models/make-tiny.ts';
-import { loadTokenizer } from '../src/chat/tokenizer.ts';
+import { loadTokenizer } from '../src/conversation/tokenizer.ts';
 import { EngineClient } from '../src/engine/client.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import { encodeFrame, FrameDecoder, parseFrame } from '../src/engine/framing.ts';

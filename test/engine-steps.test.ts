@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { ensureTinyModel } from '../models/make-tiny.ts';
-import { loadTokenizer } from '../src/chat/tokenizer.ts';
+import { loadTokenizer } from '../src/conversation/tokenizer.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import type { EngineLogger } from '../src/engine/logger.ts';
 import type { AdamParams, ForwardBackwardRequest, StepRow } from '../src/engine/protocol.ts';

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { loadTokenizer } from '../src/chat/tokenizer.ts';
+import { loadTokenizer } from '../src/conversation/tokenizer.ts';
 import { baseModelsSetting, writeFamilyModel } from './helpers/families.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';
 

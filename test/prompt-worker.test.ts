@@ -1,5 +1,5 @@
 /**
- * Large prompts render and tokenize on the prompt worker (src/chat/prompt-worker.ts), off the event loop: its ids
+ * Large prompts render and tokenize on the prompt worker (src/conversation/prompt-worker.ts), off the event loop: its ids
  * are exactly the loop's (the built-in model, and Qwen3's, Qwen2.5's and Llama 3.1's real tokenizers and templates),
  * a template that cannot render is still a TemplateError (the caller's 400), and over HTTP a conversation of 20,000
  * messages is refused with the loop's exact token count while the loop stays free.
@@ -7,10 +7,10 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { renderPrompt, promptRenderOptions } from '../src/chat/prompt.ts';
-import { LARGE_PROMPT_CHARS, PromptWorker } from '../src/chat/prompt-worker.ts';
-import { TemplateError } from '../src/chat/template.ts';
-import { loadTokenizer, type ChatTokenizer } from '../src/chat/tokenizer.ts';
+import { renderPrompt, promptRenderOptions } from '../src/conversation/prompt.ts';
+import { LARGE_PROMPT_CHARS, PromptWorker } from '../src/conversation/prompt-worker.ts';
+import { TemplateError } from '../src/conversation/template.ts';
+import { loadTokenizer, type ChatTokenizer } from '../src/conversation/tokenizer.ts';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { FAMILIES, writeTokenizerFolder } from './helpers/families.ts';
 import { startE2eServer, type E2eServer } from './helpers/server.ts';

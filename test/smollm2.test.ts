@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { renderChat } from '../src/chat/template.ts';
+import { renderChat } from '../src/conversation/template.ts';
 import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL, loadConfig, repoRoot } from '../src/config.ts';
 import type { LoadedBase } from '../src/services/base-model-runtime.ts';
 import { runJsonScript } from './helpers/reference.ts';

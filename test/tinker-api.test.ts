@@ -14,7 +14,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { tinkerAdapterKey } from '../src/engine/adapter-keys.ts';
-import { RESTART_FAILURE } from '../src/services/tinker/futures.ts';
+import { RESTART_FAILURE } from '../src/tinker/futures.ts';
 import { newId } from '../src/ids.ts';
 import { openStore } from '../src/store/db.ts';
 import { TinkerRepository } from '../src/store/tinker-repository.ts';

@@ -1,5 +1,5 @@
 /**
- * The W&B API subset (src/http/wandb-routes.ts) through the real HTTP stack, on SQLite and PostgreSQL: the calls
+ * The W&B API subset (src/wandb/routes.ts) through the real HTTP stack, on SQLite and PostgreSQL: the calls
  * the `wandb` SDK makes for log_artifact, in its order and with its bodies (as captured from wandb 0.31), and what
  * happens when a step goes wrong: wrong keys, forged or expired upload URLs, bytes that are not the declared ones,
  * a manifest that does not match its uploads, and W&B features this server does not serve.

@@ -4,7 +4,7 @@
  * very config we write, so training and inference split text identically.
  */
 import * as tokenizers from '@huggingface/tokenizers';
-import { BYTE_LEVEL_ALPHABET } from '../../src/chat/tokenizer.ts';
+import { BYTE_LEVEL_ALPHABET } from '../../src/conversation/tokenizer.ts';
 
 // The package's .d.ts files do not resolve under NodeNext (extensionless imports); type what we use.
 const { SequencePreTokenizer } = tokenizers as unknown as {

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadTokenizer } from '../../src/chat/tokenizer.ts';
+import { loadTokenizer } from '../../src/conversation/tokenizer.ts';
 import { findEnginePython } from '../../src/engine/python.ts';
 import { type Conversation, type EvalItem, evaluationItems, heldOutProblems, trainingConversations } from './chat-data.ts';
 import { PRETRAINING } from './recipe.ts';

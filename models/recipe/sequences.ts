@@ -8,8 +8,8 @@
  * piece by piece between added tokens (which is how the tokenizer itself splits it first), so the
  * pieces that repeat, such as system prompts with their tool lists, are tokenized once.
  */
-import { renderChat } from '../../src/chat/template.ts';
-import type { ChatTokenizer } from '../../src/chat/tokenizer.ts';
+import { renderChat } from '../../src/conversation/template.ts';
+import type { ChatTokenizer } from '../../src/conversation/tokenizer.ts';
 import type { Conversation, Message, Tool } from './chat-data.ts';
 import { ADDED_TOKENS } from './recipe.ts';
 

@@ -5,7 +5,7 @@
  * streaming and whole responses.
  */
 import { reasoningBody, reasoningStart } from './reasoning.ts';
-import type { ChatTokenizer } from './tokenizer.ts';
+import type { ChatTokenizer } from '../conversation/tokenizer.ts';
 import { partialMarkerLength } from './tool-calls/format.ts';
 import type { ToolCallFormat } from './tool-calls/index.ts';
 import type { TopLogprob } from '../engine/protocol.ts';

@@ -11,14 +11,14 @@ import { ConstraintRequestError } from '../constraints/constraint-error.ts';
 import { checkOnEngine, constraintSpec } from '../constraints/request.ts';
 import type { MarkerSyntax } from '../constraints/lark.ts';
 import type { ConstraintSpec, GenerateRequest, LoadBaseReply } from '../engine/protocol.ts';
-import { contentString } from './messages.ts';
-import { encodePrompt, promptRenderOptions } from './prompt.ts';
-import { LARGE_PROMPT_CHARS, type PromptWorker } from './prompt-worker.ts';
+import { contentString } from '../conversation/messages.ts';
+import { encodePrompt, promptRenderOptions } from '../conversation/prompt.ts';
+import { LARGE_PROMPT_CHARS, type PromptWorker } from '../conversation/prompt-worker.ts';
 import { checkTemplateData, type ChatRequest } from './request.ts';
 import { samplingParams, type GenerationDefaults } from './sampling.ts';
-import { renderChat, TemplateError, type RenderOptions } from './template.ts';
-import type { TemplateSandbox } from './template-sandbox.ts';
-import type { ChatTokenizer } from './tokenizer.ts';
+import { renderChat, TemplateError, type RenderOptions } from '../conversation/template.ts';
+import type { TemplateSandbox } from '../conversation/template-sandbox.ts';
+import type { ChatTokenizer } from '../conversation/tokenizer.ts';
 import type { ToolCallFormat } from './tool-calls/index.ts';
 
 /** What a plan reads of the loaded base model. */

@@ -9,7 +9,7 @@ import type { ChatCompletionBody } from '../api/chat.ts';
 import { ConstraintRequestError } from '../constraints/constraint-error.ts';
 import { requestedConstraint, type RequestedConstraint } from '../constraints/request.ts';
 import { jsonSizeProblem } from '../constraints/limits.ts';
-import { contentPartProblem } from './messages.ts';
+import { contentPartProblem } from '../conversation/messages.ts';
 import { boundText, SAMPLING_BOUNDS, withinBound, type SamplingBoundName } from '../engine/bounds.ts';
 import { GENERATE_DEFAULTS } from '../engine/protocol.ts';
 

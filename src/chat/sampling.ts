@@ -4,7 +4,7 @@
  * Owns that chain and the model-side defaults' shape; refuses to know how a request is validated (request.ts).
  */
 import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
-import type { ChatTokenizer } from './tokenizer.ts';
+import type { ChatTokenizer } from '../conversation/tokenizer.ts';
 import type { ChatRequest } from './request.ts';
 
 /** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */

@@ -11,7 +11,7 @@ import type { Engine, SamplerEngine } from '../engine/ops.ts';
 import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { EngineDtype } from '../engine/settings.ts';
 import type { BaseModelSpec } from './base-models.ts';
-import { loadTokenizer, type ChatTokenizer } from '../chat/tokenizer.ts';
+import { loadTokenizer, type ChatTokenizer } from '../conversation/tokenizer.ts';
 import { markerSyntax, type MarkerSyntax } from '../constraints/lark.ts';
 import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat, type ToolParserName } from '../chat/tool-calls/index.ts';
 import type { GenerationDefaults } from '../chat/sampling.ts';

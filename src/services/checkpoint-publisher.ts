@@ -2,7 +2,7 @@
  * Publishes a model's next checkpoint: what the trainer writes into a temporary folder of the checkpoint store is
  * renamed into place, then the checkpoint row, then the adapter loaded from the store into the sampler, so the
  * checkpoint is servable before anyone reports it. A crash at any point leaves no listed half-written checkpoint.
- * Training jobs (training/session.ts) and the Tinker API (services/tinker) both save this way.
+ * Training jobs (training/session.ts) and the Tinker API (src/tinker/) both save this way.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';

@@ -3,7 +3,7 @@
  * as the assistant message it stands for, and the ids (with logprobs) a choice says were sampled. Trajectory
  * uploads check with these, the dashboard shows with them, and training (training/rl/tokens.ts) builds rows on them.
  */
-import type { ChatTokenizer } from '../chat/tokenizer.ts';
+import type { ChatTokenizer } from '../conversation/tokenizer.ts';
 
 const TOKEN_ID = /^token_id:(\d+)$/;
 

@@ -8,8 +8,8 @@
 import type { FieldProblem } from '../errors.ts';
 import type { FullTrajectoryGroup } from '../api/models.ts';
 import { asMessage, isChoice, tokenIdsOutsideVocabulary } from './trajectory-items.ts';
-import { normaliseMessages } from '../chat/messages.ts';
-import { TemplateError } from '../chat/template.ts';
+import { normaliseMessages } from '../conversation/messages.ts';
+import { TemplateError } from '../conversation/template.ts';
 
 type Loc = (string | number)[];
 

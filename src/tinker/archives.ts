@@ -5,14 +5,14 @@
  * preview export streams it) with the `checkpoint_complete` marker a Tinker archive carries.
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { Clock } from '../../clock.ts';
-import { AppError, excerpt, notFound } from '../../errors.ts';
-import { ARCHIVE_URL_TTL_SECONDS, archiveDownloadPath } from '../../api/tinker.ts';
-import type { ModelRepository } from '../../store/model-repository.ts';
-import type { TinkerRepository } from '../../store/tinker-repository.ts';
-import type { Principal } from '../auth-service.ts';
-import type { AdapterArchive, CheckpointExporter } from '../checkpoint-export.ts';
-import type { TinkerModels } from './tinker-models.ts';
+import type { Clock } from '../clock.ts';
+import { AppError, excerpt, notFound } from '../errors.ts';
+import { ARCHIVE_URL_TTL_SECONDS, archiveDownloadPath } from './schemas.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
+import type { Principal } from '../services/auth-service.ts';
+import type { AdapterArchive, CheckpointExporter } from '../services/checkpoint-export.ts';
+import type { TinkerModels } from './models.ts';
 
 const SIGNING_KEY = 'checkpoint-download-signing-key';
 /** What Tinker's archives hold beside the adapter: the CLI refuses one without it. */

@@ -12,13 +12,13 @@
  */
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import type { Clock } from '../../clock.ts';
-import { AppError, notFound } from '../../errors.ts';
-import { EngineError } from '../../engine/errors.ts';
-import { newId } from '../../ids.ts';
-import type { TinkerFutureTable } from '../../store/schema.ts';
-import type { TinkerRepository } from '../../store/tinker-repository.ts';
-import { canActFor, type Principal } from '../auth-service.ts';
+import type { Clock } from '../clock.ts';
+import { AppError, notFound } from '../errors.ts';
+import { EngineError } from '../engine/errors.ts';
+import { newId } from '../ids.ts';
+import type { TinkerFutureTable } from '../store/schema.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
+import { canActFor, type Principal } from '../services/auth-service.ts';
 
 export const RESTART_FAILURE = 'The server restarted before this request finished; submit it again';
 

@@ -1,18 +1,18 @@
 /** The Tinker API's services, wired from what the rest of the server already has. */
-import type { Clock } from '../../clock.ts';
-import type { CheckpointPublisher } from '../checkpoint-publisher.ts';
-import type { ModelRepository } from '../../store/model-repository.ts';
-import type { TinkerRepository } from '../../store/tinker-repository.ts';
-import type { BaseModelRegistry } from '../base-models.ts';
-import type { BaseModelRuntime } from '../base-model-runtime.ts';
-import type { ModelService } from '../model-service.ts';
-import { CheckpointExporter } from '../checkpoint-export.ts';
-import { TinkerArchives } from './tinker-archives.ts';
+import type { Clock } from '../clock.ts';
+import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
+import type { BaseModelRegistry } from '../services/base-models.ts';
+import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
+import type { ModelService } from '../services/model-service.ts';
+import { CheckpointExporter } from '../services/checkpoint-export.ts';
+import { TinkerArchives } from './archives.ts';
 import { TinkerFutures } from './futures.ts';
-import { TinkerModels } from './tinker-models.ts';
-import { TinkerRest } from './tinker-rest.ts';
-import { TinkerSampling } from './tinker-sampling.ts';
-import { TinkerTraining } from './tinker-training.ts';
+import { TinkerModels } from './models.ts';
+import { TinkerRest } from './rest.ts';
+import { TinkerSampling } from './sampling.ts';
+import { TinkerTraining } from './training.ts';
 
 export interface TinkerServices {
   futures: TinkerFutures;

@@ -3,19 +3,19 @@
  * model id ↔ one of our models, made with the base model, LoRA rank and seed), and `tinker://` paths ↔ our
  * checkpoints. Another entity's model or checkpoint is exactly as absent as a missing one.
  */
-import type { Clock } from '../../clock.ts';
-import { AppError, excerpt, notFound } from '../../errors.ts';
-import { newId } from '../../ids.ts';
-import { parseTinkerPath, stepName, type CreateSessionBody, type TinkerCheckpointKind } from '../../api/tinker.ts';
-import type { ModelRepository } from '../../store/model-repository.ts';
-import type { CheckpointRecord, ModelRow } from '../../api/models.ts';
-import type { TinkerModelTable } from '../../store/schema.ts';
-import type { TinkerRepository } from '../../store/tinker-repository.ts';
-import { canActFor, type Principal } from '../auth-service.ts';
-import type { BaseModelRegistry } from '../base-models.ts';
-import type { BaseModelRuntime } from '../base-model-runtime.ts';
-import type { ModelService } from '../model-service.ts';
-import { LORA_DEFAULTS } from '../adapter-validation.ts';
+import type { Clock } from '../clock.ts';
+import { AppError, excerpt, notFound } from '../errors.ts';
+import { newId } from '../ids.ts';
+import { parseTinkerPath, stepName, type CreateSessionBody, type TinkerCheckpointKind } from './schemas.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { CheckpointRecord, ModelRow } from '../api/models.ts';
+import type { TinkerModelTable } from '../store/schema.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
+import { canActFor, type Principal } from '../services/auth-service.ts';
+import type { BaseModelRegistry } from '../services/base-models.ts';
+import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
+import type { ModelService } from '../services/model-service.ts';
+import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
 
 /** Every training client's model lives in this project of its entity. */
 export const TINKER_PROJECT = 'tinker';

@@ -3,13 +3,13 @@
  * with `tinker://` paths (names a client saved, and `step<N>` for every checkpoint), weights info, checkpoint
  * deletion (the ordinary checkpoint step goes), and a training client's model info.
  */
-import { stepName, tinkerPath, type TinkerCheckpointKind } from '../../api/tinker.ts';
-import type { ModelRepository } from '../../store/model-repository.ts';
-import type { CheckpointRecord, ModelRow } from '../../api/models.ts';
-import type { TinkerRepository } from '../../store/tinker-repository.ts';
-import type { Principal } from '../auth-service.ts';
-import type { ModelService } from '../model-service.ts';
-import type { TinkerModels } from './tinker-models.ts';
+import { stepName, tinkerPath, type TinkerCheckpointKind } from './schemas.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { CheckpointRecord, ModelRow } from '../api/models.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
+import type { Principal } from '../services/auth-service.ts';
+import type { ModelService } from '../services/model-service.ts';
+import type { TinkerModels } from './models.ts';
 
 export interface TinkerCheckpointView {
   checkpoint_id: string;

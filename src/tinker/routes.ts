@@ -22,14 +22,14 @@ import {
   SaveWeightsBody,
   SessionBody,
   WeightsInfoBody,
-} from '../api/tinker.ts';
-import { decodeForwardBackward, encodeForwardBackwardOutput, encodeSampleResponse } from '../api/tinker-proto.ts';
+} from './schemas.ts';
+import { decodeForwardBackward, encodeForwardBackwardOutput, encodeSampleResponse } from './proto.ts';
 import { AppError } from '../errors.ts';
-import type { FutureOutcome } from '../services/tinker/futures.ts';
-import type { TinkerServices } from '../services/tinker/index.ts';
-import type { ForwardBackwardResult } from '../services/tinker/tinker-training.ts';
-import type { SampleResult } from '../services/tinker/tinker-sampling.ts';
-import { queryInteger } from './query.ts';
+import type { FutureOutcome } from './futures.ts';
+import type { TinkerServices } from './index.ts';
+import type { ForwardBackwardResult } from './training.ts';
+import type { SampleResult } from './sampling.ts';
+import { queryInteger } from '../http/query.ts';
 
 const PROTOBUF = 'application/x-protobuf';
 

@@ -3,18 +3,18 @@
  * `asample` on the sampler engine's `generate` — prompt token ids in; per sample the tokens, their logprobs and
  * why it stopped out; optionally the prompt's logprobs. Sampling never waits for a model's training queue.
  */
-import type { Clock } from '../../clock.ts';
-import { AppError, excerpt, notFound } from '../../errors.ts';
-import { newId } from '../../ids.ts';
-import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from '../../api/tinker.ts';
-import { GENERATE_DEFAULTS, type GenerateRequest } from '../../engine/protocol.ts';
-import { servingAdapterKey } from '../../engine/adapter-keys.ts';
-import type { TinkerRepository } from '../../store/tinker-repository.ts';
-import { canActFor, type Principal } from '../auth-service.ts';
-import type { BaseModelRegistry } from '../base-models.ts';
-import type { BaseModelRuntime, LoadedBase } from '../base-model-runtime.ts';
+import type { Clock } from '../clock.ts';
+import { AppError, excerpt, notFound } from '../errors.ts';
+import { newId } from '../ids.ts';
+import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from './schemas.ts';
+import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
+import { servingAdapterKey } from '../engine/adapter-keys.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
+import { canActFor, type Principal } from '../services/auth-service.ts';
+import type { BaseModelRegistry } from '../services/base-models.ts';
+import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import type { TinkerFutures } from './futures.ts';
-import type { TinkerModels } from './tinker-models.ts';
+import type { TinkerModels } from './models.ts';
 
 /** Tokens a sample may take when the client sets no max_tokens. */
 const DEFAULT_MAX_TOKENS = 128;

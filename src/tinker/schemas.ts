@@ -5,14 +5,14 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { AppError } from '../errors.ts';
-import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './tinker-proto.ts';
+import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './proto.ts';
 import { boundSchema } from '../engine/bounds.ts';
-import { LearningRate } from './training-jobs.ts';
+import { LearningRate } from '../api/training-jobs.ts';
 
 const open = { additionalProperties: true } as const;
 const Id = Type.String({ minLength: 1, maxLength: 512 });
 const Int = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
-/** The SDK's number for a training client's request: a re-send carries the same one (see services/tinker/futures.ts). */
+/** The SDK's number for a training client's request: a re-send carries the same one (see futures.ts). */
 const SeqId = Type.Optional(Type.Union([Int, Type.Null()]));
 
 export const ClientConfigBody = Type.Object({ sdk_version: Type.Optional(Type.String({ maxLength: 64 })) }, open);
@@ -220,8 +220,6 @@ export const LOSS_DEFAULTS = {
 } as const satisfies Record<string, Record<string, number>>;
 export type TinkerLoss = keyof typeof LOSS_DEFAULTS;
 
-/** The API key a Tinker client sends: ours behind the `tml-` prefix the SDK insists on. */
-export const TINKER_KEY_PREFIX = 'tml-';
 
 export type TinkerCheckpointKind = 'sampler' | 'training';
 const SEGMENT: Record<TinkerCheckpointKind, string> = { sampler: 'sampler_weights', training: 'weights' };

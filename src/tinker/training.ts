@@ -4,22 +4,22 @@
  * save_weights_for_sampler (adapter), load_weights. Each runs as a future in the model's queue, so one model's
  * operations execute in submission order; every save is the model's next ordinary checkpoint step.
  */
-import { AppError } from '../../errors.ts';
-import { tinkerAdapterKey } from '../../engine/adapter-keys.ts';
-import { EngineError } from '../../engine/errors.ts';
-import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from '../../api/tinker.ts';
-import type { ProtoDatum, ProtoForwardBackward } from '../../api/tinker-proto.ts';
-import type { ForwardBackwardReply, StepRow } from '../../engine/protocol.ts';
-import { LORA_DEFAULTS } from '../adapter-validation.ts';
-import type { CheckpointPublisher } from '../checkpoint-publisher.ts';
-import type { ModelRepository } from '../../store/model-repository.ts';
-import type { TinkerRepository } from '../../store/tinker-repository.ts';
-import type { Clock } from '../../clock.ts';
-import type { Principal } from '../auth-service.ts';
-import type { BaseModelRuntime } from '../base-model-runtime.ts';
+import { AppError } from '../errors.ts';
+import { tinkerAdapterKey } from '../engine/adapter-keys.ts';
+import { EngineError } from '../engine/errors.ts';
+import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from './schemas.ts';
+import type { ProtoDatum, ProtoForwardBackward } from './proto.ts';
+import type { ForwardBackwardReply, StepRow } from '../engine/protocol.ts';
+import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
+import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
+import type { Clock } from '../clock.ts';
+import type { Principal } from '../services/auth-service.ts';
+import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import { numbered, type NumberedRequest, type TinkerFutures } from './futures.ts';
-import { trainingClientId, type TinkerModel, type TinkerModels } from './tinker-models.ts';
-import type { TinkerSampling } from './tinker-sampling.ts';
+import { trainingClientId, type TinkerModel, type TinkerModels } from './models.ts';
+import type { TinkerSampling } from './sampling.ts';
 
 const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
 const MLP = ['gate_proj', 'up_proj', 'down_proj'];

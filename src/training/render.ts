@@ -3,8 +3,8 @@
  * same message normalisation, same tokenization), with a trajectory's tools and chat template kwargs bound.
  * Both RL rows (rl/tokens.ts) and SFT rows (sft/tokens.ts) render through this and nothing else.
  */
-import type { ChatTokenizer } from '../chat/tokenizer.ts';
-import { encodePrompt, renderPromptText } from '../chat/prompt.ts';
+import type { ChatTokenizer } from '../conversation/tokenizer.ts';
+import { encodePrompt, renderPromptText } from '../conversation/prompt.ts';
 
 /** A rendered row before packing: what RL and SFT both train on. */
 export interface TrainingSequence {

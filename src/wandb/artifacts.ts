@@ -8,14 +8,14 @@
  */
 import crypto from 'node:crypto';
 import { Transform, type Readable } from 'node:stream';
-import { AppError, excerpt } from '../../errors.ts';
-import type { Clock } from '../../clock.ts';
-import { newId } from '../../ids.ts';
-import type { CreateArtifactFileSpecInput, CreateArtifactInput, CreateArtifactManifestInput } from '../../api/wandb.ts';
-import type { ArtifactVersionRecord } from '../../api/artifacts.ts';
-import type { BlobStore, StagedFile } from '../../artifacts/blob-store.ts';
-import { checkArtifactName, isSafeFileName, type ArtifactService } from '../artifact-service.ts';
-import type { Principal } from '../auth-service.ts';
+import { AppError, excerpt } from '../errors.ts';
+import type { Clock } from '../clock.ts';
+import { newId } from '../ids.ts';
+import type { CreateArtifactFileSpecInput, CreateArtifactInput, CreateArtifactManifestInput } from './schemas.ts';
+import type { ArtifactVersionRecord } from '../api/artifacts.ts';
+import type { BlobStore, StagedFile } from '../artifacts/blob-store.ts';
+import { checkArtifactName, isSafeFileName, type ArtifactService } from '../services/artifact-service.ts';
+import type { Principal } from '../services/auth-service.ts';
 import { manifestDigest, parseManifest } from './manifest.ts';
 import type { UploadTarget, UploadTokens } from './upload-tokens.ts';
 import { refuseUnsupportedArtifactInput, unsupported } from './unsupported.ts';

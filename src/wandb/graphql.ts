@@ -1,16 +1,16 @@
 /**
  * W&B's GraphQL endpoint over the W&B services: graphql-js parses, validates against our subset of W&B's schema
- * (src/api/wandb.ts) and executes; the resolvers here shape the services' views into W&B's objects (opaque ids,
+ * (src/wandb/schemas.ts) and executes; the resolvers here shape the services' views into W&B's objects (opaque ids,
  * upload URLs under this server's own address). A query for a field outside the subset fails validation with
  * graphql-js's message naming the field, and we add which part of W&B this server serves.
  */
 import { buildSchema, execute, GraphQLError, parse, validate, type DocumentNode, type ExecutionResult } from 'graphql';
-import { parseWandbId, UPLOAD_PATH_PREFIX, WANDB_SCHEMA_SDL, wandbId, type CreateArtifactFileSpecInput, type CreateArtifactInput, type CreateArtifactManifestInput, type GraphqlRequest, type UpsertBucketInput } from '../api/wandb.ts';
+import { parseWandbId, UPLOAD_PATH_PREFIX, WANDB_SCHEMA_SDL, wandbId, type CreateArtifactFileSpecInput, type CreateArtifactInput, type CreateArtifactManifestInput, type GraphqlRequest, type UpsertBucketInput } from './schemas.ts';
 import { AppError } from '../errors.ts';
 import type { Principal } from '../services/auth-service.ts';
-import type { WandbServices } from '../services/wandb/index.ts';
-import type { WandbArtifactView } from '../services/wandb/wandb-artifacts.ts';
-import { DEFAULT_PROJECT, type WandbRunView } from '../services/wandb/wandb-runs.ts';
+import type { WandbServices } from './index.ts';
+import type { WandbArtifactView } from './artifacts.ts';
+import { DEFAULT_PROJECT, type WandbRunView } from './runs.ts';
 
 const SCHEMA = buildSchema(WANDB_SCHEMA_SDL);
 const SERVED = "this server serves only the part of W&B's API that wandb.init, run.log_artifact, Artifact.wait and run.finish use";

@@ -1,10 +1,10 @@
 /** The W&B API's services, wired together: the signed upload URLs are shared by runs and artifacts. */
-import type { Clock } from '../../clock.ts';
-import type { BlobStore } from '../../artifacts/blob-store.ts';
-import type { ArtifactService } from '../artifact-service.ts';
+import type { Clock } from '../clock.ts';
+import type { BlobStore } from '../artifacts/blob-store.ts';
+import type { ArtifactService } from '../services/artifact-service.ts';
 import { UploadTokens } from './upload-tokens.ts';
-import { WandbArtifacts } from './wandb-artifacts.ts';
-import { WandbRuns } from './wandb-runs.ts';
+import { WandbArtifacts } from './artifacts.ts';
+import { WandbRuns } from './runs.ts';
 
 export interface WandbServices {
   tokens: UploadTokens;

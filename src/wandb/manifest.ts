@@ -5,7 +5,7 @@
  * MD5 of the manifest's sorted `name:digest` lines, computed here the same way.
  */
 import crypto from 'node:crypto';
-import { AppError, excerpt } from '../../errors.ts';
+import { AppError, excerpt } from '../errors.ts';
 
 export interface ManifestEntry {
   name: string;

@@ -6,12 +6,12 @@
  */
 import type { Readable } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { FILE_STREAM_PATH, GraphqlRequest, TELEMETRY_PATH, UPLOAD_PATH_PREFIX } from '../api/wandb.ts';
+import { FILE_STREAM_PATH, GraphqlRequest, TELEMETRY_PATH, UPLOAD_PATH_PREFIX } from './schemas.ts';
 import { AppError } from '../errors.ts';
 import type { AuthService, Principal } from '../services/auth-service.ts';
-import type { WandbServices } from '../services/wandb/index.ts';
-import { toAppError } from './errors.ts';
-import { executeWandbGraphql } from './wandb-graphql.ts';
+import type { WandbServices } from './index.ts';
+import { toAppError } from '../http/errors.ts';
+import { executeWandbGraphql } from './graphql.ts';
 
 const OPEN = { config: { public: true } };
 

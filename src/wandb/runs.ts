@@ -4,9 +4,9 @@
  * kept: a run exists for the SDK's session only, so resuming one (`resume="must"`) finds nothing, and its files,
  * history and console output are read and dropped. Training metrics live in our checkpoints instead.
  */
-import { AppError, excerpt } from '../../errors.ts';
-import type { UpsertBucketInput } from '../../api/wandb.ts';
-import type { Principal } from '../auth-service.ts';
+import { AppError, excerpt } from '../errors.ts';
+import type { UpsertBucketInput } from './schemas.ts';
+import type { Principal } from '../services/auth-service.ts';
 import type { UploadTokens } from './upload-tokens.ts';
 import { unsupported } from './unsupported.ts';
 

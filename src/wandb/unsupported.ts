@@ -2,8 +2,8 @@
  * The W&B features this server's W&B API does not serve, refused by name: it serves what `wandb.init`,
  * `run.log_artifact`, `Artifact.wait` and `run.finish` need to store an artifact, and nothing else of W&B.
  */
-import { AppError, excerpt } from '../../errors.ts';
-import type { CreateArtifactInput } from '../../api/wandb.ts';
+import { AppError, excerpt } from '../errors.ts';
+import type { CreateArtifactInput } from './schemas.ts';
 
 export function unsupported(feature: string): AppError {
   return new AppError(

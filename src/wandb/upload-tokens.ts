@@ -5,8 +5,8 @@
  * too, so a secret that dies with it loses nothing.
  */
 import crypto from 'node:crypto';
-import { AppError } from '../../errors.ts';
-import type { Clock } from '../../clock.ts';
+import { AppError } from '../errors.ts';
+import type { Clock } from '../clock.ts';
 
 /** What an upload URL may write: a file of a pending artifact, its manifest, or a run file (read and dropped). */
 export type UploadTarget =

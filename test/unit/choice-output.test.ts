@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { before, describe, test } from 'node:test';
 import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../../src/chat/output.ts';
-import { loadTokenizer, type ChatTokenizer } from '../../src/chat/tokenizer.ts';
+import { loadTokenizer, type ChatTokenizer } from '../../src/conversation/tokenizer.ts';
 import { TOOL_CALL_FORMATS } from '../../src/chat/tool-calls/index.ts';
 
 const TINY_CHAT = path.join(import.meta.dirname, '..', '..', 'models', 'tiny-chat');

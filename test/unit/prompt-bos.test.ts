@@ -1,10 +1,10 @@
-/** src/chat/prompt.ts: the BOS token is written once, by the template or else by the tokenizer config's add_bos_token. */
+/** src/conversation/prompt.ts: the BOS token is written once, by the template or else by the tokenizer config's add_bos_token. */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { renderPrompt } from '../../src/chat/prompt.ts';
-import { loadTokenizer } from '../../src/chat/tokenizer.ts';
+import { renderPrompt } from '../../src/conversation/prompt.ts';
+import { loadTokenizer } from '../../src/conversation/tokenizer.ts';
 import { writeTokenizerFolder } from '../helpers/families.ts';
 
 describe('BOS: written once, whether the template writes it or the tokenizer config asks for it', () => {

@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../../src/config.ts';
-import { loadTokenizer } from '../../src/chat/tokenizer.ts';
-import { renderChat } from '../../src/chat/template.ts';
+import { loadTokenizer } from '../../src/conversation/tokenizer.ts';
+import { renderChat } from '../../src/conversation/template.ts';
 import { tokenizeTrajectory, TrajectoryTokenizeError } from '../../src/training/rl/tokens.ts';
 import { tokenizeConversation } from '../../src/training/sft/tokens.ts';
 import { trainingRenderer } from '../../src/training/render.ts';

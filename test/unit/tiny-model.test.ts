@@ -12,7 +12,7 @@ import { Template } from '@huggingface/jinja';
 import { ensureTinyModel } from '../../models/make-tiny.ts';
 import { pretrainingSet } from '../../models/recipe/pretraining.ts';
 import { ConversationTokenizer } from '../../models/recipe/sequences.ts';
-import { type ChatTokenizer, loadTokenizer } from '../../src/chat/tokenizer.ts';
+import { type ChatTokenizer, loadTokenizer } from '../../src/conversation/tokenizer.ts';
 
 let modelDir: string;
 let tokenizer: ChatTokenizer;

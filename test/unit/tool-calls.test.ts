@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import { ChoiceOutput, type OutputDelta } from '../../src/chat/output.ts';
 import { detectToolParser, TOOL_CALL_FORMATS, type ToolParserName } from '../../src/chat/tool-calls/index.ts';
-import { loadTokenizer, type ChatTokenizer } from '../../src/chat/tokenizer.ts';
+import { loadTokenizer, type ChatTokenizer } from '../../src/conversation/tokenizer.ts';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 import { templateFixture, writeTokenizerFolder } from '../helpers/families.ts';
 

@@ -7,7 +7,7 @@ import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from '../../src/config.ts';
 import { BaseModelRegistry } from '../../src/services/base-models.ts';
 import { Value } from '@sinclair/typebox/value';
 import { learningRateProblem } from '../../src/api/training-jobs.ts';
-import { AdamParamsBody } from '../../src/api/tinker.ts';
+import { AdamParamsBody } from '../../src/tinker/schemas.ts';
 import { defaultLearningRate, lossEpsilons, optimizerConfig } from '../../src/training/defaults.ts';
 import { parseRlConfig } from '../../src/training/rl/config.ts';
 

@@ -11,10 +11,14 @@
 import { AppError, excerpt, type FieldProblem } from '../../errors.ts';
 import type { Principal } from '../../services/auth-service.ts';
 import type { ModelResolver } from '../../services/model-resolver.ts';
-import type { TinkerModels } from '../../services/tinker/tinker-models.ts';
 
 const LOC = ['body', 'experimental_config', 'kl_ref_adapter_path'];
 const FORMS = 'wandb-artifact:///entity/project/name:stepN, entity/project/name:stepN, tinker://<model id>/sampler_weights/<name> or the base model id';
+
+/** What resolving a `tinker://` path needs (src/tinker/ implements it; training does not import that room). */
+export interface TinkerPathResolver {
+  resolvePath(principal: Principal, path: string): Promise<{ model: { id: string; base_model: string }; checkpoint: { step: number } }>;
+}
 
 /** A named checkpoint: the model and step the job's KL reference is; null: the base model itself. */
 export type KlReference = { model_id: string; step: number } | null;
@@ -22,7 +26,7 @@ export type KlReference = { model_id: string; step: number } | null;
 export class KlReferenceResolver {
   constructor(
     private readonly names: Pick<ModelResolver, 'resolve'>,
-    private readonly tinker: Pick<TinkerModels, 'resolvePath'>,
+    private readonly tinker: TinkerPathResolver,
   ) {}
 
   async resolve(principal: Principal, path: string, baseModel: string): Promise<{ reference: KlReference } | { problem: FieldProblem }> {

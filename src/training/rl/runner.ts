@@ -10,7 +10,7 @@ import { engineLossConfig, type RlConfig } from './config.ts';
 import { tokenizeTrajectory, TrajectoryTokenizeError, type TrajectoryInput } from './tokens.ts';
 import type { TrainingSequence } from '../render.ts';
 import { trainingRenderer } from '../render.ts';
-import { TemplateError } from '../../chat/template.ts';
+import { TemplateError } from '../../conversation/template.ts';
 import type { LoadedBase } from '../../services/base-model-runtime.ts';
 import type { FullTrajectory } from '../../api/models.ts';
 import { populationStd } from '../../services/trajectory-metrics.ts';
