@@ -1,47 +1,47 @@
 /** The composition root: repositories and services wired from a store, a clock and the configuration. */
 import path from 'node:path';
+import { type BlobStore, LocalBlobStore } from './artifacts/blob-store.ts';
 import type { Clock } from './clock.ts';
 import type { Config } from './config.ts';
+import { PromptWorker } from './conversation/prompt-worker.ts';
+import { TemplateSandbox } from './conversation/template-sandbox.ts';
+import { samplerKindOf } from './engine/vllm/config.ts';
+import { JobQueue } from './jobs/queue.ts';
+import type { JobRunner } from './jobs/worker.ts';
+import { AdapterImporter } from './services/adapter-import.ts';
+import { ArtifactService } from './services/artifact-service.ts';
+import { AuthService } from './services/auth-service.ts';
+import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
+import { BaseModelRegistry } from './services/base-models.ts';
+import { ChatService } from './services/chat-service.ts';
+import { CheckpointExporter } from './services/checkpoint-export.ts';
+import { CheckpointPublisher } from './services/checkpoint-publisher.ts';
+import { DashboardService } from './services/dashboard-service.ts';
+import { HealthService, type Probe } from './services/health-service.ts';
+import { Metrics } from './services/metrics.ts';
+import { ModelLineage } from './services/model-lineage.ts';
+import { ModelResolver } from './services/model-resolver.ts';
+import { ModelService } from './services/model-service.ts';
+import { RetentionService } from './services/retention.ts';
+import { ServedModelsService } from './services/served-models-service.ts';
+import { TrajectoryService } from './services/trajectory-service.ts';
+import { ArtifactRepository } from './store/artifact-repository.ts';
+import { DashboardRepository } from './store/dashboard-repository.ts';
 import type { Store } from './store/db.ts';
 import { IdentityRepository } from './store/identity-repository.ts';
-import { ModelRepository } from './store/model-repository.ts';
-import { TrajectoryRepository } from './store/trajectory-repository.ts';
-import { AuthService } from './services/auth-service.ts';
-import { BaseModelRegistry } from './services/base-models.ts';
-import { HealthService, type Probe } from './services/health-service.ts';
-import { ModelService } from './services/model-service.ts';
-import { TrajectoryService } from './services/trajectory-service.ts';
-import { TrainingJobService } from './training/job-service.ts';
 import { JobRepository } from './store/job-repository.ts';
-import { JobQueue } from './jobs/queue.ts';
-import { CheckpointWriter } from './training/session.ts';
-import { CheckpointPublisher } from './services/checkpoint-publisher.ts';
-import { createRlRunner } from './training/rl/runner.ts';
-import { TrainedTokenRepository } from './store/trained-token-repository.ts';
-import type { JobRunner } from './jobs/worker.ts';
-import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
-import { ChatService } from './services/chat-service.ts';
-import { ModelResolver } from './services/model-resolver.ts';
-import { KlReferenceResolver } from './training/rl/kl-reference.ts';
-import { ServedModelsService } from './services/served-models-service.ts';
-import { ArtifactRepository } from './store/artifact-repository.ts';
-import { LocalBlobStore, type BlobStore } from './artifacts/blob-store.ts';
-import { ArtifactService } from './services/artifact-service.ts';
-import { createSftRunner } from './training/sft/runner.ts';
-import { DashboardRepository } from './store/dashboard-repository.ts';
-import { DashboardService } from './services/dashboard-service.ts';
-import { TemplateSandbox } from './conversation/template-sandbox.ts';
-import { PromptWorker } from './conversation/prompt-worker.ts';
-import { Metrics } from './services/metrics.ts';
-import { CheckpointExporter } from './services/checkpoint-export.ts';
-import { ModelLineage } from './services/model-lineage.ts';
-import { AdapterImporter } from './services/adapter-import.ts';
-import { RetentionService } from './services/retention.ts';
-import { defaultLearningRate } from './training/defaults.ts';
-import { payloadView } from './training/payloads.ts';
-import { samplerKindOf } from './engine/vllm/config.ts';
+import { ModelRepository } from './store/model-repository.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
+import { TrainedTokenRepository } from './store/trained-token-repository.ts';
+import { TrajectoryRepository } from './store/trajectory-repository.ts';
 import { createTinkerServices, type TinkerServices } from './tinker/index.ts';
+import { defaultLearningRate } from './training/defaults.ts';
+import { TrainingJobService } from './training/job-service.ts';
+import { payloadView } from './training/payloads.ts';
+import { KlReferenceResolver } from './training/rl/kl-reference.ts';
+import { createRlRunner } from './training/rl/runner.ts';
+import { CheckpointWriter } from './training/session.ts';
+import { createSftRunner } from './training/sft/runner.ts';
 import { createWandbServices, type WandbServices } from './wandb/index.ts';
 
 export interface Services {
@@ -53,7 +53,12 @@ export interface Services {
   health: HealthService;
   queue: JobQueue;
   trainingJobs: TrainingJobService;
-  repositories: { models: ModelRepository; trajectories: TrajectoryRepository; jobs: JobRepository; trainedTokens: TrainedTokenRepository };
+  repositories: {
+    models: ModelRepository;
+    trajectories: TrajectoryRepository;
+    jobs: JobRepository;
+    trainedTokens: TrainedTokenRepository;
+  };
   runtime: BaseModelRuntime;
   chat: ChatService;
   runners: Record<'rl' | 'sft', JobRunner>;
@@ -104,7 +109,13 @@ function createRepositories(store: Store) {
 
 type Repositories = ReturnType<typeof createRepositories>;
 
-function createRunners(queue: JobQueue, checkpoints: CheckpointWriter, repositories: Repositories, trajectories: TrajectoryService, artifacts: ArtifactService): Services['runners'] {
+function createRunners(
+  queue: JobQueue,
+  checkpoints: CheckpointWriter,
+  repositories: Repositories,
+  trajectories: TrajectoryService,
+  artifacts: ArtifactService,
+): Services['runners'] {
   return {
     rl: createRlRunner({
       queue,
@@ -118,7 +129,11 @@ function createRunners(queue: JobQueue, checkpoints: CheckpointWriter, repositor
 }
 
 /** Chat with the workers it owns: the prompt worker, and the request-template sandbox (only when trusted). */
-function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelRuntime): Pick<Services, 'chat' | 'templateSandbox' | 'promptWorker'> {
+function createChat(
+  config: Config,
+  resolver: ModelResolver,
+  runtime: BaseModelRuntime,
+): Pick<Services, 'chat' | 'templateSandbox' | 'promptWorker'> {
   const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
   const promptWorker = new PromptWorker();
   const chat = new ChatService(resolver, runtime, {
@@ -130,11 +145,13 @@ function createChat(config: Config, resolver: ModelResolver, runtime: BaseModelR
   return { chat, templateSandbox, promptWorker };
 }
 
-export function createServices({ config, store, clock, engines = null, engineProbe, onJobSubmitted, onCancelRequested, logError = () => {} }: ContextOptions): Services {
+/** What the other services are built on: repositories, the queue, the engines' runtime, models and checkpoints. */
+function createCore({ config, store, clock, engines = null, onCancelRequested }: ContextOptions) {
   const repositories = createRepositories(store);
-  const { models: modelRepository, jobs: jobRepository } = repositories;
   const baseModels = new BaseModelRegistry(config.baseModels, config.defaultBaseModel, engines?.support ?? null);
-  const queue = new JobQueue(jobRepository, clock, path.join(config.dataDir, 'jobs'), { leaseMs: config.jobLeaseMs });
+  const queue = new JobQueue(repositories.jobs, clock, path.join(config.dataDir, 'jobs'), {
+    leaseMs: config.jobLeaseMs,
+  });
   /** Records the cancel, then tells this process's worker so a running job stops at once. */
   const cancelJob = async (jobId: string) => {
     const after = await queue.cancel(jobId);
@@ -143,16 +160,70 @@ export function createServices({ config, store, clock, engines = null, enginePro
   };
   const runtime = new BaseModelRuntime(baseModels, engines, config.serving.dtype);
   const cancelJobsOf = async (modelId: string) => {
-    for (const job of await jobRepository.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
+    for (const job of await repositories.jobs.unfinishedJobsOfModel(modelId)) await cancelJob(job.id);
   };
-  const models = new ModelService(modelRepository, baseModels, clock, config.dataDir, cancelJobsOf, (baseId) => runtime.checkSampler(baseId));
-  const resolver = new ModelResolver(modelRepository, baseModels);
+  const models = new ModelService(repositories.models, baseModels, clock, config.dataDir, cancelJobsOf, (baseId) =>
+    runtime.checkSampler(baseId),
+  );
   const blobs = new LocalBlobStore(path.join(config.dataDir, 'artifacts'));
-  const artifacts = new ArtifactService(repositories.artifacts, blobs, clock);
-  const trajectories = new TrajectoryService(models, modelRepository, repositories.trajectories, clock);
-  const retention = new RetentionService(models, modelRepository, config.retention);
-  const publisher = new CheckpointPublisher(modelRepository, models, repositories.trajectories, runtime, clock, retention);
-  const checkpoints = new CheckpointWriter(modelRepository, runtime, publisher);
+  const retention = new RetentionService(models, repositories.models, config.retention);
+  const publisher = new CheckpointPublisher(
+    repositories.models,
+    models,
+    repositories.trajectories,
+    runtime,
+    clock,
+    retention,
+  );
+  return {
+    repositories,
+    baseModels,
+    queue,
+    cancelJob,
+    runtime,
+    models,
+    resolver: new ModelResolver(repositories.models, baseModels),
+    blobs,
+    artifacts: new ArtifactService(repositories.artifacts, blobs, clock),
+    trajectories: new TrajectoryService(models, repositories.models, repositories.trajectories, clock),
+    retention,
+    publisher,
+    checkpoints: new CheckpointWriter(repositories.models, runtime, publisher),
+  };
+}
+
+type Core = ReturnType<typeof createCore>;
+
+/** Training jobs, their runners and the dashboard that shows them. */
+function createTraining(core: Core, tinker: TinkerServices, onJobSubmitted?: () => void) {
+  const { repositories, baseModels, queue, runtime, models, artifacts } = core;
+  return {
+    queue,
+    trainingJobs: new TrainingJobService(
+      models,
+      repositories.jobs,
+      queue,
+      (baseId) => defaultLearningRate(baseModels.modelConfig(baseId)),
+      { submitted: () => onJobSubmitted?.(), cancel: core.cancelJob },
+      artifacts,
+      (baseId) => runtime.vocabularySize(baseId),
+      new KlReferenceResolver(core.resolver, tinker.models),
+    ),
+    dashboard: new DashboardService(
+      repositories.dashboard,
+      repositories.trainedTokens,
+      models,
+      baseModels,
+      payloadView,
+    ),
+    runners: createRunners(queue, core.checkpoints, repositories, core.trajectories, artifacts),
+  };
+}
+
+export function createServices(options: ContextOptions): Services {
+  const { config, store, clock, engines = null, engineProbe, logError = () => {} } = options;
+  const core = createCore(options);
+  const { repositories, baseModels, runtime, models, resolver, blobs, artifacts } = core;
   const probeEngine: Probe =
     engineProbe ??
     (async () => {
@@ -161,11 +232,11 @@ export function createServices({ config, store, clock, engines = null, enginePro
     });
   const tinker = createTinkerServices({
     repository: repositories.tinker,
-    models: modelRepository,
+    models: repositories.models,
     modelService: models,
     baseModels,
     runtime,
-    checkpoints: publisher,
+    checkpoints: core.publisher,
     clock,
     log: logError,
   });
@@ -173,33 +244,34 @@ export function createServices({ config, store, clock, engines = null, enginePro
     auth: new AuthService(repositories.identity, clock),
     baseModels,
     models,
-    served: new ServedModelsService(modelRepository, baseModels, resolver, clock.now().toISOString(), (baseId) => runtime.toolCallParser(baseId), (baseId) => samplerKindOf(config.vllm, baseId)),
-    trajectories,
-    health: new HealthService(store.db, { engine: probeEngine, queue: async () => void (await jobRepository.countByStatus()) }),
-    queue,
-    trainingJobs: new TrainingJobService(
-      models,
-      jobRepository,
-      queue,
-      (baseId) => defaultLearningRate(baseModels.modelConfig(baseId)),
-      { submitted: () => onJobSubmitted?.(), cancel: cancelJob },
-      artifacts,
-      (baseId) => runtime.vocabularySize(baseId),
-      new KlReferenceResolver(resolver, tinker.models),
+    served: new ServedModelsService(
+      repositories.models,
+      baseModels,
+      resolver,
+      clock.now().toISOString(),
+      (baseId) => runtime.toolCallParser(baseId),
+      (baseId) => samplerKindOf(config.vllm, baseId),
     ),
+    trajectories: core.trajectories,
+    health: new HealthService(store.db, {
+      engine: probeEngine,
+      queue: async () => void (await repositories.jobs.countByStatus()),
+    }),
+    ...createTraining(core, tinker, options.onJobSubmitted),
     artifacts,
     blobs,
-    dashboard: new DashboardService(repositories.dashboard, repositories.trainedTokens, models, baseModels, payloadView),
-    repositories: { models: modelRepository, trajectories: repositories.trajectories, jobs: jobRepository, trainedTokens: repositories.trainedTokens },
+    repositories,
     runtime,
     ...createChat(config, resolver, runtime),
-    exports: new CheckpointExporter(models, modelRepository),
-    lineage: new ModelLineage(models, modelRepository),
-    retention,
+    exports: new CheckpointExporter(models, repositories.models),
+    lineage: new ModelLineage(models, repositories.models),
+    retention: core.retention,
     tinker,
     wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
-    metrics: new Metrics({ countJobs: () => jobRepository.countByStatus(), engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null) }),
-    runners: createRunners(queue, checkpoints, repositories, trajectories, artifacts),
+    metrics: new Metrics({
+      countJobs: () => repositories.jobs.countByStatus(),
+      engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null),
+    }),
   };
 }

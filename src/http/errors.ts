@@ -8,8 +8,8 @@ import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import pg from 'pg';
-import { AppError, ERROR_CATALOGUE, excerpt, validationError, type FieldProblem } from '../errors.ts';
 import { EngineError } from '../engine/errors.ts';
+import { AppError, ERROR_CATALOGUE, excerpt, type FieldProblem, validationError } from '../errors.ts';
 
 interface AjvError {
   instancePath: string;
@@ -44,55 +44,68 @@ function locOf(context: string, instancePath: string): (string | number)[] {
  */
 export const MAX_LISTED_PROBLEMS = 100;
 
+/** One ajv error as a FastAPI `detail` item at `loc`, in pydantic's words and error types. */
+function ajvProblem(error: AjvError, loc: (string | number)[]): FieldProblem {
+  const limit = String(error.params.limit);
+  switch (error.keyword) {
+    case 'required':
+      return { loc: [...loc, String(error.params.missingProperty)], msg: 'Field required', type: 'missing' };
+    case 'type':
+      return {
+        loc,
+        msg: `Input should be of type ${String(error.params.type)}`,
+        type: AJV_TYPE_NAMES[String(error.params.type)] ?? 'type_error',
+      };
+    case 'additionalProperties':
+      return {
+        loc: [...loc, String(error.params.additionalProperty)],
+        msg: 'Extra inputs are not permitted',
+        type: 'extra_forbidden',
+      };
+    case 'pattern':
+      return {
+        loc,
+        msg: `String should match pattern '${String(error.params.pattern)}'`,
+        type: 'string_pattern_mismatch',
+      };
+    case 'minimum':
+      return { loc, msg: `Input should be greater than or equal to ${limit}`, type: 'greater_than_equal' };
+    case 'maximum':
+      return { loc, msg: `Input should be less than or equal to ${limit}`, type: 'less_than_equal' };
+    case 'minLength':
+      return { loc, msg: `String should have at least ${limit} characters`, type: 'string_too_short' };
+    case 'maxLength':
+      return { loc, msg: `String should have at most ${limit} characters`, type: 'string_too_long' };
+    case 'minItems':
+      return { loc, msg: `List should have at least ${limit} item(s)`, type: 'too_short' };
+    case 'enum':
+    case 'const':
+      return {
+        loc,
+        msg: `Input should be ${JSON.stringify(error.params.allowedValues ?? error.params.allowedValue)}`,
+        type: 'enum',
+      };
+    case 'anyOf':
+      return { loc, msg: 'Input does not match any allowed shape', type: 'union_error' };
+    default:
+      return { loc, msg: error.message ?? 'Invalid value', type: 'value_error' };
+  }
+}
+
 /** ajv's errors as FastAPI `detail` items; a union's alternatives collapse to one problem per location. */
 export function ajvToProblems(context: string, errors: AjvError[]): FieldProblem[] {
   const problems: FieldProblem[] = [];
   const seen = new Set<string>();
   for (const [index, error] of errors.entries()) {
     if (problems.length === MAX_LISTED_PROBLEMS) {
-      problems.push({ loc: locOf(context, ''), msg: `${errors.length - index} more problems are not listed`, type: 'too_many_errors' });
+      problems.push({
+        loc: locOf(context, ''),
+        msg: `${errors.length - index} more problems are not listed`,
+        type: 'too_many_errors',
+      });
       break;
     }
-    const loc = locOf(context, error.instancePath);
-    let problem: FieldProblem;
-    switch (error.keyword) {
-      case 'required':
-        problem = { loc: [...loc, String(error.params.missingProperty)], msg: 'Field required', type: 'missing' };
-        break;
-      case 'type':
-        problem = { loc, msg: `Input should be of type ${String(error.params.type)}`, type: AJV_TYPE_NAMES[String(error.params.type)] ?? 'type_error' };
-        break;
-      case 'additionalProperties':
-        problem = { loc: [...loc, String(error.params.additionalProperty)], msg: 'Extra inputs are not permitted', type: 'extra_forbidden' };
-        break;
-      case 'pattern':
-        problem = { loc, msg: `String should match pattern '${String(error.params.pattern)}'`, type: 'string_pattern_mismatch' };
-        break;
-      case 'minimum':
-        problem = { loc, msg: `Input should be greater than or equal to ${String(error.params.limit)}`, type: 'greater_than_equal' };
-        break;
-      case 'maximum':
-        problem = { loc, msg: `Input should be less than or equal to ${String(error.params.limit)}`, type: 'less_than_equal' };
-        break;
-      case 'minLength':
-        problem = { loc, msg: `String should have at least ${String(error.params.limit)} characters`, type: 'string_too_short' };
-        break;
-      case 'maxLength':
-        problem = { loc, msg: `String should have at most ${String(error.params.limit)} characters`, type: 'string_too_long' };
-        break;
-      case 'minItems':
-        problem = { loc, msg: `List should have at least ${String(error.params.limit)} item(s)`, type: 'too_short' };
-        break;
-      case 'enum':
-      case 'const':
-        problem = { loc, msg: `Input should be ${JSON.stringify(error.params.allowedValues ?? error.params.allowedValue)}`, type: 'enum' };
-        break;
-      case 'anyOf':
-        problem = { loc, msg: 'Input does not match any allowed shape', type: 'union_error' };
-        break;
-      default:
-        problem = { loc, msg: error.message ?? 'Invalid value', type: 'value_error' };
-    }
+    const problem = ajvProblem(error, locOf(context, error.instancePath));
     const key = problem.loc.join('\u0000');
     // A failed union reports every branch; the first problem at a location is the useful one.
     if (seen.has(key)) continue;
@@ -124,10 +137,12 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
   if (error instanceof pg.DatabaseError) {
     // PostgreSQL refuses values that SQLite stores or simply matches nothing with (a NUL character, an integer past
     // its column): a data exception (SQLSTATE class 22) comes from the request's values, so it is the client's 400.
-    if (error.code?.startsWith('22')) return new AppError('bad_request', `A value in the request cannot be used: ${error.message}`);
+    if (error.code?.startsWith('22'))
+      return new AppError('bad_request', `A value in the request cannot be used: ${error.message}`);
     // A foreign key violation: what the request refers to (a model, say) was deleted while it ran. SQLite
     // serialises writes and answers the same race with the plain 404 of a lookup.
-    if (error.code === '23503') return new AppError('not_found', 'What this request refers to was deleted while it ran');
+    if (error.code === '23503')
+      return new AppError('not_found', 'What this request refers to was deleted while it ran');
   }
   const fastifyError = error as FastifyError & { validation?: AjvError[]; validationContext?: string };
   if (fastifyError.validation) {
@@ -139,15 +154,22 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
   const mapped = fastifyError.code ? FASTIFY_CODES[fastifyError.code] : undefined;
   // Framework messages quote the URL, which may be 16 KB long.
   if (mapped) return new AppError(mapped, excerpt(fastifyError.message));
-  if (error instanceof SyntaxError || fastifyError.statusCode === 400) return new AppError('bad_request', `Malformed request body: ${error.message}`);
+  if (error instanceof SyntaxError || fastifyError.statusCode === 400)
+    return new AppError('bad_request', `Malformed request body: ${error.message}`);
   if (fastifyError.statusCode === 413) return new AppError('payload_too_large', error.message);
-  if (fastifyError.statusCode === 415 || fastifyError.statusCode === 406) return new AppError('unsupported_media_type', error.message);
+  if (fastifyError.statusCode === 415 || fastifyError.statusCode === 406)
+    return new AppError('unsupported_media_type', error.message);
   return new AppError('internal');
 }
 
 /** The OpenAI-compatible routes answer OpenAI's error shape; everything else FastAPI's. */
 export function isChatPath(url: string): boolean {
-  return url.startsWith('/v1/chat/') || url === '/v1/models' || url.startsWith('/v1/models/') || url.startsWith('/v1/models?');
+  return (
+    url.startsWith('/v1/chat/') ||
+    url === '/v1/models' ||
+    url.startsWith('/v1/models/') ||
+    url.startsWith('/v1/models?')
+  );
 }
 
 /** The OpenAI/vLLM error object of a chat completion failure (also sent as an SSE event mid-stream). */
@@ -224,7 +246,10 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   // Node hands the packet being parsed as a Buffer (Fastify's type says otherwise).
   const packet = Buffer.isBuffer(error.rawPacket) ? error.rawPacket : undefined;
   const requestLine = packet?.toString('latin1', 0, 64) ?? '';
-  if (socket.writable) socket.write(rawErrorResponse(clientErrorOf(error, packet), isChatPath(requestLine.slice(requestLine.indexOf(' ') + 1))));
+  if (socket.writable)
+    socket.write(
+      rawErrorResponse(clientErrorOf(error, packet), isChatPath(requestLine.slice(requestLine.indexOf(' ') + 1))),
+    );
   socket.destroy();
 }
 

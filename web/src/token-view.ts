@@ -31,11 +31,21 @@ export function sampledTokens(items: unknown[]): SampledToken[] {
   return items.flatMap((item) => {
     const content = (item as { message?: unknown; logprobs?: { content?: unknown } | null } | null)?.logprobs?.content;
     if (!Array.isArray(content)) return [];
-    return content.flatMap((entry: { token?: unknown; logprob?: unknown }) => (typeof entry?.token === 'string' && typeof entry.logprob === 'number' ? [{ token: entry.token, logprob: entry.logprob }] : []));
+    return content.flatMap((entry: { token?: unknown; logprob?: unknown }) =>
+      typeof entry?.token === 'string' && typeof entry.logprob === 'number'
+        ? [{ token: entry.token, logprob: entry.logprob }]
+        : [],
+    );
   });
 }
 
-function paint(span: HTMLElement, token: SampledToken, colouring: TokenColouring, advantage: number | null, after: number | undefined): void {
+function paint(
+  span: HTMLElement,
+  token: SampledToken,
+  colouring: TokenColouring,
+  advantage: number | null,
+  after: number | undefined,
+): void {
   span.classList.remove('tok-untrained');
   if (colouring === 'advantage' && advantage !== null) {
     const { hue, alpha } = advantageColour(advantage);
@@ -54,35 +64,101 @@ function paint(span: HTMLElement, token: SampledToken, colouring: TokenColouring
 }
 
 function trainedNote(trained: TrainedTokens | null, sampled: number): HTMLElement | null {
-  if (trained === null) return h('p', { class: 'muted trained-note' }, 'Not trained: no trainer logprob after the step (zero advantage, not a train split, or beyond its job’s stored-token cap).');
+  if (trained === null)
+    return h(
+      'p',
+      { class: 'muted trained-note' },
+      'Not trained: no trainer logprob after the step (zero advantage, not a train split, or beyond its job’s stored-token cap).',
+    );
   const count = Math.min(trained.trainer_logprobs.length, sampled);
-  return count < sampled ? h('p', { class: 'muted trained-note' }, `${count} of ${sampled} tokens trained; the rest carry no trainer logprob.`) : null;
+  return count < sampled
+    ? h(
+        'p',
+        { class: 'muted trained-note' },
+        `${count} of ${sampled} tokens trained; the rest carry no trainer logprob.`,
+      )
+    : null;
 }
 
-function readoutText(token: SampledToken, index: number, advantage: number | null, after: number | undefined, trained: boolean): string {
-  const trainer = after === undefined ? (trained ? 'not trained' : 'not stored') : `${num(after, 4)} (Δ ${num(after - token.logprob, 4)})`;
+function readoutText(
+  token: SampledToken,
+  index: number,
+  advantage: number | null,
+  after: number | undefined,
+  trained: boolean,
+): string {
+  const trainer =
+    after === undefined
+      ? trained
+        ? 'not trained'
+        : 'not stored'
+      : `${num(after, 4)} (Δ ${num(after - token.logprob, 4)})`;
   return ` #${index} · logprob ${num(token.logprob, 4)} · p ${num(Math.exp(token.logprob), 3)}${advantage === null ? '' : ` · advantage ${num(advantage, 3)}`} · trainer logprob after ${trainer}`;
 }
 
-export function tokenView(items: unknown[], advantage: number | null, trained: TrainedTokens | null = null): HTMLElement {
-  const tokens = sampledTokens(items);
-  if (tokens.length === 0) {
-    return h('section', { class: 'token-view' }, h('h3', 'Tokens'), h('p', { class: 'muted empty-tokens' }, 'No sampled logprobs in this trajectory: it was logged or sent without them, so there are no tokens to show (and RL trains on it only with allow_training_without_logprobs).'));
-  }
-  const afterOf = (index: number): number | undefined => trained?.trainer_logprobs[index];
-  const readout = h('div', { class: 'token-readout', 'aria-live': 'polite' }, 'Hover a token (or focus the text and use ← →).');
-  const text = h('div', { class: 'token-text', tabindex: '0', 'aria-label': `${tokens.length} sampled tokens` });
-  const spans = tokens.map((token, index) => h('span', { class: 'tok', 'data-index': index, 'data-logprob': token.logprob, 'data-trainer-logprob': afterOf(index) ?? '' }, token.token));
-  text.append(...spans);
-  const picker = h(
+function noTokens(): HTMLElement {
+  return h(
+    'section',
+    { class: 'token-view' },
+    h('h3', 'Tokens'),
+    h(
+      'p',
+      { class: 'muted empty-tokens' },
+      'No sampled logprobs in this trajectory: it was logged or sent without them, so there are no tokens to show (and RL trains on it only with allow_training_without_logprobs).',
+    ),
+  );
+}
+
+/** What the tokens are coloured by: the sampler's probability, the group advantage, or the trainer's logprob after. */
+function colourPicker(advantage: number | null, trained: TrainedTokens | null): HTMLSelectElement {
+  return h(
     'select',
     { 'aria-label': 'Colour tokens by' },
     h('option', { value: 'sampler' }, 'sampler probability'),
-    h('option', { value: 'advantage', disabled: advantage === null }, advantage === null ? 'advantage (unknown here)' : `advantage (${num(advantage, 3)})`),
-    h('option', { value: 'trainer', disabled: trained === null }, trained === null ? 'trainer logprob after the step (not trained)' : 'trainer logprob after the step'),
+    h(
+      'option',
+      { value: 'advantage', disabled: advantage === null },
+      advantage === null ? 'advantage (unknown here)' : `advantage (${num(advantage, 3)})`,
+    ),
+    h(
+      'option',
+      { value: 'trainer', disabled: trained === null },
+      trained === null ? 'trainer logprob after the step (not trained)' : 'trainer logprob after the step',
+    ),
   );
+}
+
+export function tokenView(
+  items: unknown[],
+  advantage: number | null,
+  trained: TrainedTokens | null = null,
+): HTMLElement {
+  const tokens = sampledTokens(items);
+  if (tokens.length === 0) return noTokens();
+  const afterOf = (index: number): number | undefined => trained?.trainer_logprobs[index];
+  const readout = h(
+    'div',
+    { class: 'token-readout', 'aria-live': 'polite' },
+    'Hover a token (or focus the text and use ← →).',
+  );
+  const text = h('div', { class: 'token-text', tabindex: '0', 'aria-label': `${tokens.length} sampled tokens` });
+  const spans = tokens.map((token, index) =>
+    h(
+      'span',
+      {
+        class: 'tok',
+        'data-index': index,
+        'data-logprob': token.logprob,
+        'data-trainer-logprob': afterOf(index) ?? '',
+      },
+      token.token,
+    ),
+  );
+  text.append(...spans);
+  const picker = colourPicker(advantage, trained);
   const colour = () => {
-    for (const [index, span] of spans.entries()) paint(span, tokens[index], picker.value as TokenColouring, advantage, afterOf(index));
+    for (const [index, span] of spans.entries())
+      paint(span, tokens[index], picker.value as TokenColouring, advantage, afterOf(index));
   };
   picker.addEventListener('change', colour);
   colour();
@@ -91,7 +167,11 @@ export function tokenView(items: unknown[], advantage: number | null, trained: T
     spans[current]?.classList.remove('tok-current');
     current = Math.max(0, Math.min(tokens.length - 1, index));
     spans[current].classList.add('tok-current');
-    replace(readout, h('code', JSON.stringify(tokens[current].token)), readoutText(tokens[current], current, advantage, afterOf(current), trained !== null));
+    replace(
+      readout,
+      h('code', JSON.stringify(tokens[current].token)),
+      readoutText(tokens[current], current, advantage, afterOf(current), trained !== null),
+    );
   };
   text.addEventListener('mouseover', (event) => {
     const index = (event.target as HTMLElement).dataset?.index;
@@ -102,5 +182,12 @@ export function tokenView(items: unknown[], advantage: number | null, trained: T
     event.preventDefault();
     show(current + (event.key === 'ArrowRight' ? 1 : -1));
   });
-  return h('section', { class: 'token-view' }, h('div', { class: 'section-head' }, h('h3', `Tokens (${tokens.length})`), picker), trainedNote(trained, tokens.length), text, readout);
+  return h(
+    'section',
+    { class: 'token-view' },
+    h('div', { class: 'section-head' }, h('h3', `Tokens (${tokens.length})`), picker),
+    trainedNote(trained, tokens.length),
+    text,
+    readout,
+  );
 }

@@ -3,11 +3,19 @@
  * got (rl-loss.md: A = r − mean, over population std + 1e-6), its length, finish reason and tool calls.
  * Ticking two rollouts of a group shows a word diff of what they wrote.
  */
-import { get, query, type ListPage, type ModelSummary, type TrajectoryDetail, type TrajectorySteps, type TrajectorySummary } from '../api.ts';
+import {
+  get,
+  type ListPage,
+  type ModelSummary,
+  query,
+  type TrajectoryDetail,
+  type TrajectorySteps,
+  type TrajectorySummary,
+} from '../api.ts';
 import { assistantText, diffWords } from '../diff.ts';
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
-import { href, replaceQuery, type RouteContext } from '../router.ts';
+import { href, type RouteContext, replaceQuery } from '../router.ts';
 import { modelHeader } from './model.ts';
 
 /** A step past this many rollouts shows its first groups only (the page stays quick). */
@@ -22,11 +30,19 @@ export function advantages(rewards: (number | null)[]): (number | null)[] {
   return rewards.map((reward) => (reward === null ? null : (reward - mean) / (std + 1e-6)));
 }
 
-async function loadStep(modelId: string, split: string, step: number, signal: AbortSignal): Promise<{ items: TrajectorySummary[]; truncated: boolean }> {
+async function loadStep(
+  modelId: string,
+  split: string,
+  step: number,
+  signal: AbortSignal,
+): Promise<{ items: TrajectorySummary[]; truncated: boolean }> {
   const items: TrajectorySummary[] = [];
   let after: string | undefined;
   for (;;) {
-    const page = await get<ListPage<TrajectorySummary>>(`/v1/dashboard/models/${modelId}/trajectories${query({ split, step, after, limit: 200 })}`, signal);
+    const page = await get<ListPage<TrajectorySummary>>(
+      `/v1/dashboard/models/${modelId}/trajectories${query({ split, step, after, limit: 200 })}`,
+      signal,
+    );
     items.push(...page.data);
     if (!page.has_more || page.data.length === 0) return { items, truncated: false };
     if (items.length >= MAX_ROLLOUTS) return { items, truncated: true };
@@ -34,15 +50,30 @@ async function loadStep(modelId: string, split: string, step: number, signal: Ab
   }
 }
 
-function rolloutCard(modelId: string, item: TrajectorySummary, advantage: number | null, onTick: (checked: boolean) => void): HTMLElement {
+function rolloutCard(
+  modelId: string,
+  item: TrajectorySummary,
+  advantage: number | null,
+  onTick: (checked: boolean) => void,
+): HTMLElement {
   const tick = h('input', { type: 'checkbox', 'aria-label': `Diff trajectory ${item.trajectory_index}` });
   tick.addEventListener('change', () => onTick(tick.checked));
   const length = item.completion_tokens !== null ? `${item.completion_tokens} tokens` : `${item.response_chars} chars`;
   const sign = advantage === null ? '' : advantage > 0 ? 'positive' : advantage < 0 ? 'negative' : 'zero';
   return h(
     'article',
-    { class: `rollout adv-${sign}`, 'data-id': item.id, 'data-reward': item.reward ?? '', 'data-advantage': advantage ?? '' },
-    h('div', { class: 'rollout-head' }, h('span', { class: 'mono' }, `T${item.trajectory_index}`), h('label', { class: 'small' }, tick, ' diff')),
+    {
+      class: `rollout adv-${sign}`,
+      'data-id': item.id,
+      'data-reward': item.reward ?? '',
+      'data-advantage': advantage ?? '',
+    },
+    h(
+      'div',
+      { class: 'rollout-head' },
+      h('span', { class: 'mono' }, `T${item.trajectory_index}`),
+      h('label', { class: 'small' }, tick, ' diff'),
+    ),
     h(
       'dl',
       { class: 'kv rollout-stats' },
@@ -58,19 +89,35 @@ function rolloutCard(modelId: string, item: TrajectorySummary, advantage: number
       h('dd', String(item.num_tool_calls)),
     ),
     h('p', { class: 'rollout-response' }, item.response_preview || h('span', { class: 'muted' }, '(no reply)')),
-    h('a', { href: href(`/models/${modelId}/trajectories`, { split: item.split, step: item.step, t: item.id }), class: 'small' }, 'Open'),
+    h(
+      'a',
+      {
+        href: href(`/models/${modelId}/trajectories`, { split: item.split, step: item.step, t: item.id }),
+        class: 'small',
+      },
+      'Open',
+    ),
   );
 }
 
 async function showDiff(target: HTMLElement, modelId: string, ids: string[], signal: AbortSignal): Promise<void> {
   replace(target, spinner('Loading both rollouts…'));
   try {
-    const [a, b] = await Promise.all(ids.map((id) => get<TrajectoryDetail>(`/v1/dashboard/models/${modelId}/trajectories/${id}`, signal)));
+    const [a, b] = await Promise.all(
+      ids.map((id) => get<TrajectoryDetail>(`/v1/dashboard/models/${modelId}/trajectories/${id}`, signal)),
+    );
     const parts = diffWords(assistantText(a), assistantText(b));
     replace(
       target,
-      h('h4', `T${a.trajectory_index} (reward ${num(a.reward, 3)}) → T${b.trajectory_index} (reward ${num(b.reward, 3)})`),
-      h('pre', { class: 'diff' }, parts.map((part) => (part.kind === 'same' ? part.text : h(part.kind === 'added' ? 'ins' : 'del', part.text)))),
+      h(
+        'h4',
+        `T${a.trajectory_index} (reward ${num(a.reward, 3)}) → T${b.trajectory_index} (reward ${num(b.reward, 3)})`,
+      ),
+      h(
+        'pre',
+        { class: 'diff' },
+        parts.map((part) => (part.kind === 'same' ? part.text : h(part.kind === 'added' ? 'ins' : 'del', part.text))),
+      ),
     );
   } catch (error) {
     if (!signal.aborted) replace(target, errorBox(error));
@@ -79,7 +126,9 @@ async function showDiff(target: HTMLElement, modelId: string, ids: string[], sig
 
 function groupCard(modelId: string, index: number, items: TrajectorySummary[], signal: AbortSignal): HTMLElement {
   const scores = advantages(items.map((item) => item.reward));
-  const rows = items.map((item, position) => ({ item, advantage: scores[position] })).sort((a, b) => (b.item.reward ?? -Infinity) - (a.item.reward ?? -Infinity));
+  const rows = items
+    .map((item, position) => ({ item, advantage: scores[position] }))
+    .sort((a, b) => (b.item.reward ?? -Infinity) - (a.item.reward ?? -Infinity));
   const rewards = items.flatMap((item) => (item.reward === null ? [] : [item.reward]));
   const trainable = new Set(rewards).size > 1;
   const diff = h('div', { class: 'group-diff', 'aria-live': 'polite' });
@@ -88,16 +137,54 @@ function groupCard(modelId: string, index: number, items: TrajectorySummary[], s
     if (checked) ticked.push(id);
     else ticked.splice(ticked.indexOf(id), 1);
     if (ticked.length === 2) void showDiff(diff, modelId, ticked, signal);
-    else replace(diff, ticked.length > 2 ? h('p', { class: 'muted' }, 'Tick exactly two rollouts to diff them.') : null);
+    else
+      replace(diff, ticked.length > 2 ? h('p', { class: 'muted' }, 'Tick exactly two rollouts to diff them.') : null);
   };
   const mean = rewards.length ? rewards.reduce((sum, reward) => sum + reward, 0) / rewards.length : null;
   return h(
     'section',
     { class: 'card group', 'data-group': index, 'aria-label': `Group ${index}` },
-    h('h3', `Group ${index}`, h('span', { class: 'muted small' }, ` · ${items.length} rollouts · mean reward ${num(mean, 3)}`), trainable ? null : h('span', { class: 'pill' }, 'equal rewards: not trained')),
-    h('div', { class: 'rollouts' }, rows.map(({ item, advantage }) => rolloutCard(modelId, item, advantage, (checked) => onTick(item.id, checked)))),
+    h(
+      'h3',
+      `Group ${index}`,
+      h('span', { class: 'muted small' }, ` · ${items.length} rollouts · mean reward ${num(mean, 3)}`),
+      trainable ? null : h('span', { class: 'pill' }, 'equal rewards: not trained'),
+    ),
+    h(
+      'div',
+      { class: 'rollouts' },
+      rows.map(({ item, advantage }) => rolloutCard(modelId, item, advantage, (checked) => onTick(item.id, checked))),
+    ),
     diff,
   );
+}
+
+function noGroups(): HTMLElement {
+  return h(
+    'section',
+    { class: 'card' },
+    emptyState(
+      'No trajectories yet',
+      h('p', 'Groups appear once a training job or a logged split has stored trajectories.'),
+    ),
+  );
+}
+
+/** One step's rollouts into `body`, a card per group in group order. */
+async function showStep(body: HTMLElement, id: string, split: string, step: number, signal: AbortSignal) {
+  replace(body, spinner('Loading rollouts…'));
+  try {
+    const { items, truncated } = await loadStep(id, split, step, signal);
+    const groups = new Map<number, TrajectorySummary[]>();
+    for (const item of items) groups.set(item.group_index, [...(groups.get(item.group_index) ?? []), item]);
+    replace(
+      body,
+      truncated ? h('p', { class: 'notice-box' }, `The first ${items.length} rollouts of this step are shown.`) : null,
+      [...groups].sort(([a], [b]) => a - b).map(([group, members]) => groupCard(id, group, members, signal)),
+    );
+  } catch (error) {
+    if (!signal.aborted) replace(body, errorBox(error));
+  }
 }
 
 export async function renderGroups({ params, query: search, main, signal }: RouteContext) {
@@ -106,7 +193,10 @@ export async function renderGroups({ params, query: search, main, signal }: Rout
   let model: ModelSummary;
   let index: TrajectorySteps;
   try {
-    [model, index] = await Promise.all([get<ModelSummary>(`/v1/dashboard/models/${id}`, signal), get<TrajectorySteps>(`/v1/dashboard/models/${id}/trajectory-steps`, signal)]);
+    [model, index] = await Promise.all([
+      get<ModelSummary>(`/v1/dashboard/models/${id}`, signal),
+      get<TrajectorySteps>(`/v1/dashboard/models/${id}/trajectory-steps`, signal),
+    ]);
   } catch (error) {
     if (!signal.aborted) main.replaceChildren(errorBox(error));
     return;
@@ -114,33 +204,38 @@ export async function renderGroups({ params, query: search, main, signal }: Rout
   document.title = `Groups · ${model.name} · agent-trainer`;
   const head = modelHeader(model, 'groups');
   if (index.splits.length === 0) {
-    main.replaceChildren(head, h('section', { class: 'card' }, emptyState('No trajectories yet', h('p', 'Groups appear once a training job or a logged split has stored trajectories.'))));
+    main.replaceChildren(head, noGroups());
     return;
   }
   const stepsOf = (split: string) => index.splits.find((entry) => entry.split === split)?.steps ?? [];
-  let split = index.splits.some((entry) => entry.split === search.get('split')) ? search.get('split')! : (index.splits.find((entry) => entry.split === 'train') ?? index.splits[0]).split;
+  let split = index.splits.some((entry) => entry.split === search.get('split'))
+    ? search.get('split')!
+    : (index.splits.find((entry) => entry.split === 'train') ?? index.splits[0]).split;
   let step = Number(search.get('step') ?? NaN);
   if (!stepsOf(split).some((entry) => entry.step === step)) step = stepsOf(split).at(-1)!.step;
 
-  const splitSelect = h('select', index.splits.map((entry) => h('option', { value: entry.split, selected: entry.split === split }, entry.split)));
+  const splitSelect = h(
+    'select',
+    index.splits.map((entry) => h('option', { value: entry.split, selected: entry.split === split }, entry.split)),
+  );
   const stepSelect = h('select');
   const body = h('div', { class: 'groups' });
-  const fillSteps = () => replace(stepSelect, [...stepsOf(split)].reverse().map((entry) => h('option', { value: String(entry.step), selected: entry.step === step }, `step ${entry.step} (${entry.count})`)));
+  const fillSteps = () =>
+    replace(
+      stepSelect,
+      [...stepsOf(split)]
+        .reverse()
+        .map((entry) =>
+          h(
+            'option',
+            { value: String(entry.step), selected: entry.step === step },
+            `step ${entry.step} (${entry.count})`,
+          ),
+        ),
+    );
   const load = async () => {
     replaceQuery({ split, step });
-    replace(body, spinner('Loading rollouts…'));
-    try {
-      const { items, truncated } = await loadStep(id, split, step, signal);
-      const groups = new Map<number, TrajectorySummary[]>();
-      for (const item of items) groups.set(item.group_index, [...(groups.get(item.group_index) ?? []), item]);
-      replace(
-        body,
-        truncated ? h('p', { class: 'notice-box' }, `The first ${items.length} rollouts of this step are shown.`) : null,
-        [...groups].sort(([a], [b]) => a - b).map(([group, members]) => groupCard(id, group, members, signal)),
-      );
-    } catch (error) {
-      if (!signal.aborted) replace(body, errorBox(error));
-    }
+    await showStep(body, id, split, step, signal);
   };
   splitSelect.addEventListener('change', () => {
     split = splitSelect.value;
@@ -153,6 +248,10 @@ export async function renderGroups({ params, query: search, main, signal }: Rout
     void load();
   });
   fillSteps();
-  main.replaceChildren(head, h('div', { class: 'toolbar card' }, field('Split', splitSelect), field('Step', stepSelect)), body);
+  main.replaceChildren(
+    head,
+    h('div', { class: 'toolbar card' }, field('Split', splitSelect), field('Step', stepSelect)),
+    body,
+  );
   await load();
 }
