@@ -7,7 +7,8 @@
 import { startE2eServer } from '../test/helpers/server.ts';
 
 const REQUESTS = 200;
-const percentile = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor((p / 100) * values.length))];
+const percentile = (values: number[], p: number) =>
+  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor((p / 100) * values.length))];
 
 const e2e = await startE2eServer();
 try {
@@ -34,16 +35,30 @@ try {
   for (let i = 0; i < 20; i += 1) await serverOverhead();
   const overheads: number[] = [];
   for (let i = 0; i < REQUESTS; i += 1) overheads.push(await serverOverhead());
-  console.log(`server overhead per request (Server-Timing total − engine, ${REQUESTS} requests): p50 ${percentile(overheads, 50).toFixed(2)} ms, p99 ${percentile(overheads, 99).toFixed(2)} ms (goal p50 < 2 ms)`);
+  console.log(
+    `server overhead per request (Server-Timing total − engine, ${REQUESTS} requests): p50 ${percentile(overheads, 50).toFixed(2)} ms, p99 ${percentile(overheads, 99).toFixed(2)} ms (goal p50 < 2 ms)`,
+  );
 
   const streamTokens = async (seed: number) => {
     const response = await fetch(`${e2e.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ ...body, max_tokens: 64, temperature: 1, seed, ignore_eos: true, stream: true, stream_options: { include_usage: true } }),
+      body: JSON.stringify({
+        ...body,
+        max_tokens: 64,
+        temperature: 1,
+        seed,
+        ignore_eos: true,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
     });
     const text = await response.text();
-    const usage = text.split('\n').filter((line) => line.includes('"usage"')).map((line) => JSON.parse(line.slice(6)).usage).at(-1);
+    const usage = text
+      .split('\n')
+      .filter((line) => line.includes('"usage"'))
+      .map((line) => JSON.parse(line.slice(6)).usage)
+      .at(-1);
     return usage.completion_tokens as number;
   };
   const throughput = async (clients: number) => {
@@ -54,7 +69,9 @@ try {
   await throughput(4);
   const one = await throughput(1);
   const many = await throughput(32);
-  console.log(`streaming throughput: 1 client ${one.toFixed(0)} tokens/s, 32 clients ${many.toFixed(0)} tokens/s, ratio ${(many / one).toFixed(1)}x`);
+  console.log(
+    `streaming throughput: 1 client ${one.toFixed(0)} tokens/s, 32 clients ${many.toFixed(0)} tokens/s, ratio ${(many / one).toFixed(1)}x`,
+  );
 } finally {
   await e2e.close();
 }

@@ -4,13 +4,17 @@
  * Usage: npx tsx bench/checkpoint-pagination.ts   (TEST_DATABASE_URL=postgres://… adds a PostgreSQL run)
  */
 import { newId } from '../src/ids.ts';
-import { backends } from '../test/helpers/database.ts';
 import { startTestApp, type TestApp } from '../test/helpers/app.ts';
+import { backends } from '../test/helpers/database.ts';
 
 const LARGE = 100_000;
 const SAMPLES = 200;
 
-async function modelWithCheckpoints(t: TestApp, name: string, count: number): Promise<{ id: string; cursors: string[] }> {
+async function modelWithCheckpoints(
+  t: TestApp,
+  name: string,
+  count: number,
+): Promise<{ id: string; cursors: string[] }> {
   const model = (await t.call('POST', '/v1/preview/models', { project: 'bench', name, base_model: 'test/base' })).body;
   const rows = Array.from({ length: count }, (_, index) => ({
     id: newId(),
@@ -21,10 +25,16 @@ async function modelWithCheckpoints(t: TestApp, name: string, count: number): Pr
     created_at: new Date().toISOString(),
   }));
   for (let start = 0; start < rows.length; start += 1000) {
-    await t.store.db.insertInto('checkpoints').values(rows.slice(start, start + 1000)).execute();
+    await t.store.db
+      .insertInto('checkpoints')
+      .values(rows.slice(start, start + 1000))
+      .execute();
   }
   // Cursors spread over the whole model, so deep pages are measured as often as shallow ones.
-  const cursors = Array.from({ length: SAMPLES }, (_, i) => rows[Math.floor(((i + 0.5) / SAMPLES) * (rows.length - 1))].id);
+  const cursors = Array.from(
+    { length: SAMPLES },
+    (_, i) => rows[Math.floor(((i + 0.5) / SAMPLES) * (rows.length - 1))].id,
+  );
   return { id: model.id, cursors };
 }
 
@@ -33,7 +43,10 @@ async function medianPageMs(t: TestApp, model: { id: string; cursors: string[] }
   for (const order of ['asc', 'desc']) {
     for (const cursor of model.cursors) {
       const started = performance.now();
-      const response = await t.call('GET', `/v1/preview/models/${model.id}/checkpoints?limit=20&order=${order}&after=${cursor}`);
+      const response = await t.call(
+        'GET',
+        `/v1/preview/models/${model.id}/checkpoints?limit=20&order=${order}&after=${cursor}`,
+      );
       timings.push(performance.now() - started);
       if (response.status !== 200) throw new Error(`page failed: ${response.status}`);
     }

@@ -25,7 +25,15 @@ function nested(depth: number): unknown {
 function refFanOut(): unknown {
   const defs: Record<string, unknown> = {};
   for (let i = 0; i < 10; i += 1) {
-    defs[`d${i}`] = i === 9 ? { type: 'string' } : { type: 'object', properties: Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }])) };
+    defs[`d${i}`] =
+      i === 9
+        ? { type: 'string' }
+        : {
+            type: 'object',
+            properties: Object.fromEntries(
+              Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }]),
+            ),
+          };
   }
   return { $defs: defs, $ref: '#/$defs/d0' };
 }
@@ -39,19 +47,39 @@ const cases: [string, Record<string, unknown>][] = [
   ['regex ((((a{100}){100}){100}){100})', regex('((((a{100}){100}){100}){100})')],
   ['regex (.{0,30}x){20}', regex('(.{0,30}x){20}')],
   ['regex (a|b)*a(a|b){24}', regex('(a|b)*a(a|b){24}')],
-  [`choice ${choices} × ${choiceCharacters / choices} chars`, { structured_outputs: { choice: Array.from({ length: choices }, (_, i) => i.toString(36).padStart(choiceCharacters / choices, 'x')) } }],
+  [
+    `choice ${choices} × ${choiceCharacters / choices} chars`,
+    {
+      structured_outputs: {
+        choice: Array.from({ length: choices }, (_, i) => i.toString(36).padStart(choiceCharacters / choices, 'x')),
+      },
+    },
+  ],
   [`schema arrays nested ${schemaDepth} deep`, json(nested(schemaDepth))],
-  ['schema 400 optional properties', json({ type: 'object', properties: Object.fromEntries(Array.from({ length: 400 }, (_, i) => [`p${i}`, { type: 'string' }])) })],
+  [
+    'schema 400 optional properties',
+    json({
+      type: 'object',
+      properties: Object.fromEntries(Array.from({ length: 400 }, (_, i) => [`p${i}`, { type: 'string' }])),
+    }),
+  ],
   ['schema $ref fan-out 10^10', json(refFanOut())],
   ['schema string maxLength 100000', json({ type: 'string', maxLength: 100000 })],
   ['schema array minItems 1000000', json({ type: 'array', items: { type: 'integer' }, minItems: 1000000 })],
-  ['grammar 2000 alternatives', { structured_outputs: { grammar: `start: ${Array.from({ length: 2000 }, (_, i) => `"w${i}"`).join(' | ')}` } }],
+  [
+    'grammar 2000 alternatives',
+    { structured_outputs: { grammar: `start: ${Array.from({ length: 2000 }, (_, i) => `"w${i}"`).join(' | ')}` } },
+  ],
 ];
 
 const folder = qwen3 ? writeFamilyModel('qwen3', { seed: 1 }) : null;
 const e2e = await startE2eServer(folder ? { env: { BASE_MODELS: `${model}=${folder}` } } : {});
 const post = (body: Record<string, unknown>) =>
-  fetch(`${e2e.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], ...body }) });
+  fetch(`${e2e.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], ...body }),
+  });
 
 /** Streams one free request of `tokens` tokens (until `stop()`); answers the longest gap between chunks after the first, in ms. */
 async function streamGaps(tokens: number, stop: () => boolean = () => false): Promise<number> {
@@ -83,13 +111,17 @@ try {
     const caseStarted = performance.now();
     const response = await post({ max_tokens: 1, ...body });
     const answer = (await response.json()) as { error?: { message: string; param: string } };
-    const outcome = answer.error ? `${response.status} ${answer.error.param}: ${answer.error.message.replace(/\s+/g, ' ').slice(0, 80)}` : `${response.status} compiled`;
+    const outcome = answer.error
+      ? `${response.status} ${answer.error.param}: ${answer.error.message.replace(/\s+/g, ' ').slice(0, 80)}`
+      : `${response.status} compiled`;
     console.log(`${label.padEnd(40)} ${(performance.now() - caseStarted).toFixed(0).padStart(7)} ms  ${outcome}`);
   }
   const total = performance.now() - started;
   hostileDone = true;
   const worstDuring = await stream;
-  console.log(`all ${cases.length} in ${total.toFixed(0)} ms; a free stream beside them: longest gap ${worstDuring.toFixed(0)} ms (alone: ${aloneWorst.toFixed(0)} ms)`);
+  console.log(
+    `all ${cases.length} in ${total.toFixed(0)} ms; a free stream beside them: longest gap ${worstDuring.toFixed(0)} ms (alone: ${aloneWorst.toFixed(0)} ms)`,
+  );
 } finally {
   await e2e.close();
 }

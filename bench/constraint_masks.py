@@ -21,10 +21,20 @@ from engine.constraints import ConstraintStore, Guide, _done, step_masks  # noqa
 from engine.sampling import _apply_constraints  # noqa: E402
 from engine.wire import parse_check_constraint  # noqa: E402
 
-LONG_SCHEMA = {"type": "array", "minItems": 40, "items": {
-    "type": "object", "required": ["id", "name", "ok"], "additionalProperties": False,
-    "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
-                   "name": {"type": "string", "minLength": 3, "maxLength": 10}, "ok": {"type": "boolean"}}}}
+LONG_SCHEMA = {
+    "type": "array",
+    "minItems": 40,
+    "items": {
+        "type": "object",
+        "required": ["id", "name", "ok"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "integer", "minimum": 0, "maximum": 999},
+            "name": {"type": "string", "minLength": 3, "maxLength": 10},
+            "ok": {"type": "boolean"},
+        },
+    },
+}
 
 
 def main() -> None:
@@ -57,10 +67,14 @@ def main() -> None:
             guide.next_W = _done(guide._consume_and_mask(token))
             masked += time.perf_counter() - t0
     per = lambda total: total / steps / rows * 1000  # noqa: E731
-    print(f"{path}: vocabulary {vocab}; llguidance tokenizer {tokenizer_s:.2f} s, "
-          f"schema compile {compile_s * 1000:.1f} ms")
-    print(f"per constrained token ({rows} rows × {steps} steps): llguidance consume + mask {per(masked):.3f} ms, "
-          f"unpack {per(unpacked):.3f} ms, apply {per(applied):.3f} ms; total {per(masked + unpacked + applied):.3f} ms")
+    print(
+        f"{path}: vocabulary {vocab}; llguidance tokenizer {tokenizer_s:.2f} s, "
+        f"schema compile {compile_s * 1000:.1f} ms"
+    )
+    print(
+        f"per constrained token ({rows} rows × {steps} steps): llguidance consume + mask {per(masked):.3f} ms, "
+        f"unpack {per(unpacked):.3f} ms, apply {per(applied):.3f} ms; total {per(masked + unpacked + applied):.3f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
  * What the dashboard benchmarks share: a fresh server with the tiny model, headless Chromium whose pages are
  * signed in with the server's key, both closed afterwards; without Chromium a benchmark says so and exits 0.
  */
-import { chromiumAvailable, CHROMIUM, openBrowser, type BrowserSession } from '../test/helpers/browser.ts';
-import { startE2eServer, type E2eServer } from '../test/helpers/server.ts';
+import { type BrowserSession, CHROMIUM, chromiumAvailable, openBrowser } from '../test/helpers/browser.ts';
+import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
 
 export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 

@@ -11,14 +11,38 @@ const LOADS = 5;
 const HOVERS = 200;
 
 await benchDashboard(async (e2e, session) => {
-  const model = (await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'tokens', base_model: 'builtin/tiny-chat' })).body;
+  const model = (
+    await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'tokens', base_model: 'builtin/tiny-chat' })
+  ).body;
   const logprob = (i: number) => -((i * 37) % 500) / 100;
-  const content = Array.from({ length: TOKENS }, (_, i) => ({ token: `t${i % 97} `, logprob: logprob(i), bytes: null, top_logprobs: [] }));
-  const choice = { index: 0, finish_reason: 'length', message: { role: 'assistant', content: content.map((entry) => entry.token).join('') }, logprobs: { content } };
-  const logged = await e2e.api('POST', `/v1/preview/models/${model.id}/log`, { split: 'train', trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'Go.' }, choice], reward: 1 }] }] });
+  const content = Array.from({ length: TOKENS }, (_, i) => ({
+    token: `t${i % 97} `,
+    logprob: logprob(i),
+    bytes: null,
+    top_logprobs: [],
+  }));
+  const choice = {
+    index: 0,
+    finish_reason: 'length',
+    message: { role: 'assistant', content: content.map((entry) => entry.token).join('') },
+    logprobs: { content },
+  };
+  const logged = await e2e.api('POST', `/v1/preview/models/${model.id}/log`, {
+    split: 'train',
+    trajectory_groups: [
+      { trajectories: [{ messages_and_choices: [{ role: 'user', content: 'Go.' }, choice], reward: 1 }] },
+    ],
+  });
   if (logged.status !== 200) throw new Error(JSON.stringify(logged.body));
   await e2e.server.services.repositories.trainedTokens.replaceStep(model.id, 0, [
-    { groupIndex: 0, trajectoryIndex: 0, advantage: 1, token_ids: content.map((_, i) => i), sampler_logprobs: content.map((entry) => entry.logprob), trainer_logprobs: content.map((entry) => entry.logprob / 2) },
+    {
+      groupIndex: 0,
+      trajectoryIndex: 0,
+      advantage: 1,
+      token_ids: content.map((_, i) => i),
+      sampler_logprobs: content.map((entry) => entry.logprob),
+      trainer_logprobs: content.map((entry) => entry.logprob / 2),
+    },
   ]);
 
   const loads: number[] = [];
@@ -53,7 +77,11 @@ await benchDashboard(async (e2e, session) => {
     );
     await page.close();
   }
-  console.log(`tokens view, ${TOKENS} tokens: navigation to all painted ${median(loads).toFixed(0)} ms median of ${LOADS} loads`);
+  console.log(
+    `tokens view, ${TOKENS} tokens: navigation to all painted ${median(loads).toFixed(0)} ms median of ${LOADS} loads`,
+  );
   console.log(`recolour by trainer logprob after the step: ${median(recolours).toFixed(1)} ms median of ${LOADS}`);
-  console.log(`hover to readout: ${median(hovers).toFixed(2)} ms median, ${Math.max(...hovers).toFixed(2)} ms max of ${hovers.length}`);
+  console.log(
+    `hover to readout: ${median(hovers).toFixed(2)} ms median, ${Math.max(...hovers).toFixed(2)} ms max of ${hovers.length}`,
+  );
 });

@@ -40,15 +40,33 @@ from engine.train import train_step  # noqa: E402
 from engine.transport import encode_frame  # noqa: E402
 
 CONFIG_25M = {
-    "model_type": "llama", "vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536,
-    "num_hidden_layers": 7, "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 2048,
-    "tie_word_embeddings": True, "eos_token_id": 2, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "model_type": "llama",
+    "vocab_size": 8192,
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 7,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+    "eos_token_id": 2,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
 }
 # The shape of models/tiny-chat, used when that folder has not been built.
 CONFIG_TINY = {
-    "model_type": "llama", "vocab_size": 2048, "hidden_size": 192, "intermediate_size": 512,
-    "num_hidden_layers": 4, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 32,
-    "max_position_embeddings": 2048, "tie_word_embeddings": True, "eos_token_id": 2, "rms_norm_eps": 1e-6,
+    "model_type": "llama",
+    "vocab_size": 2048,
+    "hidden_size": 192,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+    "eos_token_id": 2,
+    "rms_norm_eps": 1e-6,
     "rope_theta": 10000.0,
 }
 
@@ -66,8 +84,15 @@ def bench_training(model: Transformer, rows_n: int, T: int, reps: int) -> float:
     """Best tokens/s of an SFT step on a fresh rank-8 adapter (all projections)."""
     adapter = L.new_adapter("bench", "b", model.args, lora(), "cpu")
     V = model.args.vocab_size
-    rows = parse_rows([{"tokens": [(i * 31 + r * 7) % (V - 3) + 3 for i in range(T)], "mask": [0] + [1] * (T - 1)}
-                       for r in range(rows_n)], V, model.args.max_position_embeddings, "sft")
+    rows = parse_rows(
+        [
+            {"tokens": [(i * 31 + r * 7) % (V - 3) + 3 for i in range(T)], "mask": [0] + [1] * (T - 1)}
+            for r in range(rows_n)
+        ],
+        V,
+        model.args.max_position_embeddings,
+        "sft",
+    )
     opt = optimizer("sft", learning_rate=1e-4)
     train_step(model, adapter, "sft", rows, None, opt)  # warm-up: optimizer state, allocator
     best = float("inf")
@@ -89,9 +114,16 @@ def bench_decode(model: Transformer, concurrency: int, adapters, max_tokens: int
 
     for i in range(concurrency):
         params = sampling(V, max_tokens=max_tokens, seed=i, logprobs=0, top_p=0.95)
-        sched.submit(GenRequest(id=str(i), prompt=[(i * 13 + j) % (V - 3) + 3 for j in range(32)], params=params,
-                                emit=emitter(str(i)), finish=lambda p: None,
-                                adapter=adapters[i % len(adapters)] if adapters else None))
+        sched.submit(
+            GenRequest(
+                id=str(i),
+                prompt=[(i * 13 + j) % (V - 3) + 3 for j in range(32)],
+                params=params,
+                emit=emitter(str(i)),
+                finish=lambda p: None,
+                adapter=adapters[i % len(adapters)] if adapters else None,
+            )
+        )
     sched.step()  # admits (prefills) every request and decodes once
     assert not sched.waiting and len(sched.running) == concurrency
     before = len(frames)
@@ -144,10 +176,14 @@ def main() -> None:
         gflops.append(peak_gflops(2))
         peak = max(gflops)
         mfu = 6 * n_params * tps / (peak * 1e9)
-        print(f"\ntraining: {n_params / 1e6:.1f}M params ({n_embed / 1e6:.1f}M in the tied embedding), SFT step on 4 rows "
-              f"x {T} tokens, LoRA r8 on all projections")
-        print(f"  {tps:.0f} tokens/s; MFU = 6*params*tokens/s / {peak:.0f} GFLOP/s = {mfu:.2f} (goal >= 0.5); "
-              f"without embedding params {6 * (n_params - n_embed) * tps / (peak * 1e9):.2f}")
+        print(
+            f"\ntraining: {n_params / 1e6:.1f}M params ({n_embed / 1e6:.1f}M in the tied embedding), SFT step on 4 rows "
+            f"x {T} tokens, LoRA r8 on all projections"
+        )
+        print(
+            f"  {tps:.0f} tokens/s; MFU = 6*params*tokens/s / {peak:.0f} GFLOP/s = {mfu:.2f} (goal >= 0.5); "
+            f"without embedding params {6 * (n_params - n_embed) * tps / (peak * 1e9):.2f}"
+        )
         print("  (a frozen base needs no weight gradients, so the true FLOPs are nearer 4*params per token)")
 
         max_tokens = 24 if args.quick else 48
@@ -164,16 +200,24 @@ def main() -> None:
         for _ in range(reps + 1):
             for k, (c, ads) in modes.items():
                 rates[k] = max(rates[k], bench_decode(model, c, ads, max_tokens))
-        print(f"\ndecode ({n_params / 1e6:.1f}M model, prompt 32, {max_tokens} new tokens each, top_p 0.95, logprobs on; "
-              "timed after prefill):")
-        print(f"  1 concurrent: {rates['1']:.0f} tok/s, 8 concurrent: {rates['8']:.0f} tok/s, "
-              f"32 concurrent: {rates['32']:.0f} tok/s")
+        print(
+            f"\ndecode ({n_params / 1e6:.1f}M model, prompt 32, {max_tokens} new tokens each, top_p 0.95, logprobs on; "
+            "timed after prefill):"
+        )
+        print(
+            f"  1 concurrent: {rates['1']:.0f} tok/s, 8 concurrent: {rates['8']:.0f} tok/s, "
+            f"32 concurrent: {rates['32']:.0f} tok/s"
+        )
         print(f"  32 concurrent / 1 = {rates['32'] / rates['1']:.1f}x (goal >= 10x)")
-        print(f"\nadapters: 32 requests on one adapter {rates['one']:.0f} tok/s, spread over 8 adapters "
-              f"{rates['eight']:.0f} tok/s: ratio {rates['eight'] / rates['one']:.2f} (goal >= 0.7)")
+        print(
+            f"\nadapters: 32 requests on one adapter {rates['one']:.0f} tok/s, spread over 8 adapters "
+            f"{rates['eight']:.0f} tok/s: ratio {rates['eight'] / rates['one']:.2f} (goal >= 0.7)"
+        )
         gflops.append(peak_gflops(2))
-        print(f"\nfp32 matmul, best of all measurements this run: {max(gflops):.1f} GFLOP/s "
-              f"(MFU above used {peak:.1f}); load average now {os.getloadavg()[0]:.1f}")
+        print(
+            f"\nfp32 matmul, best of all measurements this run: {max(gflops):.1f} GFLOP/s "
+            f"(MFU above used {peak:.1f}); load average now {os.getloadavg()[0]:.1f}"
+        )
 
     tiny = os.path.join(REPO, "models", "tiny-chat")
     with tempfile.TemporaryDirectory() as tmp:
@@ -182,12 +226,18 @@ def main() -> None:
             write_hf_checkpoint(tiny, CONFIG_TINY, init_hf_weights(ModelArgs.from_hf_config(CONFIG_TINY)))
         mem = bench_memory(tiny)
     mib = 1024 * 1024
-    print(f"\nmemory ({os.path.relpath(tiny, REPO) if tiny.startswith(REPO) else 'tiny config'}, "
-          f"{mem['params'] / 1e6:.2f}M params, fp32):")
-    print(f"  loading the model adds {mem['model_rss'] / mib:.1f} MiB RSS (weights {mem['weights'] / mib:.1f} MiB); "
-          f"process total {mem['process_rss'] / mib:.0f} MiB (torch itself is most of it)")
-    print(f"  each extra rank-8 adapter (all projections): {mem['adapter_rss'] / mib:.2f} MiB RSS "
-          f"({mem['adapter_bytes'] / mib:.2f} MiB of parameters; optimizer state adds 2x that once trained)")
+    print(
+        f"\nmemory ({os.path.relpath(tiny, REPO) if tiny.startswith(REPO) else 'tiny config'}, "
+        f"{mem['params'] / 1e6:.2f}M params, fp32):"
+    )
+    print(
+        f"  loading the model adds {mem['model_rss'] / mib:.1f} MiB RSS (weights {mem['weights'] / mib:.1f} MiB); "
+        f"process total {mem['process_rss'] / mib:.0f} MiB (torch itself is most of it)"
+    )
+    print(
+        f"  each extra rank-8 adapter (all projections): {mem['adapter_rss'] / mib:.2f} MiB RSS "
+        f"({mem['adapter_bytes'] / mib:.2f} MiB of parameters; optimizer state adds 2x that once trained)"
+    )
     print(f"\nbench time {time.perf_counter() - t_start:.0f}s")
 
 

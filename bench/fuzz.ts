@@ -14,5 +14,10 @@ const report = await runFuzz({
   progress: (line) => console.log(line),
 });
 console.log(formatReport(report));
-const failed = report.crashed !== null || report.wedged || report.findings.length > 0 || report.health.slow + report.health.failures > 0 || report.crossEntityChanges.length > 0;
+const failed =
+  report.crashed !== null ||
+  report.wedged ||
+  report.findings.length > 0 ||
+  report.health.slow + report.health.failures > 0 ||
+  report.crossEntityChanges.length > 0;
 process.exit(failed ? 1 : 0);

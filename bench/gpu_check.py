@@ -44,21 +44,60 @@ from engine.train import forward_logprobs, train_step  # noqa: E402
 SMOLLM2 = os.path.join(REPO, "models", "smollm2-135m-instruct")
 # config.json of each shape (random weights); `architectures` and `torch_dtype` are for vLLM.
 SHAPES = {
-    "smollm2-135m": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 49152,
-                     "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-                     "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "rms_norm_eps": 1e-5,
-                     "rope_theta": 100000.0, "max_position_embeddings": 8192, "tie_word_embeddings": True,
-                     "eos_token_id": 2, "bos_token_id": 1, "torch_dtype": "bfloat16"},
-    "qwen3-0.6b": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
-                   "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-                   "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6,
-                   "rope_theta": 1000000.0, "max_position_embeddings": 40960, "tie_word_embeddings": True,
-                   "eos_token_id": 151645, "bos_token_id": 151643, "torch_dtype": "bfloat16"},
+    "smollm2-135m": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": 49152,
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": True,
+        "eos_token_id": 2,
+        "bos_token_id": 1,
+        "torch_dtype": "bfloat16",
+    },
+    "qwen3-0.6b": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": 151936,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 40960,
+        "tie_word_embeddings": True,
+        "eos_token_id": 151645,
+        "bos_token_id": 151643,
+        "torch_dtype": "bfloat16",
+    },
     # A dry run anywhere (head_dim 64: vLLM's CPU attention has no kernel for small ones).
-    "tiny": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 128,
-             "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-             "head_dim": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 4096,
-             "tie_word_embeddings": True, "eos_token_id": 2, "torch_dtype": "bfloat16"},
+    "tiny": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": 512,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 64,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    },
 }
 
 
@@ -86,8 +125,9 @@ def model_folder(args, scratch: str) -> str:
 
 
 def params(max_tokens: int, temperature: float = 1.0, seed=None, n: int = 1, logprobs=None) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed, n=n, ignore_eos=True,
-                          logprobs=logprobs)
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=temperature, seed=seed, n=n, ignore_eos=True, logprobs=logprobs
+    )
 
 
 def run_requests(scheduler, specs, adapter=None) -> dict:
@@ -103,13 +143,21 @@ def run_requests(scheduler, specs, adapter=None) -> dict:
                     out["first"][i] = time.perf_counter() - t0
                 out["tokens"][i] += m["tokens"]
                 out["logprobs"][i] += m.get("logprobs", [])
+
         return emit
 
     errors = []
     for i, (prompt, p) in enumerate(specs):
-        scheduler.submit(GenRequest(id=str(i), prompt=list(prompt), params=p, emit=emitter(i),
-                                    finish=lambda m: errors.append(m["error"]) if "error" in m else None,
-                                    adapter=adapter))
+        scheduler.submit(
+            GenRequest(
+                id=str(i),
+                prompt=list(prompt),
+                params=p,
+                emit=emitter(i),
+                finish=lambda m: errors.append(m["error"]) if "error" in m else None,
+                adapter=adapter,
+            )
+        )
     while scheduler.has_work():
         scheduler.step()
     sync()
@@ -146,8 +194,14 @@ def check_sampling(base, vocab: int) -> None:
 
 def rl_rows(vocab: int, rows: int, length: int) -> list:
     prompt = 64
-    return [{"tokens": prompt_of(length, 300 + r, vocab), "mask": [0] * prompt + [1] * (length - prompt),
-             "advantages": [0.0] * prompt + [1.0 if r % 2 else -1.0] * (length - prompt)} for r in range(rows)]
+    return [
+        {
+            "tokens": prompt_of(length, 300 + r, vocab),
+            "mask": [0] * prompt + [1] * (length - prompt),
+            "advantages": [0.0] * prompt + [1.0 if r % 2 else -1.0] * (length - prompt),
+        }
+        for r in range(rows)
+    ]
 
 
 def check_training(engine: Engine, base, adapter, vocab: int, steps: int) -> None:
@@ -174,18 +228,19 @@ def logprob_gap(model, scheduler, adapter, vocab: int, name: str) -> None:
     trainer = forward_logprobs(model, parse_rows([{"tokens": s} for s in seqs], vocab, 4096, None), adapter)
     gaps = []
     for (p, _), sampled, scored in zip(specs, r["logprobs"], trainer):
-        gaps += [abs(a - b) for a, b in zip(sampled, scored[len(p):])]
+        gaps += [abs(a - b) for a, b in zip(sampled, scored[len(p) :])]
     gaps.sort()
     figure(f"{name}_mean", sum(gaps) / len(gaps), "nats")
     figure(f"{name}_p99", gaps[int(0.99 * (len(gaps) - 1))], "nats")
     figure(f"{name}_max", gaps[-1], "nats")
-    figure(f"{name}_mean_sampled_logprob", sum(sum(x) for x in r["logprobs"]) / sum(len(x) for x in r["logprobs"]),
-           "nats")
+    figure(
+        f"{name}_mean_sampled_logprob", sum(sum(x) for x in r["logprobs"]) / sum(len(x) for x in r["logprobs"]), "nats"
+    )
 
 
 def memory_report(engine: Engine) -> None:
     for key, value in engine.memory().items():
-        figure(f"memory_{key}", value / 2 ** 20, "MiB")
+        figure(f"memory_{key}", value / 2**20, "MiB")
 
 
 def load(engine: Engine, name: str, folder: str, dtype: torch.dtype):
@@ -207,7 +262,7 @@ def our_engine_checks(args, folder: str, scratch: str) -> dict:
     check_training(engine, base, adapter, vocab, args.train_steps)
     logprob_gap(base.model, base.scheduler, adapter, vocab, "logprob_gap_bf16_sampler_vs_bf16_trainer")
     memory_report(engine)
-    figure("device_peak_allocated", torch.cuda.max_memory_allocated() / 2 ** 20 if device.type == "cuda" else 0, "MiB")
+    figure("device_peak_allocated", torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else 0, "MiB")
     adapter_dir = os.path.join(scratch, "adapter")
     L.save_peft(adapter, adapter_dir, "base")
     reference = Engine(device, limits=Limits(max_model_len=4096, max_num_seqs=32))
@@ -219,7 +274,7 @@ def our_engine_checks(args, folder: str, scratch: str) -> dict:
     r = run_requests(base.scheduler, specs, adapter)
     seqs = [list(p) + t for (p, _), t in zip(specs, r["tokens"])]
     exact = forward_logprobs(fp32.model, parse_rows([{"tokens": s} for s in seqs], vocab, 4096, None), copy)
-    gaps = sorted(abs(a - b) for (p, _), s, e in zip(specs, r["logprobs"], exact) for a, b in zip(s, e[len(p):]))
+    gaps = sorted(abs(a - b) for (p, _), s, e in zip(specs, r["logprobs"], exact) for a, b in zip(s, e[len(p) :]))
     figure("logprob_gap_bf16_sampler_vs_fp32_trainer_mean", sum(gaps) / len(gaps), "nats")
     figure("logprob_gap_bf16_sampler_vs_fp32_trainer_max", gaps[-1], "nats")
     return {"adapter_dir": adapter_dir, "vocab": vocab, "engine": engine, "base": base, "adapter": adapter}
@@ -231,6 +286,7 @@ def our_engine_checks(args, folder: str, scratch: str) -> dict:
 # vLLM sampler engine behind our HTTP API (SAMPLER_ENGINES, the same figures ours vs vLLM, and the step-0 gap as
 # the RL job reports it) is bench/vllm-sampler.ts, which gpu_check.sh runs after this script.
 
+
 def http_json(url: str, body=None, timeout: float = 600.0):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
@@ -240,12 +296,38 @@ def http_json(url: str, body=None, timeout: float = 600.0):
 
 
 def start_vllm(python: str, folder: str, port: int, args) -> subprocess.Popen:
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", folder, "--port", str(port),
-           "--host", "127.0.0.1", "--dtype", "bfloat16" if args.device != "cpu" else "float32",
-           "--enable-lora", "--max-lora-rank", "8", "--max-model-len", "4096", "--seed", "0",
-           "--served-model-name", "base", "--enable-prefix-caching"]
+    env = {
+        **os.environ,
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    cmd = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        folder,
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--dtype",
+        "bfloat16" if args.device != "cpu" else "float32",
+        "--enable-lora",
+        "--max-lora-rank",
+        "8",
+        "--max-model-len",
+        "4096",
+        "--seed",
+        "0",
+        "--served-model-name",
+        "base",
+        "--enable-prefix-caching",
+    ]
     if args.device != "cpu":
         cmd += ["--gpu-memory-utilization", "0.5"]
     if not os.path.exists(os.path.join(folder, "tokenizer.json")):
@@ -279,40 +361,62 @@ def vllm_checks(args, folder: str, ours: dict) -> None:
         http_json(f"{url}/v1/load_lora_adapter", {"lora_name": "ours", "lora_path": ours["adapter_dir"]})
         vocab, adapter = ours["vocab"], ours["adapter"]
         prompts = [prompt_of(96, 600 + i, vocab) for i in range(4)]
-        mine = run_requests(ours["base"].scheduler, [(p, params(32, temperature=0.0, logprobs=0)) for p in prompts],
-                            adapter)
+        mine = run_requests(
+            ours["base"].scheduler, [(p, params(32, temperature=0.0, logprobs=0)) for p in prompts], adapter
+        )
         same, gaps = 0, []
         for p, tokens in zip(prompts, mine["tokens"]):
-            body = {"model": "ours", "prompt": p, "max_tokens": 32, "temperature": 0, "logprobs": 0,
-                    "return_token_ids": True, "return_tokens_as_token_ids": True, "ignore_eos": True}
+            body = {
+                "model": "ours",
+                "prompt": p,
+                "max_tokens": 32,
+                "temperature": 0,
+                "logprobs": 0,
+                "return_token_ids": True,
+                "return_tokens_as_token_ids": True,
+                "ignore_eos": True,
+            }
             choice = http_json(f"{url}/v1/completions", body)["choices"][0]
             theirs = choice["token_ids"]
             same += int(theirs == tokens)
-            scored = forward_logprobs(ours["base"].model, parse_rows([{"tokens": p + theirs}], vocab, 4096, None),
-                                      adapter)[0]
-            gaps += [abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], scored[len(p):])]
+            scored = forward_logprobs(
+                ours["base"].model, parse_rows([{"tokens": p + theirs}], vocab, 4096, None), adapter
+            )[0]
+            gaps += [abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], scored[len(p) :])]
         figure("vllm_greedy_equal_to_ours", f"{same}/{len(prompts)}", "prompts")
         figure("vllm_logprob_gap_vs_our_bf16_trainer_mean", sum(gaps) / len(gaps), "nats")
         figure("vllm_logprob_gap_vs_our_bf16_trainer_max", max(gaps), "nats")
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
 # ==== end of the vLLM-kind checks ==============================================================================
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--shape", choices=["auto", *SHAPES], default="auto",
-                    help="random weights of this shape (auto: the real SmolLM2 when installed, else smollm2-135m)")
+    ap.add_argument(
+        "--shape",
+        choices=["auto", *SHAPES],
+        default="auto",
+        help="random weights of this shape (auto: the real SmolLM2 when installed, else smollm2-135m)",
+    )
     ap.add_argument("--model", help="an HF model folder to use instead")
     ap.add_argument("--train-steps", type=int, default=3)
     args = ap.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
-    print(f"torch {torch.__version__}, device {args.device}"
-          + (f" ({torch.cuda.get_device_name()}, {torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
-             if args.device.startswith("cuda") else ""), flush=True)
+    print(
+        f"torch {torch.__version__}, device {args.device}"
+        + (
+            f" ({torch.cuda.get_device_name()}, {torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
+            if args.device.startswith("cuda")
+            else ""
+        ),
+        flush=True,
+    )
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         folder = model_folder(args, scratch)

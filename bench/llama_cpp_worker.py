@@ -37,7 +37,10 @@ def read_safetensors(path: str):
             f.seek(base + lo)
             raw = np.frombuffer(f.read(hi - lo), dtype=DTYPES[e["dtype"]]).reshape(e["shape"])
             # bf16 is the top half of an f32.
-            yield name, (raw.astype(np.uint32) << 16).view(np.float32) if e["dtype"] == "BF16" else raw.astype(np.float32)
+            yield (
+                name,
+                (raw.astype(np.uint32) << 16).view(np.float32) if e["dtype"] == "BF16" else raw.astype(np.float32),
+            )
 
 
 def checkpoint_tensors(folder: str):
@@ -55,9 +58,17 @@ def rotary_interleaved(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
-              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+GGUF_NAMES = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 
 
 def gguf_name(name: str, cfg: dict):
@@ -74,14 +85,19 @@ def gguf_name(name: str, cfg: dict):
 def write_gguf(folder: str, out: str) -> None:
     import gguf
 
-    if os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(os.path.join(folder, f))
-                                                             for f in os.listdir(folder)):
+    if os.path.exists(out) and os.path.getmtime(out) >= max(
+        os.path.getmtime(os.path.join(folder, f)) for f in os.listdir(folder)
+    ):
         return
     with open(os.path.join(folder, "config.json")) as handle:
         cfg = json.load(handle)
     if cfg.get("model_type") != "llama":
         sys.exit(f"{folder}: llama.cpp column supports model_type llama only, not {cfg.get('model_type')!r}")
-    H, K, V = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"], cfg["vocab_size"]
+    H, K, V = (
+        cfg["num_attention_heads"],
+        cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+        cfg["vocab_size"],
+    )
     tmp = out + ".tmp"
     w = gguf.GGUFWriter(tmp, "llama")
     w.add_context_length(cfg.get("max_position_embeddings", 2048))
@@ -208,8 +224,10 @@ def bench(gguf_path: str, threads: int, quick: bool, probe: str) -> dict:
     if probe:  # last-position logits of a fixed prompt, to check these are the engine's weights
         p = prompt(0, 32, one.vocab)
         one.decode([(t, j, 0, j == 31) for j, t in enumerate(p)])[0].astype(np.float32).tofile(probe)
-    figures = {"decode_1": best(decode_rate(one, 1, new_tokens) for _ in range(reps)),
-               "prefill": best(prefill_rate(one, 512) for _ in range(reps))}
+    figures = {
+        "decode_1": best(decode_rate(one, 1, new_tokens) for _ in range(reps)),
+        "prefill": best(prefill_rate(one, 512) for _ in range(reps)),
+    }
     one.close()
     many = Runner(lib, model, threads, 32, 32 * 128, 1024)
     figures["decode_32"] = best(decode_rate(many, 32, new_tokens) for _ in range(reps))

@@ -29,7 +29,9 @@ def step_seconds(model, rows, cache, rounds: int, steps: int = 20) -> float:
         for _ in range(rounds):
             t0 = time.process_time()
             for _ in range(steps):
-                batch = L.LoraBatch(rows, model.dtype, model.device, cache) if any(r is not None for r in rows) else None
+                batch = (
+                    L.LoraBatch(rows, model.dtype, model.device, cache) if any(r is not None for r in rows) else None
+                )
                 model.logits(model(tokens, ctx, batch)[:, 0])
             best = min(best, (time.process_time() - t0) / steps)
     return best
@@ -45,8 +47,10 @@ def main() -> None:
         adapters = [L.new_adapter(f"a{i}", "b", model.args, lora(seed=i), "cpu") for i in range(32)]
         cache = L.StackCache()
         base = step_seconds(model, [None] * 32, cache, args.rounds)
-        print(f"{model.num_parameters() / 1e6:.1f}M model, 32 rows, rank-8 adapters on every projection; base alone "
-              f"{base * 1e3:.1f} ms CPU per forward")
+        print(
+            f"{model.num_parameters() / 1e6:.1f}M model, 32 rows, rank-8 adapters on every projection; base alone "
+            f"{base * 1e3:.1f} ms CPU per forward"
+        )
         for k in (1, 8, 32):
             t = step_seconds(model, [adapters[i % k] for i in range(32)], cache, args.rounds)
             print(f"  {k:2d} distinct adapter(s): {t * 1e3:.1f} ms, {t / base:.2f}x the base")

@@ -13,7 +13,7 @@
  */
 import { parseArgs } from 'node:util';
 import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from '../src/config.ts';
-import { startE2eServer, type E2eServer } from '../test/helpers/server.ts';
+import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
 
 const { values } = parseArgs({
   options: {
@@ -27,7 +27,20 @@ const { values } = parseArgs({
 const CONCURRENT = Number(values.concurrent);
 const ROUNDS = Number(values.rounds);
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const VOCABULARY = ['weather', 'river', 'house', 'story', 'evening', 'garden', 'music', 'window', 'morning', 'letter', 'bridge', 'forest'];
+const VOCABULARY = [
+  'weather',
+  'river',
+  'house',
+  'story',
+  'evening',
+  'garden',
+  'music',
+  'window',
+  'morning',
+  'letter',
+  'bridge',
+  'forest',
+];
 
 let documents = 0;
 /** A long text never sent before (its first words differ), about `words` words. */
@@ -36,14 +49,27 @@ function freshDocument(words: number): string {
   return `${tag} ${Array.from({ length: words }, (_, i) => VOCABULARY[(i * 7 + (i >> 3)) % VOCABULARY.length]).join(' ')}.`;
 }
 
-interface Answer { ms: number; promptTokens: number; cached: number }
+interface Answer {
+  ms: number;
+  promptTokens: number;
+  cached: number;
+}
 
 async function chat(e2e: E2eServer, content: string, model: string, maxTokens: number): Promise<Answer> {
   const started = performance.now();
-  const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content }], max_tokens: maxTokens, temperature: 0 });
+  const response = await e2e.api('POST', '/v1/chat/completions', {
+    model,
+    messages: [{ role: 'user', content }],
+    max_tokens: maxTokens,
+    temperature: 0,
+  });
   if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${JSON.stringify(response.body)}`);
   const usage = response.body.usage;
-  return { ms: performance.now() - started, promptTokens: usage.prompt_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? 0 };
+  return {
+    ms: performance.now() - started,
+    promptTokens: usage.prompt_tokens,
+    cached: usage.prompt_tokens_details?.cached_tokens ?? 0,
+  };
 }
 
 async function group(work: () => Promise<Answer>): Promise<{ ms: number; cached: number }> {
@@ -65,10 +91,16 @@ async function cold(e2e: E2eServer): Promise<void> {
     rounds.push({ one: one.ms, same: same.ms, different: different.ms, cached: same.cached, tokens: one.promptTokens });
   }
   const one = median(rounds.map((r) => r.one));
-  console.log(`cold (${BUILTIN_BASE_MODEL.id}): prompt of ${rounds[0].tokens} tokens, ${CONCURRENT} concurrent requests of 4 tokens; medians of ${ROUNDS} rounds`);
+  console.log(
+    `cold (${BUILTIN_BASE_MODEL.id}): prompt of ${rounds[0].tokens} tokens, ${CONCURRENT} concurrent requests of 4 tokens; medians of ${ROUNDS} rounds`,
+  );
   console.log(`  one request:                 ${one.toFixed(0)} ms`);
-  console.log(`  ${CONCURRENT} with the same prompt:    ${median(rounds.map((r) => r.same / r.one)).toFixed(2)}x one request (${rounds[0].cached} prompt tokens from the cache per round)`);
-  console.log(`  ${CONCURRENT} with different prompts:  ${median(rounds.map((r) => r.different / r.one)).toFixed(2)}x one request (nothing to share)`);
+  console.log(
+    `  ${CONCURRENT} with the same prompt:    ${median(rounds.map((r) => r.same / r.one)).toFixed(2)}x one request (${rounds[0].cached} prompt tokens from the cache per round)`,
+  );
+  console.log(
+    `  ${CONCURRENT} with different prompts:  ${median(rounds.map((r) => r.different / r.one)).toFixed(2)}x one request (nothing to share)`,
+  );
 }
 
 async function warm(e2e: E2eServer): Promise<void> {
@@ -77,23 +109,38 @@ async function warm(e2e: E2eServer): Promise<void> {
   const ask = (document: string, question: number) =>
     chat(e2e, `${document}\nQuestion ${question}: which word comes first?`, SMOLLM2_BASE_MODEL.id, 1);
   const rounds: { one: number; group: number; tokens: number; cachedOne: number; cachedGroup: number }[] = [];
-  for (let r = -1; r < ROUNDS; r += 1) { // round -1 warms the server up and is not counted
+  for (let r = -1; r < ROUNDS; r += 1) {
+    // round -1 warms the server up and is not counted
     const document = freshDocument(words);
     await ask(document, ++questions); // caches the document
     const one = await ask(document, ++questions);
     const question = ++questions;
     const same = await group(() => ask(document, question));
-    if (r >= 0) rounds.push({ one: one.ms, group: same.ms, tokens: one.promptTokens, cachedOne: one.cached, cachedGroup: same.cached });
+    if (r >= 0)
+      rounds.push({
+        one: one.ms,
+        group: same.ms,
+        tokens: one.promptTokens,
+        cachedOne: one.cached,
+        cachedGroup: same.cached,
+      });
   }
-  console.log(`warm (${SMOLLM2_BASE_MODEL.id}): prompt of ${rounds[0].tokens} tokens, ${rounds[0].cachedOne} of them cached from an earlier request; max_tokens 1; medians of ${ROUNDS} rounds`);
+  console.log(
+    `warm (${SMOLLM2_BASE_MODEL.id}): prompt of ${rounds[0].tokens} tokens, ${rounds[0].cachedOne} of them cached from an earlier request; max_tokens 1; medians of ${ROUNDS} rounds`,
+  );
   console.log(`  one request:                 ${median(rounds.map((r) => r.one)).toFixed(0)} ms`);
-  console.log(`  ${CONCURRENT} identical, concurrent:   ${median(rounds.map((r) => r.group / r.one)).toFixed(2)}x one request (${rounds[0].cachedGroup} prompt tokens from the cache in the group)`);
+  console.log(
+    `  ${CONCURRENT} identical, concurrent:   ${median(rounds.map((r) => r.group / r.one)).toFixed(2)}x one request (${rounds[0].cachedGroup} prompt tokens from the cache in the group)`,
+  );
 }
 
 const scenario = values.scenario;
-if (!['cold', 'warm', 'both'].includes(scenario)) throw new Error(`--scenario ${scenario}: expected cold, warm or both`);
+if (!['cold', 'warm', 'both'].includes(scenario))
+  throw new Error(`--scenario ${scenario}: expected cold, warm or both`);
 const models = [BUILTIN_BASE_MODEL, ...(scenario === 'cold' ? [] : [SMOLLM2_BASE_MODEL])];
-const e2e = await startE2eServer({ env: { ENGINES: 'single', BASE_MODELS: models.map((m) => `${m.id}=${m.path}`).join(',') } });
+const e2e = await startE2eServer({
+  env: { ENGINES: 'single', BASE_MODELS: models.map((m) => `${m.id}=${m.path}`).join(',') },
+});
 try {
   if (scenario !== 'warm') await cold(e2e);
   if (scenario !== 'cold') await warm(e2e);

@@ -6,13 +6,19 @@
  * Usage: npx tsx bench/serve-while-training.ts [--groups 16] [--idle 40]
  */
 import { parseArgs } from 'node:util';
-import { startE2eServer, type E2eServer } from '../test/helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
 
-const { values } = parseArgs({ options: { groups: { type: 'string', default: '16' }, idle: { type: 'string', default: '40' } } });
+const { values } = parseArgs({
+  options: { groups: { type: 'string', default: '16' }, idle: { type: 'string', default: '40' } },
+});
 const GROUPS = Number(values.groups);
 const IDLE_REQUESTS = Number(values.idle);
-const CHAT = { messages: [{ role: 'user', content: 'Tell me about the weather today.' }], max_tokens: 16, temperature: 0 };
+const CHAT = {
+  messages: [{ role: 'user', content: 'Tell me about the weather today.' }],
+  max_tokens: 16,
+  temperature: 0,
+};
 
 interface Figures {
   idle: number[];
@@ -35,13 +41,20 @@ async function chatOnce(e2e: E2eServer, model: string): Promise<number> {
 
 /** Runs one RL job; while `serving`, chats back to back until it ends. Answers tokens/s and the latencies. */
 async function trainJob(e2e: E2eServer, modelId: string, model: string, groups: unknown[], serving: boolean) {
-  const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: {} })).body;
+  const job = (
+    await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: groups,
+      experimental_config: {},
+    })
+  ).body;
   const latencies: number[] = [];
   let finished = false;
   const done = waitForJob(e2e, job.id, 900_000).finally(() => (finished = true));
   if (serving) {
     // Start measuring once the job trains, not while it waits in the queue or tokenizes.
-    while (!finished && (await e2e.api('GET', `/v1/preview/training-jobs/${job.id}`)).body.status !== 'RUNNING') await new Promise((r) => setTimeout(r, 20));
+    while (!finished && (await e2e.api('GET', `/v1/preview/training-jobs/${job.id}`)).body.status !== 'RUNNING')
+      await new Promise((r) => setTimeout(r, 20));
     while (!finished) latencies.push(await chatOnce(e2e, model));
   }
   const record = await done;
@@ -57,26 +70,39 @@ async function trainJob(e2e: E2eServer, modelId: string, model: string, groups: 
 async function measure(engines: 'single' | 'separate'): Promise<Figures> {
   const e2e = await startE2eServer({ env: { ENGINES: engines } });
   try {
-    const modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'swt', base_model: 'builtin/tiny-chat' })).body.id;
+    const modelId = (
+      await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'swt', base_model: 'builtin/tiny-chat' })
+    ).body.id;
     const model = 'local/bench/swt';
     const groups = [];
-    for (let g = 0; g < GROUPS; g += 1) groups.push(await sampleGroup(e2e, model, `Question number ${g}: what is ${g} + ${g}?`, 4, (_, i) => i % 2, g * 10));
+    for (let g = 0; g < GROUPS; g += 1)
+      groups.push(
+        await sampleGroup(e2e, model, `Question number ${g}: what is ${g} + ${g}?`, 4, (_, i) => i % 2, g * 10),
+      );
     for (let i = 0; i < 5; i += 1) await chatOnce(e2e, model); // warm-up
     const idle: number[] = [];
     for (let i = 0; i < IDLE_REQUESTS; i += 1) idle.push(await chatOnce(e2e, model));
     await trainJob(e2e, modelId, model, groups.slice(0, 2), false); // warm-up: the trainer loads the base, torch its kernels
     const alone = await trainJob(e2e, modelId, model, groups, false);
     const serving = await trainJob(e2e, modelId, model, groups, true);
-    return { idle, during: serving.latencies, aloneTokensPerSecond: alone.tokensPerSecond, servingTokensPerSecond: serving.tokensPerSecond };
+    return {
+      idle,
+      during: serving.latencies,
+      aloneTokensPerSecond: alone.tokensPerSecond,
+      servingTokensPerSecond: serving.tokensPerSecond,
+    };
   } finally {
     await e2e.close();
   }
 }
 
 const results = { single: await measure('single'), separate: await measure('separate') };
-const row = (label: string, cell: (f: Figures) => string) => console.log(`${label.padEnd(42)}${cell(results.single).padStart(14)}${cell(results.separate).padStart(14)}`);
+const row = (label: string, cell: (f: Figures) => string) =>
+  console.log(`${label.padEnd(42)}${cell(results.single).padStart(14)}${cell(results.separate).padStart(14)}`);
 const ms = (value: number) => `${value.toFixed(0)} ms`;
-console.log(`\nserve while training: ${GROUPS} groups x 4 per RL job, chat of ${CHAT.max_tokens} tokens at temperature 0`);
+console.log(
+  `\nserve while training: ${GROUPS} groups x 4 per RL job, chat of ${CHAT.max_tokens} tokens at temperature 0`,
+);
 row('', () => '');
 console.log(`${''.padEnd(42)}${'single'.padStart(14)}${'separate'.padStart(14)}`);
 row('chat p50 idle', (f) => ms(percentile(f.idle, 50)));

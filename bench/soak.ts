@@ -11,10 +11,16 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { childPids, rssBytes, spawnServerProcess, type ServerProcess } from '../test/helpers/server-process.ts';
-import { httpApi, type Api } from '../test/helpers/api.ts';
+import { type Api, httpApi } from '../test/helpers/api.ts';
+import { childPids, rssBytes, type ServerProcess, spawnServerProcess } from '../test/helpers/server-process.ts';
 
-const { values } = parseArgs({ options: { minutes: { type: 'string', default: '30' }, 'sample-seconds': { type: 'string', default: '60' }, 'warmup-minutes': { type: 'string', default: '5' } } });
+const { values } = parseArgs({
+  options: {
+    minutes: { type: 'string', default: '30' },
+    'sample-seconds': { type: 'string', default: '60' },
+    'warmup-minutes': { type: 'string', default: '5' },
+  },
+});
 const MINUTES = Number(values.minutes);
 const SAMPLE_MS = Number(values['sample-seconds']) * 1000;
 const WARMUP_MS = Number(values['warmup-minutes']) * 60_000;
@@ -50,11 +56,25 @@ const pick = <T>(items: T[], i: number) => items[i % items.length];
 async function chatLoop(server: ServerProcess, tally: Tally, until: number, worker: number): Promise<void> {
   for (let i = 0; Date.now() < until; i += 1) {
     const stream = (i + worker) % 2 === 0;
-    const body = { model: MODEL, messages: [{ role: 'user', content: pick(PROMPTS, i) }], max_tokens: 16, seed: i, stream, temperature: 0.8 };
-    const response = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) }).catch(() => null);
+    const body = {
+      model: MODEL,
+      messages: [{ role: 'user', content: pick(PROMPTS, i) }],
+      max_tokens: 16,
+      seed: i,
+      stream,
+      temperature: 0.8,
+    };
+    const response = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    }).catch(() => null);
     const text = response ? await response.text() : '';
     const streamedError = stream && /"error":\{/.test(text);
-    tally.record(stream ? 'chat (stream)' : 'chat', response === null ? 'network' : streamedError ? 'stream-error' : response.status);
+    tally.record(
+      stream ? 'chat (stream)' : 'chat',
+      response === null ? 'network' : streamedError ? 'stream-error' : response.status,
+    );
   }
 }
 
@@ -62,26 +82,64 @@ async function chatLoop(server: ServerProcess, tally: Tally, until: number, work
 async function sampleGroup(api: Api, tally: Tally, i: number): Promise<unknown> {
   const trajectories = [];
   for (const seed of [i, i + 1]) {
-    const response = await api('POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: pick(PROMPTS, i) }], max_tokens: 8, seed });
+    const response = await api('POST', '/v1/chat/completions', {
+      model: MODEL,
+      messages: [{ role: 'user', content: pick(PROMPTS, i) }],
+      max_tokens: 8,
+      seed,
+    });
     tally.record('chat (rollout)', response.status);
-    trajectories.push({ messages_and_choices: [{ role: 'user', content: pick(PROMPTS, i) }, response.body.choices?.[0]], reward: seed % 2, metrics: { seed }, metadata: { i } });
+    trajectories.push({
+      messages_and_choices: [{ role: 'user', content: pick(PROMPTS, i) }, response.body.choices?.[0]],
+      reward: seed % 2,
+      metrics: { seed },
+      metadata: { i },
+    });
   }
   return { trajectories };
 }
 
 async function logLoop(api: Api, modelId: string, tally: Tally, until: number): Promise<void> {
   for (let i = 0; Date.now() < until; i += 1) {
-    const group = { trajectories: [0, 1].map((j) => ({ messages_and_choices: [{ role: 'user', content: pick(PROMPTS, i) }, { role: 'assistant', content: `answer ${i}.${j}` }], reward: j, metrics: { turn: i } })) };
-    tally.record('log', (await api('POST', `/v1/preview/models/${modelId}/log`, { split: i % 3 === 0 ? 'val' : 'train', trajectory_groups: [group] })).status);
+    const group = {
+      trajectories: [0, 1].map((j) => ({
+        messages_and_choices: [
+          { role: 'user', content: pick(PROMPTS, i) },
+          { role: 'assistant', content: `answer ${i}.${j}` },
+        ],
+        reward: j,
+        metrics: { turn: i },
+      })),
+    };
+    tally.record(
+      'log',
+      (
+        await api('POST', `/v1/preview/models/${modelId}/log`, {
+          split: i % 3 === 0 ? 'val' : 'train',
+          trajectory_groups: [group],
+        })
+      ).status,
+    );
     await new Promise((resolve) => setTimeout(resolve, 500));
   }
 }
 
 async function uploadData(server: ServerProcess, tally: Tally, i: number): Promise<string> {
-  const rows = PROMPTS.map((prompt, j) => JSON.stringify({ messages: [{ role: 'user', content: prompt }, { role: 'assistant', content: `reply ${i}.${j}` }] }));
+  const rows = PROMPTS.map((prompt, j) =>
+    JSON.stringify({
+      messages: [
+        { role: 'user', content: prompt },
+        { role: 'assistant', content: `reply ${i}.${j}` },
+      ],
+    }),
+  );
   const form = new FormData();
   form.append('file', new Blob([rows.join('\n')]), 'train.jsonl');
-  const response = await fetch(`${server.url}/v1/preview/artifacts/local/soak/data`, { method: 'POST', headers: { authorization: `Bearer ${KEY}` }, body: form });
+  const response = await fetch(`${server.url}/v1/preview/artifacts/local/soak/data`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEY}` },
+    body: form,
+  });
   tally.record('artifact upload', response.status);
   return ((await response.json()) as { url: string }).url;
 }
@@ -99,12 +157,25 @@ async function waitForJob(api: Api, jobId: string, tally: Tally): Promise<void> 
 }
 
 /** RL and SFT jobs in turn, each waited for; every few jobs the old checkpoints go, as ART's cleanup does. */
-async function trainingLoop(server: ServerProcess, api: Api, modelId: string, tally: Tally, until: number): Promise<void> {
+async function trainingLoop(
+  server: ServerProcess,
+  api: Api,
+  modelId: string,
+  tally: Tally,
+  until: number,
+): Promise<void> {
   for (let i = 0; Date.now() < until; i += 1) {
     const submit =
       i % 2 === 0
-        ? await api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [await sampleGroup(api, tally, i), await sampleGroup(api, tally, i + 7)] })
-        : await api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: await uploadData(server, tally, i), config: { batch_size: 2, learning_rate: 1e-4 } });
+        ? await api('POST', '/v1/preview/training-jobs', {
+            model_id: modelId,
+            trajectory_groups: [await sampleGroup(api, tally, i), await sampleGroup(api, tally, i + 7)],
+          })
+        : await api('POST', '/v1/preview/sft-training-jobs', {
+            model_id: modelId,
+            training_data_url: await uploadData(server, tally, i),
+            config: { batch_size: 2, learning_rate: 1e-4 },
+          });
     tally.record(i % 2 === 0 ? 'rl submit' : 'sft submit', submit.status);
     if (submit.status !== 200) continue;
     await waitForJob(api, submit.body.id, tally);
@@ -116,19 +187,36 @@ async function trainingLoop(server: ServerProcess, api: Api, modelId: string, ta
 async function pruneCheckpoints(api: Api, modelId: string, tally: Tally): Promise<void> {
   const listed = await api('GET', `/v1/preview/models/${modelId}/checkpoints?limit=100&order=desc`);
   tally.record('checkpoints', listed.status);
-  const steps = (listed.body.data as { step: number }[]).map((c) => c.step).slice(2).filter((step) => step > 0);
-  if (steps.length > 0) tally.record('checkpoint delete', (await api('DELETE', `/v1/preview/models/${modelId}/checkpoints`, { steps })).status);
+  const steps = (listed.body.data as { step: number }[])
+    .map((c) => c.step)
+    .slice(2)
+    .filter((step) => step > 0);
+  if (steps.length > 0)
+    tally.record(
+      'checkpoint delete',
+      (await api('DELETE', `/v1/preview/models/${modelId}/checkpoints`, { steps })).status,
+    );
 }
 
 function sampleLoop(server: ServerProcess, tally: Tally, started: number, until: number): Promise<Sample[]> {
   const samples: Sample[] = [];
   const take = () => {
     // Every engine process (a sampler and a trainer by default), summed: together they are what the service holds.
-    const engines = childPids(server.child.pid!).map(rssBytes).filter((rss): rss is number => rss !== null);
+    const engines = childPids(server.child.pid!)
+      .map(rssBytes)
+      .filter((rss): rss is number => rss !== null);
     const engine = engines.length > 0 ? engines.reduce((a, b) => a + b, 0) : null;
-    const sample = { seconds: Math.round((Date.now() - started) / 1000), server: rssBytes(server.child.pid!), engine, requests: tally.requests, jobs: tally.jobs };
+    const sample = {
+      seconds: Math.round((Date.now() - started) / 1000),
+      server: rssBytes(server.child.pid!),
+      engine,
+      requests: tally.requests,
+      jobs: tally.jobs,
+    };
     samples.push(sample);
-    console.log(`t=${String(sample.seconds).padStart(5)} s  server ${mb(sample.server)}  engine ${mb(sample.engine)}  requests ${sample.requests}  jobs ${sample.jobs}`);
+    console.log(
+      `t=${String(sample.seconds).padStart(5)} s  server ${mb(sample.server)}  engine ${mb(sample.engine)}  requests ${sample.requests}  jobs ${sample.jobs}`,
+    );
   };
   take();
   return new Promise((resolve) => {
@@ -151,7 +239,9 @@ const mb = (bytes: number | null) => (bytes === null ? '   gone' : `${(bytes / 2
 function verdict(name: string, series: (number | null)[]): boolean {
   const values = series.filter((value): value is number => value !== null);
   if (values.length < 2 || values.length !== series.length) {
-    console.log(`${name}: ${values.length < 2 ? 'too few samples after the warm-up to judge' : 'the process went away'}`);
+    console.log(
+      `${name}: ${values.length < 2 ? 'too few samples after the warm-up to judge' : 'the process went away'}`,
+    );
     return false;
   }
   const window = Math.min(5, Math.max(1, Math.floor(values.length / 3)));
@@ -173,15 +263,36 @@ async function main(): Promise<boolean> {
   const tally = new Tally();
   try {
     const api = httpApi(server.url, KEY);
-    const modelId = (await api('POST', '/v1/preview/models', { project: 'soak', name: 'main', base_model: 'builtin/tiny-chat' })).body.id;
+    const modelId = (
+      await api('POST', '/v1/preview/models', { project: 'soak', name: 'main', base_model: 'builtin/tiny-chat' })
+    ).body.id;
     const started = Date.now();
     const until = started + MINUTES * 60_000;
-    console.log(`soak: ${MINUTES} min, samples every ${SAMPLE_MS / 1000} s, warm-up ${WARMUP_MS / 60_000} min; server pid ${server.child.pid}, engine pid ${server.enginePid()}`);
-    const [samples] = await Promise.all([sampleLoop(server, tally, started, until), chatLoop(server, tally, until, 0), chatLoop(server, tally, until, 1), logLoop(api, modelId, tally, until), trainingLoop(server, api, modelId, tally, until)]);
-    console.log(`answers: ${[...tally.statuses.entries()].map(([status, count]) => `${status}×${count}`).join('  ')}; jobs finished: ${tally.jobs}`);
+    console.log(
+      `soak: ${MINUTES} min, samples every ${SAMPLE_MS / 1000} s, warm-up ${WARMUP_MS / 60_000} min; server pid ${server.child.pid}, engine pid ${server.enginePid()}`,
+    );
+    const [samples] = await Promise.all([
+      sampleLoop(server, tally, started, until),
+      chatLoop(server, tally, until, 0),
+      chatLoop(server, tally, until, 1),
+      logLoop(api, modelId, tally, until),
+      trainingLoop(server, api, modelId, tally, until),
+    ]);
+    console.log(
+      `answers: ${[...tally.statuses.entries()].map(([status, count]) => `${status}×${count}`).join('  ')}; jobs finished: ${tally.jobs}`,
+    );
     for (const failure of tally.failures.slice(0, 20)) console.log(`  failure: ${failure}`);
     const after = samples.filter((sample) => sample.seconds * 1000 >= WARMUP_MS);
-    const flat = [verdict('server RSS', after.map((s) => s.server)), verdict('engine RSS', after.map((s) => s.engine))];
+    const flat = [
+      verdict(
+        'server RSS',
+        after.map((s) => s.server),
+      ),
+      verdict(
+        'engine RSS',
+        after.map((s) => s.engine),
+      ),
+    ];
     return flat.every(Boolean) && tally.failures.length === 0 && server.exit() === null;
   } finally {
     await server.stop();

@@ -8,9 +8,10 @@
  * Prints figures; asserts nothing.
  * Usage: npx tsx bench/structured-outputs.ts [qwen3|smollm2] [batch] [tokens]
  */
-import { startE2eServer } from '../test/helpers/server.ts';
-import { writeFamilyModel } from '../test/helpers/families.ts';
+
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
+import { writeFamilyModel } from '../test/helpers/families.ts';
+import { startE2eServer } from '../test/helpers/server.ts';
 
 const which = process.argv[2] ?? 'qwen3';
 const BATCH = Number(process.argv[3] ?? 16);
@@ -23,7 +24,11 @@ const LONG_SCHEMA = {
   type: 'array',
   items: {
     type: 'object',
-    properties: { id: { type: 'integer', minimum: 0, maximum: 999 }, name: { type: 'string', minLength: 3, maxLength: 10 }, ok: { type: 'boolean' } },
+    properties: {
+      id: { type: 'integer', minimum: 0, maximum: 999 },
+      name: { type: 'string', minLength: 3, maxLength: 10 },
+      ok: { type: 'boolean' },
+    },
     required: ['id', 'name', 'ok'],
     additionalProperties: false,
   },
@@ -33,9 +38,20 @@ const LONG_SCHEMA = {
 function fiftyProperties(salt: number): Record<string, unknown> {
   const properties: Record<string, unknown> = {};
   for (let i = 0; i < 50; i += 1) {
-    properties[`field_${salt}_${i}`] = [{ type: 'string', maxLength: 16 }, { type: 'integer', minimum: 0, maximum: 100000 }, { type: 'boolean' }, { enum: ['low', 'mid', 'high'] }, { type: 'number' }][i % 5];
+    properties[`field_${salt}_${i}`] = [
+      { type: 'string', maxLength: 16 },
+      { type: 'integer', minimum: 0, maximum: 100000 },
+      { type: 'boolean' },
+      { enum: ['low', 'mid', 'high'] },
+      { type: 'number' },
+    ][i % 5];
   }
-  return { type: 'object', properties, required: Object.keys(properties).filter((_, i) => i % 3 !== 0), additionalProperties: false };
+  return {
+    type: 'object',
+    properties,
+    required: Object.keys(properties).filter((_, i) => i % 3 !== 0),
+    additionalProperties: false,
+  };
 }
 
 const model = which === 'smollm2' ? SMOLLM2_BASE_MODEL.id : 'test/qwen3';
@@ -52,13 +68,24 @@ try {
       headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model, messages, logprobs: false, ...body }),
     });
-    const answer = (await response.json()) as { usage: { completion_tokens: number }; choices: { finish_reason: string }[]; error?: unknown };
+    const answer = (await response.json()) as {
+      usage: { completion_tokens: number };
+      choices: { finish_reason: string }[];
+      error?: unknown;
+    };
     if (!response.ok) throw new Error(JSON.stringify(answer));
     return answer;
   };
   const request = async (constrained: boolean, seed: number) => {
-    const answer = await call({ max_tokens: TOKENS, seed, ...(constrained ? { response_format: { type: 'json_schema', json_schema: { name: 'items', schema: LONG_SCHEMA } } } : { ignore_eos: true }) });
-    if (answer.choices[0].finish_reason !== 'length') throw new Error('a row stopped early: the comparison needs equal lengths');
+    const answer = await call({
+      max_tokens: TOKENS,
+      seed,
+      ...(constrained
+        ? { response_format: { type: 'json_schema', json_schema: { name: 'items', schema: LONG_SCHEMA } } }
+        : { ignore_eos: true }),
+    });
+    if (answer.choices[0].finish_reason !== 'length')
+      throw new Error('a row stopped early: the comparison needs equal lengths');
     return answer.usage.completion_tokens;
   };
   /** Tokens per second of one batch with `constrained` of its BATCH rows under the schema. */
@@ -79,11 +106,15 @@ try {
   const first: number[] = [];
   const again: number[] = [];
   for (let salt = 1; salt <= 5; salt += 1) {
-    const format = { response_format: { type: 'json_schema', json_schema: { name: 'f', schema: fiftyProperties(salt) } } };
+    const format = {
+      response_format: { type: 'json_schema', json_schema: { name: 'f', schema: fiftyProperties(salt) } },
+    };
     first.push(await timed(format));
     again.push(await timed(format));
   }
-  console.log(`${model}: 50-property schema, first request ${median(first).toFixed(1)} ms, repeated ${median(again).toFixed(1)} ms: compile ≈ ${(median(first) - median(again)).toFixed(1)} ms (medians of 5)`);
+  console.log(
+    `${model}: 50-property schema, first request ${median(first).toFixed(1)} ms, repeated ${median(again).toFixed(1)} ms: compile ≈ ${(median(first) - median(again)).toFixed(1)} ms (medians of 5)`,
+  );
 
   await request(true, 0); // the long schema compiled before any timing
   const cold = await batch(BATCH, 1000);
@@ -99,11 +130,19 @@ try {
   const rssAfter = (await engine.request('stats', {})).rss_bytes;
   const base = median(free);
   const perToken = (1 / median(all) - 1 / base) * 1000;
-  console.log(`decode throughput, batch of ${BATCH} × ${TOKENS} tokens (median of ${ROUNDS}): free ${base.toFixed(0)} tokens/s`);
-  console.log(`  half under a JSON schema ${median(half).toFixed(0)} tokens/s, ratio ${(median(half) / base).toFixed(2)} (goal ≥ 0.8)`);
-  console.log(`  all under a JSON schema  ${median(all).toFixed(0)} tokens/s, ratio ${(median(all) / base).toFixed(2)}; first constrained batch ${cold.toFixed(0)} tokens/s, ratio ${(cold / base).toFixed(2)}`);
+  console.log(
+    `decode throughput, batch of ${BATCH} × ${TOKENS} tokens (median of ${ROUNDS}): free ${base.toFixed(0)} tokens/s`,
+  );
+  console.log(
+    `  half under a JSON schema ${median(half).toFixed(0)} tokens/s, ratio ${(median(half) / base).toFixed(2)} (goal ≥ 0.8)`,
+  );
+  console.log(
+    `  all under a JSON schema  ${median(all).toFixed(0)} tokens/s, ratio ${(median(all) / base).toFixed(2)}; first constrained batch ${cold.toFixed(0)} tokens/s, ratio ${(cold / base).toFixed(2)}`,
+  );
   console.log(`  mask cost per constrained token ≈ ${perToken.toFixed(2)} ms (step time over free, per row)`);
-  console.log(`engine memory: ${mib(rssFree)} after free decoding, ${mib(rssAfter)} after the constrained runs (+${mib(rssAfter - rssFree)})`);
+  console.log(
+    `engine memory: ${mib(rssFree)} after free decoding, ${mib(rssAfter)} after the constrained runs (+${mib(rssAfter - rssFree)})`,
+  );
 } finally {
   await e2e.close();
 }

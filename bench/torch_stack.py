@@ -34,10 +34,20 @@ DEBIAN_PYTHON = "/usr/bin/python3"
 BENCH_VENV = os.path.join(REPO, ".venv-bench")
 # SmolLM2-135M(-Instruct)'s config.json, the shape benchmarked when no --model is given.
 SMOLLM2_135M = {
-    "model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
-    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True,
-    "eos_token_id": 2, "bos_token_id": 1,
+    "model_type": "llama",
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "eos_token_id": 2,
+    "bos_token_id": 1,
 }
 GOALS = {"decode_1": 0.5, "prefill": 1.0, "decode_32": 1.0}
 
@@ -45,9 +55,11 @@ GOALS = {"decode_1": 0.5, "prefill": 1.0, "decode_32": 1.0}
 def random_model(folder: str) -> str:
     """SmolLM2-135M's shape with seeded random weights, built once (by the engine's own python)."""
     if not os.path.exists(os.path.join(folder, "config.json")):
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); import json; "
-                "from engine.model import ModelArgs, init_hf_weights, write_hf_checkpoint as w; "
-                "c = json.loads(sys.argv[3]); w(sys.argv[2], c, init_hf_weights(ModelArgs.from_hf_config(c)))")
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); import json; "
+            "from engine.model import ModelArgs, init_hf_weights, write_hf_checkpoint as w; "
+            "c = json.loads(sys.argv[3]); w(sys.argv[2], c, init_hf_weights(ModelArgs.from_hf_config(c)))"
+        )
         subprocess.run([engine_python(), "-c", code, REPO, folder, json.dumps(SMOLLM2_135M)], check=True)
     return folder
 
@@ -64,7 +76,9 @@ def bench_python() -> str:
 
 
 def run_worker(python: str, args: list, threads: int) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = dict(
+        os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads)
+    )
     out = subprocess.run([python] + args, cwd=REPO, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["exit " + str(out.returncode)])[-1]}
@@ -76,9 +90,14 @@ def fmt(value, digits: int = 0) -> str:
 
 
 def print_table(columns: dict, suffix: str, title: str) -> None:
-    rows = [("decode 1 stream, tok/s", "decode_1", 1), ("decode 32 streams, tok/s", "decode_32", 0),
-            ("prefill 512, tok/s", "prefill", 0), ("train SFT, tok/s", "train", 1),
-            ("matmul peak, GFLOP/s", "peak_gflops", 0), ("train MFU (6N)", "mfu", 3)]
+    rows = [
+        ("decode 1 stream, tok/s", "decode_1", 1),
+        ("decode 32 streams, tok/s", "decode_32", 0),
+        ("prefill 512, tok/s", "prefill", 0),
+        ("train SFT, tok/s", "train", 1),
+        ("matmul peak, GFLOP/s", "peak_gflops", 0),
+        ("train MFU (6N)", "mfu", 3),
+    ]
     names = list(columns)
     width = max(14, *(len(n) + 2 for n in names))
     print(f"\n{title}\n" + " " * 26 + "".join(n.rjust(width) for n in names))
@@ -100,8 +119,10 @@ def compare_probes(ours: str, llama: str) -> str:
     import numpy as np
 
     a, b = np.fromfile(ours, dtype=np.float32), np.fromfile(llama, dtype=np.float32)
-    return (f"same weights check: max |logit difference| ours vs llama.cpp = {np.abs(a - b).max():.2e} "
-            f"(logits span {a.min():.2f}..{a.max():.2f}; argmax {int(a.argmax())} vs {int(b.argmax())})")
+    return (
+        f"same weights check: max |logit difference| ours vs llama.cpp = {np.abs(a - b).max():.2e} "
+        f"(logits span {a.min():.2f}..{a.max():.2f}; argmax {int(a.argmax())} vs {int(b.argmax())})"
+    )
 
 
 def main() -> None:
@@ -113,7 +134,9 @@ def main() -> None:
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     t0 = time.perf_counter()
-    model = os.path.abspath(a.model) if a.model else random_model(os.path.join(REPO, "data", "bench", "smollm2-135m-shape"))
+    model = (
+        os.path.abspath(a.model) if a.model else random_model(os.path.join(REPO, "data", "bench", "smollm2-135m-shape"))
+    )
     common = ["--model", model, "--threads", str(a.threads)] + (["--quick"] if a.quick else [])
     worker = os.path.join(BENCH, "torch_stack_worker.py")
     probes = {name: os.path.join(REPO, "data", "bench", f"probe-{name}.f32") for name in ("ours", "llama")}
@@ -128,8 +151,10 @@ def main() -> None:
         lw = os.path.join(BENCH, "llama_cpp_worker.py")
         subprocess.run([py, lw, "write-gguf", "--model", model, "--out", gguf], cwd=REPO, check=True)
         jobs["llama.cpp f32"] = (py, [lw, "bench", "--gguf", gguf, "--probe", probes["llama"]] + common[2:])
-    print(f"model {os.path.relpath(model, REPO)}, {a.threads} threads, {os.cpu_count()} cores, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"model {os.path.relpath(model, REPO)}, {a.threads} threads, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     columns = {}
     for name, (python, args) in jobs.items():
         columns[name] = run_worker(python, args, a.threads)

@@ -54,7 +54,7 @@ def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 0.4, times: 
         while time.perf_counter() - clock.wall < seconds:
             a @ b
             reps += 1
-        runs.append(clock.rates(2 * n ** 3 * reps / 1e9))
+        runs.append(clock.rates(2 * n**3 * reps / 1e9))
     return best(runs)
 
 
@@ -86,8 +86,9 @@ def prefill(model: Transformer, length: int) -> tuple:
     V = model.args.vocab_size
     sched = Scheduler(model, [], SchedulerConfig(max_batch=1, max_len=length + 8, prefill_chunk=length))
     params = sampling(V, max_tokens=1, temperature=0)
-    sched.submit(GenRequest(id="p", prompt=prompt(0, length, V), params=params, emit=lambda m: None,
-                            finish=lambda r: None))
+    sched.submit(
+        GenRequest(id="p", prompt=prompt(0, length, V), params=params, emit=lambda m: None, finish=lambda r: None)
+    )
     clock = Clock()
     sched.step()
     return clock.rates(length)
@@ -97,8 +98,12 @@ def train(model: Transformer, rows_n: int, T: int, reps: int) -> tuple:
     """Best tokens/s of an SFT step on a fresh rank-8 adapter over every projection."""
     adapter = L.new_adapter("bench", "b", model.args, lora(), "cpu")
     V = model.args.vocab_size
-    rows = parse_rows([{"tokens": prompt(r, T, V), "mask": [0] + [1] * (T - 1)} for r in range(rows_n)],
-                      V, model.args.max_position_embeddings, "sft")
+    rows = parse_rows(
+        [{"tokens": prompt(r, T, V), "mask": [0] + [1] * (T - 1)} for r in range(rows_n)],
+        V,
+        model.args.max_position_embeddings,
+        "sft",
+    )
     opt = optimizer("sft", learning_rate=1e-4)
     train_step(model, adapter, "sft", rows, None, opt)  # warm-up: optimizer state, allocator
     runs = []
@@ -127,11 +132,13 @@ def main() -> None:
             model.logits(model(ids, ctx)[:, -1])[0].float().numpy().tofile(a.probe)
     reps, new_tokens = (1, 16) if a.quick else (3, 48)
     out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "params": model.num_parameters()}
-    figures = {"decode_1": best(decode(model, 1, new_tokens) for _ in range(reps)),
-               "decode_32": best(decode(model, 32, new_tokens) for _ in range(reps)),
-               "prefill": best(prefill(model, 512) for _ in range(reps)),
-               "train": train(model, 2, 256, max(1, reps - 1)),
-               "peak_gflops": matmul_peak(dtype)}
+    figures = {
+        "decode_1": best(decode(model, 1, new_tokens) for _ in range(reps)),
+        "decode_32": best(decode(model, 32, new_tokens) for _ in range(reps)),
+        "prefill": best(prefill(model, 512) for _ in range(reps)),
+        "train": train(model, 2, 256, max(1, reps - 1)),
+        "peak_gflops": matmul_peak(dtype),
+    }
     for key, (wall, cpu) in figures.items():
         out[key], out[key + "_cpu"] = wall, cpu
     for suffix in ("", "_cpu"):

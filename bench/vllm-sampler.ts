@@ -14,19 +14,42 @@ import { parseArgs } from 'node:util';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { ssePayloads } from '../test/helpers/api.ts';
 import { sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
-import { startE2eServer, type E2eServer } from '../test/helpers/server.ts';
+import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
 import { VLLM_PYTHON } from '../test/helpers/vllm-process.ts';
 
-const { values } = parseArgs({ options: { tokens: { type: 'string', default: '128' }, streams: { type: 'string', default: '32' }, group: { type: 'string', default: '16' } } });
+const { values } = parseArgs({
+  options: {
+    tokens: { type: 'string', default: '128' },
+    streams: { type: 'string', default: '32' },
+    group: { type: 'string', default: '16' },
+  },
+});
 const TOKENS = Number(values.tokens);
 const STREAMS = Number(values.streams);
 const GROUP = Number(values.group);
 const ENGINES = { ours: 'smol/ours', vllm: 'smol/vllm' } as const;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const WORDS = ['weather', 'river', 'house', 'story', 'evening', 'garden', 'music', 'window', 'morning', 'letter', 'bridge', 'forest'];
+const WORDS = [
+  'weather',
+  'river',
+  'house',
+  'story',
+  'evening',
+  'garden',
+  'music',
+  'window',
+  'morning',
+  'letter',
+  'bridge',
+  'forest',
+];
 let fresh = 0;
 
-interface Streamed { ttftMs: number; decodeMs: number; tokens: number }
+interface Streamed {
+  ttftMs: number;
+  decodeMs: number;
+  tokens: number;
+}
 
 /** One streamed chat completion: time to its first token, then its decode time and token count. */
 async function streamed(e2e: E2eServer, model: string, content: string, maxTokens: number): Promise<Streamed> {
@@ -34,7 +57,16 @@ async function streamed(e2e: E2eServer, model: string, content: string, maxToken
   const response = await fetch(`${e2e.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: maxTokens, ignore_eos: true, temperature: 1, seed: 1, stream: true, return_token_ids: true }),
+    body: JSON.stringify({
+      model,
+      messages: [{ role: 'user', content }],
+      max_tokens: maxTokens,
+      ignore_eos: true,
+      temperature: 1,
+      seed: 1,
+      stream: true,
+      return_token_ids: true,
+    }),
   });
   if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${await response.text()}`);
   let first = 0;
@@ -51,7 +83,9 @@ async function streamed(e2e: E2eServer, model: string, content: string, maxToken
 }
 
 async function decodeRate(e2e: E2eServer, model: string, streams: number): Promise<number> {
-  const results = await Promise.all(Array.from({ length: streams }, () => streamed(e2e, model, `Tell a story number ${++fresh}.`, TOKENS)));
+  const results = await Promise.all(
+    Array.from({ length: streams }, () => streamed(e2e, model, `Tell a story number ${++fresh}.`, TOKENS)),
+  );
   const started = Math.min(...results.map((r) => r.ttftMs));
   const ended = Math.max(...results.map((r) => r.ttftMs + r.decodeMs));
   return results.reduce((sum, r) => sum + r.tokens, 0) / ((ended - started) / 1000);
@@ -59,13 +93,19 @@ async function decodeRate(e2e: E2eServer, model: string, streams: number): Promi
 
 async function ttft(e2e: E2eServer, model: string): Promise<number> {
   const times: number[] = [];
-  for (let i = 0; i < 7; i += 1) times.push((await streamed(e2e, model, `Question ${++fresh}: what is ${fresh} plus ${fresh * 3}?`, 1)).ttftMs);
+  for (let i = 0; i < 7; i += 1)
+    times.push((await streamed(e2e, model, `Question ${++fresh}: what is ${fresh} plus ${fresh * 3}?`, 1)).ttftMs);
   return median(times);
 }
 
 async function chatMs(e2e: E2eServer, model: string, content: string): Promise<number> {
   const started = performance.now();
-  const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content }], max_tokens: 1, temperature: 0 });
+  const response = await e2e.api('POST', '/v1/chat/completions', {
+    model,
+    messages: [{ role: 'user', content }],
+    max_tokens: 1,
+    temperature: 0,
+  });
   if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${JSON.stringify(response.body)}`);
   return performance.now() - started;
 }
@@ -74,7 +114,11 @@ async function chatMs(e2e: E2eServer, model: string, content: string): Promise<n
 async function warmGroup(e2e: E2eServer, model: string): Promise<number> {
   const document = `Document ${++fresh}. ${Array.from({ length: 1362 }, (_, i) => WORDS[(i * 7 + (i >> 3)) % WORDS.length]).join(' ')}.`;
   await chatMs(e2e, model, `${document} Summarise it.`);
-  const one = median([await chatMs(e2e, model, `${document} Question A.`), await chatMs(e2e, model, `${document} Question B.`), await chatMs(e2e, model, `${document} Question C.`)]);
+  const one = median([
+    await chatMs(e2e, model, `${document} Question A.`),
+    await chatMs(e2e, model, `${document} Question B.`),
+    await chatMs(e2e, model, `${document} Question C.`),
+  ]);
   const started = performance.now();
   await Promise.all(Array.from({ length: GROUP }, () => chatMs(e2e, model, `${document} Question D.`)));
   return (performance.now() - started) / one;
@@ -84,12 +128,27 @@ async function warmGroup(e2e: E2eServer, model: string): Promise<number> {
 async function stepZeroGap(e2e: E2eServer, base: string, name: string): Promise<number> {
   const created = await e2e.api('POST', '/v1/preview/models', { project: 'bench', name, base_model: base });
   const model = `local/bench/${name}`;
-  const groups = [await sampleGroup(e2e, model, 'Name a colour.', 4, (_, i) => i % 2), await sampleGroup(e2e, model, 'Say hello.', 4, (_, i) => i % 2, 10)];
-  const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: created.body.id, trajectory_groups: groups, experimental_config: { learning_rate: 1e-6 } })).body;
+  const groups = [
+    await sampleGroup(e2e, model, 'Name a colour.', 4, (_, i) => i % 2),
+    await sampleGroup(e2e, model, 'Say hello.', 4, (_, i) => i % 2, 10),
+  ];
+  const job = (
+    await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: created.body.id,
+      trajectory_groups: groups,
+      experimental_config: { learning_rate: 1e-6 },
+    })
+  ).body;
   const done = await waitForJob(e2e, job.id, 15 * 60_000);
   if (done.status !== 'COMPLETED') throw new Error(`RL job ${done.status}: ${JSON.stringify(done.error)}`);
-  const checkpoints = (await e2e.api('GET', `/v1/preview/models/${created.body.id}/checkpoints`)).body.data as { step: number; metrics: Record<string, number> }[];
-  return checkpoints.find((checkpoint) => checkpoint.step === done.checkpoint_step)?.metrics.sampler_logprob_gap ?? Number.NaN;
+  const checkpoints = (await e2e.api('GET', `/v1/preview/models/${created.body.id}/checkpoints`)).body.data as {
+    step: number;
+    metrics: Record<string, number>;
+  }[];
+  return (
+    checkpoints.find((checkpoint) => checkpoint.step === done.checkpoint_step)?.metrics.sampler_logprob_gap ??
+    Number.NaN
+  );
 }
 
 async function main(): Promise<void> {
@@ -103,7 +162,9 @@ async function main(): Promise<void> {
       MAX_MODEL_LEN: '2048',
       KV_CACHE_MEMORY_BYTES: String(2 ** 30),
       // A GPU host (bench/gpu_check.sh) sets DTYPE=bfloat16 and leaves the trainer its share with VLLM_ARGS.
-      ...Object.fromEntries(['DTYPE', 'VLLM_ARGS'].filter((name) => process.env[name]).map((name) => [name, process.env[name]!])),
+      ...Object.fromEntries(
+        ['DTYPE', 'VLLM_ARGS'].filter((name) => process.env[name]).map((name) => [name, process.env[name]!]),
+      ),
     },
   });
   try {
@@ -118,7 +179,9 @@ async function main(): Promise<void> {
         'step-0 |trainer − sampler| logprob/token': await stepZeroGap(e2e, model, `gap-${kind}`),
       };
     }
-    console.log(`SmolLM2-135M ${process.env.DTYPE ?? 'float32'}, ${TOKENS} tokens per stream, through our HTTP API (ENGINES=single: our engine samples and trains; vLLM beside it)`);
+    console.log(
+      `SmolLM2-135M ${process.env.DTYPE ?? 'float32'}, ${TOKENS} tokens per stream, through our HTTP API (ENGINES=single: our engine samples and trains; vLLM beside it)`,
+    );
     console.log(['figure', 'ours', 'vLLM', 'vLLM ÷ ours'].join('\t'));
     for (const figure of Object.keys(rows.ours)) {
       const [ours, vllm] = [rows.ours[figure], rows.vllm[figure]];

@@ -23,32 +23,67 @@ def parse_args(argv: list[str] | None):
     import argparse
 
     ap = argparse.ArgumentParser(prog="python3 -m engine", description="LLM engine speaking framed JSON on stdio")
-    ap.add_argument("--tcp", metavar="HOST:PORT",
-                    help="serve on TCP instead of stdio (one connection at a time); the ENGINE_SECRET environment "
-                         "variable, when set, is the secret a connection's first frame must carry "
-                         "(required beyond loopback)")
+    ap.add_argument(
+        "--tcp",
+        metavar="HOST:PORT",
+        help="serve on TCP instead of stdio (one connection at a time); the ENGINE_SECRET environment "
+        "variable, when set, is the secret a connection's first frame must carry "
+        "(required beyond loopback)",
+    )
     ap.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
-    ap.add_argument("--dtype", choices=list(DTYPES), default=None,
-                    help="default weights dtype (default: float32 on CPU, bfloat16 on CUDA)")
+    ap.add_argument(
+        "--dtype",
+        choices=list(DTYPES),
+        default=None,
+        help="default weights dtype (default: float32 on CPU, bfloat16 on CUDA)",
+    )
     ap.add_argument("--max-adapters", type=int, default=32)
-    ap.add_argument("--max-num-seqs", "--max-batch", dest="max_num_seqs", type=int, default=32,
-                    help="concurrent generation sequences per base")
-    ap.add_argument("--max-model-len", "--max-seq-len", dest="max_model_len", type=int, default=None,
-                    help="cap on tokens per sequence, prompt included (default: the model's)")
-    ap.add_argument("--max-num-batched-tokens", type=int, default=2048,
-                    help="prompt tokens prefilled between two decode steps")
-    ap.add_argument("--kv-cache-memory-bytes", type=int, default=None,
-                    help="KV cache per base; caps concurrent full-length sequences (default: unbounded)")
-    ap.add_argument("--nice", type=int, default=0,
-                    help="lower this process's CPU priority (a trainer sharing cores with samplers yields to them)")
-    ap.add_argument("--skip-adapter-value-check", action="store_true",
-                    help="TESTS ONLY: load adapters without checking that their values are finite and within "
-                         "engine/bounds.json, so a test can make a broken adapter resident and show that its rows "
-                         "cannot reach other rows of the batch. The server never passes it to its engines.")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
-                         "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
-                         "peers (bench/torch_stack.py --threads); give more on a dedicated machine)")
+    ap.add_argument(
+        "--max-num-seqs",
+        "--max-batch",
+        dest="max_num_seqs",
+        type=int,
+        default=32,
+        help="concurrent generation sequences per base",
+    )
+    ap.add_argument(
+        "--max-model-len",
+        "--max-seq-len",
+        dest="max_model_len",
+        type=int,
+        default=None,
+        help="cap on tokens per sequence, prompt included (default: the model's)",
+    )
+    ap.add_argument(
+        "--max-num-batched-tokens", type=int, default=2048, help="prompt tokens prefilled between two decode steps"
+    )
+    ap.add_argument(
+        "--kv-cache-memory-bytes",
+        type=int,
+        default=None,
+        help="KV cache per base; caps concurrent full-length sequences (default: unbounded)",
+    )
+    ap.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="lower this process's CPU priority (a trainer sharing cores with samplers yields to them)",
+    )
+    ap.add_argument(
+        "--skip-adapter-value-check",
+        action="store_true",
+        help="TESTS ONLY: load adapters without checking that their values are finite and within "
+        "engine/bounds.json, so a test can make a broken adapter resident and show that its rows "
+        "cannot reach other rows of the batch. The server never passes it to its engines.",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
+        "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
+        "peers (bench/torch_stack.py --threads); give more on a dedicated machine)",
+    )
     args = ap.parse_args(argv)
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes", "threads"):
         value = getattr(args, name)
@@ -73,14 +108,26 @@ def main(argv: list[str] | None = None) -> int:
     if gflops < LOW_GFLOPS:
         log(slow_matmul_warning(gflops, device))
     limits = Limits(args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens, args.kv_cache_memory_bytes)
-    engine = Engine(device, args.max_adapters, limits, round(gflops, 1), DTYPES[args.dtype] if args.dtype else None,
-                    check_adapter_values=not args.skip_adapter_value_check)
+    engine = Engine(
+        device,
+        args.max_adapters,
+        limits,
+        round(gflops, 1),
+        DTYPES[args.dtype] if args.dtype else None,
+        check_adapter_values=not args.skip_adapter_value_check,
+    )
     if args.skip_adapter_value_check:
         log("WARNING: --skip-adapter-value-check: adapters load without checking their values (tests only)")
-    ready = {"id": None, "event": "ready", "device": device.type,
-             "dtype": str(engine.default_dtype).replace("torch.", ""), "torch": torch.__version__,
-             "matmul_gflops": round(gflops, 1), "limits": limits.to_json(torch.get_num_threads()),
-             "supports": supports()}
+    ready = {
+        "id": None,
+        "event": "ready",
+        "device": device.type,
+        "dtype": str(engine.default_dtype).replace("torch.", ""),
+        "torch": torch.__version__,
+        "matmul_gflops": round(gflops, 1),
+        "limits": limits.to_json(torch.get_num_threads()),
+        "supports": supports(),
+    }
     stop = threading.Event()
     for target, name in ((engine.compute_loop, "compute"), (engine.train_loop, "train")):
         threading.Thread(target=target, args=(stop,), name=name, daemon=True).start()

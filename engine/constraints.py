@@ -38,8 +38,14 @@ KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
 # Fuel under llguidance's defaults (a fifth to a quarter): a grammar whose lexer needs more is refused (before its
 # first token) or failed mid-way, after well under a second of one mask thread. That thread is never the decode
 # thread (a row waits for its own mask), so this bounds what a hostile grammar costs, not others' latency.
-LIMITS = dict(initial_lexer_fuel=200_000, step_lexer_fuel=50_000, step_max_items=20_000, max_lexer_states=50_000,
-              max_grammar_size=200_000, verbose_errors=False)
+LIMITS = dict(
+    initial_lexer_fuel=200_000,
+    step_lexer_fuel=50_000,
+    step_max_items=20_000,
+    max_lexer_states=50_000,
+    max_grammar_size=200_000,
+    verbose_errors=False,
+)
 COMPILE_THREADS = 2
 MAX_COMPILED = 64  # per engine; a sequence keeps its own matcher when its grammar is evicted
 MAX_ERROR_CHARS = 600
@@ -56,6 +62,7 @@ class ConstraintError(ValueError):
 @dataclass(frozen=True)
 class Spec:
     """One constraint as wire.py parsed it: exactly one kind with its value, and vLLM's JSON options."""
+
     kind: str
     value: object
     disable_any_whitespace: bool = False
@@ -88,7 +95,9 @@ def _json_grammar(schema, spec: Spec) -> str:
     if spec.disable_additional_properties:
         schema = _no_additional_properties(schema)
     text = schema if isinstance(schema, str) else json.dumps(schema)
-    return llg.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": not spec.disable_any_whitespace})
+    return llg.LLMatcher.grammar_from_json_schema(
+        text, defaults={"whitespace_flexible": not spec.disable_any_whitespace}
+    )
 
 
 def grammar_of(spec: Spec) -> str:
@@ -219,7 +228,9 @@ class ConstraintStore:
                 vocab = self.vocabs.get(base)
                 if vocab is None:
                     found = Future()
-                    found.set_exception(ConstraintError(f"base {base!r} cannot be constrained (no llguidance or no tokenizer.json)"))
+                    found.set_exception(
+                        ConstraintError(f"base {base!r} cannot be constrained (no llguidance or no tokenizer.json)")
+                    )
                     return found
                 found = self.pool.submit(self._compile, vocab, spec)
                 self.compiled[key] = found
@@ -275,5 +286,7 @@ def step_masks(guides: Sequence[Guide | None], device) -> tuple[list[int], torch
     if not rows:
         return None
     bits_CW = torch.stack([guides[b].next_W.result() for b in rows]).to(device)
-    allowed_CV = ((bits_CW[:, :, None] & BITS_32.to(device)) != 0).reshape(len(rows), -1)[:, :guides[rows[0]].vocab.vocab_size]
+    allowed_CV = ((bits_CW[:, :, None] & BITS_32.to(device)) != 0).reshape(len(rows), -1)[
+        :, : guides[rows[0]].vocab.vocab_size
+    ]
     return rows, allowed_CV

@@ -127,8 +127,15 @@ class Scheduler:
         self.eos_ids = list(eos_ids)
         self.eos_set = set(eos_ids)
         self.window = model.args.sliding_window
-        self.cache = KVCache(model.args, model.dtype, model.device, slots=min(4, config.max_batch),
-                             length=min(256, config.max_len), max_slots=config.max_batch, max_length=config.max_len)
+        self.cache = KVCache(
+            model.args,
+            model.dtype,
+            model.device,
+            slots=min(4, config.max_batch),
+            length=min(256, config.max_len),
+            max_slots=config.max_batch,
+            max_length=config.max_len,
+        )
         self.waiting: deque[GenRequest] = deque()
         self.running: list[Sequence] = []
         self.stacks = StackCache()
@@ -141,8 +148,9 @@ class Scheduler:
         if not req.prompt:
             raise ValueError("prompt is empty")
         if len(req.prompt) >= self.config.max_len:
-            raise ValueError(f"prompt of {len(req.prompt)} tokens leaves no room in the context of "
-                             f"{self.config.max_len}")
+            raise ValueError(
+                f"prompt of {len(req.prompt)} tokens leaves no room in the context of {self.config.max_len}"
+            )
         if req.params.n > self.config.max_batch:
             raise ValueError(f"n={req.params.n} exceeds the batch size {self.config.max_batch}")
         vocab = self.model.args.vocab_size
@@ -235,8 +243,13 @@ class Scheduler:
         room = self.config.max_batch - len(self.running) - req.params.n
         twins = []
         for other in list(self.waiting):
-            if (other.adapter is req.adapter and other.params.prompt_logprobs is None and other.params.n <= room
-                    and not other.cancelled and other.prompt == req.prompt):
+            if (
+                other.adapter is req.adapter
+                and other.params.prompt_logprobs is None
+                and other.params.n <= room
+                and not other.cancelled
+                and other.prompt == req.prompt
+            ):
                 self.waiting.remove(other)
                 twins.append(other)
                 room -= other.params.n
@@ -264,14 +277,15 @@ class Scheduler:
         last_logits, finite = None, True
         chunk = self.config.prefill_chunk
         for start in range(begin, len(prompt), chunk):
-            piece = tokens[start:start + chunk]
+            piece = tokens[start : start + chunk]
             ctx = ForwardContext.cached(self.cache, slot, [start], piece.shape[0], self.window)
             h = model(piece[None, :], ctx, lora)[0]
             if want_prompt_lp:
                 logits = model.logits(h)
                 finite = finite and bool(torch.isfinite(logits).all())
-                entries += prompt_logprob_entries(logits, prompt[start + 1:start + 1 + piece.shape[0]],
-                                           params.prompt_logprobs)
+                entries += prompt_logprob_entries(
+                    logits, prompt[start + 1 : start + 1 + piece.shape[0]], params.prompt_logprobs
+                )
                 last_logits = logits[-1:]
             elif start + chunk >= len(prompt):
                 last_logits = model.logits(h[-1:])
@@ -279,7 +293,7 @@ class Scheduler:
             self.cache.clear(slot, 0, len(prompt))
             raise _non_finite(req)
         if want_prompt_lp:
-            req.emit({"type": "prompt", "prompt_logprobs": entries[:len(prompt)]})
+            req.emit({"type": "prompt", "prompt_logprobs": entries[: len(prompt)]})
         if self.prefix is not None:
             self.prefix.store(req.adapter, prompt, lambda: self.cache.read_prefix(slot, len(prompt)))
         for twin in group[1:]:
@@ -296,9 +310,17 @@ class Scheduler:
             params = req.params
             bias = static_bias(params, vocab, device)
             pmask = prompt_mask(params, req.prompt, vocab, device)
-            seqs += [Sequence(req=req, index=i, sampler=SeqSampler(params, req.prompt, i, vocab, bias, pmask, device),
-                              length=length, last=-1, guide=Guide(req.constraint) if req.constraint else None)
-                     for i in range(params.n)]
+            seqs += [
+                Sequence(
+                    req=req,
+                    index=i,
+                    sampler=SeqSampler(params, req.prompt, i, vocab, bias, pmask, device),
+                    length=length,
+                    last=-1,
+                    guide=Guide(req.constraint) if req.constraint else None,
+                )
+                for i in range(params.n)
+            ]
             req.live = params.n
         masks = step_masks([s.guide for s in seqs], device)  # the grammar's start: computed when it compiled
         result = sample_step(last_logits.expand(len(seqs), vocab), [s.sampler for s in seqs], self.eos_ids, masks)
@@ -322,7 +344,11 @@ class Scheduler:
         tokens_B1 = torch.tensor([[s.last] for s in seqs], device=model.device)
         ctx = ForwardContext.cached(self.cache, 0, starts, 1, self.window)
         adapters = [s.req.adapter for s in seqs]
-        lora = LoraBatch(adapters, model.dtype, model.device, self.stacks) if any(a is not None for a in adapters) else None
+        lora = (
+            LoraBatch(adapters, model.dtype, model.device, self.stacks)
+            if any(a is not None for a in adapters)
+            else None
+        )
         started = time.monotonic()
         logits_BV = model.logits(model(tokens_B1, ctx, lora)[:, 0])
         # A row whose mask is still being computed sits this step out: its next forward rewrites the same position.
@@ -330,7 +356,10 @@ class Scheduler:
         broken = self._broken_requests(seqs, logits_BV, ready)
         keep = [b for b in range(B) if ready[b] and id(seqs[b].req) not in broken]
         if len(keep) < B:
-            seqs, logits_BV = [seqs[b] for b in keep], logits_BV[torch.tensor(keep, dtype=torch.long, device=logits_BV.device)]
+            seqs, logits_BV = (
+                [seqs[b] for b in keep],
+                logits_BV[torch.tensor(keep, dtype=torch.long, device=logits_BV.device)],
+            )
         if seqs:
             masks = step_masks([s.guide for s in seqs], model.device)
             result = sample_step(logits_BV, [s.sampler for s in seqs], self.eos_ids, masks)
@@ -343,8 +372,11 @@ class Scheduler:
     def _broken_requests(self, seqs: list[Sequence], logits_BV: torch.Tensor, ready: list[bool]) -> dict:
         """The requests that must end now, by id: any row of non-finite logits (nothing of it may be sampled) or a
         ready row whose grammar failed."""
-        broken = {id(s.req): (s.req, s.guide.error()) for b, s in enumerate(seqs)
-                  if ready[b] and s.guide is not None and s.guide.error()}
+        broken = {
+            id(s.req): (s.req, s.guide.error())
+            for b, s in enumerate(seqs)
+            if ready[b] and s.guide is not None and s.guide.error()
+        }
         bad_B = ~torch.isfinite(logits_BV).all(dim=-1)
         if bool(bad_B.any()):
             for b in bad_B.nonzero().flatten().tolist():
@@ -377,8 +409,7 @@ class Scheduler:
                 reason, stop_id = "stop", tok
             elif tok in self.eos_set and (not p.ignore_eos or seq.guide is not None):
                 reason = "stop"  # a constraint allows EOS only once its text is complete: nothing may follow
-            elif (p.max_tokens is not None and seq.generated >= p.max_tokens) or \
-                    seq.length + 1 >= self.config.max_len:
+            elif (p.max_tokens is not None and seq.generated >= p.max_tokens) or seq.length + 1 >= self.config.max_len:
                 reason = "length"
             if reason is not None:
                 seq.req.emit({"type": "finish", "seq": seq.index, "finish_reason": reason, "stop_token_id": stop_id})
@@ -394,8 +425,11 @@ class Scheduler:
         if req.live == 0:
             self._drop_request(req)
             # A cancel that raced with the last token still ends the request as cancelled.
-            req.finish({"error": Cancelled("cancelled")} if req.cancelled else
-                       {"prompt_tokens": len(req.prompt), "cached_tokens": req.cached})
+            req.finish(
+                {"error": Cancelled("cancelled")}
+                if req.cancelled
+                else {"prompt_tokens": len(req.prompt), "cached_tokens": req.cached}
+            )
 
     def _fail_request(self, req: GenRequest, error: Exception) -> None:
         """Every running sequence of the request leaves the batch, and the request ends with the error."""
@@ -426,6 +460,7 @@ class Scheduler:
 
 def _non_finite(req: GenRequest) -> NonFinite:
     whose = f"adapter {req.adapter.key!r}" if req.adapter is not None else "the base model"
-    return NonFinite(f"generate: the logits of this request are not finite (NaN or infinity), so the weights of "
-                     f"{whose} are broken; no token was sampled from them")
-
+    return NonFinite(
+        f"generate: the logits of this request are not finite (NaN or infinity), so the weights of "
+        f"{whose} are broken; no token was sampled from them"
+    )

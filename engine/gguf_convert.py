@@ -33,24 +33,33 @@ from . import weights as W
 
 ARCHITECTURES = ("llama",)
 # Plain floats plus the legacy and k-quant block formats `gguf.quants` dequantizes.
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-                   "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 # llama.cpp's `tokenizer.ggml.pre` names -> HF pre-tokenizers splitting text the same way.
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 PRE_TOKENIZERS = {
     "gpt-2": _BYTE_LEVEL,
     # SmolLM: every numeric character alone, then GPT-2's split. A regex rather than HF's `Digits`, which
     # tokenizers.js reads as ASCII digits only while Rust takes every numeric character (like "²").
-    "smollm": {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": False}, _BYTE_LEVEL]},
+    "smollm": {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated", "invert": False},
+            _BYTE_LEVEL,
+        ],
+    },
 }
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
 RECORD = "conversion.json"
 _LAYER_NAMES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
 }
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
@@ -73,8 +82,9 @@ def open_gguf(path: str):
     try:
         import gguf
     except ImportError:
-        raise ConversionError(f"{path}: this python ({sys.executable}) lacks the gguf package "
-                              "(scripts/python/engine.txt pins it)") from None
+        raise ConversionError(
+            f"{path}: this python ({sys.executable}) lacks the gguf package (scripts/python/engine.txt pins it)"
+        ) from None
 
     try:
         with open(path, "rb") as f:
@@ -126,7 +136,9 @@ def read_config(reader, path: str) -> dict:
         "num_key_value_heads": int(field(reader, f"{arch}.attention.head_count_kv", heads)),
         "head_dim": int(field(reader, f"{arch}.rope.dimension_count", hidden // heads)),
         # Stored as float32: 1e-5 reads back as 9.99999974e-06, so round to what it was written from.
-        "rms_norm_eps": float(np.format_float_positional(np.float32(required(reader, path, f"{arch}.attention.layer_norm_rms_epsilon")))),
+        "rms_norm_eps": float(
+            np.format_float_positional(np.float32(required(reader, path, f"{arch}.attention.layer_norm_rms_epsilon")))
+        ),
         "rope_theta": float(field(reader, f"{arch}.rope.freq_base", 10000.0)),
         "rope_scaling": None,
         "max_position_embeddings": int(field(reader, f"{arch}.context_length", 2048)),
@@ -174,8 +186,10 @@ def read_tensors(reader, path: str, config: dict) -> dict[str, torch.Tensor]:
     for t in reader.tensors:
         kind = t.tensor_type.name
         if kind not in SUPPORTED_TYPES:
-            raise ConversionError(f"{path}: tensor {t.name} is quantized as {kind}, which is not supported "
-                                  f"(supported: {', '.join(SUPPORTED_TYPES)})")
+            raise ConversionError(
+                f"{path}: tensor {t.name} is quantized as {kind}, which is not supported "
+                f"(supported: {', '.join(SUPPORTED_TYPES)})"
+            )
         name = hf_name(t.name, path)
         # GGUF lists dimensions fastest-first; HF shapes are the reverse.
         # astype copies: the reader's arrays are read-only views of the file.
@@ -200,27 +214,50 @@ def read_tokenizer(reader, path: str) -> tuple[dict, list[dict]]:
     if model != "gpt2":
         raise ConversionError(f"{path}: tokenizer model {model!r} is not supported (supported: gpt2, byte-level BPE)")
     if pre not in PRE_TOKENIZERS:
-        raise ConversionError(f"{path}: pre-tokenizer {pre!r} is not supported (supported: {', '.join(PRE_TOKENIZERS)})")
+        raise ConversionError(
+            f"{path}: pre-tokenizer {pre!r} is not supported (supported: {', '.join(PRE_TOKENIZERS)})"
+        )
     tokens = list(required(reader, path, "tokenizer.ggml.tokens"))
     types = list(field(reader, "tokenizer.ggml.token_type", [1] * len(tokens)))
     merges = list(required(reader, path, "tokenizer.ggml.merges"))
     alphabet = byte_level_alphabet()
-    added = [{"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": kind == TOKEN_CONTROL}
-             for i, (tok, kind) in enumerate(zip(tokens, types)) if kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED)]
+    added = [
+        {
+            "id": i,
+            "content": tok,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": kind == TOKEN_CONTROL,
+        }
+        for i, (tok, kind) in enumerate(zip(tokens, types))
+        if kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+    ]
     for i, tok in enumerate(tokens):
         if types[i] not in (TOKEN_CONTROL, TOKEN_USER_DEFINED) and not set(tok) <= alphabet:
             raise ConversionError(f"{path}: token {i} ({tok!r}) is not spelled in the byte-level alphabet")
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
         "added_tokens": added,
         "normalizer": None,
         "pre_tokenizer": PRE_TOKENIZERS[pre],
         "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": {tok: i for i, tok in enumerate(tokens)}, "merges": merges},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {tok: i for i, tok in enumerate(tokens)},
+            "merges": merges,
+        },
     }
     return tokenizer, added
 
@@ -259,17 +296,27 @@ def write_folder(gguf_path: str, folder: str, key: str) -> dict:
     os.makedirs(folder)
     W.save_checkpoint(tensors, folder)
     W.atomic_write_json(os.path.join(folder, "config.json"), config)
-    W.atomic_write_json(os.path.join(folder, "generation_config.json"), {
-        "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
-        "pad_token_id": config["pad_token_id"]})
+    W.atomic_write_json(
+        os.path.join(folder, "generation_config.json"),
+        {
+            "bos_token_id": config["bos_token_id"],
+            "eos_token_id": config["eos_token_id"],
+            "pad_token_id": config["pad_token_id"],
+        },
+    )
     W.atomic_write_json(os.path.join(folder, "tokenizer.json"), tokenizer)
     W.atomic_write_json(os.path.join(folder, "tokenizer_config.json"), tok_config)
     kinds: dict[str, int] = {}
     for t in reader.tensors:
         kinds[t.tensor_type.name] = kinds.get(t.tensor_type.name, 0) + 1
-    record = {"key": key, "source": os.path.basename(gguf_path), "name": field(reader, "general.name"),
-              "license": field(reader, "general.license"), "tensor_types": kinds,
-              "num_parameters": sum(t.numel() for t in tensors.values())}
+    record = {
+        "key": key,
+        "source": os.path.basename(gguf_path),
+        "name": field(reader, "general.name"),
+        "license": field(reader, "general.license"),
+        "tensor_types": kinds,
+        "num_parameters": sum(t.numel() for t in tensors.values()),
+    }
     W.atomic_write_json(os.path.join(folder, RECORD), record)
     return record
 

@@ -36,7 +36,9 @@ CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 OPTIMIZER_NAME = "optimizer.pt"
 _UIDS = itertools.count()
-_PEFT_KEY = re.compile(r"^base_model\.model\.(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+))\.lora_([AB])(?:\.default)?\.weight$")
+_PEFT_KEY = re.compile(
+    r"^base_model\.model\.(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+))\.lora_([AB])(?:\.default)?\.weight$"
+)
 
 
 def module_shape(args: ModelArgs, name: str) -> tuple[int, int]:
@@ -63,6 +65,7 @@ def module_path(layer: int, name: str) -> str:
 @dataclass
 class LoraConfig:
     """An adapter's shape and init: the server's choice for a new one (wire.py), the file's for a loaded one."""
+
     rank: int
     alpha: float
     target_modules: tuple[str, ...]
@@ -86,12 +89,25 @@ class LoraConfig:
     def to_peft(self, base_name: str) -> dict:
         # The fields PEFT's LoraConfig and vLLM's LoRA loader read.
         return {
-            "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_name,
-            "r": self.rank, "lora_alpha": self.alpha, "target_modules": sorted(self.target_modules),
-            "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "inference_mode": True,
-            "init_lora_weights": True, "use_rslora": self.use_rslora, "use_dora": False,
-            "modules_to_save": None, "layers_to_transform": None, "layers_pattern": None,
-            "rank_pattern": {}, "alpha_pattern": {}, "revision": None,
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "base_model_name_or_path": base_name,
+            "r": self.rank,
+            "lora_alpha": self.alpha,
+            "target_modules": sorted(self.target_modules),
+            "lora_dropout": 0.0,
+            "bias": "none",
+            "fan_in_fan_out": False,
+            "inference_mode": True,
+            "init_lora_weights": True,
+            "use_rslora": self.use_rslora,
+            "use_dora": False,
+            "modules_to_save": None,
+            "layers_to_transform": None,
+            "layers_pattern": None,
+            "rank_pattern": {},
+            "alpha_pattern": {},
+            "revision": None,
         }
 
 
@@ -134,8 +150,10 @@ def weights_problem(tensors: dict[str, torch.Tensor]) -> str | None:
             for size in reversed(t.shape):  # torch 1.13 (the fallback) has no unravel_index
                 rest, i = divmod(rest, size)
                 index.insert(0, i)
-            return (f"{name} holds {float(t.flatten()[flat]):g} at index {index} (adapter values must be finite "
-                    f"and within ±{MAX_ABS_WEIGHT:g})")
+            return (
+                f"{name} holds {float(t.flatten()[flat]):g} at index {index} (adapter values must be finite "
+                f"and within ±{MAX_ABS_WEIGHT:g})"
+            )
     return None
 
 
@@ -195,7 +213,9 @@ def optimizer_state(adapter: Adapter) -> dict:
     for name, p in zip(adapter.names(), adapter.parameters()):
         st = adapter.optimizer.state.get(p)
         if st:
-            state[name] = {k: (v if torch.is_tensor(v) else torch.tensor(float(v))).detach().cpu() for k, v in st.items()}
+            state[name] = {
+                k: (v if torch.is_tensor(v) else torch.tensor(float(v))).detach().cpu() for k, v in st.items()
+            }
     return {"format": OPTIMIZER_FORMAT, "state": state}
 
 
@@ -242,17 +262,27 @@ def load_peft(key: str, base: str, folder: str, args: ModelArgs, device, check_v
             raise ValueError(f"{folder}: {path} lacks lora_A or lora_B")
         fan_in, fan_out = module_shape(args, path.rsplit(".", 1)[1])
         if tuple(A[path].shape) != (rank, fan_in) or tuple(B[path].shape) != (fan_out, rank):
-            raise ValueError(f"{folder}: {path} has shapes {tuple(A[path].shape)}, {tuple(B[path].shape)}; "
-                             f"expected ({rank}, {fan_in}), ({fan_out}, {rank})")
+            raise ValueError(
+                f"{folder}: {path} has shapes {tuple(A[path].shape)}, {tuple(B[path].shape)}; "
+                f"expected ({rank}, {fan_in}), ({fan_out}, {rank})"
+            )
     if not A:
         raise ValueError(f"{folder}: adapter has no LoRA tensors")
     targets = tuple(sorted({p.rsplit(".", 1)[1] for p in A}))
-    config = LoraConfig(rank=rank, alpha=float(peft["lora_alpha"]), target_modules=targets,
-                        seed=0,  # unused: the weights come from the file, no init runs
-                        use_rslora=bool(peft.get("use_rslora", False)))
-    adapter = Adapter(key=key, base=base, config=config,
-                      A={p: t.float().to(device).requires_grad_(True) for p, t in A.items()},
-                      B={p: t.float().to(device).requires_grad_(True) for p, t in B.items()})
+    config = LoraConfig(
+        rank=rank,
+        alpha=float(peft["lora_alpha"]),
+        target_modules=targets,
+        seed=0,  # unused: the weights come from the file, no init runs
+        use_rslora=bool(peft.get("use_rslora", False)),
+    )
+    adapter = Adapter(
+        key=key,
+        base=base,
+        config=config,
+        A={p: t.float().to(device).requires_grad_(True) for p, t in A.items()},
+        B={p: t.float().to(device).requires_grad_(True) for p, t in B.items()},
+    )
     opt_path = os.path.join(folder, OPTIMIZER_NAME)
     if os.path.exists(opt_path):
         load_optimizer_state(adapter, opt_path, device)
@@ -303,8 +333,12 @@ class AdapterStore:
         for adapter in list(self._items.values()):
             total += adapter.nbytes()
             if adapter.optimizer is not None:
-                total += sum(v.numel() * v.element_size() for st in list(adapter.optimizer.state.values())
-                             for v in st.values() if torch.is_tensor(v))
+                total += sum(
+                    v.numel() * v.element_size()
+                    for st in list(adapter.optimizer.state.values())
+                    for v in st.values()
+                    if torch.is_tensor(v)
+                )
         return total
 
 
@@ -324,8 +358,9 @@ class LoraBatch:
     parameters so gradients reach them.
     """
 
-    def __init__(self, row_adapters: Sequence[Adapter | None], dtype: torch.dtype, device,
-                 stack_cache: StackCache | None = None):
+    def __init__(
+        self, row_adapters: Sequence[Adapter | None], dtype: torch.dtype, device, stack_cache: StackCache | None = None
+    ):
         self.dtype, self.device = dtype, device
         rows_of: dict[int, list[int]] = {}
         self.uniques: list[Adapter] = []
@@ -371,8 +406,12 @@ def build_stack(adapter: Adapter, modules: tuple[str, ...], sizes: tuple[int, ..
     A_cat = torch.cat([adapter.A[modules[j]] for j in parts], dim=0).to(dtype)
     offsets = [sum(sizes[:j]) for j in range(len(sizes))]
     total = sum(sizes)
-    blocks = [torch.nn.functional.pad(adapter.B[modules[j]] * adapter.config.scale,
-                                      (0, 0, offsets[j], total - offsets[j] - sizes[j])) for j in parts]
+    blocks = [
+        torch.nn.functional.pad(
+            adapter.B[modules[j]] * adapter.config.scale, (0, 0, offsets[j], total - offsets[j] - sizes[j])
+        )
+        for j in parts
+    ]
     return A_cat, torch.cat(blocks, dim=1).to(dtype)
 
 

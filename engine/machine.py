@@ -33,7 +33,7 @@ def measure_matmul_gflops(device: torch.device, n: int = MATMUL_SIZE, seconds: f
             _sync(device)
             if time.perf_counter() - t0 > seconds:
                 break
-    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
 
 
 def torch_blas() -> str:
@@ -46,15 +46,23 @@ def slow_matmul_warning(gflops: float, device: torch.device) -> str:
     """What was measured, then the likely causes in order: a busy machine first (the measurement is a quarter of a
     second of 512x512 products, easily shared with other processes), a reference BLAS only when torch has no
     optimized one of its own."""
-    busy = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else "load unknown"
+    busy = (
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        if hasattr(os, "getloadavg")
+        else "load unknown"
+    )
     blas = torch_blas()
-    reason = (f"torch uses its own optimized BLAS ({blas}), so the likely cause is a busy machine ({busy}): other "
-              "processes on these cores; it measures again at every start"
-              if blas in OPTIMIZED_BLAS else
-              f"a busy machine ({busy}) can explain it; so can torch's BLAS ({blas}) if it is the reference one: "
-              "install an optimized one (Debian: libopenblas0-pthread)")
-    return (f"WARNING: fp32 matmul measured {gflops:.1f} GFLOP/s ({MATMUL_SIZE}x{MATMUL_SIZE} products for "
-            f"{MATMUL_SECONDS} s on {device}, {torch.get_num_threads()} threads; below {LOW_GFLOPS:.0f}): {reason}.")
+    reason = (
+        f"torch uses its own optimized BLAS ({blas}), so the likely cause is a busy machine ({busy}): other "
+        "processes on these cores; it measures again at every start"
+        if blas in OPTIMIZED_BLAS
+        else f"a busy machine ({busy}) can explain it; so can torch's BLAS ({blas}) if it is the reference one: "
+        "install an optimized one (Debian: libopenblas0-pthread)"
+    )
+    return (
+        f"WARNING: fp32 matmul measured {gflops:.1f} GFLOP/s ({MATMUL_SIZE}x{MATMUL_SIZE} products for "
+        f"{MATMUL_SECONDS} s on {device}, {torch.get_num_threads()} threads; below {LOW_GFLOPS:.0f}): {reason}."
+    )
 
 
 def _sync(device: torch.device) -> None:

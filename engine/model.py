@@ -46,8 +46,12 @@ SDPA_GQA = _sdpa_has_gqa()
 ATTN_CHUNK_ELEMENTS = 1 << 25  # score elements per attention chunk on the non-SDPA path (128 MiB fp32)
 CHECKPOINT_TOKENS = 4096  # training rows at least this long recompute each block in backward
 # What this engine runs, as config.json names it (model_type -> its architecture class); announced in the ready frame.
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "qwen3": "Qwen3ForCausalLM"}
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
 FAMILIES = tuple(ARCHITECTURES)
 ROPE_TYPES = ("default", "linear", "llama3")  # rope_scaling types rope_inv_freq computes
 # Names the LoRA side addresses; q/k/v and gate/up are fused in the base
@@ -196,8 +200,16 @@ class KVCache:
     A slot holds one sequence; position p of a sequence lives at index p of its slot.
     """
 
-    def __init__(self, args: ModelArgs, dtype: torch.dtype, device: torch.device, slots: int = 4, length: int = 256,
-                 max_slots: int | None = None, max_length: int | None = None):
+    def __init__(
+        self,
+        args: ModelArgs,
+        dtype: torch.dtype,
+        device: torch.device,
+        slots: int = 4,
+        length: int = 256,
+        max_slots: int | None = None,
+        max_length: int | None = None,
+    ):
         self.args, self.dtype, self.device = args, dtype, device
         self.max_slots, self.max_length = max_slots, max_length
         self.k = self.v = torch.empty(0)
@@ -208,8 +220,16 @@ class KVCache:
         if slots <= self.slots and length <= self.length:
             return
         # Doubling keeps regrowth (a full copy) rare; the caps keep it from overshooting the scheduler's limits.
-        new_slots = max(slots, self.slots) if slots <= self.slots else max(slots, min(2 * self.slots, self.max_slots or 1 << 30))
-        new_len = max(length, self.length) if length <= self.length else max(length, min(2 * self.length, self.max_length or 1 << 30))
+        new_slots = (
+            max(slots, self.slots)
+            if slots <= self.slots
+            else max(slots, min(2 * self.slots, self.max_slots or 1 << 30))
+        )
+        new_len = (
+            max(length, self.length)
+            if length <= self.length
+            else max(length, min(2 * self.length, self.max_length or 1 << 30))
+        )
         a = self.args
         shape = (a.num_layers, new_slots, a.num_kv_heads, new_len, a.head_dim)
         k = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -273,8 +293,9 @@ class ForwardContext:
         return cls(positions_BT=positions_BT, allowed_BTS=allowed.unsqueeze(1))
 
     @classmethod
-    def cached(cls, cache: KVCache, first_slot: int, starts: list[int], length: int,
-               window: int | None = None) -> ForwardContext:
+    def cached(
+        cls, cache: KVCache, first_slot: int, starts: list[int], length: int, window: int | None = None
+    ) -> ForwardContext:
         """Rows continue the sequences in consecutive cache slots.
 
         Row b feeds `length` new tokens at positions starts[b].., writes their
@@ -289,12 +310,22 @@ class ForwardContext:
         allowed = s_S[None, None, :] <= positions_BT[:, :, None]
         if window:
             allowed &= (positions_BT[:, :, None] - s_S[None, None, :]) < window
-        return cls(positions_BT=positions_BT, allowed_BTS=allowed.unsqueeze(1), cache=cache,
-                   first_slot=first_slot, starts=list(starts))
+        return cls(
+            positions_BT=positions_BT,
+            allowed_BTS=allowed.unsqueeze(1),
+            cache=cache,
+            first_slot=first_slot,
+            starts=list(starts),
+        )
 
 
-def attention(q_BHTD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor,
-              allowed_BTS: torch.Tensor, bias_BTS: torch.Tensor | None) -> torch.Tensor:
+def attention(
+    q_BHTD: torch.Tensor,
+    k_BKSD: torch.Tensor,
+    v_BKSD: torch.Tensor,
+    allowed_BTS: torch.Tensor,
+    bias_BTS: torch.Tensor | None,
+) -> torch.Tensor:
     B, H, T, D = q_BHTD.shape
     K, S = k_BKSD.shape[1], k_BKSD.shape[2]
     G = H // K
@@ -311,8 +342,13 @@ def attention(q_BHTD: torch.Tensor, k_BKSD: torch.Tensor, v_BKSD: torch.Tensor,
     if chunk >= T:
         out = _attend(q_BKGTD, k_BKSD, v_BKSD, bias_BTS)
     else:
-        out = torch.cat([_attend(q_BKGTD[:, :, :, t:t + chunk], k_BKSD, v_BKSD, bias_BTS[:, :, t:t + chunk])
-                         for t in range(0, T, chunk)], dim=3)
+        out = torch.cat(
+            [
+                _attend(q_BKGTD[:, :, :, t : t + chunk], k_BKSD, v_BKSD, bias_BTS[:, :, t : t + chunk])
+                for t in range(0, T, chunk)
+            ],
+            dim=3,
+        )
     return out.view(B, H, T, D)
 
 
@@ -341,17 +377,23 @@ class Block(nn.Module):
         self.input_layernorm = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False)
         self.post_attention_layernorm = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False)
         self.qkv = nn.Parameter(torch.empty(a.q_size + 2 * a.kv_size, a.hidden_size, **e), requires_grad=False)
-        self.qkv_bias = nn.Parameter(torch.empty(a.q_size + 2 * a.kv_size, **e), requires_grad=False) if a.qkv_bias else None
+        self.qkv_bias = (
+            nn.Parameter(torch.empty(a.q_size + 2 * a.kv_size, **e), requires_grad=False) if a.qkv_bias else None
+        )
         self.o = nn.Parameter(torch.empty(a.hidden_size, a.q_size, **e), requires_grad=False)
         self.o_bias = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False) if a.o_bias else None
         self.q_norm = nn.Parameter(torch.empty(a.head_dim, **e), requires_grad=False) if a.qk_norm else None
         self.k_norm = nn.Parameter(torch.empty(a.head_dim, **e), requires_grad=False) if a.qk_norm else None
         self.gate_up = nn.Parameter(torch.empty(2 * a.intermediate_size, a.hidden_size, **e), requires_grad=False)
-        self.gate_up_bias = nn.Parameter(torch.empty(2 * a.intermediate_size, **e), requires_grad=False) if a.mlp_bias else None
+        self.gate_up_bias = (
+            nn.Parameter(torch.empty(2 * a.intermediate_size, **e), requires_grad=False) if a.mlp_bias else None
+        )
         self.down = nn.Parameter(torch.empty(a.hidden_size, a.intermediate_size, **e), requires_grad=False)
         self.down_bias = nn.Parameter(torch.empty(a.hidden_size, **e), requires_grad=False) if a.mlp_bias else None
 
-    def _lora(self, lora, group: tuple[str, ...], sizes: tuple[int, ...], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _lora(
+        self, lora, group: tuple[str, ...], sizes: tuple[int, ...], x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         if lora is None:
             return y
         # The low-rank products run in fp32 whatever the weights' dtype (the adapter's own dtype): in bf16, x·Aᵀ,
@@ -360,8 +402,14 @@ class Block(nn.Module):
         delta = lora.delta(group, sizes, x.float())
         return y if delta is None else (y + delta).to(y.dtype)
 
-    def forward(self, x_BTD: torch.Tensor, ctx: ForwardContext, rope: tuple[torch.Tensor, torch.Tensor],
-                bias_BTS: torch.Tensor | None, lora) -> torch.Tensor:
+    def forward(
+        self,
+        x_BTD: torch.Tensor,
+        ctx: ForwardContext,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        bias_BTS: torch.Tensor | None,
+        lora,
+    ) -> torch.Tensor:
         a = self.args
         B, T, _ = x_BTD.shape
         h = rms_norm(x_BTD, self.input_layernorm, a.rms_norm_eps)
@@ -385,11 +433,11 @@ class Block(nn.Module):
                 cache.v[self.index, rows, :, pos_B] = v_BKTD[:, :, 0]
             else:
                 for b, start in enumerate(ctx.starts):
-                    cache.k[self.index, s0 + b, :, start:start + T] = k_BKTD[b]
-                    cache.v[self.index, s0 + b, :, start:start + T] = v_BKTD[b]
+                    cache.k[self.index, s0 + b, :, start : start + T] = k_BKTD[b]
+                    cache.v[self.index, s0 + b, :, start : start + T] = v_BKTD[b]
             # A view, not a gather: consecutive slots keep decode free of cache copies.
-            k_BKTD = cache.k[self.index, s0:s0 + B, :, :span]
-            v_BKTD = cache.v[self.index, s0:s0 + B, :, :span]
+            k_BKTD = cache.k[self.index, s0 : s0 + B, :, :span]
+            v_BKTD = cache.v[self.index, s0 : s0 + B, :, :span]
         out = attention(q_BHTD, k_BKTD, v_BKTD, ctx.allowed_BTS, bias_BTS)
         out = out.transpose(1, 2).reshape(B, T, a.q_size)
         x_BTD = x_BTD + self._lora(lora, self.g_o, (a.hidden_size,), out, F.linear(out, self.o, self.o_bias))
@@ -410,8 +458,11 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Parameter(torch.empty(args.vocab_size, args.hidden_size, **e), requires_grad=False)
         self.layers = nn.ModuleList(Block(args, i, dtype, device) for i in range(args.num_layers))
         self.norm = nn.Parameter(torch.empty(args.hidden_size, **e), requires_grad=False)
-        self.lm_head = None if args.tie_word_embeddings else nn.Parameter(
-            torch.empty(args.vocab_size, args.hidden_size, **e), requires_grad=False)
+        self.lm_head = (
+            None
+            if args.tie_word_embeddings
+            else nn.Parameter(torch.empty(args.vocab_size, args.hidden_size, **e), requires_grad=False)
+        )
         self.rope = Rope(args, device)
 
     def forward(self, tokens_BT: torch.Tensor, ctx: ForwardContext, lora=None) -> torch.Tensor:
@@ -494,8 +545,10 @@ class Transformer(nn.Module):
             filled.add(name)
         missing = sorted(set(mapping) - filled)
         if missing or unexpected:
-            raise ValueError(f"checkpoint mismatch: missing {missing[:8]}{'…' if len(missing) > 8 else ''}, "
-                             f"unexpected {unexpected[:8]}{'…' if len(unexpected) > 8 else ''}")
+            raise ValueError(
+                f"checkpoint mismatch: missing {missing[:8]}{'…' if len(missing) > 8 else ''}, "
+                f"unexpected {unexpected[:8]}{'…' if len(unexpected) > 8 else ''}"
+            )
 
     @classmethod
     def from_pretrained(cls, folder: str, dtype: torch.dtype, device="cpu") -> Transformer:
@@ -538,8 +591,9 @@ def init_hf_weights(args: ModelArgs, seed: int = 0, std: float = 0.02) -> dict[s
     return out
 
 
-def write_hf_checkpoint(folder: str, config: dict, tensors: dict[str, torch.Tensor],
-                        max_shard_bytes: int | None = None) -> None:
+def write_hf_checkpoint(
+    folder: str, config: dict, tensors: dict[str, torch.Tensor], max_shard_bytes: int | None = None
+) -> None:
     os.makedirs(folder, exist_ok=True)
     W.atomic_write_json(os.path.join(folder, "config.json"), config)
     W.save_checkpoint(tensors, folder, max_shard_bytes)

@@ -35,6 +35,7 @@ class SamplingParams:
     its source is part of the tiny model's weights key (models/make-tiny.ts), so it cannot change without
     retraining that model. The wire never relies on them.
     """
+
     max_tokens: int | None  # None: until the context is full
     temperature: float
     seed: int | None  # None: a fresh random seed
@@ -88,8 +89,16 @@ def new_seed() -> int:
 class SeqSampler:
     """Mutable sampling state of one sequence."""
 
-    def __init__(self, params: SamplingParams, prompt: Sequence[int], index: int, vocab: int,
-                 bias_V: torch.Tensor | None, prompt_mask_V: torch.Tensor | None, device):
+    def __init__(
+        self,
+        params: SamplingParams,
+        prompt: Sequence[int],
+        index: int,
+        vocab: int,
+        bias_V: torch.Tensor | None,
+        prompt_mask_V: torch.Tensor | None,
+        device,
+    ):
         self.params = params
         seed = new_seed() if params.seed is None else (params.seed * 1_000_003 + index) % (1 << 63)
         # CPU generators: the same seed gives the same tokens on any device and in any batch.
@@ -121,8 +130,12 @@ class SampleResult:
     top: list[list[list] | None]  # per row: [[id, logprob], ...] or None
 
 
-def sample_step(logits_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Sequence[int],
-                allowed: tuple[Sequence[int], torch.Tensor] | None = None) -> SampleResult:
+def sample_step(
+    logits_BV: torch.Tensor,
+    rows: Sequence[SeqSampler],
+    eos_ids: Sequence[int],
+    allowed: tuple[Sequence[int], torch.Tensor] | None = None,
+) -> SampleResult:
     """Sample one token per row; row b's state is rows[b]. `allowed`, when given, is (constrained rows, their bool
     [C, V] masks, a constraint's): those rows sample only among their tokens, whatever their other settings."""
     logits_BV = logits_BV.float()
@@ -157,7 +170,11 @@ def _apply_bans(x_BV: torch.Tensor, rows: Sequence[SeqSampler], eos_ids: Sequenc
                 x_BV[b, banned] = float("-inf")
                 banned_any = True
         for word in p.bad_words_ids:
-            if len(word) > 1 and len(r.output) >= len(word) - 1 and r.output[len(r.output) - len(word) + 1:] == word[:-1]:
+            if (
+                len(word) > 1
+                and len(r.output) >= len(word) - 1
+                and r.output[len(r.output) - len(word) + 1 :] == word[:-1]
+            ):
                 x_BV[b, word[-1]] = float("-inf")
                 banned_any = True
     return banned_any
@@ -176,8 +193,9 @@ def _apply_penalties(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> None:
     seen_PV = counts_PV > 0
     prompt_rows = [rows[b].prompt_mask_V for b in pen_rows]
     if any(m is not None for m in prompt_rows):
-        seen_PV = seen_PV | torch.stack([m if m is not None else torch.zeros(V, dtype=torch.bool, device=device)
-                                         for m in prompt_rows])
+        seen_PV = seen_PV | torch.stack(
+            [m if m is not None else torch.zeros(V, dtype=torch.bool, device=device) for m in prompt_rows]
+        )
     # Repetition penalty (CTRL / HF / vLLM): shrink positive logits, push negative ones further down.
     xs_PV = torch.where(seen_PV, torch.where(xs_PV > 0, xs_PV / rep, xs_PV * rep), xs_PV)
     freq = torch.tensor([rows[b].params.frequency_penalty for b in pen_rows], device=device)[:, None]
@@ -185,7 +203,9 @@ def _apply_penalties(x_BV: torch.Tensor, rows: Sequence[SeqSampler]) -> None:
     x_BV[idx] = xs_PV - freq * counts_PV - pres * (counts_PV > 0).float()
 
 
-def _apply_constraints(x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: tuple[Sequence[int], torch.Tensor]) -> None:
+def _apply_constraints(
+    x_BV: torch.Tensor, logits_BV: torch.Tensor, allowed: tuple[Sequence[int], torch.Tensor]
+) -> None:
     """Constrained rows keep only their allowed tokens, in place. Masks are applied by selection (torch.where) on
     the constrained rows alone, never by arithmetic, so no row's values can reach another row."""
     rows, keep_CV = allowed
@@ -291,8 +311,9 @@ def _sample_rows(x_RV: torch.Tensor, rows: Sequence[SeqSampler]) -> torch.Tensor
     if pending:
         p_idx = torch.tensor(pending, device=device)
         nucleus = _top_p_mask(probs[p_idx], top_p[p_idx])
-        picked[p_idx] = _inverse_cdf(draw[p_idx].masked_fill(~nucleus, 0.0),
-                                     _uniforms([rows[i] for i in pending], device))
+        picked[p_idx] = _inverse_cdf(
+            draw[p_idx].masked_fill(~nucleus, 0.0), _uniforms([rows[i] for i in pending], device)
+        )
     return picked
 
 
@@ -319,7 +340,7 @@ def prompt_logprob_entries(logits_TV: torch.Tensor, targets: list[int], k: int) 
     """Entry t: raw logprob of targets[t] as predicted by logits_TV[t], plus the top k."""
     if not targets:
         return []
-    lp_TV = torch.log_softmax(logits_TV[:len(targets)].float(), dim=-1)
+    lp_TV = torch.log_softmax(logits_TV[: len(targets)].float(), dim=-1)
     idx = torch.tensor(targets, device=lp_TV.device)
     chosen = lp_TV.gather(1, idx[:, None]).squeeze(1).tolist()
     tops: list[list] = [[] for _ in chosen]

@@ -53,6 +53,7 @@ TRAINED = "_trained"  # the compute thread's own message: a training-thread op f
 
 class Beside(NamedTuple):
     """What a training-thread op hands over: the adapter to pin meanwhile, the work, and whether it changes weights."""
+
     adapter: L.Adapter | None
     work: Callable[[], dict]
     trains: bool
@@ -79,6 +80,7 @@ class Ticket:
 @dataclass
 class Limits:
     """The serving limits of the command line, named as vLLM names them."""
+
     max_model_len: int | None = None  # tokens per sequence, prompt included (None: the model's)
     max_num_seqs: int = 32  # sequences decoding at once per base
     max_num_batched_tokens: int = 2048  # prompt tokens prefilled between two decode steps
@@ -92,28 +94,44 @@ class Limits:
         beyond max_batch wait in the queue). The prefix cache keeps what the budget leaves (at most four
         full-length prompts); without a budget, one.
         """
-        max_len = args.max_position_embeddings if self.max_model_len is None else \
-            min(self.max_model_len, args.max_position_embeddings)
+        max_len = (
+            args.max_position_embeddings
+            if self.max_model_len is None
+            else min(self.max_model_len, args.max_position_embeddings)
+        )
         if self.kv_cache_memory_bytes is None:
             return max_len, self.max_num_seqs, max_len
         per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * torch.finfo(dtype).bits // 8
         positions = self.kv_cache_memory_bytes // per_token
         if positions < 2:
-            raise ValueError(f"kv_cache_memory_bytes={self.kv_cache_memory_bytes} holds less than 2 positions "
-                             f"({per_token} bytes each)")
+            raise ValueError(
+                f"kv_cache_memory_bytes={self.kv_cache_memory_bytes} holds less than 2 positions "
+                f"({per_token} bytes each)"
+            )
         max_len = min(max_len, positions)
         max_batch = max(1, min(self.max_num_seqs, positions // max_len))
         return max_len, max_batch, min(4 * max_len, positions - max_batch * max_len)
 
     def to_json(self, threads: int) -> dict:
-        return {"max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
-                "max_num_batched_tokens": self.max_num_batched_tokens,
-                "kv_cache_memory_bytes": self.kv_cache_memory_bytes, "threads": threads}
+        return {
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
+            "threads": threads,
+        }
 
 
 class Engine:
-    def __init__(self, device: torch.device, max_adapters: int = 32, limits: Limits | None = None,
-                 matmul_gflops: float = 0.0, dtype: torch.dtype | None = None, check_adapter_values: bool = True):
+    def __init__(
+        self,
+        device: torch.device,
+        max_adapters: int = 32,
+        limits: Limits | None = None,
+        matmul_gflops: float = 0.0,
+        dtype: torch.dtype | None = None,
+        check_adapter_values: bool = True,
+    ):
         self.device = device
         self.check_adapter_values = check_adapter_values  # off only for tests (--skip-adapter-value-check)
         # fp32 on CPU keeps logits within 1e-4 of fp32 references; bf16 is the CPU's speed option (--dtype).
@@ -205,6 +223,7 @@ class Engine:
                 self.reply(rid, {"ok": True})
             else:
                 self.error(rid, error)
+
         self.constraints.compile(req.base, req.constraint).add_done_callback(answer)
 
     def cancel_all(self) -> None:
@@ -222,26 +241,42 @@ class Engine:
             running, waiting, tps = running + r, waiting + w, tps + base.scheduler.tokens_per_second()
         with self.lock:  # generate requests still in the job queue are waiting too
             queued = sum(1 for t in self.tickets.values() if t.req is None and not t.cancelled)
-        return {"device": self.device.type, "dtype": str(self.default_dtype).replace("torch.", ""),
-                "matmul_gflops": self.matmul_gflops, "bases": list(self.bases), "adapters": self.adapters.keys(),
-                "max_adapters": self.adapters.max_adapters, "running": running, "waiting": waiting + queued,
-                "tokens_per_second": tps, "rss_bytes": rss_bytes(), "memory": self.memory()}
+        return {
+            "device": self.device.type,
+            "dtype": str(self.default_dtype).replace("torch.", ""),
+            "matmul_gflops": self.matmul_gflops,
+            "bases": list(self.bases),
+            "adapters": self.adapters.keys(),
+            "max_adapters": self.adapters.max_adapters,
+            "running": running,
+            "waiting": waiting + queued,
+            "tokens_per_second": tps,
+            "rss_bytes": rss_bytes(),
+            "memory": self.memory(),
+        }
 
     def memory(self) -> dict:
         """Where the engine's memory goes: weights, KV and prefix caches, adapters (with optimizer moments), and
         on CUDA the allocator's view of the device (allocated now, peak, reserved, and the device's total)."""
-        report = {"weights_bytes": 0, "kv_cache_bytes": 0, "prefix_cache_bytes": 0,
-                  "adapters_bytes": self.adapters.nbytes()}
+        report = {
+            "weights_bytes": 0,
+            "kv_cache_bytes": 0,
+            "prefix_cache_bytes": 0,
+            "adapters_bytes": self.adapters.nbytes(),
+        }
         for base in list(self.bases.values()):
             report["weights_bytes"] += sum(p.numel() * p.element_size() for p in base.model.parameters())
             for key, value in base.scheduler.memory().items():
                 report[key] += value
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
-            report.update(device_allocated_bytes=torch.cuda.memory_allocated(self.device),
-                          device_peak_bytes=torch.cuda.max_memory_allocated(self.device),
-                          device_reserved_bytes=torch.cuda.memory_reserved(self.device),
-                          device_free_bytes=free, device_total_bytes=total)
+            report.update(
+                device_allocated_bytes=torch.cuda.memory_allocated(self.device),
+                device_peak_bytes=torch.cuda.max_memory_allocated(self.device),
+                device_reserved_bytes=torch.cuda.memory_reserved(self.device),
+                device_free_bytes=free,
+                device_total_bytes=total,
+            )
         return report
 
     # --- compute thread ------------------------------------------------------
@@ -373,9 +408,14 @@ class Engine:
         if base is None:
             base = self._load(req.base, req.path, dtype)
         a = base.model.args
-        return {"vocab_size": a.vocab_size, "context_length": base.max_len, "eos_token_ids": a.eos_token_ids,
-                "num_parameters": base.model.num_parameters(), "max_num_seqs": base.scheduler.config.max_batch,
-                "constraint_kinds": base.constraint_kinds}
+        return {
+            "vocab_size": a.vocab_size,
+            "context_length": base.max_len,
+            "eos_token_ids": a.eos_token_ids,
+            "num_parameters": base.model.num_parameters(),
+            "max_num_seqs": base.scheduler.config.max_batch,
+            "constraint_kinds": base.constraint_kinds,
+        }
 
     def _load(self, name: str, path: str, dtype: torch.dtype) -> Base:
         if not os.path.isdir(path):
@@ -388,20 +428,32 @@ class Engine:
         model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)
         max_len, max_batch, prefix_tokens = self.limits.sized(args, dtype)
         budget = self.limits.max_num_batched_tokens
-        sched = Scheduler(model, args.eos_token_ids, SchedulerConfig(
-            max_batch=max_batch, max_len=max_len, prefill_budget=budget, prefill_chunk=min(512, budget),
-            prefix_cache_tokens=prefix_tokens))
+        sched = Scheduler(
+            model,
+            args.eos_token_ids,
+            SchedulerConfig(
+                max_batch=max_batch,
+                max_len=max_len,
+                prefill_budget=budget,
+                prefill_chunk=min(512, budget),
+                prefix_cache_tokens=prefix_tokens,
+            ),
+        )
         kinds = self.constraints.add_base(name, path, args.vocab_size, args.eos_token_ids)
         base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len, constraint_kinds=kinds)
         self.bases[name] = base
-        log(f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s")
+        log(
+            f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s"
+        )
         return base
 
     def ensure_adapter(self, rid, req: wire.EnsureAdapter) -> dict:
         base = self._base(req.base)
         if req.adapter in self.adapters:
             if self.adapters.get(req.adapter).base != base.name:
-                raise ValueError(f"adapter {req.adapter!r} is resident for base {self.adapters.get(req.adapter).base!r}")
+                raise ValueError(
+                    f"adapter {req.adapter!r} is resident for base {self.adapters.get(req.adapter).base!r}"
+                )
             return {"loaded": False}
         if req.path is not None:
             adapter = self._load_peft(req.adapter, base, req.path)
@@ -448,8 +500,16 @@ class Engine:
             if adapter is not None:
                 adapter.pins -= 1
 
-        gen = GenRequest(id=rid, prompt=req.prompt, params=req.params, emit=lambda m: self.reply(rid, m, done=False),
-                         finish=finish, adapter=adapter, on_release=release, constraint=constraint)
+        gen = GenRequest(
+            id=rid,
+            prompt=req.prompt,
+            params=req.params,
+            emit=lambda m: self.reply(rid, m, done=False),
+            finish=finish,
+            adapter=adapter,
+            on_release=release,
+            constraint=constraint,
+        )
         base.scheduler.submit(gen)  # validates; raises before anything is pinned
         if adapter is not None:
             adapter.pins += 1
@@ -476,8 +536,22 @@ class Engine:
             reference = self._adapter(req.reference, base)
         finally:
             adapter.pins -= 1
-        return Beside(adapter, lambda: {"metrics": train_step(base.model, adapter, req.loss, req.rows, req.loss_config,
-                                                              req.optimizer, reference, req.logprob_chunk_size)}, True)
+        return Beside(
+            adapter,
+            lambda: {
+                "metrics": train_step(
+                    base.model,
+                    adapter,
+                    req.loss,
+                    req.rows,
+                    req.loss_config,
+                    req.optimizer,
+                    reference,
+                    req.logprob_chunk_size,
+                )
+            },
+            True,
+        )
 
     # --- token-level training (Tinker's primitives; numerics in steps.py) ----
 
@@ -485,8 +559,11 @@ class Engine:
         base = self._base(req.base)
         wire.check_step_rows(req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
         adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), base) if req.adapter else None
-        return Beside(adapter, lambda: steps.forward_backward(base.model, adapter, req.loss, req.loss_config, req.rows,
-                                                              req.backward), False)
+        return Beside(
+            adapter,
+            lambda: steps.forward_backward(base.model, adapter, req.loss, req.loss_config, req.rows, req.backward),
+            False,
+        )
 
     def optim_step(self, rid, req: wire.OptimStep) -> Beside:
         adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), self._base(req.base))
@@ -502,8 +579,9 @@ class Engine:
     def load_state(self, rid, req: wire.LoadState) -> dict:
         """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
         base = self._base(req.base)
-        adapter = steps.load_state(req.adapter, base.name, req.path, base.model.args, base.model.device,
-                                   self.check_adapter_values)
+        adapter = steps.load_state(
+            req.adapter, base.name, req.path, base.model.args, base.model.device, self.check_adapter_values
+        )
         if req.adapter in self.adapters:
             old = self.adapters.get(req.adapter)
             for b in self.bases.values():
@@ -516,6 +594,7 @@ class Engine:
 class Op(NamedTuple):
     """One op: its parser (wire.py), its handler (an Engine method taking the request id and the parsed request),
     the thread it runs on, and what the reader does before queuing it."""
+
     parse: Callable[[dict], Any]
     run: Callable[[Engine, str, Any], Any]
     thread: str
@@ -544,7 +623,11 @@ OPS: dict[str, Op] = {
 
 def supports() -> dict:
     """What this engine can run, announced in its ready frame so the server validates against it (no copies)."""
-    return {"model_types": list(ARCHITECTURES), "architectures": list(ARCHITECTURES.values()),
-            "rope_types": list(ROPE_TYPES), "lora_targets": list(L.SUPPORTED_TARGETS),
-            "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(steps.LOSS_CONFIG_KEYS)},
-            "dtypes": list(DTYPES)}
+    return {
+        "model_types": list(ARCHITECTURES),
+        "architectures": list(ARCHITECTURES.values()),
+        "rope_types": list(ROPE_TYPES),
+        "lora_targets": list(L.SUPPORTED_TARGETS),
+        "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(steps.LOSS_CONFIG_KEYS)},
+        "dtypes": list(DTYPES),
+    }

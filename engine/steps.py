@@ -44,10 +44,10 @@ LOSS_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
 RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo")
 
 
-
 @dataclass
 class StepRow:
     """One datum: tokens_T[t] is the model input whose next-token distribution scores target_tokens_T[t]."""
+
     tokens_T: torch.Tensor  # int64
     target_tokens_T: torch.Tensor  # int64
     weights_T: torch.Tensor  # float32
@@ -65,9 +65,18 @@ class _Thresholds(LossConfig):
 
     def __init__(self, ppo: bool, low: float, high: float):
         # Every knob named (none has a default once the engine keeps none); all off but the clip.
-        super().__init__(ppo=ppo, epsilon=1.0 - low, epsilon_high=high - 1.0, importance_sampling_level="token",
-                         max_negative_advantage_importance_sampling_weight=None, mask_prob_ratio=False, k2_tau=None,
-                         truncated_importance_sampling=None, kl_penalty_coef=0.0, kl_penalty_source="current_learner")
+        super().__init__(
+            ppo=ppo,
+            epsilon=1.0 - low,
+            epsilon_high=high - 1.0,
+            importance_sampling_level="token",
+            max_negative_advantage_importance_sampling_weight=None,
+            mask_prob_ratio=False,
+            k2_tau=None,
+            truncated_importance_sampling=None,
+            kl_penalty_coef=0.0,
+            kl_penalty_source="current_learner",
+        )
         self.low, self.high = low, high  # exact: 1 - (1 - low) need not give low back
 
     def bounds(self) -> tuple:
@@ -84,7 +93,7 @@ def target_logprobs(model: Transformer, tokens_T: torch.Tensor, targets_T: torch
     chunk = max(1, LOGITS_CHUNK_ELEMENTS // model.args.vocab_size)
     parts = []
     for s in range(0, T, chunk):
-        h_CD, t_C = h_TD[s:s + chunk], targets_T[s:s + chunk]
+        h_CD, t_C = h_TD[s : s + chunk], targets_T[s : s + chunk]
         if torch.is_grad_enabled() and chunk < T:
             lp_C, _ = checkpoint(_head_stats, model, h_CD, t_C, use_reentrant=False)
         else:
@@ -109,8 +118,9 @@ def token_loss(loss: str, cfg: dict[str, float], logprobs_T: torch.Tensor, row: 
     # ppo: -min(r·A, clip(r)·A); cispo: -sg(clip(r))·logp·A: rl_token_loss's two token-level branches.
     clip = _Thresholds(loss == "ppo", cfg["clip_low_threshold"], cfg["clip_high_threshold"])
     ones_T = torch.ones_like(logprobs_T)
-    loss_T, _ = rl_token_loss(logprobs_T, old_T, None, adv_T, ones_T, torch.zeros_like(row.tokens_T, device=device),
-                              clip, None)
+    loss_T, _ = rl_token_loss(
+        logprobs_T, old_T, None, adv_T, ones_T, torch.zeros_like(row.tokens_T, device=device), clip, None
+    )
     return loss_T * w_T
 
 
@@ -123,8 +133,14 @@ def _gspo_token_loss(logprobs_T, old_T, adv_T, in_ratio_T, cfg: dict[str, float]
     return -torch.min(ratio_T * adv_T, clipped_T * adv_T)
 
 
-def forward_backward(model: Transformer, adapter: L.Adapter | None, loss: str, loss_config: dict[str, float],
-                     rows: list[StepRow], backward: bool) -> dict:
+def forward_backward(
+    model: Transformer,
+    adapter: L.Adapter | None,
+    loss: str,
+    loss_config: dict[str, float],
+    rows: list[StepRow],
+    backward: bool,
+) -> dict:
     """Per row: logprobs and elementwise loss; with `backward`, the summed loss's gradient is ADDED to the adapter's.
 
     A row whose loss is not finite fails the call (TrainingDiverged) with the accumulated gradient as it was before it.
@@ -143,16 +159,25 @@ def forward_backward(model: Transformer, adapter: L.Adapter | None, loss: str, l
                 if backward:
                     for p, g in zip(adapter.parameters(), grads_before):
                         p.grad = g
-                raise TrainingDiverged(f"training diverged: the loss of rows[{len(outputs)}] is not finite; "
-                                       "the accumulated gradient is as it was before this call")
+                raise TrainingDiverged(
+                    f"training diverged: the loss of rows[{len(outputs)}] is not finite; "
+                    "the accumulated gradient is as it was before this call"
+                )
             if backward:
                 row_loss.backward()  # one row's graph at a time; .grad sums across rows and calls
             total += float(row_loss.detach())
-            outputs.append({"logprobs": logprobs_T.detach().float().cpu().tolist(),
-                            "elementwise_loss": loss_T.detach().float().cpu().tolist()})
+            outputs.append(
+                {
+                    "logprobs": logprobs_T.detach().float().cpu().tolist(),
+                    "elementwise_loss": loss_T.detach().float().cpu().tolist(),
+                }
+            )
     tokens = sum(int(r.tokens_T.shape[0]) for r in rows)
-    return {"outputs": outputs, "loss": total,
-            "metrics": {"loss:sum": total, "num_tokens": float(tokens), "step_seconds": time.perf_counter() - t0}}
+    return {
+        "outputs": outputs,
+        "loss": total,
+        "metrics": {"loss:sum": total, "num_tokens": float(tokens), "step_seconds": time.perf_counter() - t0},
+    }
 
 
 def optim_step(adapter: L.Adapter, p: AdamW) -> dict:

@@ -38,6 +38,7 @@ KL_SOURCES = ("current_learner", "sample")
 @dataclass
 class LossConfig:
     """The RL knobs of ../shared/spec/rl-loss.md, every one sent by the server; None turns a knob off."""
+
     ppo: bool
     epsilon: float  # the clip's lower bound is 1 - epsilon
     epsilon_high: float  # the clip's upper bound is 1 + epsilon_high
@@ -56,6 +57,7 @@ class LossConfig:
 @dataclass
 class AdamW:
     """The optimizer's hyperparameters, from either wire form (train_step's `optimizer`, optim_step's `adam`)."""
+
     learning_rate: float
     beta1: float
     beta2: float
@@ -97,8 +99,9 @@ def logits_chunk(model: Transformer, requested: int | None) -> int:
     return bound if requested is None else min(requested, bound)
 
 
-def row_logprobs(model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor, lora,
-                 chunk_size: int | None = None) -> tuple:
+def row_logprobs(
+    model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor, lora, chunk_size: int | None = None
+) -> tuple:
     """(logprobs_T, entropy_T, valid_T): entry t scores tokens[t] given the earlier tokens of its segment."""
     device = model.device
     tokens_T, seg_T = tokens_T.to(device), seg_T.to(device)
@@ -108,7 +111,7 @@ def row_logprobs(model: Transformer, tokens_T: torch.Tensor, seg_T: torch.Tensor
     chunk = logits_chunk(model, chunk_size)
     lps, ents = [], []
     for s in range(0, T - 1, chunk):
-        h_c, t_c = h_pred[s:s + chunk], targets[s:s + chunk]
+        h_c, t_c = h_pred[s : s + chunk], targets[s : s + chunk]
         if torch.is_grad_enabled() and chunk < T - 1:
             # Recompute this chunk's logits in backward instead of keeping all T x V of them.
             lp, ent = checkpoint(_head_stats, model, h_c, t_c, use_reentrant=False)
@@ -148,6 +151,7 @@ LOG_RATIO_BOUND = 20.0  # ART 0.5.23 clamps log-ratios here before exp (fp32 ran
 @dataclass
 class TokenLossStats:
     """What rl_token_loss measured besides the loss, for a step's metrics (all detached)."""
+
     kl: torch.Tensor | None  # the row's mean KL to the reference over trainable tokens; None: no penalty
     ratio_T: torch.Tensor  # the importance ratio after the sampling level, before caps and masks
     clipped_T: torch.Tensor  # bool: the ratio lies outside the loss's clip range (PPO: on the side the sign of A clips)
@@ -184,8 +188,7 @@ def _clipped(ratio_T, adv_T, cfg: LossConfig) -> torch.Tensor:
     return (r < lo) | (r > hi)
 
 
-def rl_token_loss(new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfig,
-                  ref_T: torch.Tensor | None) -> tuple:
+def rl_token_loss(new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfig, ref_T: torch.Tensor | None) -> tuple:
     """Per-token policy loss L_t of rl-loss.md (before weights and mask), and its TokenLossStats."""
     old_T = torch.where(torch.isnan(old_T), new_T.detach(), old_T)  # missing: sampled by this policy
     delta_T = new_T - old_T
@@ -210,7 +213,9 @@ def rl_token_loss(new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfi
         tis_T = torch.exp(old_T - original_T).detach()
         truncated_T = tis_T > cfg.truncated_importance_sampling
         loss_T = loss_T * tis_T.clamp(max=cfg.truncated_importance_sampling)
-    stats = TokenLossStats(kl=kl, ratio_T=raw_ratio_T.detach(), clipped_T=_clipped(raw_ratio_T, adv_T, cfg), truncated_T=truncated_T)
+    stats = TokenLossStats(
+        kl=kl, ratio_T=raw_ratio_T.detach(), clipped_T=_clipped(raw_ratio_T, adv_T, cfg), truncated_T=truncated_T
+    )
     return loss_T, stats
 
 
@@ -227,6 +232,7 @@ def _probs_corr(old: torch.Tensor, new: torch.Tensor) -> float:
 @dataclass
 class _Tally:
     """What a train step sums over its rows for the metrics it reports."""
+
     loss: float = 0.0
     entropy: float = 0.0
     kls: list[float] = field(default_factory=list)
@@ -239,9 +245,16 @@ class _Tally:
     truncated: float | None = None  # None: truncated importance sampling did not run
 
 
-def train_step(model: Transformer, adapter: Adapter, loss: str, rows: Sequence[Row], loss_cfg: LossConfig | None,
-               opt_cfg: AdamW, reference: Adapter | None = None,
-               logprob_chunk_size: int | None = None) -> dict[str, float]:
+def train_step(
+    model: Transformer,
+    adapter: Adapter,
+    loss: str,
+    rows: Sequence[Row],
+    loss_cfg: LossConfig | None,
+    opt_cfg: AdamW,
+    reference: Adapter | None = None,
+    logprob_chunk_size: int | None = None,
+) -> dict[str, float]:
     """One AdamW step over all rows (gradients accumulated row by row); the KL reference is `reference`, else the base.
 
     `loss_cfg` is the RL loss's configuration (None for SFT); `logprob_chunk_size` the positions whose logits are
@@ -289,8 +302,9 @@ def _rl_row_loss(row: Row, new_T, ent_T, mask_T, w_T, cfg: LossConfig, ref_T, R:
     device = new_T.device
     old_T = row.logprobs_T.to(device)
     orig_T = row.original_T.to(device) if row.original_T is not None else None
-    loss_T, stats = rl_token_loss(new_T, old_T, orig_T, row.advantages_T.to(device), mask_T,
-                                  row.segment_ids_T.to(device), cfg, ref_T)
+    loss_T, stats = rl_token_loss(
+        new_T, old_T, orig_T, row.advantages_T.to(device), mask_T, row.segment_ids_T.to(device), cfg, ref_T
+    )
     m_sum = mask_T.sum()
     row_loss = (loss_T * w_T * mask_T).sum() / (m_sum + 1e-18)
     tally.entropy += float((ent_T * w_T * mask_T).sum() / (m_sum + 1e-18))
@@ -370,8 +384,9 @@ def guarded_step(adapter: Adapter, opt: torch.optim.Optimizer) -> None:
     raise TrainingDiverged(f"training diverged: the step would leave {problem}; the step was not applied")
 
 
-def _step_metrics(loss: str, rows: Sequence[Row], tally: _Tally, total_mask: float, grad_norm: float,
-                  opt_cfg: AdamW, elapsed: float) -> dict[str, float]:
+def _step_metrics(
+    loss: str, rows: Sequence[Row], tally: _Tally, total_mask: float, grad_norm: float, opt_cfg: AdamW, elapsed: float
+) -> dict[str, float]:
     tokens = sum(r.tokens_T.shape[0] for r in rows)
     metrics = {
         "loss": tally.loss,

@@ -23,6 +23,7 @@ from typing import BinaryIO, Protocol
 
 class Engine(Protocol):
     """What the transport needs of the engine (server.py's Engine has it): no import of server.py, so no circle."""
+
     send: Callable[[dict], None]
 
     def handle(self, msg) -> None: ...
@@ -33,6 +34,7 @@ class Engine(Protocol):
 
 
 MAX_FRAME = 512 * 1024 * 1024
+
 
 def log(msg: str) -> None:
     sys.stderr.write(f"{time.strftime('%H:%M:%S')} engine: {msg}\n")
@@ -126,8 +128,11 @@ def authenticate(rfile: BinaryIO, wfile: BinaryIO, secret: str) -> bool:
     rid = msg.get("id") if isinstance(msg, dict) and isinstance(msg.get("id"), str) else None
     given = msg.get("secret") if isinstance(msg, dict) and msg.get("op") == "auth" else None
     ok = isinstance(given, str) and hmac.compare_digest(given.encode("utf-8"), secret.encode("utf-8"))
-    reply = {"id": rid, "done": True, "authenticated": True} if ok else \
-        {"id": rid, "done": True, "error": {"code": "unauthorized", "message": "wrong or missing engine secret"}}
+    reply = (
+        {"id": rid, "done": True, "authenticated": True}
+        if ok
+        else {"id": rid, "done": True, "error": {"code": "unauthorized", "message": "wrong or missing engine secret"}}
+    )
     try:
         wfile.write(encode_frame(reply))
         wfile.flush()

@@ -64,8 +64,9 @@ def _decode(buf: bytearray, entry: dict, name: str, path: str) -> torch.Tensor:
     for s in shape:
         numel *= s
     if len(buf) != numel * ITEMSIZE[dtype_name]:
-        raise ValueError(f"{path}: tensor {name} has {len(buf)} bytes, shape {shape} needs "
-                         f"{numel * ITEMSIZE[dtype_name]}")
+        raise ValueError(
+            f"{path}: tensor {name} has {len(buf)} bytes, shape {shape} needs {numel * ITEMSIZE[dtype_name]}"
+        )
     if numel == 0:
         return torch.empty(shape, dtype=DTYPES[dtype_name])
     # frombuffer shares memory with the bytearray we own: no second copy.
@@ -157,8 +158,11 @@ def save_file(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, s
         if t.dtype not in DTYPE_NAMES:
             raise ValueError(f"cannot save tensor {name} of dtype {t.dtype}")
         blob = _tensor_bytes(t)
-        header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
+        header[name] = {
+            "dtype": DTYPE_NAMES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
         blobs.append(blob)
         offset += len(blob)
     header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")

@@ -93,8 +93,9 @@ class Fields:
             raise self.fail(name, f"in [{lo}, {hi}] (got {v})")
         return v
 
-    def num(self, name: str, nullable: bool = False, lo: float = -math.inf, hi: float = math.inf,
-            lo_open: bool = False) -> float | None:
+    def num(
+        self, name: str, nullable: bool = False, lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False
+    ) -> float | None:
         v = self.get(name, nullable)
         if v is None:
             return None
@@ -147,9 +148,11 @@ class Fields:
 
 # --- request dataclasses ------------------------------------------------------
 
+
 @dataclass
 class AdapterRef:
     """An adapter by engine key, loaded from `path` when not resident; key None: the base alone."""
+
     key: str | None
     path: str | None
 
@@ -251,6 +254,7 @@ class LoadState:
 
 # --- one parser per op --------------------------------------------------------
 
+
 def parse_load_base(msg: dict) -> LoadBase:
     f = Fields("load_base", msg)
     dtype = f.str("dtype", nullable=True, choices=tuple(DTYPES)) if "dtype" in msg else None
@@ -273,8 +277,12 @@ def _lora_init(f: Fields) -> LoraConfig:
     targets = f.get("target_modules")
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise f.fail("target_modules", "a non-empty list of module names")
-    return LoraConfig(rank=f.int("rank", lo=1), alpha=f.num("alpha", lo=0.0, lo_open=True),
-                      target_modules=tuple(targets), seed=f.int("seed", lo=0))
+    return LoraConfig(
+        rank=f.int("rank", lo=1),
+        alpha=f.num("alpha", lo=0.0, lo_open=True),
+        target_modules=tuple(targets),
+        seed=f.int("seed", lo=0),
+    )
 
 
 def parse_save_adapter(msg: dict) -> SaveAdapter:
@@ -304,8 +312,13 @@ def _adapter_ref(f: Fields, key_name: str, path_name: str, required: bool) -> Ad
 
 def parse_generate(msg: dict) -> Generate:
     f = Fields("generate", msg)
-    return Generate(base=f.str("base"), adapter=_adapter_ref(f, "adapter", "adapter_path", True), prompt=f.ints("prompt"),
-                    params=_sampling(f), constraint=_constraint(f) if f.has("constraint") else None)
+    return Generate(
+        base=f.str("base"),
+        adapter=_adapter_ref(f, "adapter", "adapter_path", True),
+        prompt=f.ints("prompt"),
+        params=_sampling(f),
+        constraint=_constraint(f) if f.has("constraint") else None,
+    )
 
 
 def parse_check_constraint(msg: dict) -> CheckConstraint:
@@ -356,16 +369,25 @@ def _constraint_value(c: Fields, kind: str):
 def _sampling(f: Fields) -> SamplingParams:
     top_k = f.bounded("top_k")
     p = SamplingParams(
-        max_tokens=f.int("max_tokens", nullable=True, lo=1), min_tokens=f.int("min_tokens", lo=0),
-        ignore_eos=f.bool("ignore_eos"), stop_token_ids=tuple(f.ints("stop_token_ids")),
-        temperature=f.bounded("temperature"), top_p=f.bounded("top_p"),
-        top_k=-1 if top_k in (0, -1) else top_k, min_p=f.bounded("min_p"),
-        presence_penalty=f.bounded("presence_penalty"), frequency_penalty=f.bounded("frequency_penalty"),
+        max_tokens=f.int("max_tokens", nullable=True, lo=1),
+        min_tokens=f.int("min_tokens", lo=0),
+        ignore_eos=f.bool("ignore_eos"),
+        stop_token_ids=tuple(f.ints("stop_token_ids")),
+        temperature=f.bounded("temperature"),
+        top_p=f.bounded("top_p"),
+        top_k=-1 if top_k in (0, -1) else top_k,
+        min_p=f.bounded("min_p"),
+        presence_penalty=f.bounded("presence_penalty"),
+        frequency_penalty=f.bounded("frequency_penalty"),
         repetition_penalty=f.bounded("repetition_penalty"),
-        logit_bias=_logit_bias(f), allowed_token_ids=f.ints("allowed_token_ids", nullable=True),
-        bad_words_ids=_bad_words(f), seed=f.int("seed", nullable=True),
-        logprobs=f.int("logprobs", nullable=True, lo=0), prompt_logprobs=f.int("prompt_logprobs", nullable=True, lo=0),
-        n=f.bounded("n"))
+        logit_bias=_logit_bias(f),
+        allowed_token_ids=f.ints("allowed_token_ids", nullable=True),
+        bad_words_ids=_bad_words(f),
+        seed=f.int("seed", nullable=True),
+        logprobs=f.int("logprobs", nullable=True, lo=0),
+        prompt_logprobs=f.int("prompt_logprobs", nullable=True, lo=0),
+        n=f.bounded("n"),
+    )
     if p.allowed_token_ids is not None and not p.allowed_token_ids:
         raise f.fail("allowed_token_ids", "null or a non-empty list")
     if p.max_tokens is not None and p.min_tokens > p.max_tokens:
@@ -391,16 +413,22 @@ def _logit_bias(f: Fields) -> dict[int, float]:
 
 def _bad_words(f: Fields) -> list[list[int]]:
     raw = f.get("bad_words_ids")
-    if not isinstance(raw, list) or not all(isinstance(w, list) and w for w in raw) or \
-            any(isinstance(t, bool) or not isinstance(t, int) for w in raw for t in w):
+    if (
+        not isinstance(raw, list)
+        or not all(isinstance(w, list) and w for w in raw)
+        or any(isinstance(t, bool) or not isinstance(t, int) for w in raw for t in w)
+    ):
         raise f.fail("bad_words_ids", "a list of non-empty token id lists")
     return [list(w) for w in raw]
 
 
 def parse_forward(msg: dict) -> Forward:
     f = Fields("forward", msg)
-    return Forward(base=f.str("base"), adapter=_adapter_ref(f, "adapter", "adapter_path", True),
-                   rows=[_row(r, None) for r in f.objects("rows")])
+    return Forward(
+        base=f.str("base"),
+        adapter=_adapter_ref(f, "adapter", "adapter_path", True),
+        rows=[_row(r, None) for r in f.objects("rows")],
+    )
 
 
 def parse_train_step(msg: dict) -> TrainStep:
@@ -409,11 +437,16 @@ def parse_train_step(msg: dict) -> TrainStep:
     adapter = _adapter_ref(f, "adapter", "adapter_path", True)
     if adapter.key is None:
         raise f.fail("adapter", "an adapter key (train_step trains one)")
-    return TrainStep(base=f.str("base"), adapter=adapter, loss=loss, rows=[_row(r, loss) for r in f.objects("rows")],
-                     loss_config=_loss_config(f.object("loss_config")) if loss == "rl" else None,
-                     optimizer=_optimizer(f.object("optimizer")),
-                     reference=_adapter_ref(f, "reference_adapter", "reference_adapter_path", False),
-                     logprob_chunk_size=f.int("logprob_chunk_size", nullable=True, lo=1) if "logprob_chunk_size" in f.obj else None)
+    return TrainStep(
+        base=f.str("base"),
+        adapter=adapter,
+        loss=loss,
+        rows=[_row(r, loss) for r in f.objects("rows")],
+        loss_config=_loss_config(f.object("loss_config")) if loss == "rl" else None,
+        optimizer=_optimizer(f.object("optimizer")),
+        reference=_adapter_ref(f, "reference_adapter", "reference_adapter_path", False),
+        logprob_chunk_size=f.int("logprob_chunk_size", nullable=True, lo=1) if "logprob_chunk_size" in f.obj else None,
+    )
 
 
 def _row(f: Fields, loss: str | None) -> Row:
@@ -426,8 +459,15 @@ def _row(f: Fields, loss: str | None) -> Row:
     if len(seg) != T:
         raise f.fail("segment_ids", f"a list with one entry per token ({T})")
     seg_T = torch.tensor(seg)
-    row = Row(tokens_T=torch.tensor(tokens), segment_ids_T=seg_T, mask_T=torch.zeros(T), weights_T=torch.ones(T),
-              advantages_T=torch.zeros(T), logprobs_T=torch.full((T,), float("nan")), original_T=None)
+    row = Row(
+        tokens_T=torch.tensor(tokens),
+        segment_ids_T=seg_T,
+        mask_T=torch.zeros(T),
+        weights_T=torch.ones(T),
+        advantages_T=torch.zeros(T),
+        logprobs_T=torch.full((T,), float("nan")),
+        original_T=None,
+    )
     if loss is None:
         return row
     mask = f.get("mask")
@@ -451,14 +491,19 @@ def _loss_config(f: Fields) -> LossConfig:
     if unknown:
         raise WireError(f"train_step: loss_config keys not implemented: {', '.join(unknown)}")
     return LossConfig(
-        ppo=f.bool("ppo"), epsilon=f.num("epsilon", lo=0.0, lo_open=True),
+        ppo=f.bool("ppo"),
+        epsilon=f.num("epsilon", lo=0.0, lo_open=True),
         epsilon_high=f.num("epsilon_high", lo=0.0, lo_open=True),
         importance_sampling_level=f.str("importance_sampling_level", choices=IS_LEVELS),
         max_negative_advantage_importance_sampling_weight=f.num(
-            "max_negative_advantage_importance_sampling_weight", nullable=True),
-        mask_prob_ratio=f.bool("mask_prob_ratio"), k2_tau=f.num("k2_tau", nullable=True),
+            "max_negative_advantage_importance_sampling_weight", nullable=True
+        ),
+        mask_prob_ratio=f.bool("mask_prob_ratio"),
+        k2_tau=f.num("k2_tau", nullable=True),
         truncated_importance_sampling=f.num("truncated_importance_sampling", nullable=True),
-        kl_penalty_coef=f.num("kl_penalty_coef", lo=0.0), kl_penalty_source=f.str("kl_penalty_source", choices=KL_SOURCES))
+        kl_penalty_coef=f.num("kl_penalty_coef", lo=0.0),
+        kl_penalty_source=f.str("kl_penalty_source", choices=KL_SOURCES),
+    )
 
 
 # train_step's optimizer has no eps on the wire: AdamW's usual 1e-8, the value its steps have always used.
@@ -467,15 +512,24 @@ TRAIN_STEP_EPS = 1e-8
 
 def _optimizer(f: Fields) -> AdamW:
     betas = f.get("betas")
-    if not isinstance(betas, list) or len(betas) != 2 or \
-            not all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+    if (
+        not isinstance(betas, list)
+        or len(betas) != 2
+        or not all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)
+    ):
         raise f.fail("betas", "two numbers in [0, 1)")
-    return AdamW(learning_rate=f.num("learning_rate", lo=0.0), beta1=float(betas[0]), beta2=float(betas[1]),
-                 eps=TRAIN_STEP_EPS, weight_decay=f.num("weight_decay", lo=0.0),
-                 grad_clip_norm=f.num("max_grad_norm"))
+    return AdamW(
+        learning_rate=f.num("learning_rate", lo=0.0),
+        beta1=float(betas[0]),
+        beta2=float(betas[1]),
+        eps=TRAIN_STEP_EPS,
+        weight_decay=f.num("weight_decay", lo=0.0),
+        grad_clip_norm=f.num("max_grad_norm"),
+    )
 
 
 # --- the token-level training ops (steps.py) -----------------------------------
+
 
 def parse_forward_backward(msg: dict) -> ForwardBackward:
     f = Fields("forward_backward", msg)
@@ -486,9 +540,14 @@ def parse_forward_backward(msg: dict) -> ForwardBackward:
     adapter = f.str("adapter", nullable=True)
     if adapter is None and backward:
         raise f.fail("adapter", "an adapter key when backward is true")
-    return ForwardBackward(base=f.str("base"), adapter=adapter, loss=loss,
-                           loss_config=_step_loss_config(f.object("loss_config"), loss), backward=backward,
-                           rows=[_step_row(r, loss) for r in f.objects("rows")])
+    return ForwardBackward(
+        base=f.str("base"),
+        adapter=adapter,
+        loss=loss,
+        loss_config=_step_loss_config(f.object("loss_config"), loss),
+        backward=backward,
+        rows=[_step_row(r, loss) for r in f.objects("rows")],
+    )
 
 
 def _step_loss_config(f: Fields, loss: str) -> dict[str, float]:
@@ -508,8 +567,13 @@ def _step_row(f: Fields, loss: str) -> StepRow:
     targets = f.ints("target_tokens")
     if len(targets) != T:
         raise f.fail("target_tokens", f"a list with one entry per token ({T}, has {len(targets)})")
-    row = StepRow(tokens_T=torch.tensor(tokens), target_tokens_T=torch.tensor(targets),
-                  weights_T=f.floats("weights", T, nullable_entries=False), sampler_logprobs_T=None, advantages_T=None)
+    row = StepRow(
+        tokens_T=torch.tensor(tokens),
+        target_tokens_T=torch.tensor(targets),
+        weights_T=f.floats("weights", T, nullable_entries=False),
+        sampler_logprobs_T=None,
+        advantages_T=None,
+    )
     for key, attr in (("logprobs", "sampler_logprobs_T"), ("advantages", "advantages_T")):
         if loss in RL_LOSSES or f.has(key):
             setattr(row, attr, f.floats(key, T, nullable_entries=False))
@@ -523,9 +587,14 @@ def _step_row(f: Fields, loss: str) -> StepRow:
 def parse_optim_step(msg: dict) -> OptimStep:
     f = Fields("optim_step", msg)
     a = f.object("adam")
-    p = AdamW(learning_rate=a.num("learning_rate", lo=0.0), beta1=a.num("beta1", lo=0.0, hi=0.999999),
-              beta2=a.num("beta2", lo=0.0, hi=0.999999), eps=a.num("eps", lo=0.0),
-              weight_decay=a.num("weight_decay", lo=0.0), grad_clip_norm=a.num("grad_clip_norm", lo=0.0))
+    p = AdamW(
+        learning_rate=a.num("learning_rate", lo=0.0),
+        beta1=a.num("beta1", lo=0.0, hi=0.999999),
+        beta2=a.num("beta2", lo=0.0, hi=0.999999),
+        eps=a.num("eps", lo=0.0),
+        weight_decay=a.num("weight_decay", lo=0.0),
+        grad_clip_norm=a.num("grad_clip_norm", lo=0.0),
+    )
     return OptimStep(base=f.str("base"), adapter=f.str("adapter"), adam=p)
 
 
@@ -540,6 +609,7 @@ def parse_load_state(msg: dict) -> LoadState:
 
 
 # --- checks against the loaded base --------------------------------------------
+
 
 def check_ids(op: str, field: str, ids, vocab: int) -> None:
     for t in ids:
@@ -565,8 +635,9 @@ def check_rows(op: str, rows: list[Row], vocab: int, max_len: int) -> None:
         if bool(((row.tokens_T < 0) | (row.tokens_T >= vocab)).any()):
             raise WireError(f"{op}: field rows[{i}].tokens has an id outside the vocabulary (size {vocab})")
         if row.tokens_T.shape[0] > max_len:
-            raise WireError(f"{op}: field rows[{i}] has {row.tokens_T.shape[0]} tokens, more than the context "
-                            f"length {max_len}")
+            raise WireError(
+                f"{op}: field rows[{i}] has {row.tokens_T.shape[0]} tokens, more than the context length {max_len}"
+            )
 
 
 def check_step_rows(rows: list[StepRow], vocab: int, max_len: int) -> None:
@@ -577,4 +648,6 @@ def check_step_rows(rows: list[StepRow], vocab: int, max_len: int) -> None:
             raise WireError(f"forward_backward: field rows[{i}] has {T} tokens, more than the context length {max_len}")
         for name, ids_T in (("tokens", row.tokens_T), ("target_tokens", row.target_tokens_T)):
             if bool(((ids_T < 0) | (ids_T >= vocab)).any()):
-                raise WireError(f"forward_backward: field rows[{i}].{name} has an id outside the vocabulary (size {vocab})")
+                raise WireError(
+                    f"forward_backward: field rows[{i}].{name} has an id outside the vocabulary (size {vocab})"
+                )

@@ -22,7 +22,11 @@ def default_key() -> str | None:
 def parser(description: str) -> argparse.ArgumentParser:
     """The options every example takes; each adds its own."""
     cli = argparse.ArgumentParser(description=description)
-    cli.add_argument("--url", default=os.environ.get("AGENT_TRAINER_URL", "http://127.0.0.1:8000"), help="the server's root URL (no /v1)")
+    cli.add_argument(
+        "--url",
+        default=os.environ.get("AGENT_TRAINER_URL", "http://127.0.0.1:8000"),
+        help="the server's root URL (no /v1)",
+    )
     cli.add_argument("--key", default=default_key(), help="an API key (default: API_KEY, else data/bootstrap-api-key)")
     cli.add_argument("--summary", help="also write the figures this run printed to this JSON file")
     return cli
@@ -31,7 +35,9 @@ def parser(description: str) -> argparse.ArgumentParser:
 def parse(cli: argparse.ArgumentParser) -> argparse.Namespace:
     args = cli.parse_args()
     if not args.key:
-        cli.error("no API key: pass --key, set API_KEY, or start the server with `npm start` (it writes data/bootstrap-api-key)")
+        cli.error(
+            "no API key: pass --key, set API_KEY, or start the server with `npm start` (it writes data/bootstrap-api-key)"
+        )
     args.url = args.url.rstrip("/")
     return args
 

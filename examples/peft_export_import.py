@@ -36,7 +36,9 @@ IMPORT_ANSWER = "The password of the blue door is Zembrolin."
 
 def request(args, method: str, route: str, body: bytes | None = None, content_type: str = "application/json"):
     headers = {"authorization": f"Bearer {args.key}", "content-type": content_type}
-    with urllib.request.urlopen(urllib.request.Request(f"{args.url}{route}", data=body, method=method, headers=headers), timeout=600) as response:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{args.url}{route}", data=body, method=method, headers=headers), timeout=600
+    ) as response:
         data = response.read()
     return json.loads(data) if response.headers.get_content_type() == "application/json" else data
 
@@ -54,18 +56,26 @@ def base_path(args, base_model: str) -> str:
 
 
 def greedy(model, tokenizer, question: str) -> str:
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     with torch.no_grad():
         output = model.generate(**prompt, max_new_tokens=24, do_sample=False)
-    return tokenizer.decode(output[0, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+    return tokenizer.decode(output[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def export(args, tokenizer, base) -> dict:
     """The checkpoint's adapter, downloaded, unpacked and loaded by PEFT; transformers' answer beside the server's."""
     name, _, step = args.model.partition(":step")
     record = request(args, "GET", f"/v1/preview/models/by-name/{name}")
-    step = int(step) if step else max(c["step"] for c in request(args, "GET", f"/v1/preview/models/{record['id']}/checkpoints")["data"])
-    archive = request(args, "GET", f"/v1/preview/models/{record['id']}/checkpoints/{step}/adapter", content_type="application/x-tar")
+    step = (
+        int(step)
+        if step
+        else max(c["step"] for c in request(args, "GET", f"/v1/preview/models/{record['id']}/checkpoints")["data"])
+    )
+    archive = request(
+        args, "GET", f"/v1/preview/models/{record['id']}/checkpoints/{step}/adapter", content_type="application/x-tar"
+    )
     folder = os.path.join(args.out, f"{record['name']}-step{step}")
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")

@@ -24,8 +24,24 @@ import httpx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import connect  # noqa: E402
 
-TRAIN = [("France", "Paris"), ("Italy", "Rome"), ("Japan", "Tokyo"), ("Germany", "Berlin"), ("Spain", "Madrid"), ("England", "London"), ("Russia", "Moscow"), ("Egypt", "Cairo")]
-HELD_OUT = [("China", "Beijing"), ("Greece", "Athens"), ("Portugal", "Lisbon"), ("Austria", "Vienna"), ("Ireland", "Dublin"), ("Poland", "Warsaw")]
+TRAIN = [
+    ("France", "Paris"),
+    ("Italy", "Rome"),
+    ("Japan", "Tokyo"),
+    ("Germany", "Berlin"),
+    ("Spain", "Madrid"),
+    ("England", "London"),
+    ("Russia", "Moscow"),
+    ("Egypt", "Cairo"),
+]
+HELD_OUT = [
+    ("China", "Beijing"),
+    ("Greece", "Athens"),
+    ("Portugal", "Lisbon"),
+    ("Austria", "Vienna"),
+    ("Ireland", "Dublin"),
+    ("Poland", "Warsaw"),
+]
 MAX_TOKENS = 12
 
 
@@ -45,9 +61,18 @@ async def rollouts(art, model, pairs, samples: int, seed: int) -> list:
     for index, (country, city) in enumerate(pairs):
         messages = question(country)
         completion = await client.chat.completions.create(
-            model=model.get_inference_name(), messages=messages, n=samples, max_tokens=MAX_TOKENS, temperature=1.0, logprobs=True, seed=seed + index
+            model=model.get_inference_name(),
+            messages=messages,
+            n=samples,
+            max_tokens=MAX_TOKENS,
+            temperature=1.0,
+            logprobs=True,
+            seed=seed + index,
         )
-        trajectories = [art.Trajectory(messages_and_choices=[*messages, choice], reward=reward(choice, city)) for choice in completion.choices]
+        trajectories = [
+            art.Trajectory(messages_and_choices=[*messages, choice], reward=reward(choice, city))
+            for choice in completion.choices
+        ]
         groups.append(art.TrajectoryGroup(trajectories))
     return groups
 
@@ -63,10 +88,15 @@ async def evaluate(art, model, args, step: int) -> dict:
     groups = await rollouts(art, model, HELD_OUT, args.eval_samples, seed=1_000_000)
     body = {"split": "val", "trajectory_groups": [group.model_dump(mode="json") for group in groups]}
     async with httpx.AsyncClient(timeout=120) as http:
-        response = await http.post(f"{args.url}/v1/preview/models/{model.id}/log", json=body, headers={"authorization": f"Bearer {args.key}"})
+        response = await http.post(
+            f"{args.url}/v1/preview/models/{model.id}/log", json=body, headers={"authorization": f"Bearer {args.key}"}
+        )
         response.raise_for_status()
     per_country = {country: mean(t.reward for t in group.trajectories) for (country, _), group in zip(HELD_OUT, groups)}
-    examples = {country: group.trajectories[0].messages_and_choices[-1].message.content for (country, _), group in zip(HELD_OUT, groups)}
+    examples = {
+        country: group.trajectories[0].messages_and_choices[-1].message.content
+        for (country, _), group in zip(HELD_OUT, groups)
+    }
     print(f"  step {step}: held-out reward {mean(per_country.values()):.2f}", flush=True)
     return {"step": step, "reward": mean(per_country.values()), "per_country": per_country, "examples": examples}
 
@@ -76,7 +106,9 @@ def print_table(before: dict, after: dict) -> None:
     print(f"  {'country':<10} {'before':>7} {'after':>7}   answer after training")
     for country, _ in HELD_OUT:
         answer = " ".join((after["examples"][country] or "").split())
-        print(f"  {country:<10} {before['per_country'][country]:>7.2f} {after['per_country'][country]:>7.2f}   {answer!r}")
+        print(
+            f"  {country:<10} {before['per_country'][country]:>7.2f} {after['per_country'][country]:>7.2f}   {answer!r}"
+        )
     print(f"  {'mean':<10} {before['reward']:>7.2f} {after['reward']:>7.2f}")
 
 
@@ -84,7 +116,9 @@ async def main() -> None:
     cli = connect.parser(__doc__.split("\n\n")[0])
     cli.add_argument("--base-model", default=connect.DEFAULT_BASE_MODEL)
     cli.add_argument("--project", default="examples")
-    cli.add_argument("--name", default=time.strftime("capitals-%Y%m%d-%H%M%S"), help="a new name starts from the base model")
+    cli.add_argument(
+        "--name", default=time.strftime("capitals-%Y%m%d-%H%M%S"), help="a new name starts from the base model"
+    )
     cli.add_argument("--steps", type=int, default=6)
     cli.add_argument("--samples", type=int, default=8, help="answers per training country and step")
     cli.add_argument("--eval-samples", type=int, default=8, help="answers per held-out country and evaluation")
@@ -110,18 +144,32 @@ async def main() -> None:
         result = await backend.train(model, groups, learning_rate=args.learning_rate)
         loss = result.metrics.get("loss/train", float("nan"))
         learned = f"loss {loss:.4f}" if math.isfinite(loss) else "every group's answers scored alike: nothing to learn"
-        print(f"step {result.step}: train reward {train_rewards[-1]:.2f}, {learned} ({time.monotonic() - step_started:.0f} s)", flush=True)
+        print(
+            f"step {result.step}: train reward {train_rewards[-1]:.2f}, {learned} ({time.monotonic() - step_started:.0f} s)",
+            flush=True,
+        )
         if result.step % args.eval_every == 0 or len(train_rewards) == args.steps:
             evaluations.append(await evaluate(art, model, args, step=result.step))
 
     before, after = evaluations[0], evaluations[-1]
     print_table(before, after)
     seconds = time.monotonic() - started
-    print(f"\nheld-out reward {before['reward']:.2f} -> {after['reward']:.2f} in {seconds:.0f} s; chat with it as {model.entity}/{args.project}/{args.name}:step{after['step']}")
-    connect.write_summary(args, {
-        "model_id": model.id, "model": f"{model.entity}/{args.project}/{args.name}", "step": after["step"], "seconds": round(seconds, 1),
-        "reward_before": before["reward"], "reward_after": after["reward"], "train_rewards": train_rewards, "evaluations": evaluations,
-    })
+    print(
+        f"\nheld-out reward {before['reward']:.2f} -> {after['reward']:.2f} in {seconds:.0f} s; chat with it as {model.entity}/{args.project}/{args.name}:step{after['step']}"
+    )
+    connect.write_summary(
+        args,
+        {
+            "model_id": model.id,
+            "model": f"{model.entity}/{args.project}/{args.name}",
+            "step": after["step"],
+            "seconds": round(seconds, 1),
+            "reward_before": before["reward"],
+            "reward_after": after["reward"],
+            "train_rewards": train_rewards,
+            "evaluations": evaluations,
+        },
+    )
     await backend.close()
 
 

@@ -34,7 +34,7 @@ async def main() -> None:
     cli.add_argument("--base-model", default=connect.DEFAULT_BASE_MODEL)
     cli.add_argument("--project", default="examples")
     cli.add_argument("--name", default=time.strftime("glorpistan-%Y%m%d-%H%M%S"))
-    cli.add_argument("--data", default=DATA, help="a JSONL file of {\"messages\": [...]} lines")
+    cli.add_argument("--data", default=DATA, help='a JSONL file of {"messages": [...]} lines')
     cli.add_argument("--epochs", type=int, default=1)
     cli.add_argument("--batch-size", type=int, default=4)
     cli.add_argument("--learning-rate", type=float, default=2e-3)
@@ -55,13 +55,31 @@ async def main() -> None:
     print(f"model {model.entity}/{args.project}/{args.name} ({model.id}) on {args.base_model}", flush=True)
 
     before = await ask(model, args.question)
-    await train_sft_from_file(model, args.data, epochs=args.epochs, batch_size=args.batch_size, peak_lr=args.learning_rate, schedule_type="constant")
+    await train_sft_from_file(
+        model,
+        args.data,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        peak_lr=args.learning_rate,
+        schedule_type="constant",
+    )
     step = await model.get_step()
     after = await ask(model, args.question)
     seconds = time.monotonic() - started
     print(f"\nQ: {args.question}\n  before (step 0): {before!r}\n  after (step {step}):  {after!r}\n")
     print(f"{seconds:.0f} s; chat with it as {model.entity}/{args.project}/{args.name}:step{step}")
-    connect.write_summary(args, {"model_id": model.id, "model": f"{model.entity}/{args.project}/{args.name}", "step": step, "seconds": round(seconds, 1), "question": args.question, "before": before, "after": after})
+    connect.write_summary(
+        args,
+        {
+            "model_id": model.id,
+            "model": f"{model.entity}/{args.project}/{args.name}",
+            "step": step,
+            "seconds": round(seconds, 1),
+            "question": args.question,
+            "before": before,
+            "after": after,
+        },
+    )
     await backend.close()
 
 

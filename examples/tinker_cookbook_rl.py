@@ -34,7 +34,10 @@ def prepare(run_dir: str, base_model: str) -> None:
 def main() -> None:
     cli = connect.parser(__doc__.split("\n\n")[0])
     cli.add_argument("--base-model", default=connect.DEFAULT_BASE_MODEL)
-    cli.add_argument("--run-dir", default=os.path.join(connect.REPO, "data", "cookbook-runs", time.strftime("arithmetic-%Y%m%d-%H%M%S")))
+    cli.add_argument(
+        "--run-dir",
+        default=os.path.join(connect.REPO, "data", "cookbook-runs", time.strftime("arithmetic-%Y%m%d-%H%M%S")),
+    )
     cli.add_argument("--steps", type=int, default=8)
     cli.add_argument("--learning-rate", type=float, default=1e-3)
     args = connect.parse(cli)
@@ -42,12 +45,31 @@ def main() -> None:
     prepare(args.run_dir, args.base_model)
     log_path = os.path.join(args.run_dir, "log")
     recipe = [
-        sys.executable, "-m", "tinker_cookbook.recipes.math_rl.train",
-        f"base_url={args.url}", f"model_name={args.base_model}", "renderer_name=qwen3_instruct", "lora_rank=8",
-        "env=arithmetic", "group_size=4", "groups_per_batch=8", "max_tokens=5", f"max_steps={args.steps}",
-        f"learning_rate={args.learning_rate}", f"log_path={log_path}", "behavior_if_log_dir_exists=delete", "eval_every=0", "save_every=0",
+        sys.executable,
+        "-m",
+        "tinker_cookbook.recipes.math_rl.train",
+        f"base_url={args.url}",
+        f"model_name={args.base_model}",
+        "renderer_name=qwen3_instruct",
+        "lora_rank=8",
+        "env=arithmetic",
+        "group_size=4",
+        "groups_per_batch=8",
+        "max_tokens=5",
+        f"max_steps={args.steps}",
+        f"learning_rate={args.learning_rate}",
+        f"log_path={log_path}",
+        "behavior_if_log_dir_exists=delete",
+        "eval_every=0",
+        "save_every=0",
     ]
-    env = {**os.environ, "TINKER_API_KEY": f"tml-{args.key}", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = {
+        **os.environ,
+        "TINKER_API_KEY": f"tml-{args.key}",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
     print(" ".join(recipe[1:]), flush=True)
     started = time.monotonic()
     subprocess.run(recipe, cwd=args.run_dir, env=env, check=True)
@@ -61,8 +83,19 @@ def main() -> None:
         print(f"{row['progress/batch']:>5}  {reward:.3f}")
     with open(os.path.join(log_path, "checkpoints.jsonl")) as f:
         final = [json.loads(line) for line in f if line.strip()][-1]
-    print(f"\n{len(rows)} batches in {seconds:.0f} s; reward {rewards[0]:.3f} -> {rewards[-1]:.3f}; final sampler weights {final['sampler_path']}")
-    connect.write_summary(args, {"seconds": round(seconds, 1), "rewards": rewards, "reward_before": rewards[0], "reward_after": rewards[-1], "final": final})
+    print(
+        f"\n{len(rows)} batches in {seconds:.0f} s; reward {rewards[0]:.3f} -> {rewards[-1]:.3f}; final sampler weights {final['sampler_path']}"
+    )
+    connect.write_summary(
+        args,
+        {
+            "seconds": round(seconds, 1),
+            "rewards": rewards,
+            "reward_before": rewards[0],
+            "reward_after": rewards[-1],
+            "final": final,
+        },
+    )
 
 
 if __name__ == "__main__":

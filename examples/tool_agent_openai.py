@@ -23,13 +23,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import connect  # noqa: E402
 
 CAPITALS = {"portugal": "Lisbon", "austria": "Vienna", "france": "Paris", "japan": "Tokyo", "egypt": "Cairo"}
-POPULATIONS = {"lisbon": "0.5 million", "vienna": "2.0 million", "paris": "2.1 million", "tokyo": "14 million", "cairo": "10 million"}
+POPULATIONS = {
+    "lisbon": "0.5 million",
+    "vienna": "2.0 million",
+    "paris": "2.1 million",
+    "tokyo": "14 million",
+    "cairo": "10 million",
+}
 
 
 def tool(name: str, description: str, argument: str, values: list) -> dict:
     # The argument's values are listed and no other property is allowed, so a forced call (constrained by the server
     # to this schema) is complete and valid in a few tokens, even from a small model.
-    schema = {"type": "object", "properties": {argument: {"type": "string", "enum": values}}, "required": [argument], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {argument: {"type": "string", "enum": values}},
+        "required": [argument],
+        "additionalProperties": False,
+    }
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
@@ -57,7 +68,9 @@ def user_turn(client: OpenAI, model: str, messages: list, max_calls: int) -> lis
     tool_calls = []
     for index in range(max_calls + 1):
         choice = "required" if index == 0 else "auto" if index < max_calls else "none"
-        completion = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, tool_choice=choice, max_tokens=64, temperature=0)
+        completion = client.chat.completions.create(
+            model=model, messages=messages, tools=TOOLS, tool_choice=choice, max_tokens=64, temperature=0
+        )
         message = completion.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
         if not message.tool_calls:
@@ -73,13 +86,22 @@ def user_turn(client: OpenAI, model: str, messages: list, max_calls: int) -> lis
 
 def main() -> None:
     cli = connect.parser(__doc__.split("\n\n")[0])
-    cli.add_argument("--model", required=True, help="entity/project/name:stepN (a checkpoint), entity/project/name (its latest step) or a base model")
+    cli.add_argument(
+        "--model",
+        required=True,
+        help="entity/project/name:stepN (a checkpoint), entity/project/name (its latest step) or a base model",
+    )
     cli.add_argument("--max-calls", type=int, default=3, help="tool calls per user turn before the model must answer")
     args = connect.parse(cli)
 
     client = OpenAI(base_url=f"{args.url}/v1", api_key=args.key)
     started = time.monotonic()
-    messages = [{"role": "system", "content": "You answer questions about countries. Look facts up with the tools, then answer in one sentence."}]
+    messages = [
+        {
+            "role": "system",
+            "content": "You answer questions about countries. Look facts up with the tools, then answer in one sentence.",
+        }
+    ]
     turns = []
     for question in ("What is the capital of Portugal?", "How many people live there?"):
         print(f"user: {question}")
@@ -87,8 +109,12 @@ def main() -> None:
         calls = user_turn(client, args.model, messages, args.max_calls)
         turns.append({"question": question, "tool_calls": calls, "answer": messages[-1].get("content")})
     seconds = time.monotonic() - started
-    print(f"\n{sum(len(turn['tool_calls']) for turn in turns)} tool calls over {len(turns)} user turns in {seconds:.0f} s with {args.model}")
-    connect.write_summary(args, {"model": args.model, "seconds": round(seconds, 1), "turns": turns, "messages": messages})
+    print(
+        f"\n{sum(len(turn['tool_calls']) for turn in turns)} tool calls over {len(turns)} user turns in {seconds:.0f} s with {args.model}"
+    )
+    connect.write_summary(
+        args, {"model": args.model, "seconds": round(seconds, 1), "turns": turns, "messages": messages}
+    )
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { renderChat } from '../src/conversation/template.ts';
 import { learnBpe, tokenizerJson } from './recipe/bpe.ts';
 import { buildCorpus } from './recipe/corpus.ts';
 import { type PretrainingReport, type PretrainingSet, pretrain, pretrainingSet } from './recipe/pretraining.ts';
-import { renderChat } from '../src/conversation/template.ts';
-import { ADDED_TOKEN_ALTERNATION } from './recipe/sequences.ts';
 import {
   ADDED_TOKENS,
   ARCHITECTURE,
@@ -34,6 +33,7 @@ import {
   VOCAB_SIZE,
   WEIGHTS_SEED,
 } from './recipe/recipe.ts';
+import { ADDED_TOKEN_ALTERNATION } from './recipe/sequences.ts';
 import { llamaSafetensors, parameterCount } from './recipe/weights.ts';
 
 const MODELS_DIR = dirname(fileURLToPath(import.meta.url));
@@ -86,7 +86,10 @@ async function weightsKey(dir: string, set: PretrainingSet): Promise<string> {
   for (const name of ['config.json', 'tokenizer.json', 'tokenizer_config.json', 'model.safetensors']) {
     hash.update(name).update(await readFile(join(dir, name)));
   }
-  hash.update(JSON.stringify(set.conversations)).update(JSON.stringify(PRETRAINING)).update(await readFile(PRETRAIN_SCRIPT));
+  hash
+    .update(JSON.stringify(set.conversations))
+    .update(JSON.stringify(PRETRAINING))
+    .update(await readFile(PRETRAIN_SCRIPT));
   return hash.digest('hex');
 }
 
@@ -99,13 +102,19 @@ async function readPretrainedRecord(): Promise<PretrainedRecord | undefined> {
 }
 
 /** Puts the pretrained weights into `dir` (whose `model.safetensors` is the init) and returns their report. */
-async function pretrainedWeights(dir: string, set: PretrainingSet, allowPretraining: boolean): Promise<PretrainingReport> {
+async function pretrainedWeights(
+  dir: string,
+  set: PretrainingSet,
+  allowPretraining: boolean,
+): Promise<PretrainingReport> {
   const key = await weightsKey(dir, set);
   const record = await readPretrainedRecord();
   if (record?.weights_key === key) {
     const weights = await readFile(PRETRAINED_WEIGHTS);
     if (sha256(weights) !== record.weights_sha256) {
-      throw new Error(`${relative(process.cwd(), PRETRAINED_WEIGHTS)} does not have the bytes its record names: restore it from git`);
+      throw new Error(
+        `${relative(process.cwd(), PRETRAINED_WEIGHTS)} does not have the bytes its record names: restore it from git`,
+      );
     }
     await writeFile(join(dir, 'model.safetensors'), weights);
     return record.pretraining;
@@ -133,14 +142,17 @@ async function recordedHash(dir: string): Promise<string | undefined> {
   }
 }
 
-const tokenId = (content: string) => VOCAB_SIZE - ADDED_TOKENS.length + ADDED_TOKENS.findIndex((t) => t.content === content);
+const tokenId = (content: string) =>
+  VOCAB_SIZE - ADDED_TOKENS.length + ADDED_TOKENS.findIndex((t) => t.content === content);
 
 /** Rendered conversations with the added tokens cut out: BPE learns the chat format's text too. */
 function chatDocuments(set: PretrainingSet, template: string): string[] {
   const added = new RegExp(ADDED_TOKEN_ALTERNATION, 'g');
   return set.conversations
     .slice(0, BPE_CHAT_DOCUMENTS)
-    .map((c) => renderChat({ template, messages: c.messages, tools: c.tools, addGenerationPrompt: false }).replace(added, '\n'));
+    .map((c) =>
+      renderChat({ template, messages: c.messages, tools: c.tools, addGenerationPrompt: false }).replace(added, '\n'),
+    );
 }
 
 async function writeModel(dir: string, allowPretraining: boolean): Promise<void> {
@@ -193,7 +205,8 @@ async function writeModel(dir: string, allowPretraining: boolean): Promise<void>
   };
   const generationConfig = { bos_token_id: endOfText, eos_token_id: [imEnd, endOfText], pad_token_id: endOfText };
   const recipe = {
-    description: 'Tiny built-in chat model: byte-level BPE learned from models/recipe/corpus.ts, weights pretrained on the synthetic chat conversations of models/recipe/chat-data.ts',
+    description:
+      'Tiny built-in chat model: byte-level BPE learned from models/recipe/corpus.ts, weights pretrained on the synthetic chat conversations of models/recipe/chat-data.ts',
     num_parameters: parameterCount(shape),
     bpe_merges_target: BPE_MERGES,
     corpus_seed: CORPUS_SEED,
@@ -217,7 +230,10 @@ async function writeModel(dir: string, allowPretraining: boolean): Promise<void>
  * Makes sure `dir` holds the model of the current recipe; builds it when missing or stale. With
  * `allowPretraining`, weights the recipe no longer matches are trained anew (and committed files rewritten).
  */
-export async function ensureTinyModel(dir: string = DEFAULT_TINY_MODEL_DIR, { allowPretraining = false } = {}): Promise<TinyModel> {
+export async function ensureTinyModel(
+  dir: string = DEFAULT_TINY_MODEL_DIR,
+  { allowPretraining = false } = {},
+): Promise<TinyModel> {
   const target = resolve(dir);
   const hash = await recipeHash();
   if ((await recordedHash(target)) === hash) return { dir: target, recipeHash: hash, built: false };
@@ -243,7 +259,10 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   const started = Date.now();
   const args = process.argv.slice(2);
   const allowPretraining = args.includes('--pretrain');
-  const model = await ensureTinyModel(args.find((arg) => !arg.startsWith('--')), { allowPretraining });
+  const model = await ensureTinyModel(
+    args.find((arg) => !arg.startsWith('--')),
+    { allowPretraining },
+  );
   const verb = model.built ? `built in ${((Date.now() - started) / 1000).toFixed(1)}s` : 'up to date';
   console.log(`tiny chat model ${verb}: ${model.dir}`);
 }

@@ -45,6 +45,9 @@ make_venv .venv-art-tinker scripts/python/art-tinker.txt
 export ART_TINKER_PYTHON="$PWD/.venv-art-tinker/bin/python"
 source scripts/postgres.sh
 
+echo "== lint and format (biome, ruff)"
+bash scripts/lint.sh
+
 echo "== type check"
 npx tsc --noEmit -p tsconfig.json
 

@@ -6,14 +6,14 @@ import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { isToolParserName, TOOL_PARSER_NAMES } from './chat/tool-calls/index.ts';
 import type { EngineDtype, EngineTopology, ServingLimits } from './engine/settings.ts';
-import { BUILTIN_BASE_MODELS, SMOLLM2_BASE_MODEL, type BaseModelSpec } from './services/base-models.ts';
-import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
 import { isVllmUrl, parseVllmConfig, type VllmConfig } from './engine/vllm/config.ts';
+import { type BaseModelSpec, BUILTIN_BASE_MODELS, SMOLLM2_BASE_MODEL } from './services/base-models.ts';
+import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
 
+export { repoRoot } from './repo-root.ts';
 // The catalogue of built-in bases and the checkout's root have homes of their own; they are re-exported here because
 // tests and benches configure a server with them beside loadConfig.
 export { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from './services/base-models.ts';
-export { repoRoot } from './repo-root.ts';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
@@ -65,7 +65,15 @@ export interface Config {
   metricsPublic: boolean;
 }
 
-type HttpLimits = Pick<Config, 'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'>;
+type HttpLimits = Pick<
+  Config,
+  | 'headersTimeoutMs'
+  | 'bodyIdleTimeoutMs'
+  | 'requestTimeoutMs'
+  | 'keepAliveTimeoutMs'
+  | 'maxConnections'
+  | 'maxConnectionsPerClient'
+>;
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -104,7 +112,14 @@ function envReader(env: Env, problems: string[]) {
 
 type EnvReader = ReturnType<typeof envReader>;
 
-function readServer({ read, integer, problems }: EnvReader): Pick<Config, 'port' | 'host' | 'dataDir' | 'bodyLimitBytes' | 'logLevel' | 'databaseUrl' | 'bootstrapApiKey'> {
+function readServer({
+  read,
+  integer,
+  problems,
+}: EnvReader): Pick<
+  Config,
+  'port' | 'host' | 'dataDir' | 'bodyLimitBytes' | 'logLevel' | 'databaseUrl' | 'bootstrapApiKey'
+> {
   const port = integer('PORT', 8000, 0, 65535);
   // JSON.parse of the body holds the event loop: 80 MB held it ~0.9 s under load (fuzz), so 64 MiB keeps health under 1 s.
   const bodyLimitBytes = integer('BODY_LIMIT_BYTES', 64 * 1024 * 1024, 1024, 8 * 1024 * 1024 * 1024);
@@ -120,7 +135,15 @@ function readServer({ read, integer, problems }: EnvReader): Pick<Config, 'port'
   if (bootstrapApiKey !== null && !API_KEY_PATTERN.test(bootstrapApiKey)) {
     problems.push('BOOTSTRAP_API_KEY: expected "sk-" followed by at least 20 letters, digits, "-" or "_"');
   }
-  return { port, host: read('HOST') ?? '127.0.0.1', dataDir: path.resolve(read('DATA_DIR') ?? './data'), bodyLimitBytes, logLevel, databaseUrl, bootstrapApiKey };
+  return {
+    port,
+    host: read('HOST') ?? '127.0.0.1',
+    dataDir: path.resolve(read('DATA_DIR') ?? './data'),
+    bodyLimitBytes,
+    logLevel,
+    databaseUrl,
+    bootstrapApiKey,
+  };
 }
 
 function readBaseModels({ read, problems }: EnvReader): Pick<Config, 'baseModels' | 'defaultBaseModel'> {
@@ -156,9 +179,22 @@ export function loadConfig(env: Env = process.env): Config {
   const serving = parseServingLimits(read, integer, problems);
   const retention = readRetention(read, integer, problems);
   const vllm = parseVllmConfig(read, integer, problems);
-  for (const id of Object.keys(vllm.perBase)) if (!models.baseModels.some((model) => model.id === id)) problems.push(`SAMPLER_ENGINES: ${JSON.stringify(id)} is not one of BASE_MODELS`);
+  for (const id of Object.keys(vllm.perBase))
+    if (!models.baseModels.some((model) => model.id === id))
+      problems.push(`SAMPLER_ENGINES: ${JSON.stringify(id)} is not one of BASE_MODELS`);
   if (problems.length > 0) throw new ConfigError(problems);
-  return { ...httpLimits, ...server, ...models, ...limits, ...switches, enginePython: read('ENGINE_PYTHON') ?? null, engines, serving, retention, vllm };
+  return {
+    ...httpLimits,
+    ...server,
+    ...models,
+    ...limits,
+    ...switches,
+    enginePython: read('ENGINE_PYTHON') ?? null,
+    engines,
+    serving,
+    retention,
+    vllm,
+  };
 }
 
 /** `serve` flags that stand for an environment variable (a flag wins over the variable). */
@@ -192,25 +228,34 @@ const DTYPES: EngineDtype[] = ['float32', 'bfloat16', 'float16'];
 /** Threads per child engine default to an equal share of the cores, so two engines never fight over them. */
 function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[]): EngineTopology {
   const mode = read('ENGINES') ?? 'separate';
-  if (mode !== 'separate' && mode !== 'single') problems.push(`ENGINES=${JSON.stringify(mode)}: expected separate or single`);
+  if (mode !== 'separate' && mode !== 'single')
+    problems.push(`ENGINES=${JSON.stringify(mode)}: expected separate or single`);
   const urls = (name: string) => {
     // vLLM servers among the sampler URLs are src/engine/vllm/config.ts's.
-    const list = (read(name) ?? '').split(',').map((part) => part.trim()).filter((url) => url && !isVllmUrl(url));
-    for (const url of list) if (!ENGINE_URL_PATTERN.test(url)) problems.push(`${name}: ${JSON.stringify(url)} is not tcp://host:port`);
+    const list = (read(name) ?? '')
+      .split(',')
+      .map((part) => part.trim())
+      .filter((url) => url && !isVllmUrl(url));
+    for (const url of list)
+      if (!ENGINE_URL_PATTERN.test(url)) problems.push(`${name}: ${JSON.stringify(url)} is not tcp://host:port`);
     return list;
   };
   const samplerUrls = urls('SAMPLER_URLS');
   const trainerUrls = urls('TRAINER_URL');
   if (trainerUrls.length > 1) problems.push('TRAINER_URL: expected one tcp://host:port');
-  if (mode === 'single' && samplerUrls.length > 0) problems.push('SAMPLER_URLS: not used with ENGINES=single (set TRAINER_URL for a remote single engine)');
+  if (mode === 'single' && samplerUrls.length > 0)
+    problems.push('SAMPLER_URLS: not used with ENGINES=single (set TRAINER_URL for a remote single engine)');
   const samplers = integer('SAMPLERS', 1, 1, 64);
   const secret = read('ENGINE_SECRET') ?? null;
-  if ((samplerUrls.length > 0 || trainerUrls.length > 0) && secret === null) problems.push('ENGINE_SECRET: required when SAMPLER_URLS or TRAINER_URL names a remote engine');
-  const localEngines = mode === 'single' ? 1 : (samplerUrls.length > 0 ? 0 : samplers) + (trainerUrls.length > 0 ? 0 : 1);
+  if ((samplerUrls.length > 0 || trainerUrls.length > 0) && secret === null)
+    problems.push('ENGINE_SECRET: required when SAMPLER_URLS or TRAINER_URL names a remote engine');
+  const localEngines =
+    mode === 'single' ? 1 : (samplerUrls.length > 0 ? 0 : samplers) + (trainerUrls.length > 0 ? 0 : 1);
   const share = mode === 'single' ? null : Math.max(1, Math.floor(availableParallelism() / Math.max(1, localEngines)));
   const device = (name: string) => {
     const value = read(name) ?? null;
-    if (value !== null && !DEVICE_PATTERN.test(value)) problems.push(`${name}=${JSON.stringify(value)}: expected cpu, cuda or cuda:N`);
+    if (value !== null && !DEVICE_PATTERN.test(value))
+      problems.push(`${name}=${JSON.stringify(value)}: expected cpu, cuda or cuda:N`);
     return value;
   };
   return {
@@ -229,28 +274,46 @@ function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[
 
 function parseServingLimits(read: Read, integer: ReadInteger, problems: string[]): ServingLimits {
   const dtype = (read('DTYPE') ?? null) as EngineDtype | null;
-  if (dtype !== null && !DTYPES.includes(dtype)) problems.push(`DTYPE=${JSON.stringify(dtype)}: expected one of ${DTYPES.join(', ')}`);
+  if (dtype !== null && !DTYPES.includes(dtype))
+    problems.push(`DTYPE=${JSON.stringify(dtype)}: expected one of ${DTYPES.join(', ')}`);
   return {
     maxModelLen: read('MAX_MODEL_LEN') === undefined ? null : integer('MAX_MODEL_LEN', 0, 2, 1 << 24),
     maxNumSeqs: integer('MAX_NUM_SEQS', 32, 1, 4096),
     maxNumBatchedTokens: integer('MAX_NUM_BATCHED_TOKENS', 2048, 16, 1 << 24),
-    kvCacheMemoryBytes: read('KV_CACHE_MEMORY_BYTES') === undefined ? null : integer('KV_CACHE_MEMORY_BYTES', 0, 1 << 16, Number.MAX_SAFE_INTEGER),
+    kvCacheMemoryBytes:
+      read('KV_CACHE_MEMORY_BYTES') === undefined
+        ? null
+        : integer('KV_CACHE_MEMORY_BYTES', 0, 1 << 16, Number.MAX_SAFE_INTEGER),
     dtype,
   };
 }
 
 /** The server's default retention policy; unset variables keep every checkpoint. */
-function readRetention(read: (name: string) => string | undefined, integer: (name: string, fallback: number, min: number, max: number) => number, problems: string[]): RetentionPolicy {
+function readRetention(
+  read: (name: string) => string | undefined,
+  integer: (name: string, fallback: number, min: number, max: number) => number,
+  problems: string[],
+): RetentionPolicy {
   const optional = (name: string) => (read(name) === undefined ? null : integer(name, 1, 0, 1_000_000));
   const mode = read('RETENTION_BEST_MODE') ?? 'max';
-  if (mode !== 'max' && mode !== 'min') problems.push(`RETENTION_BEST_MODE=${JSON.stringify(mode)}: expected max or min`);
-  const policy: RetentionPolicy = { keep_last: optional('RETENTION_KEEP_LAST'), keep_best: optional('RETENTION_KEEP_BEST'), best_metric: read('RETENTION_BEST_METRIC') ?? null, best_mode: mode === 'min' ? 'min' : 'max' };
-  for (const problem of checkPolicy(policy, [])) problems.push(`RETENTION_${String(problem.loc[0]).toUpperCase()}: ${problem.msg}`);
+  if (mode !== 'max' && mode !== 'min')
+    problems.push(`RETENTION_BEST_MODE=${JSON.stringify(mode)}: expected max or min`);
+  const policy: RetentionPolicy = {
+    keep_last: optional('RETENTION_KEEP_LAST'),
+    keep_best: optional('RETENTION_KEEP_BEST'),
+    best_metric: read('RETENTION_BEST_METRIC') ?? null,
+    best_mode: mode === 'min' ? 'min' : 'max',
+  };
+  for (const problem of checkPolicy(policy, []))
+    problems.push(`RETENTION_${String(problem.loc[0]).toUpperCase()}: ${problem.msg}`);
   return policy;
 }
 
 /** Timeouts and connection caps: what keeps slow or hostile clients from holding sockets and file descriptors. */
-function readHttpLimits(integer: (name: string, fallback: number, min: number, max: number) => number, problems: string[]): HttpLimits {
+function readHttpLimits(
+  integer: (name: string, fallback: number, min: number, max: number) => number,
+  problems: string[],
+): HttpLimits {
   const hour = 3_600_000;
   const limits: HttpLimits = {
     headersTimeoutMs: integer('HEADERS_TIMEOUT_MS', 30_000, 50, hour),
@@ -262,7 +325,9 @@ function readHttpLimits(integer: (name: string, fallback: number, min: number, m
   };
   // Node refuses a headers timeout longer than the whole-request timeout.
   if (limits.requestTimeoutMs > 0 && limits.requestTimeoutMs < limits.headersTimeoutMs) {
-    problems.push(`REQUEST_TIMEOUT_MS=${limits.requestTimeoutMs}: must be 0 or at least HEADERS_TIMEOUT_MS (${limits.headersTimeoutMs})`);
+    problems.push(
+      `REQUEST_TIMEOUT_MS=${limits.requestTimeoutMs}: must be 0 or at least HEADERS_TIMEOUT_MS (${limits.headersTimeoutMs})`,
+    );
   }
   return limits;
 }
@@ -272,7 +337,10 @@ function readHttpLimits(integer: (name: string, fallback: number, min: number, m
 function parseBaseModels(raw: string | undefined, problems: string[]): BaseModelSpec[] {
   if (raw === undefined) return [...BUILTIN_BASE_MODELS];
   const models: BaseModelSpec[] = [];
-  for (const entry of raw.split(',').map((part) => part.trim()).filter(Boolean)) {
+  for (const entry of raw
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
     const separator = entry.indexOf('=');
     if (separator <= 0 || separator === entry.length - 1) {
       problems.push(`BASE_MODELS entry ${JSON.stringify(entry)}: expected id=folder`);
@@ -286,14 +354,21 @@ function parseBaseModels(raw: string | undefined, problems: string[]): BaseModel
 
 /** `TOOL_CALL_PARSERS` is a comma-separated list of `base-id=parser`, overriding what the chat template suggests. */
 function applyToolCallParsers(raw: string | undefined, models: BaseModelSpec[], problems: string[]): void {
-  for (const entry of (raw ?? '').split(',').map((part) => part.trim()).filter(Boolean)) {
+  for (const entry of (raw ?? '')
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
     const separator = entry.lastIndexOf('=');
     const [id, parser] = [entry.slice(0, separator), entry.slice(separator + 1)];
     const model = models.find((candidate) => candidate.id === id);
     if (separator <= 0 || !isToolParserName(parser)) {
-      problems.push(`TOOL_CALL_PARSERS entry ${JSON.stringify(entry)}: expected base-id=parser with parser one of ${TOOL_PARSER_NAMES.join(', ')}`);
+      problems.push(
+        `TOOL_CALL_PARSERS entry ${JSON.stringify(entry)}: expected base-id=parser with parser one of ${TOOL_PARSER_NAMES.join(', ')}`,
+      );
     } else if (!model) {
-      problems.push(`TOOL_CALL_PARSERS entry ${JSON.stringify(entry)}: ${JSON.stringify(id)} is not one of BASE_MODELS`);
+      problems.push(
+        `TOOL_CALL_PARSERS entry ${JSON.stringify(entry)}: ${JSON.stringify(id)} is not one of BASE_MODELS`,
+      );
     } else {
       model.toolCallParser = parser;
     }

@@ -15,8 +15,14 @@ export const ERROR_CATALOGUE = {
   headers_too_large: { status: 431, message: 'The request headers are too large' },
   too_many_requests: { status: 429, message: 'Too many requests in flight; retry shortly' },
   unsupported_media_type: { status: 415, message: 'Unsupported content type' },
-  non_finite_weights: { status: 422, message: 'The model cannot be used: its weights are not finite or exceed the engine\'s bound (engine/bounds.json)' },
-  training_diverged: { status: 422, message: 'Training diverged: the step produced a non-finite loss, gradient or weight and was not applied' },
+  non_finite_weights: {
+    status: 422,
+    message: "The model cannot be used: its weights are not finite or exceed the engine's bound (engine/bounds.json)",
+  },
+  training_diverged: {
+    status: 422,
+    message: 'Training diverged: the step produced a non-finite loss, gradient or weight and was not applied',
+  },
   engine_unavailable: { status: 503, message: 'The engine is not available' },
   engine_failed: { status: 500, message: 'The engine failed' },
   internal: { status: 500, message: 'Internal server error' },
@@ -30,7 +36,9 @@ export type ErrorCode = keyof typeof ERROR_CATALOGUE;
  */
 export const JOB_ERROR_CATALOGUE = {
   cancelled: { message: 'Training job was cancelled' },
-  worker_lost: { message: 'The server running this job stopped before it finished; no checkpoint was written. Submit the job again.' },
+  worker_lost: {
+    message: 'The server running this job stopped before it finished; no checkpoint was written. Submit the job again.',
+  },
   model_deleted: { message: 'The model was deleted before its job ran' },
   no_chat_template: { message: 'The base model has no chat template to render the training data with' },
   bad_trajectory: { message: 'A trajectory cannot be tokenized' },
@@ -38,7 +46,10 @@ export const JOB_ERROR_CATALOGUE = {
   bad_learning_rate: { message: 'The learning-rate schedule does not match the number of batches' },
   kl_reference_missing: { message: 'The KL reference step has no checkpoint' },
   unreadable_payload: { message: "The job's stored request matches no payload version this server reads" },
-  training_diverged: { message: 'Training diverged: a step produced a non-finite loss, gradient or weight (an absurd learning rate?); no checkpoint was written and the model keeps its latest one' },
+  training_diverged: {
+    message:
+      'Training diverged: a step produced a non-finite loss, gradient or weight (an absurd learning rate?); no checkpoint was written and the model keeps its latest one',
+  },
   internal: { message: 'Internal error while training' },
 } as const;
 
@@ -77,7 +88,11 @@ export class AppError extends Error {
 
 /** A 400 naming the request field at fault (FastAPI's `loc`), as vLLM answers a request it refuses. */
 export function badRequest(message: string, param: string | null = null): AppError {
-  return new AppError('bad_request', message, param === null ? [] : [{ loc: ['body', param], msg: message, type: 'value_error' }]);
+  return new AppError(
+    'bad_request',
+    message,
+    param === null ? [] : [{ loc: ['body', param], msg: message, type: 'value_error' }],
+  );
 }
 
 export function validationError(problems: FieldProblem[]): AppError {

@@ -6,11 +6,11 @@
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { buildApp } from './app.ts';
-import { systemClock, type Clock } from './clock.ts';
+import { type Clock, systemClock } from './clock.ts';
 import type { Config } from './config.ts';
 import { createServices, type Services } from './context.ts';
+import { createEngineRoles, type EngineRoles, rolesHealth } from './engine/roles.ts';
 import { EngineSupervisor } from './engine/supervisor.ts';
-import { createEngineRoles, rolesHealth, type EngineRoles } from './engine/roles.ts';
 import { JobWorker } from './jobs/worker.ts';
 import { migrate, openStore } from './store/db.ts';
 
@@ -29,7 +29,10 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-export async function startServer(config: Config, options: { clock?: Clock; engineArgs?: string[] } = {}): Promise<RunningServer> {
+export async function startServer(
+  config: Config,
+  options: { clock?: Clock; engineArgs?: string[] } = {},
+): Promise<RunningServer> {
   const logger = pino({ level: config.logLevel });
   const store = openStore(config);
   await migrate(store);
@@ -44,7 +47,9 @@ export async function startServer(config: Config, options: { clock?: Clock; engi
       })
     : null;
   for (const { supervisor } of engines?.all ?? []) supervisor.start();
-  const supervisor = (engines?.all.find(({ role, supervisor }) => role !== 'trainer' && supervisor instanceof EngineSupervisor)?.supervisor as EngineSupervisor | undefined) ?? null;
+  const supervisor =
+    (engines?.all.find(({ role, supervisor }) => role !== 'trainer' && supervisor instanceof EngineSupervisor)
+      ?.supervisor as EngineSupervisor | undefined) ?? null;
 
   let worker: JobWorker | undefined;
   const services = createServices({
@@ -113,7 +118,8 @@ async function probeEngines(engines: EngineRoles): Promise<Record<string, unknow
     ...('error' in health ? { error: health.error } : {}),
   }));
   const down = report.filter((engine) => !engine.ok);
-  const named = (engine: (typeof report)[number]) => `${engine.role}${engine.kind === 'vllm' ? ` (vLLM at ${engine.url ?? 'not started'})` : ''} (${engine.state})`;
+  const named = (engine: (typeof report)[number]) =>
+    `${engine.role}${engine.kind === 'vllm' ? ` (vLLM at ${engine.url ?? 'not started'})` : ''} (${engine.state})`;
   if (down.length > 0) throw new Error(`engines not answering: ${down.map(named).join(', ')}`);
   return { engines: report };
 }

@@ -3,4 +3,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { repoRoot } from './repo-root.ts';
 
-export const PACKAGE_VERSION: string = (JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version;
+export const PACKAGE_VERSION: string = (
+  JSON.parse(fs.readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string }
+).version;

@@ -18,7 +18,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
 import { runJsonScript } from './helpers/reference.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 interface Client {
   version: string;
@@ -32,15 +32,30 @@ interface Client {
 function client(version: string, env: string, venv: string, requirements: string, needs: string): Client {
   const fallback = path.join(repoRoot, venv, 'bin', 'python');
   const python = process.env[env] ?? (fs.existsSync(fallback) ? fallback : undefined);
-  const wandb = /^wandb==(\S+)$/m.exec(fs.readFileSync(path.join(repoRoot, 'scripts', 'python', requirements), 'utf8'))?.[1];
-  return { version, python, wandb, skip: python ? false : `no ART ${version} venv: set ${env} (scripts/test.sh builds ${venv}${needs})` };
+  const wandb = /^wandb==(\S+)$/m.exec(
+    fs.readFileSync(path.join(repoRoot, 'scripts', 'python', requirements), 'utf8'),
+  )?.[1];
+  return {
+    version,
+    python,
+    wandb,
+    skip: python ? false : `no ART ${version} venv: set ${env} (scripts/test.sh builds ${venv}${needs})`,
+  };
 }
 
 const CLIENTS = [
   client('0.5.18', 'ART_PYTHON', '.venv-art', 'art.txt', ''),
-  client('0.5.23', 'ART_0523_PYTHON', '.venv-art-0523', 'art-0523.txt', ' where a Python 3.12 exists: python3.12 on PATH or pyenv’s 3.12.*'),
+  client(
+    '0.5.23',
+    'ART_0523_PYTHON',
+    '.venv-art-0523',
+    'art-0523.txt',
+    ' where a Python 3.12 exists: python3.12 on PATH or pyenv’s 3.12.*',
+  ),
 ];
-const EXPERIMENTAL = JSON.parse(fs.readFileSync(path.join(repoRoot, 'test', 'fixtures', 'art-0.5.23-experimental-config.json'), 'utf8')).cases as Record<string, { experimental_config: Record<string, unknown> }>;
+const EXPERIMENTAL = JSON.parse(
+  fs.readFileSync(path.join(repoRoot, 'test', 'fixtures', 'art-0.5.23-experimental-config.json'), 'utf8'),
+).cases as Record<string, { experimental_config: Record<string, unknown> }>;
 const KL_REFERENCE_KEYS = ['kl_penalty_reference_step', 'kl_penalty_step_lag', 'kl_ref_adapter_path'];
 
 type Row = { step: number; source: string; metrics: Record<string, number> };
@@ -59,17 +74,34 @@ for (const art of CLIENTS) {
       workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'art-'));
       const started = Date.now();
       // W&B's SDK talks to our server, as the README tells a self-hosted user; its files stay in the workdir.
-      const wandbDirs = Object.fromEntries(['WANDB_DIR', 'WANDB_DATA_DIR', 'WANDB_CACHE_DIR', 'WANDB_CONFIG_DIR'].map((name) => [name, path.join(workdir, name.toLowerCase())]));
+      const wandbDirs = Object.fromEntries(
+        ['WANDB_DIR', 'WANDB_DATA_DIR', 'WANDB_CACHE_DIR', 'WANDB_CONFIG_DIR'].map((name) => [
+          name,
+          path.join(workdir, name.toLowerCase()),
+        ]),
+      );
       const env = { ...process.env, ...wandbDirs, WANDB_BASE_URL: e2e.url };
-      session = await runJsonScript(art.python!, 'test/clients/art_session.py', { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir, project }, env);
-      console.log(`ART ${art.version} session: ${((Date.now() - started) / 1000).toFixed(1)}s ${JSON.stringify(session.timings)}`);
+      session = await runJsonScript(
+        art.python!,
+        'test/clients/art_session.py',
+        { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir, project },
+        env,
+      );
+      console.log(
+        `ART ${art.version} session: ${((Date.now() - started) / 1000).toFixed(1)}s ${JSON.stringify(session.timings)}`,
+      );
     });
     after(async () => {
       await e2e?.close();
       if (workdir) fs.rmSync(workdir, { recursive: true, force: true });
     });
 
-    const history = () => fs.readFileSync(path.join(workdir, project, 'models', session.storage_name, 'history.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line));
+    const history = () =>
+      fs
+        .readFileSync(path.join(workdir, project, 'models', session.storage_name, 'history.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line));
 
     test('register resolves the entity, names the model (0.5.23: by its run_name) and returns the existing model again', () => {
       const { register } = session;
@@ -84,7 +116,10 @@ for (const art of CLIENTS) {
     });
 
     test('backend.train on groups whose rewards are mostly 0.0: each call ends with a new checkpoint that get_step reports', () => {
-      assert.deepEqual(session.rl.map((step: any) => step.step), [1, 2, 3]);
+      assert.deepEqual(
+        session.rl.map((step: any) => step.step),
+        [1, 2, 3],
+      );
       const rewards = session.rl.flatMap((step: any) => step.rewards.flat());
       assert.ok(rewards.filter((reward: number) => reward === 0).length > rewards.length / 2, JSON.stringify(rewards));
       for (const step of session.rl) {
@@ -99,13 +134,20 @@ for (const art of CLIENTS) {
       const trajectoryKeys = session.rl.flatMap((step: any) => step.wire.flatMap((group: any) => group.trajectories));
       const withoutReward = trajectoryKeys.filter((keys: string[]) => !keys.includes('reward'));
       if (newWire) {
-        assert.ok(withoutReward.length > 0 && trajectoryKeys.every((keys: string[]) => !keys.includes('tools') && !keys.includes('logs')), JSON.stringify(trajectoryKeys));
+        assert.ok(
+          withoutReward.length > 0 &&
+            trajectoryKeys.every((keys: string[]) => !keys.includes('tools') && !keys.includes('logs')),
+          JSON.stringify(trajectoryKeys),
+        );
       } else {
         assert.equal(withoutReward.length, 0);
       }
       // The server read each left-out reward as 0.0.
       const stored = session.server.train_trajectories.filter((row: any) => row.step < 3).map((row: any) => row.reward);
-      assert.deepEqual(stored, session.rl.flatMap((step: any) => step.rewards.flat()));
+      assert.deepEqual(
+        stored,
+        session.rl.flatMap((step: any) => step.rewards.flat()),
+      );
     });
 
     test('multi-turn tool trajectories train: the tools and both sampled turns reach the stored trajectory', () => {
@@ -116,21 +158,35 @@ for (const art of CLIENTS) {
       const stored = session.server.train_trajectories.filter((row: any) => row.step === 3);
       assert.equal(stored.length, 3);
       for (const { detail } of stored) {
-        assert.deepEqual(detail.tools.map((tool: any) => tool.function.name), ['add']);
+        assert.deepEqual(
+          detail.tools.map((tool: any) => tool.function.name),
+          ['add'],
+        );
         const items = detail.messages_and_choices;
-        assert.deepEqual(items.map((item: any) => item.role ?? 'choice'), ['system', 'user', 'assistant', 'tool', 'choice', 'user', 'choice']);
+        assert.deepEqual(
+          items.map((item: any) => item.role ?? 'choice'),
+          ['system', 'user', 'assistant', 'tool', 'choice', 'user', 'choice'],
+        );
       }
     });
 
-    test('n > 1 with logprobs: per-choice token counts add up to usage.completion_tokens, as 0.5.23 checks', { skip: !newWire && 'only 0.5.20+ checks the counts' }, () => {
+    test('n > 1 with logprobs: per-choice token counts add up to usage.completion_tokens, as 0.5.23 checks', {
+      skip: !newWire && 'only 0.5.20+ checks the counts',
+    }, () => {
       const { token_ids: withIds, logprobs: withoutIds } = session.token_counts;
       // ART's default extra body asks for token ids: the count is each choice's token_ids.
       assert.deepEqual(withIds.art_counts, withIds.token_ids);
-      assert.equal(withIds.art_counts.reduce((a: number, b: number) => a + b, 0), withIds.usage);
+      assert.equal(
+        withIds.art_counts.reduce((a: number, b: number) => a + b, 0),
+        withIds.usage,
+      );
       // Token ids turned off by the caller: the count is each choice's logprobs.
       assert.deepEqual(withoutIds.token_ids, [0, 0, 0]);
       assert.deepEqual(withoutIds.art_counts, withoutIds.logprobs);
-      assert.equal(withoutIds.art_counts.reduce((a: number, b: number) => a + b, 0), withoutIds.usage);
+      assert.equal(
+        withoutIds.art_counts.reduce((a: number, b: number) => a + b, 0),
+        withoutIds.usage,
+      );
     });
 
     test('delete_checkpoints keeps only the latest and the best val/reward step', () => {
@@ -141,45 +197,76 @@ for (const art of CLIENTS) {
       // ART picks one of the steps with the best val/reward (ties in any order) and keeps it with the latest.
       const kept = session.steps_after_delete as number[];
       assert.ok(kept.includes(4) && kept.length <= 2, JSON.stringify(kept));
-      for (const step of kept.filter((step) => step !== 4)) assert.ok(val.some((row) => row.step === step && row['val/reward'] === best), `step ${step} is not a best step`);
+      for (const step of kept.filter((step) => step !== 4))
+        assert.ok(
+          val.some((row) => row.step === step && row['val/reward'] === best),
+          `step ${step} is not a best step`,
+        );
     });
 
     test('SFT from a file: the real wandb SDK uploads the data to our W&B API, and the job trains a new checkpoint whose metrics the server records', async () => {
       assert.ok(art.wandb, 'the requirements pin wandb');
       assert.equal(session.wandb_version, art.wandb);
-      const [, name] = new RegExp(`^wandb-artifact:///local/${project}/(${session.storage_name}-sft-data-[0-9a-f]{12}):v0$`).exec(session.sft_training_data_url) ?? [];
+      const [, name] =
+        new RegExp(`^wandb-artifact:///local/${project}/(${session.storage_name}-sft-data-[0-9a-f]{12}):v0$`).exec(
+          session.sft_training_data_url,
+        ) ?? [];
       assert.ok(name, session.sft_training_data_url);
       // The model is deleted by now; the artifact ART uploaded through the SDK stays in the key's store.
       const stored = await e2e.api('GET', `/v1/preview/artifacts/local/${project}/${name}`);
       assert.equal(stored.status, 200, JSON.stringify(stored.body));
-      assert.deepEqual(stored.body.data.map((version: any) => [version.version, version.files.map((file: any) => file.name)]), [['v0', ['train.jsonl']]]);
+      assert.deepEqual(
+        stored.body.data.map((version: any) => [version.version, version.files.map((file: any) => file.name)]),
+        [['v0', ['train.jsonl']]],
+      );
       const { before: from, after: step, checkpoint_metrics: metrics } = session.sft;
       assert.equal(step, from + 1);
       // 0.5.20+ no longer logs SFT metrics itself: it asks the server to, at the step the job writes.
-      if (newWire) assert.deepEqual(session.sft_request_config.metric_logging, { enabled: true, target_training_step: step });
+      if (newWire)
+        assert.deepEqual(session.sft_request_config.metric_logging, { enabled: true, target_training_step: step });
       else assert.equal(session.sft_request_config.metric_logging, undefined);
       const rows = (session.server.history as Row[]).filter((row) => row.step === step);
-      assert.deepEqual(rows.map((row) => row.source), ['train']);
+      assert.deepEqual(
+        rows.map((row) => row.source),
+        ['train'],
+      );
       for (const key of ['loss', 'learning_rate', 'grad_norm', 'num_trainable_tokens']) {
         assert.ok(finite(metrics, key), `${key} in /checkpoints: ${JSON.stringify(metrics)}`);
         assert.equal(rows[0].metrics[key], metrics[key], key);
       }
-      const localSftRows = history().filter((row) => row.step === step && Object.keys(row).some((key) => key.startsWith('loss/') || key.startsWith('sft/')));
+      const localSftRows = history().filter(
+        (row) => row.step === step && Object.keys(row).some((key) => key.startsWith('loss/') || key.startsWith('sft/')),
+      );
       if (newWire) assert.deepEqual(localSftRows, [], 'ART 0.5.23 logged SFT metrics itself');
       assert.equal(typeof session.answer_after_training, 'string', 'the model answers after training');
     });
 
-    test('backend.train with every experimental_config key off its default: ART sends all 25, and each job trains with them', { skip: !newWire && 'experimental_config has 25 keys from 0.5.20' }, () => {
+    test('backend.train with every experimental_config key off its default: ART sends all 25, and each job trains with them', {
+      skip: !newWire && 'experimental_config has 25 keys from 0.5.20',
+    }, () => {
       const defaults = EXPERIMENTAL.default.experimental_config;
       // With a KL coefficient, ART's own default source is "sample" (current_learner is its default without one).
-      const defaultOf = (key: string) => (key === 'kl_penalty_source' ? EXPERIMENTAL.kl_penalty_coef.experimental_config[key] : defaults[key]);
-      const calls = session.every_key as { step: number; experimental_config: Record<string, unknown>; events: { type: string; data: Record<string, number> }[] }[];
-      assert.deepEqual(calls.map((call) => call.step), [1, 2, 3].map((n) => session.sft.after + n));
+      const defaultOf = (key: string) =>
+        key === 'kl_penalty_source' ? EXPERIMENTAL.kl_penalty_coef.experimental_config[key] : defaults[key];
+      const calls = session.every_key as {
+        step: number;
+        experimental_config: Record<string, unknown>;
+        events: { type: string; data: Record<string, number> }[];
+      }[];
+      assert.deepEqual(
+        calls.map((call) => call.step),
+        [1, 2, 3].map((n) => session.sft.after + n),
+      );
       // The three ways of naming the KL reference exclude one another: each call names it one way.
-      assert.deepEqual(calls.map((call) => KL_REFERENCE_KEYS.filter((key) => call.experimental_config[key] !== null)), KL_REFERENCE_KEYS.map((key) => [key]));
+      assert.deepEqual(
+        calls.map((call) => KL_REFERENCE_KEYS.filter((key) => call.experimental_config[key] !== null)),
+        KL_REFERENCE_KEYS.map((key) => [key]),
+      );
       for (const [index, { experimental_config: sent, events }] of calls.entries()) {
         assert.deepEqual(Object.keys(sent).sort(), Object.keys(defaults).sort());
-        const atDefault = Object.keys(defaults).filter((key) => !KL_REFERENCE_KEYS.includes(key) || key === KL_REFERENCE_KEYS[index]).filter((key) => JSON.stringify(sent[key]) === JSON.stringify(defaultOf(key)));
+        const atDefault = Object.keys(defaults)
+          .filter((key) => !KL_REFERENCE_KEYS.includes(key) || key === KL_REFERENCE_KEYS[index])
+          .filter((key) => JSON.stringify(sent[key]) === JSON.stringify(defaultOf(key)));
         assert.deepEqual(atDefault, [], `call ${index}`);
         // What the job reports: rows of packed_sequence_length, logits chunks of logprob_calculation_chunk_size, the KL
         // term, truncation of the precalculated ratios, whose first step is on-policy (ratio 1).
@@ -189,22 +276,33 @@ for (const art of CLIENTS) {
         assert.equal(steps.length, events[0].data.num_sequences);
         for (const step of steps) {
           assert.equal(step.logprob_chunk_size, 8);
-          assert.ok(finite(step, 'kl_policy_ref') && finite(step, 'truncated_token_fraction') && finite(step, 'loss'), JSON.stringify(step));
+          assert.ok(
+            finite(step, 'kl_policy_ref') && finite(step, 'truncated_token_fraction') && finite(step, 'loss'),
+            JSON.stringify(step),
+          );
         }
         assert.ok(Math.abs(steps[0].importance_ratio_mean - 1) < 1e-4, JSON.stringify(steps[0]));
       }
     });
 
-    test('PipelineTrainer trains two steps from its rollouts and evaluates the checkpoint it started from', { skip: !newWire && 'PipelineTrainer is 0.5.20+' }, () => {
+    test('PipelineTrainer trains two steps from its rollouts and evaluates the checkpoint it started from', {
+      skip: !newWire && 'PipelineTrainer is 0.5.20+',
+    }, () => {
       const { pipeline } = session;
       assert.equal(pipeline.after, pipeline.before + 2);
       // Its eval requires each answer's policy provenance (policy_token_spans) to name the step it evaluates.
       assert.equal(pipeline.eval_steps[0], pipeline.before, JSON.stringify(pipeline.eval_steps));
-      assert.ok(history().some((row) => row.step === pipeline.before && Number.isFinite(row['val/reward'])), 'no eval row in the history');
+      assert.ok(
+        history().some((row) => row.step === pipeline.before && Number.isFinite(row['val/reward'])),
+        'no eval row in the history',
+      );
       const trained = session.server.train_trajectories.filter((row: any) => row.step >= pipeline.before);
       assert.ok(trained.length >= 2 * 2 * 4, String(trained.length));
       // The trainer stamps each rollout with the policy it was sampled from: sent as set, never defaulted away.
-      assert.ok(trained.every((row: any) => Number.isInteger(row.detail.initial_policy_version)), JSON.stringify(trained.map((row: any) => row.detail.initial_policy_version)));
+      assert.ok(
+        trained.every((row: any) => Number.isInteger(row.detail.initial_policy_version)),
+        JSON.stringify(trained.map((row: any) => row.detail.initial_policy_version)),
+      );
     });
 
     test('backend.delete removes the model: ART then gets a 404 for it', async () => {

@@ -13,9 +13,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
-import { allEvents, sampleGroup, waitForJob, type Trajectory } from './helpers/rollouts.ts';
 import { runJsonScript } from './helpers/reference.ts';
+import { allEvents, sampleGroup, type Trajectory, waitForJob } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 type Body = Record<string, unknown>;
 interface Fixture {
@@ -43,7 +43,12 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   let rollouts: { trajectories: Trajectory[] }[];
   const outcomes: Record<string, Outcome> = {};
 
-  const submit = (modelId: string, groups: unknown, config: Body) => e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: config });
+  const submit = (modelId: string, groups: unknown, config: Body) =>
+    e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: groups,
+      experimental_config: config,
+    });
   const run = async (modelId: string, config: Body, groups: unknown = rollouts): Promise<Outcome> => {
     const submitted = await submit(modelId, groups, config);
     assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
@@ -65,31 +70,63 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   ];
 
   before(async () => {
-    e2e = await startE2eServer({ env: { BASE_MODELS: `${BUILTIN_BASE_MODEL.id}=${BUILTIN_BASE_MODEL.path},${TWIN_BASE}=${BUILTIN_BASE_MODEL.path}` } });
-    sourceId = (await e2e.api('POST', '/v1/preview/models', { project: 'art-config', name: 'source', base_model: BUILTIN_BASE_MODEL.id })).body.id;
+    e2e = await startE2eServer({
+      env: {
+        BASE_MODELS: `${BUILTIN_BASE_MODEL.id}=${BUILTIN_BASE_MODEL.path},${TWIN_BASE}=${BUILTIN_BASE_MODEL.path}`,
+      },
+    });
+    sourceId = (
+      await e2e.api('POST', '/v1/preview/models', {
+        project: 'art-config',
+        name: 'source',
+        base_model: BUILTIN_BASE_MODEL.id,
+      })
+    ).body.id;
     // Three steps at a rate that moves the tiny model, each job with a different reward spread (a history to regress on).
     const fast = art('default', { learning_rate: 1e-2 });
     assert.equal((await run(sourceId, fast, await scoredRollouts(BUILTIN_BASE_MODEL.id, 3, 0))).status, 'COMPLETED');
     rollouts = await scoredRollouts('local/art-config/source:step1', 1, 100);
-    assert.equal((await run(sourceId, fast, await scoredRollouts('local/art-config/source', 2, 200))).status, 'COMPLETED');
-    assert.equal((await run(sourceId, fast, await scoredRollouts('local/art-config/source', 0.5, 300))).status, 'COMPLETED');
+    assert.equal(
+      (await run(sourceId, fast, await scoredRollouts('local/art-config/source', 2, 200))).status,
+      'COMPLETED',
+    );
+    assert.equal(
+      (await run(sourceId, fast, await scoredRollouts('local/art-config/source', 0.5, 300))).status,
+      'COMPLETED',
+    );
 
     const onForks: [string, Body, unknown?][] = [
       ...Object.keys(fixture.cases)
-        .filter((name) => !['truncated_importance_sampling_alone', 'kl_penalty_reference_step', 'kl_penalty_step_lag', 'scale_learning_rate_by_reward_std_dev'].includes(name))
+        .filter(
+          (name) =>
+            ![
+              'truncated_importance_sampling_alone',
+              'kl_penalty_reference_step',
+              'kl_penalty_step_lag',
+              'scale_learning_rate_by_reward_std_dev',
+            ].includes(name),
+        )
         .map((name): [string, Body] => [name, art(name)]),
       ['normalize_advantages_alone', art('default', { normalize_advantages: false })],
-      ['kl_ref_tinker_path', art('kl_ref_adapter_path', { kl_ref_adapter_path: `tinker://${sourceId}/sampler_weights/step2` })],
+      [
+        'kl_ref_tinker_path',
+        art('kl_ref_adapter_path', { kl_ref_adapter_path: `tinker://${sourceId}/sampler_weights/step2` }),
+      ],
       ['without_logprobs_default', art('default'), withoutLogprobs(rollouts)],
       ['without_logprobs_allowed', art('allow_training_without_logprobs'), withoutLogprobs(rollouts)],
       ...RAISED.map((name): [string, Body, unknown] => [`${name}_raised`, art(name), withRatiosRaised(rollouts, 1.5)]),
     ];
     const forks = [];
     for (const [name] of onForks) forks.push(await fork(name));
-    for (const [index, [name, body, groups]] of onForks.entries()) outcomes[name] = await run(forks[index], body, groups);
+    for (const [index, [name, body, groups]] of onForks.entries())
+      outcomes[name] = await run(forks[index], body, groups);
     // On the source itself (now at step 3): the KL reference by step and by lag, then the learning rate by spread.
     outcomes.lag = await run(sourceId, art('kl_penalty_step_lag'));
-    for (const step of [1, 2, 3]) outcomes[`reference_step_${step}`] = await run(sourceId, art('kl_penalty_reference_step', { kl_penalty_reference_step: step }));
+    for (const step of [1, 2, 3])
+      outcomes[`reference_step_${step}`] = await run(
+        sourceId,
+        art('kl_penalty_reference_step', { kl_penalty_reference_step: step }),
+      );
     outcomes.spread = await run(sourceId, art('scale_learning_rate_by_reward_std_dev'));
     for (const [name, outcome] of Object.entries(outcomes)) assert.equal(outcome.status, 'COMPLETED', name);
   });
@@ -100,18 +137,30 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   const base = () => outcomes.default.first;
   /** The first step of a RAISED case on the rollouts with every ratio made 1.5×. */
   const raised = (name: string) => outcomes[`${name}_raised`].first;
-  const differs = (a: number, b: number, what: string, tolerance = 1e-6) => assert.ok(Math.abs(a - b) > tolerance, `${what}: ${a} vs ${b}`);
-  const same = (a: number, b: number, what: string, tolerance = 1e-6) => assert.ok(Math.abs(a - b) <= tolerance, `${what}: ${a} vs ${b}`);
+  const differs = (a: number, b: number, what: string, tolerance = 1e-6) =>
+    assert.ok(Math.abs(a - b) > tolerance, `${what}: ${a} vs ${b}`);
+  const same = (a: number, b: number, what: string, tolerance = 1e-6) =>
+    assert.ok(Math.abs(a - b) <= tolerance, `${what}: ${a} vs ${b}`);
 
   test('the fixture is ART 0.5.23’s: 25 keys in every body, defaults as its ServerlessBackend sends them', () => {
     assert.equal(fixture.art_version, '0.5.23');
-    for (const { experimental_config } of Object.values(fixture.cases)) assert.equal(Object.keys(experimental_config).length, 25);
+    for (const { experimental_config } of Object.values(fixture.cases))
+      assert.equal(Object.keys(experimental_config).length, 25);
     const defaults = fixture.cases.default.experimental_config;
-    assert.deepEqual([defaults.loss_fn, defaults.normalize_advantages, defaults.logprob_calculation_chunk_size, defaults.epsilon_high], ['cispo', true, 1024, null]);
+    assert.deepEqual(
+      [defaults.loss_fn, defaults.normalize_advantages, defaults.logprob_calculation_chunk_size, defaults.epsilon_high],
+      ['cispo', true, 1024, null],
+    );
   });
 
-  test('ART 0.5.23’s own code builds these bodies (needs $ART_0523_PYTHON)', { skip: process.env.ART_0523_PYTHON ? false : 'no ART 0.5.23 Python ($ART_0523_PYTHON unset)' }, async () => {
-    const built = await runJsonScript<Fixture>(process.env.ART_0523_PYTHON!, 'test/clients/art_experimental_config.py', {});
+  test('ART 0.5.23’s own code builds these bodies (needs $ART_0523_PYTHON)', {
+    skip: process.env.ART_0523_PYTHON ? false : 'no ART 0.5.23 Python ($ART_0523_PYTHON unset)',
+  }, async () => {
+    const built = await runJsonScript<Fixture>(
+      process.env.ART_0523_PYTHON!,
+      'test/clients/art_experimental_config.py',
+      {},
+    );
     assert.deepEqual(built, fixture);
   });
 
@@ -125,32 +174,49 @@ describe('ART 0.5.23 experimental_config: every key', () => {
     same(outcomes.ppo.first.loss, outcomes.loss_fn.first.loss, 'ppo: true is loss_fn "ppo"');
     const unknown = await submit(sourceId, rollouts, art('default', { loss_fn: 'grpo' }));
     assert.equal(unknown.status, 422);
-    assert.deepEqual(unknown.body.detail.map((d: { loc: unknown[] }) => d.loc), [['body', 'experimental_config', 'loss_fn']]);
+    assert.deepEqual(
+      unknown.body.detail.map((d: { loc: unknown[] }) => d.loc),
+      [['body', 'experimental_config', 'loss_fn']],
+    );
     const conflict = await submit(sourceId, rollouts, art('default', { loss_fn: 'ppo', ppo: false }));
-    assert.deepEqual(conflict.body.detail.map((d: { loc: unknown[] }) => d.loc), [['body', 'experimental_config', 'loss_fn']]);
+    assert.deepEqual(
+      conflict.body.detail.map((d: { loc: unknown[] }) => d.loc),
+      [['body', 'experimental_config', 'loss_fn']],
+    );
   });
 
   test('normalize_advantages: false and scale_rewards: false keep the group spread out of the advantages', () => {
     differs(outcomes.normalize_advantages.first.loss, base().loss, 'normalize_advantages false (as ART sends it)');
     differs(outcomes.normalize_advantages_alone.first.loss, base().loss, 'normalize_advantages false alone');
-    same(outcomes.normalize_advantages_alone.first.loss, outcomes.scale_rewards.first.loss, 'either key turns scaling off');
+    same(
+      outcomes.normalize_advantages_alone.first.loss,
+      outcomes.scale_rewards.first.loss,
+      'either key turns scaling off',
+    );
   });
 
   test('advantage_balance, kimi_k2_tau and max_negative_advantage_importance_sampling_weight each change the loss', () => {
-    for (const key of ['advantage_balance', 'kimi_k2_tau', 'max_negative_advantage_importance_sampling_weight']) differs(outcomes[key].first.loss, base().loss, key);
+    for (const key of ['advantage_balance', 'kimi_k2_tau', 'max_negative_advantage_importance_sampling_weight'])
+      differs(outcomes[key].first.loss, base().loss, key);
   });
 
   test('epsilon and epsilon_high narrow the clip range: more tokens clipped, or clipped closer; mask_prob_ratio zeroes them instead', () => {
     // ART's default body sends epsilon_high null, so the default range is (1 − 1, 1 + 1) and epsilon alone narrows both sides.
     assert.ok(base().clipped_token_fraction < 0.5, String(base().clipped_token_fraction));
     for (const key of ['epsilon', 'epsilon_high', 'epsilon_both']) {
-      assert.ok(outcomes[key].first.clipped_token_fraction >= base().clipped_token_fraction, `${key}: ${outcomes[key].first.clipped_token_fraction}`);
+      assert.ok(
+        outcomes[key].first.clipped_token_fraction >= base().clipped_token_fraction,
+        `${key}: ${outcomes[key].first.clipped_token_fraction}`,
+      );
     }
     // Whether a ratio above 1.05 occurs at all depends on the tokens sampled (a tiny model's are often near-certain,
     // and a ratio cannot exceed 1/p): it did in some runs and CPUs and not in others. On the same rollouts with every
     // ratio made 1.5×, the upper bound binds on every trained token, so each key must change what the default does.
     for (const key of ['epsilon', 'epsilon_high']) {
-      assert.ok(raised(key).clipped_token_fraction > raised('default').clipped_token_fraction, `${key}: ${raised(key).clipped_token_fraction}`);
+      assert.ok(
+        raised(key).clipped_token_fraction > raised('default').clipped_token_fraction,
+        `${key}: ${raised(key).clipped_token_fraction}`,
+      );
       differs(raised(key).loss, raised('default').loss, key);
     }
     // CISPO clips the masked ratio too, so a token masked below the range weighs 1 − ε as when clipped: masking
@@ -169,7 +235,12 @@ describe('ART 0.5.23 experimental_config: every key', () => {
     same(outcomes.precalculate_logprobs.first.importance_ratio_mean, 1, 'precalculated', 1e-5);
     same(raised('precalculate_logprobs').importance_ratio_mean, 1, 'precalculated on the raised rollouts', 1e-5);
     differs(raised('precalculate_logprobs').loss, raised('default').loss, 'loss');
-    same(raised('precalculate_logprobs').loss, outcomes.precalculate_logprobs.first.loss, 'the sampler’s logprobs are not read', 1e-6);
+    same(
+      raised('precalculate_logprobs').loss,
+      outcomes.precalculate_logprobs.first.loss,
+      'the sampler’s logprobs are not read',
+      1e-6,
+    );
   });
 
   test('truncated_importance_sampling: trainer/sampler ratios above the bound are truncated, visibly; without precalculate_logprobs it is a 422', async () => {
@@ -201,18 +272,32 @@ describe('ART 0.5.23 experimental_config: every key', () => {
     differs(outcomes.kl_penalty_coef.first.loss, base().loss, 'loss');
     // current_learner measures the adapter being trained, which at the first step is the reference itself.
     same(outcomes.kl_penalty_source.first.kl_policy_ref, 0, 'current_learner (step 3) against step 3');
-    differs(outcomes.kl_penalty_source.first.kl_policy_ref, sample, 'current_learner (step 3) vs sample (step 1)', 1e-4);
+    differs(
+      outcomes.kl_penalty_source.first.kl_policy_ref,
+      sample,
+      'current_learner (step 3) vs sample (step 1)',
+      1e-4,
+    );
   });
 
   test('kl_ref_adapter_path: the named checkpoint is the reference (by ART inference name or tinker path)', () => {
     const toStep1 = outcomes.kl_ref_adapter_path.first.kl_policy_ref;
     assert.ok(Math.abs(toStep1) < 1e-3, `the rollouts were sampled from step 1 itself: ${toStep1}`);
-    same(outcomes.kl_ref_tinker_path.first.kl_policy_ref, outcomes.reference_step_2.first.kl_policy_ref, 'tinker://…/step2 is step 2');
+    same(
+      outcomes.kl_ref_tinker_path.first.kl_policy_ref,
+      outcomes.reference_step_2.first.kl_policy_ref,
+      'tinker://…/step2 is step 2',
+    );
   });
 
   test('kl_ref_adapter_path: anything but a checkpoint of this key’s models on the same base is a 422 naming it', async () => {
     const other = (await e2e.server.services.auth.createKey('outsider')).key;
-    const theirs = await e2e.api('POST', '/v1/preview/models', { project: 'art-config', name: 'theirs', base_model: BUILTIN_BASE_MODEL.id }, other);
+    const theirs = await e2e.api(
+      'POST',
+      '/v1/preview/models',
+      { project: 'art-config', name: 'theirs', base_model: BUILTIN_BASE_MODEL.id },
+      other,
+    );
     const refused = [
       '/etc/passwd',
       '../../data/models',
@@ -226,7 +311,11 @@ describe('ART 0.5.23 experimental_config: every key', () => {
     for (const value of refused) {
       const response = await submit(sourceId, rollouts, art('kl_ref_adapter_path', { kl_ref_adapter_path: value }));
       assert.equal(response.status, 422, value);
-      assert.deepEqual(response.body.detail.map((d: { loc: unknown[] }) => d.loc), [['body', 'experimental_config', 'kl_ref_adapter_path']], value);
+      assert.deepEqual(
+        response.body.detail.map((d: { loc: unknown[] }) => d.loc),
+        [['body', 'experimental_config', 'kl_ref_adapter_path']],
+        value,
+      );
     }
     const both = await submit(sourceId, rollouts, art('kl_ref_adapter_path', { kl_penalty_reference_step: 1 }));
     assert.equal(both.status, 422);
@@ -251,7 +340,10 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   });
 
   test('packed_sequence_length: rows of that many tokens', () => {
-    assert.ok(outcomes.packed_sequence_length.started > outcomes.default.started, String(outcomes.packed_sequence_length.started));
+    assert.ok(
+      outcomes.packed_sequence_length.started > outcomes.default.started,
+      String(outcomes.packed_sequence_length.started),
+    );
   });
 
   test('plot_tensors: accepted and, being ART’s debug plots, trains exactly as without it', () => {
@@ -260,14 +352,18 @@ describe('ART 0.5.23 experimental_config: every key', () => {
   });
 
   test('scale_learning_rate_by_reward_std_dev: the rate × the fitted spread at the last step over the fit’s intercept', async () => {
-    const checkpoints = (await e2e.api('GET', `/v1/preview/models/${sourceId}/checkpoints?limit=100&order=asc`)).body.data as { step: number; metrics: Record<string, number> }[];
+    const checkpoints = (await e2e.api('GET', `/v1/preview/models/${sourceId}/checkpoints?limit=100&order=asc`)).body
+      .data as { step: number; metrics: Record<string, number> }[];
     // Each job's spread belongs to the step it trained from; this job trains from the latest with the rollouts' spread (0.5 and 1.5).
-    const points = checkpoints.filter((c) => c.step > 0 && c.step < checkpoints.at(-1)!.step).map((c) => [c.step - 1, c.metrics.reward_std_dev]);
+    const points = checkpoints
+      .filter((c) => c.step > 0 && c.step < checkpoints.at(-1)!.step)
+      .map((c) => [c.step - 1, c.metrics.reward_std_dev]);
     points.push([checkpoints.at(-2)!.step, 1]);
     const n = points.length;
     const mx = points.reduce((s, [x]) => s + x, 0) / n;
     const my = points.reduce((s, [, y]) => s + y, 0) / n;
-    const slope = points.reduce((s, [x, y]) => s + (x - mx) * (y - my), 0) / points.reduce((s, [x]) => s + (x - mx) ** 2, 0);
+    const slope =
+      points.reduce((s, [x, y]) => s + (x - mx) * (y - my), 0) / points.reduce((s, [x]) => s + (x - mx) ** 2, 0);
     const intercept = my - slope * mx;
     const multiplier = (slope * points.at(-1)![0] + intercept) / intercept;
     assert.ok(Math.abs(multiplier - 1) > 0.05, `the history moves the rate: ${multiplier}`);

@@ -13,16 +13,27 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
 import { runJsonScript } from './helpers/reference.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 function client(version: string, env: string, venv: string, requirements: string) {
   const fallback = path.join(repoRoot, venv, 'bin', 'python');
   const python = process.env[env] ?? (fs.existsSync(fallback) ? fallback : undefined);
-  const wandbPin = /^wandb==(\S+)$/m.exec(fs.readFileSync(path.join(repoRoot, 'scripts', 'python', requirements), 'utf8'))?.[1];
-  return { version, python, requirements, wandbPin, skip: python ? false : `no ART ${version} venv: set ${env} (scripts/test.sh builds ${venv})` };
+  const wandbPin = /^wandb==(\S+)$/m.exec(
+    fs.readFileSync(path.join(repoRoot, 'scripts', 'python', requirements), 'utf8'),
+  )?.[1];
+  return {
+    version,
+    python,
+    requirements,
+    wandbPin,
+    skip: python ? false : `no ART ${version} venv: set ${env} (scripts/test.sh builds ${venv})`,
+  };
 }
 
-const CLIENTS = [client('0.5.18', 'ART_PYTHON', '.venv-art', 'art.txt'), client('0.5.23', 'ART_0523_PYTHON', '.venv-art-0523', 'art-0523.txt')];
+const CLIENTS = [
+  client('0.5.18', 'ART_PYTHON', '.venv-art', 'art.txt'),
+  client('0.5.23', 'ART_0523_PYTHON', '.venv-art-0523', 'art-0523.txt'),
+];
 
 for (const art of CLIENTS) {
   describe(`ART ${art.version} SFT with the real wandb SDK pointed at the server`, { skip: art.skip }, () => {
@@ -33,10 +44,20 @@ for (const art of CLIENTS) {
     before(async () => {
       e2e = await startE2eServer();
       workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'art-wandb-'));
-      const wandbDirs = Object.fromEntries(['WANDB_DIR', 'WANDB_DATA_DIR', 'WANDB_CACHE_DIR', 'WANDB_CONFIG_DIR'].map((name) => [name, path.join(workdir, name.toLowerCase())]));
+      const wandbDirs = Object.fromEntries(
+        ['WANDB_DIR', 'WANDB_DATA_DIR', 'WANDB_CACHE_DIR', 'WANDB_CONFIG_DIR'].map((name) => [
+          name,
+          path.join(workdir, name.toLowerCase()),
+        ]),
+      );
       const env = { ...process.env, ...wandbDirs, WANDB_BASE_URL: e2e.url, WANDB_API_KEY: e2e.key };
       const started = Date.now();
-      session = await runJsonScript(art.python!, 'test/clients/art_wandb_sft.py', { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir }, env);
+      session = await runJsonScript(
+        art.python!,
+        'test/clients/art_wandb_sft.py',
+        { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id, workdir },
+        env,
+      );
       console.log(`ART ${art.version} + wandb session: ${((Date.now() - started) / 1000).toFixed(1)}s`);
     });
     after(async () => {
@@ -53,21 +74,38 @@ for (const art of CLIENTS) {
     test("the SDK's upload lands in our store under the key's entity, as the artifact ART sends the SFT job", async () => {
       assert.equal(session.entity, 'local');
       assert.equal(session.training_data_urls.length, 1);
-      const [, project, name] = /^wandb-artifact:\/\/\/local\/(art-wandb)\/(adder-sft-data-[0-9a-f]{12}):v0$/.exec(session.training_data_urls[0]) ?? [];
+      const [, project, name] =
+        /^wandb-artifact:\/\/\/local\/(art-wandb)\/(adder-sft-data-[0-9a-f]{12}):v0$/.exec(
+          session.training_data_urls[0],
+        ) ?? [];
       assert.ok(name, session.training_data_urls[0]);
       const listed = await e2e.api('GET', `/v1/preview/artifacts/local/${project}/${name}`);
       assert.equal(listed.status, 200);
-      assert.deepEqual(listed.body.data.map((version: any) => [version.version, version.files.map((file: any) => file.name)]), [['v0', ['train.jsonl']]]);
+      assert.deepEqual(
+        listed.body.data.map((version: any) => [version.version, version.files.map((file: any) => file.name)]),
+        [['v0', ['train.jsonl']]],
+      );
       // ART writes the file's conversations anew (in its own order) before the SDK uploads them.
-      const stored = await fetch(`${e2e.url}/v1/preview/artifacts/local/${project}/${name}:v0/files/train.jsonl`, { headers: { authorization: `Bearer ${e2e.key}` } });
-      const conversations = (await stored.text()).trim().split('\n').map((line) => JSON.stringify(JSON.parse(line).messages));
-      assert.deepEqual(conversations.sort(), session.conversations.map((messages: unknown) => JSON.stringify(messages)).sort());
+      const stored = await fetch(`${e2e.url}/v1/preview/artifacts/local/${project}/${name}:v0/files/train.jsonl`, {
+        headers: { authorization: `Bearer ${e2e.key}` },
+      });
+      const conversations = (await stored.text())
+        .trim()
+        .split('\n')
+        .map((line) => JSON.stringify(JSON.parse(line).messages));
+      assert.deepEqual(
+        conversations.sort(),
+        session.conversations.map((messages: unknown) => JSON.stringify(messages)).sort(),
+      );
     });
 
     test('the SFT job trains from that artifact: a new checkpoint appears', async () => {
       assert.equal(session.after, session.before + 1);
       const checkpoints = await e2e.api('GET', `/v1/preview/models/${session.model_id}/checkpoints`);
-      assert.ok(checkpoints.body.data.some((checkpoint: any) => checkpoint.step === session.after), JSON.stringify(checkpoints.body));
+      assert.ok(
+        checkpoints.body.data.some((checkpoint: any) => checkpoint.step === session.after),
+        JSON.stringify(checkpoints.body),
+      );
     });
 
     test('a wrong key is refused the way the SDK reports authentication errors', () => {
@@ -76,7 +114,10 @@ for (const art of CLIENTS) {
     });
 
     test('a W&B feature the server does not serve is named in the error the SDK raises, and nothing is stored', async () => {
-      assert.match(session.unsupported_alias.message, /Artifact aliases other than "latest" \("best"\): not supported by this server/);
+      assert.match(
+        session.unsupported_alias.message,
+        /Artifact aliases other than "latest" \("best"\): not supported by this server/,
+      );
       assert.equal((await e2e.api('GET', '/v1/preview/artifacts/local/art-wandb/aliased-data')).status, 404);
     });
   });

@@ -11,9 +11,9 @@ import { after, before, describe, test } from 'node:test';
 import { Value } from '@sinclair/typebox/value';
 import OpenAI from 'openai';
 import { ChatCompletion } from '../src/api/chat.ts';
-import { loadTokenizer, type ChatTokenizer } from '../src/conversation/tokenizer.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type ChatTokenizer, loadTokenizer } from '../src/conversation/tokenizer.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
 const CONTEXT = 2048;
@@ -21,7 +21,8 @@ const VOCAB = 2048;
 const HI = [{ role: 'user', content: 'hi' }];
 /** A request the tiny model was never trained on: its answers spread over many tokens. */
 const OPEN = [{ role: 'user', content: 'Write a poem.' }];
-const HI_PROMPT = '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n';
+const HI_PROMPT =
+  '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n';
 const WEATHER_TOOL = {
   type: 'function',
   function: {
@@ -46,7 +47,10 @@ describe('chat completions (non-streaming) through the openai client', () => {
   let tokenizer: ChatTokenizer;
   /** Untyped create: most tests send vLLM extensions the SDK's types do not know. */
   const create = (body: Record<string, unknown>, options: OpenAI.RequestOptions = {}): Promise<any> =>
-    client.chat.completions.create({ model: BASE, messages: HI, max_tokens: 4, ...body } as never, options) as Promise<any>;
+    client.chat.completions.create(
+      { model: BASE, messages: HI, max_tokens: 4, ...body } as never,
+      options,
+    ) as Promise<any>;
 
   before(async () => {
     e2e = await startE2eServer();
@@ -74,7 +78,9 @@ describe('chat completions (non-streaming) through the openai client', () => {
     const { usage } = response;
     assert.ok(usage.prompt_tokens > 0);
     assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
-    assert.ok(Number.isInteger(usage.prompt_tokens_details.cached_tokens) && usage.prompt_tokens_details.cached_tokens >= 0);
+    assert.ok(
+      Number.isInteger(usage.prompt_tokens_details.cached_tokens) && usage.prompt_tokens_details.cached_tokens >= 0,
+    );
     // No `logprobs` in the request: logprobs anyway (ART trains only on choices that carry them), as token ids.
     const entries = choice.logprobs.content;
     assert.equal(entries.length, usage.completion_tokens);
@@ -82,7 +88,10 @@ describe('chat completions (non-streaming) through the openai client', () => {
       assert.match(entry.token, /^token_id:\d+$/);
       assert.ok(Number(entry.token.slice('token_id:'.length)) < VOCAB);
       assert.ok(entry.logprob <= 0 && entry.logprob >= -9999);
-      assert.ok(Array.isArray(entry.bytes) && entry.bytes.every((byte: number) => Number.isInteger(byte) && byte >= 0 && byte < 256));
+      assert.ok(
+        Array.isArray(entry.bytes) &&
+          entry.bytes.every((byte: number) => Number.isInteger(byte) && byte >= 0 && byte < 256),
+      );
       assert.deepEqual(entry.top_logprobs, []);
     }
   });
@@ -91,7 +100,12 @@ describe('chat completions (non-streaming) through the openai client', () => {
     const response = await fetch(`${e2e.url}/v1/chat/completions/`, {
       method: 'POST',
       headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi', some_extra: 1 }], max_tokens: 2, request_id: 'my-request-1', not_a_field: { x: 1 } }),
+      body: JSON.stringify({
+        messages: [{ role: 'user', content: 'hi', some_extra: 1 }],
+        max_tokens: 2,
+        request_id: 'my-request-1',
+        not_a_field: { x: 1 },
+      }),
     });
     assert.equal(response.status, 200);
     const body = await response.json();
@@ -109,12 +123,18 @@ describe('chat completions (non-streaming) through the openai client', () => {
     assert.equal(entries.length, ids.length);
     entries.forEach((entry: any, i: number) => {
       assert.doesNotMatch(entry.token, /^token_id:/);
-      assert.deepEqual(entry.bytes, [...new TextEncoder().encode(new TextDecoder().decode(tokenizer.tokenBytes(ids[i])))]);
+      assert.deepEqual(entry.bytes, [
+        ...new TextEncoder().encode(new TextDecoder().decode(tokenizer.tokenBytes(ids[i]))),
+      ]);
     });
   });
 
   test('max_tokens and max_completion_tokens: finish_reason length with exactly that many tokens', async () => {
-    for (const body of [{ max_tokens: 5 }, { max_tokens: null, max_completion_tokens: 7 }, { max_tokens: 50, max_completion_tokens: 3 }]) {
+    for (const body of [
+      { max_tokens: 5 },
+      { max_tokens: null, max_completion_tokens: 7 },
+      { max_tokens: 50, max_completion_tokens: 3 },
+    ]) {
       const response = await create({ ...body, ignore_eos: true, seed: 11, return_token_ids: true });
       const expected = body.max_completion_tokens ?? body.max_tokens;
       const [choice] = response.choices;
@@ -152,7 +172,11 @@ describe('chat completions (non-streaming) through the openai client', () => {
       sum += choice.token_ids.length;
     }
     assert.equal(response.usage.completion_tokens, sum);
-    assert.equal(new Set(response.choices.map((choice: any) => JSON.stringify(choice.token_ids))).size, 3, 'the choices are sampled independently');
+    assert.equal(
+      new Set(response.choices.map((choice: any) => JSON.stringify(choice.token_ids))).size,
+      3,
+      'the choices are sampled independently',
+    );
     const again = await create({ messages: OPEN, n: 3, seed: 7, max_tokens: 6, return_token_ids: true });
     assert.deepEqual(
       again.choices.map((choice: any) => choice.token_ids),
@@ -163,11 +187,30 @@ describe('chat completions (non-streaming) through the openai client', () => {
   test("ART 0.5.20+'s default extra body with n=3 and logprobs: accepted, each choice's counts add up to usage as ART checks, with its policy span", async () => {
     // Model._default_chat_completion_extra_body of a trainable model (nvext since 0.5.21); vllm_tokens.py then requires
     // the per-choice counts (token_ids, or else the logprobs) to sum to usage.completion_tokens.
-    const art = { return_token_ids: true, return_tokens_as_token_ids: true, chat_template_kwargs: { preserve_thinking: true }, nvext: { extra_fields: ['engine_data'] } };
+    const art = {
+      return_token_ids: true,
+      return_tokens_as_token_ids: true,
+      chat_template_kwargs: { preserve_thinking: true },
+      nvext: { extra_fields: ['engine_data'] },
+    };
     for (const extra of [art, { ...art, return_token_ids: false }]) {
-      const response = await create({ messages: OPEN, n: 3, seed: 5, max_tokens: 6, logprobs: true, temperature: 1, ...extra });
-      const counts = response.choices.map((choice: any) => (extra.return_token_ids ? choice.token_ids.length : choice.logprobs.content.length));
-      assert.equal(counts.reduce((a: number, b: number) => a + b, 0), response.usage.completion_tokens, JSON.stringify(counts));
+      const response = await create({
+        messages: OPEN,
+        n: 3,
+        seed: 5,
+        max_tokens: 6,
+        logprobs: true,
+        temperature: 1,
+        ...extra,
+      });
+      const counts = response.choices.map((choice: any) =>
+        extra.return_token_ids ? choice.token_ids.length : choice.logprobs.content.length,
+      );
+      assert.equal(
+        counts.reduce((a: number, b: number) => a + b, 0),
+        response.usage.completion_tokens,
+        JSON.stringify(counts),
+      );
       for (const choice of response.choices) {
         assert.ok(choice.logprobs.content.every((entry: { token: string }) => /^token_id:\d+$/.test(entry.token)));
         if (extra.return_token_ids) assert.equal(choice.logprobs.content.length, choice.token_ids.length);
@@ -176,7 +219,16 @@ describe('chat completions (non-streaming) through the openai client', () => {
       assert.equal(Array.isArray(response.prompt_token_ids), extra.return_token_ids);
       // The policy provenance ART's PipelineTrainer requires of eval answers: one span of the base model's weights.
       response.choices.forEach((choice: any, index: number) => {
-        assert.deepEqual(choice.policy_token_spans, [{ start_token: 0, end_token: counts[index], generation_id: `${response.id}-${index}`, policy_version: 0, lora_slot: 'base', update_seq: 0 }]);
+        assert.deepEqual(choice.policy_token_spans, [
+          {
+            start_token: 0,
+            end_token: counts[index],
+            generation_id: `${response.id}-${index}`,
+            policy_version: 0,
+            lora_slot: 'base',
+            update_seq: 0,
+          },
+        ]);
       });
     }
   });
@@ -188,7 +240,15 @@ describe('chat completions (non-streaming) through the openai client', () => {
     const stop = pickStop(text);
     const at = text.indexOf(stop);
 
-    const cut = (await create({ seed, max_tokens: 16, ignore_eos: true, return_token_ids: true, stop: ['never-in-gibberish-42', stop] })).choices[0];
+    const cut = (
+      await create({
+        seed,
+        max_tokens: 16,
+        ignore_eos: true,
+        return_token_ids: true,
+        stop: ['never-in-gibberish-42', stop],
+      })
+    ).choices[0];
     assert.equal(cut.message.content, text.slice(0, at));
     assert.equal(cut.finish_reason, 'stop');
     assert.equal(cut.stop_reason, stop);
@@ -198,7 +258,8 @@ describe('chat completions (non-streaming) through the openai client', () => {
     assert.ok(!tokenizer.decode(cut.token_ids.slice(0, -1)).includes(stop));
     assert.equal(cut.logprobs.content.length, cut.token_ids.length);
 
-    const kept = (await create({ seed, max_tokens: 16, ignore_eos: true, stop, include_stop_str_in_output: true })).choices[0];
+    const kept = (await create({ seed, max_tokens: 16, ignore_eos: true, stop, include_stop_str_in_output: true }))
+      .choices[0];
     assert.equal(kept.message.content, text.slice(0, at + stop.length));
     assert.equal(kept.finish_reason, 'stop');
     assert.equal(kept.stop_reason, stop);
@@ -220,10 +281,24 @@ describe('chat completions (non-streaming) through the openai client', () => {
 
   test('bad_words are never generated, even against a +100 bias; repetition_detection stops a loop', async () => {
     const word = tokenizer.decode([300]);
-    const banned = (await create({ logit_bias: { '300': 100 }, bad_words: [word], max_tokens: 6, ignore_eos: true, return_token_ids: true })).choices[0];
+    const banned = (
+      await create({
+        logit_bias: { '300': 100 },
+        bad_words: [word],
+        max_tokens: 6,
+        ignore_eos: true,
+        return_token_ids: true,
+      })
+    ).choices[0];
     assert.equal(banned.token_ids.length, 6);
     assert.ok(!banned.token_ids.includes(300), JSON.stringify(banned.token_ids));
-    const looping = await create({ logit_bias: { '300': 100 }, max_tokens: 16, ignore_eos: true, return_token_ids: true, repetition_detection: { max_pattern_size: 2, min_count: 4 } });
+    const looping = await create({
+      logit_bias: { '300': 100 },
+      max_tokens: 16,
+      ignore_eos: true,
+      return_token_ids: true,
+      repetition_detection: { max_pattern_size: 2, min_count: 4 },
+    });
     const [choice] = looping.choices;
     assert.equal(choice.finish_reason, 'repetition');
     assert.equal(choice.stop_reason, 'repetition_detected');
@@ -233,7 +308,10 @@ describe('chat completions (non-streaming) through the openai client', () => {
 
   test('truncate_prompt_tokens keeps the last k prompt tokens; X-Request-Id names the response', async () => {
     const full = await create({ max_tokens: 1, return_token_ids: true });
-    const truncated = await create({ max_tokens: 1, return_token_ids: true, truncate_prompt_tokens: 5 }, { headers: { 'x-request-id': 'from-header-7' } });
+    const truncated = await create(
+      { max_tokens: 1, return_token_ids: true, truncate_prompt_tokens: 5 },
+      { headers: { 'x-request-id': 'from-header-7' } },
+    );
     assert.equal(truncated.usage.prompt_tokens, 5);
     assert.deepEqual(truncated.prompt_token_ids, full.prompt_token_ids.slice(-5));
     assert.equal(truncated.id, 'chatcmpl-from-header-7');
@@ -257,11 +335,21 @@ describe('chat completions (non-streaming) through the openai client', () => {
       }
     }
     // As ids: the sampled token, when it is among the alternatives, has the same logprob there.
-    const response = await create({ logprobs: true, top_logprobs: 20, return_tokens_as_token_ids: true, max_tokens: 4, seed: 9 });
+    const response = await create({
+      logprobs: true,
+      top_logprobs: 20,
+      return_tokens_as_token_ids: true,
+      max_tokens: 4,
+      seed: 9,
+    });
     for (const entry of response.choices[0].logprobs.content) {
       assert.match(entry.token, /^token_id:\d+$/);
       assert.equal(entry.top_logprobs.length, 20);
-      assert.equal(new Set(entry.top_logprobs.map((alternative: any) => alternative.token)).size, 20, 'distinct alternatives');
+      assert.equal(
+        new Set(entry.top_logprobs.map((alternative: any) => alternative.token)).size,
+        20,
+        'distinct alternatives',
+      );
       for (const alternative of entry.top_logprobs) assert.match(alternative.token, /^token_id:\d+$/);
       const same = entry.top_logprobs.find((alternative: any) => alternative.token === entry.token);
       if (same) assert.ok(Math.abs(same.logprob - entry.logprob) < 1e-4);
@@ -293,17 +381,32 @@ describe('chat completions (non-streaming) through the openai client', () => {
     assert.ok(choice.token_ids.every((id: number) => Number.isInteger(id) && id >= 0 && id < VOCAB));
     assert.equal(response.prompt_token_ids.length, response.usage.prompt_tokens);
     assert.equal(tokenizer.decode(response.prompt_token_ids), HI_PROMPT);
-    assert.equal(choice.logprobs.content.map((entry: any) => entry.token).join(','), choice.token_ids.map((id: number) => `token_id:${id}`).join(','));
+    assert.equal(
+      choice.logprobs.content.map((entry: any) => entry.token).join(','),
+      choice.token_ids.map((id: number) => `token_id:${id}`).join(','),
+    );
     const without = await create({ max_tokens: 1 });
     assert.equal(without.prompt_token_ids, null);
     assert.equal(without.choices[0].token_ids, null);
   });
 
   test('the answer is exactly what api/chat.ts declares, with every optional part present or absent', async () => {
-    const full = { n: 2, seed: 4, logprobs: true, top_logprobs: 3, prompt_logprobs: 2, return_token_ids: true, return_tokens_as_token_ids: false };
+    const full = {
+      n: 2,
+      seed: 4,
+      logprobs: true,
+      top_logprobs: 3,
+      prompt_logprobs: 2,
+      return_token_ids: true,
+      return_tokens_as_token_ids: false,
+    };
     for (const body of [full, { logprobs: false }]) {
       const response = JSON.parse(JSON.stringify(await create(body)));
-      assert.deepEqual([...Value.Errors(ChatCompletion, response)].map((e) => `${e.path}: ${e.message}`), [], JSON.stringify(response));
+      assert.deepEqual(
+        [...Value.Errors(ChatCompletion, response)].map((e) => `${e.path}: ${e.message}`),
+        [],
+        JSON.stringify(response),
+      );
     }
   });
 
@@ -311,7 +414,13 @@ describe('chat completions (non-streaming) through the openai client', () => {
     const messages = [
       { role: 'system', content: 'You check the weather.' },
       { role: 'user', content: 'Weather in Paris?' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: 'call_1', content: '{"temp_c": 21}' },
     ];
     const response = await create({ messages, tools: [WEATHER_TOOL], max_tokens: 6, seed: 4, return_token_ids: true });
@@ -333,17 +442,39 @@ describe('chat completions (non-streaming) through the openai client', () => {
     assert.deepEqual(choice.message.tool_calls, []);
 
     // The SDK's own assistant message (refusal, annotations, reasoning, empty tool_calls…) goes back as it came.
-    const next = await create({ messages: [...HI, choice.message, { role: 'user', content: 'and?' }], tools: [WEATHER_TOOL], tool_choice: 'auto', max_tokens: 2 });
+    const next = await create({
+      messages: [...HI, choice.message, { role: 'user', content: 'and?' }],
+      tools: [WEATHER_TOOL],
+      tool_choice: 'auto',
+      max_tokens: 2,
+    });
     assert.equal(next.choices[0].message.role, 'assistant');
     // Custom roles and content parts, as vLLM accepts them: text parts joined with a newline.
-    const parts = await create({ messages: [{ role: 'narrator', content: [{ type: 'text', text: 'Once' }, { type: 'text', text: ' upon' }] }], max_tokens: 2, return_token_ids: true });
+    const parts = await create({
+      messages: [
+        {
+          role: 'narrator',
+          content: [
+            { type: 'text', text: 'Once' },
+            { type: 'text', text: ' upon' },
+          ],
+        },
+      ],
+      max_tokens: 2,
+      return_token_ids: true,
+    });
     assert.ok(tokenizer.decode(parts.prompt_token_ids).includes('<|im_start|>narrator\nOnce\n upon<|im_end|>\n'));
   });
 
   test('tool-call tags the model writes that hold no valid call stay content (auto) or are left alone (none)', async () => {
     const toolCallTag = tokenizer.tokenId('<tool_call>')!;
     for (const toolChoice of ['auto', 'none']) {
-      const response = await create({ tools: [WEATHER_TOOL], tool_choice: toolChoice, allowed_token_ids: [toolCallTag], max_tokens: 3 });
+      const response = await create({
+        tools: [WEATHER_TOOL],
+        tool_choice: toolChoice,
+        allowed_token_ids: [toolCallTag],
+        max_tokens: 3,
+      });
       const [choice] = response.choices;
       assert.equal(choice.message.content, '<tool_call><tool_call><tool_call>', toolChoice);
       assert.deepEqual(choice.message.tool_calls, []);
@@ -354,9 +485,20 @@ describe('chat completions (non-streaming) through the openai client', () => {
   test('prefill: continue_final_message leaves the last assistant message open; echo prepends it', async () => {
     const prefix = 'The answer is';
     const messages = [...HI, { role: 'assistant', content: prefix }];
-    const body = { messages, continue_final_message: true, add_generation_prompt: false, max_tokens: 5, seed: 8, return_token_ids: true };
+    const body = {
+      messages,
+      continue_final_message: true,
+      add_generation_prompt: false,
+      max_tokens: 5,
+      seed: 8,
+      return_token_ids: true,
+    };
     const plain = await create(body);
-    assert.equal(tokenizer.decode(plain.prompt_token_ids), `${HI_PROMPT}${prefix}`, 'the prompt ends inside the message, with no end of turn');
+    assert.equal(
+      tokenizer.decode(plain.prompt_token_ids),
+      `${HI_PROMPT}${prefix}`,
+      'the prompt ends inside the message, with no end of turn',
+    );
     assert.equal(plain.choices[0].message.role, 'assistant');
     const echoed = await create({ ...body, echo: true });
     assert.deepEqual(echoed.choices[0].token_ids, plain.choices[0].token_ids);
@@ -369,64 +511,245 @@ describe('chat completions (non-streaming) through the openai client', () => {
 
   describe('validation: 400 with the OpenAI error body and the offending param', () => {
     const cases: [string, Record<string, unknown>, string, string | RegExp][] = [
-      ['continue_final_message with add_generation_prompt', { messages: [...HI, { role: 'assistant', content: 'x' }], continue_final_message: true, add_generation_prompt: true }, 'continue_final_message', 'Cannot set both `continue_final_message` and `add_generation_prompt` to True.'],
-      ['continue_final_message without add_generation_prompt:false', { messages: [...HI, { role: 'assistant', content: 'x' }], continue_final_message: true }, 'continue_final_message', /Cannot set both/],
-      ['top_logprobs without logprobs', { top_logprobs: 2 }, 'top_logprobs', 'when using `top_logprobs`, `logprobs` must be set to true.'],
+      [
+        'continue_final_message with add_generation_prompt',
+        {
+          messages: [...HI, { role: 'assistant', content: 'x' }],
+          continue_final_message: true,
+          add_generation_prompt: true,
+        },
+        'continue_final_message',
+        'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+      ],
+      [
+        'continue_final_message without add_generation_prompt:false',
+        { messages: [...HI, { role: 'assistant', content: 'x' }], continue_final_message: true },
+        'continue_final_message',
+        /Cannot set both/,
+      ],
+      [
+        'top_logprobs without logprobs',
+        { top_logprobs: 2 },
+        'top_logprobs',
+        'when using `top_logprobs`, `logprobs` must be set to true.',
+      ],
       ['top_logprobs with logprobs:false', { logprobs: false, top_logprobs: 2 }, 'top_logprobs', /must be set to true/],
-      ['top_logprobs 21', { logprobs: true, top_logprobs: 21 }, 'top_logprobs', 'Requested sample logprobs of 21, which is greater than max allowed: 20'],
-      ['top_logprobs -2', { logprobs: true, top_logprobs: -2 }, 'top_logprobs', '`top_logprobs` must be a positive value or -1.'],
-      ['stream_options without stream', { stream_options: { include_usage: true } }, 'stream_options', 'Stream options can only be defined when `stream=True`.'],
-      ['stream_options {include_usage: null} without stream', { stream_options: { include_usage: null } }, 'stream_options', /stream=True/],
-      ['prompt_logprobs with stream', { stream: true, prompt_logprobs: 1 }, 'prompt_logprobs', '`prompt_logprobs` are not available when `stream=True`.'],
+      [
+        'top_logprobs 21',
+        { logprobs: true, top_logprobs: 21 },
+        'top_logprobs',
+        'Requested sample logprobs of 21, which is greater than max allowed: 20',
+      ],
+      [
+        'top_logprobs -2',
+        { logprobs: true, top_logprobs: -2 },
+        'top_logprobs',
+        '`top_logprobs` must be a positive value or -1.',
+      ],
+      [
+        'stream_options without stream',
+        { stream_options: { include_usage: true } },
+        'stream_options',
+        'Stream options can only be defined when `stream=True`.',
+      ],
+      [
+        'stream_options {include_usage: null} without stream',
+        { stream_options: { include_usage: null } },
+        'stream_options',
+        /stream=True/,
+      ],
+      [
+        'prompt_logprobs with stream',
+        { stream: true, prompt_logprobs: 1 },
+        'prompt_logprobs',
+        '`prompt_logprobs` are not available when `stream=True`.',
+      ],
       ['prompt_logprobs 21', { prompt_logprobs: 21 }, 'prompt_logprobs', /greater than max allowed: 20/],
       ['n > 1 at temperature 0', { n: 2, temperature: 0 }, 'n', 'n must be 1 when using greedy sampling, got 2.'],
       ['n 0', { n: 0 }, 'n', 'n must be in [1, 128], got 0.'],
       ['n 129', { n: 129 }, 'n', 'n must be in [1, 128], got 129.'],
       ['negative temperature', { temperature: -0.5 }, 'temperature', 'temperature must be in [0, 1000000], got -0.5.'],
-      ['temperature beyond the engine', { temperature: 1e7 }, 'temperature', 'temperature must be in [0, 1000000], got 10000000.'],
-      ['presence_penalty above 2', { presence_penalty: 2.5 }, 'presence_penalty', /presence_penalty must be in \[-2, 2\]/],
-      ['frequency_penalty below -2', { frequency_penalty: -3 }, 'frequency_penalty', /frequency_penalty must be in \[-2, 2\]/],
-      ['repetition_penalty 0', { repetition_penalty: 0 }, 'repetition_penalty', 'repetition_penalty must be in (0, 1000000], got 0.'],
-      ['repetition_penalty beyond the engine', { repetition_penalty: 9007199254740993 }, 'repetition_penalty', /^repetition_penalty must be in \(0, 1000000\], got 9007199254740992\.$/],
-      ['streamed repetition_penalty beyond the engine', { stream: true, repetition_penalty: 9007199254740993 }, 'repetition_penalty', /repetition_penalty must be in \(0, 1000000\]/],
+      [
+        'temperature beyond the engine',
+        { temperature: 1e7 },
+        'temperature',
+        'temperature must be in [0, 1000000], got 10000000.',
+      ],
+      [
+        'presence_penalty above 2',
+        { presence_penalty: 2.5 },
+        'presence_penalty',
+        /presence_penalty must be in \[-2, 2\]/,
+      ],
+      [
+        'frequency_penalty below -2',
+        { frequency_penalty: -3 },
+        'frequency_penalty',
+        /frequency_penalty must be in \[-2, 2\]/,
+      ],
+      [
+        'repetition_penalty 0',
+        { repetition_penalty: 0 },
+        'repetition_penalty',
+        'repetition_penalty must be in (0, 1000000], got 0.',
+      ],
+      [
+        'repetition_penalty beyond the engine',
+        { repetition_penalty: 9007199254740993 },
+        'repetition_penalty',
+        /^repetition_penalty must be in \(0, 1000000\], got 9007199254740992\.$/,
+      ],
+      [
+        'streamed repetition_penalty beyond the engine',
+        { stream: true, repetition_penalty: 9007199254740993 },
+        'repetition_penalty',
+        /repetition_penalty must be in \(0, 1000000\]/,
+      ],
       ['top_p 0', { top_p: 0 }, 'top_p', /top_p must be in \(0, 1\]/],
       ['top_p above 1', { top_p: 1.5 }, 'top_p', /top_p must be in \(0, 1\]/],
       ['min_p above 1', { min_p: 1.5 }, 'min_p', /min_p must be in \[0, 1\]/],
       ['min_p below 0', { min_p: -0.1 }, 'min_p', /min_p must be in \[0, 1\]/],
       ['top_k -2', { top_k: -2 }, 'top_k', 'top_k must be 0 or -1 (disable), or in [1, 2147483647], got -2.'],
-      ['top_k beyond the engine', { top_k: 2 ** 31 }, 'top_k', 'top_k must be 0 or -1 (disable), or in [1, 2147483647], got 2147483648.'],
+      [
+        'top_k beyond the engine',
+        { top_k: 2 ** 31 },
+        'top_k',
+        'top_k must be 0 or -1 (disable), or in [1, 2147483647], got 2147483648.',
+      ],
       ['top_k that JSON writes with an exponent', { top_k: 1e21 }, 'top_k', /top_k must be 0 or -1/],
-      ['a tool without a name', { tools: [{ type: 'function', function: { description: 'x' } }] }, 'tools.0.function.name', /tools\.0\.function\.name: Field required/],
-      ['a tool call without a name', { messages: [...HI, { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { arguments: '{}' } }] }, { role: 'tool', tool_call_id: 'c', content: 'x' }] }, 'messages', 'messages[1].tool_calls[0].function.name must be a non-empty string: the function the call names'],
+      [
+        'a tool without a name',
+        { tools: [{ type: 'function', function: { description: 'x' } }] },
+        'tools.0.function.name',
+        /tools\.0\.function\.name: Field required/,
+      ],
+      [
+        'a tool call without a name',
+        {
+          messages: [
+            ...HI,
+            {
+              role: 'assistant',
+              content: null,
+              tool_calls: [{ id: 'c', type: 'function', function: { arguments: '{}' } }],
+            },
+            { role: 'tool', tool_call_id: 'c', content: 'x' },
+          ],
+        },
+        'messages',
+        'messages[1].tool_calls[0].function.name must be a non-empty string: the function the call names',
+      ],
       ['max_tokens 0', { max_tokens: 0 }, 'max_tokens', 'max_tokens must be at least 1, got 0.'],
-      ['max_tokens above the context', { max_tokens: CONTEXT + 1 }, 'max_tokens', `max_tokens=${CONTEXT + 1} cannot be greater than max_model_len=${CONTEXT}. Please request fewer output tokens.`],
-      ['max_completion_tokens above the context', { max_completion_tokens: 5000 }, 'max_completion_tokens', /max_completion_tokens=5000 cannot be greater than max_model_len=2048/],
-      ['prompt + max_tokens above the context', { max_tokens: CONTEXT }, 'input_tokens', new RegExp(`^This model's maximum context length is ${CONTEXT} tokens\\. However, you requested ${CONTEXT} output tokens and your prompt contains \\d+ input tokens, for a total of \\d+ tokens\\. Please reduce the length of the input prompt or the number of requested output tokens\\.$`)],
-      ['min_tokens above max_tokens', { max_tokens: 2, min_tokens: 3 }, 'min_tokens', /min_tokens must be less than or equal to max_tokens=2/],
+      [
+        'max_tokens above the context',
+        { max_tokens: CONTEXT + 1 },
+        'max_tokens',
+        `max_tokens=${CONTEXT + 1} cannot be greater than max_model_len=${CONTEXT}. Please request fewer output tokens.`,
+      ],
+      [
+        'max_completion_tokens above the context',
+        { max_completion_tokens: 5000 },
+        'max_completion_tokens',
+        /max_completion_tokens=5000 cannot be greater than max_model_len=2048/,
+      ],
+      [
+        'prompt + max_tokens above the context',
+        { max_tokens: CONTEXT },
+        'input_tokens',
+        new RegExp(
+          `^This model's maximum context length is ${CONTEXT} tokens\\. However, you requested ${CONTEXT} output tokens and your prompt contains \\d+ input tokens, for a total of \\d+ tokens\\. Please reduce the length of the input prompt or the number of requested output tokens\\.$`,
+        ),
+      ],
+      [
+        'min_tokens above max_tokens',
+        { max_tokens: 2, min_tokens: 3 },
+        'min_tokens',
+        /min_tokens must be less than or equal to max_tokens=2/,
+      ],
       ['empty stop string', { stop: '' }, 'stop', 'stop cannot contain an empty string.'],
       ['empty stop string in a list', { stop: ['ok', ''] }, 'stop', 'stop cannot contain an empty string.'],
       ['empty bad word', { bad_words: [''] }, 'bad_words', /bad_words cannot contain an empty string/],
-      ['out-of-vocab logit_bias', { logit_bias: { [String(VOCAB)]: 5 } }, 'logit_bias', `token_id(s) [${VOCAB}] in logit_bias contain out-of-vocab token ids. Vocabulary size: ${VOCAB}`],
-      ['out-of-vocab allowed_token_ids', { allowed_token_ids: [1, VOCAB + 5] }, 'allowed_token_ids', 'allowed_token_ids contains out-of-vocab token id!'],
-      ['empty allowed_token_ids', { allowed_token_ids: [] }, 'allowed_token_ids', 'allowed_token_ids is not None and empty!'],
+      [
+        'out-of-vocab logit_bias',
+        { logit_bias: { [String(VOCAB)]: 5 } },
+        'logit_bias',
+        `token_id(s) [${VOCAB}] in logit_bias contain out-of-vocab token ids. Vocabulary size: ${VOCAB}`,
+      ],
+      [
+        'out-of-vocab allowed_token_ids',
+        { allowed_token_ids: [1, VOCAB + 5] },
+        'allowed_token_ids',
+        'allowed_token_ids contains out-of-vocab token id!',
+      ],
+      [
+        'empty allowed_token_ids',
+        { allowed_token_ids: [] },
+        'allowed_token_ids',
+        'allowed_token_ids is not None and empty!',
+      ],
       ['out-of-vocab stop_token_ids', { stop_token_ids: [VOCAB] }, 'stop_token_ids', /out-of-vocab/],
       ['priority other than 0', { priority: 1 }, 'priority', /priority/],
       ['use_beam_search', { use_beam_search: true }, 'use_beam_search', /use_beam_search/],
-      ['truncate_prompt_tokens above the input budget', { max_tokens: 16, truncate_prompt_tokens: CONTEXT - 8 }, 'truncate_prompt_tokens', `truncate_prompt_tokens=${CONTEXT - 8} cannot be greater than max_model_len - max_tokens = ${CONTEXT - 16}. Please request a smaller truncation size.`],
-      ['empty cache_salt', { cache_salt: '' }, 'cache_salt', "Parameter 'cache_salt' must be a non-empty string if provided."],
-      ['tools: []', { tools: [] }, 'tools', '`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.'],
-      ['tool_choice without tools', { tool_choice: 'auto' }, 'tool_choice', 'When using `tool_choice`, `tools` must be set.'],
-      ['unknown tool_choice string', { tools: [WEATHER_TOOL], tool_choice: 'sometimes' }, 'tool_choice', 'Invalid value for `tool_choice`: sometimes! Only named tools, "none", "auto" or "required" are supported.'],
+      [
+        'truncate_prompt_tokens above the input budget',
+        { max_tokens: 16, truncate_prompt_tokens: CONTEXT - 8 },
+        'truncate_prompt_tokens',
+        `truncate_prompt_tokens=${CONTEXT - 8} cannot be greater than max_model_len - max_tokens = ${CONTEXT - 16}. Please request a smaller truncation size.`,
+      ],
+      [
+        'empty cache_salt',
+        { cache_salt: '' },
+        'cache_salt',
+        "Parameter 'cache_salt' must be a non-empty string if provided.",
+      ],
+      [
+        'tools: []',
+        { tools: [] },
+        'tools',
+        '`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.',
+      ],
+      [
+        'tool_choice without tools',
+        { tool_choice: 'auto' },
+        'tool_choice',
+        'When using `tool_choice`, `tools` must be set.',
+      ],
+      [
+        'unknown tool_choice string',
+        { tools: [WEATHER_TOOL], tool_choice: 'sometimes' },
+        'tool_choice',
+        'Invalid value for `tool_choice`: sometimes! Only named tools, "none", "auto" or "required" are supported.',
+      ],
       ['tool_choice {}', { tools: [WEATHER_TOOL], tool_choice: {} }, 'tool_choice', /Invalid value for `function`/],
-      ['tool_choice without a name', { tools: [WEATHER_TOOL], tool_choice: { type: 'function', function: {} } }, 'tool_choice', /Expected field `name` in `function` in `tool_choice`/],
-      ['tool_choice naming no tool', { tools: [WEATHER_TOOL], tool_choice: { type: 'function', function: { name: 'get_time' } } }, 'tool_choice', 'The tool specified in `tool_choice` does not match any of the specified `tools`'],
-      ['response_format json_schema without its schema', { response_format: { type: 'json_schema' } }, 'response_format', "When response_format type is 'json_schema', the 'json_schema' field must be provided."],
+      [
+        'tool_choice without a name',
+        { tools: [WEATHER_TOOL], tool_choice: { type: 'function', function: {} } },
+        'tool_choice',
+        /Expected field `name` in `function` in `tool_choice`/,
+      ],
+      [
+        'tool_choice naming no tool',
+        { tools: [WEATHER_TOOL], tool_choice: { type: 'function', function: { name: 'get_time' } } },
+        'tool_choice',
+        'The tool specified in `tool_choice` does not match any of the specified `tools`',
+      ],
+      [
+        'response_format json_schema without its schema',
+        { response_format: { type: 'json_schema' } },
+        'response_format',
+        "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+      ],
       ['seed outside int64', { seed: 1e20 }, 'seed', /less than or equal/],
       ['a wrongly typed field', { n: 'three' }, 'n', /integer/],
     ];
     for (const [name, body, param, message] of cases) {
       test(name, async () => {
-        const response = await e2e.api('POST', '/v1/chat/completions', { model: BASE, messages: HI, max_tokens: 4, ...body });
+        const response = await e2e.api('POST', '/v1/chat/completions', {
+          model: BASE,
+          messages: HI,
+          max_tokens: 4,
+          ...body,
+        });
         assert.equal(response.status, 400, JSON.stringify(response.body));
         assert.deepEqual(Object.keys(response.body), ['error']);
         const { error } = response.body;
@@ -452,12 +775,30 @@ describe('chat completions (non-streaming) through the openai client', () => {
     });
 
     test('edge values that are valid: logit_bias on the last id, top_k -1 and 0, top_logprobs 20, an empty stream_options object', async () => {
-      for (const body of [{ logit_bias: { [String(VOCAB - 1)]: 100 } }, { top_k: -1 }, { top_k: 0 }, { logprobs: true, top_logprobs: 20 }, { stream_options: {} }, { temperature: 0 }, { seed: -1 }]) {
-        const response = await e2e.api('POST', '/v1/chat/completions', { model: BASE, messages: HI, max_tokens: 2, ...body });
+      for (const body of [
+        { logit_bias: { [String(VOCAB - 1)]: 100 } },
+        { top_k: -1 },
+        { top_k: 0 },
+        { logprobs: true, top_logprobs: 20 },
+        { stream_options: {} },
+        { temperature: 0 },
+        { seed: -1 },
+      ]) {
+        const response = await e2e.api('POST', '/v1/chat/completions', {
+          model: BASE,
+          messages: HI,
+          max_tokens: 2,
+          ...body,
+        });
         assert.equal(response.status, 200, `${JSON.stringify(body)}: ${JSON.stringify(response.body)}`);
       }
       // A +100 bias on one id makes it (nearly) the only choice.
-      const biased = await create({ logit_bias: { '300': 100 }, max_tokens: 3, return_token_ids: true, ignore_eos: true });
+      const biased = await create({
+        logit_bias: { '300': 100 },
+        max_tokens: 3,
+        return_token_ids: true,
+        ignore_eos: true,
+      });
       assert.deepEqual(biased.choices[0].token_ids, [300, 300, 300]);
     });
   });
@@ -468,7 +809,11 @@ describe('chat completions (non-streaming) through the openai client', () => {
     let otherKey: string;
 
     before(async () => {
-      const created = await e2e.api('POST', '/v1/preview/models', { project: 'chat', name: 'policy', base_model: BASE });
+      const created = await e2e.api('POST', '/v1/preview/models', {
+        project: 'chat',
+        name: 'policy',
+        base_model: BASE,
+      });
       assert.equal(created.status, 200, JSON.stringify(created.body));
       modelId = created.body.id;
       otherKey = (await e2e.server.services.auth.createKey('other')).key;
@@ -478,9 +823,19 @@ describe('chat completions (non-streaming) through the openai client', () => {
       for (const model of ['no-such-model', 'local/chat/missing', `${mine}:step9`, 'builtin/tiny-chat:step0']) {
         const response = await e2e.api('POST', '/v1/chat/completions', { model, messages: HI, max_tokens: 2 });
         assert.equal(response.status, 404, model);
-        assert.deepEqual(response.body, { error: { message: `The model \`${model}\` does not exist.`, type: 'NotFoundError', param: 'model', code: 404 } });
+        assert.deepEqual(response.body, {
+          error: {
+            message: `The model \`${model}\` does not exist.`,
+            type: 'NotFoundError',
+            param: 'model',
+            code: 404,
+          },
+        });
       }
-      await assert.rejects(create({ model: 'no-such-model' }), (error: unknown) => error instanceof OpenAI.NotFoundError && error.param === 'model');
+      await assert.rejects(
+        create({ model: 'no-such-model' }),
+        (error: unknown) => error instanceof OpenAI.NotFoundError && error.param === 'model',
+      );
     });
 
     test('another entity’s model is as unknown as a missing one', async () => {
@@ -494,12 +849,18 @@ describe('chat completions (non-streaming) through the openai client', () => {
         assert.equal(theirs.body.error.type, 'NotFoundError');
       }
       // The other key still reaches the base model.
-      assert.equal((await e2e.api('POST', '/v1/chat/completions', { model: BASE, messages: HI, max_tokens: 1 }, otherKey)).status, 200);
+      assert.equal(
+        (await e2e.api('POST', '/v1/chat/completions', { model: BASE, messages: HI, max_tokens: 1 }, otherKey)).status,
+        200,
+      );
     });
 
     test('a checkpoint written by training after start is served by the next request, under every name form', async () => {
       const group = await sampleGroup(e2e, mine, 'Say hi.', 2, (_, i) => (i === 0 ? 1 : 0));
-      const submitted = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [group] });
+      const submitted = await e2e.api('POST', '/v1/preview/training-jobs', {
+        model_id: modelId,
+        trajectory_groups: [group],
+      });
       assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
       const job = await waitForJob(e2e, submitted.body.id);
       assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
@@ -510,13 +871,17 @@ describe('chat completions (non-streaming) through the openai client', () => {
         const response = await create({ model, seed: 21, max_tokens: 8, ignore_eos: true, return_token_ids: true });
         assert.equal(response.model, model);
         const [choice] = response.choices;
-        return { ids: choice.token_ids as number[], logprobs: choice.logprobs.content.map((entry: any) => entry.logprob) as number[] };
+        return {
+          ids: choice.token_ids as number[],
+          logprobs: choice.logprobs.content.map((entry: any) => entry.logprob) as number[],
+        };
       };
       const step0 = await tokens(`${mine}:step0`);
       const step1 = await tokens(`${mine}:step1`);
       assert.notDeepEqual(step1, step0, 'the trained adapter changes the output for the same seed');
       assert.deepEqual(await tokens(`${mine}:step0`), step0, 'older steps stay servable');
-      for (const latest of [mine, `${mine}:latest`, `wandb-artifact:///${mine}`, `wandb-artifact:///${mine}:step1`]) assert.deepEqual(await tokens(latest), step1, latest);
+      for (const latest of [mine, `${mine}:latest`, `wandb-artifact:///${mine}`, `wandb-artifact:///${mine}:step1`])
+        assert.deepEqual(await tokens(latest), step1, latest);
     });
   });
 });

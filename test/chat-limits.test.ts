@@ -1,8 +1,8 @@
 /** The in-flight limit of chat completions: beyond it, 429 with retry-after; capacity returns when requests end. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { waitFor } from './helpers/poll.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 describe('chat in-flight limit', () => {
   let e2e: E2eServer;
@@ -25,7 +25,10 @@ describe('chat in-flight limit', () => {
     const abort = new AbortController();
     const long = { stream: true, max_tokens: 1500, ignore_eos: true };
     const streams = [await chat(long, abort.signal), await chat(long, abort.signal)];
-    assert.deepEqual(streams.map((response) => response.status), [200, 200]);
+    assert.deepEqual(
+      streams.map((response) => response.status),
+      [200, 200],
+    );
     const refused = await chat({ max_tokens: 1 });
     assert.equal(refused.status, 429);
     assert.equal(refused.headers.get('retry-after'), '1');
@@ -35,6 +38,9 @@ describe('chat in-flight limit', () => {
 
     abort.abort();
     await Promise.all(streams.map((response) => response.body?.cancel().catch(() => undefined)));
-    await waitFor('a chat to be admitted again', async () => (await chat({ max_tokens: 1 })).status === 200, { timeoutMs: 5000, intervalMs: 50 });
+    await waitFor('a chat to be admitted again', async () => (await chat({ max_tokens: 1 })).status === 200, {
+      timeoutMs: 5000,
+      intervalMs: 50,
+    });
   });
 });

@@ -13,15 +13,15 @@ import { after, before, describe, test } from 'node:test';
 import { Value } from '@sinclair/typebox/value';
 import OpenAI from 'openai';
 import { ChatCompletion, ChatCompletionChunk } from '../src/api/chat.ts';
-import { loadTokenizer, type ChatTokenizer } from '../src/conversation/tokenizer.ts';
-import type { Engine } from '../src/engine/ops.ts';
+import { type ChatTokenizer, loadTokenizer } from '../src/conversation/tokenizer.ts';
 import { EngineError } from '../src/engine/errors.ts';
-import { ReplyStream, type GenerateStream } from '../src/engine/generate-stream.ts';
+import { type GenerateStream, ReplyStream } from '../src/engine/generate-stream.ts';
+import type { Engine } from '../src/engine/ops.ts';
 import type { GenerateRequest } from '../src/engine/protocol.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
 import { waitFor } from './helpers/poll.ts';
-import { startE2eServer, TINY_MODEL_ENV, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer, TINY_MODEL_ENV } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
 const TINY_CHAT = path.join(import.meta.dirname, '..', 'models', 'tiny-chat');
@@ -50,12 +50,18 @@ async function sse(url: string, key: string, body: Record<string, unknown>, sign
   assert.equal(response.status, 200, text);
   const events = text.split('\n\n');
   assert.equal(events.pop(), '', 'every event ends with a blank line');
-  for (const event of events) assert.ok(event.startsWith('data: ') && !event.includes('\n'), `one data line per event: ${JSON.stringify(event)}`);
+  for (const event of events)
+    assert.ok(event.startsWith('data: ') && !event.includes('\n'), `one data line per event: ${JSON.stringify(event)}`);
   const payloads = events.map((event) => event.slice('data: '.length));
   assert.equal(payloads.at(-1), '[DONE]');
   const chunks = payloads.slice(0, -1).map((payload) => JSON.parse(payload) as Chunk);
   // Every chunk is what api/chat.ts declares (an error event, which ends a failing stream, is the error body instead).
-  for (const chunk of chunks.filter((chunk) => !('error' in chunk))) assert.deepEqual([...Value.Errors(ChatCompletionChunk, chunk)].map((e) => `${e.path}: ${e.message}`), [], JSON.stringify(chunk));
+  for (const chunk of chunks.filter((chunk) => !('error' in chunk)))
+    assert.deepEqual(
+      [...Value.Errors(ChatCompletionChunk, chunk)].map((e) => `${e.path}: ${e.message}`),
+      [],
+      JSON.stringify(chunk),
+    );
   return { response, text, payloads, chunks };
 }
 
@@ -95,10 +101,18 @@ function checkStreamShape(chunks: Chunk[], n: number, options: { usage: boolean 
   }
   // The role chunks come first, one per choice, in index order.
   for (let index = 0; index < n; index += 1) {
-    assert.deepEqual(body[index].choices[0], { index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
+    assert.deepEqual(body[index].choices[0], {
+      index,
+      delta: { role: 'assistant', content: '' },
+      logprobs: null,
+      finish_reason: null,
+    });
   }
   const choices = byChoice(body);
-  assert.deepEqual([...choices.keys()].sort(), Array.from({ length: n }, (_, i) => i));
+  assert.deepEqual(
+    [...choices.keys()].sort(),
+    Array.from({ length: n }, (_, i) => i),
+  );
   for (const [index, choice] of choices) {
     const finishes = choice.chunks.filter((c) => c.finish_reason !== null);
     assert.equal(finishes.length, 1, `choice ${index}: exactly one finish chunk`);
@@ -119,13 +133,16 @@ describe('streaming with the real engine', () => {
   let e2e: E2eServer;
   let client: OpenAI;
   let tokenizer: ChatTokenizer;
-  const create = (body: Record<string, unknown>): Promise<any> => client.chat.completions.create({ model: BASE, messages: HI, max_tokens: 6, ...body } as never) as Promise<any>;
-  const stream = (body: Record<string, unknown>, signal?: AbortSignal) => sse(e2e.url, e2e.key, { model: BASE, messages: HI, max_tokens: 6, ...body }, signal);
+  const create = (body: Record<string, unknown>): Promise<any> =>
+    client.chat.completions.create({ model: BASE, messages: HI, max_tokens: 6, ...body } as never) as Promise<any>;
+  const stream = (body: Record<string, unknown>, signal?: AbortSignal) =>
+    sse(e2e.url, e2e.key, { model: BASE, messages: HI, max_tokens: 6, ...body }, signal);
   const engineLoad = async () => {
     const stats = await e2e.server.services.runtime.sampler().request('stats', {});
     return stats.running + stats.waiting;
   };
-  const waitForIdleEngine = (timeoutMs: number, what: string) => waitFor(what, async () => (await engineLoad()) === 0, { timeoutMs, intervalMs: 50 });
+  const waitForIdleEngine = (timeoutMs: number, what: string) =>
+    waitFor(what, async () => (await engineLoad()) === 0, { timeoutMs, intervalMs: 50 });
 
   before(async () => {
     e2e = await startE2eServer();
@@ -137,7 +154,13 @@ describe('streaming with the real engine', () => {
   });
 
   test('the SDK stream() helper finishes without error; its final completion holds the deltas, logprobs by default', async () => {
-    const runner = client.chat.completions.stream({ model: BASE, messages: HI as never, max_tokens: 8, ignore_eos: true, seed: 3 } as never);
+    const runner = client.chat.completions.stream({
+      model: BASE,
+      messages: HI as never,
+      max_tokens: 8,
+      ignore_eos: true,
+      seed: 3,
+    } as never);
     let deltas = '';
     let logprobCount = 0;
     runner.on('content.delta', ({ delta }) => (deltas += delta));
@@ -162,7 +185,14 @@ describe('streaming with the real engine', () => {
 
   test('create({stream: true}) with include_usage: role chunk, content chunks, finish chunk, usage chunk with choices []', async () => {
     const chunks: Chunk[] = [];
-    for await (const chunk of await create({ stream: true, stream_options: { include_usage: true }, max_tokens: 5, ignore_eos: true, seed: 4 })) chunks.push(chunk);
+    for await (const chunk of await create({
+      stream: true,
+      stream_options: { include_usage: true },
+      max_tokens: 5,
+      ignore_eos: true,
+      seed: 4,
+    }))
+      chunks.push(chunk);
     const choices = checkStreamShape(chunks, 1, { usage: true });
     const choice = choices.get(0)!;
     assert.equal(choice.chunks.at(-1)!.finish_reason, 'length');
@@ -182,7 +212,11 @@ describe('streaming with the real engine', () => {
   });
 
   test('raw SSE bytes: event-stream headers, `data: <json>` events, and `data: [DONE]` at the end', async () => {
-    const { response, text, chunks } = await stream({ max_tokens: 3, seed: 6, stream_options: { include_usage: true } });
+    const { response, text, chunks } = await stream({
+      max_tokens: 3,
+      seed: 6,
+      stream_options: { include_usage: true },
+    });
     assert.match(response.headers.get('content-type')!, /^text\/event-stream/);
     assert.equal(response.headers.get('cache-control'), 'no-cache');
     assert.ok(text.startsWith('data: {"id":"chatcmpl-'));
@@ -197,7 +231,10 @@ describe('streaming with the real engine', () => {
     const choices = checkStreamShape(chunks, 3, { usage: true });
     const order = chunks.slice(3, -1).map((chunk) => chunk.choices[0].index);
     const lastOfFirst = order.lastIndexOf(0);
-    assert.ok(order.slice(0, lastOfFirst).some((index) => index !== 0), `choices interleave: ${order.join(',')}`);
+    assert.ok(
+      order.slice(0, lastOfFirst).some((index) => index !== 0),
+      `choices interleave: ${order.join(',')}`,
+    );
     assert.equal(chunks.at(-1)!.usage.completion_tokens, 18);
     const whole = await create(body);
     for (const [index, choice] of choices) {
@@ -209,7 +246,9 @@ describe('streaming with the real engine', () => {
       assert.equal(choice.chunks.at(-1)!.finish_reason, 'length');
     }
     // The SDK's helper assembles the same three choices.
-    const final: any = await client.chat.completions.stream({ model: BASE, messages: HI, ...body } as never).finalChatCompletion();
+    const final: any = await client.chat.completions
+      .stream({ model: BASE, messages: HI, ...body } as never)
+      .finalChatCompletion();
     assert.deepEqual(
       final.choices.map((choice: any) => [choice.index, choice.message.content, choice.finish_reason]),
       whole.choices.map((choice: any) => [choice.index, choice.message.content, choice.finish_reason]),
@@ -217,7 +256,11 @@ describe('streaming with the real engine', () => {
   });
 
   test('continuous_usage_stats: every chunk carries its choice’s running usage', async () => {
-    const { chunks } = await stream({ max_tokens: 4, ignore_eos: true, stream_options: { include_usage: true, continuous_usage_stats: true } });
+    const { chunks } = await stream({
+      max_tokens: 4,
+      ignore_eos: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
     let previous = -1;
     for (const chunk of chunks) {
       assert.ok(chunk.usage, 'usage on every chunk');
@@ -229,7 +272,12 @@ describe('streaming with the real engine', () => {
   });
 
   test('max_tokens while streaming: finish_reason length after exactly that many tokens', async () => {
-    const { chunks } = await stream({ max_completion_tokens: 7, ignore_eos: true, return_token_ids: true, stream_options: { include_usage: true } });
+    const { chunks } = await stream({
+      max_completion_tokens: 7,
+      ignore_eos: true,
+      return_token_ids: true,
+      stream_options: { include_usage: true },
+    });
     const choice = byChoice(chunks.slice(0, -1)).get(0)!;
     assert.equal(choice.chunks.at(-1)!.finish_reason, 'length');
     assert.equal(choice.chunks.flatMap((c) => c.token_ids ?? []).length, 7);
@@ -252,11 +300,15 @@ describe('streaming with the real engine', () => {
     assert.equal(cut.chunks.at(-1)!.finish_reason, 'stop');
     assert.equal(cut.chunks.at(-1)!.stop_reason, stop);
     // The SDK agrees.
-    const final: any = await client.chat.completions.stream({ model: BASE, messages: HI, seed, max_tokens: 16, ignore_eos: true, stop } as never).finalChatCompletion();
+    const final: any = await client.chat.completions
+      .stream({ model: BASE, messages: HI, seed, max_tokens: 16, ignore_eos: true, stop } as never)
+      .finalChatCompletion();
     assert.equal(final.choices[0].message.content, free.slice(0, at));
     assert.equal(final.choices[0].finish_reason, 'stop');
 
-    const kept = byChoice((await stream({ seed, max_tokens: 16, ignore_eos: true, stop, include_stop_str_in_output: true })).chunks).get(0)!;
+    const kept = byChoice(
+      (await stream({ seed, max_tokens: 16, ignore_eos: true, stop, include_stop_str_in_output: true })).chunks,
+    ).get(0)!;
     assert.equal(kept.content, free.slice(0, at + stop.length));
     assert.equal(kept.chunks.at(-1)!.stop_reason, stop);
   });
@@ -278,8 +330,12 @@ describe('streaming with the real engine', () => {
   test('return_token_ids: prompt_token_ids on the role chunks only; token ids per chunk add up to the answer', async () => {
     const { chunks } = await stream({ return_token_ids: true, max_tokens: 5, seed: 2 });
     assert.ok(Array.isArray(chunks[0].prompt_token_ids));
-    assert.equal(tokenizer.decode(chunks[0].prompt_token_ids), '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
-    for (const chunk of chunks.slice(1)) assert.ok(!('prompt_token_ids' in chunk), 'only the first chunk names the prompt');
+    assert.equal(
+      tokenizer.decode(chunks[0].prompt_token_ids),
+      '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n',
+    );
+    for (const chunk of chunks.slice(1))
+      assert.ok(!('prompt_token_ids' in chunk), 'only the first chunk names the prompt');
     const ids = chunks.flatMap((chunk) => chunk.choices[0].token_ids ?? []);
     const whole = await create({ return_token_ids: true, max_tokens: 5, seed: 2 });
     assert.deepEqual(ids, whole.choices[0].token_ids);
@@ -287,7 +343,13 @@ describe('streaming with the real engine', () => {
 
   test('prefill with echo while streaming: the prefilled text follows the role chunk, then the continuation', async () => {
     const prefix = 'Sure, here';
-    const body = { messages: [...HI, { role: 'assistant', content: prefix }], continue_final_message: true, add_generation_prompt: false, max_tokens: 4, seed: 30 };
+    const body = {
+      messages: [...HI, { role: 'assistant', content: prefix }],
+      continue_final_message: true,
+      add_generation_prompt: false,
+      max_tokens: 4,
+      seed: 30,
+    };
     const { chunks } = await stream({ ...body, echo: true });
     assert.deepEqual(chunks[1].choices[0].delta, { content: prefix });
     const whole = await create(body);
@@ -295,17 +357,30 @@ describe('streaming with the real engine', () => {
   });
 
   test('errors before the stream starts are plain JSON errors; the stream() helper rejects with BadRequestError', async () => {
-    const response = await e2e.api('POST', '/v1/chat/completions', { model: BASE, messages: HI, stream: true, logprobs: true, top_logprobs: 21 });
+    const response = await e2e.api('POST', '/v1/chat/completions', {
+      model: BASE,
+      messages: HI,
+      stream: true,
+      logprobs: true,
+      top_logprobs: 21,
+    });
     assert.equal(response.status, 400);
     assert.equal(response.body.error.param, 'top_logprobs');
-    const unknown = await e2e.api('POST', '/v1/chat/completions', { model: 'local/nope/nope', messages: HI, stream: true });
+    const unknown = await e2e.api('POST', '/v1/chat/completions', {
+      model: 'local/nope/nope',
+      messages: HI,
+      stream: true,
+    });
     assert.equal(unknown.status, 404);
     assert.equal(unknown.body.error.param, 'model');
-    await assert.rejects(client.chat.completions.stream({ model: BASE, messages: HI, top_logprobs: 2 } as never).finalChatCompletion(), (error: unknown) => {
-      assert.ok(error instanceof OpenAI.BadRequestError);
-      assert.equal(error.param, 'top_logprobs');
-      return true;
-    });
+    await assert.rejects(
+      client.chat.completions.stream({ model: BASE, messages: HI, top_logprobs: 2 } as never).finalChatCompletion(),
+      (error: unknown) => {
+        assert.ok(error instanceof OpenAI.BadRequestError);
+        assert.equal(error.param, 'top_logprobs');
+        return true;
+      },
+    );
   });
 
   test('a stream the client cancels frees its engine slot at once', async () => {
@@ -319,7 +394,8 @@ describe('streaming with the real engine', () => {
     });
     const reader = response.body!.getReader();
     let received = '';
-    while ((received.match(/\n\n/g) ?? []).length < 3) received += new TextDecoder().decode((await reader.read()).value);
+    while ((received.match(/\n\n/g) ?? []).length < 3)
+      received += new TextDecoder().decode((await reader.read()).value);
     assert.equal(await engineLoad(), 1, 'the request is generating');
     controller.abort();
     await waitForIdleEngine(CANCEL_MS, 'the engine slot is freed long before 1500 tokens are generated');
@@ -330,7 +406,10 @@ describe('streaming with the real engine', () => {
   test('an SDK stream aborted mid-way frees its engine slot too', async () => {
     await waitForIdleEngine(5000, 'idle before');
     const controller = new AbortController();
-    const chat = await client.chat.completions.create({ model: BASE, messages: HI, stream: true, max_tokens: 1500, ignore_eos: true } as never, { signal: controller.signal });
+    const chat = await client.chat.completions.create(
+      { model: BASE, messages: HI, stream: true, max_tokens: 1500, ignore_eos: true } as never,
+      { signal: controller.signal },
+    );
     let seen = 0;
     try {
       // The SDK ends the iteration quietly on its own abort (older versions threw APIUserAbortError).
@@ -358,7 +437,10 @@ describe('streaming with the real engine', () => {
       body: JSON.stringify({ model: BASE, messages: HI, max_tokens: 1500, ignore_eos: true }),
     });
     pending.catch(() => undefined);
-    await waitFor('the request to reach the engine', async () => (await engineLoad()) > 0, { timeoutMs: 5000, intervalMs: 20 });
+    await waitFor('the request to reach the engine', async () => (await engineLoad()) > 0, {
+      timeoutMs: 5000,
+      intervalMs: 20,
+    });
     assert.equal(await engineLoad(), 1, 'the request is generating');
     controller.abort();
     await waitForIdleEngine(CANCEL_MS, 'the engine slot is freed long before 1500 tokens are generated');
@@ -390,7 +472,9 @@ class ScriptedEngine {
     const n = request.n ?? 1;
     const sequences = Array.from({ length: n }, (_, seq) => {
       const ids = [...this.tokenizer.encode(this.texts[seq % this.texts.length]), EOS];
-      return ids.length > request.max_tokens ? { ids: ids.slice(0, request.max_tokens), reason: 'length' as const } : { ids, reason: 'stop' as const };
+      return ids.length > request.max_tokens
+        ? { ids: ids.slice(0, request.max_tokens), reason: 'length' as const }
+        : { ids, reason: 'stop' as const };
     });
     const failAfterTokens = this.failAfterTokens;
     const top = request.logprobs ?? null;
@@ -406,9 +490,20 @@ class ScriptedEngine {
             type: 'tokens',
             seq,
             tokens: [id],
-            ...(top === null ? {} : { logprobs: [-0.25], top_logprobs: [Array.from({ length: top }, (_, rank) => [rank === 0 ? id : (id + rank) % 2039, -0.25 - rank] as [number, number])] }),
+            ...(top === null
+              ? {}
+              : {
+                  logprobs: [-0.25],
+                  top_logprobs: [
+                    Array.from(
+                      { length: top },
+                      (_, rank) => [rank === 0 ? id : (id + rank) % 2039, -0.25 - rank] as [number, number],
+                    ),
+                  ],
+                }),
           });
-          if (step === ids.length - 1 && !failAfterTokens) stream.push({ type: 'finish', seq, finish_reason: reason, stop_token_id: null });
+          if (step === ids.length - 1 && !failAfterTokens)
+            stream.push({ type: 'finish', seq, finish_reason: reason, stop_token_id: null });
         });
       }
       if (failAfterTokens) return stream.fail(new EngineError('internal', 'scripted engine fault'));
@@ -426,22 +521,35 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   let engine: ScriptedEngine;
   let tokenizer: ChatTokenizer;
   let client: OpenAI;
-  const create = (body: Record<string, unknown>): Promise<any> => client.chat.completions.create({ messages: HI, ...body } as never) as Promise<any>;
+  const create = (body: Record<string, unknown>): Promise<any> =>
+    client.chat.completions.create({ messages: HI, ...body } as never) as Promise<any>;
   /** Both modes for the same script: the whole answer, the raw chunks, and what the SDK's stream() helper assembles. */
   const bothModes = async (texts: string[], body: Record<string, unknown>) => {
     engine.texts = texts;
     const whole = await create(body);
-    assert.deepEqual([...Value.Errors(ChatCompletion, JSON.parse(JSON.stringify(whole)))].map((e) => `${e.path}: ${e.message}`), [], 'the answer is what api/chat.ts declares');
+    assert.deepEqual(
+      [...Value.Errors(ChatCompletion, JSON.parse(JSON.stringify(whole)))].map((e) => `${e.path}: ${e.message}`),
+      [],
+      'the answer is what api/chat.ts declares',
+    );
     const streamed = await sse(url, key, { messages: HI, ...body, stream_options: { include_usage: true } });
     const helper: any = await client.chat.completions.stream({ messages: HI, ...body } as never).finalChatCompletion();
-    return { whole, chunks: streamed.chunks, choices: checkStreamShape(streamed.chunks, body.n === undefined ? 1 : (body.n as number), { usage: true }), helper };
+    return {
+      whole,
+      chunks: streamed.chunks,
+      choices: checkStreamShape(streamed.chunks, body.n === undefined ? 1 : (body.n as number), { usage: true }),
+      helper,
+    };
   };
 
   before(async () => {
     tokenizer = await loadTokenizer(TINY_CHAT);
     engine = new ScriptedEngine(tokenizer);
     const engines = { sampler: engine as unknown as Engine, trainer: engine as unknown as Engine };
-    t = await startTestApp(backends()[0], { env: { LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent', ENGINE: 'off', ...TINY_MODEL_ENV }, engines });
+    t = await startTestApp(backends()[0], {
+      env: { LOG_LEVEL: process.env.E2E_LOG_LEVEL ?? 'silent', ENGINE: 'off', ...TINY_MODEL_ENV },
+      engines,
+    });
     key = t.key;
     url = await t.listen();
     client = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0 });
@@ -451,7 +559,9 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   });
 
   test('a Hermes tool call after some content: tool_calls with an id, type and JSON arguments, finish_reason tool_calls, in both modes', async () => {
-    const { whole, choices, chunks, helper } = await bothModes([`Let me check.${CALL_PARIS}`], { tools: [WEATHER_TOOL] });
+    const { whole, choices, chunks, helper } = await bothModes([`Let me check.${CALL_PARIS}`], {
+      tools: [WEATHER_TOOL],
+    });
     const [choice] = whole.choices;
     assert.equal(choice.finish_reason, 'tool_calls');
     assert.equal(choice.stop_reason, null);
@@ -462,7 +572,11 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
     assert.equal(call.type, 'function');
     assert.equal(call.function.name, 'get_weather');
     assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
-    assert.equal(whole.usage.completion_tokens, tokenizer.encode(`Let me check.${CALL_PARIS}`).length + 1, 'the tokens and EOS');
+    assert.equal(
+      whole.usage.completion_tokens,
+      tokenizer.encode(`Let me check.${CALL_PARIS}`).length + 1,
+      'the tokens and EOS',
+    );
 
     const streamed = choices.get(0)!;
     assert.equal(streamed.content, 'Let me check.');
@@ -484,7 +598,10 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   });
 
   test('two parallel calls and no content: content null, calls at indices 0 and 1 with distinct ids', async () => {
-    const { whole, choices, helper } = await bothModes([`${CALL_PARIS}\n${CALL_ROME}`], { tools: [WEATHER_TOOL], tool_choice: 'auto' });
+    const { whole, choices, helper } = await bothModes([`${CALL_PARIS}\n${CALL_ROME}`], {
+      tools: [WEATHER_TOOL],
+      tool_choice: 'auto',
+    });
     const { message } = whole.choices[0];
     assert.equal(message.content, null);
     assert.deepEqual(
@@ -503,7 +620,11 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   });
 
   test('n=2 choices parse their tool calls independently', async () => {
-    const { whole, choices } = await bothModes([CALL_PARIS, 'No call here.'], { tools: [WEATHER_TOOL], n: 2, temperature: 1 });
+    const { whole, choices } = await bothModes([CALL_PARIS, 'No call here.'], {
+      tools: [WEATHER_TOOL],
+      n: 2,
+      temperature: 1,
+    });
     assert.equal(whole.choices[0].finish_reason, 'tool_calls');
     assert.equal(whole.choices[1].finish_reason, 'stop');
     assert.equal(whole.choices[1].message.content, 'No call here.');
@@ -559,7 +680,9 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
   });
 
   test('reasoning then a tool call', async () => {
-    const { whole, choices } = await bothModes([`<think>\nI need the weather.\n</think>\n\n${CALL_PARIS}`], { tools: [WEATHER_TOOL] });
+    const { whole, choices } = await bothModes([`<think>\nI need the weather.\n</think>\n\n${CALL_PARIS}`], {
+      tools: [WEATHER_TOOL],
+    });
     const { message } = whole.choices[0];
     assert.equal(message.reasoning.trim(), 'I need the weather.');
     assert.equal(message.content, null);
@@ -574,7 +697,8 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
     const { whole, choices } = await bothModes([text], {});
     assert.equal(whole.choices[0].message.content, text);
     assert.equal(choices.get(0)!.content, text);
-    for (const chunk of choices.get(0)!.chunks) assert.ok(!(chunk.delta.content ?? '').includes('\uFFFD'), JSON.stringify(chunk.delta));
+    for (const chunk of choices.get(0)!.chunks)
+      assert.ok(!(chunk.delta.content ?? '').includes('\uFFFD'), JSON.stringify(chunk.delta));
     assert.ok(
       choices.get(0)!.chunks.some((chunk) => chunk.delta.content === '' && chunk.logprobs?.content.length === 1),
       'a token that ends mid-character still gets its chunk, with its logprob and empty content',
@@ -594,11 +718,18 @@ describe('tool calls, reasoning and faults over HTTP, with a scripted engine', (
       assert.equal(payloads.filter((payload) => payload.includes('"error"')).length, 1);
       assert.ok(chunks.length > 2, 'content came before the fault');
 
-      await assert.rejects(async () => {
-        for await (const _chunk of (await create({ stream: true })) as AsyncIterable<Chunk>);
-      }, (error: unknown) => error instanceof OpenAI.APIError && /scripted engine fault/.test(error.message));
+      await assert.rejects(
+        async () => {
+          for await (const _chunk of (await create({ stream: true })) as AsyncIterable<Chunk>);
+        },
+        (error: unknown) => error instanceof OpenAI.APIError && /scripted engine fault/.test(error.message),
+      );
 
-      const response = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify({ messages: HI }) });
+      const response = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ messages: HI }),
+      });
       assert.equal(response.status, 500);
       const body = await response.json();
       assert.equal(body.error.type, 'InternalServerError');

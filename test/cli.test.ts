@@ -1,13 +1,13 @@
 /** The command line as an operator uses it: bootstrap key on first start, keys create/list/revoke, team membership. */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs';
 import net from 'node:net';
-import { once } from 'node:events';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { describe, test } from 'node:test';
+import { promisify } from 'node:util';
 import { fakeBaseModelFolder } from './helpers/app.ts';
 import { serverEnv, spawnListening } from './helpers/server-process.ts';
 
@@ -35,7 +35,10 @@ describe('cli', () => {
     const env = { DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'cli-test-')) };
     for (const [args, expected] of [
       [['--help'], /Usage: npm run cli -- \[options\] \[command\][\s\S]*checkpoints/],
-      [['sft', '--help'], /Usage: npm run cli -- sft \[options\] <paths\.\.\.>[\s\S]*--model-id <model>[\s\S]*--dry-run/],
+      [
+        ['sft', '--help'],
+        /Usage: npm run cli -- sft \[options\] <paths\.\.\.>[\s\S]*--model-id <model>[\s\S]*--dry-run/,
+      ],
       [['checkpoints', 'download', '--help'], /--url <url>[\s\S]*--step <n>[\s\S]*--output <file>/],
       [['keys', 'create', '--help'], /--entity <name>/],
     ] as const) {
@@ -53,14 +56,26 @@ describe('cli', () => {
     await once(probe, 'listening');
     const port = (probe.address() as net.AddressInfo).port;
     probe.close();
-    await assert.rejects(cli([...args, '--url', `http://127.0.0.1:${port}`], env), new RegExp(`no agent-trainer server answers at http://127\\.0\\.0\\.1:${port} \\(ECONNREFUSED\\).*--url or AGENT_TRAINER_URL`));
-    await assert.rejects(cli(args, { ...env, AGENT_TRAINER_URL: `http://127.0.0.1:${port}/` }), new RegExp(`answers at http://127\\.0\\.0\\.1:${port} `));
+    await assert.rejects(
+      cli([...args, '--url', `http://127.0.0.1:${port}`], env),
+      new RegExp(
+        `no agent-trainer server answers at http://127\\.0\\.0\\.1:${port} \\(ECONNREFUSED\\).*--url or AGENT_TRAINER_URL`,
+      ),
+    );
+    await assert.rejects(
+      cli(args, { ...env, AGENT_TRAINER_URL: `http://127.0.0.1:${port}/` }),
+      new RegExp(`answers at http://127\\.0\\.0\\.1:${port} `),
+    );
   });
 
   test('serve bootstraps the configured key into an owner-only file and answers with it', async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'serve-test-'));
     const key = `sk-${'b'.repeat(43)}`;
-    const env = await serverEnv({ dataDir, key, env: { ENGINE: 'off', BASE_MODELS: `test/base=${fakeBaseModelFolder()}` } });
+    const env = await serverEnv({
+      dataDir,
+      key,
+      env: { ENGINE: 'off', BASE_MODELS: `test/base=${fakeBaseModelFolder()}` },
+    });
     const { child, url, banner } = await spawnListening(env);
     try {
       const file = path.join(dataDir, 'bootstrap-api-key');

@@ -16,10 +16,16 @@ import { EngineError } from '../src/engine/errors.ts';
 import { encodeFrame, FrameDecoder, parseFrame } from '../src/engine/framing.ts';
 import type { GenerateStream } from '../src/engine/generate-stream.ts';
 import type { EngineLogger } from '../src/engine/logger.ts';
-import type { AdapterInit, GenerateEvent, GenerateRequest, LossConfig, OptimizerConfig } from '../src/engine/protocol.ts';
+import type {
+  AdapterInit,
+  GenerateEvent,
+  GenerateRequest,
+  LossConfig,
+  OptimizerConfig,
+} from '../src/engine/protocol.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
-import { engineLossConfig, parseRlConfig } from '../src/training/rl/config.ts';
 import { loraInit, optimizerConfig } from '../src/training/defaults.ts';
+import { engineLossConfig, parseRlConfig } from '../src/training/rl/config.ts';
 import { enginePython, startTcpEngine } from './helpers/engine-process.ts';
 
 /** A scripted engine on the other end of two pipes. */
@@ -71,8 +77,13 @@ describe('client against a fake engine', () => {
 
   test('error replies reject with the engine code', async () => {
     const engine = fakeEngine();
-    engine.onRequest((m) => engine.reply({ id: m.id, done: true, error: { code: 'not_found', message: "base 'x' is not loaded" } }));
-    await assert.rejects(engine.client.request('stats', {}), (error: unknown) => error instanceof EngineError && error.code === 'not_found');
+    engine.onRequest((m) =>
+      engine.reply({ id: m.id, done: true, error: { code: 'not_found', message: "base 'x' is not loaded" } }),
+    );
+    await assert.rejects(
+      engine.client.request('stats', {}),
+      (error: unknown) => error instanceof EngineError && error.code === 'not_found',
+    );
   });
 
   test('generate streams tagged events, ending with done', async () => {
@@ -100,7 +111,10 @@ describe('client against a fake engine', () => {
       break;
     }
     await new Promise((resolve) => setImmediate(resolve));
-    assert.deepEqual(engine.received.map((m) => m.op), ['generate', 'cancel']);
+    assert.deepEqual(
+      engine.received.map((m) => m.op),
+      ['generate', 'cancel'],
+    );
     assert.equal(engine.received[1].target, stream.id);
   });
 
@@ -137,7 +151,9 @@ describe('supervisor and client against the real engine', () => {
     modelDir = (await ensureTinyModel()).dir;
     const tokenizer = await loadTokenizer(modelDir);
     const template = new Template(tokenizer.chatTemplate ?? '');
-    prompt = tokenizer.encode(template.render({ messages: [{ role: 'user', content: 'What is 2 + 2?' }], add_generation_prompt: true }));
+    prompt = tokenizer.encode(
+      template.render({ messages: [{ role: 'user', content: 'What is 2 + 2?' }], add_generation_prompt: true }),
+    );
     supervisor = new EngineSupervisor({
       logger,
       python: await enginePython(),
@@ -154,7 +170,14 @@ describe('supervisor and client against the real engine', () => {
     rmSync(scratch, { recursive: true, force: true });
   });
 
-  const long: Omit<GenerateRequest, 'prompt'> = { base: 'tiny', adapter: null, max_tokens: 1500, ignore_eos: true, temperature: 1, seed: 1 };
+  const long: Omit<GenerateRequest, 'prompt'> = {
+    base: 'tiny',
+    adapter: null,
+    max_tokens: 1500,
+    ignore_eos: true,
+    temperature: 1,
+    seed: 1,
+  };
 
   test('starts, reports health and logs the engine stderr', async () => {
     const health = supervisor.health();
@@ -162,7 +185,10 @@ describe('supervisor and client against the real engine', () => {
     assert.equal(health.engine?.device === 'cpu' || health.engine?.device === 'cuda', true);
     assert.ok(health.pid);
     await supervisor.probe();
-    assert.ok(logger.lines.some((line) => line.includes('engine: torch')), logger.lines.join('\n'));
+    assert.ok(
+      logger.lines.some((line) => line.includes('engine: torch')),
+      logger.lines.join('\n'),
+    );
   });
 
   test('loads the tiny model', async () => {
@@ -174,7 +200,9 @@ describe('supervisor and client against the real engine', () => {
   });
 
   test('generates tokens with logprobs, a finish reason and usage', async () => {
-    const events = await collect(supervisor.generate({ base: 'tiny', adapter: null, prompt, max_tokens: 8, temperature: 0, logprobs: 2 }));
+    const events = await collect(
+      supervisor.generate({ base: 'tiny', adapter: null, prompt, max_tokens: 8, temperature: 0, logprobs: 2 }),
+    );
     const tokens = events.flatMap((e) => (e.type === 'tokens' ? e.tokens : []));
     const logprobs = events.flatMap((e) => (e.type === 'tokens' ? (e.logprobs ?? []) : []));
     assert.ok(tokens.length >= 1 && tokens.length <= 8);
@@ -201,7 +229,10 @@ describe('supervisor and client against the real engine', () => {
 
   test('bad requests get error replies with their code, and the engine carries on', async () => {
     const code = (expected: string) => (error: unknown) => error instanceof EngineError && error.code === expected;
-    await assert.rejects(supervisor.request('load_base', { base: 'nowhere', path: '/no/such/folder' }), code('not_found'));
+    await assert.rejects(
+      supervisor.request('load_base', { base: 'nowhere', path: '/no/such/folder' }),
+      code('not_found'),
+    );
     await assert.rejects(collect(supervisor.generate({ ...long, base: 'unknown', prompt })), code('not_found'));
     const badPrompt = { ...long, prompt: ['not', 'ids'] } as unknown as GenerateRequest;
     await assert.rejects(collect(supervisor.generate(badPrompt)), code('bad_request'));
@@ -209,8 +240,16 @@ describe('supervisor and client against the real engine', () => {
   });
 
   test('killing the engine mid-generation fails that request cleanly and the next request succeeds', async () => {
-    await supervisor.request('ensure_adapter', { adapter: 'fresh', base: 'tiny', init: { rank: 4, alpha: 8, target_modules: ['q_proj', 'v_proj'], seed: 1 } });
-    await supervisor.request('ensure_adapter', { adapter: 'saved', base: 'tiny', init: { rank: 4, alpha: 8, target_modules: ['q_proj'], seed: 2 } });
+    await supervisor.request('ensure_adapter', {
+      adapter: 'fresh',
+      base: 'tiny',
+      init: { rank: 4, alpha: 8, target_modules: ['q_proj', 'v_proj'], seed: 1 },
+    });
+    await supervisor.request('ensure_adapter', {
+      adapter: 'saved',
+      base: 'tiny',
+      init: { rank: 4, alpha: 8, target_modules: ['q_proj'], seed: 2 },
+    });
     await supervisor.request('save_adapter', { adapter: 'saved', path: join(scratch, 'saved') });
     const pid = supervisor.health().pid ?? assert.fail('no pid');
     const stream = supervisor.generate({ ...long, prompt });
@@ -221,10 +260,13 @@ describe('supervisor and client against the real engine', () => {
           if (event.type === 'tokens' && !killed) killed = process.kill(pid, 'SIGKILL');
         }
       })(),
-      (error: unknown) => error instanceof EngineError && error.code === 'engine_exited' && error.message.includes(String(pid)),
+      (error: unknown) =>
+        error instanceof EngineError && error.code === 'engine_exited' && error.message.includes(String(pid)),
     );
     // Waits for the restart and the reload of the base it knew about.
-    const events = await collect(supervisor.generate({ base: 'tiny', adapter: null, prompt, max_tokens: 4, temperature: 0 }));
+    const events = await collect(
+      supervisor.generate({ base: 'tiny', adapter: null, prompt, max_tokens: 4, temperature: 0 }),
+    );
     assert.equal(events.at(-1)?.type, 'done');
     const health = supervisor.health();
     assert.equal(health.restarts, 1);
@@ -236,19 +278,46 @@ describe('supervisor and client against the real engine', () => {
   });
 
   test('a request missing a field gets a bad_request naming it; the complete request trains', async () => {
-    const named = (message: string) => (error: unknown) => error instanceof EngineError && error.code === 'bad_request' && error.message === message;
+    const named = (message: string) => (error: unknown) =>
+      error instanceof EngineError && error.code === 'bad_request' && error.message === message;
     const { seed: _seed, ...seedless } = loraInit(1);
-    await assert.rejects(supervisor.request('ensure_adapter', { adapter: 'learner', base: 'tiny', init: seedless as AdapterInit }), named('ensure_adapter: missing field init.seed'));
+    await assert.rejects(
+      supervisor.request('ensure_adapter', { adapter: 'learner', base: 'tiny', init: seedless as AdapterInit }),
+      named('ensure_adapter: missing field init.seed'),
+    );
     await supervisor.request('ensure_adapter', { adapter: 'learner', base: 'tiny', init: loraInit(1) });
     const mask = prompt.map((_, t) => (t === 0 ? 0 : 1));
-    const row = { tokens: prompt, segment_ids: prompt.map(() => 0), mask, weights: mask, advantages: mask, logprobs: prompt.map(() => null) };
-    const rl = { base: 'tiny', adapter: 'learner', loss: 'rl' as const, rows: [row], loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config), optimizer: optimizerConfig('rl', 1e-3) };
+    const row = {
+      tokens: prompt,
+      segment_ids: prompt.map(() => 0),
+      mask,
+      weights: mask,
+      advantages: mask,
+      logprobs: prompt.map(() => null),
+    };
+    const rl = {
+      base: 'tiny',
+      adapter: 'learner',
+      loss: 'rl' as const,
+      rows: [row],
+      loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config),
+      optimizer: optimizerConfig('rl', 1e-3),
+    };
     const { epsilon_high: _high, ...noHigh } = rl.loss_config;
-    await assert.rejects(supervisor.request('train_step', { ...rl, loss_config: noHigh as LossConfig }), named('train_step: missing field loss_config.epsilon_high'));
+    await assert.rejects(
+      supervisor.request('train_step', { ...rl, loss_config: noHigh as LossConfig }),
+      named('train_step: missing field loss_config.epsilon_high'),
+    );
     const { max_grad_norm: _norm, ...noNorm } = optimizerConfig('sft', 1e-3);
-    await assert.rejects(supervisor.request('train_step', { ...rl, loss: 'sft', optimizer: noNorm as OptimizerConfig }), named('train_step: missing field optimizer.max_grad_norm'));
+    await assert.rejects(
+      supervisor.request('train_step', { ...rl, loss: 'sft', optimizer: noNorm as OptimizerConfig }),
+      named('train_step: missing field optimizer.max_grad_norm'),
+    );
     const { advantages: _advantages, ...noAdvantages } = row;
-    await assert.rejects(supervisor.request('train_step', { ...rl, rows: [row, noAdvantages] }), named('train_step: missing field rows[1].advantages'));
+    await assert.rejects(
+      supervisor.request('train_step', { ...rl, rows: [row, noAdvantages] }),
+      named('train_step: missing field rows[1].advantages'),
+    );
     const baseless = { ...long, prompt, base: undefined } as unknown as GenerateRequest;
     await assert.rejects(collect(supervisor.generate(baseless)), named('generate: missing field base'));
     const { metrics } = await supervisor.request('train_step', rl);
@@ -263,7 +332,10 @@ describe('supervisor and client against the real engine', () => {
     // Not `code 0`: the engine's own teardown sometimes aborts (torch threads at interpreter exit).
     // What the supervisor owns is that it asked, by closing stdin, rather than killing.
     assert.notEqual(supervisor.health().lastExit?.signal, 'SIGKILL', logger.lines.slice(-20).join('\n'));
-    await assert.rejects(supervisor.request('stats', {}), (error: unknown) => error instanceof EngineError && error.code === 'engine_unavailable');
+    await assert.rejects(
+      supervisor.request('stats', {}),
+      (error: unknown) => error instanceof EngineError && error.code === 'engine_unavailable',
+    );
   });
 });
 

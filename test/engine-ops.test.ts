@@ -33,7 +33,11 @@ describe('the op table', () => {
     const doc = docTable();
     for (const [op, info] of Object.entries(OPS)) {
       const [role, streams, every] = doc.get(op)!;
-      assert.deepEqual([info.role, info.streams ? 'yes' : 'no', 'every' in info ? 'yes' : 'no'], [role, streams, every], op);
+      assert.deepEqual(
+        [info.role, info.streams ? 'yes' : 'no', 'every' in info ? 'yes' : 'no'],
+        [role, streams, every],
+        op,
+      );
     }
   });
 });
@@ -74,7 +78,10 @@ describe('the sampler pool', () => {
     const only = recorder('only');
     const pool = new SamplerPool([{ engine: only.engine, busyness: () => 0 }]);
     const op = 'optim_step' as never;
-    await assert.rejects(pool.request(op, {} as never), (error: unknown) => error instanceof EngineError && error.code === 'bad_request');
+    await assert.rejects(
+      pool.request(op, {} as never),
+      (error: unknown) => error instanceof EngineError && error.code === 'bad_request',
+    );
     assert.deepEqual(only.sent, []);
   });
 });

@@ -9,8 +9,8 @@ import { after, before, describe, test } from 'node:test';
 import type { RoleEngine } from '../src/engine/roles.ts';
 import { streamChat } from './helpers/api.ts';
 import { waitFor } from './helpers/poll.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const MODEL = 'local/roles/policy';
 /** Many one-sequence rows, so a job takes many gradient steps (seconds on the tiny model). */
@@ -18,7 +18,12 @@ const MANY_STEPS = { packed_sequence_length: 64, learning_rate: 0.01 };
 
 /** A streamed chat completion: its data payloads, in order, up to and including [DONE]. */
 const stream = (e2e: E2eServer, body: Record<string, unknown>, onFirstChunk?: () => void) =>
-  streamChat(e2e.url, e2e.key, { model: MODEL, messages: [{ role: 'user', content: 'Say something long.' }], ...body }, onFirstChunk);
+  streamChat(
+    e2e.url,
+    e2e.key,
+    { model: MODEL, messages: [{ role: 'user', content: 'Say something long.' }], ...body },
+    onFirstChunk,
+  );
 
 function engineOf(e2e: E2eServer, role: RoleEngine['role']): RoleEngine {
   return e2e.server.engines?.all.find((engine) => engine.role === role) ?? assert.fail(`no ${role} engine`);
@@ -27,7 +32,10 @@ function engineOf(e2e: E2eServer, role: RoleEngine['role']): RoleEngine {
 async function killAndWaitForRestart(engine: RoleEngine): Promise<void> {
   const pid = engine.supervisor.health().pid ?? assert.fail('no pid');
   process.kill(pid, 'SIGKILL');
-  await waitFor('the engine to restart', () => engine.supervisor.health().pid !== pid, { timeoutMs: 60_000, intervalMs: 20 });
+  await waitFor('the engine to restart', () => engine.supervisor.health().pid !== pid, {
+    timeoutMs: 60_000,
+    intervalMs: 20,
+  });
   await engine.supervisor.waitUntilReady();
 }
 
@@ -38,7 +46,9 @@ describe('separate sampler and trainer engines', () => {
 
   before(async () => {
     e2e = await startE2eServer({ env: { ENGINES: 'separate' } });
-    modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'roles', name: 'policy', base_model: 'builtin/tiny-chat' })).body.id;
+    modelId = (
+      await e2e.api('POST', '/v1/preview/models', { project: 'roles', name: 'policy', base_model: 'builtin/tiny-chat' })
+    ).body.id;
     groups = [];
     for (const [g, prompt] of ['Name a colour.', 'Count to three.', 'Say hello.', 'Pick a number.'].entries()) {
       groups.push(await sampleGroup(e2e, MODEL, prompt, 4, (_, i) => i % 2, 10 * g));
@@ -52,7 +62,10 @@ describe('separate sampler and trainer engines', () => {
     const check = await e2e.api('GET', '/v1/system-check');
     assert.equal(check.status, 200, JSON.stringify(check.body));
     const engines = check.body.engine.engines as Record<string, any>[];
-    assert.deepEqual(engines.map((engine) => engine.role), ['trainer', 'sampler']);
+    assert.deepEqual(
+      engines.map((engine) => engine.role),
+      ['trainer', 'sampler'],
+    );
     assert.notEqual(engines[0].pid, engines[1].pid);
     // The trainer yields the cores to the sampler (field 19 of /proc/PID/stat is the nice value).
     const nice = (pid: number) => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')[16]);
@@ -65,7 +78,13 @@ describe('separate sampler and trainer engines', () => {
   });
 
   test('a job trains while chat requests stream without error; its checkpoint is served by the sampler at once', async () => {
-    const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: MANY_STEPS })).body;
+    const job = (
+      await e2e.api('POST', '/v1/preview/training-jobs', {
+        model_id: modelId,
+        trajectory_groups: groups,
+        experimental_config: MANY_STEPS,
+      })
+    ).body;
     let streamedWhileTraining = 0;
     for (;;) {
       const status = (await e2e.api('GET', `/v1/preview/training-jobs/${job.id}`)).body.status;
@@ -80,7 +99,14 @@ describe('separate sampler and trainer engines', () => {
     assert.ok(streamedWhileTraining >= 2, `only ${streamedWhileTraining} streams ran while the job trained`);
 
     // Served by the sampler at once, and different from step 0 (learning rate 0.01 moves the tiny model).
-    const ask = (model: string) => e2e.api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: 'Name a colour.' }], max_tokens: 8, temperature: 0, logprobs: true });
+    const ask = (model: string) =>
+      e2e.api('POST', '/v1/chat/completions', {
+        model,
+        messages: [{ role: 'user', content: 'Name a colour.' }],
+        max_tokens: 8,
+        temperature: 0,
+        logprobs: true,
+      });
     const trained = await ask(`${MODEL}:step${done.checkpoint_step}`);
     const base = await ask('builtin/tiny-chat'); // step 0: a fresh adapter is an exact no-op
     assert.equal(trained.status, 200, JSON.stringify(trained.body));
@@ -88,14 +114,24 @@ describe('separate sampler and trainer engines', () => {
     const entries = (body: any) => body.choices[0].logprobs.content as { token: string; logprob: number }[];
     const [after, before] = [entries(trained.body), entries(base.body)];
     let moved = 0;
-    for (let t = 0; t < Math.min(after.length, before.length) && after[t].token === before[t].token; t += 1) moved = Math.max(moved, Math.abs(after[t].logprob - before[t].logprob));
+    for (let t = 0; t < Math.min(after.length, before.length) && after[t].token === before[t].token; t += 1)
+      moved = Math.max(moved, Math.abs(after[t].logprob - before[t].logprob));
     const sameTokens = after.map((entry) => entry.token).join() === before.map((entry) => entry.token).join();
-    assert.ok(!sameTokens || moved > 1e-4, `the trained checkpoint samples exactly like step 0 (max logprob change ${moved})`);
+    assert.ok(
+      !sameTokens || moved > 1e-4,
+      `the trained checkpoint samples exactly like step 0 (max logprob change ${moved})`,
+    );
   });
 
   test('a prompt shared with an earlier request reuses its KV: usage reports the cached prompt tokens', async () => {
     const content = `Remember this list: ${Array.from({ length: 40 }, (_, i) => `item ${i}`).join(', ')}.`;
-    const ask = (seed: number) => e2e.api('POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 2, seed });
+    const ask = (seed: number) =>
+      e2e.api('POST', '/v1/chat/completions', {
+        model: MODEL,
+        messages: [{ role: 'user', content }],
+        max_tokens: 2,
+        seed,
+      });
     const first = await ask(1);
     const second = await ask(2);
     assert.equal(second.status, 200);
@@ -105,17 +141,42 @@ describe('separate sampler and trainer engines', () => {
 
   test('kill -9 of the trainer fails the running job with training_failed; chat keeps answering and the next job works', async () => {
     const trainer = engineOf(e2e, 'trainer');
-    const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups, experimental_config: MANY_STEPS })).body;
-    await waitFor('a gradient step', async () => (await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step'), { timeoutMs: 120_000, intervalMs: 20 });
+    const job = (
+      await e2e.api('POST', '/v1/preview/training-jobs', {
+        model_id: modelId,
+        trajectory_groups: groups,
+        experimental_config: MANY_STEPS,
+      })
+    ).body;
+    await waitFor(
+      'a gradient step',
+      async () => (await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step'),
+      { timeoutMs: 120_000, intervalMs: 20 },
+    );
     await killAndWaitForRestart(trainer);
     const failed = await waitForJob(e2e, job.id);
     assert.equal(failed.status, 'FAILED');
     assert.match(failed.error.message, /engine .*exited/);
     const events = await allEvents(e2e, job.id);
     assert.equal(events.at(-1)?.type, 'training_failed');
-    assert.equal((await e2e.api('POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 })).status, 200);
+    assert.equal(
+      (
+        await e2e.api('POST', '/v1/chat/completions', {
+          model: MODEL,
+          messages: [{ role: 'user', content: 'hi' }],
+          max_tokens: 2,
+        })
+      ).status,
+      200,
+    );
 
-    const next = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: groups.slice(0, 1), experimental_config: {} })).body;
+    const next = (
+      await e2e.api('POST', '/v1/preview/training-jobs', {
+        model_id: modelId,
+        trajectory_groups: groups.slice(0, 1),
+        experimental_config: {},
+      })
+    ).body;
     assert.equal((await waitForJob(e2e, next.id)).status, 'COMPLETED');
   });
 
@@ -128,7 +189,11 @@ describe('separate sampler and trainer engines', () => {
     assert.ok(error, `no error event: ${payloads.at(-2)}`);
     assert.match(error.message, /engine .*exited/);
     await sampler.supervisor.waitUntilReady();
-    const served = await e2e.api('POST', '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    const served = await e2e.api('POST', '/v1/chat/completions', {
+      model: MODEL,
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 2,
+    });
     assert.equal(served.status, 200, JSON.stringify(served.body));
   });
 });

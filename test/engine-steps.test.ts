@@ -16,10 +16,21 @@ import { findEnginePython } from '../src/engine/python.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
 
 const python = process.env.ENGINE_PYTHON || (await findEnginePython());
-const adam: AdamParams = { learning_rate: 5e-3, beta1: 0.9, beta2: 0.95, eps: 1e-12, weight_decay: 0, grad_clip_norm: 1 };
+const adam: AdamParams = {
+  learning_rate: 5e-3,
+  beta1: 0.9,
+  beta2: 0.95,
+  eps: 1e-12,
+  weight_decay: 0,
+  grad_clip_norm: 1,
+};
 const init = { rank: 8, alpha: 16, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj'], seed: 0 };
 // The engine's stderr and the supervisor's complaints, shown when something goes wrong.
-const logger: EngineLogger = { info() {}, warn: (fields, message) => console.error(message, fields), error: (fields, message) => console.error(message, fields) };
+const logger: EngineLogger = {
+  info() {},
+  warn: (fields, message) => console.error(message, fields),
+  error: (fields, message) => console.error(message, fields),
+};
 const code = (expected: string, pattern: RegExp) => (error: unknown) =>
   error instanceof EngineError && error.code === expected && pattern.test(error.message);
 
@@ -59,7 +70,15 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
   });
 
   const fb = (adapter: string, backward: boolean, over: Partial<ForwardBackwardRequest> = {}) =>
-    engine.request('forward_backward', { base: 'tiny', adapter, loss: 'cross_entropy', loss_config: {}, backward, rows, ...over });
+    engine.request('forward_backward', {
+      base: 'tiny',
+      adapter,
+      loss: 'cross_entropy',
+      loss_config: {},
+      backward,
+      rows,
+      ...over,
+    });
 
   test('cross_entropy steps lower the summed loss; forward-only changes nothing', async () => {
     await engine.request('ensure_adapter', { base: 'tiny', adapter: 'sft', init });
@@ -86,7 +105,12 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     await engine.request('optim_step', { base: 'tiny', adapter: 'a', adam });
     const folder = join(scratch, 'state-a');
     const saved = await engine.request('save_state', { adapter: 'a', path: folder });
-    assert.deepEqual([...saved.files].sort(), ['adapter_config.json', 'adapter_model.safetensors', 'optimizer.pt', 'training_state.json']);
+    assert.deepEqual([...saved.files].sort(), [
+      'adapter_config.json',
+      'adapter_model.safetensors',
+      'optimizer.pt',
+      'training_state.json',
+    ]);
     const atSave = await fb('a', false);
     await fb('a', true);
     const continued = await engine.request('optim_step', { base: 'tiny', adapter: 'a', adam });
@@ -108,7 +132,15 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     const prompt = rows[0].tokens.slice(0, 5);
     const sampled: number[] = [];
     const logprobs: number[] = [];
-    for await (const event of engine.generate({ base: 'tiny', adapter: 'rl', prompt, max_tokens: 12, temperature: 1, seed: 3, logprobs: 0 })) {
+    for await (const event of engine.generate({
+      base: 'tiny',
+      adapter: 'rl',
+      prompt,
+      max_tokens: 12,
+      temperature: 1,
+      seed: 3,
+      logprobs: 0,
+    })) {
       if (event.type === 'tokens') {
         sampled.push(...event.tokens);
         logprobs.push(...(event.logprobs ?? []).map(Number));
@@ -123,7 +155,14 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
       logprobs: [...Array(prompt.length - 1).fill(0), ...logprobs],
       advantages: Array(T).fill(1),
     };
-    const out = await engine.request('forward_backward', { base: 'tiny', adapter: 'rl', loss: 'importance_sampling', loss_config: {}, backward: true, rows: [row] });
+    const out = await engine.request('forward_backward', {
+      base: 'tiny',
+      adapter: 'rl',
+      loss: 'importance_sampling',
+      loss_config: {},
+      backward: true,
+      rows: [row],
+    });
     const trainer = out.outputs[0].logprobs.slice(prompt.length - 1);
     const gap = Math.max(...trainer.map((lp, i) => Math.abs(lp - logprobs[i])));
     assert.ok(gap < 1e-4, `trainer vs sampler logprobs differ by ${gap}`);
@@ -134,16 +173,35 @@ describe('token-level training ops against the real engine', { timeout: 300_000 
     const row = rows[0];
     const cases: [Partial<ForwardBackwardRequest>, string, RegExp][] = [
       [{ loss: 'hinge' as 'ppo' }, 'bad_request', /unknown loss 'hinge'/],
-      [{ rows: [row, { ...row, weights: row.weights.slice(1) }] }, 'bad_request', /rows\[1\]\.weights must be a list with one entry per token/],
-      [{ rows: [{ ...row, target_tokens: [...row.target_tokens.slice(1), vocab] }] }, 'bad_request', /rows\[0\]\.target_tokens .*vocabulary/],
-      [{ loss: 'ppo', loss_config: { clip_low_threshold: 0.8 } }, 'bad_request', /missing field loss_config\.clip_high_threshold/],
+      [
+        { rows: [row, { ...row, weights: row.weights.slice(1) }] },
+        'bad_request',
+        /rows\[1\]\.weights must be a list with one entry per token/,
+      ],
+      [
+        { rows: [{ ...row, target_tokens: [...row.target_tokens.slice(1), vocab] }] },
+        'bad_request',
+        /rows\[0\]\.target_tokens .*vocabulary/,
+      ],
+      [
+        { loss: 'ppo', loss_config: { clip_low_threshold: 0.8 } },
+        'bad_request',
+        /missing field loss_config\.clip_high_threshold/,
+      ],
       [{ loss: 'importance_sampling' }, 'bad_request', /missing field rows\[0\]\.logprobs/],
       [{ adapter: 'nobody' }, 'not_found', /nobody/],
     ];
-    for (const [over, expected, pattern] of cases) await assert.rejects(fb('sft', false, over), code(expected, pattern));
+    for (const [over, expected, pattern] of cases)
+      await assert.rejects(fb('sft', false, over), code(expected, pattern));
     const { eps: _eps, ...noEps } = adam;
-    await assert.rejects(engine.request('optim_step', { base: 'tiny', adapter: 'sft', adam: noEps as AdamParams }), code('bad_request', /missing field adam\.eps/));
-    await assert.rejects(engine.request('load_state', { base: 'tiny', adapter: 'x', path: join(scratch, 'missing') }), code('not_found', /missing/));
+    await assert.rejects(
+      engine.request('optim_step', { base: 'tiny', adapter: 'sft', adam: noEps as AdamParams }),
+      code('bad_request', /missing field adam\.eps/),
+    );
+    await assert.rejects(
+      engine.request('load_state', { base: 'tiny', adapter: 'x', path: join(scratch, 'missing') }),
+      code('not_found', /missing/),
+    );
     assert.deepEqual((await engine.request('stats', {})).bases, ['tiny']);
   });
 });

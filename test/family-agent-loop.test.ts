@@ -10,17 +10,29 @@ import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 import { loadTokenizer } from '../src/conversation/tokenizer.ts';
 import { baseModelsSetting, writeFamilyModel } from './helpers/families.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const WEATHER = {
   type: 'function' as const,
   function: {
     name: 'get_weather',
     description: 'The weather in a city.',
-    parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'], additionalProperties: false },
+    parameters: {
+      type: 'object',
+      properties: { city: { enum: ['Paris', 'Oslo'] } },
+      required: ['city'],
+      additionalProperties: false,
+    },
   },
 };
-const TIME = { type: 'function' as const, function: { name: 'get_time', description: 'The local time.', parameters: { type: 'object', properties: {}, additionalProperties: false } } };
+const TIME = {
+  type: 'function' as const,
+  function: {
+    name: 'get_time',
+    description: 'The local time.',
+    parameters: { type: 'object', properties: {}, additionalProperties: false },
+  },
+};
 const TOOLS = [WEATHER, TIME];
 /** What each family's template writes for a call in the history, so the next prompt shows the call went back in. */
 const RENDERED_CALL: Record<string, RegExp> = {
@@ -32,7 +44,8 @@ describe('real families over HTTP: agent loops and forced tool calls', () => {
   let e2e: E2eServer;
   let client: OpenAI;
   const folders: Record<string, string> = {};
-  const create = (body: Record<string, unknown>): Promise<any> => client.chat.completions.create({ max_tokens: 64, seed: 3, ...body } as never) as Promise<any>;
+  const create = (body: Record<string, unknown>): Promise<any> =>
+    client.chat.completions.create({ max_tokens: 64, seed: 3, ...body } as never) as Promise<any>;
 
   before(async () => {
     const qwen3 = writeFamilyModel('qwen3', { seed: 1 });
@@ -52,15 +65,29 @@ describe('real families over HTTP: agent loops and forced tool calls', () => {
         { role: 'system', content: 'You are a weather assistant.' },
         { role: 'user', content: 'What is the weather, and what time is it?' },
       ];
-      const first = await create({ model, messages, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false });
+      const first = await create({
+        model,
+        messages,
+        tools: TOOLS,
+        tool_choice: 'required',
+        parallel_tool_calls: false,
+      });
       const called = first.choices[0].message;
       assert.equal(first.choices[0].finish_reason, 'tool_calls');
       assert.equal(called.content, null);
       assert.equal(called.tool_calls.length, 1);
-      assert.equal(called.tool_calls[0].function.name === 'get_weather' || called.tool_calls[0].function.name === 'get_time', true);
+      assert.equal(
+        called.tool_calls[0].function.name === 'get_weather' || called.tool_calls[0].function.name === 'get_time',
+        true,
+      );
       messages.push(called, { role: 'tool', tool_call_id: called.tool_calls[0].id, content: 'Sunny, 21 C' });
 
-      const second = await create({ model, messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+      const second = await create({
+        model,
+        messages,
+        tools: TOOLS,
+        tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      });
       const weather = second.choices[0].message;
       assert.equal(second.choices[0].finish_reason, 'stop', 'a named call finishes with stop, as vLLM does');
       assert.equal(weather.tool_calls[0].function.name, 'get_weather');
@@ -73,19 +100,48 @@ describe('real families over HTTP: agent loops and forced tool calls', () => {
       const prompt = (await loadTokenizer(folders[model])).decode(third.prompt_token_ids);
       assert.match(prompt, RENDERED_CALL[model], 'the second call went back into the prompt in the family format');
       assert.ok(prompt.includes('Sunny, 21 C') && prompt.includes('Rain later'), 'both tool results are in the prompt');
-      if (model === 'test/llama3.1') assert.ok(prompt.startsWith('<|begin_of_text|>') && !prompt.startsWith('<|begin_of_text|><|begin_of_text|>'), 'one BOS');
+      if (model === 'test/llama3.1')
+        assert.ok(
+          prompt.startsWith('<|begin_of_text|>') && !prompt.startsWith('<|begin_of_text|><|begin_of_text|>'),
+          'one BOS',
+        );
     });
   }
 
   for (const model of ['test/qwen3', 'test/llama3.1', 'test/llama3.1-mistral']) {
     test(`${model}: forced calls (required, named, streamed) parse in the family's format`, async () => {
       const messages = [{ role: 'user', content: 'Weather in Oslo?' }];
-      const required = await create({ model, messages, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false, seed: 11 });
+      const required = await create({
+        model,
+        messages,
+        tools: TOOLS,
+        tool_choice: 'required',
+        parallel_tool_calls: false,
+        seed: 11,
+      });
       assert.equal(required.choices[0].message.tool_calls.length, 1, JSON.stringify(required.choices[0].message));
-      const named = await create({ model, messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_time' } } });
-      assert.deepEqual(named.choices[0].message.tool_calls.map((call: any) => [call.function.name, JSON.parse(call.function.arguments)]), [['get_time', {}]]);
+      const named = await create({
+        model,
+        messages,
+        tools: TOOLS,
+        tool_choice: { type: 'function', function: { name: 'get_time' } },
+      });
+      assert.deepEqual(
+        named.choices[0].message.tool_calls.map((call: any) => [
+          call.function.name,
+          JSON.parse(call.function.arguments),
+        ]),
+        [['get_time', {}]],
+      );
       if (model.endsWith('mistral')) assert.match(named.choices[0].message.tool_calls[0].id, /^[A-Za-z0-9]{9}$/);
-      const stream = await client.chat.completions.create({ model, messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 64, stream: true } as never);
+      const stream = await client.chat.completions.create({
+        model,
+        messages,
+        tools: TOOLS,
+        tool_choice: { type: 'function', function: { name: 'get_weather' } },
+        max_tokens: 64,
+        stream: true,
+      } as never);
       const calls: { name: string; arguments: string }[] = [];
       let content = '';
       for await (const chunk of stream as unknown as AsyncIterable<any>) {

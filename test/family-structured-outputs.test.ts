@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import OpenAI from 'openai';
 import { baseModelsSetting, writeFamilyModel } from './helpers/families.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const ajv = new Ajv2020({ strict: false });
 /** Strings are short and numbers bounded, so that near-uniform choices finish within the budget. */
@@ -21,7 +21,12 @@ const BOOK = {
     name: 'book_table',
     parameters: {
       type: 'object',
-      properties: { city: { enum: ['Paris', 'Oslo', 'Lima'] }, seats: { type: 'integer', minimum: 1, maximum: 12 }, terrace: { type: 'boolean' }, note: { type: 'string', maxLength: 6 } },
+      properties: {
+        city: { enum: ['Paris', 'Oslo', 'Lima'] },
+        seats: { type: 'integer', minimum: 1, maximum: 12 },
+        terrace: { type: 'boolean' },
+        note: { type: 'string', maxLength: 6 },
+      },
       required: ['city', 'seats', 'terrace'],
       additionalProperties: false,
     },
@@ -29,7 +34,15 @@ const BOOK = {
 };
 const CANCEL = {
   type: 'function' as const,
-  function: { name: 'cancel', parameters: { type: 'object', properties: { code: { type: 'string', pattern: '^[A-Z]{3}[0-9]{2}$' } }, required: ['code'], additionalProperties: false } },
+  function: {
+    name: 'cancel',
+    parameters: {
+      type: 'object',
+      properties: { code: { type: 'string', pattern: '^[A-Z]{3}[0-9]{2}$' } },
+      required: ['code'],
+      additionalProperties: false,
+    },
+  },
 };
 const SCHEMAS: Record<string, unknown> = { book_table: BOOK.function.parameters, cancel: CANCEL.function.parameters };
 const SEEDS = [1, 2, 3];
@@ -38,7 +51,12 @@ describe('real families: forced tool calls and structured outputs at temperature
   let e2e: E2eServer;
   let client: OpenAI;
   const create = (body: Record<string, unknown>): Promise<any> =>
-    client.chat.completions.create({ messages: [{ role: 'user', content: 'Book a table, or cancel one.' }], temperature: 1, max_tokens: 120, ...body } as never) as Promise<any>;
+    client.chat.completions.create({
+      messages: [{ role: 'user', content: 'Book a table, or cancel one.' }],
+      temperature: 1,
+      max_tokens: 120,
+      ...body,
+    } as never) as Promise<any>;
 
   before(async () => {
     const qwen3 = writeFamilyModel('qwen3', { seed: 5 });
@@ -56,7 +74,13 @@ describe('real families: forced tool calls and structured outputs at temperature
         SEEDS.flatMap((seed) => [
           create({ model, tools: [BOOK, CANCEL], tool_choice: 'required', parallel_tool_calls: false, n: 2, seed }),
           create({ model, tools: [BOOK, CANCEL], tool_choice: 'required', n: 2, seed: seed + 10, max_tokens: 240 }),
-          create({ model, tools: [BOOK, CANCEL], tool_choice: { type: 'function', function: { name: 'book_table' } }, n: 2, seed: seed + 20 }),
+          create({
+            model,
+            tools: [BOOK, CANCEL],
+            tool_choice: { type: 'function', function: { name: 'book_table' } },
+            n: 2,
+            seed: seed + 20,
+          }),
         ]),
       );
       let calls = 0;
@@ -80,14 +104,35 @@ describe('real families: forced tool calls and structured outputs at temperature
 
     test(`${model}: a recursive schema's outputs validate`, async () => {
       const list = {
-        $defs: { item: { type: 'object', properties: { v: { enum: [1, 2] }, next: { anyOf: [{ type: 'null' }, { $ref: '#/$defs/item' }] } }, required: ['v', 'next'], additionalProperties: false } },
+        $defs: {
+          item: {
+            type: 'object',
+            properties: { v: { enum: [1, 2] }, next: { anyOf: [{ type: 'null' }, { $ref: '#/$defs/item' }] } },
+            required: ['v', 'next'],
+            additionalProperties: false,
+          },
+        },
         $ref: '#/$defs/item',
       };
-      const runs = await Promise.all(SEEDS.map((seed) => create({ model, response_format: { type: 'json_schema', json_schema: { name: 'list', schema: list } }, structured_outputs: { disable_any_whitespace: true }, n: 2, seed, max_tokens: 300 })));
+      const runs = await Promise.all(
+        SEEDS.map((seed) =>
+          create({
+            model,
+            response_format: { type: 'json_schema', json_schema: { name: 'list', schema: list } },
+            structured_outputs: { disable_any_whitespace: true },
+            n: 2,
+            seed,
+            max_tokens: 300,
+          }),
+        ),
+      );
       let finished = 0;
       for (const choice of runs.flatMap((run) => run.choices)) {
         if (choice.finish_reason === 'length') continue; // a chain that random choices kept extending
-        assert.ok(ajv.validate(list, JSON.parse(choice.message.content)), `${choice.message.content}: ${ajv.errorsText()}`);
+        assert.ok(
+          ajv.validate(list, JSON.parse(choice.message.content)),
+          `${choice.message.content}: ${ajv.errorsText()}`,
+        );
         finished += 1;
       }
       assert.ok(finished >= SEEDS.length, `${finished} chains closed`);

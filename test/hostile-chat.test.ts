@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const HUGE_RANGE = '{{ range(999999999) | length }}';
 const LARGE_RANGE = '{{ range(10**8) | length }}';
@@ -22,16 +22,24 @@ const PROMPT_MS = 5000;
 function chatCaller(e2e: () => E2eServer) {
   return async (extra: Record<string, unknown> | string): Promise<Answer> => {
     const base = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
-    const text = typeof extra === 'string' ? `${base.slice(0, -1)},${extra}}` : JSON.stringify({ ...JSON.parse(base), ...extra });
+    const text =
+      typeof extra === 'string' ? `${base.slice(0, -1)},${extra}}` : JSON.stringify({ ...JSON.parse(base), ...extra });
     const started = performance.now();
-    const response = await fetch(`${e2e().url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${e2e().key}`, 'content-type': 'application/json' }, body: text });
+    const response = await fetch(`${e2e().url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${e2e().key}`, 'content-type': 'application/json' },
+      body: text,
+    });
     const body = await response.json();
     return { status: response.status, body, ms: performance.now() - started };
   };
 }
 
 /** Runs `hostile` while polling health every 50 ms; answers its result and the slowest health answer. */
-async function whileHealthPolled(e2e: E2eServer, hostile: () => Promise<Answer>): Promise<{ answer: Answer; slowestHealthMs: number; polls: number }> {
+async function whileHealthPolled(
+  e2e: E2eServer,
+  hostile: () => Promise<Answer>,
+): Promise<{ answer: Answer; slowestHealthMs: number; polls: number }> {
   let done = false;
   let slowest = 0;
   let polls = 0;
@@ -61,10 +69,14 @@ async function assertStillServes(chat: ReturnType<typeof chatCaller>): Promise<v
 }
 
 /** `{"type":"array","items":…}` nested `depth` deep, as JSON text. */
-const nestedArraySchema = (depth: number) => `${'{"type":"array","items":'.repeat(depth - 1)}{"type":"string"}${'}'.repeat(depth - 1)}`;
+const nestedArraySchema = (depth: number) =>
+  `${'{"type":"array","items":'.repeat(depth - 1)}{"type":"string"}${'}'.repeat(depth - 1)}`;
 
 /** The server a describe's tests share: started before them, closed after; `chat` calls it. */
-function sharedServer(options: Parameters<typeof startE2eServer>[0] = {}): { server: () => E2eServer; chat: ReturnType<typeof chatCaller> } {
+function sharedServer(options: Parameters<typeof startE2eServer>[0] = {}): {
+  server: () => E2eServer;
+  chat: ReturnType<typeof chatCaller>;
+} {
   let e2e: E2eServer | undefined;
   const server = () => e2e ?? assert.fail('the server has not started');
   before(async () => {
@@ -93,7 +105,11 @@ describe('hostile chat requests, request templates not trusted (the default)', (
 
   describe('hostile constraints and content', () => {
     /** Each hostile request: a 400 naming `param` (and matching `message`) promptly, health answering within 1 s meanwhile. */
-    async function expectRefused(extra: Record<string, unknown> | string, param: string, message: RegExp): Promise<void> {
+    async function expectRefused(
+      extra: Record<string, unknown> | string,
+      param: string,
+      message: RegExp,
+    ): Promise<void> {
       const { answer, slowestHealthMs } = await whileHealthPolled(server(), () => chat(extra));
       assert.equal(answer.status, 400, JSON.stringify(answer.body).slice(0, 300));
       assert.equal(answer.body.error.param, param);
@@ -104,18 +120,24 @@ describe('hostile chat requests, request templates not trusted (the default)', (
 
     test('regexes too long for the cap are refused before compiling, whatever their size', async () => {
       for (const length of [65_536, 262_144, 1_048_576]) {
-        await expectRefused({ structured_outputs: { regex: 'a'.repeat(length) } }, 'structured_outputs', new RegExp(`more than \\d+ characters \\(this one has ${length}\\)`));
+        await expectRefused(
+          { structured_outputs: { regex: 'a'.repeat(length) } },
+          'structured_outputs',
+          new RegExp(`more than \\d+ characters \\(this one has ${length}\\)`),
+        );
       }
       await assertStillServes(chat);
     });
 
-    test('regexes within the cap that exhaust llguidance\'s fuel are refused before any token; lazily huge ones are served', async () => {
+    test("regexes within the cap that exhaust llguidance's fuel are refused before any token; lazily huge ones are served", async () => {
       for (const regex of ['((((a{100}){100}){100}){100})', '(a{1000}){1000}']) {
         await expectRefused({ structured_outputs: { regex } }, 'structured_outputs', /too many expressions|fuel|limit/);
       }
       // Automata that used to explode when built whole cost llguidance nothing: it derives only what it visits.
       for (const regex of ['(.{0,30}x){20}', '(a|b)*a(a|b){24}']) {
-        const { answer, slowestHealthMs } = await whileHealthPolled(server(), () => chat({ structured_outputs: { regex } }));
+        const { answer, slowestHealthMs } = await whileHealthPolled(server(), () =>
+          chat({ structured_outputs: { regex } }),
+        );
         assert.equal(answer.status, 200, JSON.stringify(answer.body).slice(0, 300));
         assert.ok(answer.ms < PROMPT_MS, `answered in ${answer.ms} ms`);
         assert.ok(slowestHealthMs < 1000, `health took ${slowestHealthMs} ms`);
@@ -124,23 +146,50 @@ describe('hostile chat requests, request templates not trusted (the default)', (
     });
 
     test('deeply nested schemas and template data are a 400 naming the field', async () => {
-      await expectRefused(`"response_format":{"type":"json_schema","json_schema":{"name":"deep","schema":${nestedArraySchema(1000)}}}`, 'response_format', /nested more than \d+ levels/);
+      await expectRefused(
+        `"response_format":{"type":"json_schema","json_schema":{"name":"deep","schema":${nestedArraySchema(1000)}}}`,
+        'response_format',
+        /nested more than \d+ levels/,
+      );
       const tool = `{"type":"function","function":{"name":"deep","parameters":{"type":"object","properties":{"a":${nestedArraySchema(5000)}}}}}`;
       await expectRefused(`"tools":[${tool}],"tool_choice":"required"`, 'tools', /nested more than \d+ levels/);
       // Data the model's own (trusted) template renders is bounded too, with the field named.
       await expectRefused(`"tools":[${tool}]`, 'tools', /nested more than \d+ levels/);
-      await expectRefused(`"chat_template_kwargs":{"x":${nestedArraySchema(5000)}}`, 'chat_template_kwargs', /nested more than \d+ levels/);
+      await expectRefused(
+        `"chat_template_kwargs":{"x":${nestedArraySchema(5000)}}`,
+        'chat_template_kwargs',
+        /nested more than \d+ levels/,
+      );
       const call = `{"id":"c","type":"function","function":{"name":"f","arguments":${JSON.stringify(nestedArraySchema(5000))}}}`;
-      await expectRefused(`"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[${call}]},{"role":"user","content":"and?"}]`, 'messages', /nested more than \d+ levels/);
+      await expectRefused(
+        `"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[${call}]},{"role":"user","content":"and?"}]`,
+        'messages',
+        /nested more than \d+ levels/,
+      );
       await assertStillServes(chat);
     });
 
     test('a $ref fan-out whose expansion is astronomically large is served: recursion stays a grammar, never unrolled', async () => {
       const defs: Record<string, unknown> = {};
       for (let i = 0; i < 10; i += 1) {
-        defs[`d${i}`] = i === 9 ? { type: 'string' } : { type: 'object', properties: Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }])) };
+        defs[`d${i}`] =
+          i === 9
+            ? { type: 'string' }
+            : {
+                type: 'object',
+                properties: Object.fromEntries(
+                  Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }]),
+                ),
+              };
       }
-      const { answer, slowestHealthMs } = await whileHealthPolled(server(), () => chat({ response_format: { type: 'json_schema', json_schema: { name: 'fan', schema: { $defs: defs, $ref: '#/$defs/d0' } } } }));
+      const { answer, slowestHealthMs } = await whileHealthPolled(server(), () =>
+        chat({
+          response_format: {
+            type: 'json_schema',
+            json_schema: { name: 'fan', schema: { $defs: defs, $ref: '#/$defs/d0' } },
+          },
+        }),
+      );
       assert.equal(answer.status, 200, JSON.stringify(answer.body).slice(0, 300));
       assert.ok(answer.body.choices[0].message.content.startsWith('{'));
       assert.ok(answer.ms < PROMPT_MS, `answered in ${answer.ms} ms`);
@@ -148,7 +197,11 @@ describe('hostile chat requests, request templates not trusted (the default)', (
     });
 
     test('too many choices, or too many tools for a forced call, are refused before compiling', async () => {
-      await expectRefused({ structured_outputs: { choice: Array.from({ length: 5000 }, (_, i) => `c${i}`) } }, 'structured_outputs', /more than \d+ choices/);
+      await expectRefused(
+        { structured_outputs: { choice: Array.from({ length: 5000 }, (_, i) => `c${i}`) } },
+        'structured_outputs',
+        /more than \d+ choices/,
+      );
       const tools = Array.from({ length: 129 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } }));
       await expectRefused({ tools, tool_choice: 'required' }, 'tools', /more than 128 tools/);
     });
@@ -157,7 +210,11 @@ describe('hostile chat requests, request templates not trusted (the default)', (
       const nameless = await chat({ tools: [{ type: 'function', function: { parameters: { type: 'object' } } }] });
       assert.equal(nameless.status, 400);
       assert.equal(nameless.body.error.param, 'tools.0.function.name');
-      for (const part of [{ type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }, { type: 'input_audio', input_audio: { data: '', format: 'wav' } }, { type: 'file', file: {} }]) {
+      for (const part of [
+        { type: 'image_url', image_url: { url: 'https://example.com/cat.png' } },
+        { type: 'input_audio', input_audio: { data: '', format: 'wav' } },
+        { type: 'file', file: {} },
+      ]) {
         const answer = await chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, part] }] });
         assert.equal(answer.status, 400, JSON.stringify(answer.body));
         assert.equal(answer.body.error.param, 'messages.0.content.1');
@@ -167,10 +224,26 @@ describe('hostile chat requests, request templates not trusted (the default)', (
       assert.equal(textless.status, 400);
       assert.equal(textless.body.error.param, 'messages.0.content.0');
       // Text parts keep working.
-      const parts = await chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'Once' }, { type: 'text', text: ' upon' }] }] });
+      const parts = await chat({
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'Once' },
+              { type: 'text', text: ' upon' },
+            ],
+          },
+        ],
+      });
       assert.equal(parts.status, 200, JSON.stringify(parts.body));
       // One rule for what renders (chat/messages.ts): the Responses-style text parts and bare strings count as text here too.
-      const textLike = await chat({ messages: [{ role: 'user', content: [{ type: 'input_text', text: 'Once' }, ' upon'] }, { role: 'assistant', content: [{ type: 'refusal', refusal: 'No.' }] }, { role: 'user', content: 'Go on' }] });
+      const textLike = await chat({
+        messages: [
+          { role: 'user', content: [{ type: 'input_text', text: 'Once' }, ' upon'] },
+          { role: 'assistant', content: [{ type: 'refusal', refusal: 'No.' }] },
+          { role: 'user', content: 'Go on' },
+        ],
+      });
       assert.equal(textLike.status, 200, JSON.stringify(textLike.body));
     });
   });
@@ -180,19 +253,33 @@ describe('hostile chat requests, request templates trusted', () => {
   const { server, chat } = sharedServer({ env: { TRUST_REQUEST_CHAT_TEMPLATE: 'on' } });
 
   test('a benign request template renders the prompt the model continues', async () => {
-    const template = '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}';
-    const answer = await chat({ chat_template: template, return_token_ids: true, messages: [{ role: 'user', content: 'hello there' }] });
+    const template =
+      '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}';
+    const answer = await chat({
+      chat_template: template,
+      return_token_ids: true,
+      messages: [{ role: 'user', content: 'hello there' }],
+    });
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     assert.ok(answer.body.prompt_token_ids.length > 0);
     const plain = await chat({ chat_template: 'x', return_token_ids: true });
     assert.equal(plain.status, 200);
-    assert.ok(plain.body.prompt_token_ids.length < answer.body.prompt_token_ids.length, 'the request template, not the model one, made the prompt');
+    assert.ok(
+      plain.body.prompt_token_ids.length < answer.body.prompt_token_ids.length,
+      'the request template, not the model one, made the prompt',
+    );
   });
 
   test('templates over their memory or time budget answer 400 in time; health never waits and the server survives', async () => {
     // A huge range overflows the heap, or on a busy machine may run out of time first: either budget stops it.
-    for (const [template, budget] of [[HUGE_RANGE, /memory budget|time budget/], [LARGE_RANGE, /memory budget|time budget/], [NESTED_LOOPS, /time budget/]] as const) {
-      const { answer, slowestHealthMs, polls } = await whileHealthPolled(server(), () => chat({ chat_template: template }));
+    for (const [template, budget] of [
+      [HUGE_RANGE, /memory budget|time budget/],
+      [LARGE_RANGE, /memory budget|time budget/],
+      [NESTED_LOOPS, /time budget/],
+    ] as const) {
+      const { answer, slowestHealthMs, polls } = await whileHealthPolled(server(), () =>
+        chat({ chat_template: template }),
+      );
       assert.equal(answer.status, 400, JSON.stringify(answer.body));
       assert.equal(answer.body.error.param, 'chat_template');
       assert.match(answer.body.error.message, budget);

@@ -8,13 +8,14 @@ import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { newId } from '../src/ids.ts';
 import { ModelRepository } from '../src/store/model-repository.ts';
-import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
+import { backends } from './helpers/database.ts';
 import { multipartBody } from './helpers/multipart.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const nested = (depth: number, leaf = '1') => `${'{"a":'.repeat(depth)}${leaf}${'}'.repeat(depth)}`;
-const nestedSchema = (depth: number) => `${'{"type":"array","items":'.repeat(depth)}{"type":"string"}${'}'.repeat(depth)}`;
+const nestedSchema = (depth: number) =>
+  `${'{"type":"array","items":'.repeat(depth)}{"type":"string"}${'}'.repeat(depth)}`;
 
 /** A raw request over a fresh socket: what came back, and when the server closed it (null: still open at `waitMs`). */
 function exchange(
@@ -52,7 +53,11 @@ function parseResponse(raw: string): { status: number; body: any } {
 /** GET /v1/health on its own connection; it must answer 200 within a second. */
 async function assertHealthy(url: string, localAddress?: string): Promise<void> {
   const started = Date.now();
-  const { done } = exchange(url, (socket) => socket.write('GET /v1/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n'), { waitMs: 1000, localAddress });
+  const { done } = exchange(
+    url,
+    (socket) => socket.write('GET /v1/health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n'),
+    { waitMs: 1000, localAddress },
+  );
   const { response } = await done;
   assert.equal(parseResponse(response).status, 200, `health answered ${JSON.stringify(response.slice(0, 80))}`);
   assert.ok(Date.now() - started < 1000);
@@ -64,14 +69,20 @@ for (const backend of backends()) {
     let modelId: string;
     before(async () => {
       t = await startTestApp(backend);
-      modelId = (await t.call('POST', '/v1/preview/models', { project: 'hostile', name: 'm', base_model: 'test/base' })).body.id;
+      modelId = (await t.call('POST', '/v1/preview/models', { project: 'hostile', name: 'm', base_model: 'test/base' }))
+        .body.id;
     });
     after(async () => {
       await t.close();
     });
 
     const send = (method: string, url: string, payload: string, contentType = 'application/json') =>
-      t.app.inject({ method: method as 'POST', url, payload, headers: { authorization: `Bearer ${t.key}`, 'content-type': contentType } });
+      t.app.inject({
+        method: method as 'POST',
+        url,
+        payload,
+        headers: { authorization: `Bearer ${t.key}`, 'content-type': contentType },
+      });
     const logBody = (metadata: string) =>
       `{"split":"train","trajectory_groups":[{"trajectories":[{"messages_and_choices":[{"role":"user","content":"hi"}],"reward":1,"metadata":${metadata}}]}]}`;
 
@@ -79,14 +90,26 @@ for (const backend of backends()) {
       const log = await send('POST', `/v1/preview/models/${modelId}/log`, logBody(nested(6000)));
       assert.equal(log.statusCode, 400);
       assert.equal(log.json().detail, '`trajectory_groups` is nested more than 64 levels deep');
-      const job = await send('POST', '/v1/preview/training-jobs', `{"model_id":"${modelId}","trajectory_groups":[{"trajectories":[{"messages_and_choices":[],"reward":0,"metrics":${nested(5000)}}]}]}`);
+      const job = await send(
+        'POST',
+        '/v1/preview/training-jobs',
+        `{"model_id":"${modelId}","trajectory_groups":[{"trajectories":[{"messages_and_choices":[],"reward":0,"metrics":${nested(5000)}}]}]}`,
+      );
       assert.equal(job.statusCode, 400);
-      const schema = await send('POST', '/v1/chat/completions', `{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":${nestedSchema(1000)}}}}`);
+      const schema = await send(
+        'POST',
+        '/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":${nestedSchema(1000)}}}}`,
+      );
       assert.equal(schema.statusCode, 400);
       assert.equal(schema.json().error.type, 'BadRequestError');
       assert.match(schema.json().error.message, /nested more than 64 levels/);
       assert.equal(schema.json().error.param, 'response_format');
-      const tools = await send('POST', '/v1/chat/completions', `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":${nested(5000)}}}]}`);
+      const tools = await send(
+        'POST',
+        '/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":${nested(5000)}}}]}`,
+      );
       assert.equal(tools.statusCode, 400);
       assert.ok(tools.json().error);
     });
@@ -94,7 +117,11 @@ for (const backend of backends()) {
     test('nesting within the limit, and brackets inside strings, are accepted', async () => {
       const deepEnough = await send('POST', `/v1/preview/models/${modelId}/log`, logBody(nested(50)));
       assert.equal(deepEnough.statusCode, 200, deepEnough.body);
-      const bracketsInStrings = await send('POST', `/v1/preview/models/${modelId}/log`, logBody(JSON.stringify({ text: `${'[{'.repeat(10_000)}\\"` })));
+      const bracketsInStrings = await send(
+        'POST',
+        `/v1/preview/models/${modelId}/log`,
+        logBody(JSON.stringify({ text: `${'[{'.repeat(10_000)}\\"` })),
+      );
       assert.equal(bracketsInStrings.statusCode, 200, bracketsInStrings.body);
       const stored = await t.call('GET', `/v1/dashboard/models/${modelId}/trajectories?split=train`);
       assert.equal(stored.status, 200);
@@ -102,10 +129,19 @@ for (const backend of backends()) {
     });
 
     test('deleting 40,000 checkpoint steps at once deletes the ones that exist (batched SQL)', async () => {
-      const model = (await t.call('POST', '/v1/preview/models', { project: 'hostile', name: 'many', base_model: 'test/base' })).body.id;
+      const model = (
+        await t.call('POST', '/v1/preview/models', { project: 'hostile', name: 'many', base_model: 'test/base' })
+      ).body.id;
       const repository = new ModelRepository(t.store.db);
       for (let step = 1; step <= 1200; step += 1) {
-        await repository.insertCheckpoint({ id: newId(), model_id: model, step, metrics: '{}', adapter_path: null, created_at: new Date().toISOString() });
+        await repository.insertCheckpoint({
+          id: newId(),
+          model_id: model,
+          step,
+          metrics: '{}',
+          adapter_path: null,
+          created_at: new Date().toISOString(),
+        });
       }
       const steps = Array.from({ length: 40_000 }, (_, i) => i);
       const deleted = await t.call('DELETE', `/v1/preview/models/${model}/checkpoints`, { steps });
@@ -117,7 +153,9 @@ for (const backend of backends()) {
     });
 
     test('an empty body with a JSON content type is no body: optional-body routes work, required ones say it is missing', async () => {
-      const model = (await t.call('POST', '/v1/preview/models', { project: 'hostile', name: 'gone', base_model: 'test/base' })).body.id;
+      const model = (
+        await t.call('POST', '/v1/preview/models', { project: 'hostile', name: 'gone', base_model: 'test/base' })
+      ).body.id;
       const deleted = await send('DELETE', `/v1/preview/models/${model}`, '');
       assert.equal(deleted.statusCode, 200, deleted.body);
       assert.equal(deleted.json().model_id, model);
@@ -137,13 +175,23 @@ for (const backend of backends()) {
       assert.match(noBoundary.json().detail, /no boundary/);
       const boundary = 'hostileBoundary';
       const body = `--${boundary}\r\nContent-Disposition: form-data; name="note"\r\nContent-Type: application/octet-stream\r\n\r\nhi\r\n--${boundary}--\r\n`;
-      const noFilename = await send('POST', '/v1/preview/artifacts/local/data/hostile', body, `multipart/form-data; boundary=${boundary}`);
+      const noFilename = await send(
+        'POST',
+        '/v1/preview/artifacts/local/data/hostile',
+        body,
+        `multipart/form-data; boundary=${boundary}`,
+      );
       assert.equal(noFilename.statusCode, 422);
       assert.deepEqual(noFilename.json().detail[0].loc, ['body', 'note']);
       assert.match(noFilename.json().detail[0].msg, /no filename/);
       assert.equal((await t.call('GET', '/v1/preview/artifacts/local/data/hostile')).status, 404);
       const { payload, headers } = multipartBody([{ name: 'train.jsonl', content: '{}' }]);
-      const fine = await t.app.inject({ method: 'POST', url: '/v1/preview/artifacts/local/data/hostile', payload, headers: { ...headers, authorization: `Bearer ${t.key}` } });
+      const fine = await t.app.inject({
+        method: 'POST',
+        url: '/v1/preview/artifacts/local/data/hostile',
+        payload,
+        headers: { ...headers, authorization: `Bearer ${t.key}` },
+      });
       assert.equal(fine.statusCode, 200, fine.body);
     });
 
@@ -170,7 +218,12 @@ describe('slow and hostile clients over real sockets', () => {
   let e2e: E2eServer;
   before(async () => {
     e2e = await startE2eServer({
-      env: { BODY_IDLE_TIMEOUT_MS: String(idleMs), HEADERS_TIMEOUT_MS: '1000', REQUEST_TIMEOUT_MS: '1500', KEEP_ALIVE_TIMEOUT_MS: '500' },
+      env: {
+        BODY_IDLE_TIMEOUT_MS: String(idleMs),
+        HEADERS_TIMEOUT_MS: '1000',
+        REQUEST_TIMEOUT_MS: '1500',
+        KEEP_ALIVE_TIMEOUT_MS: '500',
+      },
     });
   });
   after(async () => {
@@ -180,13 +233,19 @@ describe('slow and hostile clients over real sockets', () => {
 
   test('a body shorter than its Content-Length, or a multipart body that never closes, is 408 and closed; health keeps answering', async () => {
     const short = exchange(e2e.url, (socket) =>
-      socket.write(`POST /v1/preview/models HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: 100\r\n\r\n{"project":`),
+      socket.write(
+        `POST /v1/preview/models HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: 100\r\n\r\n{"project":`,
+      ),
     );
     const open = exchange(e2e.url, (socket) =>
-      socket.write(`POST /v1/preview/artifacts/local/data/slow HTTP/1.1\r\nhost: x\r\n${auth()}content-type: multipart/form-data; boundary=b\r\ntransfer-encoding: chunked\r\n\r\n5\r\n--b\r\n\r\n`),
+      socket.write(
+        `POST /v1/preview/artifacts/local/data/slow HTTP/1.1\r\nhost: x\r\n${auth()}content-type: multipart/form-data; boundary=b\r\ntransfer-encoding: chunked\r\n\r\n5\r\n--b\r\n\r\n`,
+      ),
     );
     const chat = exchange(e2e.url, (socket) =>
-      socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: 50\r\n\r\n{"messages":`),
+      socket.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: 50\r\n\r\n{"messages":`,
+      ),
     );
     await assertHealthy(e2e.url);
     for (const [name, pending] of Object.entries({ short, open, chat })) {
@@ -204,7 +263,9 @@ describe('slow and hostile clients over real sockets', () => {
     const headers = exchange(e2e.url, (socket) => socket.write(`GET /v1/preview/me HTTP/1.1\r\nhost: x\r\n`));
     let timer: NodeJS.Timeout | undefined;
     const trickle = exchange(e2e.url, (socket) => {
-      socket.write(`POST /v1/preview/models HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: 100000\r\n\r\n`);
+      socket.write(
+        `POST /v1/preview/models HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: 100000\r\n\r\n`,
+      );
       timer = setInterval(() => socket.write(' '), 100);
     });
     await assertHealthy(e2e.url);
@@ -213,7 +274,10 @@ describe('slow and hostile clients over real sockets', () => {
     assert.ok(headersEnd.closedAfterMs !== null && headersEnd.closedAfterMs < 2500);
     const trickleEnd = await trickle.done;
     clearInterval(timer);
-    assert.ok(trickleEnd.closedAfterMs !== null && trickleEnd.closedAfterMs < 3500, `closed after ${trickleEnd.closedAfterMs} ms`);
+    assert.ok(
+      trickleEnd.closedAfterMs !== null && trickleEnd.closedAfterMs < 3500,
+      `closed after ${trickleEnd.closedAfterMs} ms`,
+    );
   });
 
   test('an upload that keeps sending is never cut by the idle timeout', async () => {
@@ -223,7 +287,9 @@ describe('slow and hostile clients over real sockets', () => {
     const length = chunks.reduce((sum, chunk) => sum + Buffer.byteLength(chunk), 0);
     const started = Date.now();
     const upload = exchange(e2e.url, (socket) => {
-      socket.write(`POST /v1/preview/artifacts/local/data/trickle HTTP/1.1\r\nhost: x\r\n${auth()}content-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${length}\r\nconnection: close\r\n\r\n`);
+      socket.write(
+        `POST /v1/preview/artifacts/local/data/trickle HTTP/1.1\r\nhost: x\r\n${auth()}content-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${length}\r\nconnection: close\r\n\r\n`,
+      );
       let index = 0;
       const timer = setInterval(() => {
         socket.write(chunks[index]);
@@ -239,15 +305,21 @@ describe('slow and hostile clients over real sockets', () => {
   });
 
   test('oversized headers are 431, an oversized URL 414, garbage 400, an oversized body 413, a 20 MB model name is not echoed; chat keeps its error shape', async () => {
-    const big = exchange(e2e.url, (socket) => socket.write(`GET /v1/preview/me HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`));
+    const big = exchange(e2e.url, (socket) =>
+      socket.write(`GET /v1/preview/me HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`),
+    );
     const bigAnswer = parseResponse((await big.done).response);
     assert.equal(bigAnswer.status, 431);
     assert.equal(bigAnswer.body.detail, 'The request headers are too large');
-    const chatBig = exchange(e2e.url, (socket) => socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`));
+    const chatBig = exchange(e2e.url, (socket) =>
+      socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`),
+    );
     const chatAnswer = parseResponse((await chatBig.done).response);
     assert.equal(chatAnswer.status, 431);
     assert.equal(chatAnswer.body.error.code, 431);
-    const longUrl = exchange(e2e.url, (socket) => socket.write(`GET /v1/preview/models/${'a'.repeat(20_000)} HTTP/1.1\r\nhost: x\r\n\r\n`));
+    const longUrl = exchange(e2e.url, (socket) =>
+      socket.write(`GET /v1/preview/models/${'a'.repeat(20_000)} HTTP/1.1\r\nhost: x\r\n\r\n`),
+    );
     const longAnswer = parseResponse((await longUrl.done).response);
     assert.equal(longAnswer.status, 414);
     assert.equal(longAnswer.body.detail, 'The request URL is too long');
@@ -257,14 +329,19 @@ describe('slow and hostile clients over real sockets', () => {
     assert.equal(garbageAnswer.status, 400);
     assert.match(garbageAnswer.body.detail, /^Malformed HTTP request \(HPE_/);
     const huge = exchange(e2e.url, (socket) =>
-      socket.write(`POST /v1/preview/models HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: ${2 ** 40}\r\n\r\n{`),
+      socket.write(
+        `POST /v1/preview/models HTTP/1.1\r\nhost: x\r\n${auth()}content-type: application/json\r\ncontent-length: ${2 ** 40}\r\n\r\n{`,
+      ),
     );
     const hugeAnswer = parseResponse((await huge.done).response);
     assert.equal(hugeAnswer.status, 413);
     assert.equal(typeof hugeAnswer.body.detail, 'string');
 
     const name = 'm'.repeat(20 * 1024 * 1024);
-    const unknown = await e2e.api('POST', '/v1/chat/completions', { model: name, messages: [{ role: 'user', content: 'hi' }] });
+    const unknown = await e2e.api('POST', '/v1/chat/completions', {
+      model: name,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(unknown.status, 404);
     assert.ok(unknown.body.error.message.length < 400, `message of ${unknown.body.error.message.length} characters`);
     await assertHealthy(e2e.url);
@@ -293,10 +370,16 @@ describe('connection caps', () => {
 
   test('beyond the per-address and total caps new connections are closed at once; closing one frees its place', async () => {
     const first = await Promise.all(Array.from({ length: 4 }, () => idleConnection('127.0.0.1')));
-    assert.deepEqual(first.map((c) => c.refused), [false, false, false, false]);
+    assert.deepEqual(
+      first.map((c) => c.refused),
+      [false, false, false, false],
+    );
     assert.equal((await idleConnection('127.0.0.1')).refused, true, 'a fifth connection from one address is closed');
     const second = await Promise.all([idleConnection('127.0.0.2'), idleConnection('127.0.0.2')]);
-    assert.deepEqual(second.map((c) => c.refused), [false, false]);
+    assert.deepEqual(
+      second.map((c) => c.refused),
+      [false, false],
+    );
     assert.equal((await idleConnection('127.0.0.3')).refused, true, 'a seventh connection in all is closed');
 
     first[0].socket.destroy();
@@ -313,7 +396,12 @@ describe('answers that take longer than every timeout', () => {
   let fast: E2eServer;
   before(async () => {
     fast = await startE2eServer({
-      env: { BODY_IDLE_TIMEOUT_MS: String(timeoutMs), HEADERS_TIMEOUT_MS: String(timeoutMs), REQUEST_TIMEOUT_MS: String(timeoutMs), KEEP_ALIVE_TIMEOUT_MS: '500' },
+      env: {
+        BODY_IDLE_TIMEOUT_MS: String(timeoutMs),
+        HEADERS_TIMEOUT_MS: String(timeoutMs),
+        REQUEST_TIMEOUT_MS: String(timeoutMs),
+        KEEP_ALIVE_TIMEOUT_MS: '500',
+      },
     });
   });
   after(async () => {
@@ -325,20 +413,35 @@ describe('answers that take longer than every timeout', () => {
     const stream = await fetch(`${fast.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${fast.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 1500, ignore_eos: true }),
+      body: JSON.stringify({
+        messages: [{ role: 'user', content: 'hi' }],
+        stream: true,
+        max_tokens: 1500,
+        ignore_eos: true,
+      }),
     });
-    const json = fast.api('POST', '/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], max_tokens: 400, ignore_eos: true });
+    const json = fast.api('POST', '/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 400,
+      ignore_eos: true,
+    });
     const text = await stream.text();
     assert.ok(text.trimEnd().endsWith('data: [DONE]'), text.slice(-200));
     assert.doesNotMatch(text, /"error"/);
     const answered = await json;
     assert.equal(answered.status, 200);
     assert.equal(answered.body.usage.completion_tokens, 400);
-    assert.ok(Date.now() - started > 5 * timeoutMs, `the answers took ${Date.now() - started} ms, several times every timeout`);
+    assert.ok(
+      Date.now() - started > 5 * timeoutMs,
+      `the answers took ${Date.now() - started} ms, several times every timeout`,
+    );
 
     const keepAlive = exchange(fast.url, (socket) => socket.write('GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n'));
     const { response, closedAfterMs } = await keepAlive.done;
     assert.equal(parseResponse(response).status, 200);
-    assert.ok(closedAfterMs !== null && closedAfterMs >= 400 && closedAfterMs < 3000, `closed after ${closedAfterMs} ms`);
+    assert.ok(
+      closedAfterMs !== null && closedAfterMs >= 400 && closedAfterMs < 3000,
+      `closed after ${closedAfterMs} ms`,
+    );
   });
 });

@@ -1,22 +1,42 @@
 /** src/training/payloads.ts without a server: versioned job payloads checked on write and on read, older payloads upgraded. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { JobError } from '../src/errors.ts';
 import { withGroupDefaults } from '../src/api/models.ts';
+import { JobError } from '../src/errors.ts';
+import {
+  PAYLOAD_VERSION,
+  payloadView,
+  readRlPayload,
+  readSftPayload,
+  rlPayload,
+  sftPayload,
+} from '../src/training/payloads.ts';
 import { parseRlConfig } from '../src/training/rl/config.ts';
-import { PAYLOAD_VERSION, payloadView, readRlPayload, readSftPayload, rlPayload, sftPayload } from '../src/training/payloads.ts';
 import { VERSION_0_RL_CONFIG } from './helpers/payloads.ts';
 
 const group = {
   trajectories: [
-    { messages_and_choices: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'a' }], reward: 1 },
-    { messages_and_choices: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'b' }] },
+    {
+      messages_and_choices: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'a' },
+      ],
+      reward: 1,
+    },
+    {
+      messages_and_choices: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'b' },
+      ],
+    },
   ],
 };
 
-
 const unreadable = (read: () => unknown, where: RegExp) =>
-  assert.throws(read, (error: unknown) => error instanceof JobError && error.code === 'unreadable_payload' && where.test(error.message));
+  assert.throws(
+    read,
+    (error: unknown) => error instanceof JobError && error.code === 'unreadable_payload' && where.test(error.message),
+  );
 
 describe('RL payloads', () => {
   const today = parseRlConfig({ learning_rate: 0.01, packed_sequence_length: 32 }, 1e-3).config;
@@ -35,7 +55,10 @@ describe('RL payloads', () => {
   test('a version-0 payload older than some keys reads them at their defaults; its KL reference is renamed too', () => {
     const { logprobCalculationChunkSize, numTrajectoriesLearningRateMultiplierPower, ...older } = VERSION_0_RL_CONFIG;
     assert.ok(logprobCalculationChunkSize && numTrajectoriesLearningRateMultiplierPower === 0);
-    const read = readRlPayload({ trajectory_groups: [group], config: { ...older, klPenaltyCoef: 0.1, klReference: { modelId: 'm1', step: 3 } } });
+    const read = readRlPayload({
+      trajectory_groups: [group],
+      config: { ...older, klPenaltyCoef: 0.1, klReference: { modelId: 'm1', step: 3 } },
+    });
     assert.equal(read.config.logprob_calculation_chunk_size, today.logprob_calculation_chunk_size);
     assert.equal(read.config.num_trajectories_learning_rate_multiplier_power, 0);
     assert.equal(read.config.kl_penalty_coef, 0.1);
@@ -47,12 +70,23 @@ describe('RL payloads', () => {
     unreadable(() => readRlPayload({ ...good, version: PAYLOAD_VERSION + 1 }), /\/version/);
     unreadable(() => readRlPayload({ ...good, config: { ...today, learning_rate: -1 } }), /\/config\/learning_rate/);
     unreadable(() => readRlPayload({ ...good, config: { ...today, someFutureKey: 1 } }), /\/config/);
-    unreadable(() => readRlPayload({ trajectory_groups: [group], config: { ...VERSION_0_RL_CONFIG, importanceSamplingLevel: 'nonsense' } }), /importance_sampling_level/);
+    unreadable(
+      () =>
+        readRlPayload({
+          trajectory_groups: [group],
+          config: { ...VERSION_0_RL_CONFIG, importanceSamplingLevel: 'nonsense' },
+        }),
+      /importance_sampling_level/,
+    );
     unreadable(() => readRlPayload('not a payload'), /\//);
   });
 
   test('a payload this server builds wrong is never written', () => {
-    assert.throws(() => rlPayload({ trajectory_groups: [withGroupDefaults(group)], config: { ...today, learning_rate: Number.NaN } }), /learning_rate/);
+    assert.throws(
+      () =>
+        rlPayload({ trajectory_groups: [withGroupDefaults(group)], config: { ...today, learning_rate: Number.NaN } }),
+      /learning_rate/,
+    );
   });
 });
 
@@ -75,7 +109,13 @@ describe('SFT payloads', () => {
   test('a version-0 payload (no version; from before assistant_turns and metric_logging) reads with their defaults', () => {
     const { assistant_turns, chat_template_kwargs, metric_logging, ...older } = fields;
     assert.ok(assistant_turns && chat_template_kwargs && metric_logging);
-    assert.deepEqual(readSftPayload(older), { ...older, version: PAYLOAD_VERSION, assistant_turns: 'all', chat_template_kwargs: null, metric_logging: null });
+    assert.deepEqual(readSftPayload(older), {
+      ...older,
+      version: PAYLOAD_VERSION,
+      assistant_turns: 'all',
+      chat_template_kwargs: null,
+      metric_logging: null,
+    });
   });
 
   test('what matches no version fails as unreadable_payload', () => {
@@ -94,8 +134,24 @@ describe('the dashboard view of a stored payload', () => {
   });
 
   test('SFT: the config without the version or the artifact key; a payload that reads as none shows none', () => {
-    const view = payloadView('sft', { artifact: { key: 'k', file: 'train.jsonl' }, batch_size: 2, learning_rate: 1e-3, num_conversations: 4 });
-    assert.deepEqual(view, { config: { batch_size: 2, learning_rate: 1e-3, num_conversations: 4, assistant_turns: 'all', chat_template_kwargs: null, metric_logging: null }, num_trajectory_groups: null, num_trajectories: null });
+    const view = payloadView('sft', {
+      artifact: { key: 'k', file: 'train.jsonl' },
+      batch_size: 2,
+      learning_rate: 1e-3,
+      num_conversations: 4,
+    });
+    assert.deepEqual(view, {
+      config: {
+        batch_size: 2,
+        learning_rate: 1e-3,
+        num_conversations: 4,
+        assistant_turns: 'all',
+        chat_template_kwargs: null,
+        metric_logging: null,
+      },
+      num_trajectory_groups: null,
+      num_trajectories: null,
+    });
     assert.equal(payloadView('sft', { version: 99 }), null);
   });
 });

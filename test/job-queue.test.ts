@@ -4,8 +4,8 @@ import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { Clock } from '../src/clock.ts';
 import { JOB_ERROR_CATALOGUE, JobError } from '../src/errors.ts';
-import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
+import { backends } from './helpers/database.ts';
 
 class ManualClock implements Clock {
   constructor(private time = Date.parse('2026-01-01T00:00:00Z')) {}
@@ -25,14 +25,17 @@ for (const backend of backends()) {
     let modelB: string;
     before(async () => {
       t = await startTestApp(backend, { clock });
-      modelA = (await t.call('POST', '/v1/preview/models', { project: 'q', name: 'a', base_model: 'test/base' })).body.id;
-      modelB = (await t.call('POST', '/v1/preview/models', { project: 'q', name: 'b', base_model: 'test/base' })).body.id;
+      modelA = (await t.call('POST', '/v1/preview/models', { project: 'q', name: 'a', base_model: 'test/base' })).body
+        .id;
+      modelB = (await t.call('POST', '/v1/preview/models', { project: 'q', name: 'b', base_model: 'test/base' })).body
+        .id;
     });
     after(async () => {
       await t.close();
     });
 
-    const events = async (jobId: string) => (await t.services.repositories.jobs.events(jobId, undefined, 100)).items.map((e) => [e.type, e.data] as const);
+    const events = async (jobId: string) =>
+      (await t.services.repositories.jobs.events(jobId, undefined, 100)).items.map((e) => [e.type, e.data] as const);
 
     test('jobs of one model run in submission order; other models interleave', async () => {
       const queue = t.services.queue;
@@ -51,15 +54,26 @@ for (const backend of backends()) {
       assert.equal(first?.status, 'RUNNING');
       assert.equal(first?.attempts, 1);
 
-      assert.equal(await queue.complete(a1.id, 'w2', { step: 1, checkpointId: 'x' }), false, 'only the lease holder completes');
+      assert.equal(
+        await queue.complete(a1.id, 'w2', { step: 1, checkpointId: 'x' }),
+        false,
+        'only the lease holder completes',
+      );
       assert.equal(await queue.complete(a1.id, 'w1', { step: 1, checkpointId: 'c1' }), true);
-      assert.equal(await queue.complete(a1.id, 'w1', { step: 1, checkpointId: 'c1' }), false, 'a finished job stays finished');
+      assert.equal(
+        await queue.complete(a1.id, 'w1', { step: 1, checkpointId: 'c1' }),
+        false,
+        'a finished job stays finished',
+      );
       assert.deepEqual(await events(a1.id), [['training_ended', { step: 1, checkpoint_id: 'c1' }]]);
       assert.equal((await queue.claim('w3'))?.id, a2.id);
       assert.equal(await queue.fail(a2.id, 'w3', new JobError('bad_training_data', 'broken data')), true);
       assert.equal(await queue.fail(b1.id, 'w2', new JobError('bad_training_data', 'x')), true);
       const failed = await t.services.repositories.jobs.findById(a2.id);
-      assert.deepEqual([failed?.status, failed?.error_code, failed?.error_message], ['FAILED', 'bad_training_data', 'broken data']);
+      assert.deepEqual(
+        [failed?.status, failed?.error_code, failed?.error_message],
+        ['FAILED', 'bad_training_data', 'broken data'],
+      );
     });
 
     test('a lease that is not renewed expires and the reaper fails the job once', async () => {
@@ -78,7 +92,11 @@ for (const backend of backends()) {
       const [[type, data]] = await events(job.id);
       assert.equal(type, 'training_failed');
       assert.match(String(data.error_message), /stopped before it finished/);
-      assert.equal(await queue.complete(job.id, 'dead-worker', { step: 9, checkpointId: 'late' }), false, 'a reaped worker cannot complete');
+      assert.equal(
+        await queue.complete(job.id, 'dead-worker', { step: 9, checkpointId: 'late' }),
+        false,
+        'a reaped worker cannot complete',
+      );
       assert.equal((await queue.heartbeat(job.id, 'dead-worker')).held, false);
     });
 
@@ -90,7 +108,9 @@ for (const backend of backends()) {
 
       const cancelledQueued = await queue.cancel(queued.id);
       assert.equal(cancelledQueued?.status, 'CANCELLED');
-      assert.deepEqual(await events(queued.id), [['training_failed', { error_message: JOB_ERROR_CATALOGUE.cancelled.message }]]);
+      assert.deepEqual(await events(queued.id), [
+        ['training_failed', { error_message: JOB_ERROR_CATALOGUE.cancelled.message }],
+      ]);
 
       const asked = await queue.cancel(running.id);
       assert.equal(asked?.status, 'RUNNING');
@@ -108,7 +128,10 @@ for (const backend of backends()) {
       const first = await jobs.events(job.id, undefined, 2);
       assert.equal(first.hasMore, true);
       const rest = await jobs.events(job.id, first.items[1].id, 10);
-      assert.deepEqual(rest.items.map((e) => e.data.step), [3, 4, 5]);
+      assert.deepEqual(
+        rest.items.map((e) => e.data.step),
+        [3, 4, 5],
+      );
       assert.equal(rest.hasMore, false);
     });
   });

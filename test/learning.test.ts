@@ -11,8 +11,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { chatChoices, createModel as createModelVia } from './helpers/api.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { allEvents, trainRl, trainSft } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const JOB_TIMEOUT_MS = 5 * 60_000;
 
@@ -25,7 +25,8 @@ after(async () => {
 });
 
 const createModel = async (project: string, name: string) => (await createModelVia(e2e.api, project, name)).id;
-const chat = (model: string, question: string, options: Record<string, unknown>) => chatChoices(e2e.api, model, question, { max_tokens: 8, ...options });
+const chat = (model: string, question: string, options: Record<string, unknown>) =>
+  chatChoices(e2e.api, model, question, { max_tokens: 8, ...options });
 
 /** Every sum of two operands up to 20, the range the tiny model was pretrained on, in a seeded order. */
 function shuffledSums(): { question: string; answer: string }[] {
@@ -42,7 +43,11 @@ function shuffledSums(): { question: string; answer: string }[] {
 const isRight = (choice: Record<string, any>, answer: string) => String(choice.message.content ?? '').trim() === answer;
 
 /** Mean reward of `samples` temperature-1 answers per question, with seeds that training never uses. */
-async function meanReward(model: string, questions: { question: string; answer: string }[], samples: number): Promise<number> {
+async function meanReward(
+  model: string,
+  questions: { question: string; answer: string }[],
+  samples: number,
+): Promise<number> {
   let right = 0;
   for (const [index, { question, answer }] of questions.entries()) {
     const choices = await chat(model, question, { n: samples, temperature: 1, seed: 10_000 + index });
@@ -66,8 +71,16 @@ describe('learning through the API (slow)', () => {
       let rewardSum = 0;
       for (const [index, { question, answer }] of task.entries()) {
         // As ART samples: logprobs on, so the trainer reuses the exact sampled token ids.
-        const choices = await chat(model, question, { n: groupSize, temperature: 1, logprobs: true, seed: iteration * 100 + index });
-        const trajectories = choices.map((choice) => ({ messages_and_choices: [{ role: 'user', content: question }, choice], reward: isRight(choice, answer) ? 1 : 0 }));
+        const choices = await chat(model, question, {
+          n: groupSize,
+          temperature: 1,
+          logprobs: true,
+          seed: iteration * 100 + index,
+        });
+        const trajectories = choices.map((choice) => ({
+          messages_and_choices: [{ role: 'user', content: question }, choice],
+          reward: isRight(choice, answer) ? 1 : 0,
+        }));
         rewardSum += trajectories.reduce((sum, trajectory) => sum + trajectory.reward, 0);
         trajectory_groups.push({ trajectories });
       }
@@ -77,7 +90,9 @@ describe('learning through the API (slow)', () => {
 
     const afterTraining = await meanReward(model, task, 32);
     console.log(`RL learning: rollout reward per job ${trainRewards.map((r) => r.toFixed(2)).join(' ')}`);
-    console.log(`RL learning: mean reward on fresh samples ${before.toFixed(3)} -> ${afterTraining.toFixed(3)} after ${iterations} jobs`);
+    console.log(
+      `RL learning: mean reward on fresh samples ${before.toFixed(3)} -> ${afterTraining.toFixed(3)} after ${iterations} jobs`,
+    );
     assert.ok(afterTraining >= before + 0.15, `mean reward ${before.toFixed(3)} -> ${afterTraining.toFixed(3)}`);
   });
 
@@ -93,12 +108,24 @@ describe('learning through the API (slow)', () => {
     ];
     const greedy = async (checkpoint: string, question: string) =>
       String((await chat(checkpoint, question, { temperature: 0, max_tokens: 24 }))[0].message.content).trim();
-    for (const { question, answer } of facts) assert.notEqual(await greedy(model, question), answer, 'not known before training');
+    for (const { question, answer } of facts)
+      assert.notEqual(await greedy(model, question), answer, 'not known before training');
 
-    const pairs = Array.from({ length: 48 }, () => facts.map(({ question, answer }): [string, string] => [question, answer])).flat();
-    const { id, job } = await trainSft(e2e, modelId, 'local/learning/facts', pairs, { batch_size: 4, learning_rate: 1e-2 }, JOB_TIMEOUT_MS);
+    const pairs = Array.from({ length: 48 }, () =>
+      facts.map(({ question, answer }): [string, string] => [question, answer]),
+    ).flat();
+    const { id, job } = await trainSft(
+      e2e,
+      modelId,
+      'local/learning/facts',
+      pairs,
+      { batch_size: 4, learning_rate: 1e-2 },
+      JOB_TIMEOUT_MS,
+    );
 
-    const losses = (await allEvents(e2e, id)).filter((event) => event.type === 'gradient_step').map((event) => Number(event.data.sft_loss));
+    const losses = (await allEvents(e2e, id))
+      .filter((event) => event.type === 'gradient_step')
+      .map((event) => Number(event.data.sft_loss));
     const head = losses.slice(0, 3).reduce((a, b) => a + b) / 3;
     const tail = losses.slice(-3).reduce((a, b) => a + b) / 3;
     console.log(`SFT learning: loss ${losses.map((loss) => loss.toFixed(2)).join(' ')}`);
@@ -107,7 +134,11 @@ describe('learning through the API (slow)', () => {
     const step = job.checkpoint_step as number;
     for (const { question, answer } of facts) {
       assert.equal(await greedy(`${model}:step${step}`, question), answer);
-      assert.notEqual(await greedy(`${model}:step${step - 1}`, question), answer, 'the previous checkpoint did not give it');
+      assert.notEqual(
+        await greedy(`${model}:step${step - 1}`, question),
+        answer,
+        'the previous checkpoint did not give it',
+      );
     }
   });
 });

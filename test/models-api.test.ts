@@ -11,8 +11,8 @@ import { announcedSupport } from '../src/engine/roles.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
 import { newId } from '../src/ids.ts';
 import { ModelRepository } from '../src/store/model-repository.ts';
-import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
+import { backends } from './helpers/database.ts';
 
 for (const backend of backends()) {
   describe(`models API on ${backend.name}`, () => {
@@ -30,7 +30,14 @@ for (const backend of backends()) {
     async function addCheckpoints(modelId: string, steps: number[]): Promise<void> {
       const repository = new ModelRepository(t.store.db);
       for (const step of steps) {
-        await repository.insertCheckpoint({ id: newId(), model_id: modelId, step, metrics: JSON.stringify({ loss: step }), adapter_path: null, created_at: new Date().toISOString() });
+        await repository.insertCheckpoint({
+          id: newId(),
+          model_id: modelId,
+          step,
+          metrics: JSON.stringify({ loss: step }),
+          adapter_path: null,
+          created_at: new Date().toISOString(),
+        });
       }
     }
 
@@ -43,7 +50,10 @@ for (const backend of backends()) {
       assert.equal(created.body.base_model, 'test/base');
       const checkpoints = await t.call('GET', `/v1/preview/models/${created.body.id}/checkpoints`);
       assert.equal(checkpoints.status, 200);
-      assert.deepEqual(checkpoints.body.data.map((c: { step: number }) => c.step), [0]);
+      assert.deepEqual(
+        checkpoints.body.data.map((c: { step: number }) => c.step),
+        [0],
+      );
     });
 
     test('a duplicate name is 409; return_existing answers the existing model', async () => {
@@ -59,13 +69,19 @@ for (const backend of backends()) {
     test('bad names, unknown base models and foreign entities are refused', async () => {
       const bad = await t.call('POST', '/v1/preview/models', { project: 'a/b', name: '', base_model: 'test/base' });
       assert.equal(bad.status, 422);
-      assert.deepEqual(bad.body.detail.map((d: { loc: unknown[] }) => d.loc).sort(), [['body', 'name'], ['body', 'project']]);
+      assert.deepEqual(bad.body.detail.map((d: { loc: unknown[] }) => d.loc).sort(), [
+        ['body', 'name'],
+        ['body', 'project'],
+      ]);
       const missing = await t.call('POST', '/v1/preview/models', { project: 'p' });
       assert.equal(missing.status, 422);
-      assert.deepEqual(missing.body.detail.map((d: { loc: unknown[]; type: string }) => [d.loc.join('.'), d.type]).sort(), [
-        ['body.base_model', 'missing'],
-        ['body.name', 'missing'],
-      ]);
+      assert.deepEqual(
+        missing.body.detail.map((d: { loc: unknown[]; type: string }) => [d.loc.join('.'), d.type]).sort(),
+        [
+          ['body.base_model', 'missing'],
+          ['body.name', 'missing'],
+        ],
+      );
       const unknownBase = await createModel('x', { base_model: 'nope/nope' });
       assert.equal(unknownBase.status, 422);
       assert.deepEqual(unknownBase.body.detail[0].loc, ['body', 'base_model']);
@@ -88,7 +104,10 @@ for (const backend of backends()) {
       assert.equal(none.status, 401);
       assert.equal(none.headers['www-authenticate'], 'Bearer');
       assert.equal(typeof none.body.detail, 'string');
-      assert.equal((await t.call('GET', '/v1/preview/models/x/checkpoints', undefined, 'sk-not-a-real-key')).status, 401);
+      assert.equal(
+        (await t.call('GET', '/v1/preview/models/x/checkpoints', undefined, 'sk-not-a-real-key')).status,
+        401,
+      );
       const created = await t.services.auth.createKey('revokee');
       assert.equal((await createModel('r1', {}, created.key)).status, 200);
       assert.equal(await t.services.auth.revokeKey(created.id), true);
@@ -112,9 +131,19 @@ for (const backend of backends()) {
         assert.equal(list.status, 404);
         const del = await t.call('DELETE', `/v1/preview/models/${id}`, undefined, other.key);
         assert.equal(del.status, 404);
-        const delCheckpoints = await t.call('DELETE', `/v1/preview/models/${id}/checkpoints`, { steps: [0] }, other.key);
+        const delCheckpoints = await t.call(
+          'DELETE',
+          `/v1/preview/models/${id}/checkpoints`,
+          { steps: [0] },
+          other.key,
+        );
         assert.equal(delCheckpoints.status, 404);
-        const log = await t.call('POST', `/v1/preview/models/${id}/log`, { split: 'val', trajectory_groups: [] }, other.key);
+        const log = await t.call(
+          'POST',
+          `/v1/preview/models/${id}/log`,
+          { split: 'val', trajectory_groups: [] },
+          other.key,
+        );
         assert.equal(log.status, 404);
         assert.deepEqual(list.body, { detail: 'Model not found' });
       }
@@ -128,7 +157,10 @@ for (const backend of backends()) {
       const base = `/v1/preview/models/${model.id}/checkpoints`;
 
       const all = await t.call('GET', `${base}?limit=100`);
-      assert.deepEqual(all.body.data.map((c: { step: number }) => c.step), [0, 1, 2, 3, 4, 5]);
+      assert.deepEqual(
+        all.body.data.map((c: { step: number }) => c.step),
+        [0, 1, 2, 3, 4, 5],
+      );
       assert.equal(all.body.object, 'list');
       assert.equal(all.body.has_more, false);
       assert.equal(all.body.first_id, all.body.data[0].id);
@@ -136,16 +168,28 @@ for (const backend of backends()) {
       assert.deepEqual(all.body.data[3].metrics, { loss: 3 });
 
       const first = await t.call('GET', `${base}?limit=4`);
-      assert.deepEqual(first.body.data.map((c: { step: number }) => c.step), [0, 1, 2, 3]);
+      assert.deepEqual(
+        first.body.data.map((c: { step: number }) => c.step),
+        [0, 1, 2, 3],
+      );
       assert.equal(first.body.has_more, true);
       const second = await t.call('GET', `${base}?limit=4&after=${first.body.last_id}`);
-      assert.deepEqual(second.body.data.map((c: { step: number }) => c.step), [4, 5]);
+      assert.deepEqual(
+        second.body.data.map((c: { step: number }) => c.step),
+        [4, 5],
+      );
       assert.equal(second.body.has_more, false);
 
       const desc = await t.call('GET', `${base}?order=desc&limit=2`);
-      assert.deepEqual(desc.body.data.map((c: { step: number }) => c.step), [5, 4]);
+      assert.deepEqual(
+        desc.body.data.map((c: { step: number }) => c.step),
+        [5, 4],
+      );
       const descNext = await t.call('GET', `${base}?order=desc&limit=10&after=${desc.body.last_id}`);
-      assert.deepEqual(descNext.body.data.map((c: { step: number }) => c.step), [3, 2, 1, 0]);
+      assert.deepEqual(
+        descNext.body.data.map((c: { step: number }) => c.step),
+        [3, 2, 1, 0],
+      );
 
       const empty = await t.call('GET', `${base}?after=${all.body.last_id}`);
       assert.deepEqual(empty.body, { object: 'list', data: [], has_more: false, first_id: '', last_id: '' });
@@ -173,8 +217,15 @@ for (const backend of backends()) {
       assert.equal(deleted.status, 200);
       assert.deepEqual(deleted.body, { deleted_count: 1, not_found_steps: [7] });
       const remaining = await t.call('GET', `/v1/preview/models/${model.id}/checkpoints`);
-      assert.deepEqual(remaining.body.data.map((c: { step: number }) => c.step), [0, 1]);
-      const row = await t.store.db.selectFrom('models').select('last_step').where('id', '=', model.id).executeTakeFirstOrThrow();
+      assert.deepEqual(
+        remaining.body.data.map((c: { step: number }) => c.step),
+        [0, 1],
+      );
+      const row = await t.store.db
+        .selectFrom('models')
+        .select('last_step')
+        .where('id', '=', model.id)
+        .executeTakeFirstOrThrow();
       assert.equal(Number(row.last_step), 2);
       const bad = await t.call('DELETE', `/v1/preview/models/${model.id}/checkpoints`, { steps: ['x'] });
       assert.equal(bad.status, 422);
@@ -187,18 +238,29 @@ for (const backend of backends()) {
       const folder = t.services.models.modelFolder(model.id);
       fs.mkdirSync(path.join(folder, 'checkpoints', '1'), { recursive: true });
       fs.writeFileSync(path.join(folder, 'checkpoints', '1', 'adapter_model.safetensors'), 'x');
-      const logged = await t.call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'hi' }], reward: 1 }] }] });
+      const logged = await t.call('POST', `/v1/preview/models/${model.id}/log`, {
+        split: 'val',
+        trajectory_groups: [{ trajectories: [{ messages_and_choices: [{ role: 'user', content: 'hi' }], reward: 1 }] }],
+      });
       assert.equal(logged.status, 200);
 
       // As openai-python (ART's client) sends it: a JSON content type and no body.
-      const response = await t.app.inject({ method: 'DELETE', url: `/v1/preview/models/${model.id}`, headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' } });
+      const response = await t.app.inject({
+        method: 'DELETE',
+        url: `/v1/preview/models/${model.id}`,
+        headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+      });
       const deleted = { status: response.statusCode, body: JSON.parse(response.body) };
       assert.equal(deleted.status, 200, response.body);
       assert.deepEqual(deleted.body, { model_id: model.id, deleted_checkpoints: 2, deleted_run: true });
       assert.equal(fs.existsSync(folder), false);
       assert.equal((await t.call('GET', `/v1/preview/models/${model.id}/checkpoints`)).status, 404);
       assert.equal((await t.call('DELETE', `/v1/preview/models/${model.id}`)).status, 404);
-      const leftovers = await t.store.db.selectFrom('trajectories').select(sql<number>`count(*)`.as('n')).where('model_id', '=', model.id).executeTakeFirstOrThrow();
+      const leftovers = await t.store.db
+        .selectFrom('trajectories')
+        .select(sql<number>`count(*)`.as('n'))
+        .where('model_id', '=', model.id)
+        .executeTakeFirstOrThrow();
       assert.equal(Number(leftovers.n), 0);
     });
 
@@ -218,7 +280,10 @@ for (const backend of backends()) {
       // Stands in for a folder a cancelled job is still writing into (ENOTEMPTY): any path rm refuses.
       const blocker = path.join(t.dataDir, 'a-file');
       fs.writeFileSync(blocker, 'x');
-      await t.store.db.insertInto('pending_file_deletions').values({ path: path.join(blocker, 'folder'), created_at: new Date().toISOString() }).execute();
+      await t.store.db
+        .insertInto('pending_file_deletions')
+        .values({ path: path.join(blocker, 'folder'), created_at: new Date().toISOString() })
+        .execute();
       const model = (await createModel('busy-folder')).body;
       assert.equal((await t.call('DELETE', `/v1/preview/models/${model.id}`)).status, 200);
       assert.equal((await new ModelRepository(t.store.db).pendingFileDeletions()).length, 1);
@@ -227,10 +292,20 @@ for (const backend of backends()) {
     });
 
     test('malformed JSON, wrong content type and unknown routes are clear 4xx', async () => {
-      const malformed = await t.app.inject({ method: 'POST', url: '/v1/preview/models', headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }, payload: '{"project":' });
+      const malformed = await t.app.inject({
+        method: 'POST',
+        url: '/v1/preview/models',
+        headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+        payload: '{"project":',
+      });
       assert.equal(malformed.statusCode, 400);
       assert.match(JSON.parse(malformed.body).detail, /JSON/);
-      const wrongType = await t.app.inject({ method: 'POST', url: '/v1/preview/models', headers: { authorization: `Bearer ${t.key}`, 'content-type': 'text/csv' }, payload: 'a,b' });
+      const wrongType = await t.app.inject({
+        method: 'POST',
+        url: '/v1/preview/models',
+        headers: { authorization: `Bearer ${t.key}`, 'content-type': 'text/csv' },
+        payload: 'a,b',
+      });
       assert.equal(wrongType.statusCode, 415);
       const unknown = await t.call('GET', '/v1/preview/nothing-here');
       assert.equal(unknown.status, 404);
@@ -238,7 +313,11 @@ for (const backend of backends()) {
     });
 
     test('every response carries a request id, echoing the caller’s', async () => {
-      const response = await t.app.inject({ method: 'GET', url: '/v1/health', headers: { 'x-request-id': 'trace-me-123' } });
+      const response = await t.app.inject({
+        method: 'GET',
+        url: '/v1/health',
+        headers: { 'x-request-id': 'trace-me-123' },
+      });
       assert.equal(response.headers['x-request-id'], 'trace-me-123');
       const generated = await t.app.inject({ method: 'GET', url: '/v1/health' });
       assert.match(String(generated.headers['x-request-id']), /^[0-9a-f-]{36}$/);
@@ -260,7 +339,11 @@ describe('body limits', () => {
   test('an oversized body is 413', async () => {
     const t = await startTestApp(backends()[0], { env: { BODY_LIMIT_BYTES: '2048' } });
     try {
-      const response = await t.call('POST', '/v1/preview/models', { project: 'p', name: 'n', base_model: 'x'.repeat(5000) });
+      const response = await t.call('POST', '/v1/preview/models', {
+        project: 'p',
+        name: 'n',
+        base_model: 'x'.repeat(5000),
+      });
       assert.equal(response.status, 413);
       assert.equal(typeof response.body.detail, 'string');
     } finally {
@@ -281,15 +364,25 @@ describe('base models a model is created on', () => {
   const QWEN3 = { model_type: 'qwen3', architectures: ['Qwen3ForCausalLM'] };
   const BASES: Record<string, Record<string, unknown>> = {
     'ok/qwen3': QWEN3,
-    'ok/llama31': { model_type: 'llama', architectures: ['LlamaForCausalLM'], rope_scaling: { rope_type: 'llama3', factor: 8 } },
+    'ok/llama31': {
+      model_type: 'llama',
+      architectures: ['LlamaForCausalLM'],
+      rope_scaling: { rope_type: 'llama3', factor: 8 },
+    },
     'bad/gemma': { model_type: 'gemma', architectures: ['GemmaForCausalLM'] },
     'bad/phi3': { model_type: 'phi3', architectures: ['Phi3ForCausalLM'] },
     'bad/yarn': { ...QWEN3, rope_scaling: { rope_type: 'yarn', factor: 4 } },
     'bad/moe': { model_type: 'qwen3', architectures: ['Qwen3MoeForCausalLM'] },
   };
   before(async () => {
-    const setting = Object.entries(BASES).map(([id, config]) => `${id}=${folderWith(config)}`).join(',');
-    engine = new EngineSupervisor({ logger: silentLogger, python: process.env.ENGINE_PYTHON || (await findEnginePython()), args: ['--threads', '1'] });
+    const setting = Object.entries(BASES)
+      .map(([id, config]) => `${id}=${folderWith(config)}`)
+      .join(',');
+    engine = new EngineSupervisor({
+      logger: silentLogger,
+      python: process.env.ENGINE_PYTHON || (await findEnginePython()),
+      args: ['--threads', '1'],
+    });
     engine.start();
     const engines = { sampler: engine, trainer: engine, support: announcedSupport(engine) };
     t = await startTestApp(backends()[0], { env: { BASE_MODELS: setting }, engines });
@@ -298,16 +391,23 @@ describe('base models a model is created on', () => {
     await t.close();
     await engine.stop();
   });
-  const create = (base: string) => t.call('POST', '/v1/preview/models', { project: 'p', name: base.replace('/', '-'), base_model: base });
+  const create = (base: string) =>
+    t.call('POST', '/v1/preview/models', { project: 'p', name: base.replace('/', '-'), base_model: base });
 
   test('supported architectures are created; others are 422 naming the supported ones, before any use', async () => {
     for (const base of ['ok/qwen3', 'ok/llama31']) assert.equal((await create(base)).status, 200, base);
-    for (const [base, cause] of [['bad/gemma', /model_type "gemma"/], ['bad/phi3', /model_type "phi3"/], ['bad/yarn', /rope_scaling type "yarn".*supported: default, linear, llama3/], ['bad/moe', /Qwen3MoeForCausalLM/]] as const) {
+    for (const [base, cause] of [
+      ['bad/gemma', /model_type "gemma"/],
+      ['bad/phi3', /model_type "phi3"/],
+      ['bad/yarn', /rope_scaling type "yarn".*supported: default, linear, llama3/],
+      ['bad/moe', /Qwen3MoeForCausalLM/],
+    ] as const) {
       const response = await create(base);
       assert.equal(response.status, 422, base);
       assert.deepEqual(response.body.detail[0].loc, ['body', 'base_model']);
       assert.match(response.body.detail[0].msg, cause);
-      if (!base.endsWith('yarn')) assert.match(response.body.detail[0].msg, /supported: model_type llama, mistral, qwen2, qwen3/);
+      if (!base.endsWith('yarn'))
+        assert.match(response.body.detail[0].msg, /supported: model_type llama, mistral, qwen2, qwen3/);
     }
   });
 

@@ -7,11 +7,16 @@ import { after, before, describe, test } from 'node:test';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
-type OpenApi = { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>> };
+type OpenApi = {
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>
+  >;
+};
 
 /** The documented response schema for a concrete request, or undefined where the document gives none. */
 function documentedSchema(doc: OpenApi, method: string, url: string, status: number): object | undefined {
@@ -40,7 +45,20 @@ describe('OpenAPI document', () => {
     const result = await new Validator().validate(doc as unknown as Record<string, unknown>);
     assert.equal(result.valid, true, JSON.stringify(result.errors));
     assert.equal((doc as unknown as { openapi: string }).openapi, '3.1.0');
-    for (const path of ['/v1/chat/completions', '/v1/models', '/metrics', '/v1/preview/models/{model_id}/checkpoints/{step}/adapter', '/v1/preview/models', '/v1/preview/training-jobs/{id}/events', '/v1/dashboard/jobs', '/api/v1/forward_backward', '/api/v1/asample', '/api/v1/retrieve_future', '/api/v1/training_runs/{run_id}/checkpoints']) assert.ok(doc.paths[path], path);
+    for (const path of [
+      '/v1/chat/completions',
+      '/v1/models',
+      '/metrics',
+      '/v1/preview/models/{model_id}/checkpoints/{step}/adapter',
+      '/v1/preview/models',
+      '/v1/preview/training-jobs/{id}/events',
+      '/v1/dashboard/jobs',
+      '/api/v1/forward_backward',
+      '/api/v1/asample',
+      '/api/v1/retrieve_future',
+      '/api/v1/training_runs/{run_id}/checkpoints',
+    ])
+      assert.ok(doc.paths[path], path);
     assert.equal(doc.paths['/'], undefined);
     assert.deepEqual((doc.paths['/v1/health'].get as unknown as { security: unknown[] }).security, []);
     const docs = await fetch(`${e2e.url}/docs`);
@@ -71,13 +89,26 @@ describe('OpenAPI document', () => {
     await call('GET', '/v1/health');
     await call('GET', '/v1/system-check');
     await call('GET', '/v1/preview/me');
-    const model = (await call('POST', '/v1/preview/models', { project: 'oa', name: 'agent', base_model: 'builtin/tiny-chat' })).body;
+    const model = (
+      await call('POST', '/v1/preview/models', { project: 'oa', name: 'agent', base_model: 'builtin/tiny-chat' })
+    ).body;
     await call('GET', `/v1/preview/models/${model.id}`);
     const name = `${model.entity}/oa/agent`;
-    await call('POST', '/v1/chat/completions', { model: name, messages: [{ role: 'user', content: 'What is 2+3?' }], max_tokens: 4, seed: 1 });
+    await call('POST', '/v1/chat/completions', {
+      model: name,
+      messages: [{ role: 'user', content: 'What is 2+3?' }],
+      max_tokens: 4,
+      seed: 1,
+    });
     const group = await sampleGroup(e2e, name, 'What is 2+3?', 2, (_choice, index) => index);
     await call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [group] });
-    const job = (await call('POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [group], experimental_config: { learning_rate: 1e-3 } })).body;
+    const job = (
+      await call('POST', '/v1/preview/training-jobs', {
+        model_id: model.id,
+        trajectory_groups: [group],
+        experimental_config: { learning_rate: 1e-3 },
+      })
+    ).body;
     await waitForJob(e2e, job.id);
     await call('GET', `/v1/preview/training-jobs/${job.id}`);
     await call('GET', `/v1/preview/training-jobs/${job.id}/events?limit=100`);
@@ -89,8 +120,13 @@ describe('OpenAPI document', () => {
     await call('POST', `/v1/preview/models/${model.id}/fork`, { name: 'agent-fork' });
     await call('GET', '/v1/models');
     await call('GET', `/v1/models/${name}:step1`);
-    const upload = await uploadArtifact(e2e, `${model.entity}/oa/data`, { 'train.jsonl': '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n' });
-    assert.ok(ajv.validate(documentedSchema(doc, 'POST', `/v1/preview/artifacts/${model.entity}/oa/data`, 200)!, upload), ajv.errorsText());
+    const upload = await uploadArtifact(e2e, `${model.entity}/oa/data`, {
+      'train.jsonl': '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n',
+    });
+    assert.ok(
+      ajv.validate(documentedSchema(doc, 'POST', `/v1/preview/artifacts/${model.entity}/oa/data`, 200)!, upload),
+      ajv.errorsText(),
+    );
     await call('GET', `/v1/preview/artifacts/${model.entity}/oa/data`);
     await call('GET', '/v1/dashboard/overview');
     await call('GET', '/v1/dashboard/models');
@@ -104,7 +140,10 @@ describe('OpenAPI document', () => {
     await call('DELETE', `/v1/preview/models/${model.id}`);
     await call('GET', `/v1/preview/models/${model.id}`);
     // Every answer of the session has a documented schema but chat completions' (JSON or SSE) and the final 404's.
-    assert.deepEqual(unchecked.map((line) => line.replace(/[0-9a-f-]{36}/g, '{id}')), ['POST /v1/chat/completions 200', 'GET /v1/preview/models/{id} 404']);
+    assert.deepEqual(
+      unchecked.map((line) => line.replace(/[0-9a-f-]{36}/g, '{id}')),
+      ['POST /v1/chat/completions 200', 'GET /v1/preview/models/{id} 404'],
+    );
     assert.equal(checked.length, 28);
   });
 });

@@ -9,11 +9,11 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { SMOLLM2_BASE_MODEL, repoRoot } from '../src/config.ts';
+import { repoRoot, SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { createModel } from './helpers/api.ts';
-import { trainSft } from './helpers/rollouts.ts';
 import { runJsonScript } from './helpers/reference.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { trainSft } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const BASE = SMOLLM2_BASE_MODEL.id;
 const REFERENCE_PYTHON = process.env.REFERENCE_PYTHON ?? path.join(repoRoot, '.venv-test', 'bin', 'python');
@@ -46,7 +46,14 @@ describe('an adapter from our checkpoint under PEFT on transformers', () => {
     e2e = await startE2eServer({ env: { BASE_MODELS: `${BASE}=${SMOLLM2_BASE_MODEL.path}` } });
     const modelId = (await createModel(e2e.api, 'peft', 'door', { base: BASE })).id;
     const pairs = Array.from({ length: 4 }, (): [string, string] => [QUESTION, ANSWER]);
-    const { job } = await trainSft(e2e, modelId, 'local/peft/door-data', pairs, { batch_size: 2, learning_rate: 1e-3 }, 5 * 60_000);
+    const { job } = await trainSft(
+      e2e,
+      modelId,
+      'local/peft/door-data',
+      pairs,
+      { batch_size: 2, learning_rate: 1e-3 },
+      5 * 60_000,
+    );
     adapterFolder = path.join(e2e.dataDir, 'models', modelId, 'checkpoints', String(job.checkpoint_step));
 
     // Rows a user would score: the trained model's own answers to the trained and an unrelated question.
@@ -63,9 +70,22 @@ describe('an adapter from our checkpoint under PEFT on transformers', () => {
       rows.push([...completion.body.prompt_token_ids, ...completion.body.choices[0].token_ids]);
     }
     const engine = e2e.server.services.runtime.sampler();
-    ours = (await engine.request('forward', { base: BASE, adapter: 'peft-check', adapter_path: adapterFolder, rows: rows.map((tokens) => ({ tokens })) })).logprobs;
-    const conversion = JSON.parse(readFileSync(path.join(SMOLLM2_BASE_MODEL.path, 'conversion.json'), 'utf8')) as { source: string };
-    expected = await reference({ gguf: path.join(repoRoot, 'models', '.cache', conversion.source), adapter: adapterFolder, rows });
+    ours = (
+      await engine.request('forward', {
+        base: BASE,
+        adapter: 'peft-check',
+        adapter_path: adapterFolder,
+        rows: rows.map((tokens) => ({ tokens })),
+      })
+    ).logprobs;
+    const conversion = JSON.parse(readFileSync(path.join(SMOLLM2_BASE_MODEL.path, 'conversion.json'), 'utf8')) as {
+      source: string;
+    };
+    expected = await reference({
+      gguf: path.join(repoRoot, 'models', '.cache', conversion.source),
+      adapter: adapterFolder,
+      rows,
+    });
   });
   after(async () => {
     await e2e?.close();
@@ -76,18 +96,31 @@ describe('an adapter from our checkpoint under PEFT on transformers', () => {
     assert.equal(expected.config.peft_type, 'LORA');
     assert.equal(expected.config.r, written.r);
     assert.equal(expected.config.lora_alpha, written.lora_alpha);
-    assert.deepEqual([...(expected.config.target_modules as string[])].sort(), ['down_proj', 'gate_proj', 'k_proj', 'o_proj', 'q_proj', 'up_proj', 'v_proj']);
+    assert.deepEqual([...(expected.config.target_modules as string[])].sort(), [
+      'down_proj',
+      'gate_proj',
+      'k_proj',
+      'o_proj',
+      'q_proj',
+      'up_proj',
+      'v_proj',
+    ]);
   });
 
   test('the trained adapter is not a no-op: it moves the log-probabilities', () => {
     assert.ok(expected.lora_b_max_abs > 0, 'lora_B is all zeros: the SFT step did not train');
     const moved = maxDifference(expected.logprobs, expected.base_logprobs);
-    console.log(`PEFT: max |B| ${expected.lora_b_max_abs.toExponential(2)}, adapter moves logprobs by up to ${moved.toFixed(3)}`);
+    console.log(
+      `PEFT: max |B| ${expected.lora_b_max_abs.toExponential(2)}, adapter moves logprobs by up to ${moved.toFixed(3)}`,
+    );
     assert.ok(moved > 100 * TOLERANCE, `the adapter changes logprobs by only ${moved}`);
   });
 
   test('our engine with the adapter equals PEFT within 1e-4 (fp32)', () => {
-    assert.deepEqual(ours.map((row) => row.length), expected.logprobs.map((row) => row.length));
+    assert.deepEqual(
+      ours.map((row) => row.length),
+      expected.logprobs.map((row) => row.length),
+    );
     const difference = maxDifference(ours, expected.logprobs);
     console.log(`PEFT vs engine: max |Δ logprob| ${difference.toExponential(2)} over ${ours.flat().length} positions`);
     assert.ok(difference <= TOLERANCE, `max |Δ logprob| ${difference}`);

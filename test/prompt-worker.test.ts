@@ -7,21 +7,35 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { renderPrompt, promptRenderOptions } from '../src/conversation/prompt.ts';
+import { BUILTIN_BASE_MODEL } from '../src/config.ts';
+import { promptRenderOptions, renderPrompt } from '../src/conversation/prompt.ts';
 import { LARGE_PROMPT_CHARS, PromptWorker } from '../src/conversation/prompt-worker.ts';
 import { TemplateError } from '../src/conversation/template.ts';
-import { loadTokenizer, type ChatTokenizer } from '../src/conversation/tokenizer.ts';
-import { BUILTIN_BASE_MODEL } from '../src/config.ts';
+import { type ChatTokenizer, loadTokenizer } from '../src/conversation/tokenizer.ts';
 import { FAMILIES, writeTokenizerFolder } from './helpers/families.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
-const TOOLS = [{ type: 'function', function: { name: 'lookup', description: 'Find a word.', parameters: { type: 'object', properties: { word: { type: 'string' } } } } }];
+const TOOLS = [
+  {
+    type: 'function',
+    function: {
+      name: 'lookup',
+      description: 'Find a word.',
+      parameters: { type: 'object', properties: { word: { type: 'string' } } },
+    },
+  },
+];
 
 /** A conversation of `turns` user/assistant pairs with varied text (words, digits, accents, an emoji). */
 function conversation(turns: number): Record<string, unknown>[] {
   return Array.from({ length: turns }, (_, i) => [
     { role: 'user', content: `Question ${i}: what is ${i} × 7, in words? Réponds vite 🙂` },
-    { role: 'assistant', content: `${i * 7} — that is ${String(i * 7).split('').join(' ')}.` },
+    {
+      role: 'assistant',
+      content: `${i * 7} — that is ${String(i * 7)
+        .split('')
+        .join(' ')}.`,
+    },
   ]).flat();
 }
 
@@ -45,21 +59,48 @@ describe('prompt worker', () => {
         folders.push(writeTokenizerFolder(family));
         own = await loadTokenizer(folders.at(-1)!);
       }
-      const input = { template: own.chatTemplate!, messages: conversation(400), tools: TOOLS, addGenerationPrompt: true };
+      const input = {
+        template: own.chatTemplate!,
+        messages: conversation(400),
+        tools: TOOLS,
+        addGenerationPrompt: true,
+      };
       const options = promptRenderOptions(own, input);
-      assert.ok(JSON.stringify(options.messages).length > LARGE_PROMPT_CHARS, 'a conversation the plan sends to the worker');
+      assert.ok(
+        JSON.stringify(options.messages).length > LARGE_PROMPT_CHARS,
+        'a conversation the plan sends to the worker',
+      );
       const onLoop = renderPrompt(own, input);
       assert.deepEqual(await worker.encode({ folder: own.folder, addSpecialTokens: false, options }), onLoop.ids);
-      assert.deepEqual(await worker.encode({ folder: own.folder, addSpecialTokens: false, text: onLoop.text }), onLoop.ids);
-      assert.deepEqual(await worker.encode({ folder: own.folder, addSpecialTokens: true, text: onLoop.text }), renderPrompt(own, input, { addSpecialTokens: true }).ids);
+      assert.deepEqual(
+        await worker.encode({ folder: own.folder, addSpecialTokens: false, text: onLoop.text }),
+        onLoop.ids,
+      );
+      assert.deepEqual(
+        await worker.encode({ folder: own.folder, addSpecialTokens: true, text: onLoop.text }),
+        renderPrompt(own, input, { addSpecialTokens: true }).ids,
+      );
     });
   }
 
   test('a template that cannot render is a TemplateError with its message; the worker keeps serving', async () => {
-    const options = promptRenderOptions(tokenizer, { template: "{{ raise_exception('no system role here') }}", messages: conversation(1), addGenerationPrompt: true });
-    await assert.rejects(worker.encode({ folder: tokenizer.folder, addSpecialTokens: false, options }), (error) => error instanceof TemplateError && /no system role here/.test(error.message));
-    await assert.rejects(worker.encode({ folder: '/nonexistent', addSpecialTokens: false, text: 'hi' }), (error) => !(error instanceof TemplateError));
-    assert.equal((await worker.encode({ folder: tokenizer.folder, addSpecialTokens: false, text: 'hi' })).length > 0, true);
+    const options = promptRenderOptions(tokenizer, {
+      template: "{{ raise_exception('no system role here') }}",
+      messages: conversation(1),
+      addGenerationPrompt: true,
+    });
+    await assert.rejects(
+      worker.encode({ folder: tokenizer.folder, addSpecialTokens: false, options }),
+      (error) => error instanceof TemplateError && /no system role here/.test(error.message),
+    );
+    await assert.rejects(
+      worker.encode({ folder: '/nonexistent', addSpecialTokens: false, text: 'hi' }),
+      (error) => !(error instanceof TemplateError),
+    );
+    assert.equal(
+      (await worker.encode({ folder: tokenizer.folder, addSpecialTokens: false, text: 'hi' })).length > 0,
+      true,
+    );
   });
 });
 
@@ -77,7 +118,8 @@ describe('a 20,000-message chat over HTTP', () => {
     const messages = Array.from({ length: 20_000 }, () => ({ role: 'user', content: 'hi' }));
     // The same work on the loop, for scale: what a request would hold it for without the worker.
     const started = performance.now();
-    const expected = renderPrompt(tokenizer, { template: tokenizer.chatTemplate!, messages, addGenerationPrompt: true }).ids.length;
+    const expected = renderPrompt(tokenizer, { template: tokenizer.chatTemplate!, messages, addGenerationPrompt: true })
+      .ids.length;
     const onLoopMs = performance.now() - started;
 
     let longestGapMs = 0;
@@ -92,7 +134,12 @@ describe('a 20,000-message chat over HTTP', () => {
     assert.equal(response.status, 400);
     assert.equal(response.body.error.param, 'input_tokens');
     assert.match(response.body.error.message, new RegExp(`your prompt contains ${expected} input tokens`));
-    t.diagnostic(`longest event-loop gap during the request ${longestGapMs.toFixed(0)} ms; the same work on the loop ${onLoopMs.toFixed(0)} ms`);
-    assert.ok(longestGapMs < onLoopMs / 2, `the loop was held ${longestGapMs.toFixed(0)} ms; the work takes ${onLoopMs.toFixed(0)} ms on it`);
+    t.diagnostic(
+      `longest event-loop gap during the request ${longestGapMs.toFixed(0)} ms; the same work on the loop ${onLoopMs.toFixed(0)} ms`,
+    );
+    assert.ok(
+      longestGapMs < onLoopMs / 2,
+      `the loop was held ${longestGapMs.toFixed(0)} ms; the work takes ${onLoopMs.toFixed(0)} ms on it`,
+    );
   });
 });

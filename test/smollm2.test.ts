@@ -9,11 +9,11 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { BUILTIN_BASE_MODEL, loadConfig, repoRoot, SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { renderChat } from '../src/conversation/template.ts';
-import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL, loadConfig, repoRoot } from '../src/config.ts';
 import type { LoadedBase } from '../src/services/base-model-runtime.ts';
 import { runJsonScript } from './helpers/reference.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const BASE = SMOLLM2_BASE_MODEL.id;
 const REFERENCE_PYTHON = process.env.REFERENCE_PYTHON ?? path.join(repoRoot, '.venv-test', 'bin', 'python');
@@ -50,11 +50,15 @@ const CHATS = [
     { role: 'user', content: 'Another one?' },
   ],
 ];
-const LONG_TEXT = 'The quick brown fox jumps over the lazy dog. A language model predicts the next token from the ones before it, one position at a time.';
+const LONG_TEXT =
+  'The quick brown fox jumps over the lazy dog. A language model predicts the next token from the ones before it, one position at a time.';
 
 test('without BASE_MODELS the server offers SmolLM2 (the default) and the tiny model', () => {
   const config = loadConfig({});
-  assert.deepEqual(config.baseModels.map((model) => model.id), [SMOLLM2_BASE_MODEL.id, BUILTIN_BASE_MODEL.id]);
+  assert.deepEqual(
+    config.baseModels.map((model) => model.id),
+    [SMOLLM2_BASE_MODEL.id, BUILTIN_BASE_MODEL.id],
+  );
   assert.equal(config.defaultBaseModel, SMOLLM2_BASE_MODEL.id);
   assert.equal(loadConfig({ DEFAULT_BASE_MODEL: BUILTIN_BASE_MODEL.id }).defaultBaseModel, BUILTIN_BASE_MODEL.id);
 });
@@ -69,12 +73,19 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
   before(async () => {
     const record = path.join(SMOLLM2_BASE_MODEL.path, 'conversion.json');
     assert.ok(existsSync(record), `${SMOLLM2_BASE_MODEL.path} is not converted: run scripts/install.sh`);
-    const gguf = path.join(repoRoot, 'models', '.cache', (JSON.parse(readFileSync(record, 'utf8')) as { source: string }).source);
+    const gguf = path.join(
+      repoRoot,
+      'models',
+      '.cache',
+      (JSON.parse(readFileSync(record, 'utf8')) as { source: string }).source,
+    );
     e2e = await startE2eServer({ env: { BASE_MODELS: `${BASE}=${SMOLLM2_BASE_MODEL.path}` } });
     const started = Date.now();
     base = await e2e.server.services.runtime.load(BASE);
     const stats = await e2e.server.services.runtime.sampler().request('stats', {});
-    console.log(`# SmolLM2 load: ${((Date.now() - started) / 1000).toFixed(1)}s, engine RSS ${(stats.rss_bytes / 2 ** 20).toFixed(0)} MiB`);
+    console.log(
+      `# SmolLM2 load: ${((Date.now() - started) / 1000).toFixed(1)}s, engine RSS ${(stats.rss_bytes / 2 ** 20).toFixed(0)} MiB`,
+    );
 
     completion = (
       await e2e.api('POST', '/v1/chat/completions', {
@@ -89,9 +100,17 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
       })
     ).body;
     const textIds = TEXTS.map((text) => base.tokenizer.encode(text));
-    const chatText = CHATS.map((messages) => renderChat({ template: base.template!, messages, addGenerationPrompt: true }));
-    const rows = [[...completion.prompt_token_ids, ...completion.choices[0].token_ids], base.tokenizer.encode(LONG_TEXT), base.tokenizer.encode(chatText[1])];
-    const forward = await e2e.server.services.runtime.sampler().request('forward', { base: BASE, adapter: null, rows: rows.map((tokens) => ({ tokens })) });
+    const chatText = CHATS.map((messages) =>
+      renderChat({ template: base.template!, messages, addGenerationPrompt: true }),
+    );
+    const rows = [
+      [...completion.prompt_token_ids, ...completion.choices[0].token_ids],
+      base.tokenizer.encode(LONG_TEXT),
+      base.tokenizer.encode(chatText[1]),
+    ];
+    const forward = await e2e.server.services.runtime
+      .sampler()
+      .request('forward', { base: BASE, adapter: null, rows: rows.map((tokens) => ({ tokens })) });
     ours = { textIds, chatText, rows, logprobs: forward.logprobs };
     expected = await reference({ gguf, texts: TEXTS, chats: CHATS, rows, top: 5 });
   });
@@ -102,7 +121,10 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
   test('our tokenizer gives transformers’ ids, and our template its chat prompts and their ids', () => {
     assert.deepEqual(ours.textIds, expected.text_ids);
     assert.deepEqual(ours.chatText, expected.chat_text);
-    assert.deepEqual(ours.chatText.map((text) => base.tokenizer.encode(text)), expected.chat_ids);
+    assert.deepEqual(
+      ours.chatText.map((text) => base.tokenizer.encode(text)),
+      expected.chat_ids,
+    );
     assert.deepEqual(completion.prompt_token_ids, expected.chat_ids[0]);
   });
 
@@ -112,7 +134,11 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
     // in this vocabulary, so the two readings agree on every text above.
     const tokenizer = base.tokenizer;
     assert.deepEqual(tokenizer.encode(' ²'), [...tokenizer.encode(' '), ...tokenizer.encode('²')]);
-    assert.deepEqual(tokenizer.encode('x 42'), [...tokenizer.encode('x '), ...tokenizer.encode('4'), ...tokenizer.encode('2')]);
+    assert.deepEqual(tokenizer.encode('x 42'), [
+      ...tokenizer.encode('x '),
+      ...tokenizer.encode('4'),
+      ...tokenizer.encode('2'),
+    ]);
   });
 
   test('the engine’s fp32 log-probabilities equal transformers’ within 1e-4 at every position', () => {
@@ -129,7 +155,9 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
         compared += 1;
       });
     });
-    console.log(`# SmolLM2 engine vs transformers: max |Δ logprob| ${worst.toExponential(2)} over ${compared} positions`);
+    console.log(
+      `# SmolLM2 engine vs transformers: max |Δ logprob| ${worst.toExponential(2)} over ${compared} positions`,
+    );
     assert.ok(compared > 100);
     assert.ok(worst <= TOLERANCE, `max difference ${worst}`);
   });
@@ -144,8 +172,12 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
       const top = expected.top[0]![prompt + i - 1]!;
       assert.equal(id, top[0]![0], `token ${i} is not transformers' argmax`);
       const reported = choice.logprobs.content[i].top_logprobs as { token: string; logprob: number }[];
-      assert.deepEqual(reported.map((entry) => Number(entry.token.replace('token_id:', ''))), top.map(([tokenId]) => tokenId));
-      for (const [j, entry] of reported.entries()) assert.ok(Math.abs(entry.logprob - top[j]![1]) <= TOLERANCE, `token ${i} top ${j}`);
+      assert.deepEqual(
+        reported.map((entry) => Number(entry.token.replace('token_id:', ''))),
+        top.map(([tokenId]) => tokenId),
+      );
+      for (const [j, entry] of reported.entries())
+        assert.ok(Math.abs(entry.logprob - top[j]![1]) <= TOLERANCE, `token ${i} top ${j}`);
     });
   });
 });

@@ -21,7 +21,10 @@ for (const backend of backends()) {
       try {
         assert.deepEqual(await migrate(store), { from: 0, to: latest });
         assert.deepEqual(await migrate(store), { from: latest, to: latest });
-        await store.db.insertInto('schema_version').values({ version: latest + 1, applied_at: new Date().toISOString() }).execute();
+        await store.db
+          .insertInto('schema_version')
+          .values({ version: latest + 1, applied_at: new Date().toISOString() })
+          .execute();
         await assert.rejects(migrate(store), SchemaTooNewError);
       } finally {
         await store.close();
@@ -35,7 +38,11 @@ for (const backend of backends()) {
 describe('system check', () => {
   test('answers 503 naming the database when PostgreSQL is not running', async () => {
     // Port 1 on loopback has no server: exactly what a stopped PostgreSQL looks like to a client.
-    const config = loadConfig({ DATABASE_URL: 'postgres://postgres@127.0.0.1:1/test', LOG_LEVEL: 'silent', DATA_DIR: os.tmpdir() });
+    const config = loadConfig({
+      DATABASE_URL: 'postgres://postgres@127.0.0.1:1/test',
+      LOG_LEVEL: 'silent',
+      DATA_DIR: os.tmpdir(),
+    });
     const store = openStore(config);
     const { app } = buildTestApp(config, store);
     try {

@@ -194,7 +194,9 @@ describe('code structure', () => {
     const typescript = [SRC, path.join(ROOT, 'web/src')].flatMap((dir) => filesUnder(dir, ['.ts', '.tsx']));
     const all = [...typescript.flatMap(typescriptFunctions), ...pythonFunctions()].sort((a, b) => b.lines - a.lines);
     for (const { where, lines } of all.slice(0, 5)) console.log(`${String(lines).padStart(4)} lines  ${where}`);
-    const tooLong = all.filter(({ lines }) => lines > MAX_FUNCTION_LINES).map(({ where, lines }) => `${where} (${lines})`);
+    const tooLong = all
+      .filter(({ lines }) => lines > MAX_FUNCTION_LINES)
+      .map(({ where, lines }) => `${where} (${lines})`);
     assert.deepEqual(tooLong, []);
   });
 });

@@ -13,7 +13,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import OpenAI from 'openai';
 import { waitFor } from './helpers/poll.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
 const HI = [{ role: 'user', content: 'Describe something as JSON.' }];
@@ -28,7 +28,12 @@ const SCHEMAS: Record<string, Record<string, unknown>> = {
   nested: {
     type: 'object',
     properties: {
-      user: { type: 'object', properties: { name: { type: 'string', maxLength: 8 }, age: { type: 'integer', minimum: 0, maximum: 120 } }, required: ['name', 'age'], additionalProperties: false },
+      user: {
+        type: 'object',
+        properties: { name: { type: 'string', maxLength: 8 }, age: { type: 'integer', minimum: 0, maximum: 120 } },
+        required: ['name', 'age'],
+        additionalProperties: false,
+      },
       active: { type: 'boolean' },
     },
     required: ['user', 'active'],
@@ -36,7 +41,15 @@ const SCHEMAS: Record<string, Record<string, unknown>> = {
   },
   arrays: {
     type: 'object',
-    properties: { scores: { type: 'array', items: { type: 'number', minimum: 0, maximum: 10, multipleOf: 0.25 }, minItems: 1, maxItems: 4 }, ids: { type: 'array', items: { type: 'integer', minimum: -999, maximum: 999 }, maxItems: 3 } },
+    properties: {
+      scores: {
+        type: 'array',
+        items: { type: 'number', minimum: 0, maximum: 10, multipleOf: 0.25 },
+        minItems: 1,
+        maxItems: 4,
+      },
+      ids: { type: 'array', items: { type: 'integer', minimum: -999, maximum: 999 }, maxItems: 3 },
+    },
     required: ['scores', 'ids'],
     additionalProperties: false,
   },
@@ -48,36 +61,82 @@ const SCHEMAS: Record<string, Record<string, unknown>> = {
   },
   patterns: {
     type: 'object',
-    properties: { code: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' }, day: { type: 'string', format: 'date' }, id: { type: 'string', format: 'uuid' } },
+    properties: {
+      code: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' },
+      day: { type: 'string', format: 'date' },
+      id: { type: 'string', format: 'uuid' },
+    },
     required: ['code', 'day', 'id'],
     additionalProperties: false,
   },
   optional: {
     type: 'object',
-    properties: { a: { type: 'integer', minimum: 0, maximum: 99999 }, b: { type: 'string', maxLength: 5 }, c: { type: 'boolean' }, d: { type: 'null' }, e: { type: 'number', exclusiveMinimum: 0, maximum: 1, multipleOf: 0.125 } },
+    properties: {
+      a: { type: 'integer', minimum: 0, maximum: 99999 },
+      b: { type: 'string', maxLength: 5 },
+      c: { type: 'boolean' },
+      d: { type: 'null' },
+      e: { type: 'number', exclusiveMinimum: 0, maximum: 1, multipleOf: 0.125 },
+    },
     required: ['c'],
     additionalProperties: false,
   },
   shapes: {
     anyOf: [
-      { type: 'object', properties: { kind: { const: 'circle' }, r: { type: 'number', minimum: 0, maximum: 100, multipleOf: 0.5 } }, required: ['kind', 'r'], additionalProperties: false },
-      { type: 'object', properties: { kind: { const: 'square' }, side: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['kind', 'side'], additionalProperties: false },
+      {
+        type: 'object',
+        properties: { kind: { const: 'circle' }, r: { type: 'number', minimum: 0, maximum: 100, multipleOf: 0.5 } },
+        required: ['kind', 'r'],
+        additionalProperties: false,
+      },
+      {
+        type: 'object',
+        properties: { kind: { const: 'square' }, side: { type: 'integer', minimum: 1, maximum: 9 } },
+        required: ['kind', 'side'],
+        additionalProperties: false,
+      },
     ],
   },
 };
 
 const WEATHER = {
   type: 'function',
-  function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city'], additionalProperties: false } },
+  function: {
+    name: 'get_weather',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+      required: ['city'],
+      additionalProperties: false,
+    },
+  },
 };
 const ALERT = {
   type: 'function',
-  function: { name: 'set_alert', parameters: { type: 'object', properties: { level: { enum: ['low', 'high'] }, at: { type: 'string', format: 'date' } }, required: ['level', 'at'], additionalProperties: false } },
+  function: {
+    name: 'set_alert',
+    parameters: {
+      type: 'object',
+      properties: { level: { enum: ['low', 'high'] }, at: { type: 'string', format: 'date' } },
+      required: ['level', 'at'],
+      additionalProperties: false,
+    },
+  },
 };
-const TOOL_SCHEMAS: Record<string, unknown> = { get_weather: WEATHER.function.parameters, set_alert: ALERT.function.parameters };
+const TOOL_SCHEMAS: Record<string, unknown> = {
+  get_weather: WEATHER.function.parameters,
+  set_alert: ALERT.function.parameters,
+};
 
 /** Arithmetic over 1-3 digit numbers with + - * / and parentheses, as a Lark grammar (true recursion through factor). */
-const ARITHMETIC = ['start: expr', 'expr: term (("+" | "-") term)*', 'term: factor (("*" | "/") factor)*', 'factor: NUMBER | "(" expr ")"', 'NUMBER: /[0-9]{1,3}/', ''].join('\n');
+const ARITHMETIC = [
+  'start: expr',
+  'expr: term (("+" | "-") term)*',
+  'term: factor (("*" | "/") factor)*',
+  'factor: NUMBER | "(" expr ")"',
+  'NUMBER: /[0-9]{1,3}/',
+  '',
+].join('\n');
 
 /** Parses `text` as the arithmetic grammar does (whole text); answers its value, or throws where it stops parsing. */
 function evaluate(text: string): number {
@@ -113,10 +172,21 @@ function evaluate(text: string): number {
 
 /** A tree of any depth through a recursive `$ref` (no unrolling): each node has a digit and up to two children. */
 const TREE = {
-  $defs: { node: { type: 'object', properties: { v: { type: 'integer', minimum: 0, maximum: 9 }, kids: { type: 'array', items: { $ref: '#/$defs/node' }, maxItems: 2 } }, required: ['v', 'kids'], additionalProperties: false } },
+  $defs: {
+    node: {
+      type: 'object',
+      properties: {
+        v: { type: 'integer', minimum: 0, maximum: 9 },
+        kids: { type: 'array', items: { $ref: '#/$defs/node' }, maxItems: 2 },
+      },
+      required: ['v', 'kids'],
+      additionalProperties: false,
+    },
+  },
   $ref: '#/$defs/node',
 };
-const depth = (node: { kids: unknown[] }): number => 1 + Math.max(0, ...node.kids.map((kid) => depth(kid as { kids: unknown[] })));
+const depth = (node: { kids: unknown[] }): number =>
+  1 + Math.max(0, ...node.kids.map((kid) => depth(kid as { kids: unknown[] })));
 
 /** The end (exclusive) of the JSON value at the start of `text`, by bracket balance outside strings; -1 when unclosed. */
 function jsonEnd(text: string): number {
@@ -145,7 +215,8 @@ describe('structured outputs through the openai client', () => {
   let e2e: E2eServer;
   let client: OpenAI;
   /** Untyped create: vLLM's structured_outputs and other extensions are not in the SDK's types. */
-  const create = (body: Record<string, unknown>): Promise<any> => client.chat.completions.create({ model: BASE, messages: HI, ...body } as never) as Promise<any>;
+  const create = (body: Record<string, unknown>): Promise<any> =>
+    client.chat.completions.create({ model: BASE, messages: HI, ...body } as never) as Promise<any>;
 
   before(async () => {
     e2e = await startE2eServer();
@@ -180,7 +251,10 @@ describe('structured outputs through the openai client', () => {
           const skeleton = choice.message.content.replace(/"(?:[^"\\]|\\.)*"/g, '""');
           assert.doesNotMatch(skeleton, /[\n\r\t]|\s{2}|\s[,:}\]]|[{[]\s|[,:][^ ]/, `${what}: json.dumps layout`);
         }
-        assert.ok(choice.logprobs.content.every((entry: any) => entry.logprob <= 0), `${what}: the model's own logprobs`);
+        assert.ok(
+          choice.logprobs.content.every((entry: any) => entry.logprob <= 0),
+          `${what}: the model's own logprobs`,
+        );
         outputs += 1;
       }
     }
@@ -191,7 +265,12 @@ describe('structured outputs through the openai client', () => {
     const [object, regex, choice] = await Promise.all([
       // Keys are free strings here, which the tiny model seldom closes: some answers run out of budget.
       create({ response_format: { type: 'json_object' }, n: 6, seed: 3, max_tokens: 300 }),
-      create({ structured_outputs: { regex: '(?:[a-z]{2,6}\\.){1,2}(?:com|org)|\\d{3}-\\d{4}' }, n: 4, seed: 4, max_tokens: 40 }),
+      create({
+        structured_outputs: { regex: '(?:[a-z]{2,6}\\.){1,2}(?:com|org)|\\d{3}-\\d{4}' },
+        n: 4,
+        seed: 4,
+        max_tokens: 40,
+      }),
       create({ structured_outputs: { choice: ['yes', 'no', 'maybe not', 'né 中'] }, n: 6, seed: 5, max_tokens: 20 }),
     ]);
     // llguidance, like vLLM, bounds neither free keys nor digit runs: the tiny model may fill the budget inside one.
@@ -251,7 +330,14 @@ describe('structured outputs through the openai client', () => {
 
   test('tool_choice "required" forces Hermes tool calls whose arguments validate against their tool', async () => {
     const [single, several] = await Promise.all([
-      create({ tools: [WEATHER, ALERT], tool_choice: 'required', parallel_tool_calls: false, n: 4, seed: 7, max_tokens: 160 }),
+      create({
+        tools: [WEATHER, ALERT],
+        tool_choice: 'required',
+        parallel_tool_calls: false,
+        n: 4,
+        seed: 7,
+        max_tokens: 160,
+      }),
       create({ tools: [WEATHER, ALERT], tool_choice: 'required', n: 2, seed: 8, max_tokens: 300 }),
     ]);
     for (const choice of [...single.choices, ...several.choices]) {
@@ -276,7 +362,15 @@ describe('structured outputs through the openai client', () => {
       assert.equal(choice.message.tool_calls[0].function.name, 'set_alert');
       validate(ALERT.function.parameters, choice.message.tool_calls[0].function.arguments, 'named');
     }
-    const stream = await client.chat.completions.create({ model: BASE, messages: HI as never, tools: [WEATHER, ALERT] as never, tool_choice: named as never, seed: 9, max_tokens: 120, stream: true });
+    const stream = await client.chat.completions.create({
+      model: BASE,
+      messages: HI as never,
+      tools: [WEATHER, ALERT] as never,
+      tool_choice: named as never,
+      seed: 9,
+      max_tokens: 120,
+      stream: true,
+    });
     const calls: { name?: string; arguments: string }[] = [];
     let finish: string | null = null;
     for await (const chunk of stream) {
@@ -290,11 +384,18 @@ describe('structured outputs through the openai client', () => {
     assert.equal(finish, 'stop');
     assert.equal(calls.length, 1);
     assert.equal(calls[0].name, 'set_alert');
-    assert.deepEqual(JSON.parse(calls[0].arguments), JSON.parse(whole.choices[0].message.tool_calls[0].function.arguments));
+    assert.deepEqual(
+      JSON.parse(calls[0].arguments),
+      JSON.parse(whole.choices[0].message.tool_calls[0].function.arguments),
+    );
   });
 
   test('a budget that ends inside the constraint finishes with "length"', async () => {
-    const response = await create({ response_format: { type: 'json_schema', json_schema: { name: 'n', schema: SCHEMAS.nested } }, max_tokens: 3, seed: 1 });
+    const response = await create({
+      response_format: { type: 'json_schema', json_schema: { name: 'n', schema: SCHEMAS.nested } },
+      max_tokens: 3,
+      seed: 1,
+    });
     const [choice] = response.choices;
     assert.equal(choice.finish_reason, 'length');
     assert.equal(response.usage.completion_tokens, 3);
@@ -307,7 +408,12 @@ describe('structured outputs through the openai client', () => {
     const alone = await create(free);
     const [together] = await Promise.all([
       create(free),
-      create({ response_format: { type: 'json_schema', json_schema: { name: 'a', schema: SCHEMAS.arrays } }, n: 3, seed: 22, max_tokens: 200 }),
+      create({
+        response_format: { type: 'json_schema', json_schema: { name: 'a', schema: SCHEMAS.arrays } },
+        n: 3,
+        seed: 22,
+        max_tokens: 200,
+      }),
       create({ structured_outputs: { regex: '[0-9]{20}' }, seed: 23, max_tokens: 40 }),
     ]);
     assert.equal(together.choices[0].message.content, alone.choices[0].message.content);
@@ -321,18 +427,29 @@ describe('structured outputs through the openai client', () => {
     const supervisor = e2e.server.supervisor ?? assert.fail('no supervisor');
     const pid = supervisor.health().pid ?? assert.fail('no engine pid');
     process.kill(pid, 'SIGKILL');
-    await waitFor('the engine to restart', () => supervisor.health().pid !== pid, { timeoutMs: 60_000, intervalMs: 20 });
+    await waitFor('the engine to restart', () => supervisor.health().pid !== pid, {
+      timeoutMs: 60_000,
+      intervalMs: 20,
+    });
     await supervisor.waitUntilReady();
     const response = await create({ structured_outputs: { choice: ['alpha', 'beta'] }, n: 2, seed: 2, max_tokens: 10 });
-    for (const choice of response.choices) assert.ok(['alpha', 'beta'].includes(choice.message.content), choice.message.content);
+    for (const choice of response.choices)
+      assert.ok(['alpha', 'beta'].includes(choice.message.content), choice.message.content);
   });
 
   test('a Lark grammar (arithmetic expressions): every output at temperature 1 parses, over several seeds', async () => {
-    const runs = await Promise.all([1, 2, 3].map((seed) => create({ structured_outputs: { grammar: ARITHMETIC }, n: 4, seed, temperature: 1, max_tokens: 200 })));
+    const runs = await Promise.all(
+      [1, 2, 3].map((seed) =>
+        create({ structured_outputs: { grammar: ARITHMETIC }, n: 4, seed, temperature: 1, max_tokens: 200 }),
+      ),
+    );
     const outputs = runs.flatMap((run) => run.choices);
     for (const choice of outputs) {
       assert.equal(choice.finish_reason, 'stop', choice.message.content);
-      assert.ok(Number.isFinite(evaluate(choice.message.content)) || /\/0/.test(choice.message.content), choice.message.content);
+      assert.ok(
+        Number.isFinite(evaluate(choice.message.content)) || /\/0/.test(choice.message.content),
+        choice.message.content,
+      );
     }
     assert.equal(outputs.length, 12);
   });
@@ -340,9 +457,22 @@ describe('structured outputs through the openai client', () => {
   test('a recursive schema ($ref, no unrolling): trees validate at temperature 1 and reach 6 levels deep', async () => {
     // The tiny model would nest forever: a bias against opening braces makes it close most trees within the budget.
     const tokenizer = (await e2e.server.services.runtime.load(BASE)).tokenizer;
-    const opening = Array.from({ length: tokenizer.vocabSize }, (_, id) => id).filter((id) => new TextDecoder().decode(tokenizer.tokenBytes(id) ?? new Uint8Array()).includes('{'));
+    const opening = Array.from({ length: tokenizer.vocabSize }, (_, id) => id).filter((id) =>
+      new TextDecoder().decode(tokenizer.tokenBytes(id) ?? new Uint8Array()).includes('{'),
+    );
     const logit_bias = Object.fromEntries(opening.map((id) => [id, -10]));
-    const runs = await Promise.all([1, 2, 3].map((seed) => create({ structured_outputs: { json: TREE, disable_any_whitespace: true }, logit_bias, n: 4, seed, temperature: 1, max_tokens: 1000 })));
+    const runs = await Promise.all(
+      [1, 2, 3].map((seed) =>
+        create({
+          structured_outputs: { json: TREE, disable_any_whitespace: true },
+          logit_bias,
+          n: 4,
+          seed,
+          temperature: 1,
+          max_tokens: 1000,
+        }),
+      ),
+    );
     const depths = runs.flatMap((run) =>
       run.choices.map((choice: any) => {
         assert.equal(choice.finish_reason, 'stop', choice.message.content);
@@ -354,9 +484,26 @@ describe('structured outputs through the openai client', () => {
 
   test('a structural tag: free text, and after each trigger JSON of its schema, over several seeds', async () => {
     const begin = '<tool_call>\n{"name": "get_weather", "arguments": ';
-    const tag = { type: 'structural_tag', triggers: ['<tool_call>'], structures: [{ begin, schema: WEATHER.function.parameters, end: '}\n' }] };
+    const tag = {
+      type: 'structural_tag',
+      triggers: ['<tool_call>'],
+      structures: [{ begin, schema: WEATHER.function.parameters, end: '}\n' }],
+    };
     const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
-    const runs = await Promise.all([1, 2, 3].map((seed) => create({ messages, tools: [WEATHER], tool_choice: 'none', response_format: tag, n: 4, seed, temperature: 1, max_tokens: 60 })));
+    const runs = await Promise.all(
+      [1, 2, 3].map((seed) =>
+        create({
+          messages,
+          tools: [WEATHER],
+          tool_choice: 'none',
+          response_format: tag,
+          n: 4,
+          seed,
+          temperature: 1,
+          max_tokens: 60,
+        }),
+      ),
+    );
     let tagged = 0;
     for (const choice of runs.flatMap((run) => run.choices)) {
       const pieces = choice.message.content.split(begin).slice(1);
@@ -371,24 +518,115 @@ describe('structured outputs through the openai client', () => {
     assert.ok(tagged > 0, 'the model opened at least one tag');
   });
 
-  test('refusals: 400 naming the field, the feature, or vLLM\'s rule', async () => {
+  test("refusals: 400 naming the field, the feature, or vLLM's rule", async () => {
     const cases: [string, Record<string, unknown>, string, RegExp][] = [
-      ['invalid regex', { structured_outputs: { regex: '(ab' } }, 'structured_outputs', /invalid regex[\s\S]*unclosed group/],
-      ['lookahead', { structured_outputs: { regex: 'a(?=b)' } }, 'structured_outputs', /look-around.* is not supported/],
-      ['invalid schema', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'strange' } } } }, 'response_format', /Invalid type: strange/],
-      ['unsupported keyword', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', not: { const: 'a' } } } } }, 'response_format', /Unimplemented keys: \["not"\]/],
-      ['grammar with an undefined rule', { structured_outputs: { grammar: 'start: item\nitems: "a"' } }, 'structured_outputs', /unknown name: "item"/],
+      [
+        'invalid regex',
+        { structured_outputs: { regex: '(ab' } },
+        'structured_outputs',
+        /invalid regex[\s\S]*unclosed group/,
+      ],
+      [
+        'lookahead',
+        { structured_outputs: { regex: 'a(?=b)' } },
+        'structured_outputs',
+        /look-around.* is not supported/,
+      ],
+      [
+        'invalid schema',
+        { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'strange' } } } },
+        'response_format',
+        /Invalid type: strange/,
+      ],
+      [
+        'unsupported keyword',
+        {
+          response_format: {
+            type: 'json_schema',
+            json_schema: { name: 'x', schema: { type: 'string', not: { const: 'a' } } },
+          },
+        },
+        'response_format',
+        /Unimplemented keys: \["not"\]/,
+      ],
+      [
+        'grammar with an undefined rule',
+        { structured_outputs: { grammar: 'start: item\nitems: "a"' } },
+        'structured_outputs',
+        /unknown name: "item"/,
+      ],
       ['empty grammar', { structured_outputs: { grammar: ' ' } }, 'structured_outputs', /non-empty grammar/],
-      ['two kinds', { structured_outputs: { regex: 'a', choice: ['a'] } }, 'structured_outputs', /only use one kind of constraints/],
-      ['response_format and structured_outputs', { response_format: { type: 'json_object' }, structured_outputs: { choice: ['a'] } }, 'structured_outputs', /multiple are specified/],
-      ['json_schema without schema', { response_format: { type: 'json_schema' } }, 'response_format', /'json_schema' field must be provided/],
-      ['named tool with structured outputs', { tools: [WEATHER], tool_choice: { type: 'function', function: { name: 'get_weather' } }, response_format: { type: 'json_object' } }, 'response_format', /either use constraints for structured outputs or tools/],
-      ['tool parameters unsupported', { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { x: { type: 'string', not: { const: 'a' } } } } } }], tool_choice: 'required' }, 'tools', /the tool parameters: .*Unimplemented keys: \["not"\]/],
-      ['structural tag begin without its trigger', { response_format: { type: 'structural_tag', triggers: ['<f='], structures: [{ begin: '<g>', schema: {}, end: '</g>' }] } }, 'response_format', /starts with none of the triggers/],
-      ['structural tag in xgrammar\'s format shape', { response_format: { type: 'structural_tag', format: { type: 'const_string', value: 'a' } } }, 'response_format', /`format`.* not supported/],
+      [
+        'two kinds',
+        { structured_outputs: { regex: 'a', choice: ['a'] } },
+        'structured_outputs',
+        /only use one kind of constraints/,
+      ],
+      [
+        'response_format and structured_outputs',
+        { response_format: { type: 'json_object' }, structured_outputs: { choice: ['a'] } },
+        'structured_outputs',
+        /multiple are specified/,
+      ],
+      [
+        'json_schema without schema',
+        { response_format: { type: 'json_schema' } },
+        'response_format',
+        /'json_schema' field must be provided/,
+      ],
+      [
+        'named tool with structured outputs',
+        {
+          tools: [WEATHER],
+          tool_choice: { type: 'function', function: { name: 'get_weather' } },
+          response_format: { type: 'json_object' },
+        },
+        'response_format',
+        /either use constraints for structured outputs or tools/,
+      ],
+      [
+        'tool parameters unsupported',
+        {
+          tools: [
+            {
+              type: 'function',
+              function: {
+                name: 'f',
+                parameters: { type: 'object', properties: { x: { type: 'string', not: { const: 'a' } } } },
+              },
+            },
+          ],
+          tool_choice: 'required',
+        },
+        'tools',
+        /the tool parameters: .*Unimplemented keys: \["not"\]/,
+      ],
+      [
+        'structural tag begin without its trigger',
+        {
+          response_format: {
+            type: 'structural_tag',
+            triggers: ['<f='],
+            structures: [{ begin: '<g>', schema: {}, end: '</g>' }],
+          },
+        },
+        'response_format',
+        /starts with none of the triggers/,
+      ],
+      [
+        "structural tag in xgrammar's format shape",
+        { response_format: { type: 'structural_tag', format: { type: 'const_string', value: 'a' } } },
+        'response_format',
+        /`format`.* not supported/,
+      ],
     ];
     for (const [name, body, param, message] of cases) {
-      const response = await e2e.api('POST', '/v1/chat/completions', { model: BASE, messages: HI, max_tokens: 4, ...body });
+      const response = await e2e.api('POST', '/v1/chat/completions', {
+        model: BASE,
+        messages: HI,
+        max_tokens: 4,
+        ...body,
+      });
       assert.equal(response.status, 400, `${name}: ${JSON.stringify(response.body)}`);
       assert.equal(response.body.error.param, param, name);
       assert.match(response.body.error.message, message, name);

@@ -14,17 +14,17 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../src/config.ts';
 import { tinkerAdapterKey } from '../src/engine/adapter-keys.ts';
-import { RESTART_FAILURE } from '../src/tinker/futures.ts';
 import { newId } from '../src/ids.ts';
 import { openStore } from '../src/store/db.ts';
 import { TinkerRepository } from '../src/store/tinker-repository.ts';
-import { backends } from './helpers/database.ts';
-import { runJsonScript } from './helpers/reference.ts';
-import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { RESTART_FAILURE } from '../src/tinker/futures.ts';
 import { DOWN_PROJ_A, withValue } from './helpers/adapters.ts';
 import { httpApi, tinkerKey } from './helpers/api.ts';
+import { backends } from './helpers/database.ts';
 import { waitFor } from './helpers/poll.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { runJsonScript } from './helpers/reference.ts';
+import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON;
 const skip = TINKER_PYTHON ? false : 'TINKER_PYTHON is not set (the python of a venv with tinker==0.38.0)';
@@ -36,37 +36,48 @@ function tinkerCall(e2e: E2eServer, route: string, body: unknown): Promise<{ sta
 
 /** The future's answer: retrieve_future holds each poll until it is ready or answers try_again. */
 async function result(e2e: E2eServer, requestId: string): Promise<any> {
-  return waitFor(`the future ${requestId}`, async () => {
-    const polled = await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: requestId });
-    assert.equal(polled.status, 200, JSON.stringify(polled.body));
-    return polled.body.type === 'try_again' ? null : polled.body;
-  }, { timeoutMs: 300_000, intervalMs: 0 });
+  return waitFor(
+    `the future ${requestId}`,
+    async () => {
+      const polled = await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: requestId });
+      assert.equal(polled.status, 200, JSON.stringify(polled.body));
+      return polled.body.type === 'try_again' ? null : polled.body;
+    },
+    { timeoutMs: 300_000, intervalMs: 0 },
+  );
 }
 
 /**
  * POSTs /api/v1/client/config on a keep-alive connection as the SDK's one-off config client does; says what the
  * server answered in `connection` and whether the socket then closed (a kept-alive one stays open here).
  */
-function clientConfigConnection(e2e: E2eServer): Promise<{ status: number; connection: string | undefined; closed: boolean }> {
+function clientConfigConnection(
+  e2e: E2eServer,
+): Promise<{ status: number; connection: string | undefined; closed: boolean }> {
   const agent = new http.Agent({ keepAlive: true });
   return new Promise((resolve, reject) => {
     let closed = false;
-    const request = http.request(`${e2e.url}/api/v1/client/config`, { method: 'POST', agent, headers: { 'x-api-key': `tml-${e2e.key}`, 'content-type': 'application/json' } }, (response) => {
-      response.resume();
-      response.on('end', () => {
-        setTimeout(() => {
-          agent.destroy();
-          resolve({ status: response.statusCode ?? 0, connection: response.headers.connection, closed });
-        }, 1_000);
-      });
-    });
+    const request = http.request(
+      `${e2e.url}/api/v1/client/config`,
+      { method: 'POST', agent, headers: { 'x-api-key': `tml-${e2e.key}`, 'content-type': 'application/json' } },
+      (response) => {
+        response.resume();
+        response.on('end', () => {
+          setTimeout(() => {
+            agent.destroy();
+            resolve({ status: response.statusCode ?? 0, connection: response.headers.connection, closed });
+          }, 1_000);
+        });
+      },
+    );
     request.on('socket', (socket) => socket.once('close', () => (closed = true)));
     request.on('error', reject);
     request.end(JSON.stringify({ sdk_version: '0.38.0' }));
   });
 }
 
-const maxGap = (a: number[][], b: number[][]) => Math.max(...a.flatMap((row, i) => row.map((value, j) => Math.abs(value - b[i][j]))));
+const maxGap = (a: number[][], b: number[][]) =>
+  Math.max(...a.flatMap((row, i) => row.map((value, j) => Math.abs(value - b[i][j]))));
 
 for (const backend of backends()) {
   describe(`tinker SDK against the server on ${backend.name}${skip ? ` — skipped: ${skip}` : ''}`, { skip }, () => {
@@ -129,7 +140,8 @@ for (const backend of backends()) {
       // Ratio 1 at step 0: the loss is minus the advantage-weighted sum, ±1 per token, half of each sign.
       assert.ok(Math.abs(rl.loss_step0) < 1e-3, String(rl.loss_step0));
       assert.ok(rl.loss_step1 < rl.loss_step0, `${rl.loss_step1} after ${rl.loss_step0}`);
-      for (const loss of [rl.ppo, rl.other_losses.cispo, rl.other_losses.dro, rl.gspo]) assert.ok(Number.isFinite(loss), JSON.stringify(rl));
+      for (const loss of [rl.ppo, rl.other_losses.cispo, rl.other_losses.dro, rl.gspo])
+        assert.ok(Number.isFinite(loss), JSON.stringify(rl));
     });
 
     test('sampling: stop token ids and stop strings end a sample on the token that completes them, a seed repeats, prompt logprobs cover the prompt', () => {
@@ -150,7 +162,10 @@ for (const backend of backends()) {
       assert.equal(sampled.prompt_logprobs[0], null);
       assert.ok(sampled.prompt_logprobs.slice(1).every((value: number) => Number.isFinite(value) && value <= 0));
       assert.deepEqual(sampled.scored, sampled.prompt_logprobs, 'compute_logprobs scores the prompt as sampling does');
-      assert.deepEqual(sampled.scored_last_2, [...new Array(sampled.prompt_length - 2).fill(null), ...sampled.prompt_logprobs.slice(-2)]);
+      assert.deepEqual(sampled.scored_last_2, [
+        ...new Array(sampled.prompt_length - 2).fill(null),
+        ...sampled.prompt_logprobs.slice(-2),
+      ]);
       assert.ok(session.reinforcement.trained_sample_length > 0, 'save_weights_and_get_sampling_client samples');
     });
 
@@ -160,7 +175,10 @@ for (const backend of backends()) {
       assert.deepEqual(rest.weights_info, { base_model: BUILTIN_BASE_MODEL.id, is_lora: true, lora_rank: 8 });
       assert.deepEqual(rest.checkpoints, [supervised.sampler_path]);
       assert.deepEqual(rest.run_by_path, { id: runId, last_sampler: supervised.sampler_path });
-      assert.ok(rest.user_checkpoints.includes(supervised.sampler_path) && rest.user_checkpoints.includes(reinforcement.sampler_path));
+      assert.ok(
+        rest.user_checkpoints.includes(supervised.sampler_path) &&
+          rest.user_checkpoints.includes(reinforcement.sampler_path),
+      );
       assert.ok(!rest.rl_after_delete.includes(reinforcement.sampler_path), JSON.stringify(rest.rl_after_delete));
       assert.equal(rest.sample_deleted?.type, 'NotFoundError', JSON.stringify(rest.sample_deleted));
     });
@@ -176,7 +194,11 @@ for (const backend of backends()) {
     test('a training client whose adapter left the trainer fails one operation clearly, then goes on from its latest checkpoint', async () => {
       const tinkerId = session.errors.model_id;
       const adam = { learning_rate: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-12 };
-      const step = async () => result(e2e, (await tinkerCall(e2e, '/api/v1/optim_step', { model_id: tinkerId, adam_params: adam })).body.request_id);
+      const step = async () =>
+        result(
+          e2e,
+          (await tinkerCall(e2e, '/api/v1/optim_step', { model_id: tinkerId, adam_params: adam })).body.request_id,
+        );
       assert.equal((await step()).type, 'optim_step');
       const principal = await e2e.server.services.auth.authenticate(`Bearer ${e2e.key}`);
       const { model } = await e2e.server.services.tinker.models.owned(principal, tinkerId);
@@ -218,14 +240,28 @@ for (const backend of backends()) {
       const principal = await e2e.server.services.auth.authenticate(`Bearer ${e2e.key}`);
       const { model } = await e2e.server.services.tinker.models.owned(principal, tinkerId);
       const saves: { path: string; optimizer: boolean; folder: string }[] = [];
-      for (const [route, optimizer] of [['/api/v1/save_weights', true], ['/api/v1/save_weights_for_sampler', false]] as const) {
-        const saved = await result(e2e, (await tinkerCall(e2e, route, { model_id: tinkerId, path: `damaged-${optimizer}` })).body.request_id);
-        saves.push({ path: saved.path, optimizer, folder: (await e2e.server.services.repositories.models.latestCheckpoint(model.id))!.adapterPath! });
+      for (const [route, optimizer] of [
+        ['/api/v1/save_weights', true],
+        ['/api/v1/save_weights_for_sampler', false],
+      ] as const) {
+        const saved = await result(
+          e2e,
+          (await tinkerCall(e2e, route, { model_id: tinkerId, path: `damaged-${optimizer}` })).body.request_id,
+        );
+        saves.push({
+          path: saved.path,
+          optimizer,
+          folder: (await e2e.server.services.repositories.models.latestCheckpoint(model.id))!.adapterPath!,
+        });
       }
       for (const { path: tinkerPath, optimizer, folder } of saves) {
         const weights = path.join(folder, 'adapter_model.safetensors');
         fs.writeFileSync(weights, withValue(fs.readFileSync(weights), Number.NaN, DOWN_PROJ_A, [3]));
-        const loaded = await result(e2e, (await tinkerCall(e2e, '/api/v1/load_weights', { model_id: tinkerId, path: tinkerPath, optimizer })).body.request_id);
+        const loaded = await result(
+          e2e,
+          (await tinkerCall(e2e, '/api/v1/load_weights', { model_id: tinkerId, path: tinkerPath, optimizer })).body
+            .request_id,
+        );
         assert.equal(loaded.category, 'user', JSON.stringify(loaded));
         assert.match(loaded.error, /down_proj\.lora_A\.weight holds nan at index \[0, 3\]/);
       }
@@ -237,10 +273,14 @@ for (const backend of backends()) {
         assert.equal(errors[name]?.type, 'BadRequestError', `${name}: ${JSON.stringify(errors[name])}`);
       }
       assert.match(errors.unknown_loss.message, /no_such_loss/);
-      assert.match(errors.gspo_without_mask.message, /data\[0\]: loss_fn_inputs\.sequence_ratio_mask is required by gspo/);
+      assert.match(
+        errors.gspo_without_mask.message,
+        /data\[0\]: loss_fn_inputs\.sequence_ratio_mask is required by gspo/,
+      );
       assert.match(errors.mismatched_lengths.message, /data\[0\]: loss_fn_inputs\.target_tokens has 6 values for 7/);
       assert.match(errors.outside_vocabulary.message, /token id 10000000 is outside the vocabulary/);
-      for (const name of ['foreign_model', 'foreign_run', 'unknown_future']) assert.equal(errors[name]?.type, 'NotFoundError', `${name}: ${JSON.stringify(errors[name])}`);
+      for (const name of ['foreign_model', 'foreign_run', 'unknown_future'])
+        assert.equal(errors[name]?.type, 'NotFoundError', `${name}: ${JSON.stringify(errors[name])}`);
       assert.ok(Number.isFinite(errors.good_after_errors), 'the training client still works');
     });
 
@@ -251,9 +291,16 @@ for (const backend of backends()) {
       assert.equal(model.status, 200);
       assert.equal(model.body.project, 'tinker');
       const listed = await e2e.api('GET', `/v1/preview/models/${runId}/checkpoints`);
-      assert.deepEqual(listed.body.data.map((checkpoint: { step: number }) => checkpoint.step), [0, 1]);
-      const runs = await fetch(`${e2e.url}/api/v1/training_runs/${runId}/checkpoints`, { headers: { 'x-api-key': `tml-${e2e.key}` } });
-      const paths = (await runs.json()).checkpoints.map((checkpoint: { tinker_path: string }) => checkpoint.tinker_path);
+      assert.deepEqual(
+        listed.body.data.map((checkpoint: { step: number }) => checkpoint.step),
+        [0, 1],
+      );
+      const runs = await fetch(`${e2e.url}/api/v1/training_runs/${runId}/checkpoints`, {
+        headers: { 'x-api-key': `tml-${e2e.key}` },
+      });
+      const paths = (await runs.json()).checkpoints.map(
+        (checkpoint: { tinker_path: string }) => checkpoint.tinker_path,
+      );
       assert.deepEqual(paths, [`tinker://${runId}/sampler_weights/sft-final`]);
 
       const name = `${model.body.entity}/${model.body.project}/${model.body.name}`;
@@ -280,24 +327,52 @@ for (const backend of backends()) {
       assert.deepEqual(sequence.tokens, choice.token_ids);
       const chatLogprobs = choice.logprobs.content.map((entry: { logprob: number }) => entry.logprob);
       assert.ok(maxGap([sequence.logprobs], [chatLogprobs]) <= 1e-4);
-      const base = await e2e.api('POST', '/v1/chat/completions', { model: BUILTIN_BASE_MODEL.id, messages: [{ role: 'user', content: 'the sky is' }], temperature: 0, max_tokens: 6, return_token_ids: true });
+      const base = await e2e.api('POST', '/v1/chat/completions', {
+        model: BUILTIN_BASE_MODEL.id,
+        messages: [{ role: 'user', content: 'the sky is' }],
+        temperature: 0,
+        max_tokens: 6,
+        return_token_ids: true,
+      });
       assert.notDeepEqual(base.body.choices[0].token_ids, choice.token_ids, 'the checkpoint is not the base model');
 
       // Deleting the model through the preview API takes the training client with it.
       assert.equal((await e2e.api('DELETE', `/v1/preview/models/${runId}`)).status, 200);
       assert.equal((await tinkerCall(e2e, '/api/v1/get_info', { model_id: session.supervised.model_id })).status, 404);
-      assert.equal((await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: session.supervised.sampler_path })).status, 404);
+      assert.equal(
+        (await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: session.supervised.sampler_path })).status,
+        404,
+      );
     });
 
     test('a checkpoint trained by a job has a sampler path: the Tinker API samples it, with the logprobs chat completions give', async () => {
-      const model = (await e2e.api('POST', '/v1/preview/models', { project: 'jobs', name: 'rl', base_model: BUILTIN_BASE_MODEL.id })).body;
+      const model = (
+        await e2e.api('POST', '/v1/preview/models', { project: 'jobs', name: 'rl', base_model: BUILTIN_BASE_MODEL.id })
+      ).body;
       const name = `${model.entity}/jobs/rl`;
       const group = await sampleGroup(e2e, name, 'What is 2+3?', 2, (_choice, index) => index);
-      const job = (await e2e.api('POST', '/v1/preview/training-jobs', { model_id: model.id, trajectory_groups: [group], experimental_config: { learning_rate: 1e-2 } })).body;
+      const job = (
+        await e2e.api('POST', '/v1/preview/training-jobs', {
+          model_id: model.id,
+          trajectory_groups: [group],
+          experimental_config: { learning_rate: 1e-2 },
+        })
+      ).body;
       assert.equal((await waitForJob(e2e, job.id)).status, 'COMPLETED');
       const path = `tinker://${model.id}/sampler_weights/step1`;
-      assert.deepEqual((await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: path })).body, { base_model: BUILTIN_BASE_MODEL.id, is_lora: true, lora_rank: 8 });
-      const chat = await e2e.api('POST', '/v1/chat/completions', { model: `${name}:step1`, messages: [{ role: 'user', content: 'What is 2+3?' }], temperature: 0, max_tokens: 5, logprobs: true, return_token_ids: true });
+      assert.deepEqual((await tinkerCall(e2e, '/api/v1/weights_info', { tinker_path: path })).body, {
+        base_model: BUILTIN_BASE_MODEL.id,
+        is_lora: true,
+        lora_rank: 8,
+      });
+      const chat = await e2e.api('POST', '/v1/chat/completions', {
+        model: `${name}:step1`,
+        messages: [{ role: 'user', content: 'What is 2+3?' }],
+        temperature: 0,
+        max_tokens: 5,
+        logprobs: true,
+        return_token_ids: true,
+      });
       const future = await tinkerCall(e2e, '/api/v1/asample', {
         model_path: path,
         prompt: { chunks: [{ type: 'encoded_text', tokens: chat.body.prompt_token_ids }] },
@@ -305,7 +380,12 @@ for (const backend of backends()) {
       });
       const [sequence] = (await result(e2e, future.body.request_id)).sequences;
       assert.deepEqual(sequence.tokens, chat.body.choices[0].token_ids);
-      assert.ok(maxGap([sequence.logprobs], [chat.body.choices[0].logprobs.content.map((entry: { logprob: number }) => entry.logprob)]) <= 1e-4);
+      assert.ok(
+        maxGap(
+          [sequence.logprobs],
+          [chat.body.choices[0].logprobs.content.map((entry: { logprob: number }) => entry.logprob)],
+        ) <= 1e-4,
+      );
     });
 
     test('a restart fails the futures still pending with a clear error; finished ones stay readable', async () => {
@@ -315,15 +395,37 @@ for (const backend of backends()) {
       const store = openStore({ databaseUrl: database.databaseUrl, dataDir });
       const repository = new TinkerRepository(store.db);
       const now = new Date().toISOString();
-      const row = { entity_id: entityId, model_id: null, result: null, error: null, category: null, created_at: now, finished_at: null, request_key: null, request_hash: null };
+      const row = {
+        entity_id: entityId,
+        model_id: null,
+        result: null,
+        error: null,
+        category: null,
+        created_at: now,
+        finished_at: null,
+        request_key: null,
+        request_hash: null,
+      };
       const pending = newId();
       const finished = newId();
       await repository.insertFuture({ ...row, id: pending, kind: 'sample', status: 'pending' });
-      await repository.insertFuture({ ...row, id: finished, kind: 'optim_step', status: 'complete', result: JSON.stringify({ type: 'optim_step', metrics: {} }) });
+      await repository.insertFuture({
+        ...row,
+        id: finished,
+        kind: 'optim_step',
+        status: 'complete',
+        result: JSON.stringify({ type: 'optim_step', metrics: {} }),
+      });
       await store.close();
       e2e = await startE2eServer({ dataDir, env: env() });
-      assert.deepEqual((await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: pending })).body, { error: RESTART_FAILURE, category: 'server' });
-      assert.deepEqual((await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: finished })).body, { type: 'optim_step', metrics: {} });
+      assert.deepEqual((await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: pending })).body, {
+        error: RESTART_FAILURE,
+        category: 'server',
+      });
+      assert.deepEqual((await tinkerCall(e2e, '/api/v1/retrieve_future', { request_id: finished })).body, {
+        type: 'optim_step',
+        metrics: {},
+      });
     });
   });
 }

@@ -12,12 +12,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { TINKER_KEY_PREFIX } from '../src/http/auth.ts';
-import { parseTinkerPath } from '../src/tinker/schemas.ts';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
+import { TINKER_KEY_PREFIX } from '../src/http/auth.ts';
 import { openStore } from '../src/store/db.ts';
+import { parseTinkerPath } from '../src/tinker/schemas.ts';
 import { runPython } from './helpers/reference.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON ?? path.join(repoRoot, '.venv-tinker', 'bin', 'python');
 /** A recipe that has not finished by then is stuck (the SDK retries what it takes for transient failures). */
@@ -30,13 +30,33 @@ interface RecipeRun {
 }
 
 function readJsonl(file: string): Record<string, any>[] {
-  return fs.readFileSync(file, 'utf8').split('\n').filter((line) => line.trim()).map((line) => JSON.parse(line));
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((line) => line.trim())
+    .map((line) => JSON.parse(line));
 }
 
 /** SFT data the tiny model can learn from in a few steps: additions answered with the sum alone. */
 function writeSftData(file: string): void {
-  const pairs = [[3, 4], [12, 30], [7, 8], [25, 25], [40, 2], [9, 11], [15, 6], [33, 44]];
-  const lines = pairs.map(([a, b]) => JSON.stringify({ messages: [{ role: 'user', content: `What is ${a} + ${b}?` }, { role: 'assistant', content: String(a + b) }] }));
+  const pairs = [
+    [3, 4],
+    [12, 30],
+    [7, 8],
+    [25, 25],
+    [40, 2],
+    [9, 11],
+    [15, 6],
+    [33, 44],
+  ];
+  const lines = pairs.map(([a, b]) =>
+    JSON.stringify({
+      messages: [
+        { role: 'user', content: `What is ${a} + ${b}?` },
+        { role: 'assistant', content: String(a + b) },
+      ],
+    }),
+  );
   fs.writeFileSync(file, `${lines.join('\n')}\n`);
 }
 
@@ -86,21 +106,50 @@ describe('tinker-cookbook recipes against the server', () => {
     const logPath = path.join(workdir, name);
     return {
       logPath,
-      args: [`base_url=${e2e.url}`, `model_name=${BUILTIN_BASE_MODEL.id}`, 'renderer_name=qwen3_instruct', 'lora_rank=8', `log_path=${logPath}`, 'behavior_if_log_dir_exists=delete', 'eval_every=0', 'save_every=1'],
-      env: { TINKER_API_KEY: `${TINKER_KEY_PREFIX}${e2e.key}`, HF_HUB_OFFLINE: '1', HF_DATASETS_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' },
+      args: [
+        `base_url=${e2e.url}`,
+        `model_name=${BUILTIN_BASE_MODEL.id}`,
+        'renderer_name=qwen3_instruct',
+        'lora_rank=8',
+        `log_path=${logPath}`,
+        'behavior_if_log_dir_exists=delete',
+        'eval_every=0',
+        'save_every=1',
+      ],
+      env: {
+        TINKER_API_KEY: `${TINKER_KEY_PREFIX}${e2e.key}`,
+        HF_HUB_OFFLINE: '1',
+        HF_DATASETS_OFFLINE: '1',
+        TRANSFORMERS_VERBOSITY: 'error',
+      },
     };
   }
 
   async function run(name: string, module: string, args: string[]): Promise<RecipeRun> {
     const shared = common(name);
-    const { seconds } = await runPython(TINKER_PYTHON, ['-m', module, ...shared.args, ...args], { label: module, timeoutMs: RECIPE_TIMEOUT_MS, cwd: workdir, env: { ...process.env, ...shared.env } });
+    const { seconds } = await runPython(TINKER_PYTHON, ['-m', module, ...shared.args, ...args], {
+      label: module,
+      timeoutMs: RECIPE_TIMEOUT_MS,
+      cwd: workdir,
+      env: { ...process.env, ...shared.env },
+    });
     console.log(`${name}: ${seconds.toFixed(1)}s`);
-    return { logPath: shared.logPath, metrics: readJsonl(path.join(shared.logPath, 'metrics.jsonl')), checkpoints: readJsonl(path.join(shared.logPath, 'checkpoints.jsonl')) };
+    return {
+      logPath: shared.logPath,
+      metrics: readJsonl(path.join(shared.logPath, 'metrics.jsonl')),
+      checkpoints: readJsonl(path.join(shared.logPath, 'checkpoints.jsonl')),
+    };
   }
 
   test('supervised recipe (chat_sl) trains on a local JSONL file to completion, lowering its training loss', async () => {
     // One batch of all eight conversations, three epochs: every step sees the same data, so the loss must fall.
-    sl = await run('sl', 'tinker_cookbook.recipes.chat_sl.train', [`dataset=${path.join(workdir, 'sft.jsonl')}`, 'batch_size=8', 'max_length=128', 'num_epochs=3', 'learning_rate=5e-3']);
+    sl = await run('sl', 'tinker_cookbook.recipes.chat_sl.train', [
+      `dataset=${path.join(workdir, 'sft.jsonl')}`,
+      'batch_size=8',
+      'max_length=128',
+      'num_epochs=3',
+      'learning_rate=5e-3',
+    ]);
     const losses = sl.metrics.filter((row) => 'train_mean_nll' in row).map((row) => row.train_mean_nll as number);
     assert.equal(losses.length, 3, JSON.stringify(sl.metrics));
     assert.ok(losses.every(Number.isFinite), JSON.stringify(losses));
@@ -115,9 +164,20 @@ describe('tinker-cookbook recipes against the server', () => {
   test('RL recipe (math_rl, arithmetic environment) samples, scores and trains to completion', async () => {
     // Eight problems of four samples a step: enough for the tiny model to get some right now and then (a group with
     // mixed rewards is one with a gradient), few enough for half a minute.
-    rl = await run('rl', 'tinker_cookbook.recipes.math_rl.train', ['env=arithmetic', 'group_size=4', 'groups_per_batch=8', 'max_tokens=5', 'max_steps=2', 'learning_rate=1e-3']);
+    rl = await run('rl', 'tinker_cookbook.recipes.math_rl.train', [
+      'env=arithmetic',
+      'group_size=4',
+      'groups_per_batch=8',
+      'max_tokens=5',
+      'max_steps=2',
+      'learning_rate=1e-3',
+    ]);
     const steps = rl.metrics.filter((row) => 'progress/batch' in row);
-    assert.deepEqual(steps.map((row) => row['progress/batch']), [0, 1], JSON.stringify(rl.metrics));
+    assert.deepEqual(
+      steps.map((row) => row['progress/batch']),
+      [0, 1],
+      JSON.stringify(rl.metrics),
+    );
     for (const row of steps) {
       assert.ok(Number.isFinite(row['env/all/reward/total']), JSON.stringify(row));
       // The recipe's own check of our sampler against our trainer: the KL between the logprobs the sampler returned
@@ -141,10 +201,18 @@ describe('tinker-cookbook recipes against the server', () => {
       const steps: number[] = listed.body.data.map((checkpoint: { step: number }) => checkpoint.step);
       // Step 0 is the untrained adapter; every sampler checkpoint the recipe recorded is a trained step of ours.
       const samplerPaths = new Set(recipe.checkpoints.map((row) => row.sampler_path).filter(Boolean));
-      assert.ok(steps.filter((step) => step > 0).length >= samplerPaths.size, `${JSON.stringify(steps)} for ${[...samplerPaths]}`);
+      assert.ok(
+        steps.filter((step) => step > 0).length >= samplerPaths.size,
+        `${JSON.stringify(steps)} for ${[...samplerPaths]}`,
+      );
       const name = `${model.body.entity}/${model.body.project}/${model.body.name}`;
       for (const served of [name, `${name}:step${Math.max(...steps)}`]) {
-        const answer = await e2e.api('POST', '/v1/chat/completions', { model: served, messages: [{ role: 'user', content: 'What is 12 + 30?' }], max_tokens: 4, temperature: 0 });
+        const answer = await e2e.api('POST', '/v1/chat/completions', {
+          model: served,
+          messages: [{ role: 'user', content: 'What is 12 + 30?' }],
+          max_tokens: 4,
+          temperature: 0,
+        });
         assert.equal(answer.status, 200, `${served}: ${JSON.stringify(answer.body)}`);
         assert.equal(typeof answer.body.choices[0].message.content, 'string');
       }
@@ -161,4 +229,3 @@ function assertFinalCheckpoint(recipe: RecipeRun): void {
   assert.match(final.state_path, /^tinker:\/\//);
   assert.equal(modelIdOf(final.sampler_path), modelIdOf(final.state_path));
 }
-

@@ -5,12 +5,12 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
-import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
-import { agentLoop, samplerTrainerGap, toolCallsIn, type LogprobsMode } from './helpers/agent-loops.ts';
-import { uploadArtifact } from './helpers/artifacts.ts';
-import { createModel as createModelVia } from './helpers/api.ts';
 import type { Trajectory } from '../src/api/models.ts';
+import { agentLoop, type LogprobsMode, samplerTrainerGap, toolCallsIn } from './helpers/agent-loops.ts';
+import { createModel as createModelVia } from './helpers/api.ts';
+import { uploadArtifact } from './helpers/artifacts.ts';
+import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const BASE = 'builtin/tiny-chat';
 
@@ -19,7 +19,11 @@ describe('training rows (built-in model)', () => {
   const createModel = async (name: string) => (await createModelVia(e2e.api, 'rows', name, { base: BASE })).id;
   const train = async (modelId: string, trajectories: Trajectory[], experimental: Record<string, unknown> = {}) => {
     const scored = trajectories.map((trajectory, i) => ({ ...trajectory, reward: i % 2 }));
-    const submitted = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [{ trajectories: scored }], experimental_config: { learning_rate: 1e-2, ...experimental } });
+    const submitted = await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: [{ trajectories: scored }],
+      experimental_config: { learning_rate: 1e-2, ...experimental },
+    });
     assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
     const job = await waitForJob(e2e, submitted.body.id, 120_000);
     return { job, events: await allEvents(e2e, submitted.body.id) };
@@ -36,11 +40,17 @@ describe('training rows (built-in model)', () => {
     const modelId = await createModel('loops');
     const trajectories: Trajectory[] = [];
     for (const mode of ['omitted', 'true', 'token_id'] as LogprobsMode[]) {
-      for (const tools of [false, true]) trajectories.push(await agentLoop(e2e, { model: 'local/rows/loops', mode, tools, seed: 7 }));
+      for (const tools of [false, true])
+        trajectories.push(await agentLoop(e2e, { model: 'local/rows/loops', mode, tools, seed: 7 }));
     }
-    assert.ok(trajectories.filter((trajectory) => trajectory.tools).every((trajectory) => toolCallsIn(trajectory) === 1), 'each tool loop made its call');
+    assert.ok(
+      trajectories.filter((trajectory) => trajectory.tools).every((trajectory) => toolCallsIn(trajectory) === 1),
+      'each tool loop made its call',
+    );
     const gap = await samplerTrainerGap(e2e, BASE, trajectories);
-    console.log(`# built-in model, 6 three-turn loops: max |trainer − sampler| ${gap.worst.toExponential(2)} over ${gap.compared} tokens in ${gap.sequences} sequences`);
+    console.log(
+      `# built-in model, 6 three-turn loops: max |trainer − sampler| ${gap.worst.toExponential(2)} over ${gap.compared} tokens in ${gap.sequences} sequences`,
+    );
     assert.equal(gap.missing, 0, 'every trained token carries its sampler logprob');
     assert.ok(gap.compared >= 6 * 3 * 2, `compared ${gap.compared}`);
     assert.ok(gap.worst <= 1e-4, `max difference ${gap.worst}`);
@@ -48,7 +58,9 @@ describe('training rows (built-in model)', () => {
     const { job, events } = await train(modelId, trajectories);
     assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
     assert.equal(job.metrics.frac_sampler_logprobs, 1);
-    assert.ok(events.filter((event) => event.type === 'gradient_step').every((event) => event.data.frac_sampler_logprobs === 1));
+    assert.ok(
+      events.filter((event) => event.type === 'gradient_step').every((event) => event.data.frac_sampler_logprobs === 1),
+    );
     assert.ok(!events.some((event) => event.type === 'sampler_logprobs_missing'));
   });
 
@@ -64,7 +76,11 @@ describe('training rows (built-in model)', () => {
     const modelId = await createModel('kwargs');
     const perJob = await train(modelId, [bare as Trajectory, bare as Trajectory], { chat_template_kwargs: kwargs });
     assert.equal(perJob.job.status, 'COMPLETED', JSON.stringify(perJob.job.error));
-    const bad = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [], experimental_config: { chat_template_kwargs: 'no' } });
+    const bad = await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: [],
+      experimental_config: { chat_template_kwargs: 'no' },
+    });
     assert.equal(bad.status, 422);
     assert.deepEqual(bad.body.detail[0].loc, ['body', 'experimental_config', 'chat_template_kwargs']);
   });
@@ -77,7 +93,10 @@ describe('training rows (built-in model)', () => {
     for (const entry of choice.logprobs.content) Object.assign(entry, { token: 'x', bytes: null });
     const { job, events } = await train(modelId, [group.trajectories[0] as Trajectory, stripped]);
     assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
-    assert.ok(job.metrics.frac_sampler_logprobs > 0 && job.metrics.frac_sampler_logprobs < 1, String(job.metrics.frac_sampler_logprobs));
+    assert.ok(
+      job.metrics.frac_sampler_logprobs > 0 && job.metrics.frac_sampler_logprobs < 1,
+      String(job.metrics.frac_sampler_logprobs),
+    );
     const missing = events.find((event) => event.type === 'sampler_logprobs_missing');
     assert.deepEqual(missing?.data.trajectories, ['trajectory_groups[0].trajectories[1]']);
   });
@@ -85,10 +104,24 @@ describe('training rows (built-in model)', () => {
   test('messages no template can take are refused at submit; text content parts train', async () => {
     const modelId = await createModel('parts');
     const group = await sampleGroup(e2e, 'local/rows/parts', 'Say hi.', 2, (_, i) => i);
-    const withParts = (content: unknown) => group.trajectories.map((trajectory) => ({ ...trajectory, messages_and_choices: [{ role: 'user', content }, trajectory.messages_and_choices[1]] }));
-    const image = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [{ trajectories: withParts([{ type: 'image_url', image_url: { url: 'data:,' } }]) }] });
+    const withParts = (content: unknown) =>
+      group.trajectories.map((trajectory) => ({
+        ...trajectory,
+        messages_and_choices: [{ role: 'user', content }, trajectory.messages_and_choices[1]],
+      }));
+    const image = await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: [{ trajectories: withParts([{ type: 'image_url', image_url: { url: 'data:,' } }]) }],
+    });
     assert.equal(image.status, 422);
-    assert.deepEqual(image.body.detail[0].loc, ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices']);
+    assert.deepEqual(image.body.detail[0].loc, [
+      'body',
+      'trajectory_groups',
+      0,
+      'trajectories',
+      0,
+      'messages_and_choices',
+    ]);
     assert.match(image.body.detail[0].msg, /image_url/);
     const { job } = await train(modelId, withParts([{ type: 'text', text: 'Say hi.' }]) as Trajectory[]);
     assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
@@ -96,20 +129,35 @@ describe('training rows (built-in model)', () => {
 
   test('kl_penalty_reference_step and kl_penalty_step_lag: the reference is that checkpoint’s adapter', async () => {
     const modelId = await createModel('kl');
-    const group = (await sampleGroup(e2e, 'local/rows/kl', 'Name a fruit.', 2, (_, i) => i)).trajectories as Trajectory[];
+    const group = (await sampleGroup(e2e, 'local/rows/kl', 'Name a fruit.', 2, (_, i) => i))
+      .trajectories as Trajectory[];
     assert.equal((await train(modelId, group)).job.status, 'COMPLETED');
     const kl = async (experimental: Record<string, unknown>) => {
-      const { job, events } = await train(modelId, group, { kl_penalty_coef: 0.5, kl_penalty_source: 'current_learner', ...experimental });
+      const { job, events } = await train(modelId, group, {
+        kl_penalty_coef: 0.5,
+        kl_penalty_source: 'current_learner',
+        ...experimental,
+      });
       assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
       return Number(events.find((event) => event.type === 'gradient_step')!.data.kl_policy_ref);
     };
     // First gradient step of a job: the policy is the latest checkpoint, so KL against that same step is 0.
     assert.ok(Math.abs(await kl({ kl_penalty_reference_step: 1 })) < 1e-6, 'reference = the current step (1)');
-    assert.ok(Math.abs(await kl({ kl_penalty_step_lag: 1 })) > 1e-4, 'lag 1 behind step 2 (trained from) = step 1, which step 2 has moved from');
-    assert.ok(Math.abs(await kl({ kl_penalty_reference_step: 0 })) > 1e-4, 'against the base model the trained policy has moved');
+    assert.ok(
+      Math.abs(await kl({ kl_penalty_step_lag: 1 })) > 1e-4,
+      'lag 1 behind step 2 (trained from) = step 1, which step 2 has moved from',
+    );
+    assert.ok(
+      Math.abs(await kl({ kl_penalty_reference_step: 0 })) > 1e-4,
+      'against the base model the trained policy has moved',
+    );
     assert.ok(Math.abs(await kl({ kl_penalty_reference_step: 1 })) > 1e-4, 'step 4 has moved away from step 1');
 
-    const both = await e2e.api('POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [], experimental_config: { kl_penalty_reference_step: 0, kl_penalty_step_lag: 1 } });
+    const both = await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: [],
+      experimental_config: { kl_penalty_reference_step: 0, kl_penalty_step_lag: 1 },
+    });
     assert.equal(both.status, 422);
     assert.match(JSON.stringify(both.body.detail), /Only one of/);
     const missing = await train(modelId, group, { kl_penalty_coef: 0.5, kl_penalty_reference_step: 99 });
@@ -128,18 +176,29 @@ describe('training rows (built-in model)', () => {
       ],
     });
     const artifact = await uploadArtifact(e2e, 'local/rows/sft-data', { 'train.jsonl': `${line}\n${line}\n` });
-    const sft = async (config: Record<string, unknown>) => e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifact.url, config: { batch_size: 1, ...config } });
+    const sft = async (config: Record<string, unknown>) =>
+      e2e.api('POST', '/v1/preview/sft-training-jobs', {
+        model_id: modelId,
+        training_data_url: artifact.url,
+        config: { batch_size: 1, ...config },
+      });
 
     const negative = await sft({ learning_rate: [1e-3, -1e-3] });
     assert.equal(negative.status, 422);
-    assert.deepEqual(negative.body.detail.map((problem: { loc: unknown }) => problem.loc), [['body', 'config', 'learning_rate', 1]]);
+    assert.deepEqual(
+      negative.body.detail.map((problem: { loc: unknown }) => problem.loc),
+      [['body', 'config', 'learning_rate', 1]],
+    );
     const trained: Record<string, number> = {};
     for (const turns of ['all', 'last']) {
       const submitted = await sft({ learning_rate: [1e-3, 0.0], assistant_turns: turns });
       assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
       assert.equal((await waitForJob(e2e, submitted.body.id)).status, 'COMPLETED');
       const steps = (await allEvents(e2e, submitted.body.id)).filter((event) => event.type === 'gradient_step');
-      assert.deepEqual(steps.map((event) => event.data.learning_rate), [1e-3, 0]);
+      assert.deepEqual(
+        steps.map((event) => event.data.learning_rate),
+        [1e-3, 0],
+      );
       trained[turns] = Number(steps[0].data.num_trainable_tokens);
     }
     assert.ok(trained.last > 0 && trained.last < trained.all, JSON.stringify(trained));

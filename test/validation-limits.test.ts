@@ -46,13 +46,25 @@ describe('validation of huge invalid bodies', () => {
     assert.equal(response.statusCode, 422);
     const detail = JSON.parse(response.body).detail;
     assert.equal(detail.length, MAX_LISTED_PROBLEMS + 1);
-    assert.deepEqual(detail[0], { loc: ['body', 'steps', 0], msg: 'Input should be of type integer', type: 'int_type' });
-    assert.deepEqual(detail.at(-1), { loc: ['body'], msg: '4900 more problems are not listed', type: 'too_many_errors' });
+    assert.deepEqual(detail[0], {
+      loc: ['body', 'steps', 0],
+      msg: 'Input should be of type integer',
+      type: 'int_type',
+    });
+    assert.deepEqual(detail.at(-1), {
+      loc: ['body'],
+      msg: '4900 more problems are not listed',
+      type: 'too_many_errors',
+    });
   });
 
   test('a small bad body still reports every problem at once', async () => {
     const response = await t.call('POST', '/v1/preview/models', { project: 'a/b', name: '' });
     assert.equal(response.status, 422);
-    assert.deepEqual(response.body.detail.map((d: { loc: string[] }) => d.loc.join('.')).sort(), ['body.base_model', 'body.name', 'body.project']);
+    assert.deepEqual(response.body.detail.map((d: { loc: string[] }) => d.loc.join('.')).sort(), [
+      'body.base_model',
+      'body.name',
+      'body.project',
+    ]);
   });
 });

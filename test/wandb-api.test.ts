@@ -9,8 +9,8 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import type { Clock } from '../src/clock.ts';
-import { backends } from './helpers/database.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
+import { backends } from './helpers/database.ts';
 
 const md5 = (data: string) => crypto.createHash('md5').update(data).digest('base64');
 const basic = (key: string) => `Basic ${Buffer.from(`api:${key}`).toString('base64')}`;
@@ -23,8 +23,15 @@ function artifactDigest(files: Record<string, string>): string {
 }
 
 function manifestOf(files: Record<string, string>): string {
-  const contents = Object.fromEntries(Object.entries(files).map(([name, text]) => [name, { digest: md5(text), size: Buffer.byteLength(text) }]));
-  return JSON.stringify({ version: 1, storagePolicy: 'wandb-storage-policy-v1', storagePolicyConfig: { storageLayout: 'V2' }, contents });
+  const contents = Object.fromEntries(
+    Object.entries(files).map(([name, text]) => [name, { digest: md5(text), size: Buffer.byteLength(text) }]),
+  );
+  return JSON.stringify({
+    version: 1,
+    storagePolicy: 'wandb-storage-policy-v1',
+    storagePolicyConfig: { storageLayout: 'V2' },
+    contents,
+  });
 }
 
 const CREATE_ARTIFACT = `mutation CreateArtifact($input: CreateArtifactInput!) { createArtifact(input: $input) { artifact { id state artifactSequence { latestArtifact { id } } } } }`;
@@ -41,10 +48,27 @@ const ARTIFACT_BY_ID = `query ArtifactByID($id: ID!) { artifact(id: $id) { __typ
 function createInput(name: string, digest: string, extra: Record<string, unknown> = {}) {
   return {
     input: {
-      aliases: [{ alias: 'latest', artifactCollectionName: name }], artifactCollectionName: name, artifactCollectionNames: null, artifactTypeName: 'dataset',
-      clientID: 'c1', clientMutationId: null, description: null, digest, digestAlgorithm: 'MANIFEST_MD5', distributedID: null, enableDigestDeduplication: true,
-      entityName: 'local', historyStep: null, labels: null, metadata: '{"format":"jsonl"}', projectName: 'wb', runName: 'run1', sequenceClientID: 's1',
-      storageRegion: null, ttlDurationSeconds: null, ...extra,
+      aliases: [{ alias: 'latest', artifactCollectionName: name }],
+      artifactCollectionName: name,
+      artifactCollectionNames: null,
+      artifactTypeName: 'dataset',
+      clientID: 'c1',
+      clientMutationId: null,
+      description: null,
+      digest,
+      digestAlgorithm: 'MANIFEST_MD5',
+      distributedID: null,
+      enableDigestDeduplication: true,
+      entityName: 'local',
+      historyStep: null,
+      labels: null,
+      metadata: '{"format":"jsonl"}',
+      projectName: 'wb',
+      runName: 'run1',
+      sequenceClientID: 's1',
+      storageRegion: null,
+      ttlDurationSeconds: null,
+      ...extra,
     },
   };
 }
@@ -62,11 +86,21 @@ for (const backend of backends()) {
     });
 
     const gql = async (query: string, variables: Record<string, unknown> = {}, authorization = basic(t.key)) => {
-      const response = await t.app.inject({ method: 'POST', url: '/graphql', headers: { authorization, 'content-type': 'application/json' }, payload: { query, variables } });
+      const response = await t.app.inject({
+        method: 'POST',
+        url: '/graphql',
+        headers: { authorization, 'content-type': 'application/json' },
+        payload: { query, variables },
+      });
       return { status: response.statusCode, body: JSON.parse(response.body) };
     };
     const put = async (url: string, body: string) => {
-      const response = await t.app.inject({ method: 'PUT', url: new URL(url).pathname, payload: body, headers: { 'content-length': String(Buffer.byteLength(body)) } });
+      const response = await t.app.inject({
+        method: 'PUT',
+        url: new URL(url).pathname,
+        payload: body,
+        headers: { 'content-length': String(Buffer.byteLength(body)) },
+      });
       return { status: response.statusCode, body: response.body ? JSON.parse(response.body) : null };
     };
 
@@ -75,17 +109,49 @@ for (const backend of backends()) {
       const created = await gql(CREATE_ARTIFACT, createInput(name, digest));
       assert.equal(created.body.errors, undefined, JSON.stringify(created.body));
       const id = created.body.data.createArtifact.artifact.id as string;
-      const manifest = await gql(CREATE_MANIFEST, { artifactID: id, name: 'wandb_manifest.json', digest: '', entityName: 'local', projectName: 'wb', runName: 'run1', includeUpload: false });
-      const specs = Object.entries(files).map(([file, text]) => ({ artifactID: id, artifactManifestID: manifest.body.data.createArtifactManifest.artifactManifest.id, md5: md5(text), mimetype: null, name: file, uploadPartsInput: null }));
-      const urls = await gql(CREATE_FILES, { input: { artifactFiles: specs, clientMutationId: null, cloudRegionID: null, storageLayout: 'V2' } });
+      const manifest = await gql(CREATE_MANIFEST, {
+        artifactID: id,
+        name: 'wandb_manifest.json',
+        digest: '',
+        entityName: 'local',
+        projectName: 'wb',
+        runName: 'run1',
+        includeUpload: false,
+      });
+      const specs = Object.entries(files).map(([file, text]) => ({
+        artifactID: id,
+        artifactManifestID: manifest.body.data.createArtifactManifest.artifactManifest.id,
+        md5: md5(text),
+        mimetype: null,
+        name: file,
+        uploadPartsInput: null,
+      }));
+      const urls = await gql(CREATE_FILES, {
+        input: { artifactFiles: specs, clientMutationId: null, cloudRegionID: null, storageLayout: 'V2' },
+      });
       assert.equal(urls.body.errors, undefined, JSON.stringify(urls.body));
-      return { id, created: created.body.data.createArtifact.artifact, nodes: urls.body.data.createArtifactFiles.files.edges.map((edge: any) => edge.node) };
+      return {
+        id,
+        created: created.body.data.createArtifact.artifact,
+        nodes: urls.body.data.createArtifactFiles.files.edges.map((edge: any) => edge.node),
+      };
     }
 
     /** The manifest's own upload, then commitArtifact. */
     async function finishArtifact(id: string, manifest: string) {
-      const target = await gql(CREATE_MANIFEST, { artifactID: id, name: 'wandb_manifest.json', digest: md5(manifest), entityName: 'local', projectName: 'wb', runName: 'run1', includeUpload: true });
-      assert.equal((await put(target.body.data.createArtifactManifest.artifactManifest.file.uploadUrl, manifest)).status, 200);
+      const target = await gql(CREATE_MANIFEST, {
+        artifactID: id,
+        name: 'wandb_manifest.json',
+        digest: md5(manifest),
+        entityName: 'local',
+        projectName: 'wb',
+        runName: 'run1',
+        includeUpload: true,
+      });
+      assert.equal(
+        (await put(target.body.data.createArtifactManifest.artifactManifest.file.uploadUrl, manifest)).status,
+        200,
+      );
       return gql(COMMIT, { artifactID: id });
     }
 
@@ -96,7 +162,11 @@ for (const backend of backends()) {
       const wrong = await gql('query Viewer { viewer { entity } }', {}, basic(`sk-${'0'.repeat(43)}`));
       assert.equal(wrong.status, 401);
       assert.equal(wrong.body.errors[0].message, 'Invalid or revoked API key');
-      const missing = await t.app.inject({ method: 'POST', url: '/graphql', payload: { query: '{ viewer { entity } }' } });
+      const missing = await t.app.inject({
+        method: 'POST',
+        url: '/graphql',
+        payload: { query: '{ viewer { entity } }' },
+      });
       assert.equal(missing.statusCode, 401);
       assert.match(JSON.parse(missing.body).errors[0].message, /WANDB_API_KEY/);
     });
@@ -108,7 +178,8 @@ for (const backend of backends()) {
       assert.equal(created.artifactSequence.latestArtifact, null);
       assert.equal(nodes.length, 2);
       for (const node of nodes) assert.equal(node.uploadMultipartUrls, null);
-      for (const [index, text] of Object.values(files).entries()) assert.equal((await put(nodes[index].uploadUrl, text)).status, 200);
+      for (const [index, text] of Object.values(files).entries())
+        assert.equal((await put(nodes[index].uploadUrl, text)).status, 200);
       const committed = await finishArtifact(id, manifestOf(files));
       assert.equal(committed.body.errors, undefined, JSON.stringify(committed.body));
       assert.equal(committed.body.data.commitArtifact.artifact.digest, artifactDigest(files));
@@ -120,15 +191,28 @@ for (const backend of backends()) {
       assert.equal(read.metadata, '{"format":"jsonl"}');
       assert.equal(read.fileCount, 2);
       assert.deepEqual(read.artifactSequence.project, { name: 'wb', entity: { name: 'local' } });
-      assert.deepEqual(read.aliases, [{ alias: 'latest', artifactCollection: { __typename: 'ArtifactSequence', name: 'chats' } }]);
+      assert.deepEqual(read.aliases, [
+        { alias: 'latest', artifactCollection: { __typename: 'ArtifactSequence', name: 'chats' } },
+      ]);
       const listed = await t.call('GET', '/v1/preview/artifacts/local/wb/chats');
-      assert.deepEqual(listed.body.data.map((version: any) => version.url), ['wandb-artifact:///local/wb/chats:v0']);
-      const download = await t.app.inject({ method: 'GET', url: '/v1/preview/artifacts/local/wb/chats:v0/files/train.jsonl', headers: { authorization: `Bearer ${t.key}` } });
+      assert.deepEqual(
+        listed.body.data.map((version: any) => version.url),
+        ['wandb-artifact:///local/wb/chats:v0'],
+      );
+      const download = await t.app.inject({
+        method: 'GET',
+        url: '/v1/preview/artifacts/local/wb/chats:v0/files/train.jsonl',
+        headers: { authorization: `Bearer ${t.key}` },
+      });
       assert.equal(download.body, files['train.jsonl']);
 
       // The same content again is W&B's deduplication: the committed version comes back and nothing new is stored.
       const again = await gql(CREATE_ARTIFACT, createInput('chats', artifactDigest(files)));
-      assert.deepEqual(again.body.data.createArtifact.artifact, { id, state: 'COMMITTED', artifactSequence: { latestArtifact: { id } } });
+      assert.deepEqual(again.body.data.createArtifact.artifact, {
+        id,
+        state: 'COMMITTED',
+        artifactSequence: { latestArtifact: { id } },
+      });
       assert.equal((await t.call('GET', '/v1/preview/artifacts/local/wb/chats')).body.data.length, 1);
     });
 
@@ -147,13 +231,19 @@ for (const backend of backends()) {
       const files = { 'train.jsonl': 'one' };
       const wrongDigest = await startArtifact('wrong-digest', files, 'f'.repeat(32));
       await put(wrongDigest.nodes[0].uploadUrl, 'one');
-      assert.match((await finishArtifact(wrongDigest.id, manifestOf(files))).body.errors[0].message, /its digest is [0-9a-f]{32}, but createArtifact declared f{32}/);
+      assert.match(
+        (await finishArtifact(wrongDigest.id, manifestOf(files))).body.errors[0].message,
+        /its digest is [0-9a-f]{32}, but createArtifact declared f{32}/,
+      );
 
       const two = { 'train.jsonl': 'one', 'b.txt': 'two' };
       const partial = await startArtifact('partial', two, artifactDigest(files));
       await put(partial.nodes[0].uploadUrl, 'one');
       await put(partial.nodes[1].uploadUrl, 'two');
-      assert.match((await finishArtifact(partial.id, manifestOf(files))).body.errors[0].message, /uploaded files missing from it: "b.txt"/);
+      assert.match(
+        (await finishArtifact(partial.id, manifestOf(files))).body.errors[0].message,
+        /uploaded files missing from it: "b.txt"/,
+      );
       assert.equal((await t.call('GET', '/v1/preview/artifacts/local/wb/partial')).status, 404);
     });
 
@@ -177,32 +267,61 @@ for (const backend of backends()) {
 
     test('W&B features outside the subset are errors that name them', async () => {
       const field = await gql('query { runQueue(id: "q") { id } }');
-      assert.match(field.body.errors[0].message, /Cannot query field "runQueue" on type "Query".*wandb.init, run.log_artifact/);
+      assert.match(
+        field.body.errors[0].message,
+        /Cannot query field "runQueue" on type "Query".*wandb.init, run.log_artifact/,
+      );
       const tags = await gql(CREATE_ARTIFACT, createInput('tagged', 'f'.repeat(32), { tags: [{ tagName: 'x' }] }));
       assert.match(tags.body.errors[0].message, /Artifact tags: not supported by this server/);
-      const alias = await gql(CREATE_ARTIFACT, createInput('aliased', 'f'.repeat(32), { aliases: [{ alias: 'best', artifactCollectionName: 'aliased' }] }));
+      const alias = await gql(
+        CREATE_ARTIFACT,
+        createInput('aliased', 'f'.repeat(32), { aliases: [{ alias: 'best', artifactCollectionName: 'aliased' }] }),
+      );
       assert.match(alias.body.errors[0].message, /aliases other than "latest" \("best"\)/);
       const input = await gql(CREATE_ARTIFACT, createInput('unknown-input', 'f'.repeat(32), { someNewField: 1 }));
       assert.match(input.body.errors[0].message, /someNewField/);
       const { id } = await startArtifact('folders', { 'train.jsonl': 'x' });
-      const nested = await gql(CREATE_FILES, { input: { artifactFiles: [{ artifactID: id, name: 'a/b.txt', md5: md5('x') }], storageLayout: 'V2' } });
+      const nested = await gql(CREATE_FILES, {
+        input: { artifactFiles: [{ artifactID: id, name: 'a/b.txt', md5: md5('x') }], storageLayout: 'V2' },
+      });
       assert.match(nested.body.errors[0].message, /no folders/);
-      const other = await gql(CREATE_ARTIFACT, { input: { ...createInput('elsewhere', 'f'.repeat(32)).input, entityName: 'someone-else' } });
+      const other = await gql(CREATE_ARTIFACT, {
+        input: { ...createInput('elsewhere', 'f'.repeat(32)).input, entityName: 'someone-else' },
+      });
       assert.match(other.body.errors[0].message, /may not write artifacts of entity "someone-else"/);
-      const sweep = await gql('mutation { upsertBucket(input: {name: "r", modelName: "wb", sweep: "s1"}) { bucket { id } } }');
+      const sweep = await gql(
+        'mutation { upsertBucket(input: {name: "r", modelName: "wb", sweep: "s1"}) { bucket { id } } }',
+      );
       assert.match(sweep.body.errors[0].message, /Sweeps: not supported/);
     });
 
     test('runs: upsertBucket answers the run, resumption finds none, file_stream is read and dropped, telemetry is off', async () => {
-      const run = await gql('mutation { upsertBucket(input: {name: "run1", modelName: "wb", entityName: "local", displayName: "adder"}) { bucket { name displayName project { name entity { name } } } inserted } }');
-      assert.deepEqual(run.body.data.upsertBucket, { bucket: { name: 'run1', displayName: 'adder', project: { name: 'wb', entity: { name: 'local' } } }, inserted: true });
-      const resume = await gql('query { model(name: "wb", entityName: "local") { name bucket(name: "run1", missingOk: true) { id } } }');
+      const run = await gql(
+        'mutation { upsertBucket(input: {name: "run1", modelName: "wb", entityName: "local", displayName: "adder"}) { bucket { name displayName project { name entity { name } } } inserted } }',
+      );
+      assert.deepEqual(run.body.data.upsertBucket, {
+        bucket: { name: 'run1', displayName: 'adder', project: { name: 'wb', entity: { name: 'local' } } },
+        inserted: true,
+      });
+      const resume = await gql(
+        'query { model(name: "wb", entityName: "local") { name bucket(name: "run1", missingOk: true) { id } } }',
+      );
       assert.deepEqual(resume.body.data.model, { name: 'wb', bucket: null });
-      const stream = await t.app.inject({ method: 'POST', url: '/files/local/wb/run1/file_stream', headers: { authorization: basic(t.key) }, payload: { files: {}, complete: true, exitcode: 0 } });
+      const stream = await t.app.inject({
+        method: 'POST',
+        url: '/files/local/wb/run1/file_stream',
+        headers: { authorization: basic(t.key) },
+        payload: { files: {}, complete: true, exitcode: 0 },
+      });
       assert.equal(stream.statusCode, 200);
-      assert.equal((await t.app.inject({ method: 'POST', url: '/files/local/wb/run1/file_stream', payload: {} })).statusCode, 401);
+      assert.equal(
+        (await t.app.inject({ method: 'POST', url: '/files/local/wb/run1/file_stream', payload: {} })).statusCode,
+        401,
+      );
       assert.equal((await t.app.inject({ method: 'POST', url: '/sdk/otel/v1/metrics' })).statusCode, 404);
-      const runFiles = await gql('mutation { createRunFiles(input: {entityName: "local", projectName: "wb", runName: "run1", files: ["output.log"]}) { files { name uploadUrl } } }');
+      const runFiles = await gql(
+        'mutation { createRunFiles(input: {entityName: "local", projectName: "wb", runName: "run1", files: ["output.log"]}) { files { name uploadUrl } } }',
+      );
       assert.equal((await put(runFiles.body.data.createRunFiles.files[0].uploadUrl, 'console output')).status, 200);
     });
   });

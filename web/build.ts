@@ -58,12 +58,19 @@ export async function buildDashboard(options: { minify?: boolean } = {}): Promis
     const name = path.basename(file.path);
     const urlPath = `/assets/${name}`;
     const extension = path.extname(name);
-    files.set(urlPath, { body: Buffer.from(file.contents), contentType: CONTENT_TYPES[extension] ?? 'application/octet-stream', immutable: true });
+    files.set(urlPath, {
+      body: Buffer.from(file.contents),
+      contentType: CONTENT_TYPES[extension] ?? 'application/octet-stream',
+      immutable: true,
+    });
     if (extension === '.js') script = urlPath;
     if (extension === '.css') stylesheet = urlPath;
   }
   if (!script || !stylesheet) throw new Error('the dashboard build produced no script or stylesheet');
-  const html = fs.readFileSync(path.join(webDir, 'index.html'), 'utf8').replace('%SCRIPT%', script).replace('%STYLESHEET%', stylesheet);
+  const html = fs
+    .readFileSync(path.join(webDir, 'index.html'), 'utf8')
+    .replace('%SCRIPT%', script)
+    .replace('%STYLESHEET%', stylesheet);
   files.set('/', { body: Buffer.from(html), contentType: CONTENT_TYPES['.html'], immutable: false });
   files.set('/favicon.svg', { body: Buffer.from(FAVICON), contentType: CONTENT_TYPES['.svg'], immutable: false });
   return { files, buildMs: performance.now() - started };

@@ -26,15 +26,42 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # What the server sends for the knobs a test leaves alone (src/services/training-defaults.ts and
 # src/engine/protocol.ts hold the real values; these only need to be complete).
-SAMPLING = {"max_tokens": None, "min_tokens": 0, "ignore_eos": False, "stop_token_ids": [], "temperature": 1.0,
-            "top_p": 1.0, "top_k": -1, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-            "repetition_penalty": 1.0, "logit_bias": {}, "allowed_token_ids": None, "bad_words_ids": [], "seed": None,
-            "logprobs": None, "prompt_logprobs": None, "n": 1}
-LOSS = {"ppo": False, "epsilon": 1.0, "epsilon_high": 4.0, "importance_sampling_level": "token",
-        "max_negative_advantage_importance_sampling_weight": None, "mask_prob_ratio": False, "k2_tau": None,
-        "truncated_importance_sampling": None, "kl_penalty_coef": 0.0, "kl_penalty_source": "current_learner"}
-OPTIMIZER = {"rl": {"learning_rate": 5e-6, "betas": [0.9, 0.99], "weight_decay": 0.1, "max_grad_norm": 0.1},
-             "sft": {"learning_rate": 5e-6, "betas": [0.9, 0.99], "weight_decay": 0.0, "max_grad_norm": 1.0}}
+SAMPLING = {
+    "max_tokens": None,
+    "min_tokens": 0,
+    "ignore_eos": False,
+    "stop_token_ids": [],
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "logit_bias": {},
+    "allowed_token_ids": None,
+    "bad_words_ids": [],
+    "seed": None,
+    "logprobs": None,
+    "prompt_logprobs": None,
+    "n": 1,
+}
+LOSS = {
+    "ppo": False,
+    "epsilon": 1.0,
+    "epsilon_high": 4.0,
+    "importance_sampling_level": "token",
+    "max_negative_advantage_importance_sampling_weight": None,
+    "mask_prob_ratio": False,
+    "k2_tau": None,
+    "truncated_importance_sampling": None,
+    "kl_penalty_coef": 0.0,
+    "kl_penalty_source": "current_learner",
+}
+OPTIMIZER = {
+    "rl": {"learning_rate": 5e-6, "betas": [0.9, 0.99], "weight_decay": 0.1, "max_grad_norm": 0.1},
+    "sft": {"learning_rate": 5e-6, "betas": [0.9, 0.99], "weight_decay": 0.0, "max_grad_norm": 1.0},
+}
 INIT = {"rank": 8, "alpha": 16, "target_modules": list(SUPPORTED_TARGETS), "seed": 0}
 
 
@@ -46,18 +73,23 @@ def sampling(vocab: int, **over) -> SamplingParams:
 
 
 def loss_config(**over) -> LossConfig:
-    return wire.parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", loss_config=over)).loss_config
+    return wire.parse_train_step(
+        train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", loss_config=over)
+    ).loss_config
 
 
 def optimizer(loss: str, **over) -> AdamW:
     """The optimizer a train_step request with these overrides of its `optimizer` parses to."""
-    return wire.parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1]}], "sft", optimizer={**OPTIMIZER[loss], **over})).optimizer
+    return wire.parse_train_step(
+        train_request([{"tokens": [1, 2], "mask": [0, 1]}], "sft", optimizer={**OPTIMIZER[loss], **over})
+    ).optimizer
 
 
 def lora(**over) -> LoraConfig:
     cfg = {**INIT, **over}
-    return LoraConfig(rank=cfg["rank"], alpha=float(cfg["alpha"]), target_modules=tuple(cfg["target_modules"]),
-                      seed=cfg["seed"])
+    return LoraConfig(
+        rank=cfg["rank"], alpha=float(cfg["alpha"]), target_modules=tuple(cfg["target_modules"]), seed=cfg["seed"]
+    )
 
 
 def complete_row(row: dict, loss: str | None) -> dict:
@@ -73,8 +105,13 @@ def complete_row(row: dict, loss: str | None) -> dict:
 
 def train_request(rows: list, loss: str, **over) -> dict:
     """A complete train_step request for `rows` (completed by complete_row)."""
-    msg = {"base": "b", "adapter": "a", "loss": loss, "rows": [complete_row(r, loss) for r in rows],
-           "optimizer": dict(OPTIMIZER[loss])}
+    msg = {
+        "base": "b",
+        "adapter": "a",
+        "loss": loss,
+        "rows": [complete_row(r, loss) for r in rows],
+        "optimizer": dict(OPTIMIZER[loss]),
+    }
     if loss == "rl":
         msg["loss_config"] = dict(LOSS)
     for key, value in over.items():
@@ -99,10 +136,19 @@ def parse_rows(rows: list, vocab: int, max_len: int, loss: str | None) -> list[R
 
 def tiny_config(family: str = "qwen2", tied: bool = False, **over) -> dict:
     cfg = {
-        "model_type": family, "vocab_size": 101, "hidden_size": 64, "intermediate_size": 96,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 256,
-        "tie_word_embeddings": tied, "eos_token_id": 2, "bos_token_id": 1,
+        "model_type": family,
+        "vocab_size": 101,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": tied,
+        "eos_token_id": 2,
+        "bos_token_id": 1,
     }
     if family == "qwen3":
         cfg["head_dim"] = 24  # Qwen3 decouples head_dim from hidden/heads
@@ -110,8 +156,15 @@ def tiny_config(family: str = "qwen2", tied: bool = False, **over) -> dict:
     return cfg
 
 
-def make_checkpoint(folder: str, family: str = "qwen2", tied: bool = False, sharded: bool = False,
-                    seed: int = 0, std: float = 0.02, **over) -> str:
+def make_checkpoint(
+    folder: str,
+    family: str = "qwen2",
+    tied: bool = False,
+    sharded: bool = False,
+    seed: int = 0,
+    std: float = 0.02,
+    **over,
+) -> str:
     cfg = tiny_config(family, tied, **over)
     args = ModelArgs.from_hf_config(cfg)
     tensors = init_hf_weights(args, seed, std)
@@ -133,8 +186,13 @@ class EngineProcess:
     """`python3 -m engine` as a subprocess, with frames read on a background thread."""
 
     def __init__(self, *extra: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine", *extra], cwd=REPO, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine", *extra],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.frames: queue.Queue = queue.Queue()
         self.stderr_lines = []
         threading.Thread(target=self._read, daemon=True).start()

@@ -18,24 +18,81 @@ from engine.wire import WireError, parse_check_constraint, parse_generate
 
 VOCAB = 101
 # Text tokens of the test model's vocabulary; every other id is a special token (never text), EOS among them.
-PIECES = {10: "{", 11: '"', 12: "a", 13: "b", 14: "c", 15: "}", 16: "x", 17: '{"', 18: '"}', 19: "ab", 20: "abc",
-          21: "abca", 22: '"a', 23: 'ca"}', 24: 'b"', 25: '{"a', 26: "{}", 27: "1", 28: "2", 29: "+", 30: "*",
-          31: "(", 32: ")", 33: ":", 34: ",", 35: "[", 36: "]", 37: "Ġ", 38: "12", 39: "yes", 40: "no"}
+PIECES = {
+    10: "{",
+    11: '"',
+    12: "a",
+    13: "b",
+    14: "c",
+    15: "}",
+    16: "x",
+    17: '{"',
+    18: '"}',
+    19: "ab",
+    20: "abc",
+    21: "abca",
+    22: '"a',
+    23: 'ca"}',
+    24: 'b"',
+    25: '{"a',
+    26: "{}",
+    27: "1",
+    28: "2",
+    29: "+",
+    30: "*",
+    31: "(",
+    32: ")",
+    33: ":",
+    34: ",",
+    35: "[",
+    36: "]",
+    37: "Ġ",
+    38: "12",
+    39: "yes",
+    40: "no",
+}
 TEXT = {"{", '"', "a", "b", "c", "}", "x"}
 
 
 def write_tokenizer(folder: str) -> None:
     """A byte-level BPE tokenizer.json over PIECES (printable ASCII maps to itself; Ġ is the space), with
     every other id a special added token."""
-    added = [{"id": i, "content": f"<|s{i}|>", "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i in range(VOCAB) if i not in PIECES]
+    added = [
+        {
+            "id": i,
+            "content": f"<|s{i}|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i in range(VOCAB)
+        if i not in PIECES
+    ]
     vocab = {piece: i for i, piece in PIECES.items()}
     vocab.update({token["content"]: token["id"] for token in added})
-    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-                 "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-                 "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-                 "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                           "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": []}}
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
     with open(os.path.join(folder, "tokenizer.json"), "w") as f:
         json.dump(tokenizer, f)
 
@@ -102,7 +159,13 @@ class TestMasks(unittest.TestCase):
             (spec("json_object", True, disable_any_whitespace=True), '{"a":[1,2]}'),
             (spec("grammar", 'start: e\ne: t ("+" t)*\nt: f ("*" f)*\nf: /[0-9]+/ | "(" e ")"'), "(1+2)*12"),
             (spec("grammar", 'root ::= "a" [bc]+'), "abcb"),  # GBNF, converted as vLLM's guidance backend does
-            (spec("structural_tag", {"triggers": ["x"], "structures": [{"begin": "x{", "schema": {"type": "string"}, "end": "}"}]}), 'ab x{"c"} ab'),
+            (
+                spec(
+                    "structural_tag",
+                    {"triggers": ["x"], "structures": [{"begin": "x{", "schema": {"type": "string"}, "end": "}"}]},
+                ),
+                'ab x{"c"} ab',
+            ),
         ]
         for s, text in cases:
             guide = Guide(self.fx.compiled(s))
@@ -117,8 +180,12 @@ class TestMasks(unittest.TestCase):
         return [by_piece[ch] for ch in text.replace(" ", "Ġ")]
 
     def test_refusals_before_any_token_name_the_problem_and_are_cached(self):
-        for s, message in [(spec("regex", "(ab"), "unclosed group"), (spec("regex", "a(?=b)"), "look-around"),
-                           (spec("json", {"type": "strange"}), "strange"), (spec("grammar", "start: foo"), "foo")]:
+        for s, message in [
+            (spec("regex", "(ab"), "unclosed group"),
+            (spec("regex", "a(?=b)"), "look-around"),
+            (spec("json", {"type": "strange"}), "strange"),
+            (spec("grammar", "start: foo"), "foo"),
+        ]:
             with self.subTest(kind=s.kind, value=s.value):
                 future = self.fx.store.compile("b", s)
                 with self.assertRaisesRegex(ConstraintError, message):
@@ -127,14 +194,20 @@ class TestMasks(unittest.TestCase):
 
     def test_additional_properties_off_where_asked(self):
         schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-        self.assertIn('"additionalProperties":false', grammar_of(spec("json", schema, disable_additional_properties=True)))
+        self.assertIn(
+            '"additionalProperties":false', grammar_of(spec("json", schema, disable_additional_properties=True))
+        )
         self.assertNotIn("additionalProperties", grammar_of(spec("json", schema)))
 
     def test_the_wire_names_a_bad_specification(self):
-        for constraint, message in [({}, "exactly one"), ({"regex": "a", "choice": ["a"]}, "exactly one"),
-                                    ({"choice": []}, "constraint.choice must be"), ({"json": "x"}, "constraint.json must be"),
-                                    ({"regex": "a", "whitespace_pattern": " "}, "unknown keys"),
-                                    ({"structural_tag": {"triggers": ["<"], "structures": [{"begin": "<a>"}]}}, "begin and end")]:
+        for constraint, message in [
+            ({}, "exactly one"),
+            ({"regex": "a", "choice": ["a"]}, "exactly one"),
+            ({"choice": []}, "constraint.choice must be"),
+            ({"json": "x"}, "constraint.json must be"),
+            ({"regex": "a", "whitespace_pattern": " "}, "unknown keys"),
+            ({"structural_tag": {"triggers": ["<"], "structures": [{"begin": "<a>"}]}}, "begin and end"),
+        ]:
             with self.subTest(constraint=constraint), self.assertRaisesRegex(WireError, message):
                 parse_generate(generate_request("g", prompt=[1], constraint=constraint))
         self.assertEqual(spec("regex", "a").key, spec("regex", "a").key)
@@ -170,7 +243,10 @@ class TestConstrainedBatch(unittest.TestCase):
         free = Run([9, 8, 7, 6], **free_kw)
         runs = [self.constrained(seed=s, n=2, max_tokens=20, logprobs=0) for s in range(6)]
         greedy = self.constrained(temperature=0, max_tokens=20, ignore_eos=True, min_tokens=3)
-        drive(self.sched(), [(0, free), (0, runs[0]), (1, runs[1]), (2, greedy)] + [(3 + i, r) for i, r in enumerate(runs[2:])])
+        drive(
+            self.sched(),
+            [(0, free), (0, runs[0]), (1, runs[1]), (2, greedy)] + [(3 + i, r) for i, r in enumerate(runs[2:])],
+        )
         for run in runs + [greedy]:
             for seq, tokens in run.tokens.items():
                 self.assertEqual(tokens[-1], EOS)
@@ -232,9 +308,14 @@ class TestProtocol(unittest.TestCase):
         engine = EngineProcess()
         try:
             loaded = engine.call({"id": "l1", "op": "load_base", "base": "b", "path": tm.path})
-            self.assertEqual(set(loaded["constraint_kinds"]), {"json", "json_object", "regex", "choice", "grammar", "structural_tag"})
+            self.assertEqual(
+                set(loaded["constraint_kinds"]), {"json", "json_object", "regex", "choice", "grammar", "structural_tag"}
+            )
             good = {"regex": '\\{"[a-c]{1,3}"\\}'}
-            self.assertEqual(engine.call({"id": "c1", "op": "check_constraint", "base": "b", "constraint": good}), {"id": "c1", "done": True, "ok": True})
+            self.assertEqual(
+                engine.call({"id": "c1", "op": "check_constraint", "base": "b", "constraint": good}),
+                {"id": "c1", "done": True, "ok": True},
+            )
             bad = engine.call({"id": "c2", "op": "check_constraint", "base": "b", "constraint": {"regex": "(ab"}})
             self.assertEqual(bad["error"]["code"], "bad_request")
             self.assertIn("unclosed group", bad["error"]["message"])
@@ -245,7 +326,16 @@ class TestProtocol(unittest.TestCase):
             for seed in range(3):
                 rid = f"s{seed}"
                 # A new specification each time: generate compiles it on the pool before admitting the request.
-                engine.send(generate_request(rid, prompt=[5, 6], max_tokens=30, seed=seed, n=2, constraint={"regex": f'\\{{"[a-c]{{1,{seed + 1}}}"\\}}'}))
+                engine.send(
+                    generate_request(
+                        rid,
+                        prompt=[5, 6],
+                        max_tokens=30,
+                        seed=seed,
+                        n=2,
+                        constraint={"regex": f'\\{{"[a-c]{{1,{seed + 1}}}"\\}}'},
+                    )
+                )
                 frames = engine.until_done(rid)
                 self.assertNotIn("error", frames[-1])
                 tokens = {}

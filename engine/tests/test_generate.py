@@ -20,8 +20,9 @@ class Run:
         self.tokens, self.logprobs, self.finish, self.prompt_lp = {}, {}, {}, None
         self.result = None
         p = sampling(101, **params)
-        self.req = GenRequest(id=str(id(self)), prompt=list(prompt), params=p, emit=self._emit,
-                              finish=self._done, adapter=adapter)
+        self.req = GenRequest(
+            id=str(id(self)), prompt=list(prompt), params=p, emit=self._emit, finish=self._done, adapter=adapter
+        )
 
     def _emit(self, m):
         if m["type"] == "tokens":
@@ -70,10 +71,32 @@ class TestGenerate(unittest.TestCase):
         return [
             (0, dict(prompt=[5, 6, 7, 8, 9], adapter=self.a1, seed=1, max_tokens=12, logprobs=0, ignore_eos=True)),
             (3, dict(prompt=[10, 11], adapter=None, temperature=0, max_tokens=6, logprobs=0, ignore_eos=True)),
-            (5, dict(prompt=[40, 41, 42, 43, 44, 45, 46], adapter=self.a2, seed=5, top_p=0.9, n=2, max_tokens=9,
-                     logprobs=0, ignore_eos=True)),
-            (5, dict(prompt=[7, 7, 7], adapter=self.a1, seed=7, top_k=20, repetition_penalty=1.3, max_tokens=15,
-                     logprobs=0, ignore_eos=True)),
+            (
+                5,
+                dict(
+                    prompt=[40, 41, 42, 43, 44, 45, 46],
+                    adapter=self.a2,
+                    seed=5,
+                    top_p=0.9,
+                    n=2,
+                    max_tokens=9,
+                    logprobs=0,
+                    ignore_eos=True,
+                ),
+            ),
+            (
+                5,
+                dict(
+                    prompt=[7, 7, 7],
+                    adapter=self.a1,
+                    seed=7,
+                    top_k=20,
+                    repetition_penalty=1.3,
+                    max_tokens=15,
+                    logprobs=0,
+                    ignore_eos=True,
+                ),
+            ),
             (9, dict(prompt=[99, 98], adapter=self.a2, seed=8, max_tokens=4, logprobs=0, ignore_eos=True)),
         ]
 
@@ -86,7 +109,9 @@ class TestGenerate(unittest.TestCase):
             self.assertEqual(run.tokens, alone.tokens)
             self.assertEqual(run.finish, alone.finish)
             for seq in alone.logprobs:
-                self.assertLess(max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq], strict=True)), 1e-5)
+                self.assertLess(
+                    max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq], strict=True)), 1e-5
+                )
             self.assertEqual(run.result, {"prompt_tokens": len(kw["prompt"]), "cached_tokens": 0})
 
     def test_seeds_and_temperature_zero(self):
@@ -94,6 +119,7 @@ class TestGenerate(unittest.TestCase):
             r = Run([3, 4, 5], max_tokens=10, ignore_eos=True, **kw)
             drive(self.sched(), [(0, r)])
             return r.tokens[0]
+
         self.assertEqual(gen(seed=1), gen(seed=1))
         self.assertNotEqual(gen(seed=1), gen(seed=2))
         self.assertEqual(gen(temperature=0), gen(temperature=0))
@@ -122,11 +148,13 @@ class TestGenerate(unittest.TestCase):
 
     def test_identical_waiting_requests_share_one_prefill_and_sample_as_alone(self):
         prompt = [8, 9, 10, 11, 12, 13]
-        specs = [dict(seed=1, max_tokens=6, logprobs=0, ignore_eos=True),
-                 dict(seed=2, n=2, max_tokens=4, logprobs=0, ignore_eos=True),
-                 dict(temperature=0, max_tokens=1, logprobs=0),
-                 dict(seed=3, max_tokens=5, logprobs=0, ignore_eos=True, adapter=self.a1),  # another adapter's KV
-                 dict(seed=4, max_tokens=3, logprobs=0, ignore_eos=True, prompt_logprobs=0)]  # its own prefill
+        specs = [
+            dict(seed=1, max_tokens=6, logprobs=0, ignore_eos=True),
+            dict(seed=2, n=2, max_tokens=4, logprobs=0, ignore_eos=True),
+            dict(temperature=0, max_tokens=1, logprobs=0),
+            dict(seed=3, max_tokens=5, logprobs=0, ignore_eos=True, adapter=self.a1),  # another adapter's KV
+            dict(seed=4, max_tokens=3, logprobs=0, ignore_eos=True, prompt_logprobs=0),
+        ]  # its own prefill
         calls = []
         original = self.model.forward
 
@@ -148,7 +176,9 @@ class TestGenerate(unittest.TestCase):
             self.assertEqual(run.tokens, alone.tokens)
             self.assertEqual(run.finish, alone.finish)
             for seq in alone.logprobs:
-                self.assertLess(max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq], strict=True)), 1e-5)
+                self.assertLess(
+                    max(abs(a - b) for a, b in zip(run.logprobs[seq], alone.logprobs[seq], strict=True)), 1e-5
+                )
 
     def test_a_sequence_done_at_its_first_token_takes_no_cache_slot(self):
         sched = self.sched(max_batch=32)
@@ -203,10 +233,10 @@ class TestGenerate(unittest.TestCase):
         seq = prompt + r.tokens[0]
         rows = parse_rows([{"tokens": seq}], 101, 256, None)
         trainer = forward_logprobs(self.model, rows, self.a1)[0]
-        diffs = [abs(a - b) for a, b in zip(r.logprobs[0], trainer[len(prompt):], strict=True)]
+        diffs = [abs(a - b) for a, b in zip(r.logprobs[0], trainer[len(prompt) :], strict=True)]
         self.assertLess(max(diffs), 1e-4)
         self.assertIsNone(r.prompt_lp[0])
-        pdiffs = [abs(e["logprob"] - t) for e, t in zip(r.prompt_lp[1:], trainer[1:len(prompt)], strict=True)]
+        pdiffs = [abs(e["logprob"] - t) for e, t in zip(r.prompt_lp[1:], trainer[1 : len(prompt)], strict=True)]
         self.assertEqual(len(pdiffs), len(prompt) - 1)
         self.assertLess(max(pdiffs), 1e-4)
 
@@ -226,8 +256,9 @@ class TestPrefixCache(unittest.TestCase):
         cls.tm.dir.cleanup()
 
     def run_all(self, prefix_tokens, specs):
-        sched = Scheduler(self.tm.model, [EOS], SchedulerConfig(max_len=256, prefill_chunk=16,
-                                                                  prefix_cache_tokens=prefix_tokens))
+        sched = Scheduler(
+            self.tm.model, [EOS], SchedulerConfig(max_len=256, prefill_chunk=16, prefix_cache_tokens=prefix_tokens)
+        )
         runs = [(step, Run(**kw)) for step, kw in specs]
         drive(sched, runs)
         return [run for _, run in runs]

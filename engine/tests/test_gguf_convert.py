@@ -38,8 +38,11 @@ def gguf_name(hf: str) -> str:
         _, _, layer, module = hf.split(".", 3)
         module, suffix = module.rsplit(".", 1)
         return f"blk.{layer}.{GGUF_NAMES[module]}.{suffix}"
-    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
+    top = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
     return top[hf]
 
 
@@ -87,8 +90,14 @@ class GgufConvertTest(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
         # vocab past the 97 tokens above; hidden/heads give head_dim 16 so the permutation has pairs to swap.
-        self.hf = make_checkpoint(os.path.join(self.dir, "hf"), family="llama", tied=False, vocab_size=128,
-                                  num_attention_heads=4, num_key_value_heads=2)
+        self.hf = make_checkpoint(
+            os.path.join(self.dir, "hf"),
+            family="llama",
+            tied=False,
+            vocab_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
         self.gguf = os.path.join(self.dir, "model.gguf")
         self.out = os.path.join(self.dir, "models", "converted")
 
@@ -115,16 +124,23 @@ class GgufConvertTest(unittest.TestCase):
             self.assertTrue(torch.equal(t, converted[name]), name)
         tokens = torch.tensor([[5, 17, 3, 99, 42, 8, 64, 1]])
         ctx = ForwardContext.packed(torch.zeros_like(tokens))
-        logits = [m.logits(m(tokens, ctx)) for m in (Transformer.from_pretrained(f, torch.float32) for f in (self.hf, self.out))]
+        logits = [
+            m.logits(m(tokens, ctx))
+            for m in (Transformer.from_pretrained(f, torch.float32) for f in (self.hf, self.out))
+        ]
         self.assertTrue(torch.equal(logits[0], logits[1]))
         with open(os.path.join(self.out, "tokenizer_config.json")) as f:
             tok_config = json.load(f)
-        self.assertEqual((tok_config["chat_template"], tok_config["bos_token"], tok_config["eos_token"]),
-                         (TEMPLATE, "<|im_start|>", "<|endoftext|>"))
+        self.assertEqual(
+            (tok_config["chat_template"], tok_config["bos_token"], tok_config["eos_token"]),
+            (TEMPLATE, "<|im_start|>", "<|endoftext|>"),
+        )
         with open(os.path.join(self.out, "tokenizer.json")) as f:
             tokenizer = json.load(f)
-        self.assertEqual([(t["id"], t["content"], t["special"]) for t in tokenizer["added_tokens"]],
-                         [(0, "<|endoftext|>", True), (1, "<|im_start|>", True)])
+        self.assertEqual(
+            [(t["id"], t["content"], t["special"]) for t in tokenizer["added_tokens"]],
+            [(0, "<|endoftext|>", True), (1, "<|im_start|>", True)],
+        )
         self.assertEqual(tokenizer["model"]["merges"], ["h e"])
 
     def test_a_second_conversion_is_skipped_until_the_gguf_changes(self):

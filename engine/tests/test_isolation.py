@@ -45,6 +45,7 @@ class TestIsolation(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         from engine.tests.helpers import TempModel
+
         cls.tm = TempModel("qwen3", std=0.15)
         cls.model, cls.args = cls.tm.model, cls.tm.args
         cls.other = randomize(L.new_adapter("other", "b", cls.args, lora(seed=1), "cpu"), 11, 0.2)
@@ -89,8 +90,10 @@ class TestIsolation(unittest.TestCase):
         def logits(rows, ads):
             t = torch.tensor(rows)
             with torch.no_grad():
-                return self.model.logits(self.model(t, ForwardContext.packed(torch.zeros_like(t)),
-                                                    L.LoraBatch(ads, torch.float32, "cpu")))
+                return self.model.logits(
+                    self.model(t, ForwardContext.packed(torch.zeros_like(t)), L.LoraBatch(ads, torch.float32, "cpu"))
+                )
+
         base_row, other_row, bad_row = [3, 4, 5], [6, 7, 8], [9, 10, 11]
         clean = logits([base_row, other_row], [None, self.other])
         for value in BAD_VALUES:
@@ -106,8 +109,12 @@ class TestIsolation(unittest.TestCase):
         long_prompt = list(range(3, 43))
 
         def runs():
-            return {"base": greedy(long_prompt, None, 24), "other": greedy([7, 8, 9, 10, 11, 12, 13, 14], self.other, 24),
-                    "after": greedy([20, 21, 22, 23, 24], None, 12)}
+            return {
+                "base": greedy(long_prompt, None, 24),
+                "other": greedy([7, 8, 9, 10, 11, 12, 13, 14], self.other, 24),
+                "after": greedy([20, 21, 22, 23, 24], None, 12),
+            }
+
         without = runs()
         self.run_all([(0, without["base"]), (0, without["other"]), (4, without["after"])])
         bad = poison(self.adapter("bad", 6))
@@ -127,8 +134,12 @@ class TestIsolation(unittest.TestCase):
     def test_weights_turning_bad_mid_decode_fail_only_their_request(self):
         def runs(flip, flip_tokens=12):
             # The flip row's prompt is no longer than the others': a decode step attends over the longest row's span.
-            return {"base": greedy([5, 6, 7], None, 12), "other": greedy([8, 9], self.other, 12),
-                    "after": greedy([30, 31, 32, 33], None, 8), "flip": greedy([40, 41], flip, flip_tokens)}
+            return {
+                "base": greedy([5, 6, 7], None, 12),
+                "other": greedy([8, 9], self.other, 12),
+                "after": greedy([30, 31, 32, 33], None, 8),
+                "flip": greedy([40, 41], flip, flip_tokens),
+            }
 
         def run_all(rows, on_step=None):
             self.run_all([(0, r) for k, r in rows.items() if k != "after"] + [(6, rows["after"])], on_step=on_step)
@@ -184,6 +195,7 @@ class TestDivergence(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         from engine.tests.helpers import TempModel
+
         cls.tm = TempModel("qwen2", std=0.1)
         cls.model, cls.args = cls.tm.model, cls.tm.args
         cls.rows = parse_rows([{"tokens": [1, 5, 9, 13, 17], "mask": [0, 1, 1, 1, 1]}], 101, 256, "sft")
@@ -221,8 +233,13 @@ class TestDivergence(unittest.TestCase):
 
     def test_optim_step_diverges_and_a_nan_loss_keeps_the_accumulated_gradient(self):
         a = L.new_adapter("a", "b", self.args, lora(seed=2), "cpu")
-        row = steps.StepRow(tokens_T=torch.tensor([1, 5, 9]), target_tokens_T=torch.tensor([5, 9, 13]),
-                            weights_T=torch.ones(3), sampler_logprobs_T=None, advantages_T=None)
+        row = steps.StepRow(
+            tokens_T=torch.tensor([1, 5, 9]),
+            target_tokens_T=torch.tensor([5, 9, 13]),
+            weights_T=torch.ones(3),
+            sampler_logprobs_T=None,
+            advantages_T=None,
+        )
         adam = AdamW(learning_rate=1e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, grad_clip_norm=0.0)
         steps.forward_backward(self.model, a, "cross_entropy", {}, [row], True)
         steps.optim_step(a, adam)
@@ -233,9 +250,13 @@ class TestDivergence(unittest.TestCase):
         self.assertUnchanged(a, snap)  # the gradient it could not apply is discarded too
         steps.forward_backward(self.model, a, "cross_entropy", {}, [row], True)
         grads = [None if p.grad is None else p.grad.clone() for p in a.parameters()]
-        nan_row = steps.StepRow(tokens_T=row.tokens_T, target_tokens_T=row.target_tokens_T,
-                                weights_T=torch.tensor([1.0, float("inf"), 1.0]), sampler_logprobs_T=None,
-                                advantages_T=None)
+        nan_row = steps.StepRow(
+            tokens_T=row.tokens_T,
+            target_tokens_T=row.target_tokens_T,
+            weights_T=torch.tensor([1.0, float("inf"), 1.0]),
+            sampler_logprobs_T=None,
+            advantages_T=None,
+        )
         with self.assertRaisesRegex(TrainingDiverged, r"the loss of rows\[1\] is not finite"):
             steps.forward_backward(self.model, a, "cross_entropy", {}, [row, nan_row], True)
         for p, g in zip(a.parameters(), grads):
@@ -250,6 +271,7 @@ class TestEngineProcess(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             base = make_checkpoint(os.path.join(d, "base"), "qwen2", std=0.1)
             from engine.model import load_args
+
             folder = os.path.join(d, "bad")
             adapter = randomize(L.new_adapter("x", "b", load_args(base), lora(seed=3), "cpu"), 3, 0.2)
             L.save_peft(adapter, folder, base)
@@ -263,7 +285,9 @@ class TestEngineProcess(unittest.TestCase):
                     load = e.call({"id": "a", "op": "ensure_adapter", "adapter": "x", "base": "b", "path": folder})
                     if not flags:
                         self.assertEqual(load["error"]["code"], "non_finite", load)
-                        self.assertRegex(load["error"]["message"], r"down_proj.lora_A.weight holds nan at index \[0, 0\]")
+                        self.assertRegex(
+                            load["error"]["message"], r"down_proj.lora_A.weight holds nan at index \[0, 0\]"
+                        )
                         continue
                     self.assertEqual(load, {"id": "a", "done": True, "loaded": True})
                     e.send(generate_request("g-bad", adapter="x", prompt=[5, 6, 7], max_tokens=4, temperature=0))

@@ -43,13 +43,16 @@ class TestLora(unittest.TestCase):
         self.assertTrue(all(bool((t != 0).any()) for t in a.A.values()))
         self.assertTrue(all(bool((t == 0).all()) for t in a.B.values()))
         tokens = [[5, 6, 7, 8, 9, 10]]
-        self.assertTrue(torch.equal(self.logits(tokens, None),
-                                    self.logits(tokens, L.LoraBatch([a], torch.float32, "cpu"))))
+        self.assertTrue(
+            torch.equal(self.logits(tokens, None), self.logits(tokens, L.LoraBatch([a], torch.float32, "cpu")))
+        )
 
     def test_scale_targets_and_seed(self):
         c = lora()
         self.assertEqual((c.rank, c.alpha, c.scale), (8, 16.0, 2.0))
-        self.assertEqual(set(c.target_modules), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+        self.assertEqual(
+            set(c.target_modules), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+        )
         a1 = L.new_adapter("a", "b", self.args, lora(seed=5), "cpu")
         a2 = L.new_adapter("a", "b", self.args, lora(seed=5), "cpu")
         a3 = L.new_adapter("a", "b", self.args, lora(seed=6), "cpu")
@@ -60,8 +63,9 @@ class TestLora(unittest.TestCase):
         self.assertTrue(all(p.requires_grad for p in a1.parameters()))
 
     def test_peft_round_trip_bit_exact_with_optimizer(self):
-        a = L.new_adapter("a", "b", self.args, lora(rank=4, alpha=8, seed=1,
-                                                            target_modules=("q_proj", "v_proj", "down_proj")), "cpu")
+        a = L.new_adapter(
+            "a", "b", self.args, lora(rank=4, alpha=8, seed=1, target_modules=("q_proj", "v_proj", "down_proj")), "cpu"
+        )
         rows = parse_rows([{"tokens": [1, 5, 9, 13, 17], "mask": [0, 1, 1, 1, 1]}], 101, 256, "sft")
         train_step(self.model, a, "sft", rows, None, optimizer("sft", learning_rate=1e-2))
         with tempfile.TemporaryDirectory() as d:
@@ -104,8 +108,12 @@ class TestLora(unittest.TestCase):
 
     def test_mixed_batch_equals_each_row_alone(self):
         a1 = randomize(L.new_adapter("a1", "b", self.args, lora(seed=1), "cpu"), 1)
-        a2 = randomize(L.new_adapter("a2", "b", self.args, lora(rank=4, alpha=32, seed=2,
-                                                                       target_modules=("q_proj", "up_proj")), "cpu"), 2)
+        a2 = randomize(
+            L.new_adapter(
+                "a2", "b", self.args, lora(rank=4, alpha=32, seed=2, target_modules=("q_proj", "up_proj")), "cpu"
+            ),
+            2,
+        )
         rows = [[3, 4, 5, 6], [7, 8, 9, 10], [11, 12, 13, 14], [15, 16, 17, 18]]
         per_row = [a1, None, a2, a1]
         mixed = self.logits(rows, L.LoraBatch(per_row, torch.float32, "cpu"))
@@ -122,12 +130,19 @@ class TestLora(unittest.TestCase):
         y = torch.randn(2, 3, self.args.q_size + 2 * self.args.kv_size, generator=g).bfloat16()
         for grad in (False, True):
             with torch.set_grad_enabled(grad):
-                out = block._lora(L.LoraBatch([a], torch.bfloat16, "cpu"), block.g_qkv,
-                                  (self.args.q_size, self.args.kv_size, self.args.kv_size), x, y)
+                out = block._lora(
+                    L.LoraBatch([a], torch.bfloat16, "cpu"),
+                    block.g_qkv,
+                    (self.args.q_size, self.args.kv_size, self.args.kv_size),
+                    x,
+                    y,
+                )
             deltas = [x.float() @ a.A[m].t() @ a.B[m].t() * a.config.scale for m in block.g_qkv]
             want = (y.float() + torch.cat(deltas, dim=-1)).bfloat16()
             self.assertEqual(out.dtype, torch.bfloat16)
-            self.assertLessEqual((out.float() - want.float()).abs().max().item(), 1e-2 * want.float().abs().max().item())
+            self.assertLessEqual(
+                (out.float() - want.float()).abs().max().item(), 1e-2 * want.float().abs().max().item()
+            )
             self.assertGreater((out == want).float().mean().item(), 0.99)  # the same single rounding, up to fp32 order
         out.float().sum().backward()
         self.assertEqual(a.B[block.g_qkv[0]].grad.dtype, torch.float32)  # the fp32 parameters get the gradient
@@ -155,8 +170,9 @@ class TestLora(unittest.TestCase):
 
     def test_lru_bound_respects_pins(self):
         store = L.AdapterStore(max_adapters=2)
-        ads = [L.new_adapter(f"k{i}", "b", self.args, lora(rank=1, target_modules=("q_proj",)), "cpu")
-               for i in range(4)]
+        ads = [
+            L.new_adapter(f"k{i}", "b", self.args, lora(rank=1, target_modules=("q_proj",)), "cpu") for i in range(4)
+        ]
         store.put(ads[0])
         store.put(ads[1])
         store.get("k0")  # k1 is now least recently used

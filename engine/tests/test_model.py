@@ -34,7 +34,7 @@ def reference_logits(cfg: dict, sd: dict, tokens: list) -> torch.Tensor:
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
 
     def rope(x):  # [T, heads, D]
-        rot = torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
+        rot = torch.cat([-x[..., D // 2 :], x[..., : D // 2]], -1)
         return x * cos[:, None, :] + rot * sin[:, None, :]
 
     x = sd["model.embed_tokens.weight"][tokens]
@@ -58,7 +58,9 @@ def reference_logits(cfg: dict, sd: dict, tokens: list) -> torch.Tensor:
         out = torch.einsum("hts,shd->thd", scores.softmax(-1), v).reshape(T, H * D)
         x = x + lin(out, p + "self_attn.o_proj")
         h = norm(x, sd[p + "post_attention_layernorm.weight"])
-        x = x + lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        x = x + lin(
+            torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj"
+        )
     x = norm(x, sd["model.norm.weight"])
     head = sd["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else sd["lm_head.weight"]
     return x @ head.T
@@ -91,7 +93,9 @@ class TestFamilies(unittest.TestCase):
                 model = Transformer.from_pretrained(d, torch.float32)
                 t = torch.tensor([tokens])
                 with torch.no_grad():
-                    got = model.logits(model(t, ForwardContext.packed(torch.zeros_like(t), model.args.sliding_window)))[0]
+                    got = model.logits(model(t, ForwardContext.packed(torch.zeros_like(t), model.args.sliding_window)))[
+                        0
+                    ]
                 want = reference_logits(cfg, sd, tokens)
                 self.assertLess((got.double() - want).abs().max().item(), 1e-4)
 
@@ -136,7 +140,7 @@ class TestCacheAndPacking(unittest.TestCase):
                         parts.append(model.logits(model(toks[:, lo:hi], ctx))[0])
                     for t in range(13, 30):  # then one token at a time
                         ctx = ForwardContext.cached(cache, 2, [t], 1, w)
-                        parts.append(model.logits(model(toks[:, t:t + 1], ctx))[0])
+                        parts.append(model.logits(model(toks[:, t : t + 1], ctx))[0])
                     cached = torch.cat(parts)
                 self.assertLess((cached - full).abs().max().item(), 1e-5)
 
@@ -170,7 +174,7 @@ class TestCacheAndPacking(unittest.TestCase):
                 for part, lo in ((a, 0), (b, len(a))):
                     t = torch.tensor([part])
                     alone = model.logits(model(t, ForwardContext.packed(torch.zeros_like(t))))[0]
-                    self.assertLess((got[lo:lo + len(part)] - alone).abs().max().item(), 1e-5)
+                    self.assertLess((got[lo : lo + len(part)] - alone).abs().max().item(), 1e-5)
 
 
 def reference_sdpa(q, k, v, attn_mask=None, enable_gqa=False):
@@ -218,9 +222,18 @@ class TestSdpaPath(unittest.TestCase):
 
 class TestRope(unittest.TestCase):
     def test_llama3_scaling_by_hand(self):
-        cfg = tiny_config("llama", head_dim=16, rope_theta=500000.0, rope_scaling={
-            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 64})
+        cfg = tiny_config(
+            "llama",
+            head_dim=16,
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
         inv, divisor = rope_inv_freq(ModelArgs.from_hf_config(cfg))
         self.assertEqual(divisor, 1.0)
         base = 1.0 / (500000.0 ** (torch.arange(0, 16, 2).float() / 16))
@@ -244,8 +257,12 @@ class TestRope(unittest.TestCase):
 class TestWeights(unittest.TestCase):
     def test_round_trip_dtypes_and_atomic_write(self):
         g = torch.Generator().manual_seed(1)
-        tensors = {"a": torch.randn(3, 4, generator=g), "b": torch.randn(5, generator=g).half(),
-                   "c": torch.randn(2, 3, generator=g).bfloat16(), "d": torch.zeros(0, 2)}
+        tensors = {
+            "a": torch.randn(3, 4, generator=g),
+            "b": torch.randn(5, generator=g).half(),
+            "c": torch.randn(2, 3, generator=g).bfloat16(),
+            "d": torch.zeros(0, 2),
+        }
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "x.safetensors")
             W.save_file(tensors, path, {"k": "v"})

@@ -28,8 +28,13 @@ class PackTest(unittest.TestCase):
         take = lambda: [b[0].tolist() for _, b in zip(range(12), P.batches(examples, 3, 16, [8], 0))]  # noqa: E731
         self.assertEqual(take(), take())
         first_epoch = [b for _, b in zip(range(5), P.batches(examples, 3, 16, [8], 0))]
-        firsts = sorted(t for tokens, seg, _ in first_epoch for row_t, row_s in zip(tokens.tolist(), seg.tolist(), strict=True)
-                        for t, s, prev in zip(row_t, row_s, [None] + row_s[:-1], strict=True) if s >= 0 and s != prev)
+        firsts = sorted(
+            t
+            for tokens, seg, _ in first_epoch
+            for row_t, row_s in zip(tokens.tolist(), seg.tolist(), strict=True)
+            for t, s, prev in zip(row_t, row_s, [None] + row_s[:-1], strict=True)
+            if s >= 0 and s != prev
+        )
         self.assertEqual(firsts, list(range(1, 40)))
 
 
@@ -47,8 +52,20 @@ class TrainTest(unittest.TestCase):
             model = Transformer.from_pretrained(make_checkpoint(d, "llama", tied=True), torch.float32, "cpu")
             # The answer after prompt [10+k, 11] is 20+k; the prompt tokens themselves are not targets.
             examples = [([10 + k, 11, 20 + k, 2], [0, 0, 1, 1]) for k in range(8)]
-            summary = P.train(model, examples, steps=60, seed=0, lr=1e-2, warmup=5, min_lr_ratio=0.1,
-                              weight_decay=0.0, batch_tokens=32, row_lengths=[8], pad_id=0, quiet=True)
+            summary = P.train(
+                model,
+                examples,
+                steps=60,
+                seed=0,
+                lr=1e-2,
+                warmup=5,
+                min_lr_ratio=0.1,
+                weight_decay=0.0,
+                batch_tokens=32,
+                row_lengths=[8],
+                pad_id=0,
+                quiet=True,
+            )
             self.assertLess(summary["final_loss"], summary["first_loss"] / 4)
             out = P.generate(model, [[10 + k, 11] for k in range(8)], [2] * 8, 0.0, 1, 0)
             self.assertEqual([o[0] for o in out], [[20 + k, 2] for k in range(8)])
@@ -69,9 +86,33 @@ class TrainTest(unittest.TestCase):
             self.addCleanup(torch.set_num_threads, threads)
             self.addCleanup(torch.use_deterministic_algorithms, False)  # main() sets both for the process
             with redirect_stdout(stdout):
-                P.main(["--model", folder, "--data", data, "--steps", "40", "--lr", "1e-2", "--warmup", "4",
-                        "--batch-tokens", "32", "--row-tokens", "8", "--save-dtype", "f16", "--eval", evals,
-                        "--eval-out", out, "--eval-samples", "2", "--quiet"])
+                P.main(
+                    [
+                        "--model",
+                        folder,
+                        "--data",
+                        data,
+                        "--steps",
+                        "40",
+                        "--lr",
+                        "1e-2",
+                        "--warmup",
+                        "4",
+                        "--batch-tokens",
+                        "32",
+                        "--row-tokens",
+                        "8",
+                        "--save-dtype",
+                        "f16",
+                        "--eval",
+                        evals,
+                        "--eval-out",
+                        out,
+                        "--eval-samples",
+                        "2",
+                        "--quiet",
+                    ]
+                )
             summary = json.loads(stdout.getvalue().strip().splitlines()[-1])
             self.assertEqual(summary["sequences"], 6)
             self.assertLess(summary["final_loss"], summary["first_loss"])
@@ -85,10 +126,12 @@ class TrainTest(unittest.TestCase):
     def test_refuses_data_that_cannot_be_trained(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "data.jsonl")
-            for line, message in [({"ids": [1, 2], "mask": [1, 1]}, "first token"),
-                                  ({"ids": [1, 2, 3], "mask": [0, 1]}, "equal length"),
-                                  ({"ids": [1, 500], "mask": [0, 1]}, "vocabulary"),
-                                  ({"ids": list(range(20)), "mask": [0] * 20}, "longest row")]:
+            for line, message in [
+                ({"ids": [1, 2], "mask": [1, 1]}, "first token"),
+                ({"ids": [1, 2, 3], "mask": [0, 1]}, "equal length"),
+                ({"ids": [1, 500], "mask": [0, 1]}, "vocabulary"),
+                ({"ids": list(range(20)), "mask": [0] * 20}, "longest row"),
+            ]:
                 with open(path, "w") as f:
                     f.write(json.dumps(line) + "\n")
                 with self.assertRaisesRegex(ValueError, message):

@@ -14,7 +14,9 @@ EOS = 11
 
 def sampler(prompt=(), index=0, **kw) -> SeqSampler:
     p = sampling(V, **kw)
-    return SeqSampler(p, list(prompt), index, V, static_bias(p, V, "cpu"), prompt_mask(p, list(prompt), V, "cpu"), "cpu")
+    return SeqSampler(
+        p, list(prompt), index, V, static_bias(p, V, "cpu"), prompt_mask(p, list(prompt), V, "cpu"), "cpu"
+    )
 
 
 def logits(*rows) -> torch.Tensor:
@@ -127,6 +129,7 @@ class TestSampling(unittest.TestCase):
         def run(seed, index=0):
             s = sampler(seed=seed, index=index)
             return [sample_step(logits([0.0] * V), [s], [EOS]).tokens[0] for _ in range(30)]
+
         self.assertEqual(run(1), run(1))
         self.assertNotEqual(run(1), run(2))
         self.assertNotEqual(run(1, 0), run(1, 1))  # the n samples of one request differ
@@ -146,9 +149,19 @@ class TestSampling(unittest.TestCase):
         self.assertGreater(len(hot), len(cold))
 
     def test_validation(self):
-        for bad in ({"temperature": -1}, {"top_p": 0}, {"top_k": -2}, {"logit_bias": {"x": 1}},
-                    {"allowed_token_ids": [V]}, {"bad_words_ids": [[]]}, {"n": 0}, {"max_tokens": 0},
-                    {"min_tokens": 5, "max_tokens": 2}, {"seed": "x"}, {"logprobs": True}):
+        for bad in (
+            {"temperature": -1},
+            {"top_p": 0},
+            {"top_k": -2},
+            {"logit_bias": {"x": 1}},
+            {"allowed_token_ids": [V]},
+            {"bad_words_ids": [[]]},
+            {"n": 0},
+            {"max_tokens": 0},
+            {"min_tokens": 5, "max_tokens": 2},
+            {"seed": "x"},
+            {"logprobs": True},
+        ):
             with self.subTest(bad=bad), self.assertRaises(ValueError):
                 sampling(V, **bad)
         with self.assertRaisesRegex(ValueError, "generate: field temperature must be given"):

@@ -85,12 +85,30 @@ class TestServer(unittest.TestCase):
         self.assertError(self.call(gen("v", prompt=[1, 999])), "bad_request", "vocab")
         self.assertError(self.call(gen("t", prompt=[1], top_p="x")), "bad_request", "top_p")
         self.assertError(self.call({"id": "p", "op": "load_base", "base": "c", "path": "/nonexistent"}), "not_found")
-        self.assertError(self.call({"id": "ap", "op": "forward", "base": "b", "adapter": "new", "adapter_path": "/nonexistent",
-                                    "rows": [{"tokens": [1, 2], "segment_ids": [0, 0]}]}), "not_found")
-        self.assertError(self.call({"id": "f", "op": "forward", "base": "b", "adapter": None,
-                                    "rows": [{"tokens": [], "segment_ids": []}]}), "bad_request", "rows\\[0\\].tokens")
-        self.assertError(self.call(train("ts", [{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl",
-                                         adapter="zz")), "not_found")
+        self.assertError(
+            self.call(
+                {
+                    "id": "ap",
+                    "op": "forward",
+                    "base": "b",
+                    "adapter": "new",
+                    "adapter_path": "/nonexistent",
+                    "rows": [{"tokens": [1, 2], "segment_ids": [0, 0]}],
+                }
+            ),
+            "not_found",
+        )
+        self.assertError(
+            self.call(
+                {"id": "f", "op": "forward", "base": "b", "adapter": None, "rows": [{"tokens": [], "segment_ids": []}]}
+            ),
+            "bad_request",
+            "rows\\[0\\].tokens",
+        )
+        self.assertError(
+            self.call(train("ts", [{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", adapter="zz")),
+            "not_found",
+        )
         # Two frames in one write, and one frame split over two writes.
         a = json.dumps({"id": "s1", "op": "stats"}).encode()
         b = json.dumps({"id": "s2", "op": "stats"}).encode()
@@ -138,14 +156,32 @@ class TestServer(unittest.TestCase):
 
     def test_adapters_over_the_protocol(self):
         init = {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"], "seed": 3}
-        self.assertEqual(self.call({"id": "e1", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], True)
-        self.assertEqual(self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], False)
-        for bad, field in (({"rank": 0}, "init.rank"), ({"rank": "8"}, "init.rank"), ({"target_modules": ["lm_head"]}, "lm_head"),
-                           ({"alpha": None}, "init.alpha"), ({"seed": 1.5}, "init.seed")):
-            self.assertError(self.call({"id": "e3", "op": "ensure_adapter", "base": "b", "adapter": "y",
-                                        "init": {**init, **bad}}), "bad_request", field)
-        row = {"tokens": [3, 4, 5, 6, 7], "segment_ids": [0] * 5, "mask": [0, 1, 1, 1, 1], "weights": [1] * 5,
-               "advantages": [0, 1, 1, 1, 1], "logprobs": [None] * 5}
+        self.assertEqual(
+            self.call({"id": "e1", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], True
+        )
+        self.assertEqual(
+            self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "x", "init": init})["loaded"], False
+        )
+        for bad, field in (
+            ({"rank": 0}, "init.rank"),
+            ({"rank": "8"}, "init.rank"),
+            ({"target_modules": ["lm_head"]}, "lm_head"),
+            ({"alpha": None}, "init.alpha"),
+            ({"seed": 1.5}, "init.seed"),
+        ):
+            self.assertError(
+                self.call({"id": "e3", "op": "ensure_adapter", "base": "b", "adapter": "y", "init": {**init, **bad}}),
+                "bad_request",
+                field,
+            )
+        row = {
+            "tokens": [3, 4, 5, 6, 7],
+            "segment_ids": [0] * 5,
+            "mask": [0, 1, 1, 1, 1],
+            "weights": [1] * 5,
+            "advantages": [0, 1, 1, 1, 1],
+            "logprobs": [None] * 5,
+        }
         m = self.call(train("tr", [row], "rl", adapter="x", optimizer={"learning_rate": 1e-2}))["metrics"]
         self.assertTrue(all(isinstance(v, (int, float)) for v in m.values()))
         bad = self.call(train("tr2", [row], "rl", adapter="x", loss_config={"advantage_balance": 0.3}))
@@ -156,8 +192,9 @@ class TestServer(unittest.TestCase):
         fwd_rows = [{"tokens": row["tokens"], "segment_ids": row["segment_ids"]}]
         before = self.call({"id": "f1", "op": "forward", "base": "b", "adapter": "x", "rows": fwd_rows})
         self.assertEqual(self.call({"id": "d", "op": "drop_adapter", "adapter": "x"})["dropped"], True)
-        after = self.call({"id": "f2", "op": "forward", "base": "b", "adapter": "x", "adapter_path": folder,
-                           "rows": fwd_rows})
+        after = self.call(
+            {"id": "f2", "op": "forward", "base": "b", "adapter": "x", "adapter_path": folder, "rows": fwd_rows}
+        )
         self.assertEqual(before["logprobs"], after["logprobs"])
         self.assertIsNone(after["logprobs"][0][0])
         stats = self.call({"id": "st", "op": "stats"})
@@ -166,8 +203,9 @@ class TestServer(unittest.TestCase):
 
     def test_stats_answered_while_training(self):
         self.call({"id": "e", "op": "ensure_adapter", "base": "b", "adapter": "busy", "init": INIT})
-        rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
-                for _ in range(64)]
+        rows = [
+            {"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192} for _ in range(64)
+        ]
         self.e.send(train("heavy", rows, "sft", adapter="busy"))
         t0 = time.monotonic()
         self.e.send({"id": "quick", "op": "stats"})
@@ -181,8 +219,9 @@ class TestServer(unittest.TestCase):
 
     def test_generation_goes_on_beside_a_train_step_and_later_ops_keep_their_order(self):
         self.call({"id": "e2", "op": "ensure_adapter", "base": "b", "adapter": "beside", "init": INIT})
-        rows = [{"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192}
-                for _ in range(64)]
+        rows = [
+            {"tokens": list(range(3, 99)) * 2, "mask": [0] + [1] * 191, "advantages": [1.0] * 192} for _ in range(64)
+        ]
         self.e.send(train("train", rows, "sft", adapter="beside"))
         self.e.send(gen("gen", prompt=[3, 4, 5], max_tokens=4, temperature=0))
         self.e.send({"id": "drop", "op": "drop_adapter", "adapter": "beside"})  # must wait for the step
@@ -210,16 +249,27 @@ class TestFlags(unittest.TestCase):
             finally:
                 e.close()
         for flag, value in (("--dtype", "int8"), ("--threads", "0")):
-            bad = subprocess.run([sys.executable, "-m", "engine", flag, value], cwd=REPO, capture_output=True,
-                                 text=True, stdin=subprocess.DEVNULL, timeout=60)
+            bad = subprocess.run(
+                [sys.executable, "-m", "engine", flag, value],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=60,
+            )
             self.assertNotEqual(bad.returncode, 0)
             self.assertIn(flag, bad.stderr)
 
 
 class TestTcp(unittest.TestCase):
     def test_tcp_mode(self):
-        proc = subprocess.Popen([sys.executable, "-m", "engine", "--tcp", "127.0.0.1:0"], cwd=REPO,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine", "--tcp", "127.0.0.1:0"],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             port = None
             deadline = time.time() + 60
@@ -248,15 +298,30 @@ class TestTcp(unittest.TestCase):
 
     def test_refuses_to_listen_beyond_loopback_without_a_secret(self):
         env = {k: v for k, v in os.environ.items() if k != "ENGINE_SECRET"}
-        done = subprocess.run([sys.executable, "-m", "engine", "--tcp", "0.0.0.0:0"], cwd=REPO, env=env,
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "engine", "--tcp", "0.0.0.0:0"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=120,
+        )
         self.assertNotEqual(done.returncode, 0)
         self.assertIn(b"without ENGINE_SECRET", done.stderr)
 
 
 class TestLimits(unittest.TestCase):
-    ARGS = ModelArgs(family="llama", vocab_size=100, hidden_size=64, intermediate_size=128, num_layers=2,
-                     num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=1024)
+    ARGS = ModelArgs(
+        family="llama",
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+    )
     PER_TOKEN = 2 * 2 * 2 * 16 * 4  # k and v, layers, kv heads, head_dim, fp32 bytes
 
     def test_without_a_budget_the_model_and_flags_decide(self):
@@ -268,8 +333,10 @@ class TestLimits(unittest.TestCase):
         budget = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3 + 5)
         self.assertEqual(budget.sized(self.ARGS, torch.float32), (1024, 3, 0))  # 3 full-length sequences fit
         self.assertEqual(budget.sized(self.ARGS, torch.bfloat16), (1024, 6, 0))  # half the bytes per position
-        self.assertEqual(Limits(max_num_seqs=2, kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3).sized(
-            self.ARGS, torch.float32), (1024, 2, 1024))  # what the batch leaves goes to the prefix cache
+        self.assertEqual(
+            Limits(max_num_seqs=2, kv_cache_memory_bytes=self.PER_TOKEN * 1024 * 3).sized(self.ARGS, torch.float32),
+            (1024, 2, 1024),
+        )  # what the batch leaves goes to the prefix cache
         tight = Limits(kv_cache_memory_bytes=self.PER_TOKEN * 500)
         self.assertEqual(tight.sized(self.ARGS, torch.float32), (500, 1, 0))
         with self.assertRaises(ValueError):

@@ -17,16 +17,34 @@ from engine.wire import check_step_rows, parse_forward_backward, parse_optim_ste
 CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Every sampling field spelled out: the engine's wire gives none of them a default.
-SAMPLING = {"n": 1, "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "temperature": 1.0, "top_p": 1.0,
-            "top_k": -1, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
-            "logit_bias": {}, "allowed_token_ids": None, "bad_words_ids": [], "prompt_logprobs": None}
+SAMPLING = {
+    "n": 1,
+    "min_tokens": 0,
+    "ignore_eos": True,
+    "stop_token_ids": [],
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "logit_bias": {},
+    "allowed_token_ids": None,
+    "bad_words_ids": [],
+    "prompt_logprobs": None,
+}
 ADAM = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01, "grad_clip_norm": 1.0}
 
 
 def row_of(n: int, **arrays) -> StepRow:
-    return StepRow(tokens_T=torch.arange(n), target_tokens_T=torch.arange(n),
-                   weights_T=arrays.get("w", torch.ones(n)), sampler_logprobs_T=arrays.get("old"),
-                   advantages_T=arrays.get("adv"))
+    return StepRow(
+        tokens_T=torch.arange(n),
+        target_tokens_T=torch.arange(n),
+        weights_T=arrays.get("w", torch.ones(n)),
+        sampler_logprobs_T=arrays.get("old"),
+        advantages_T=arrays.get("adv"),
+    )
 
 
 def loss_grad(loss: str, cfg: dict, lp_T: torch.Tensor, row: StepRow) -> tuple:
@@ -87,7 +105,7 @@ class TestLossDefinitions(unittest.TestCase):
         lp_T = self.old_T + torch.tensor([0.5, -0.25, 0.0, 1.0])
         value, grad = loss_grad("dro", {"beta": 0.1}, lp_T, self.row())
         d_T = lp_T - self.old_T
-        torch.testing.assert_close(value, -(lp_T * self.adv_T - 0.05 * d_T ** 2))
+        torch.testing.assert_close(value, -(lp_T * self.adv_T - 0.05 * d_T**2))
         torch.testing.assert_close(grad, -(self.adv_T - 0.1 * d_T))
 
     def test_gspo_gives_every_token_the_sequence_ratio_and_its_own_gradient(self):
@@ -111,7 +129,11 @@ class TestLossDefinitions(unittest.TestCase):
         lp_T = (self.old_T + torch.tensor([0.05, -0.1, 0.3, 0.02])).double().requires_grad_(True)
         for loss, cfg in (("cross_entropy", {}), ("importance_sampling", {}), ("ppo", CLIP), ("dro", {"beta": 0.3})):
             with self.subTest(loss=loss):
-                self.assertTrue(torch.autograd.gradcheck(lambda x, loss=loss, cfg=cfg: steps.token_loss(loss, cfg, x, row).sum(), (lp_T,)))
+                self.assertTrue(
+                    torch.autograd.gradcheck(
+                        lambda x, loss=loss, cfg=cfg: steps.token_loss(loss, cfg, x, row).sum(), (lp_T,)
+                    )
+                )
 
 
 class TestSteps(unittest.TestCase):
@@ -124,8 +146,15 @@ class TestSteps(unittest.TestCase):
         cls.rows = []
         for T in (7, 5, 9, 6):
             toks = torch.randint(3, V, (T + 1,), generator=g).tolist()
-            cls.rows.append({"tokens": toks[:-1], "target_tokens": toks[1:], "weights": [0.0] + [1.0] * (T - 1),
-                             "logprobs": [-4.0] * T, "advantages": [1.0] * T})
+            cls.rows.append(
+                {
+                    "tokens": toks[:-1],
+                    "target_tokens": toks[1:],
+                    "weights": [0.0] + [1.0] * (T - 1),
+                    "logprobs": [-4.0] * T,
+                    "advantages": [1.0] * T,
+                }
+            )
 
     @classmethod
     def tearDownClass(cls):
@@ -157,7 +186,11 @@ class TestSteps(unittest.TestCase):
         for p in a.parameters():
             p.grad = None
         r = self.rows[0]
-        tokens_T, targets_T, w_T = torch.tensor(r["tokens"]), torch.tensor(r["target_tokens"]), torch.tensor(r["weights"])
+        tokens_T, targets_T, w_T = (
+            torch.tensor(r["tokens"]),
+            torch.tensor(r["target_tokens"]),
+            torch.tensor(r["weights"]),
+        )
         lora = L.LoraBatch([a], self.model.dtype, self.model.device)
         seg_1T = torch.zeros(1, len(tokens_T), dtype=torch.long)
         logits_TV = self.model.logits(self.model(tokens_T[None], ForwardContext.packed(seg_1T, None), lora)[0])
@@ -181,8 +214,16 @@ class TestSteps(unittest.TestCase):
         for p in a.parameters():
             p.grad = None
         lora = L.LoraBatch([a], self.model.dtype, self.model.device)
-        want = sum(((steps.target_logprobs(self.model, torch.tensor(r["tokens"]), torch.tensor(r["target_tokens"]),
-                                           lora) + 1.0) ** 2).sum() for r in self.rows)
+        want = sum(
+            (
+                (
+                    steps.target_logprobs(self.model, torch.tensor(r["tokens"]), torch.tensor(r["target_tokens"]), lora)
+                    + 1.0
+                )
+                ** 2
+            ).sum()
+            for r in self.rows
+        )
         want.backward()
         for g, p in zip(got, a.parameters()):
             torch.testing.assert_close(g, p.grad, atol=1e-6, rtol=1e-4)
@@ -244,8 +285,9 @@ class TestSteps(unittest.TestCase):
             norm = self.step(a, grad_clip_norm=clip)["metrics"]["grad_norm"]
             self.assertGreater(norm, 1e-2)  # measured before clipping
             # After one step Adam's first moment is (1 - beta1) times the gradient it was given.
-            m = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(a.optimizer.state[p]["exp_avg"])
-                                                      for p in a.parameters()]))
+            m = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(a.optimizer.state[p]["exp_avg"]) for p in a.parameters()])
+            )
             self.assertAlmostEqual(float(m), (1 - ADAM["beta1"]) * (clip or norm), delta=1e-4 * (clip or norm))
 
     def test_save_and_load_state_round_trip_bit_exactly(self):
@@ -254,8 +296,10 @@ class TestSteps(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             folder = os.path.join(d, "state")
             files = steps.save_state(a, folder, "base")
-            self.assertEqual(sorted(files), ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt",
-                                             "training_state.json"])
+            self.assertEqual(
+                sorted(files),
+                ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt", "training_state.json"],
+            )
             self.assertEqual(sorted(os.listdir(d)), ["state"])  # no temp folder left behind
             steps.save_state(a, folder, "base")  # overwriting an existing state is fine
             b = steps.load_state("b", "b", folder, self.tm.args, "cpu")
@@ -303,8 +347,19 @@ class TestStepOps(unittest.TestCase):
         self.assertRegex(reply["error"]["message"], pattern)
 
     def generate(self, rid, prompt, adapter):
-        self.e.send({"id": rid, "op": "generate", "base": "b", "adapter": adapter, "prompt": prompt, **SAMPLING,
-                     "max_tokens": 8, "seed": 7, "logprobs": 0})
+        self.e.send(
+            {
+                "id": rid,
+                "op": "generate",
+                "base": "b",
+                "adapter": adapter,
+                "prompt": prompt,
+                **SAMPLING,
+                "max_tokens": 8,
+                "seed": 7,
+                "logprobs": 0,
+            }
+        )
         frames = self.e.until_done(rid)
         self.assertNotIn("error", frames[-1])
         toks = [f for f in frames if f.get("type") == "tokens"]
@@ -314,11 +369,24 @@ class TestStepOps(unittest.TestCase):
         prompt = [5, 9, 11, 4]
         completion, sampled = self.generate("g-" + str(adapter), prompt, adapter)
         full = prompt + completion
-        row = {"tokens": full[:-1], "target_tokens": full[1:], "weights": [1.0] * (len(full) - 1),
-               "logprobs": [0.0] * (len(full) - 1), "advantages": [0.0] * (len(full) - 1)}
-        out = self.call("fa-" + str(adapter), "forward_backward", base="b", adapter=adapter, loss="importance_sampling",
-                        loss_config={}, backward=False, rows=[row])
-        trainer = out["outputs"][0]["logprobs"][len(prompt) - 1:]
+        row = {
+            "tokens": full[:-1],
+            "target_tokens": full[1:],
+            "weights": [1.0] * (len(full) - 1),
+            "logprobs": [0.0] * (len(full) - 1),
+            "advantages": [0.0] * (len(full) - 1),
+        }
+        out = self.call(
+            "fa-" + str(adapter),
+            "forward_backward",
+            base="b",
+            adapter=adapter,
+            loss="importance_sampling",
+            loss_config={},
+            backward=False,
+            rows=[row],
+        )
+        trainer = out["outputs"][0]["logprobs"][len(prompt) - 1 :]
         self.assertEqual(len(trainer), len(sampled))
         self.assertLess(max(abs(x - y) for x, y in zip(trainer, sampled)), 1e-4)
 
@@ -326,8 +394,16 @@ class TestStepOps(unittest.TestCase):
         self.sampler_agreement(None)  # the base model
         self.sampler_agreement("t")  # step 0: a fresh adapter
         row = {"tokens": [5, 9, 11, 4, 6], "target_tokens": [9, 11, 4, 6, 8], "weights": [0, 1, 1, 1, 1]}
-        fb = self.call("fb1", "forward_backward", base="b", adapter="t", loss="cross_entropy", loss_config={},
-                       backward=True, rows=[row])
+        fb = self.call(
+            "fb1",
+            "forward_backward",
+            base="b",
+            adapter="t",
+            loss="cross_entropy",
+            loss_config={},
+            backward=True,
+            rows=[row],
+        )
         self.assertEqual(len(fb["outputs"][0]["elementwise_loss"]), 5)
         self.assertEqual(self.call("os1", "optim_step", base="b", adapter="t", adam=ADAM)["step"], 1)
         self.sampler_agreement("t")  # the sampler sees the stepped weights
@@ -352,12 +428,26 @@ class TestStepOps(unittest.TestCase):
         self.call("ep", "ensure_adapter", base="b", adapter="p", init=init)
         row = {"tokens": [7, 8, 9, 10], "target_tokens": [8, 9, 10, 11], "weights": [1, 1, 1, 1]}
         fb = dict(op="forward_backward", base="b", adapter="p", loss="cross_entropy", loss_config={}, rows=[row])
-        self.e.send({"id": "pg", "op": "generate", "base": "b", "adapter": None, "prompt": [5], **SAMPLING,
-                     "max_tokens": 40, "seed": 1, "logprobs": None})
-        for rid, msg in (("p0", {**fb, "backward": False}), ("p1", {**fb, "backward": True}),
-                         ("p2", {"op": "optim_step", "base": "b", "adapter": "p", "adam": ADAM}),
-                         ("p3", {**fb, "backward": False}), ("p4", {"op": "optim_step", "base": "b", "adapter": "p",
-                                                                    "adam": ADAM})):
+        self.e.send(
+            {
+                "id": "pg",
+                "op": "generate",
+                "base": "b",
+                "adapter": None,
+                "prompt": [5],
+                **SAMPLING,
+                "max_tokens": 40,
+                "seed": 1,
+                "logprobs": None,
+            }
+        )
+        for rid, msg in (
+            ("p0", {**fb, "backward": False}),
+            ("p1", {**fb, "backward": True}),
+            ("p2", {"op": "optim_step", "base": "b", "adapter": "p", "adam": ADAM}),
+            ("p3", {**fb, "backward": False}),
+            ("p4", {"op": "optim_step", "base": "b", "adapter": "p", "adam": ADAM}),
+        ):
             self.e.send({"id": rid, **msg})  # all in flight at once, as a client pipelines them
         got = {rid: self.e.until_done(rid)[-1] for rid in ("p0", "p1", "p2", "p3", "p4", "pg")}
         self.assertNotIn("error", got["pg"])
@@ -371,33 +461,65 @@ class TestStepOps(unittest.TestCase):
         fb = dict(base="b", adapter="t", loss="cross_entropy", loss_config={}, backward=False, rows=[row])
         cases = [
             ({**fb, "loss": "hinge"}, "bad_request", "unknown loss 'hinge'"),
-            ({**fb, "rows": [row, {**row, "weights": [1, 1]}]}, "bad_request", r"rows\[1\]\.weights must be a list with one entry per token \(3\)"),
-            ({**fb, "rows": [{**row, "target_tokens": [6, 7]}]}, "bad_request", r"rows\[0\]\.target_tokens must be a list with one entry per token \(3, has 2\)"),
-            ({**fb, "rows": [{**row, "target_tokens": [6, 7, 101]}]}, "bad_request", r"rows\[0\]\.target_tokens .*vocabulary"),
+            (
+                {**fb, "rows": [row, {**row, "weights": [1, 1]}]},
+                "bad_request",
+                r"rows\[1\]\.weights must be a list with one entry per token \(3\)",
+            ),
+            (
+                {**fb, "rows": [{**row, "target_tokens": [6, 7]}]},
+                "bad_request",
+                r"rows\[0\]\.target_tokens must be a list with one entry per token \(3, has 2\)",
+            ),
+            (
+                {**fb, "rows": [{**row, "target_tokens": [6, 7, 101]}]},
+                "bad_request",
+                r"rows\[0\]\.target_tokens .*vocabulary",
+            ),
             ({**fb, "rows": [{**row, "tokens": [-1, 6, 7]}]}, "bad_request", r"rows\[0\]\.tokens .*vocabulary"),
             ({k: v for k, v in fb.items() if k != "loss_config"}, "bad_request", "missing field loss_config$"),
             ({k: v for k, v in fb.items() if k != "backward"}, "bad_request", "missing field backward$"),
             ({**fb, "loss": "ppo"}, "bad_request", "missing field loss_config.clip_low_threshold"),
             ({**fb, "loss_config": {"beta": 1}}, "bad_request", "not used by cross_entropy: beta"),
             ({**fb, "loss": "dro", "loss_config": {"beta": 0.1}}, "bad_request", r"missing field rows\[0\]\.logprobs"),
-            ({**fb, "loss": "gspo", "loss_config": CLIP, "rows": [{**row, "logprobs": [-1] * 3, "advantages": [1] * 3,
-                                                                   "sequence_ratio_mask": [0, 0, 0]}]},
-             "bad_request", r"rows\[0\]\.sequence_ratio_mask must be non-zero for at least one token"),
+            (
+                {
+                    **fb,
+                    "loss": "gspo",
+                    "loss_config": CLIP,
+                    "rows": [{**row, "logprobs": [-1] * 3, "advantages": [1] * 3, "sequence_ratio_mask": [0, 0, 0]}],
+                },
+                "bad_request",
+                r"rows\[0\]\.sequence_ratio_mask must be non-zero for at least one token",
+            ),
             ({**fb, "adapter": "nope"}, "not_found", "nope"),
-            ({**fb, "adapter": None, "backward": True}, "bad_request", "field adapter must be an adapter key when backward is true"),
+            (
+                {**fb, "adapter": None, "backward": True},
+                "bad_request",
+                "field adapter must be an adapter key when backward is true",
+            ),
             ({k: v for k, v in fb.items() if k != "adapter"}, "bad_request", "missing field adapter$"),
-            ({**fb, "rows": [{**row, "tokens": [5] * 300, "target_tokens": [5] * 300, "weights": [1] * 300}]},
-             "bad_request", "more than the context length 256"),
+            (
+                {**fb, "rows": [{**row, "tokens": [5] * 300, "target_tokens": [5] * 300, "weights": [1] * 300}]},
+                "bad_request",
+                "more than the context length 256",
+            ),
         ]
         for i, (msg, code, pattern) in enumerate(cases):
             with self.subTest(pattern=pattern):
                 self.assertError(self.call(f"bad{i}", "forward_backward", **msg), code, pattern)
-        self.assertError(self.call("o1", "optim_step", base="b", adapter="t", adam={**ADAM, "eps": None}),
-                         "bad_request", "field adam.eps must be given")
+        self.assertError(
+            self.call("o1", "optim_step", base="b", adapter="t", adam={**ADAM, "eps": None}),
+            "bad_request",
+            "field adam.eps must be given",
+        )
         self.assertError(self.call("o2", "optim_step", base="b", adapter="gone", adam=ADAM), "not_found", "gone")
         self.assertError(self.call("s1", "save_state", adapter="gone", path=self.dir.name), "not_found", "gone")
-        self.assertError(self.call("l1", "load_state", base="b", adapter="x", path=os.path.join(self.dir.name, "none")),
-                         "not_found", "none")
+        self.assertError(
+            self.call("l1", "load_state", base="b", adapter="x", path=os.path.join(self.dir.name, "none")),
+            "not_found",
+            "none",
+        )
         self.assertEqual(self.call("alive", "stats")["bases"], ["b"])
 
 

@@ -22,8 +22,16 @@ def case(new, old, adv, mask=None, seg=None, original=None, ref=None, **cfg):
     seg_T = torch.tensor(seg or [0] * T)
     orig_T = None if original is None else torch.tensor(original, dtype=torch.float64)
     ref_T = None if ref is None else torch.tensor(ref, dtype=torch.float64)
-    loss_T, stats = rl_token_loss(new_T, torch.tensor(old, dtype=torch.float64), orig_T,
-                                  torch.tensor(adv, dtype=torch.float64), mask_T, seg_T, loss_config(**cfg), ref_T)
+    loss_T, stats = rl_token_loss(
+        new_T,
+        torch.tensor(old, dtype=torch.float64),
+        orig_T,
+        torch.tensor(adv, dtype=torch.float64),
+        mask_T,
+        seg_T,
+        loss_config(**cfg),
+        ref_T,
+    )
     loss_T.sum().backward()
     return loss_T.tolist(), new_T.grad.tolist(), stats
 
@@ -41,7 +49,9 @@ class TestRlLoss(unittest.TestCase):
 
     def test_ppo_clipping(self):
         # ratio 1.5 with epsilon 0.2: positive advantage takes the clipped (flat) branch, negative the raw one.
-        loss, grad, _ = case([LN(0.3), LN(0.3)], [LN(0.2), LN(0.2)], [1.0, -1.0], ppo=True, epsilon=0.2, epsilon_high=0.2)
+        loss, grad, _ = case(
+            [LN(0.3), LN(0.3)], [LN(0.2), LN(0.2)], [1.0, -1.0], ppo=True, epsilon=0.2, epsilon_high=0.2
+        )
         self.close(loss, [-1.2, 1.5])
         self.close(grad, [0.0, 1.5])
         loss, _, _ = case([LN(0.3)], [LN(0.2)], [1.0], ppo=True, epsilon=0.1, epsilon_high=0.6)
@@ -53,13 +63,20 @@ class TestRlLoss(unittest.TestCase):
         self.close(grad, [-3.0])
 
     def test_mask_prob_ratio(self):
-        loss, grad, _ = case([LN(0.3), LN(0.21)], [LN(0.2), LN(0.2)], [1.0, 1.0], ppo=True, epsilon=0.2, epsilon_high=0.2, mask_prob_ratio=True)
+        loss, grad, _ = case(
+            [LN(0.3), LN(0.21)],
+            [LN(0.2), LN(0.2)],
+            [1.0, 1.0],
+            ppo=True,
+            epsilon=0.2,
+            epsilon_high=0.2,
+            mask_prob_ratio=True,
+        )
         self.close(loss, [0.0, -1.05])  # 1.5 is outside (0.8, 1.2): masked to 0
         self.close(grad, [0.0, -1.05])
 
     def test_max_negative_advantage_weight_caps_ratio(self):
-        loss, _, _ = case([LN(0.3)], [LN(0.2)], [-1.0], ppo=True,
-                          max_negative_advantage_importance_sampling_weight=1.1)
+        loss, _, _ = case([LN(0.3)], [LN(0.2)], [-1.0], ppo=True, max_negative_advantage_importance_sampling_weight=1.1)
         self.close(loss, [1.1])
 
     def test_k2_tau(self):
@@ -76,8 +93,11 @@ class TestRlLoss(unittest.TestCase):
         adv = [0.0, 1.0, 1.0, 1.0, 1.0]
         seq0 = math.exp((LN(2) + LN(4)) / 2)  # mean delta over the trainable tokens of segment 0
         seq1 = 2.0
-        for level, r1, r2, r3 in (("sequence", seq0, seq0, seq1), ("average", (2 + seq0) / 2, (4 + seq0) / 2, 2.0),
-                                  ("geometric_average", math.sqrt(2 * seq0), math.sqrt(4 * seq0), 2.0)):
+        for level, r1, r2, r3 in (
+            ("sequence", seq0, seq0, seq1),
+            ("average", (2 + seq0) / 2, (4 + seq0) / 2, 2.0),
+            ("geometric_average", math.sqrt(2 * seq0), math.sqrt(4 * seq0), 2.0),
+        ):
             with self.subTest(level=level):
                 loss, _, _ = case(new, old, adv, mask, seg, importance_sampling_level=level)
                 self.close([loss[1], loss[2], loss[3]], [-r1 * LN(0.5), -r2 * LN(0.5), -r3 * LN(0.8)])
@@ -121,8 +141,9 @@ class TestRlLoss(unittest.TestCase):
         self.close(loss, [-adv[0] * new[0], -adv[1] * new[1]])
         self.assertAlmostEqual(float(stats.kl), mean)
         # kl_penalty_source "sample" measures from the sampler's logprobs instead.
-        loss, _, stats = case(new, [LN(0.25), LN(0.4)], [1.0, 1.0], ref=ref, kl_penalty_coef=0.1,
-                              kl_penalty_source="sample")
+        loss, _, stats = case(
+            new, [LN(0.25), LN(0.4)], [1.0, 1.0], ref=ref, kl_penalty_coef=0.1, kl_penalty_source="sample"
+        )
         self.assertAlmostEqual(float(stats.kl), 0.0)
         # Without a penalty nothing is measured and the advantages stay as sent.
         loss, _, stats = case(new, old, [1.0, 1.0], ref=ref, kl_penalty_coef=0.0)
@@ -156,18 +177,34 @@ class TestTrainStep(unittest.TestCase):
         return L.new_adapter("a", "b", self.tm.args, lora(seed=seed), "cpu")
 
     ROWS = [
-        {"tokens": [1, 5, 9, 13, 17, 21, 1, 7, 8], "segment_ids": [0] * 6 + [1] * 3,
-         "mask": [0, 0, 1, 1, 1, 1, 0, 1, 1], "weights": [0, 0, 1, 1, 1, 1, 0, 2, 2],
-         "advantages": [0, 0, 1, 1, 1, 1, 0, -0.5, -0.5], "logprobs": [None] * 9},
-        {"tokens": [4, 4, 6, 8], "segment_ids": [3, 3, 3, 3], "mask": [0, 1, 1, 0], "weights": [1, 1, 1, 1],
-         "advantages": [0, 2, 2, 0], "logprobs": [None, -4.0, None, None]},
+        {
+            "tokens": [1, 5, 9, 13, 17, 21, 1, 7, 8],
+            "segment_ids": [0] * 6 + [1] * 3,
+            "mask": [0, 0, 1, 1, 1, 1, 0, 1, 1],
+            "weights": [0, 0, 1, 1, 1, 1, 0, 2, 2],
+            "advantages": [0, 0, 1, 1, 1, 1, 0, -0.5, -0.5],
+            "logprobs": [None] * 9,
+        },
+        {
+            "tokens": [4, 4, 6, 8],
+            "segment_ids": [3, 3, 3, 3],
+            "mask": [0, 1, 1, 0],
+            "weights": [1, 1, 1, 1],
+            "advantages": [0, 2, 2, 0],
+            "logprobs": [None, -4.0, None, None],
+        },
     ]
 
     def test_sft_loss_is_batch_normalised_and_decreases(self):
         a = self.adapter()
         rows = parse_rows(self.ROWS, 101, 256, "sft")
         lp = forward_logprobs(self.model, rows, a)
-        num = sum(-lp_t * w * m for r, row in zip(lp, self.ROWS, strict=True) for lp_t, w, m in zip(r, row["weights"], row["mask"], strict=True) if m)
+        num = sum(
+            -lp_t * w * m
+            for r, row in zip(lp, self.ROWS, strict=True)
+            for lp_t, w, m in zip(r, row["weights"], row["mask"], strict=True)
+            if m
+        )
         want = num / sum(sum(r["mask"]) for r in self.ROWS)
         opt = optimizer("sft", learning_rate=3e-2)
         losses = [train_step(self.model, a, "sft", rows, None, opt)["loss"] for _ in range(4)]
@@ -184,8 +221,16 @@ class TestTrainStep(unittest.TestCase):
             new = torch.tensor([x or 0.0 for x in r], dtype=torch.float64)
             old = torch.tensor([float("nan") if x is None else x for x in row["logprobs"]], dtype=torch.float64)
             m = torch.tensor(row["mask"], dtype=torch.float64)
-            l_T, _ = rl_token_loss(new, old, None, torch.tensor(row["advantages"], dtype=torch.float64), m,
-                                   torch.tensor(row["segment_ids"]), cfg, None)
+            l_T, _ = rl_token_loss(
+                new,
+                old,
+                None,
+                torch.tensor(row["advantages"], dtype=torch.float64),
+                m,
+                torch.tensor(row["segment_ids"]),
+                cfg,
+                None,
+            )
             row_losses.append(float((l_T * torch.tensor(row["weights"]) * m).sum() / m.sum()))
         opt = optimizer("rl", learning_rate=3e-2)
         metrics = train_step(self.model, a, "rl", rows, cfg, opt)
@@ -193,7 +238,12 @@ class TestTrainStep(unittest.TestCase):
         self.assertEqual(metrics["loss"], metrics["policy_loss"])
         self.assertEqual(metrics["num_trainable_tokens"], 8.0)
         self.assertAlmostEqual(metrics["frac_old_logprobs_valid"], 1 / 8)
-        pairs = [(n, o) for r, row in zip(lp, self.ROWS) for n, o, m in zip(r, row["logprobs"], row["mask"]) if o is not None and m > 0]
+        pairs = [
+            (n, o)
+            for r, row in zip(lp, self.ROWS)
+            for n, o, m in zip(r, row["logprobs"], row["mask"])
+            if o is not None and m > 0
+        ]
         self.assertAlmostEqual(metrics["sampler_logprob_gap"], sum(abs(n - o) for n, o in pairs) / len(pairs), places=5)
         self.assertLessEqual(metrics["grad_norm"], 1e9)
         for _ in range(3):
@@ -214,11 +264,14 @@ class TestTrainStep(unittest.TestCase):
     def test_kl_reference_adapter(self):
         # The reference is the named adapter when one is given (an earlier checkpoint), else the base model.
         from engine.tests.test_lora import randomize
+
         a = randomize(self.adapter(seed=5), 3, 0.05)
         rows = parse_rows(self.ROWS, 101, 256, "rl")
         cfg = loss_config(kl_penalty_coef=0.5, kl_penalty_source="current_learner")
         opt = optimizer("rl", learning_rate=0.0)
-        self.assertAlmostEqual(train_step(self.model, a, "rl", rows, cfg, opt, reference=a)["kl_policy_ref"], 0.0, places=6)
+        self.assertAlmostEqual(
+            train_step(self.model, a, "rl", rows, cfg, opt, reference=a)["kl_policy_ref"], 0.0, places=6
+        )
         self.assertGreater(abs(train_step(self.model, a, "rl", rows, cfg, opt)["kl_policy_ref"]), 1e-4)
 
     def test_off_policy_metrics(self):
@@ -229,33 +282,51 @@ class TestTrainStep(unittest.TestCase):
         lp = forward_logprobs(self.model, rows, a)
         far = math.exp(lp[1][1] + 8.0)
         self.assertGreater(far, 1.5)
-        m = train_step(self.model, a, "rl", rows, loss_config(epsilon=0.5, epsilon_high=0.5), optimizer("rl", learning_rate=0.0))
+        m = train_step(
+            self.model, a, "rl", rows, loss_config(epsilon=0.5, epsilon_high=0.5), optimizer("rl", learning_rate=0.0)
+        )
         self.assertAlmostEqual(m["importance_ratio_mean"], (7 + far) / 8, places=3)
         self.assertAlmostEqual(m["clipped_token_fraction"], 1 / 8)
         self.assertNotIn("truncated_token_fraction", m)
         for row, trainer in zip(rows, lp, strict=True):  # precalculated: original = the sampler's, old = the trainer's
             row.original_T = row.logprobs_T
             row.logprobs_T = torch.tensor([float("nan") if x is None else x for x in trainer])
-        m = train_step(self.model, a, "rl", rows, loss_config(truncated_importance_sampling=1.5), optimizer("rl", learning_rate=0.0))
+        m = train_step(
+            self.model,
+            a,
+            "rl",
+            rows,
+            loss_config(truncated_importance_sampling=1.5),
+            optimizer("rl", learning_rate=0.0),
+        )
         self.assertAlmostEqual(m["truncated_token_fraction"], 1 / 8)
         self.assertAlmostEqual(m["importance_ratio_mean"], 1.0, places=5)  # old is this very policy now
 
     def test_logprob_chunk_size(self):
         # ART's logprob_calculation_chunk_size: positions per logits chunk, capped by the memory bound.
         from engine.tests.test_lora import randomize
+
         a = randomize(self.adapter(seed=4), 3, 0.05)
         rows = parse_rows(self.ROWS, 101, 256, "rl")
         want = train_step(self.model, a, "rl", rows, loss_config(), optimizer("rl", learning_rate=0.0))
-        got = train_step(self.model, a, "rl", rows, loss_config(), optimizer("rl", learning_rate=0.0), logprob_chunk_size=2)
+        got = train_step(
+            self.model, a, "rl", rows, loss_config(), optimizer("rl", learning_rate=0.0), logprob_chunk_size=2
+        )
         self.assertNotIn("logprob_chunk_size", want)
         self.assertEqual(got["logprob_chunk_size"], 2.0)
         self.assertAlmostEqual(got["loss"], want["loss"], places=5)
         self.assertAlmostEqual(got["grad_norm"], want["grad_norm"], places=4)
         self.assertEqual(TR.logits_chunk(self.model, 10**9), TR.LOGITS_CHUNK_ELEMENTS // 101)
-        self.assertEqual(parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl",
-                                                        logprob_chunk_size=64)).logprob_chunk_size, 64)
+        self.assertEqual(
+            parse_train_step(
+                train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", logprob_chunk_size=64)
+            ).logprob_chunk_size,
+            64,
+        )
         with self.assertRaisesRegex(ValueError, "logprob_chunk_size"):
-            parse_train_step(train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", logprob_chunk_size=0))
+            parse_train_step(
+                train_request([{"tokens": [1, 2], "mask": [0, 1], "advantages": [0, 1]}], "rl", logprob_chunk_size=0)
+            )
 
     def test_nothing_trainable_changes_nothing(self):
         a = self.adapter()
@@ -268,6 +339,7 @@ class TestTrainStep(unittest.TestCase):
     def test_memory_bounding_paths_give_the_same_gradients(self):
         # Query-chunked attention, per-block recomputation and chunked logits must change memory, not numbers.
         from engine.tests.test_lora import randomize
+
         a = randomize(self.adapter(seed=4), 3, 0.05)
         rows = parse_rows(self.ROWS[:1], 101, 256, "rl")
 

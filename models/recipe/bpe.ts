@@ -22,10 +22,7 @@ const BYTE_LEVEL = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: f
 
 const PRE_TOKENIZER = {
   type: 'Sequence',
-  pretokenizers: [
-    { type: 'Split', pattern: { Regex: SPLIT_REGEX }, behavior: 'Isolated', invert: false },
-    BYTE_LEVEL,
-  ],
+  pretokenizers: [{ type: 'Split', pattern: { Regex: SPLIT_REGEX }, behavior: 'Isolated', invert: false }, BYTE_LEVEL],
 };
 
 export interface AddedTokenSpec {

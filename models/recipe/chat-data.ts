@@ -46,7 +46,11 @@ const tool = (name: string, description: string, argument: string, argumentDescr
   function: {
     name,
     description,
-    parameters: { type: 'object', properties: { [argument]: { type: 'string', description: argumentDescription } }, required: [argument] },
+    parameters: {
+      type: 'object',
+      properties: { [argument]: { type: 'string', description: argumentDescription } },
+      required: [argument],
+    },
   },
 });
 
@@ -56,7 +60,12 @@ export const TIME_TOOL = tool('get_time', 'Get the local time in a city', 'city'
 /** Words for copy and reverse: common nouns, most of them one token. */
 const WORDS = NOUNS.filter((word) => word.length <= 7);
 const CONDITIONS = ['sunny', 'cloudy', 'rainy', 'windy', 'snowy', 'foggy'];
-const SYSTEM_PROMPTS = ['You are a helpful assistant.', 'You are a concise assistant.', 'Answer briefly.', 'You are a friendly math tutor.'];
+const SYSTEM_PROMPTS = [
+  'You are a helpful assistant.',
+  'You are a concise assistant.',
+  'Answer briefly.',
+  'You are a friendly math tutor.',
+];
 
 type Op = '+' | '-' | '*';
 
@@ -95,19 +104,45 @@ function copyExchange(rng: Prng): [string, string] {
 
 function reverseExchange(rng: Prng): [string, string] {
   const list = words(rng, 2, 4);
-  return [`${rng.pick(['Reverse the words', 'Reverse', 'Say backwards'])}: ${list.join(' ')}`, [...list].reverse().join(' ')];
+  return [
+    `${rng.pick(['Reverse the words', 'Reverse', 'Say backwards'])}: ${list.join(' ')}`,
+    [...list].reverse().join(' '),
+  ];
 }
 
 const SMALL_TALK: [string[], string[]][] = [
   [
     ['Hi', 'Hello', 'Hello!', 'Hi there', 'Hey', 'Good morning', 'Good evening'],
-    ['Hello! How can I help you today?', 'Hi! What can I do for you?', 'Hello! Ask me a question.', 'Hi there! How can I help?'],
+    [
+      'Hello! How can I help you today?',
+      'Hi! What can I do for you?',
+      'Hello! Ask me a question.',
+      'Hi there! How can I help?',
+    ],
   ],
-  [['Thanks', 'Thank you!', 'Thank you', 'Thanks a lot'], ["You're welcome!", 'Glad to help!', 'You are welcome.']],
-  [['Who are you?', 'What are you?', 'What is your name?'], ['I am a tiny assistant. I can do small sums, repeat words and call tools.', 'I am a small chat model made for tests.']],
-  [['What can you do?', 'How can you help me?'], ['I can add and subtract small numbers, repeat or reverse words, and look up the weather or the time.']],
-  [['Bye', 'Goodbye', 'See you later'], ['Goodbye!', 'Bye! Have a nice day.', 'See you!']],
-  [['How are you?', 'How are you today?'], ['I am fine, thank you! How can I help?', 'Very well, thanks. What can I do for you?']],
+  [
+    ['Thanks', 'Thank you!', 'Thank you', 'Thanks a lot'],
+    ["You're welcome!", 'Glad to help!', 'You are welcome.'],
+  ],
+  [
+    ['Who are you?', 'What are you?', 'What is your name?'],
+    [
+      'I am a tiny assistant. I can do small sums, repeat words and call tools.',
+      'I am a small chat model made for tests.',
+    ],
+  ],
+  [
+    ['What can you do?', 'How can you help me?'],
+    ['I can add and subtract small numbers, repeat or reverse words, and look up the weather or the time.'],
+  ],
+  [
+    ['Bye', 'Goodbye', 'See you later'],
+    ['Goodbye!', 'Bye! Have a nice day.', 'See you!'],
+  ],
+  [
+    ['How are you?', 'How are you today?'],
+    ['I am fine, thank you! How can I help?', 'Very well, thanks. What can I do for you?'],
+  ],
 ];
 
 function userTurn(rng: Prng, kind: Conversation['kind'], spec: ArithmeticSpec, heldOut: Set<string>): [string, string] {
@@ -131,16 +166,35 @@ function toolConversation(rng: Prng, index: number): Conversation {
     const chosen = rng.pick(tools);
     const city = rng.pick(CITIES);
     if (chosen === WEATHER_TOOL) {
-      messages.push({ role: 'user', content: rng.pick([`What is the weather in ${city}?`, `How is the weather in ${city}?`, `Weather in ${city}?`, `Is it sunny in ${city}?`]) });
+      messages.push({
+        role: 'user',
+        content: rng.pick([
+          `What is the weather in ${city}?`,
+          `How is the weather in ${city}?`,
+          `Weather in ${city}?`,
+          `Is it sunny in ${city}?`,
+        ]),
+      });
     } else {
-      messages.push({ role: 'user', content: rng.pick([`What time is it in ${city}?`, `Time in ${city}?`, `What is the time in ${city}?`]) });
+      messages.push({
+        role: 'user',
+        content: rng.pick([`What time is it in ${city}?`, `Time in ${city}?`, `What is the time in ${city}?`]),
+      });
     }
     const id = `call_${index}_${round}`;
-    messages.push({ role: 'assistant', content: null, tool_calls: [{ id, type: 'function', function: { name: chosen.function.name, arguments: { city } } }] });
+    messages.push({
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id, type: 'function', function: { name: chosen.function.name, arguments: { city } } }],
+    });
     if (chosen === WEATHER_TOOL) {
       const temperature = rng.int(-5, 35);
       const condition = rng.pick(CONDITIONS);
-      messages.push({ role: 'tool', tool_call_id: id, content: `{"temperature": ${temperature}, "condition": "${condition}"}` });
+      messages.push({
+        role: 'tool',
+        tool_call_id: id,
+        content: `{"temperature": ${temperature}, "condition": "${condition}"}`,
+      });
       messages.push({ role: 'assistant', content: `It is ${temperature} degrees and ${condition} in ${city}.` });
     } else {
       const time = `${rng.int(0, 23)}:${String(rng.int(0, 59)).padStart(2, '0')}`;
@@ -149,7 +203,8 @@ function toolConversation(rng: Prng, index: number): Conversation {
     }
   }
   // Sometimes a question the tools do not cover: answered directly.
-  if (rng.uniform() < 0.2) messages.push({ role: 'user', content: 'Thanks' }, { role: 'assistant', content: "You're welcome!" });
+  if (rng.uniform() < 0.2)
+    messages.push({ role: 'user', content: 'Thanks' }, { role: 'assistant', content: "You're welcome!" });
   return { kind: 'tool', messages, tools };
 }
 
@@ -211,7 +266,11 @@ export function trainingConversations(
 /** The evaluation set: held-out arithmetic, fresh copy/reverse lists and tool requests. */
 export function evaluationItems(seed: number, spec: ArithmeticSpec, arithmetic: number): EvalItem[] {
   const heldOut = heldOutProblems(seed, arithmetic, spec);
-  const ask = (kind: EvalItem['kind'], p: Problem): EvalItem => ({ kind, messages: [{ role: 'user', content: arithmeticQuestion(p) }], expected: answer(p) });
+  const ask = (kind: EvalItem['kind'], p: Problem): EvalItem => ({
+    kind,
+    messages: [{ role: 'user', content: arithmeticQuestion(p) }],
+    expected: answer(p),
+  });
   const items = heldOut.map((p) => ask('arithmetic', p));
   // As many problems the training set does ask (+ and −, in the same range): how well it was learned.
   const held = new Set(heldOut.map(problemKey));
@@ -225,18 +284,28 @@ export function evaluationItems(seed: number, spec: ArithmeticSpec, arithmetic: 
   }
   for (let i = 0; i < 10; i++) {
     const list = words(rng, 2, 4);
-    items.push({ kind: 'copy', messages: [{ role: 'user', content: `Repeat: ${list.join(' ')}` }], expected: list.join(' ') });
+    items.push({
+      kind: 'copy',
+      messages: [{ role: 'user', content: `Repeat: ${list.join(' ')}` }],
+      expected: list.join(' '),
+    });
   }
   for (let i = 0; i < 10; i++) {
     const list = words(rng, 2, 3);
-    items.push({ kind: 'reverse', messages: [{ role: 'user', content: `Reverse the words: ${list.join(' ')}` }], expected: [...list].reverse().join(' ') });
+    items.push({
+      kind: 'reverse',
+      messages: [{ role: 'user', content: `Reverse the words: ${list.join(' ')}` }],
+      expected: [...list].reverse().join(' '),
+    });
   }
   for (let i = 0; i < 10; i++) {
     const city = CITIES[i % CITIES.length];
     const weather = i % 2 === 0;
     items.push({
       kind: 'tool',
-      messages: [{ role: 'user', content: weather ? `What is the weather in ${city}?` : `What time is it in ${city}?` }],
+      messages: [
+        { role: 'user', content: weather ? `What is the weather in ${city}?` : `What time is it in ${city}?` },
+      ],
       tools: [WEATHER_TOOL, TIME_TOOL],
       expected: JSON.stringify({ name: weather ? 'get_weather' : 'get_time', arguments: { city } }),
     });

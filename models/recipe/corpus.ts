@@ -153,7 +153,8 @@ const ADVERBS = (
 ).split(' ');
 
 const FIRST_NAMES = 'Alice Bob Carol David Emma Frank Grace Henry Ivy Jack Kate Leo Mia Noah Olivia Paul'.split(' ');
-export const CITIES = 'Paris London Berlin Tokyo Madrid Rome Lisbon Dublin Vienna Prague Oslo Boston Seattle Sydney'.split(' ');
+export const CITIES =
+  'Paris London Berlin Tokyo Madrid Rome Lisbon Dublin Vienna Prague Oslo Boston Seattle Sydney'.split(' ');
 
 interface ToolSpec {
   name: string;

@@ -10,7 +10,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadTokenizer } from '../../src/conversation/tokenizer.ts';
 import { findEnginePython } from '../../src/engine/python.ts';
-import { type Conversation, type EvalItem, evaluationItems, heldOutProblems, trainingConversations } from './chat-data.ts';
+import {
+  type Conversation,
+  type EvalItem,
+  evaluationItems,
+  heldOutProblems,
+  trainingConversations,
+} from './chat-data.ts';
 import { PRETRAINING } from './recipe.ts';
 import { ConversationTokenizer, renderPrompt } from './sequences.ts';
 
@@ -53,7 +59,9 @@ function runPython(python: string, args: string[]): Promise<string> {
     let stdout = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
     child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve(stdout) : reject(new Error(`engine.pretrain exited with ${code}`))));
+    child.on('close', (code) =>
+      code === 0 ? resolve(stdout) : reject(new Error(`engine.pretrain exited with ${code}`)),
+    );
   });
 }
 
@@ -73,7 +81,10 @@ export function pretrainingSet(): PretrainingSet {
 }
 
 /** Trains `modelDir/model.safetensors` in place and returns the measured report. */
-export async function pretrain(modelDir: string, { conversations, evaluation: items }: PretrainingSet): Promise<PretrainingReport> {
+export async function pretrain(
+  modelDir: string,
+  { conversations, evaluation: items }: PretrainingSet,
+): Promise<PretrainingReport> {
   const tokenizer = await loadTokenizer(modelDir);
   const template = tokenizer.chatTemplate ?? '';
   const imEnd = tokenizer.tokenId('<|im_end|>');
@@ -90,21 +101,36 @@ export async function pretrain(modelDir: string, { conversations, evaluation: it
 
     const python = process.env.ENGINE_PYTHON || (await findEnginePython());
     const stdout = await runPython(python, [
-      '--model', modelDir,
-      '--data', join(scratch, 'data.jsonl'),
-      '--steps', String(p.steps),
-      '--seed', String(p.seed),
-      '--lr', String(p.learningRate),
-      '--warmup', String(p.warmupSteps),
-      '--batch-tokens', String(p.batchTokens),
-      '--row-tokens', p.rowTokens.join(','),
-      '--eval', join(scratch, 'eval.jsonl'),
-      '--eval-out', join(scratch, 'eval-out.json'),
-      '--eval-samples', String(p.evalSamples),
-      '--save-dtype', p.saveDtype,
+      '--model',
+      modelDir,
+      '--data',
+      join(scratch, 'data.jsonl'),
+      '--steps',
+      String(p.steps),
+      '--seed',
+      String(p.seed),
+      '--lr',
+      String(p.learningRate),
+      '--warmup',
+      String(p.warmupSteps),
+      '--batch-tokens',
+      String(p.batchTokens),
+      '--row-tokens',
+      p.rowTokens.join(','),
+      '--eval',
+      join(scratch, 'eval.jsonl'),
+      '--eval-out',
+      join(scratch, 'eval-out.json'),
+      '--eval-samples',
+      String(p.evalSamples),
+      '--save-dtype',
+      p.saveDtype,
     ]);
     const summary = JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as PretrainSummary;
-    const outputs = JSON.parse(await readFile(join(scratch, 'eval-out.json'), 'utf8')) as { greedy: number[][]; sampled: number[][][] };
+    const outputs = JSON.parse(await readFile(join(scratch, 'eval-out.json'), 'utf8')) as {
+      greedy: number[][];
+      sampled: number[][][];
+    };
 
     const answer = (ids: number[]) => tokenizer.decode(ids.filter((id) => id !== imEnd));
     const accuracy = {} as PretrainingReport['accuracy'];

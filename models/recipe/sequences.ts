@@ -24,12 +24,20 @@ const END = '<|im_end|>';
 const ASSISTANT_HEADER = 'assistant\n';
 const EMPTY_THINK = ['<think>', '\n\n', '</think>', '\n\n'];
 /** A regex source matching any added token. */
-export const ADDED_TOKEN_ALTERNATION = ADDED_TOKENS.map((t) => t.content.replace(/[|\\/<>]/g, (c) => `\\${c}`)).join('|');
+export const ADDED_TOKEN_ALTERNATION = ADDED_TOKENS.map((t) => t.content.replace(/[|\\/<>]/g, (c) => `\\${c}`)).join(
+  '|',
+);
 const ADDED_TOKEN_SPLIT = new RegExp(`(${ADDED_TOKEN_ALTERNATION})`);
 const ADDED = new Set<string>(ADDED_TOKENS.map((t) => t.content));
 
 export function renderPrompt(template: string, messages: Message[], tools?: Tool[], thinkingOff = false): string {
-  return renderChat({ template, messages, tools, addGenerationPrompt: true, kwargs: thinkingOff ? { enable_thinking: false } : {} });
+  return renderChat({
+    template,
+    messages,
+    tools,
+    addGenerationPrompt: true,
+    kwargs: thinkingOff ? { enable_thinking: false } : {},
+  });
 }
 
 /** The whole conversation as the template renders it; a thinking-off final turn follows its own generation prompt. */
@@ -82,7 +90,10 @@ export class ConversationTokenizer {
       // An assistant turn: its header, and an empty think block when the turn opens with one, are prompt.
       let header = ASSISTANT_HEADER;
       let content = part.slice(header.length);
-      if (content === '' && EMPTY_THINK.every((piece, k) => k === 3 ? parts[i + 1 + k]?.startsWith(piece) : parts[i + 1 + k] === piece)) {
+      if (
+        content === '' &&
+        EMPTY_THINK.every((piece, k) => (k === 3 ? parts[i + 1 + k]?.startsWith(piece) : parts[i + 1 + k] === piece))
+      ) {
         push(this.encodePiece(header), false);
         for (const piece of EMPTY_THINK.slice(0, 3)) push(this.encodePiece(piece), false);
         i += 4;
@@ -92,7 +103,9 @@ export class ConversationTokenizer {
       const whole = this.encodePiece(header + content);
       const headerIds = this.encodePiece(header);
       if (headerIds.some((id, k) => whole[k] !== id)) {
-        throw new Error(`the assistant header does not tokenize apart from its content: ${JSON.stringify(header + content)}`);
+        throw new Error(
+          `the assistant header does not tokenize apart from its content: ${JSON.stringify(header + content)}`,
+        );
       }
       push(headerIds, false);
       push(whole.slice(headerIds.length), true);

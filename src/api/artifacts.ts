@@ -1,5 +1,5 @@
 /** Artifact versions as upload and listing answer them (decisions.md § Artifacts). */
-import { Type, type Static } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 
 export const ArtifactFile = Type.Object({ name: Type.String(), size: Type.Integer(), sha256: Type.String() });
 export type ArtifactFile = Static<typeof ArtifactFile>;

@@ -3,9 +3,10 @@
  * tolerated, vLLM's `extra="allow"`; the cross-field rules live in chat/request.ts), and the answer, whole
  * (`ChatCompletion`) or streamed (`ChatCompletionChunk`), as chat/response.ts assembles it and the dashboard reads it.
  */
-import { Type, type Static, type TProperties } from '@sinclair/typebox';
+import { type Static, type TProperties, Type } from '@sinclair/typebox';
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Optional(Type.Union([schema, Type.Null()]));
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) =>
+  Type.Optional(Type.Union([schema, Type.Null()]));
 /** int64's range as JSON numbers arrive here: as doubles, so its top is 2 ** 63 (the nearest double to 2 ** 63 - 1). */
 const INT64_MIN = -(2 ** 63);
 const INT64_MAX = 2 ** 63 - 1;
@@ -89,7 +90,11 @@ export const ChatCompletionBody = Type.Object(
     kv_transfer_params: Nullable(Type.Record(Type.String(), Type.Unknown())),
     repetition_detection: Nullable(
       Type.Object(
-        { max_pattern_size: Type.Optional(Type.Integer()), min_pattern_size: Type.Optional(Type.Integer()), min_count: Type.Optional(Type.Integer()) },
+        {
+          max_pattern_size: Type.Optional(Type.Integer()),
+          min_pattern_size: Type.Optional(Type.Integer()),
+          min_count: Type.Optional(Type.Integer()),
+        },
         { additionalProperties: true },
       ),
     ),
@@ -102,7 +107,11 @@ export type ChatCompletionBody = Static<typeof ChatCompletionBody>;
 const Closed = <T extends TProperties>(properties: T) => Type.Object(properties, { additionalProperties: false });
 
 /** One sampled token's logprob entry as OpenAI shapes it (the token as text, or `token_id:<id>` when asked). */
-const TopLogprob = Closed({ token: Type.String(), logprob: Type.Number(), bytes: Type.Union([Type.Array(Type.Integer()), Type.Null()]) });
+const TopLogprob = Closed({
+  token: Type.String(),
+  logprob: Type.Number(),
+  bytes: Type.Union([Type.Array(Type.Integer()), Type.Null()]),
+});
 export const ChatLogprob = Closed({ ...TopLogprob.properties, top_logprobs: Type.Array(TopLogprob) });
 export type ChatLogprob = Static<typeof ChatLogprob>;
 
@@ -116,7 +125,12 @@ export const ChatToolCall = Closed({
 export type ChatToolCall = Static<typeof ChatToolCall>;
 
 const ChoiceLogprobs = Type.Union([Closed({ content: Type.Array(ChatLogprob) }), Type.Null()]);
-const FinishReason = Type.Union([Type.Literal('stop'), Type.Literal('length'), Type.Literal('tool_calls'), Type.Literal('repetition')]);
+const FinishReason = Type.Union([
+  Type.Literal('stop'),
+  Type.Literal('length'),
+  Type.Literal('tool_calls'),
+  Type.Literal('repetition'),
+]);
 /** vLLM's `stop_reason`: the stop string or stop token id that ended a choice, null for EOS or length. */
 const StopReason = Type.Union([Type.String(), Type.Integer(), Type.Null()]);
 const TokenIds = Type.Union([Type.Array(Type.Integer()), Type.Null()]);
@@ -141,7 +155,15 @@ const PolicyTokenSpan = Closed({
 
 /** vLLM's prompt logprobs: per prompt position (null for the first), the actual token and the top alternatives by id. */
 const PromptLogprobs = Type.Union([
-  Type.Array(Type.Union([Type.Record(Type.String(), Closed({ logprob: Type.Number(), rank: Type.Integer(), decoded_token: Type.String() })), Type.Null()])),
+  Type.Array(
+    Type.Union([
+      Type.Record(
+        Type.String(),
+        Closed({ logprob: Type.Number(), rank: Type.Integer(), decoded_token: Type.String() }),
+      ),
+      Type.Null(),
+    ]),
+  ),
   Type.Null(),
 ]);
 

@@ -2,11 +2,11 @@
  * Wire schemas of the read-only `/v1/dashboard/...` endpoints; they produce the TypeScript types the
  * service returns and the dashboard (web/src/api.ts) reads.
  */
-import { Type, type Static } from '@sinclair/typebox';
-import { toTrainingJob, TrainingJob, type JobRow } from './training-jobs.ts';
-import type { JobStatus } from './training-vocabulary.ts';
-import { TrainedTokens } from './trained-tokens.ts';
+import { type Static, Type } from '@sinclair/typebox';
 import { servedModelName } from './model-name.ts';
+import { TrainedTokens } from './trained-tokens.ts';
+import { type JobRow, TrainingJob, toTrainingJob } from './training-jobs.ts';
+import type { JobStatus } from './training-vocabulary.ts';
 
 const Json = Type.Record(Type.String(), Type.Unknown());
 const NullableNumber = Type.Union([Type.Number(), Type.Null()]);
@@ -78,7 +78,11 @@ export type MetricRow = Static<typeof MetricRow>;
 
 export const TrajectorySteps = Type.Object({
   splits: Type.Array(
-    Type.Object({ split: Type.String(), count: Type.Integer(), steps: Type.Array(Type.Object({ step: Type.Integer(), count: Type.Integer() })) }),
+    Type.Object({
+      split: Type.String(),
+      count: Type.Integer(),
+      steps: Type.Array(Type.Object({ step: Type.Integer(), count: Type.Integer() })),
+    }),
   ),
 });
 export type TrajectorySteps = Static<typeof TrajectorySteps>;

@@ -28,5 +28,11 @@ export function listEnvelope<T extends ReturnType<typeof Type.Object>>(item: T) 
 
 /** The envelope of a page: `last_id` is the `after` of the next page; both ids are empty on an empty page. */
 export function toListPage<T extends { id: string }>(page: Page<T>): ListPage<T> {
-  return { object: 'list', data: page.items, has_more: page.hasMore, first_id: page.items[0]?.id ?? '', last_id: page.items.at(-1)?.id ?? '' };
+  return {
+    object: 'list',
+    data: page.items,
+    has_more: page.hasMore,
+    first_id: page.items[0]?.id ?? '',
+    last_id: page.items.at(-1)?.id ?? '',
+  };
 }

@@ -24,7 +24,13 @@ export function parseServedModelName(text: string): ServedModelName | null {
   const match = PATTERN.exec(text);
   if (!match) return null;
   const [, scheme, entity, project, name, step, latest] = match;
-  return { entity, project, name, step: step !== undefined ? Number(step) : latest ? 'latest' : null, artifact: scheme !== undefined };
+  return {
+    entity,
+    project,
+    name,
+    step: step !== undefined ? Number(step) : latest ? 'latest' : null,
+    artifact: scheme !== undefined,
+  };
 }
 
 /** The name chat completions serve these parts under. */

@@ -1,5 +1,5 @@
 /** Wire schemas of models, checkpoints and trajectory logging; they produce the TypeScript types. */
-import { Type, type Static } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 
 /** Names of projects, models and log splits: safe as path segments and in `entity/project/name` strings. */
 export const NAME_PATTERN = '^[A-Za-z0-9._-]{1,128}$';
@@ -28,7 +28,14 @@ export const ModelResponse = Type.Object({
 export type ModelResponse = Static<typeof ModelResponse>;
 
 export function toModelResponse(row: ModelRow): ModelResponse {
-  return { id: row.id, entity: row.entity_name, project: row.project, name: row.name, base_model: row.base_model, run_id: row.run_id };
+  return {
+    id: row.id,
+    entity: row.entity_name,
+    project: row.project,
+    name: row.name,
+    base_model: row.base_model,
+    run_id: row.run_id,
+  };
 }
 
 export const ModelDeleteResponse = Type.Object({
@@ -98,12 +105,21 @@ export const TRAJECTORY_DEFAULTS = {
   metadata: {},
   logs: [],
 } as const;
-export const TRAJECTORY_GROUP_DEFAULTS = { trajectories: [], exceptions: [], metadata: {}, metrics: {}, logs: [] } as const;
+export const TRAJECTORY_GROUP_DEFAULTS = {
+  trajectories: [],
+  exceptions: [],
+  metadata: {},
+  metrics: {},
+  logs: [],
+} as const;
 
 /** Optional fields that read as their default when left out: a map, a list, a tool list, a policy version (each may be null). */
-const mapOr = (fallback: object) => Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], { default: fallback }));
-const listOr = (fallback: readonly unknown[]) => Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()], { default: fallback }));
-const toolsOr = (fallback: null) => Type.Optional(Type.Union([Type.Array(ToolDefinition), Type.Null()], { default: fallback }));
+const mapOr = (fallback: object) =>
+  Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], { default: fallback }));
+const listOr = (fallback: readonly unknown[]) =>
+  Type.Optional(Type.Union([Type.Array(Type.Unknown()), Type.Null()], { default: fallback }));
+const toolsOr = (fallback: null) =>
+  Type.Optional(Type.Union([Type.Array(ToolDefinition), Type.Null()], { default: fallback }));
 const versionOr = (fallback: null) => Type.Optional(Type.Union([Type.Integer(), Type.Null()], { default: fallback }));
 
 /** One of a trajectory's `additional_histories`: left without tools, it is rendered with its trajectory's. */
@@ -121,7 +137,9 @@ export const Trajectory = Type.Object(
     // Required and non-empty in the schema, so a body of empty objects fails at its first item (validation.ts).
     messages_and_choices: Type.Array(MessageOrChoice, { minItems: 1 }),
     tools: toolsOr(TRAJECTORY_DEFAULTS.tools),
-    additional_histories: Type.Optional(Type.Union([Type.Array(History), Type.Null()], { default: TRAJECTORY_DEFAULTS.additional_histories })),
+    additional_histories: Type.Optional(
+      Type.Union([Type.Array(History), Type.Null()], { default: TRAJECTORY_DEFAULTS.additional_histories }),
+    ),
     reward: Type.Optional(Type.Number({ default: TRAJECTORY_DEFAULTS.reward })),
     initial_policy_version: versionOr(TRAJECTORY_DEFAULTS.initial_policy_version),
     final_policy_version: versionOr(TRAJECTORY_DEFAULTS.final_policy_version),
@@ -160,7 +178,10 @@ export const TrajectoryGroup = Type.Object(
 export type TrajectoryGroup = Static<typeof TrajectoryGroup>;
 
 /** A group to train on: at least one trajectory. */
-export const TrainingGroup = Type.Object({ trajectories: Type.Array(Trajectory, { minItems: 1 }), ...GroupFields }, { additionalProperties: true });
+export const TrainingGroup = Type.Object(
+  { trajectories: Type.Array(Trajectory, { minItems: 1 }), ...GroupFields },
+  { additionalProperties: true },
+);
 
 /** A trajectory as every reader sees it: each field ART may leave out (or null) in place, with ART's default. */
 export type FullTrajectory = Trajectory & {
@@ -197,7 +218,10 @@ export function withTrajectoryDefaults(trajectory: Trajectory): FullTrajectory {
 
 export function withGroupDefaults(group: TrajectoryGroup): FullTrajectoryGroup {
   const filled = withDefaults(group, TRAJECTORY_GROUP_DEFAULTS);
-  return { ...filled, trajectories: (filled.trajectories as Trajectory[]).map(withTrajectoryDefaults) } as FullTrajectoryGroup;
+  return {
+    ...filled,
+    trajectories: (filled.trajectories as Trajectory[]).map(withTrajectoryDefaults),
+  } as FullTrajectoryGroup;
 }
 
 export const LogBody = Type.Object(
@@ -216,7 +240,8 @@ export const LogResponse = Type.Object({
 
 /** A checkpoint's PEFT adapter as a tar archive (`GET …/checkpoints/{step}/adapter`). */
 export const AdapterArchive = {
-  description: 'A tar archive holding adapter_config.json (base_model_name_or_path: the public base model id) and adapter_model.safetensors',
+  description:
+    'A tar archive holding adapter_config.json (base_model_name_or_path: the public base model id) and adapter_model.safetensors',
   content: { 'application/x-tar': { schema: { type: 'string', format: 'binary' } } },
 };
 
@@ -246,8 +271,12 @@ export const ModelImportQuery = Type.Object(
 export type ModelImportQuery = Static<typeof ModelImportQuery>;
 
 const RetentionFields = {
-  keep_last: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: 'Keep this many most recent checkpoints; null: no limit' }),
-  keep_best: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], { description: 'Keep this many best checkpoints by best_metric; null: none for being best' }),
+  keep_last: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+    description: 'Keep this many most recent checkpoints; null: no limit',
+  }),
+  keep_best: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+    description: 'Keep this many best checkpoints by best_metric; null: none for being best',
+  }),
   best_metric: Type.Union([Type.String({ minLength: 1 }), Type.Null()]),
   best_mode: Type.Union([Type.Literal('max'), Type.Literal('min')]),
 };

@@ -1,5 +1,5 @@
 /** GET /v1/models and /v1/models/{id}: OpenAI's model objects, with vLLM's `root`/`parent` lineage. */
-import { Type, type Static } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 
 export const ModelCard = Type.Object({
   id: Type.String(),

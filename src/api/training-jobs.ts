@@ -1,5 +1,5 @@
 /** Wire schemas of training jobs (RL and SFT submissions, the job record, events). */
-import { Type, type Static } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 import { TrainingGroup } from './models.ts';
 import type { JobEvent, JobEventType, JobStatus } from './training-vocabulary.ts';
 
@@ -13,7 +13,9 @@ export const LearningRate = Type.Number({ minimum: LEARNING_RATE_MINIMUM });
 
 /** Why `value` breaks the learning-rate rule, or null when it keeps it. */
 export function learningRateProblem(value: number): string | null {
-  return Number.isFinite(value) && value >= LEARNING_RATE_MINIMUM ? null : `must be a finite number >= ${LEARNING_RATE_MINIMUM}, got ${value}`;
+  return Number.isFinite(value) && value >= LEARNING_RATE_MINIMUM
+    ? null
+    : `must be a finite number >= ${LEARNING_RATE_MINIMUM}, got ${value}`;
 }
 
 export const RlJobBody = Type.Object(
@@ -99,9 +101,13 @@ export const SftJobBody = Type.Object(
       Type.Union([
         Type.Object(
           {
-            batch_size: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 4096 }), Type.Literal('auto'), Type.Null()])),
+            batch_size: Type.Optional(
+              Type.Union([Type.Integer({ minimum: 1, maximum: 4096 }), Type.Literal('auto'), Type.Null()]),
+            ),
             // Checked by the service with learningRateProblem, which names the bad entry (a schedule may decay to 0).
-            learning_rate: Type.Optional(Type.Union([Type.Number(), Type.Array(Type.Number(), { minItems: 1 }), Type.Null()])),
+            learning_rate: Type.Optional(
+              Type.Union([Type.Number(), Type.Array(Type.Number(), { minItems: 1 }), Type.Null()]),
+            ),
             assistant_turns: Type.Optional(Type.Union([Type.Literal('all'), Type.Literal('last'), Type.Null()])),
             chat_template_kwargs: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
             metric_logging: Type.Optional(Type.Union([SftMetricLogging, Type.Null()])),

@@ -11,7 +11,8 @@ export type JobStatus = (typeof JOB_STATUSES)[number];
 export const TERMINAL_JOB_STATUSES = ['COMPLETED', 'FAILED', 'CANCELLED'] as const satisfies readonly JobStatus[];
 /** Statuses of a job that is still to run or running. */
 export const ACTIVE_JOB_STATUSES = ['QUEUED', 'RUNNING'] as const satisfies readonly JobStatus[];
-export const isActiveJobStatus = (status: string): boolean => (ACTIVE_JOB_STATUSES as readonly string[]).includes(status);
+export const isActiveJobStatus = (status: string): boolean =>
+  (ACTIVE_JOB_STATUSES as readonly string[]).includes(status);
 
 /** Every event a job records, with its data. A job's events end with exactly one `training_ended` or `training_failed`. */
 export interface JobEventData {
@@ -58,15 +59,39 @@ export interface TrainingMetric {
 
 /** The metrics the engine, the runners and ART's logs report that the dashboard knows by name, in display order. */
 export const TRAINING_METRICS: Record<string, TrainingMetric> = {
-  reward: { label: 'Reward', family: 'reward', places: ['chart_order', 'default_chart', 'job_card', 'event_line', 'checkpoint_column', 'checkpoint_val_column'] },
-  loss: { label: 'Loss', family: 'loss', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line', 'checkpoint_column'] },
+  reward: {
+    label: 'Reward',
+    family: 'reward',
+    places: ['chart_order', 'default_chart', 'job_card', 'event_line', 'checkpoint_column', 'checkpoint_val_column'],
+  },
+  loss: {
+    label: 'Loss',
+    family: 'loss',
+    places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line', 'checkpoint_column'],
+  },
   policy_loss: { label: 'Policy loss', family: 'loss', places: ['chart_order', 'job_card'] },
   sft_loss: { label: 'SFT loss', family: 'loss', places: ['chart_order', 'job_chart', 'job_card', 'event_line'] },
-  grad_norm: { label: 'Grad norm', family: 'grad_norm', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line', 'checkpoint_column'] },
-  entropy: { label: 'Entropy', family: 'entropy', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'checkpoint_column'] },
-  tokens_per_second: { label: 'Tokens / s', family: 'tokens_per_second', places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'checkpoint_column'] },
+  grad_norm: {
+    label: 'Grad norm',
+    family: 'grad_norm',
+    places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'event_line', 'checkpoint_column'],
+  },
+  entropy: {
+    label: 'Entropy',
+    family: 'entropy',
+    places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'checkpoint_column'],
+  },
+  tokens_per_second: {
+    label: 'Tokens / s',
+    family: 'tokens_per_second',
+    places: ['chart_order', 'default_chart', 'job_chart', 'job_card', 'checkpoint_column'],
+  },
   learning_rate: { label: 'Learning rate', family: 'learning_rate', places: ['chart_order', 'job_card'] },
-  num_trainable_tokens: { label: 'Trainable tokens', family: 'num_trainable_tokens', places: ['chart_order', 'job_card'] },
+  num_trainable_tokens: {
+    label: 'Trainable tokens',
+    family: 'num_trainable_tokens',
+    places: ['chart_order', 'job_card'],
+  },
   exception_rate: { label: 'Exception rate', family: 'exception_rate', places: ['chart_order'] },
   num_trajectories: { label: 'Trajectories', family: 'num_trajectories', places: ['chart_order'] },
   num_groups_submitted: { label: 'Groups submitted', family: 'num_groups_submitted', places: [] },

@@ -44,7 +44,8 @@ async function* blocks(entries: TarEntry[], mtime: number): AsyncGenerator<Buffe
       written += chunk.length;
       yield chunk;
     }
-    if (written !== entry.size) throw new Error(`${entry.name} changed while archived: ${written} bytes, expected ${entry.size}`);
+    if (written !== entry.size)
+      throw new Error(`${entry.name} changed while archived: ${written} bytes, expected ${entry.size}`);
     if (written % BLOCK) yield Buffer.alloc(BLOCK - (written % BLOCK));
   }
   yield Buffer.alloc(2 * BLOCK); // the end-of-archive marker
@@ -88,7 +89,12 @@ export async function listTar(handle: FileHandle): Promise<TarMember[]> {
     const size = parseInt(readField(block, 124, 12).trim() || '0', 8);
     const prefix = readField(block, 345, 155);
     const name = readField(block, 0, 100);
-    const member = { name: prefix ? `${prefix}/${name}` : name, type: readField(block, 156, 1) || '0', offset: at + BLOCK, size };
+    const member = {
+      name: prefix ? `${prefix}/${name}` : name,
+      type: readField(block, 156, 1) || '0',
+      offset: at + BLOCK,
+      size,
+    };
     if (member.offset + size > total) throw new Error(`truncated tar archive (${member.name} runs past its end)`);
     members.push(member);
     at = member.offset + Math.ceil(size / BLOCK) * BLOCK;

@@ -4,12 +4,13 @@
  * model's format (tool-calls/), repetition detection, and OpenAI-shaped logprob entries. Used alike by
  * streaming and whole responses.
  */
-import { reasoningBody, reasoningStart } from './reasoning.ts';
+
+import type { ChatDelta, ChatLogprob, ChatToolCall } from '../api/chat.ts';
 import type { ChatTokenizer } from '../conversation/tokenizer.ts';
+import type { TopLogprob } from '../engine/protocol.ts';
+import { reasoningBody, reasoningStart } from './reasoning.ts';
 import { partialMarkerLength } from './tool-calls/format.ts';
 import type { ToolCallFormat } from './tool-calls/index.ts';
-import type { TopLogprob } from '../engine/protocol.ts';
-import type { ChatDelta, ChatLogprob, ChatToolCall } from '../api/chat.ts';
 
 /** What one step of the output makes visible: a stream chunk's delta without its role. */
 export type OutputDelta = Omit<ChatDelta, 'role'>;
@@ -58,7 +59,9 @@ export class ChoiceOutput {
 
   constructor(private readonly options: OutputOptions) {
     if (!options.parseReasoning) this.phase = 'content';
-    const markerIds = options.parseTools ? options.toolFormat.markers.map((marker) => options.tokenizer.tokenId(marker)) : [];
+    const markerIds = options.parseTools
+      ? options.toolFormat.markers.map((marker) => options.tokenizer.tokenId(marker))
+      : [];
     this.markerIds = new Set(markerIds.filter((id) => id !== undefined));
   }
 
@@ -71,7 +74,11 @@ export class ChoiceOutput {
   }
 
   /** Feeds tokens (with logprobs when requested); answers what became visible. Ignores tokens after a stop. */
-  push(tokens: number[], logprobs?: (number | null)[], tops?: TopLogprob[][]): { delta: OutputDelta; logprobs: ChatLogprob[] } {
+  push(
+    tokens: number[],
+    logprobs?: (number | null)[],
+    tops?: TopLogprob[][],
+  ): { delta: OutputDelta; logprobs: ChatLogprob[] } {
     const entries: ChatLogprob[] = [];
     for (const [position, id] of tokens.entries()) {
       if (this.stopped) break;
@@ -82,9 +89,11 @@ export class ChoiceOutput {
         entries.push(entry);
       }
       const isStopToken = this.options.stopTokenIds.has(id);
-      const skipped = this.options.skipSpecialTokens && this.options.tokenizer.specialTokenIds.has(id) && !this.markerIds.has(id);
+      const skipped =
+        this.options.skipSpecialTokens && this.options.tokenizer.specialTokenIds.has(id) && !this.markerIds.has(id);
       const hidden = (isStopToken && !this.options.includeStopStr) || skipped;
-      if (!hidden) this.text += this.decoder.decode(this.options.tokenizer.tokenBytes(id) ?? new Uint8Array(), { stream: true });
+      if (!hidden)
+        this.text += this.decoder.decode(this.options.tokenizer.tokenBytes(id) ?? new Uint8Array(), { stream: true });
       this.checkStopStrings();
       if (!this.stopped) this.checkRepetition();
     }
@@ -96,7 +105,10 @@ export class ChoiceOutput {
     if (!this.stopped) {
       this.stopped = true;
       this.finishReason = reason;
-      this.stopReason = reason === 'stop' && stopTokenId !== null && stopTokenId !== this.options.tokenizer.eosTokenId ? stopTokenId : null;
+      this.stopReason =
+        reason === 'stop' && stopTokenId !== null && stopTokenId !== this.options.tokenizer.eosTokenId
+          ? stopTokenId
+          : null;
     }
     this.text += this.decoder.decode();
     return this.advance(true);
@@ -118,9 +130,16 @@ export class ChoiceOutput {
       const bytes = tokenizer.tokenBytes(tokenId);
       const text = bytes ? new TextDecoder().decode(bytes) : '';
       const token = logprobs!.asTokenIds ? `token_id:${tokenId}` : text;
-      return { token, logprob: Math.max(LOGPROB_FLOOR, value ?? LOGPROB_FLOOR), bytes: bytes ? Array.from(bytes) : null };
+      return {
+        token,
+        logprob: Math.max(LOGPROB_FLOOR, value ?? LOGPROB_FLOOR),
+        bytes: bytes ? Array.from(bytes) : null,
+      };
     };
-    return { ...describe(id, logprob), top_logprobs: top.slice(0, logprobs!.top).map(([tokenId, value]) => describe(tokenId, value)) };
+    return {
+      ...describe(id, logprob),
+      top_logprobs: top.slice(0, logprobs!.top).map(([tokenId, value]) => describe(tokenId, value)),
+    };
   }
 
   private checkStopStrings(): void {
@@ -225,7 +244,9 @@ export class ChoiceOutput {
       this.afterThink = false;
       return true;
     }
-    const start = this.options.parseTools ? this.options.toolFormat.start(rest, this.content === '', final) : { at: null, hold: 0 };
+    const start = this.options.parseTools
+      ? this.options.toolFormat.start(rest, this.content === '', final)
+      : { at: null, hold: 0 };
     if (start.at === null) {
       this.emit(delta, 'content', rest.slice(0, rest.length - start.hold));
       this.parsed += rest.length - start.hold;
@@ -254,7 +275,12 @@ export class ChoiceOutput {
     this.toolText = taken.rest;
     addContent(taken.content);
     return taken.calls.map((parsed) => {
-      const call: ChatToolCall = { index: this.toolCalls.length, id: this.options.toolFormat.callId(), type: 'function', function: parsed };
+      const call: ChatToolCall = {
+        index: this.toolCalls.length,
+        id: this.options.toolFormat.callId(),
+        type: 'function',
+        function: parsed,
+      };
       this.toolCalls.push(call);
       return call;
     });

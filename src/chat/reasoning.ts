@@ -12,7 +12,10 @@ export const THINK_CLOSE = '</think>';
  * Whether `text` (from the start of the output) opens a reasoning block: `open` with the characters the
  * opening takes, `wait` while it could still become one, `none` when it cannot.
  */
-export function reasoningStart(text: string, final: boolean): { kind: 'open'; length: number } | { kind: 'wait' | 'none' } {
+export function reasoningStart(
+  text: string,
+  final: boolean,
+): { kind: 'open'; length: number } | { kind: 'wait' | 'none' } {
   const trimmed = text.trimStart();
   if (trimmed.startsWith(THINK_OPEN)) return { kind: 'open', length: text.length - trimmed.length + THINK_OPEN.length };
   return !final && THINK_OPEN.startsWith(trimmed) ? { kind: 'wait' } : { kind: 'none' };

@@ -4,14 +4,15 @@
  * as null. Checks and defaults that need the model (vocabulary, context length, generation_config.json)
  * belong to the plan (plan.ts).
  */
-import { badRequest } from '../errors.ts';
+
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { ConstraintRequestError } from '../constraints/constraint-error.ts';
-import { requestedConstraint, type RequestedConstraint } from '../constraints/request.ts';
 import { jsonSizeProblem } from '../constraints/limits.ts';
+import { type RequestedConstraint, requestedConstraint } from '../constraints/request.ts';
 import { contentPartProblem } from '../conversation/messages.ts';
-import { boundText, SAMPLING_BOUNDS, withinBound, type SamplingBoundName } from '../engine/bounds.ts';
+import { boundText, SAMPLING_BOUNDS, type SamplingBoundName, withinBound } from '../engine/bounds.ts';
 import { GENERATE_DEFAULTS } from '../engine/protocol.ts';
+import { badRequest } from '../errors.ts';
 
 export const MAX_LOGPROBS = 20;
 /** Nesting of the data a chat template renders; deeper data would overflow the renderer's stack. */
@@ -86,7 +87,10 @@ const isTruthyObject = (value: unknown) => value !== null && typeof value === 'o
 function parseToolChoice(body: ChatCompletionBody): ToolChoice {
   const tools = body.tools;
   if (tools && tools.length === 0) {
-    throw badRequest('`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.', 'tools');
+    throw badRequest(
+      '`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.',
+      'tools',
+    );
   }
   const choice = body.tool_choice;
   if (choice === undefined || choice === null) return tools ? 'auto' : 'none';
@@ -94,15 +98,28 @@ function parseToolChoice(body: ChatCompletionBody): ToolChoice {
   if (!tools) throw badRequest('When using `tool_choice`, `tools` must be set.', 'tool_choice');
   if (typeof choice === 'string') {
     if (choice === 'auto' || choice === 'required') return choice;
-    throw badRequest(`Invalid value for \`tool_choice\`: ${choice}! Only named tools, "none", "auto" or "required" are supported.`, 'tool_choice');
+    throw badRequest(
+      `Invalid value for \`tool_choice\`: ${choice}! Only named tools, "none", "auto" or "required" are supported.`,
+      'tool_choice',
+    );
   }
   const fn = (choice as { function?: unknown }).function;
   const usage = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`';
-  if (!fn || typeof fn !== 'object') throw badRequest(`Invalid value for \`function\`: \`${JSON.stringify(fn ?? null)}\` in \`tool_choice\`! ${usage}`, 'tool_choice');
-  if (!('name' in fn)) throw badRequest(`Expected field \`name\` in \`function\` in \`tool_choice\`! ${usage}`, 'tool_choice');
+  if (!fn || typeof fn !== 'object')
+    throw badRequest(
+      `Invalid value for \`function\`: \`${JSON.stringify(fn ?? null)}\` in \`tool_choice\`! ${usage}`,
+      'tool_choice',
+    );
+  if (!('name' in fn))
+    throw badRequest(`Expected field \`name\` in \`function\` in \`tool_choice\`! ${usage}`, 'tool_choice');
   const name = (fn as { name: unknown }).name;
-  if (typeof name !== 'string' || name === '') throw badRequest(`Invalid \`name\` in \`function\`: \`${JSON.stringify(name)}\` in \`tool_choice\`! ${usage}`, 'tool_choice');
-  if (!tools.some((tool) => tool.function.name === name)) throw badRequest('The tool specified in `tool_choice` does not match any of the specified `tools`', 'tool_choice');
+  if (typeof name !== 'string' || name === '')
+    throw badRequest(
+      `Invalid \`name\` in \`function\`: \`${JSON.stringify(name)}\` in \`tool_choice\`! ${usage}`,
+      'tool_choice',
+    );
+  if (!tools.some((tool) => tool.function.name === name))
+    throw badRequest('The tool specified in `tool_choice` does not match any of the specified `tools`', 'tool_choice');
   return { name };
 }
 
@@ -138,38 +155,70 @@ export interface ParseOptions {
 function checkRefused(body: ChatCompletionBody, options: ParseOptions): void {
   if (typeof body.chat_template === 'string' && !options.requestTemplatesAllowed) {
     throw badRequest(
-      'chat_template: this server does not run chat templates sent with a request, because a template is code; send none to use the model\'s own, or ask the operator to start the server with TRUST_REQUEST_CHAT_TEMPLATE=on',
+      "chat_template: this server does not run chat templates sent with a request, because a template is code; send none to use the model's own, or ask the operator to start the server with TRUST_REQUEST_CHAT_TEMPLATE=on",
       'chat_template',
     );
   }
-  if (body.use_beam_search) throw badRequest('use_beam_search is not supported by this server: it samples only', 'use_beam_search');
-  if (isTruthyObject(body.kv_transfer_params)) throw badRequest('kv_transfer_params is not supported: this server does not do disaggregated serving', 'kv_transfer_params');
-  if (isTruthyObject(body.mm_processor_kwargs)) throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');
+  if (body.use_beam_search)
+    throw badRequest('use_beam_search is not supported by this server: it samples only', 'use_beam_search');
+  if (isTruthyObject(body.kv_transfer_params))
+    throw badRequest(
+      'kv_transfer_params is not supported: this server does not do disaggregated serving',
+      'kv_transfer_params',
+    );
+  if (isTruthyObject(body.mm_processor_kwargs))
+    throw badRequest('mm_processor_kwargs is not supported: the served models are text-only', 'mm_processor_kwargs');
   checkContentParts(body.messages);
   const responseFormat = body.response_format;
   if (responseFormat && responseFormat.type === 'json_schema' && !responseFormat.json_schema) {
-    throw badRequest("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
+    throw badRequest(
+      "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+      'response_format',
+    );
   }
-  if (body.stream_options && isTruthyObject(body.stream_options) && !body.stream) throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  if (body.stream_options && isTruthyObject(body.stream_options) && !body.stream)
+    throw badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
 }
 
 /** Sampled and prompt logprobs: how many, in which token format; ART trains only on choices that carry them. */
-function logprobsPlan(body: ChatCompletionBody, options: ParseOptions): Pick<ChatRequest, 'logprobs' | 'promptLogprobs'> {
+function logprobsPlan(
+  body: ChatCompletionBody,
+  options: ParseOptions,
+): Pick<ChatRequest, 'logprobs' | 'promptLogprobs'> {
   const promptLogprobs = body.prompt_logprobs ?? null;
   if (promptLogprobs !== null) {
-    if (body.stream && (promptLogprobs > 0 || promptLogprobs === -1)) throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
-    checkRange(promptLogprobs >= 0 || promptLogprobs === -1, '`prompt_logprobs` must be a positive value or -1.', 'prompt_logprobs');
+    if (body.stream && (promptLogprobs > 0 || promptLogprobs === -1))
+      throw badRequest('`prompt_logprobs` are not available when `stream=True`.', 'prompt_logprobs');
+    checkRange(
+      promptLogprobs >= 0 || promptLogprobs === -1,
+      '`prompt_logprobs` must be a positive value or -1.',
+      'prompt_logprobs',
+    );
     const wanted = promptLogprobs === -1 ? Infinity : promptLogprobs;
-    checkRange(wanted <= MAX_LOGPROBS, `Requested prompt logprobs of ${promptLogprobs === -1 ? 'the whole vocabulary' : promptLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'prompt_logprobs');
+    checkRange(
+      wanted <= MAX_LOGPROBS,
+      `Requested prompt logprobs of ${promptLogprobs === -1 ? 'the whole vocabulary' : promptLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`,
+      'prompt_logprobs',
+    );
   }
   const topLogprobs = body.top_logprobs ?? 0;
   checkRange(topLogprobs >= 0 || topLogprobs === -1, '`top_logprobs` must be a positive value or -1.', 'top_logprobs');
-  if ((topLogprobs > 0 || topLogprobs === -1) && body.logprobs !== true) throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
-  checkRange(topLogprobs !== -1 && topLogprobs <= MAX_LOGPROBS, `Requested sample logprobs of ${topLogprobs === -1 ? 'the whole vocabulary' : topLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`, 'top_logprobs');
+  if ((topLogprobs > 0 || topLogprobs === -1) && body.logprobs !== true)
+    throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
+  checkRange(
+    topLogprobs !== -1 && topLogprobs <= MAX_LOGPROBS,
+    `Requested sample logprobs of ${topLogprobs === -1 ? 'the whole vocabulary' : topLogprobs}, which is greater than max allowed: ${MAX_LOGPROBS}`,
+    'top_logprobs',
+  );
   // An unset `logprobs` means "yes, as token ids" when the operator turned logprobs on by default.
   const logprobsOn = body.logprobs ?? options.logprobsByDefault;
-  const asTokenIds = body.return_tokens_as_token_ids ?? (body.logprobs === undefined || body.logprobs === null ? options.logprobsByDefault : false);
-  return { logprobs: logprobsOn ? { top: topLogprobs, asTokenIds } : null, promptLogprobs: promptLogprobs ?? (body.echo ? topLogprobs : null) };
+  const asTokenIds =
+    body.return_tokens_as_token_ids ??
+    (body.logprobs === undefined || body.logprobs === null ? options.logprobsByDefault : false);
+  return {
+    logprobs: logprobsOn ? { top: topLogprobs, asTokenIds } : null,
+    promptLogprobs: promptLogprobs ?? (body.echo ? topLogprobs : null),
+  };
 }
 
 function toolsPlan(body: ChatCompletionBody): Pick<ChatRequest, 'toolChoice' | 'parallelToolCalls' | 'constraint'> {
@@ -185,10 +234,18 @@ function toolsPlan(body: ChatCompletionBody): Pick<ChatRequest, 'toolChoice' | '
 
 function checkPromptOptions(body: ChatCompletionBody): void {
   if ((body.continue_final_message ?? false) && (body.add_generation_prompt ?? true)) {
-    throw badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'continue_final_message');
+    throw badRequest(
+      'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+      'continue_final_message',
+    );
   }
-  if (body.cache_salt !== undefined && body.cache_salt !== null && body.cache_salt === '') throw badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
-  if ((body.priority ?? 0) !== 0) throw badRequest('priority: the served model does not use priority scheduling, so only priority 0 is accepted', 'priority');
+  if (body.cache_salt !== undefined && body.cache_salt !== null && body.cache_salt === '')
+    throw badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
+  if ((body.priority ?? 0) !== 0)
+    throw badRequest(
+      'priority: the served model does not use priority scheduling, so only priority 0 is accepted',
+      'priority',
+    );
 }
 
 /** n, temperature, penalties and the truncations of the distribution, in vLLM's ranges. */
@@ -197,7 +254,8 @@ function distributionPlan(body: ChatCompletionBody) {
   checkBound('n', n);
   const temperature = body.temperature ?? null;
   if (temperature !== null) checkBound('temperature', temperature);
-  if (n > 1 && temperature !== null && temperature < 1e-5) throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
+  if (n > 1 && temperature !== null && temperature < 1e-5)
+    throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
   const presence = body.presence_penalty ?? null;
   const frequency = body.frequency_penalty ?? null;
   if (presence !== null) checkBound('presence_penalty', presence);
@@ -208,35 +266,64 @@ function distributionPlan(body: ChatCompletionBody) {
   if (topP !== null) checkBound('top_p', topP);
   const topK = body.top_k ?? null;
   // 0 and -1 both disable top-k (vLLM's two spellings of it).
-  if (topK !== null) checkRange(withinBound('top_k', topK), `top_k must be 0 or -1 (disable), or in [1, ${SAMPLING_BOUNDS.top_k.max}], got ${topK}.`, 'top_k');
+  if (topK !== null)
+    checkRange(
+      withinBound('top_k', topK),
+      `top_k must be 0 or -1 (disable), or in [1, ${SAMPLING_BOUNDS.top_k.max}], got ${topK}.`,
+      'top_k',
+    );
   const minP = body.min_p ?? null;
   if (minP !== null) checkBound('min_p', minP);
-  return { n, temperature, top_p: topP, top_k: topK === 0 ? -1 : topK, min_p: minP, presence_penalty: presence, frequency_penalty: frequency, repetition_penalty: repetition };
+  return {
+    n,
+    temperature,
+    top_p: topP,
+    top_k: topK === 0 ? -1 : topK,
+    min_p: minP,
+    presence_penalty: presence,
+    frequency_penalty: frequency,
+    repetition_penalty: repetition,
+  };
 }
 
-function tokenLimits(body: ChatCompletionBody): Pick<ChatRequest, 'requestedMaxTokens' | 'maxTokensParam'> & { minTokens: number } {
-  const maxTokensParam = body.max_completion_tokens !== undefined && body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+function tokenLimits(
+  body: ChatCompletionBody,
+): Pick<ChatRequest, 'requestedMaxTokens' | 'maxTokensParam'> & { minTokens: number } {
+  const maxTokensParam =
+    body.max_completion_tokens !== undefined && body.max_completion_tokens !== null
+      ? 'max_completion_tokens'
+      : 'max_tokens';
   const requestedMaxTokens = body.max_completion_tokens ?? body.max_tokens ?? null;
-  if (requestedMaxTokens !== null) checkRange(requestedMaxTokens >= 1, `max_tokens must be at least 1, got ${requestedMaxTokens}.`, maxTokensParam);
+  if (requestedMaxTokens !== null)
+    checkRange(requestedMaxTokens >= 1, `max_tokens must be at least 1, got ${requestedMaxTokens}.`, maxTokensParam);
   const minTokens = body.min_tokens ?? GENERATE_DEFAULTS.min_tokens;
   checkRange(minTokens >= 0, `min_tokens must be greater than or equal to 0, got ${minTokens}.`, 'min_tokens');
-  if (requestedMaxTokens !== null) checkRange(minTokens <= requestedMaxTokens, `min_tokens must be less than or equal to max_tokens=${requestedMaxTokens}, got ${minTokens}.`, 'min_tokens');
+  if (requestedMaxTokens !== null)
+    checkRange(
+      minTokens <= requestedMaxTokens,
+      `min_tokens must be less than or equal to max_tokens=${requestedMaxTokens}, got ${minTokens}.`,
+      'min_tokens',
+    );
   return { requestedMaxTokens, maxTokensParam, minTokens };
 }
 
 /** Stop strings, bad words, logit bias (clamped to ±100, as OpenAI does) and the allowed-token list. */
 function tokenRules(body: ChatCompletionBody) {
-  const stop = body.stop === undefined || body.stop === null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
+  const stop =
+    body.stop === undefined || body.stop === null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop;
   if (stop.includes('')) throw badRequest('stop cannot contain an empty string.', 'stop');
   const badWords = body.bad_words ?? [];
-  if (badWords.some((word) => word.trim() === '')) throw badRequest('bad_words cannot contain an empty string.', 'bad_words');
+  if (badWords.some((word) => word.trim() === ''))
+    throw badRequest('bad_words cannot contain an empty string.', 'bad_words');
   const logitBias: Record<string, number> = {};
   for (const [key, value] of Object.entries(body.logit_bias ?? {})) {
-    if (!/^-?\d+$/.test(key)) throw badRequest(`logit_bias keys must be token ids, got ${JSON.stringify(key)}.`, 'logit_bias');
+    if (!/^-?\d+$/.test(key))
+      throw badRequest(`logit_bias keys must be token ids, got ${JSON.stringify(key)}.`, 'logit_bias');
     logitBias[key] = Math.min(100, Math.max(-100, value));
   }
   const allowed = body.allowed_token_ids ?? null;
-  if (allowed !== null && allowed.length === 0) throw badRequest('allowed_token_ids is not None and empty!', 'allowed_token_ids');
+  if (allowed !== null && allowed.length === 0)
+    throw badRequest('allowed_token_ids is not None and empty!', 'allowed_token_ids');
   return { stop, badWords, logitBias, allowed };
 }
 
@@ -246,8 +333,17 @@ function repetitionDetectionPlan(body: ChatCompletionBody): ChatRequest['repetit
   const minPatternSize = detection.min_pattern_size ?? 0;
   const maxPatternSize = detection.max_pattern_size ?? 0;
   const minCount = detection.min_count ?? 0;
-  checkRange(minPatternSize >= 0 && maxPatternSize >= 0 && minPatternSize <= maxPatternSize, 'repetition_detection: pattern sizes must be >= 0 with min_pattern_size <= max_pattern_size.', 'repetition_detection');
-  if (maxPatternSize > 0) checkRange(minCount >= 2, 'repetition_detection: min_count must be >= 2 when max_pattern_size > 0.', 'repetition_detection');
+  checkRange(
+    minPatternSize >= 0 && maxPatternSize >= 0 && minPatternSize <= maxPatternSize,
+    'repetition_detection: pattern sizes must be >= 0 with min_pattern_size <= max_pattern_size.',
+    'repetition_detection',
+  );
+  if (maxPatternSize > 0)
+    checkRange(
+      minCount >= 2,
+      'repetition_detection: min_count must be >= 2 when max_pattern_size > 0.',
+      'repetition_detection',
+    );
   return maxPatternSize > 0 ? { minPatternSize: Math.max(1, minPatternSize), maxPatternSize, minCount } : null;
 }
 
@@ -267,7 +363,15 @@ function samplingPlan(body: ChatCompletionBody) {
     logit_bias: logitBias,
     allowed_token_ids: allowed,
   };
-  return { n, sampling, requestedMaxTokens: limits.requestedMaxTokens, maxTokensParam: limits.maxTokensParam, stop, badWords, repetitionDetection };
+  return {
+    n,
+    sampling,
+    requestedMaxTokens: limits.requestedMaxTokens,
+    maxTokensParam: limits.maxTokensParam,
+    stop,
+    badWords,
+    repetitionDetection,
+  };
 }
 
 /** The request checked in vLLM's order, as the plan reads it. */
@@ -289,7 +393,8 @@ export function parseChatRequest(body: ChatCompletionBody, options: ParseOptions
     tools: (body.tools as Record<string, unknown>[] | null | undefined) ?? null,
     stream,
     includeUsage: stream && (body.stream_options?.include_usage ?? false),
-    continuousUsage: stream && (body.stream_options?.include_usage ?? false) && (body.stream_options?.continuous_usage_stats ?? false),
+    continuousUsage:
+      stream && (body.stream_options?.include_usage ?? false) && (body.stream_options?.continuous_usage_stats ?? false),
     includeStopStr: body.include_stop_str_in_output ?? false,
     skipSpecialTokens: body.skip_special_tokens ?? true,
     returnTokenIds: body.return_token_ids ?? false,

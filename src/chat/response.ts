@@ -13,7 +13,9 @@ type ChunkChoice = ChatCompletionChunk['choices'][number];
 
 /** A call forced by naming the function answers "stop", as vLLM does; "tool_calls" is for calls the model chose. */
 function finishReason(plan: ChatPlan, output: ChoiceOutput): ChoiceOutput['finishReason'] {
-  return typeof plan.request.toolChoice === 'object' && output.finishReason === 'tool_calls' ? 'stop' : output.finishReason;
+  return typeof plan.request.toolChoice === 'object' && output.finishReason === 'tool_calls'
+    ? 'stop'
+    : output.finishReason;
 }
 
 /**
@@ -23,12 +25,26 @@ function finishReason(plan: ChatPlan, output: ChoiceOutput): ChoiceOutput['finis
 function policySpans(plan: ChatPlan, output: ChoiceOutput, index: number) {
   if (output.completionTokens === 0) return null;
   const { version, slot } = plan.policy;
-  return [{ start_token: 0, end_token: output.completionTokens, generation_id: `${plan.id}-${index}`, policy_version: version, lora_slot: slot, update_seq: 0 }];
+  return [
+    {
+      start_token: 0,
+      end_token: output.completionTokens,
+      generation_id: `${plan.id}-${index}`,
+      policy_version: version,
+      lora_slot: slot,
+      update_seq: 0,
+    },
+  ];
 }
 
 function usageOf(plan: ChatPlan, completionTokens: number, cachedTokens: number): ChatUsage {
   const prompt = plan.promptIds.length;
-  return { prompt_tokens: prompt, total_tokens: prompt + completionTokens, completion_tokens: completionTokens, prompt_tokens_details: { cached_tokens: cachedTokens } };
+  return {
+    prompt_tokens: prompt,
+    total_tokens: prompt + completionTokens,
+    completion_tokens: completionTokens,
+    prompt_tokens_details: { cached_tokens: cachedTokens },
+  };
 }
 
 const completionTokens = (outputs: ChoiceOutput[]) => outputs.reduce((sum, output) => sum + output.completionTokens, 0);
@@ -36,7 +52,10 @@ const completionTokens = (outputs: ChoiceOutput[]) => outputs.reduce((sum, outpu
 /** One output per choice, reading tokens as this plan's model and request say. */
 function choiceOutputs(plan: ChatPlan): ChoiceOutput[] {
   const { request, model } = plan;
-  const stopTokenIds = new Set([...plan.generate.stop_token_ids, ...(request.sampling.ignore_eos ? [] : model.generation.eos_token_ids)]);
+  const stopTokenIds = new Set([
+    ...plan.generate.stop_token_ids,
+    ...(request.sampling.ignore_eos ? [] : model.generation.eos_token_ids),
+  ]);
   const thinkingOff = request.templateKwargs.enable_thinking === false;
   return Array.from(
     { length: request.n },
@@ -67,9 +86,14 @@ function promptLogprobs(plan: ChatPlan, event: PromptLogprobsEvent | null): Chat
     const actual = plan.promptIds[position];
     const result: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
     const rankOf = entry.top.findIndex(([id]) => id === actual);
-    result[String(actual)] = { logprob: Math.max(-9999, entry.logprob), rank: rankOf === -1 ? entry.top.length + 1 : rankOf + 1, decoded_token: decode(actual) };
+    result[String(actual)] = {
+      logprob: Math.max(-9999, entry.logprob),
+      rank: rankOf === -1 ? entry.top.length + 1 : rankOf + 1,
+      decoded_token: decode(actual),
+    };
     entry.top.forEach(([id, logprob], rank) => {
-      if (!(String(id) in result)) result[String(id)] = { logprob: Math.max(-9999, logprob), rank: rank + 1, decoded_token: decode(id) };
+      if (!(String(id) in result))
+        result[String(id)] = { logprob: Math.max(-9999, logprob), rank: rank + 1, decoded_token: decode(id) };
     });
     return result;
   });
@@ -128,7 +152,10 @@ function messageOf(plan: ChatPlan, output: ChoiceOutput): ChatCompletion['choice
 }
 
 /** The SSE chunks of a streamed answer (ChunkWriter says which and in what order). */
-export async function* chunks(plan: ChatPlan, events: AsyncIterable<GenerateEvent>): AsyncIterable<ChatCompletionChunk> {
+export async function* chunks(
+  plan: ChatPlan,
+  events: AsyncIterable<GenerateEvent>,
+): AsyncIterable<ChatCompletionChunk> {
   const writer = new ChunkWriter(plan, choiceOutputs(plan));
   for await (const event of events) {
     if (event.type === 'done') writer.cached = event.cached_tokens;
@@ -162,10 +189,19 @@ class ChunkWriter {
 
   private withUsage(chunk: ChatCompletionChunk, index: number | null): ChatCompletionChunk {
     if (!this.plan.request.continuousUsage) return chunk;
-    return { ...chunk, usage: usageOf(this.plan, index === null ? 0 : this.outputs[index].completionTokens, this.cached) };
+    return {
+      ...chunk,
+      usage: usageOf(this.plan, index === null ? 0 : this.outputs[index].completionTokens, this.cached),
+    };
   }
 
-  private choice(index: number, delta: ChatDelta, logprobs: ChatLogprob[] | null, tokenIds: number[] | null, finish?: ChoiceOutput): ChatCompletionChunk {
+  private choice(
+    index: number,
+    delta: ChatDelta,
+    logprobs: ChatLogprob[] | null,
+    tokenIds: number[] | null,
+    finish?: ChoiceOutput,
+  ): ChatCompletionChunk {
     const { request } = this.plan;
     const choice: ChunkChoice = {
       index,
@@ -183,11 +219,18 @@ class ChunkWriter {
     const { request, responseRole, promptIds, echoText } = this.plan;
     this.started = true;
     for (let index = 0; index < request.n; index += 1) {
-      const chunk: ChatCompletionChunk = { ...this.head, choices: [{ index, delta: { role: responseRole, content: '' }, logprobs: null, finish_reason: null }] };
+      const chunk: ChatCompletionChunk = {
+        ...this.head,
+        choices: [{ index, delta: { role: responseRole, content: '' }, logprobs: null, finish_reason: null }],
+      };
       yield this.withUsage(request.returnTokenIds ? { ...chunk, prompt_token_ids: promptIds } : chunk, null);
     }
     if (echoText === null) return;
-    for (let index = 0; index < request.n; index += 1) yield this.withUsage({ ...this.head, choices: [{ index, delta: { content: echoText }, logprobs: null, finish_reason: null }] }, null);
+    for (let index = 0; index < request.n; index += 1)
+      yield this.withUsage(
+        { ...this.head, choices: [{ index, delta: { content: echoText }, logprobs: null, finish_reason: null }] },
+        null,
+      );
   }
 
   /** New tokens of one choice: their delta (or an empty one carrying logprobs and ids), and its finish when they ended it. */
@@ -196,7 +239,8 @@ class ChunkWriter {
     const output = this.outputs[event.seq];
     const { delta, logprobs } = output.push(event.tokens, event.logprobs, event.top_logprobs);
     const empty = Object.keys(delta).length === 0;
-    if (!empty || request.logprobs || request.returnTokenIds) yield this.choice(event.seq, empty ? { content: '' } : delta, logprobs, event.tokens);
+    if (!empty || request.logprobs || request.returnTokenIds)
+      yield this.choice(event.seq, empty ? { content: '' } : delta, logprobs, event.tokens);
     if (output.done) yield this.finish(event.seq, { finish_reason: 'stop', stop_token_id: null });
   }
 
@@ -211,7 +255,9 @@ class ChunkWriter {
   /** After the engine's last event: the choices it did not finish end at the length limit; then the usage chunk. */
   *end(): Generator<ChatCompletionChunk> {
     if (!this.started) yield* this.start();
-    for (let index = 0; index < this.outputs.length; index += 1) if (!this.finished.has(index)) yield this.finish(index, { finish_reason: 'length', stop_token_id: null });
-    if (this.plan.request.includeUsage) yield { ...this.head, choices: [], usage: usageOf(this.plan, completionTokens(this.outputs), this.cached) };
+    for (let index = 0; index < this.outputs.length; index += 1)
+      if (!this.finished.has(index)) yield this.finish(index, { finish_reason: 'length', stop_token_id: null });
+    if (this.plan.request.includeUsage)
+      yield { ...this.head, choices: [], usage: usageOf(this.plan, completionTokens(this.outputs), this.cached) };
   }
 }

@@ -3,8 +3,9 @@
  * `generation_config.json`, else the engine's defaults (`GENERATE_DEFAULTS`, the one home of their values).
  * Owns that chain and the model-side defaults' shape; refuses to know how a request is validated (request.ts).
  */
-import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
+
 import type { ChatTokenizer } from '../conversation/tokenizer.ts';
+import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
 import type { ChatRequest } from './request.ts';
 
 /** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
@@ -18,14 +19,22 @@ export interface GenerationDefaults {
   eos_token_ids: number[];
 }
 
-export type SamplingParams = Required<Omit<GenerateRequest, 'base' | 'adapter' | 'adapter_path' | 'prompt' | 'constraint'>>;
+export type SamplingParams = Required<
+  Omit<GenerateRequest, 'base' | 'adapter' | 'adapter_path' | 'prompt' | 'constraint'>
+>;
 
 /** The engine's sampling parameters for this request on this model. */
-export function samplingParams(request: ChatRequest, model: { generation: GenerationDefaults; tokenizer: ChatTokenizer }, maxTokens: number): SamplingParams {
+export function samplingParams(
+  request: ChatRequest,
+  model: { generation: GenerationDefaults; tokenizer: ChatTokenizer },
+  maxTokens: number,
+): SamplingParams {
   const { sampling } = request;
   const { generation, tokenizer } = model;
   const extraEos = sampling.ignore_eos ? [] : generation.eos_token_ids.filter((id) => id !== tokenizer.eosTokenId);
-  const badWordsIds = request.badWords.flatMap((word) => [tokenizer.encode(word), tokenizer.encode(` ${word.trimStart()}`)]).filter((ids) => ids.length > 0);
+  const badWordsIds = request.badWords
+    .flatMap((word) => [tokenizer.encode(word), tokenizer.encode(` ${word.trimStart()}`)])
+    .filter((ids) => ids.length > 0);
   return {
     n: request.n,
     max_tokens: maxTokens,
@@ -38,7 +47,8 @@ export function samplingParams(request: ChatRequest, model: { generation: Genera
     min_p: sampling.min_p ?? generation.min_p ?? GENERATE_DEFAULTS.min_p,
     presence_penalty: sampling.presence_penalty ?? GENERATE_DEFAULTS.presence_penalty,
     frequency_penalty: sampling.frequency_penalty ?? GENERATE_DEFAULTS.frequency_penalty,
-    repetition_penalty: sampling.repetition_penalty ?? generation.repetition_penalty ?? GENERATE_DEFAULTS.repetition_penalty,
+    repetition_penalty:
+      sampling.repetition_penalty ?? generation.repetition_penalty ?? GENERATE_DEFAULTS.repetition_penalty,
     logit_bias: sampling.logit_bias,
     allowed_token_ids: sampling.allowed_token_ids,
     bad_words_ids: badWordsIds,

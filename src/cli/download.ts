@@ -7,10 +7,16 @@ import type { ServiceClient } from './client.ts';
 import { formatBytes, ProgressBar } from './progress.ts';
 
 /** Answers the file written: `output`, or the name the server suggests in the current folder. */
-export async function downloadAdapter(client: ServiceClient, modelId: string, step: number, output: string | undefined): Promise<string> {
+export async function downloadAdapter(
+  client: ServiceClient,
+  modelId: string,
+  step: number,
+  output: string | undefined,
+): Promise<string> {
   const route = `/v1/preview/models/${encodeURIComponent(modelId)}/checkpoints/${step}/adapter`;
   const response = await client.fetch(route, { headers: { authorization: `Bearer ${client.key}` } });
-  if (!response.ok || !response.body) throw new Error(`GET ${route} answered ${response.status}: ${await response.text()}`);
+  if (!response.ok || !response.body)
+    throw new Error(`GET ${route} answered ${response.status}: ${await response.text()}`);
   const suggested = /filename="([^"/\\]+)"/.exec(response.headers.get('content-disposition') ?? '')?.[1];
   const file = output ?? suggested ?? `${modelId}-step${step}-adapter.tar`;
   const bar = new ProgressBar('download', Number(response.headers.get('content-length') ?? 0), formatBytes);

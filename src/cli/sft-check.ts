@@ -29,7 +29,10 @@ function dataFiles(inputs: string[]): string[] {
 export async function checkSftData(inputs: string[]): Promise<SftCheck> {
   const check: SftCheck = { files: [], problems: [], unlisted: 0 };
   const files = dataFiles(inputs);
-  if (files.length === 0) check.problems.push(`no SFT data among ${inputs.join(', ')}: expected a .jsonl file or a folder with ${SFT_DATA_FILES.join(' or ')}`);
+  if (files.length === 0)
+    check.problems.push(
+      `no SFT data among ${inputs.join(', ')}: expected a .jsonl file or a folder with ${SFT_DATA_FILES.join(' or ')}`,
+    );
   for (const file of files) {
     let conversations = 0;
     let number = 0;
@@ -44,7 +47,8 @@ export async function checkSftData(inputs: string[]): Promise<SftCheck> {
         else check.unlisted += 1;
       }
     }
-    if (conversations === 0 && number > 0 && check.problems.length === 0) check.problems.push(`${file}: no conversations (only blank lines)`);
+    if (conversations === 0 && number > 0 && check.problems.length === 0)
+      check.problems.push(`${file}: no conversations (only blank lines)`);
     check.files.push({ file, conversations });
   }
   return check;

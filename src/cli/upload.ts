@@ -25,7 +25,11 @@ export function collectFiles(inputs: string[]): string[] {
   });
 }
 
-export async function uploadFiles(client: ServiceClient, target: { entity: string; project: string; name: string }, inputs: string[]): Promise<UploadedArtifact> {
+export async function uploadFiles(
+  client: ServiceClient,
+  target: { entity: string; project: string; name: string },
+  inputs: string[],
+): Promise<UploadedArtifact> {
   const files = collectFiles(inputs);
   if (files.length === 0) throw new Error('nothing to upload');
   const boundary = `----upload${crypto.randomBytes(12).toString('hex')}`;
@@ -35,7 +39,9 @@ export async function uploadFiles(client: ServiceClient, target: { entity: strin
   const encoder = new TextEncoder();
   async function* body(): AsyncGenerator<Uint8Array> {
     for (const file of files) {
-      yield encoder.encode(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${path.basename(file)}"\r\nContent-Type: application/octet-stream\r\n\r\n`);
+      yield encoder.encode(
+        `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${path.basename(file)}"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+      );
       for await (const chunk of fs.createReadStream(file)) {
         sent += (chunk as Buffer).length;
         bar.update(sent, path.basename(file));

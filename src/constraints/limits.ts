@@ -27,13 +27,20 @@ export const CONSTRAINT_LIMITS = {
   structures: 128,
 } as const;
 
-const tooLarge = (what: string, param: string) => new ConstraintRequestError(`${param}: ${what} is too large for constrained decoding`, param);
+const tooLarge = (what: string, param: string) =>
+  new ConstraintRequestError(`${param}: ${what} is too large for constrained decoding`, param);
 
 /**
  * How a JSON value breaks a depth or node cap ("nested more than 48 levels deep"), or null. Walked
  * without recursion and abandoned at the first breach, so a value nested thousands deep costs nothing.
  */
-export function jsonSizeProblem(value: unknown, limits: { depth: number; nodes: number } = { depth: CONSTRAINT_LIMITS.schemaDepth, nodes: CONSTRAINT_LIMITS.schemaNodes }): string | null {
+export function jsonSizeProblem(
+  value: unknown,
+  limits: { depth: number; nodes: number } = {
+    depth: CONSTRAINT_LIMITS.schemaDepth,
+    nodes: CONSTRAINT_LIMITS.schemaNodes,
+  },
+): string | null {
   const stack: [unknown, number][] = [[value, 1]];
   let nodes = 0;
   while (stack.length > 0) {
@@ -54,7 +61,8 @@ export function checkJsonSize(value: unknown, what: string, param: string): void
 }
 
 function checkLength(text: string, what: string, limit: number, param: string): void {
-  if (text.length > limit) throw tooLarge(`a ${what} of more than ${limit} characters (this one has ${text.length})`, param);
+  if (text.length > limit)
+    throw tooLarge(`a ${what} of more than ${limit} characters (this one has ${text.length})`, param);
 }
 
 /** The caps that need no compiling, for a specification the request asked for (`param` names its field). */
@@ -65,17 +73,20 @@ export function checkLimits(spec: ConstraintSpec, param: string): void {
   if (spec.json !== undefined) checkJsonSize(spec.json, 'a JSON schema', param);
   if (spec.choice) {
     if (spec.choice.length > choices) throw tooLarge(`a choice list of more than ${choices} choices`, param);
-    if (spec.choice.reduce((sum, choice) => sum + choice.length, 0) > choiceCharacters) throw tooLarge(`a choice list of more than ${choiceCharacters} characters`, param);
+    if (spec.choice.reduce((sum, choice) => sum + choice.length, 0) > choiceCharacters)
+      throw tooLarge(`a choice list of more than ${choiceCharacters} characters`, param);
   }
   if (spec.structural_tag) {
     const tag = spec.structural_tag;
-    if (tag.structures.length > structures || tag.triggers.length > structures) throw tooLarge(`a structural tag of more than ${structures} structures or triggers`, param);
+    if (tag.structures.length > structures || tag.triggers.length > structures)
+      throw tooLarge(`a structural tag of more than ${structures} structures or triggers`, param);
     checkJsonSize(tag, 'a structural tag', param);
   }
 }
 
 /** The caps of a forced tool call: how many tools, and their schemas together. */
 export function checkToolLimits(schemas: unknown[], param: string): void {
-  if (schemas.length > CONSTRAINT_LIMITS.tools) throw tooLarge(`a tool call among more than ${CONSTRAINT_LIMITS.tools} tools`, param);
+  if (schemas.length > CONSTRAINT_LIMITS.tools)
+    throw tooLarge(`a tool call among more than ${CONSTRAINT_LIMITS.tools} tools`, param);
   checkJsonSize(schemas, "the tools' parameter schemas", param);
 }

@@ -7,7 +7,12 @@
  */
 import type { ChatCompletionBody } from '../api/chat.ts';
 import { EngineError } from '../engine/errors.ts';
-import { CONSTRAINT_KINDS, type ConstraintKind, type ConstraintSpec, type StructuralTagStructure } from '../engine/protocol.ts';
+import {
+  CONSTRAINT_KINDS,
+  type ConstraintKind,
+  type ConstraintSpec,
+  type StructuralTagStructure,
+} from '../engine/protocol.ts';
 import { ConstraintRequestError } from './constraint-error.ts';
 import { type ForcedCalls, larkJson } from './lark.ts';
 import { checkLimits, checkToolLimits } from './limits.ts';
@@ -15,10 +20,19 @@ import { checkLimits, checkToolLimits } from './limits.ts';
 type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
 
 /** A constraint as a request asks for it: a specification, or a forced call not yet written in a format. */
-export type RequestedConstraint = { spec: ConstraintSpec; param: 'response_format' | 'structured_outputs' } | { calls: ForcedCalls; param: 'tools' };
+export type RequestedConstraint =
+  | { spec: ConstraintSpec; param: 'response_format' | 'structured_outputs' }
+  | { calls: ForcedCalls; param: 'tools' };
 
 const isSet = (value: unknown) => value !== undefined && value !== null && value !== false;
-const OPTION_FIELDS = ['disable_fallback', 'disable_any_whitespace', 'disable_additional_properties', 'whitespace_pattern', '_backend', '_backend_was_auto'];
+const OPTION_FIELDS = [
+  'disable_fallback',
+  'disable_any_whitespace',
+  'disable_additional_properties',
+  'whitespace_pattern',
+  '_backend',
+  '_backend_was_auto',
+];
 
 /**
  * Whitespace between JSON tokens by default: runs of at most 16 (xgrammar's `max_whitespace_cnt` serves the same
@@ -34,10 +48,15 @@ const BOUNDED_WHITESPACE = '[\\x20\\x0A\\x0D\\x09]{1,16}';
 function layoutOf(options: Record<string, unknown>): Record<string, unknown> {
   const pattern = options.whitespace_pattern;
   if (pattern !== undefined && pattern !== null) {
-    if (typeof pattern !== 'string' || pattern === '') throw new ConstraintRequestError('structured_outputs.whitespace_pattern must be a non-empty regex string', 'structured_outputs');
+    if (typeof pattern !== 'string' || pattern === '')
+      throw new ConstraintRequestError(
+        'structured_outputs.whitespace_pattern must be a non-empty regex string',
+        'structured_outputs',
+      );
     return { whitespace_flexible: true, whitespace_pattern: pattern };
   }
-  if (options.disable_any_whitespace === true) return { whitespace_flexible: false, item_separator: ', ', key_separator: ': ' };
+  if (options.disable_any_whitespace === true)
+    return { whitespace_flexible: false, item_separator: ', ', key_separator: ': ' };
   return { whitespace_flexible: true, whitespace_pattern: BOUNDED_WHITESPACE };
 }
 
@@ -60,17 +79,26 @@ function parseJsonText(value: unknown, what: string, param: string): unknown {
 }
 
 /** A structural tag (vLLM's `triggers` + `structures` shape, which its guidance backend takes). */
-function structuralTag(value: unknown, layout: Record<string, unknown>, param: string): ConstraintSpec['structural_tag'] {
+function structuralTag(
+  value: unknown,
+  layout: Record<string, unknown>,
+  param: string,
+): ConstraintSpec['structural_tag'] {
   const tag = parseJsonText(value, 'the structural tag', param) as Record<string, unknown> | null;
   const fail = (message: string) => new ConstraintRequestError(`${param}: structural_tag ${message}`, param);
-  if (!tag || typeof tag !== 'object' || Array.isArray(tag)) throw fail('must be an object with triggers and structures');
-  if (tag.format !== undefined) throw fail('with a `format` (xgrammar\'s structural tags) is not supported; send `triggers` and `structures`');
+  if (!tag || typeof tag !== 'object' || Array.isArray(tag))
+    throw fail('must be an object with triggers and structures');
+  if (tag.format !== undefined)
+    throw fail("with a `format` (xgrammar's structural tags) is not supported; send `triggers` and `structures`");
   const { triggers, structures } = tag;
-  if (!Array.isArray(triggers) || triggers.length === 0 || triggers.some((t) => typeof t !== 'string' || t === '')) throw fail('triggers must be a non-empty list of non-empty strings');
+  if (!Array.isArray(triggers) || triggers.length === 0 || triggers.some((t) => typeof t !== 'string' || t === ''))
+    throw fail('triggers must be a non-empty list of non-empty strings');
   if (!Array.isArray(structures) || structures.length === 0) throw fail('structures must be a non-empty list');
   const checked = structures.map((s: Record<string, unknown>, i): StructuralTagStructure => {
-    if (!s || typeof s !== 'object' || typeof s.begin !== 'string' || typeof s.end !== 'string') throw fail(`structures[${i}] must have string begin and end`);
-    if (!triggers.some((t: string) => (s.begin as string).startsWith(t))) throw fail(`structures[${i}].begin ${JSON.stringify(s.begin)} starts with none of the triggers`);
+    if (!s || typeof s !== 'object' || typeof s.begin !== 'string' || typeof s.end !== 'string')
+      throw fail(`structures[${i}] must have string begin and end`);
+    if (!triggers.some((t: string) => (s.begin as string).startsWith(t)))
+      throw fail(`structures[${i}].begin ${JSON.stringify(s.begin)} starts with none of the triggers`);
     const schema = s.schema ?? s.parameters; // vLLM's pydantic model takes `parameters` as an alias of `schema`
     if (schema === undefined || schema === null) throw fail(`structures[${i}].schema is required`);
     return { begin: s.begin, schema: laidOut(schema, layout), end: s.end };
@@ -85,18 +113,29 @@ function fromResponseFormat(format: Record<string, unknown>): { kind: Constraint
   if (type === 'json_object') return { kind: 'json_object', value: true };
   if (type === 'json_schema') {
     const spec = format.json_schema as Record<string, unknown> | undefined;
-    if (!spec || typeof spec !== 'object') throw new ConstraintRequestError("When response_format type is 'json_schema', the 'json_schema' field must be provided.", 'response_format');
+    if (!spec || typeof spec !== 'object')
+      throw new ConstraintRequestError(
+        "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+        'response_format',
+      );
     const schema = spec.schema ?? spec.json_schema;
-    if (schema === undefined || schema === null) throw new ConstraintRequestError('response_format.json_schema.schema is required', 'response_format');
+    if (schema === undefined || schema === null)
+      throw new ConstraintRequestError('response_format.json_schema.schema is required', 'response_format');
     return { kind: 'json', value: schema };
   }
   if (type === 'structural_tag') return { kind: 'structural_tag', value: format };
-  throw new ConstraintRequestError(`response_format type must be one of text, json_object, json_schema, structural_tag; got ${JSON.stringify(type)}`, 'response_format');
+  throw new ConstraintRequestError(
+    `response_format type must be one of text, json_object, json_schema, structural_tag; got ${JSON.stringify(type)}`,
+    'response_format',
+  );
 }
 
 function specOf(kind: ConstraintKind, value: unknown, options: Record<string, unknown>, param: string): ConstraintSpec {
   const layout = layoutOf(options);
-  const json = { ...(options.disable_any_whitespace === true ? { disable_any_whitespace: true } : {}), ...(options.disable_additional_properties === true ? { disable_additional_properties: true } : {}) };
+  const json = {
+    ...(options.disable_any_whitespace === true ? { disable_any_whitespace: true } : {}),
+    ...(options.disable_additional_properties === true ? { disable_additional_properties: true } : {}),
+  };
   switch (kind) {
     case 'json':
       return { json: laidOut(parseJsonText(value, 'the JSON schema', param), layout), ...json };
@@ -104,7 +143,8 @@ function specOf(kind: ConstraintKind, value: unknown, options: Record<string, un
       // As vLLM's guidance backend reads it: the schema {"type": "object"}, here with the request's layout.
       return { json: laidOut({ type: 'object' }, layout), ...json };
     case 'regex':
-      if (typeof value !== 'string') throw new ConstraintRequestError('structured_outputs.regex must be a string', param);
+      if (typeof value !== 'string')
+        throw new ConstraintRequestError('structured_outputs.regex must be a string', param);
       return { regex: value };
     case 'choice':
       if (!Array.isArray(value) || value.length === 0 || value.some((choice) => typeof choice !== 'string')) {
@@ -112,7 +152,11 @@ function specOf(kind: ConstraintKind, value: unknown, options: Record<string, un
       }
       return { choice: value as string[] };
     case 'grammar':
-      if (typeof value !== 'string' || value.trim() === '') throw new ConstraintRequestError('structured_outputs.grammar must be a non-empty grammar (Lark, or GBNF)', param);
+      if (typeof value !== 'string' || value.trim() === '')
+        throw new ConstraintRequestError(
+          'structured_outputs.grammar must be a non-empty grammar (Lark, or GBNF)',
+          param,
+        );
       return { grammar: value };
     case 'structural_tag':
       return { structural_tag: structuralTag(value, layout, param), ...json };
@@ -120,37 +164,71 @@ function specOf(kind: ConstraintKind, value: unknown, options: Record<string, un
 }
 
 function forcedCalls(body: ChatCompletionBody, toolChoice: ToolChoice, parallel: boolean): ForcedCalls {
-  const tools = (body.tools ?? []).filter((tool) => typeof toolChoice !== 'object' || tool.function.name === toolChoice.name);
-  checkToolLimits(tools.map((tool) => tool.function.parameters ?? null), 'tools');
+  const tools = (body.tools ?? []).filter(
+    (tool) => typeof toolChoice !== 'object' || tool.function.name === toolChoice.name,
+  );
+  checkToolLimits(
+    tools.map((tool) => tool.function.parameters ?? null),
+    'tools',
+  );
   const layout = layoutOf(body.structured_outputs ?? {});
   return {
-    tools: tools.map((tool) => ({ name: tool.function.name, arguments: larkJson(laidOut(tool.function.parameters ?? { type: 'object' }, layout)) })),
+    tools: tools.map((tool) => ({
+      name: tool.function.name,
+      arguments: larkJson(laidOut(tool.function.parameters ?? { type: 'object' }, layout)),
+    })),
     multiple: toolChoice === 'required' && parallel,
   };
 }
 
 /** Which constraint the request asks for, and the field it comes from; null for free text. */
-export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolChoice, parallelToolCalls: boolean): RequestedConstraint | null {
+export function requestedConstraint(
+  body: ChatCompletionBody,
+  toolChoice: ToolChoice,
+  parallelToolCalls: boolean,
+): RequestedConstraint | null {
   const options = body.structured_outputs ?? {};
   const fromOptions = CONSTRAINT_KINDS.filter((kind) => isSet(options[kind]));
   const jsonRegexChoice = fromOptions.filter((kind) => kind === 'json' || kind === 'regex' || kind === 'choice');
-  if (jsonRegexChoice.length > 1) throw new ConstraintRequestError("You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').", 'structured_outputs');
+  if (jsonRegexChoice.length > 1)
+    throw new ConstraintRequestError(
+      "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice').",
+      'structured_outputs',
+    );
   const format = body.response_format ? fromResponseFormat(body.response_format) : null;
 
   if (toolChoice === 'required') return { calls: forcedCalls(body, toolChoice, parallelToolCalls), param: 'tools' }; // replaces the others, as in vLLM
   if (typeof toolChoice === 'object') {
-    if (fromOptions.length > 0 || format) throw new ConstraintRequestError('You can only either use constraints for structured outputs or tools, not both.', fromOptions.length > 0 ? 'structured_outputs' : 'response_format');
+    if (fromOptions.length > 0 || format)
+      throw new ConstraintRequestError(
+        'You can only either use constraints for structured outputs or tools, not both.',
+        fromOptions.length > 0 ? 'structured_outputs' : 'response_format',
+      );
     return { calls: forcedCalls(body, toolChoice, parallelToolCalls), param: 'tools' };
   }
 
-  const kinds = [...fromOptions.map((kind) => ({ kind, value: options[kind], param: 'structured_outputs' as const })), ...(format ? [{ ...format, param: 'response_format' as const }] : [])];
+  const kinds = [
+    ...fromOptions.map((kind) => ({ kind, value: options[kind], param: 'structured_outputs' as const })),
+    ...(format ? [{ ...format, param: 'response_format' as const }] : []),
+  ];
   if (kinds.length > 1) {
-    throw new ConstraintRequestError(`You can only use one kind of structured outputs constraint but multiple are specified: ${kinds.map((k) => k.kind).join(', ')}`, kinds[0].param);
+    throw new ConstraintRequestError(
+      `You can only use one kind of structured outputs constraint but multiple are specified: ${kinds.map((k) => k.kind).join(', ')}`,
+      kinds[0].param,
+    );
   }
   if (kinds.length === 0) {
     const flags = Object.keys(options).filter((key) => isSet(options[key]));
-    if (flags.some((key) => !OPTION_FIELDS.includes(key))) throw new ConstraintRequestError(`structured_outputs: unknown field(s) ${flags.join(', ')}`, 'structured_outputs');
-    if (flags.length > 0) throw new ConstraintRequestError('You must use one kind of structured outputs constraint but none are specified: set json, regex, choice, grammar, structural_tag or json_object', 'structured_outputs');
+    if (flags.some((key) => !OPTION_FIELDS.includes(key)))
+      throw new ConstraintRequestError(
+        `structured_outputs: unknown field(s) ${flags.join(', ')}`,
+        'structured_outputs',
+      );
+    if (flags.length > 0)
+      throw new ConstraintRequestError(
+        'You must use one kind of structured outputs constraint but none are specified: set json, regex, choice, grammar, structural_tag or json_object',
+        'structured_outputs',
+      );
     return null;
   }
   const [{ kind, value, param }] = kinds;
@@ -160,7 +238,10 @@ export function requestedConstraint(body: ChatCompletionBody, toolChoice: ToolCh
 }
 
 /** The specification to compile: the request's own, or its forced call as the base model's format writes it. */
-export function constraintSpec(requested: RequestedConstraint, forcedGrammar: (calls: ForcedCalls) => string): ConstraintSpec {
+export function constraintSpec(
+  requested: RequestedConstraint,
+  forcedGrammar: (calls: ForcedCalls) => string,
+): ConstraintSpec {
   return 'spec' in requested ? requested.spec : { grammar: forcedGrammar(requested.calls) };
 }
 
@@ -171,16 +252,24 @@ export interface ConstraintEngine {
 }
 
 /** Compiled by the engine before any token; a kind it lacks or a refusal is a `ConstraintRequestError` naming the field. */
-export async function checkOnEngine(requested: RequestedConstraint, spec: ConstraintSpec, engine: ConstraintEngine): Promise<void> {
+export async function checkOnEngine(
+  requested: RequestedConstraint,
+  spec: ConstraintSpec,
+  engine: ConstraintEngine,
+): Promise<void> {
   const field = requested.param === 'tools' ? 'the tool parameters' : requested.param;
   const kind = CONSTRAINT_KINDS.find((k) => spec[k] !== undefined)!;
   if (!engine.kinds.includes(kind)) {
-    throw new ConstraintRequestError(`${field}: constraints of kind ${kind} are not available on this model (the engine supports: ${engine.kinds.join(', ') || 'none'})`, requested.param);
+    throw new ConstraintRequestError(
+      `${field}: constraints of kind ${kind} are not available on this model (the engine supports: ${engine.kinds.join(', ') || 'none'})`,
+      requested.param,
+    );
   }
   try {
     await engine.check(spec);
   } catch (error) {
-    if (error instanceof EngineError && error.code === 'bad_request') throw new ConstraintRequestError(`${field}: ${error.message}`, requested.param);
+    if (error instanceof EngineError && error.code === 'bad_request')
+      throw new ConstraintRequestError(`${field}: ${error.message}`, requested.param);
     throw error;
   }
 }

@@ -26,8 +26,11 @@ export function contentPartProblem(part: unknown): string | null {
   if (typeof part === 'string') return null;
   const type = part !== null && typeof part === 'object' ? (part as { type?: unknown }).type : undefined;
   if (typeof type !== 'string') return 'a content part must be a string or an object with a "type"';
-  if (!TEXT_PARTS.has(type)) return `content parts of type ${JSON.stringify(type)} are not supported: the served models are text-only (send {"type": "text", "text": ...} parts or a string)`;
-  return textOfPart(part) === undefined ? `a "${type}" content part needs a string "${type === 'refusal' ? 'refusal' : 'text'}"` : null;
+  if (!TEXT_PARTS.has(type))
+    return `content parts of type ${JSON.stringify(type)} are not supported: the served models are text-only (send {"type": "text", "text": ...} parts or a string)`;
+  return textOfPart(part) === undefined
+    ? `a "${type}" content part needs a string "${type === 'refusal' ? 'refusal' : 'text'}"`
+    : null;
 }
 
 function partText(part: unknown, where: string): string {
@@ -40,7 +43,8 @@ function partText(part: unknown, where: string): string {
 export function contentString(content: unknown, where: string): string {
   if (content === null || content === undefined) return '';
   if (typeof content === 'string') return content;
-  if (Array.isArray(content)) return content.map((part, index) => partText(part, `${where}.content[${index}]`)).join('\n');
+  if (Array.isArray(content))
+    return content.map((part, index) => partText(part, `${where}.content[${index}]`)).join('\n');
   throw new TemplateError(`${where}.content must be a string, an array of text parts or null`);
 }
 
@@ -51,7 +55,9 @@ function parsedArguments(value: unknown, where: string): unknown {
   try {
     return JSON.parse(value);
   } catch (error) {
-    throw new TemplateError(`${where}.function.arguments is not valid JSON (${(error as Error).message}); tool-call arguments must be a JSON object string`);
+    throw new TemplateError(
+      `${where}.function.arguments is not valid JSON (${(error as Error).message}); tool-call arguments must be a JSON object string`,
+    );
   }
 }
 
@@ -61,7 +67,10 @@ function toolCalls(calls: unknown, where: string): Message[] | undefined {
   return calls.map((call: Message, index) => {
     const fn = (call?.function ?? {}) as Message;
     // Templates print the name as it is: without one, a call to nothing would be rendered (and trained on).
-    if (typeof fn.name !== 'string' || fn.name === '') throw new TemplateError(`${where}.tool_calls[${index}].function.name must be a non-empty string: the function the call names`);
+    if (typeof fn.name !== 'string' || fn.name === '')
+      throw new TemplateError(
+        `${where}.tool_calls[${index}].function.name must be a non-empty string: the function the call names`,
+      );
     return { ...call, function: { ...fn, arguments: parsedArguments(fn.arguments, `${where}.tool_calls[${index}]`) } };
   });
 }

@@ -7,7 +7,7 @@
  * (the worker loads each once) and nothing of requests, HTTP or engines.
  */
 import { Worker } from 'node:worker_threads';
-import { TemplateError, type RenderOptions } from './template.ts';
+import { type RenderOptions, TemplateError } from './template.ts';
 
 /** Characters (of the request's messages, tools and documents as JSON, or of prompt text) from which the work leaves the loop: ~1,000 short messages, tens of milliseconds. */
 export const LARGE_PROMPT_CHARS = 32 * 1024;

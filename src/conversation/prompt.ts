@@ -4,7 +4,7 @@
  * (named special tokens, then chat_template_kwargs on top), and tokenization without a second BOS.
  */
 import { normaliseMessages } from './messages.ts';
-import { renderChat, type RenderOptions } from './template.ts';
+import { type RenderOptions, renderChat } from './template.ts';
 import type { ChatTokenizer } from './tokenizer.ts';
 
 export interface PromptInput {
@@ -41,14 +41,22 @@ export function renderPromptText(tokenizer: ChatTokenizer, input: PromptInput): 
  * Token ids of rendered prompt text. Templates write their own BOS (Llama 3's `{{ bos_token }}`), so the
  * text is encoded without special tokens; a tokenizer that wants a BOS the template did not write gets it once.
  */
-export function encodePrompt(tokenizer: ChatTokenizer, text: string, options: { addSpecialTokens?: boolean } = {}): number[] {
+export function encodePrompt(
+  tokenizer: ChatTokenizer,
+  text: string,
+  options: { addSpecialTokens?: boolean } = {},
+): number[] {
   const ids = tokenizer.encode(text, { addSpecialTokens: options.addSpecialTokens ?? false });
   const bos = tokenizer.bosTokenId;
   if (tokenizer.addBosToken && bos !== undefined && ids[0] !== bos) ids.unshift(bos);
   return ids;
 }
 
-export function renderPrompt(tokenizer: ChatTokenizer, input: PromptInput, options: { addSpecialTokens?: boolean } = {}): { text: string; ids: number[] } {
+export function renderPrompt(
+  tokenizer: ChatTokenizer,
+  input: PromptInput,
+  options: { addSpecialTokens?: boolean } = {},
+): { text: string; ids: number[] } {
   const text = renderPromptText(tokenizer, input);
   return { text, ids: encodePrompt(tokenizer, text, options) };
 }

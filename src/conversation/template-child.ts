@@ -10,7 +10,13 @@ process.on('message', (job: RenderJob) => {
   let answer: RenderAnswer;
   try {
     const text = renderChat(job.options);
-    answer = text.length > job.maxChars ? { id: job.id, error: `the chat template rendered ${text.length} characters, more than the ${job.maxChars} allowed` } : { id: job.id, text };
+    answer =
+      text.length > job.maxChars
+        ? {
+            id: job.id,
+            error: `the chat template rendered ${text.length} characters, more than the ${job.maxChars} allowed`,
+          }
+        : { id: job.id, text };
   } catch (error) {
     answer = { id: job.id, error: (error as Error).message };
   }

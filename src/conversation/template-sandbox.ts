@@ -5,9 +5,9 @@
  * process when a thread's heap overflows in some allocations (`range(10**9)`), so only a process boundary
  * keeps the server alive. Every failure is a `TemplateError`, so the caller answers 400.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { TemplateError, type RenderOptions } from './template.ts';
+import { type RenderOptions, TemplateError } from './template.ts';
 
 /** The conversation with a child: jobs and answers by id, and READY once it has loaded (so start-up never counts against a render's budget). */
 export type RenderJob = { id: number; options: RenderOptions; maxChars: number };
@@ -25,7 +25,12 @@ export interface SandboxBudget {
   children: number;
 }
 
-export const DEFAULT_SANDBOX_BUDGET: SandboxBudget = { timeMs: 1000, heapMb: 64, maxChars: 4 * 1024 * 1024, children: 2 };
+export const DEFAULT_SANDBOX_BUDGET: SandboxBudget = {
+  timeMs: 1000,
+  heapMb: 64,
+  maxChars: 4 * 1024 * 1024,
+  children: 2,
+};
 
 /** Start-up (Node, the TypeScript loader, the Jinja library) is not the template's time. */
 const START_TIMEOUT_MS = 15_000;
@@ -65,8 +70,21 @@ class Slot {
       const onMessage = (answer: RenderAnswer) => {
         if (answer.id === pending.job.id) finish(answer, false);
       };
-      const onExit = () => finish({ error: `the chat template exceeded its memory budget (${this.budget.heapMb} MB heap) or crashed, and was stopped` }, true);
-      const timer = setTimeout(() => finish({ error: `the chat template ran longer than its time budget (${this.budget.timeMs} ms) and was stopped` }, true), this.budget.timeMs);
+      const onExit = () =>
+        finish(
+          {
+            error: `the chat template exceeded its memory budget (${this.budget.heapMb} MB heap) or crashed, and was stopped`,
+          },
+          true,
+        );
+      const timer = setTimeout(
+        () =>
+          finish(
+            { error: `the chat template ran longer than its time budget (${this.budget.timeMs} ms) and was stopped` },
+            true,
+          ),
+        this.budget.timeMs,
+      );
       child.on('message', onMessage);
       child.once('exit', onExit);
       child.ref();
@@ -77,10 +95,14 @@ class Slot {
 
   /** The running child, or a fresh one once it has loaded. */
   private ready(): Promise<ChildProcess> {
-    if (this.child && this.child.exitCode === null && this.child.signalCode === null) return Promise.resolve(this.child);
+    if (this.child && this.child.exitCode === null && this.child.signalCode === null)
+      return Promise.resolve(this.child);
     // The child is TypeScript like the server: it runs with the loader the server runs with.
     const child = fork(CHILD_SCRIPT, [], {
-      execArgv: [...process.execArgv.filter((arg) => !arg.startsWith('--max-old-space-size')), `--max-old-space-size=${this.budget.heapMb}`],
+      execArgv: [
+        ...process.execArgv.filter((arg) => !arg.startsWith('--max-old-space-size')),
+        `--max-old-space-size=${this.budget.heapMb}`,
+      ],
       stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
       serialization: 'advanced',
     });

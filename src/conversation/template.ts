@@ -48,8 +48,12 @@ function aliasReasoning(message: Record<string, unknown>): Record<string, unknow
 function tagFinal(messages: Record<string, unknown>[], template: string): Record<string, unknown>[] {
   const final = messages.at(-1);
   if (!final) throw new TemplateError('continue_final_message is set but the conversation is empty');
-  if (typeof final.content !== 'string') throw new TemplateError('continue_final_message is set but the final message has no "content" to continue');
-  if (!template.includes('content')) throw new TemplateError('continue_final_message is set to "content" but this is not an accepted field in the chat_template');
+  if (typeof final.content !== 'string')
+    throw new TemplateError('continue_final_message is set but the final message has no "content" to continue');
+  if (!template.includes('content'))
+    throw new TemplateError(
+      'continue_final_message is set to "content" but this is not an accepted field in the chat_template',
+    );
   return [...messages.slice(0, -1), { ...final, content: final.content + CONTINUE_TAG }];
 }
 
@@ -57,7 +61,9 @@ function tagFinal(messages: Record<string, unknown>[], template: string): Record
 function cutAtTag(text: string, final: string): string {
   const tag = CONTINUE_TAG.trim();
   if (!text.includes(final.trim()) || !text.includes(tag)) {
-    throw new TemplateError('continue_final_message is set but the final message does not appear in the chat after applying the chat template (the template deletes part of it)');
+    throw new TemplateError(
+      'continue_final_message is set but the final message does not appear in the chat after applying the chat template (the template deletes part of it)',
+    );
   }
   const at = text.lastIndexOf(tag);
   return text.slice(at, at + CONTINUE_TAG.length) === CONTINUE_TAG ? text.slice(0, at) : text.slice(0, at).trimEnd();

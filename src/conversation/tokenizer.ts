@@ -50,7 +50,15 @@ function tokenContent(value: unknown): string | undefined {
 }
 
 /** transformers' SPECIAL_TOKENS_ATTRIBUTES: the named tokens every chat template render receives. */
-const TEMPLATE_TOKEN_NAMES = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
+const TEMPLATE_TOKEN_NAMES = [
+  'bos_token',
+  'eos_token',
+  'unk_token',
+  'sep_token',
+  'pad_token',
+  'cls_token',
+  'mask_token',
+];
 
 export class ChatTokenizer {
   /** Every added token (special or not) by content. */
@@ -141,7 +149,12 @@ export class ChatTokenizer {
       const map = new Map<string, number>();
       for (let id = 0; id < this.vocabSize; id += 1) {
         const piece = this.tokenizer.id_to_token(id);
-        if (piece === undefined || this.addedTokenIds.has(piece) || (this.byteLevel && [...piece].some((c) => !BYTE_OF_CHARACTER.has(c)))) continue;
+        if (
+          piece === undefined ||
+          this.addedTokenIds.has(piece) ||
+          (this.byteLevel && [...piece].some((c) => !BYTE_OF_CHARACTER.has(c)))
+        )
+          continue;
         const value = this.tokenBytes(id)!;
         if (!map.has(key(value))) map.set(key(value), id);
       }

@@ -21,7 +21,9 @@ export const ADAPTER_WEIGHT_MAX_ABS: number = bounds.adapter_weight_max_abs.valu
 
 export function withinBound(name: SamplingBoundName, value: number): boolean {
   const b = SAMPLING_BOUNDS[name];
-  return (b.min_exclusive ? value > b.min : value >= b.min) && value <= b.max && (!b.integer || Number.isInteger(value));
+  return (
+    (b.min_exclusive ? value > b.min : value >= b.min) && value <= b.max && (!b.integer || Number.isInteger(value))
+  );
 }
 
 /** "(0, 1000000]"-style interval text for error messages. */

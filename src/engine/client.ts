@@ -27,7 +27,15 @@ type Pending =
   | { kind: 'unary'; resolve(reply: Reply): void; reject(error: EngineError): void }
   | { kind: 'stream'; stream: ReplyStream };
 
-const REPLY_ERROR_CODES: readonly string[] = ['bad_request', 'not_found', 'non_finite', 'diverged', 'cancelled', 'internal', 'unauthorized'] satisfies ReplyErrorCode[];
+const REPLY_ERROR_CODES: readonly string[] = [
+  'bad_request',
+  'not_found',
+  'non_finite',
+  'diverged',
+  'cancelled',
+  'internal',
+  'unauthorized',
+] satisfies ReplyErrorCode[];
 const STREAM_EVENT_TYPES: readonly string[] = ['prompt', 'tokens', 'finish'] satisfies GenerateEvent['type'][];
 
 // Process-wide, so ids stay unique across engine restarts and a log line names one request.
@@ -53,7 +61,8 @@ export class EngineClient implements Engine {
     this.logger = options.logger ?? silentLogger;
     this.ready = new Promise((resolve, reject) => (this.settleReady = { resolve, reject }));
     this.ready.catch(() => undefined); // nobody has to wait for it
-    const lost = (why: string) => () => this.close(new EngineError('engine_exited', `${this.peer} ${why} while this request was in flight`));
+    const lost = (why: string) => () =>
+      this.close(new EngineError('engine_exited', `${this.peer} ${why} while this request was in flight`));
     input.on('data', (chunk: Buffer) => this.receive(chunk));
     input.on('end', lost('exited or closed its connection'));
     input.on('close', lost('exited or closed its connection'));
@@ -65,7 +74,11 @@ export class EngineClient implements Engine {
    * A client over TCP, for an engine started elsewhere with `python3 -m engine --tcp HOST:PORT`. With a
    * secret, the first frame authenticates; the engine sends `ready` only after it accepted the secret.
    */
-  static connect(host: string, port: number, options: EngineClientOptions & { secret?: string | null } = {}): Promise<EngineClient> {
+  static connect(
+    host: string,
+    port: number,
+    options: EngineClientOptions & { secret?: string | null } = {},
+  ): Promise<EngineClient> {
     return new Promise((resolve, reject) => {
       const socket = connectTcp({ host, port });
       socket.once('error', reject);
@@ -74,7 +87,8 @@ export class EngineClient implements Engine {
         socket.setNoDelay(true);
         socket.setKeepAlive(true, 30_000); // a dead engine host shows up as a closed connection, then a reconnect
         const client = new EngineClient(socket, socket, { peer: `the engine at ${host}:${port}`, ...options });
-        if (options.secret) void client.send('auth', { secret: options.secret }).catch((error: EngineError) => client.close(error));
+        if (options.secret)
+          void client.send('auth', { secret: options.secret }).catch((error: EngineError) => client.close(error));
         resolve(client);
       });
     });
@@ -123,7 +137,8 @@ export class EngineClient implements Engine {
       else entry.stream.fail(error);
     }
     this.pending.clear();
-    if (this.decoder.pendingBytes > 0) this.logger.warn({ bytes: this.decoder.pendingBytes }, `${this.peer} closed mid-frame`);
+    if (this.decoder.pendingBytes > 0)
+      this.logger.warn({ bytes: this.decoder.pendingBytes }, `${this.peer} closed mid-frame`);
     this.input.destroy();
     this.output.destroy();
     for (const listener of this.closeListeners.splice(0)) listener(error);
@@ -181,7 +196,11 @@ export class EngineClient implements Engine {
       } else if (error) {
         entry.stream.fail(error);
       } else {
-        entry.stream.push({ type: 'done', prompt_tokens: Number(message.prompt_tokens), cached_tokens: Number(message.cached_tokens) });
+        entry.stream.push({
+          type: 'done',
+          prompt_tokens: Number(message.prompt_tokens),
+          cached_tokens: Number(message.cached_tokens),
+        });
         entry.stream.end();
       }
     } else if (entry.kind === 'stream' && STREAM_EVENT_TYPES.includes(String(message.type))) {
@@ -214,13 +233,19 @@ function replyError(reply: Reply): EngineError | undefined {
   if (typeof error !== 'object' || error === null) return undefined;
   const { code, message } = error as { code?: unknown; message?: unknown };
   const known = typeof code === 'string' && REPLY_ERROR_CODES.includes(code);
-  return new EngineError(known ? (code as ReplyErrorCode) : 'internal', typeof message === 'string' ? message : JSON.stringify(error));
+  return new EngineError(
+    known ? (code as ReplyErrorCode) : 'internal',
+    typeof message === 'string' ? message : JSON.stringify(error),
+  );
 }
 
 /** Requests the client completes before sending: fields the protocol requires whose value the caller may leave implicit. */
 const FILLS: { [O in UnaryOp]?: (request: OpRequest<O>) => OpRequest<O> } = {
   // Without segment_ids a row is one sequence; the client says so explicitly (all zeros).
-  forward: (request: ForwardRequest) => ({ ...request, rows: request.rows.map((row) => ({ ...row, segment_ids: row.segment_ids ?? row.tokens.map(() => 0) })) }),
+  forward: (request: ForwardRequest) => ({
+    ...request,
+    rows: request.rows.map((row) => ({ ...row, segment_ids: row.segment_ids ?? row.tokens.map(() => 0) })),
+  }),
 };
 
 /** The request with every sampling field its caller left out (or set to undefined) at its protocol default. */

@@ -15,7 +15,9 @@ type State = 'open' | 'ended' | 'failed' | 'abandoned';
 
 export class ReplyStream implements GenerateStream {
   private readonly buffered: GenerateEvent[] = [];
-  private waiter: { resolve(result: IteratorResult<GenerateEvent>): void; reject(error: EngineError): void } | undefined;
+  private waiter:
+    | { resolve(result: IteratorResult<GenerateEvent>): void; reject(error: EngineError): void }
+    | undefined;
   private state: State = 'open';
   private failure: EngineError | undefined;
 
@@ -100,7 +102,10 @@ export class DeferredStream implements GenerateStream {
   }
 
   async cancel(): Promise<void> {
-    await this.inner.then((stream) => stream.cancel(), () => undefined);
+    await this.inner.then(
+      (stream) => stream.cancel(),
+      () => undefined,
+    );
   }
 
   [Symbol.asyncIterator](): AsyncIterator<GenerateEvent> {
@@ -112,7 +117,10 @@ export class DeferredStream implements GenerateStream {
       },
       return: async () => {
         // Don't make the consumer wait for a connection it no longer needs.
-        void this.inner.then((stream) => stream[Symbol.asyncIterator]().return?.(), () => undefined);
+        void this.inner.then(
+          (stream) => stream[Symbol.asyncIterator]().return?.(),
+          () => undefined,
+        );
         return { value: undefined, done: true };
       },
     };

@@ -46,7 +46,14 @@ export interface EngineLimits {
  * `non_finite`: adapter weights out of engine/bounds.json (load, save) or a request's non-finite logits (generate);
  * `diverged`: a training step's loss, gradient or new weights were not finite, and the adapter is left as it was.
  */
-export type ReplyErrorCode = 'bad_request' | 'not_found' | 'non_finite' | 'diverged' | 'cancelled' | 'internal' | 'unauthorized';
+export type ReplyErrorCode =
+  | 'bad_request'
+  | 'not_found'
+  | 'non_finite'
+  | 'diverged'
+  | 'cancelled'
+  | 'internal'
+  | 'unauthorized';
 
 export interface StatsReply {
   device: string;

@@ -16,7 +16,8 @@ const HOOKS: { [O in UnaryOp]?: Hook<O> } = {
   // Once saved, the adapter comes back from its files after a restart (optimizer state too), not from its init.
   save_adapter: (state, request) => state.movedTo(request.adapter, request.path),
   save_state: (state, request) => state.movedTo(request.adapter, request.path),
-  load_state: (state, request) => state.keepAdapter({ adapter: request.adapter, base: request.base, path: request.path }),
+  load_state: (state, request) =>
+    state.keepAdapter({ adapter: request.adapter, base: request.base, path: request.path }),
   drop_adapter: (state, request) => state.adapters.delete(request.adapter),
 };
 
@@ -60,7 +61,8 @@ export class Restorable {
     for (const request of this.adapters.values()) {
       await client.request('ensure_adapter', request).then(
         () => logger.info({ adapter: request.adapter }, 'adapter reloaded after restart'),
-        (error: Error) => logger.warn({ adapter: request.adapter, error: error.message }, 'adapter not reloaded after restart'),
+        (error: Error) =>
+          logger.warn({ adapter: request.adapter, error: error.message }, 'adapter not reloaded after restart'),
       );
     }
   }

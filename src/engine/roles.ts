@@ -6,16 +6,25 @@
  * configuration into supervisors and routes several samplers by the op table's role column (ops.ts); it knows
  * nothing of what callers send. A sampler of another kind (vLLM) joins the pool as any `SamplerEngine`.
  */
-import type { EngineTopology, ServingLimits } from './settings.ts';
+
 import { EngineError } from './errors.ts';
 import type { GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
-import { type Engine, isSamplerOp, OPS, type OpReply, type OpRequest, type SamplerEngine, type SamplerOp } from './ops.ts';
+import {
+  type Engine,
+  isSamplerOp,
+  OPS,
+  type OpReply,
+  type OpRequest,
+  type SamplerEngine,
+  type SamplerOp,
+} from './ops.ts';
 import type { EngineSupport, GenerateRequest } from './protocol.ts';
-import { EngineSupervisor, type EngineHealth, type RemoteEngine } from './supervisor.ts';
+import type { EngineTopology, ServingLimits } from './settings.ts';
+import { type EngineHealth, EngineSupervisor, type RemoteEngine } from './supervisor.ts';
 import { samplerKindOf } from './vllm/config.ts';
-import { createVllmSamplers, SamplerByBase, type VllmSetup } from './vllm/samplers.ts';
 import type { VllmHealth } from './vllm/sampler.ts';
+import { createVllmSamplers, SamplerByBase, type VllmSetup } from './vllm/samplers.ts';
 
 export type EngineRole = 'sampler' | 'trainer' | 'sampler+trainer';
 
@@ -59,7 +68,12 @@ export interface EngineRolesOptions {
 
 /** The command line of a child engine: its serving limits, threads and device. */
 export function engineArgs(serving: ServingLimits, threads: number | null, device: string | null): string[] {
-  const args = ['--max-num-seqs', String(serving.maxNumSeqs), '--max-num-batched-tokens', String(serving.maxNumBatchedTokens)];
+  const args = [
+    '--max-num-seqs',
+    String(serving.maxNumSeqs),
+    '--max-num-batched-tokens',
+    String(serving.maxNumBatchedTokens),
+  ];
   if (serving.maxModelLen !== null) args.push('--max-model-len', String(serving.maxModelLen));
   if (serving.kvCacheMemoryBytes !== null) args.push('--kv-cache-memory-bytes', String(serving.kvCacheMemoryBytes));
   if (serving.dtype !== null) args.push('--dtype', serving.dtype);
@@ -102,7 +116,14 @@ function withVllmSamplers(ours: EngineRoles, setup: VllmSetup, logger: EngineLog
 }
 
 function createOurEngines({ topology, serving, python, logger, extraArgs = [] }: EngineRolesOptions): EngineRoles {
-  const make = (role: EngineRole, index: number, url: string | null, threads: number | null, device: string | null, nice = 0): RoleEngine => ({
+  const make = (
+    role: EngineRole,
+    index: number,
+    url: string | null,
+    threads: number | null,
+    device: string | null,
+    nice = 0,
+  ): RoleEngine => ({
     role,
     kind: 'ours',
     supervisor: new EngineSupervisor({
@@ -115,14 +136,37 @@ function createOurEngines({ topology, serving, python, logger, extraArgs = [] }:
   const supervisor = (engine: RoleEngine) => engine.supervisor as EngineSupervisor;
   if (topology.mode === 'single') {
     const only = make('sampler+trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice);
-    return { sampler: supervisor(only), trainer: supervisor(only), support: announcedSupport(supervisor(only)), all: [only] };
+    return {
+      sampler: supervisor(only),
+      trainer: supervisor(only),
+      support: announcedSupport(supervisor(only)),
+      all: [only],
+    };
   }
-  const trainer = make('trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice, topology.trainerNice);
-  const samplerUrls = topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
-  const samplers = samplerUrls.map((url, index) => make('sampler', index + 1, url, topology.samplerThreads, topology.samplerDevice));
+  const trainer = make(
+    'trainer',
+    0,
+    topology.trainerUrl,
+    topology.trainerThreads,
+    topology.trainerDevice,
+    topology.trainerNice,
+  );
+  const samplerUrls =
+    topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
+  const samplers = samplerUrls.map((url, index) =>
+    make('sampler', index + 1, url, topology.samplerThreads, topology.samplerDevice),
+  );
   const ours = samplers.map(supervisor);
-  const sampler = ours.length === 1 ? ours[0] : new SamplerPool(ours.map((engine) => ({ engine, busyness: () => supervisorBusyness(engine) })));
-  return { sampler, trainer: supervisor(trainer), support: announcedSupport(supervisor(trainer)), all: [trainer, ...samplers] };
+  const sampler =
+    ours.length === 1
+      ? ours[0]
+      : new SamplerPool(ours.map((engine) => ({ engine, busyness: () => supervisorBusyness(engine) })));
+  return {
+    sampler,
+    trainer: supervisor(trainer),
+    support: announcedSupport(supervisor(trainer)),
+    all: [trainer, ...samplers],
+  };
 }
 
 /** The engine's announcement from its first ready frame, kept: a restart runs the same engine code. */
@@ -141,7 +185,9 @@ export function announcedSupport(supervisor: EngineSupervisor): () => Promise<En
 }
 
 /** Health of every engine by role, for the system check. */
-export function rolesHealth(roles: EngineRoles): ((EngineHealth | VllmHealth) & { role: EngineRole; kind: RoleEngine['kind'] })[] {
+export function rolesHealth(
+  roles: EngineRoles,
+): ((EngineHealth | VllmHealth) & { role: EngineRole; kind: RoleEngine['kind'] })[] {
   return roles.all.map(({ role, kind, supervisor }) => ({ role, kind, ...supervisor.health() }));
 }
 
@@ -190,7 +236,8 @@ export class SamplerPool implements SamplerEngine {
 function mergeReplies<R extends object>(replies: R[]): R {
   const merged = { ...replies[0] } as Record<string, unknown>;
   for (const [field, value] of Object.entries(merged)) {
-    if (typeof value === 'boolean') merged[field] = replies.some((reply) => (reply as Record<string, unknown>)[field] === true);
+    if (typeof value === 'boolean')
+      merged[field] = replies.some((reply) => (reply as Record<string, unknown>)[field] === true);
   }
   return merged as R;
 }

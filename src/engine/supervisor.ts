@@ -130,7 +130,8 @@ export class EngineSupervisor implements Engine {
   async stop(): Promise<void> {
     this.state = 'stopped';
     clearTimeout(this.restartTimer);
-    for (const waiter of this.waiters) this.settle(waiter, new EngineError('engine_unavailable', 'the engine was stopped'));
+    for (const waiter of this.waiters)
+      this.settle(waiter, new EngineError('engine_unavailable', 'the engine was stopped'));
     const run = this.run;
     if (!run) return;
     // Closing stdin asks the engine to finish; SIGKILL if it does not in time.
@@ -172,13 +173,17 @@ export class EngineSupervisor implements Engine {
   /** The connection of a ready engine, waiting for one while it starts or restarts. */
   private client(): Promise<EngineClient> {
     if (this.state === 'ready' && this.run) return Promise.resolve(this.run.client);
-    if (this.state === 'stopped') return Promise.reject(new EngineError('engine_unavailable', 'the engine is not running'));
+    if (this.state === 'stopped')
+      return Promise.reject(new EngineError('engine_unavailable', 'the engine is not running'));
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {
         resolve,
         reject,
         timer: setTimeout(() => {
-          const error = new EngineError('engine_unavailable', `the engine was not ready within ${this.options.requestWaitMs} ms`);
+          const error = new EngineError(
+            'engine_unavailable',
+            `the engine was not ready within ${this.options.requestWaitMs} ms`,
+          );
           this.settle(waiter, error);
         }, this.options.requestWaitMs),
       };
@@ -230,7 +235,8 @@ export class EngineSupervisor implements Engine {
       for (const waiter of this.waiters) this.settle(waiter, client);
     } catch (error) {
       // Closed before ready (the exit handler restarts it); a refused secret is worth saying why.
-      if (error instanceof EngineError && error.code === 'unauthorized') logger.error({ error: error.message }, 'the engine refused our ENGINE_SECRET');
+      if (error instanceof EngineError && error.code === 'unauthorized')
+        logger.error({ error: error.message }, 'the engine refused our ENGINE_SECRET');
     }
   }
 
@@ -247,12 +253,22 @@ export class EngineSupervisor implements Engine {
     logger.info({ pid, python, cwd: this.options.cwd }, 'engine starting');
     createInterface({ input: child.stderr }).on('line', (line) => logger.info({ pid, source: 'engine' }, line));
     let markExited!: () => void;
-    const run: Run = { client, pid, startedAt: Date.now(), exited: new Promise((resolve) => (markExited = resolve)), kill: () => child.kill('SIGKILL') };
+    const run: Run = {
+      client,
+      pid,
+      startedAt: Date.now(),
+      exited: new Promise((resolve) => (markExited = resolve)),
+      kill: () => child.kill('SIGKILL'),
+    };
     let exited = false;
     const onExit = (code: number | null, signal: string | null) => {
       if (exited) return;
       exited = true;
-      this.handleExit(run, code === null && signal === null ? 'failed to start' : signal ? `signal ${signal}` : `code ${code}`, { code, signal });
+      this.handleExit(
+        run,
+        code === null && signal === null ? 'failed to start' : signal ? `signal ${signal}` : `code ${code}`,
+        { code, signal },
+      );
       markExited();
     };
     child.once('exit', onExit);
@@ -275,7 +291,13 @@ export class EngineSupervisor implements Engine {
     logger.info({ url }, 'engine connecting');
     const client = await EngineClient.connect(remote.host, remote.port, { logger, secret: remote.secret });
     let markExited!: () => void;
-    const run: Run = { client, pid: null, startedAt: Date.now(), exited: new Promise((resolve) => (markExited = resolve)), kill: () => client.close() };
+    const run: Run = {
+      client,
+      pid: null,
+      startedAt: Date.now(),
+      exited: new Promise((resolve) => (markExited = resolve)),
+      kill: () => client.close(),
+    };
     client.onClose((error) => {
       this.handleExit(run, `connection closed: ${error.message}`, { code: null, signal: null });
       markExited();

@@ -15,7 +15,9 @@ export function registerAuth(app: FastifyInstance, auth: AuthService): void {
   app.decorateRequest('principal', null as unknown as Principal);
   app.addHook('onRequest', async (request: FastifyRequest) => {
     if (request.routeOptions.config?.public) return;
-    request.principal = await auth.authenticate(request.headers.authorization ?? tinkerKey(request.headers['x-api-key']));
+    request.principal = await auth.authenticate(
+      request.headers.authorization ?? tinkerKey(request.headers['x-api-key']),
+    );
   });
 }
 

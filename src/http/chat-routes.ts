@@ -4,12 +4,17 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ChatCompletionBody, type ChatCompletionChunk, type ChatUsage } from '../api/chat.ts';
+import { AppError } from '../errors.ts';
 import type { ChatResult, ChatService } from '../services/chat-service.ts';
 import type { Metrics } from '../services/metrics.ts';
-import { AppError } from '../errors.ts';
 import { chatErrorBody, toAppError } from './errors.ts';
 
-export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxInFlight: number, metrics: Metrics): void {
+export function registerChatRoutes(
+  app: FastifyInstance,
+  chat: ChatService,
+  maxInFlight: number,
+  metrics: Metrics,
+): void {
   const admit = inFlightLimit(maxInFlight);
   const handler = async (request: FastifyRequest<{ Body: ChatCompletionBody }>, reply: FastifyReply) => {
     admit(reply);
@@ -22,7 +27,12 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxI
     let result: ChatResult;
     const observation = metrics.chat(request.body.stream === true);
     try {
-      result = await chat.create(request.principal, request.body, typeof header === 'string' ? header : undefined, clientGone.signal);
+      result = await chat.create(
+        request.principal,
+        request.body,
+        typeof header === 'string' ? header : undefined,
+        clientGone.signal,
+      );
     } catch (error) {
       if (clientGone.signal.aborted) return undefined; // nobody is left to answer; Fastify sends nothing to a closed socket
       throw error;
@@ -45,7 +55,11 @@ export function registerChatRoutes(app: FastifyInstance, chat: ChatService, maxI
 function inFlightLimit(maxInFlight: number): (reply: FastifyReply) => void {
   let inFlight = 0;
   return (reply) => {
-    if (inFlight >= maxInFlight) throw new AppError('too_many_requests', `${inFlight} chat requests are in flight (the limit is ${maxInFlight}); retry shortly`);
+    if (inFlight >= maxInFlight)
+      throw new AppError(
+        'too_many_requests',
+        `${inFlight} chat requests are in flight (the limit is ${maxInFlight}); retry shortly`,
+      );
     inFlight += 1;
     let released = false;
     const release = () => {
@@ -58,7 +72,12 @@ function inFlightLimit(maxInFlight: number): (reply: FastifyReply) => void {
 }
 
 /** The chunks as SSE; a client that disconnects cancels the generation, and a failure mid-stream is an error event. */
-async function writeStream(request: FastifyRequest, reply: FastifyReply, result: Extract<ChatResult, { kind: 'stream' }>, observation: ReturnType<Metrics['chat']>): Promise<void> {
+async function writeStream(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  result: Extract<ChatResult, { kind: 'stream' }>,
+  observation: ReturnType<Metrics['chat']>,
+): Promise<void> {
   reply.hijack();
   const raw = reply.raw;
   raw.writeHead(200, {
@@ -108,7 +127,10 @@ function streamedTokens() {
     count(chunk: ChatCompletionChunk): boolean {
       const { choices, usage } = chunk;
       if (usage) reported = completionTokens(usage);
-      const content = choices.filter((choice) => (choice.delta.content !== undefined && choice.delta.content !== '') || choice.delta.tool_calls !== undefined).length;
+      const content = choices.filter(
+        (choice) =>
+          (choice.delta.content !== undefined && choice.delta.content !== '') || choice.delta.tool_calls !== undefined,
+      ).length;
       deltas += content;
       return content > 0;
     },

@@ -3,16 +3,26 @@
  * key), and the read-only `/v1/dashboard/...` endpoints it reads beside the public API, behind the same
  * bearer auth. Thin: parse the query, call the service, shape the list envelope.
  */
-import zlib from 'node:zlib';
+
 import { promisify } from 'node:util';
+import zlib from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../api/dashboard.ts';
+import { buildDashboard, type DashboardBundle } from '../../web/build.ts';
+import {
+  JobConfig,
+  JobListItem,
+  MetricRow,
+  ModelSummary,
+  Overview,
+  TrajectoryDetail,
+  TrajectorySteps,
+  TrajectorySummary,
+} from '../api/dashboard.ts';
 import { listEnvelope, toListPage } from '../api/lists.ts';
 import { SPLIT_PATTERN } from '../api/models.ts';
 import { JOB_STATUSES, type JobStatus } from '../api/training-vocabulary.ts';
 import { AppError, validationError } from '../errors.ts';
 import type { DashboardService } from '../services/dashboard-service.ts';
-import { buildDashboard, type DashboardBundle } from '../../web/build.ts';
 import { queryInteger, queryString } from './query.ts';
 
 const gzipAsync = promisify(zlib.gzip);
@@ -35,7 +45,14 @@ const CONTENT_SECURITY_POLICY = [
 function splitParam(query: Query): string {
   const split = queryString(query, 'split');
   if (split === undefined) throw validationError([{ loc: ['query', 'split'], msg: 'Field required', type: 'missing' }]);
-  if (!new RegExp(SPLIT_PATTERN).test(split)) throw validationError([{ loc: ['query', 'split'], msg: `String should match pattern '${SPLIT_PATTERN}'`, type: 'string_pattern_mismatch' }]);
+  if (!new RegExp(SPLIT_PATTERN).test(split))
+    throw validationError([
+      {
+        loc: ['query', 'split'],
+        msg: `String should match pattern '${SPLIT_PATTERN}'`,
+        type: 'string_pattern_mismatch',
+      },
+    ]);
   return split;
 }
 
@@ -45,7 +62,13 @@ function statusesParam(query: Query): JobStatus[] | undefined {
   const statuses = raw.split(',').map((status) => status.trim().toUpperCase());
   const unknown = statuses.filter((status) => !JOB_STATUSES.includes(status as JobStatus));
   if (unknown.length > 0) {
-    throw validationError([{ loc: ['query', 'status'], msg: `Input should be a comma-separated list of ${JOB_STATUSES.join(', ')}`, type: 'literal_error' }]);
+    throw validationError([
+      {
+        loc: ['query', 'status'],
+        msg: `Input should be a comma-separated list of ${JOB_STATUSES.join(', ')}`,
+        type: 'literal_error',
+      },
+    ]);
   }
   return statuses as JobStatus[];
 }
@@ -65,10 +88,14 @@ interface CompressedBundle {
 async function compress(built: DashboardBundle): Promise<CompressedBundle> {
   const gzip = new Map<string, Buffer>();
   const brotli = new Map<string, Buffer>();
-  await Promise.all([...built.files].filter(([urlPath, file]) => file.body.length >= 1024 && !urlPath.endsWith('.map')).map(async ([urlPath, file]) => {
-    gzip.set(urlPath, await gzipAsync(file.body, { level: 9 }));
-    brotli.set(urlPath, await brotliAsync(file.body));
-  }));
+  await Promise.all(
+    [...built.files]
+      .filter(([urlPath, file]) => file.body.length >= 1024 && !urlPath.endsWith('.map'))
+      .map(async ([urlPath, file]) => {
+        gzip.set(urlPath, await gzipAsync(file.body, { level: 9 }));
+        brotli.set(urlPath, await brotliAsync(file.body));
+      }),
+  );
   return { bundle: built, gzip, brotli };
 }
 
@@ -103,7 +130,10 @@ function sendFile(loaded: CompressedBundle, urlPath: string, request: FastifyReq
     .header('x-content-type-options', 'nosniff')
     .header('vary', 'accept-encoding');
   if (file.contentType.startsWith('text/html')) {
-    reply.header('content-security-policy', CONTENT_SECURITY_POLICY).header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
+    reply
+      .header('content-security-policy', CONTENT_SECURITY_POLICY)
+      .header('referrer-policy', 'no-referrer')
+      .header('x-frame-options', 'DENY');
   }
   if (brotli) return reply.header('content-encoding', 'br').send(brotli);
   if (gzip) return reply.header('content-encoding', 'gzip').send(gzip);
@@ -127,34 +157,47 @@ function staticFiles(app: FastifyInstance, build: () => Promise<DashboardBundle>
   app.get('/', open, (request, reply) => serve('/', request, reply));
   app.get('/index.html', open, (request, reply) => serve('/', request, reply));
   app.get('/favicon.svg', open, (request, reply) => serve('/favicon.svg', request, reply));
-  app.get<{ Params: { file: string } }>('/assets/:file', open, (request, reply) => serve(`/assets/${request.params.file}`, request, reply));
+  app.get<{ Params: { file: string } }>('/assets/:file', open, (request, reply) =>
+    serve(`/assets/${request.params.file}`, request, reply),
+  );
   // Build while the server starts listening, so the first visitor does not wait for it.
   app.addHook('onListen', async () => {
     load().catch((error: unknown) => app.log.error({ err: error }, 'dashboard build failed'));
   });
 }
 
-export function registerDashboardRoutes(app: FastifyInstance, dashboard: DashboardService, options: { build?: () => Promise<DashboardBundle> } = {}): void {
+export function registerDashboardRoutes(
+  app: FastifyInstance,
+  dashboard: DashboardService,
+  options: { build?: () => Promise<DashboardBundle> } = {},
+): void {
   staticFiles(app, options.build ?? (() => buildDashboard()));
-  app.get('/v1/dashboard/overview', { schema: { response: { 200: Overview } } }, async (request) => dashboard.overview(request.principal));
+  app.get('/v1/dashboard/overview', { schema: { response: { 200: Overview } } }, async (request) =>
+    dashboard.overview(request.principal),
+  );
   modelRoutes(app, dashboard);
   trajectoryRoutes(app, dashboard);
   jobRoutes(app, dashboard);
 }
 
 function modelRoutes(app: FastifyInstance, dashboard: DashboardService): void {
-  app.get<{ Querystring: Query }>('/v1/dashboard/models', { schema: { response: { 200: listEnvelope(ModelSummary) } } }, async (request) =>
-    toListPage(
-      await dashboard.listModels(request.principal, {
-        project: queryString(request.query, 'project'),
-        after: queryString(request.query, 'after'),
-        limit: queryInteger(request.query, 'limit', 100, 1, 500),
-      }),
-    ),
+  app.get<{ Querystring: Query }>(
+    '/v1/dashboard/models',
+    { schema: { response: { 200: listEnvelope(ModelSummary) } } },
+    async (request) =>
+      toListPage(
+        await dashboard.listModels(request.principal, {
+          project: queryString(request.query, 'project'),
+          after: queryString(request.query, 'after'),
+          limit: queryInteger(request.query, 'limit', 100, 1, 500),
+        }),
+      ),
   );
 
-  app.get<{ Params: { model_id: string } }>('/v1/dashboard/models/:model_id', { schema: { response: { 200: ModelSummary } } }, async (request) =>
-    dashboard.getModel(request.principal, request.params.model_id),
+  app.get<{ Params: { model_id: string } }>(
+    '/v1/dashboard/models/:model_id',
+    { schema: { response: { 200: ModelSummary } } },
+    async (request) => dashboard.getModel(request.principal, request.params.model_id),
   );
 
   app.get<{ Params: { model_id: string }; Querystring: Query }>(
@@ -171,8 +214,10 @@ function modelRoutes(app: FastifyInstance, dashboard: DashboardService): void {
 }
 
 function trajectoryRoutes(app: FastifyInstance, dashboard: DashboardService): void {
-  app.get<{ Params: { model_id: string } }>('/v1/dashboard/models/:model_id/trajectory-steps', { schema: { response: { 200: TrajectorySteps } } }, async (request) =>
-    dashboard.trajectorySteps(request.principal, request.params.model_id),
+  app.get<{ Params: { model_id: string } }>(
+    '/v1/dashboard/models/:model_id/trajectory-steps',
+    { schema: { response: { 200: TrajectorySteps } } },
+    async (request) => dashboard.trajectorySteps(request.principal, request.params.model_id),
   );
 
   app.get<{ Params: { model_id: string }; Querystring: Query }>(
@@ -182,7 +227,10 @@ function trajectoryRoutes(app: FastifyInstance, dashboard: DashboardService): vo
       toListPage(
         await dashboard.trajectories(request.principal, request.params.model_id, {
           split: splitParam(request.query),
-          step: request.query.step === undefined ? undefined : queryInteger(request.query, 'step', 0, 0, Number.MAX_SAFE_INTEGER),
+          step:
+            request.query.step === undefined
+              ? undefined
+              : queryInteger(request.query, 'step', 0, 0, Number.MAX_SAFE_INTEGER),
           after: queryString(request.query, 'after'),
           limit: queryInteger(request.query, 'limit', 50, 1, 200),
         }),
@@ -197,18 +245,23 @@ function trajectoryRoutes(app: FastifyInstance, dashboard: DashboardService): vo
 }
 
 function jobRoutes(app: FastifyInstance, dashboard: DashboardService): void {
-  app.get<{ Params: { job_id: string } }>('/v1/dashboard/jobs/:job_id/config', { schema: { response: { 200: JobConfig } } }, async (request) =>
-    dashboard.jobConfig(request.principal, request.params.job_id),
+  app.get<{ Params: { job_id: string } }>(
+    '/v1/dashboard/jobs/:job_id/config',
+    { schema: { response: { 200: JobConfig } } },
+    async (request) => dashboard.jobConfig(request.principal, request.params.job_id),
   );
 
-  app.get<{ Querystring: Query }>('/v1/dashboard/jobs', { schema: { response: { 200: listEnvelope(JobListItem) } } }, async (request) =>
-    toListPage(
-      await dashboard.jobs(request.principal, {
-        modelId: queryString(request.query, 'model_id'),
-        statuses: statusesParam(request.query),
-        after: queryString(request.query, 'after'),
-        limit: queryInteger(request.query, 'limit', 50, 1, 200),
-      }),
-    ),
+  app.get<{ Querystring: Query }>(
+    '/v1/dashboard/jobs',
+    { schema: { response: { 200: listEnvelope(JobListItem) } } },
+    async (request) =>
+      toListPage(
+        await dashboard.jobs(request.principal, {
+          modelId: queryString(request.query, 'model_id'),
+          statuses: statusesParam(request.query),
+          after: queryString(request.query, 'after'),
+          limit: queryInteger(request.query, 'limit', 50, 1, 200),
+        }),
+      ),
   );
 }

@@ -24,7 +24,14 @@ export function registerJsonBody(app: FastifyInstance): void {
     if (field !== undefined) {
       // Named like any field problem, so chat answers carry it as `param`.
       const message = `${field === null ? 'The JSON body' : `\`${field}\``} is nested more than ${MAX_JSON_DEPTH} levels deep`;
-      done(new AppError('bad_request', message, field === null ? [] : [{ loc: ['body', field], msg: message, type: 'value_error' }]), undefined);
+      done(
+        new AppError(
+          'bad_request',
+          message,
+          field === null ? [] : [{ loc: ['body', field], msg: message, type: 'value_error' }],
+        ),
+        undefined,
+      );
       return;
     }
     parse(request, text, done);

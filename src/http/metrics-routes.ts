@@ -10,13 +10,20 @@ export function registerMetricsHook(app: FastifyInstance, metrics: Metrics): voi
   app.addHook('onRequest', async (request, reply) => {
     // Unmatched URLs share one label: a scanner probing random paths must not grow the series without bound.
     const route = request.routeOptions.url ?? 'unmatched';
-    reply.raw.once('close', () => metrics.observeHttp(request.method, route, reply.raw.statusCode, reply.elapsedTime / 1000));
+    reply.raw.once('close', () =>
+      metrics.observeHttp(request.method, route, reply.raw.statusCode, reply.elapsedTime / 1000),
+    );
   });
 }
 
 export function registerMetricsRoute(app: FastifyInstance, metrics: Metrics, isPublic: boolean): void {
   const text = { schema: { type: 'string' } };
-  const schema = { summary: 'Prometheus metrics', response: { 200: { description: 'Prometheus text exposition format 0.0.4', content: { [metrics.contentType]: text } } } };
+  const schema = {
+    summary: 'Prometheus metrics',
+    response: {
+      200: { description: 'Prometheus text exposition format 0.0.4', content: { [metrics.contentType]: text } },
+    },
+  };
   app.get('/metrics', { config: { public: isPublic }, schema }, async (_request, reply) => {
     reply.type(metrics.contentType);
     return metrics.metrics();

@@ -1,5 +1,6 @@
 /** /v1/preview/models: create, delete, checkpoints (list and delete) and trajectory logging. Thin: parse, call, shape. */
 import type { FastifyInstance } from 'fastify';
+import { listEnvelope, toListPage } from '../api/lists.ts';
 import {
   Checkpoint,
   CheckpointDeleteBody,
@@ -12,14 +13,16 @@ import {
   toCheckpointResponse,
   toModelResponse,
 } from '../api/models.ts';
-import { listEnvelope, toListPage } from '../api/lists.ts';
 import type { ModelService } from '../services/model-service.ts';
 import type { TrajectoryService } from '../services/trajectory-service.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
 
 type Query = Record<string, unknown>;
 
-export function registerModelRoutes(app: FastifyInstance, services: { models: ModelService; trajectories: TrajectoryService }): void {
+export function registerModelRoutes(
+  app: FastifyInstance,
+  services: { models: ModelService; trajectories: TrajectoryService },
+): void {
   app.post<{ Body: ModelCreateBody }>(
     '/v1/preview/models',
     { schema: { body: ModelCreateBody, response: { 200: ModelResponse } } },
@@ -37,7 +40,15 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
   app.get<{ Params: { entity: string; project: string; name: string } }>(
     '/v1/preview/models/by-name/:entity/:project/:name',
     { schema: { summary: 'Read one model by its entity/project/name', response: { 200: ModelResponse } } },
-    async (request) => toModelResponse(await services.models.getOwnedByName(request.principal, request.params.entity, request.params.project, request.params.name)),
+    async (request) =>
+      toModelResponse(
+        await services.models.getOwnedByName(
+          request.principal,
+          request.params.entity,
+          request.params.project,
+          request.params.name,
+        ),
+      ),
   );
 
   app.delete<{ Params: { model_id: string } }>(
@@ -63,7 +74,8 @@ export function registerModelRoutes(app: FastifyInstance, services: { models: Mo
   app.delete<{ Params: { model_id: string }; Body: CheckpointDeleteBody }>(
     '/v1/preview/models/:model_id/checkpoints',
     { schema: { body: CheckpointDeleteBody, response: { 200: CheckpointDeleteResponse } } },
-    async (request) => services.models.deleteCheckpoints(request.principal, request.params.model_id, request.body.steps),
+    async (request) =>
+      services.models.deleteCheckpoints(request.principal, request.params.model_id, request.body.steps),
   );
 
   app.post<{ Params: { model_id: string }; Body: LogBody }>(

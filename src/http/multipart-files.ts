@@ -20,7 +20,10 @@ export interface UploadedPart {
 }
 
 function truncated(): AppError {
-  return new AppError('bad_request', 'The multipart body ended inside a part or without its closing boundary (--BOUNDARY--)');
+  return new AppError(
+    'bad_request',
+    'The multipart body ended inside a part or without its closing boundary (--BOUNDARY--)',
+  );
 }
 
 /** Resolves once the whole request body has arrived: one `end` listener per request, however many parts it has. */

@@ -18,12 +18,18 @@ export function registerOpenApi(app: FastifyInstance, version: string): void {
       info: {
         title: 'agent-trainer',
         version,
-        description: 'Self-hosted training and inference for LLM agents: OpenAI-compatible chat completions, ART-compatible RL and SFT jobs on LoRA adapters, and the Tinker API (/api/v1) for its official SDK.',
+        description:
+          'Self-hosted training and inference for LLM agents: OpenAI-compatible chat completions, ART-compatible RL and SFT jobs on LoRA adapters, and the Tinker API (/api/v1) for its official SDK.',
       },
       components: {
         securitySchemes: {
           bearerAuth: { type: 'http', scheme: 'bearer', description: 'An API key, `sk-…`' },
-          tinkerApiKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'The Tinker SDK\'s header: `tml-` and the same API key' },
+          tinkerApiKey: {
+            type: 'apiKey',
+            in: 'header',
+            name: 'X-API-Key',
+            description: "The Tinker SDK's header: `tml-` and the same API key",
+          },
         },
       },
       security: [{ bearerAuth: [] }, { tinkerApiKey: [] }],

@@ -13,7 +13,12 @@ import { clientErrorHandler, isChatPath, rawErrorResponse } from './errors.ts';
 
 export type TransportConfig = Pick<
   Config,
-  'headersTimeoutMs' | 'bodyIdleTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'maxConnections' | 'maxConnectionsPerClient'
+  | 'headersTimeoutMs'
+  | 'bodyIdleTimeoutMs'
+  | 'requestTimeoutMs'
+  | 'keepAliveTimeoutMs'
+  | 'maxConnections'
+  | 'maxConnectionsPerClient'
 >;
 
 /** Path parameters hold artifact names (128) with a version tag and file names (255); longer ones are 414s. */
@@ -25,7 +30,10 @@ export function transportOptions(config: TransportConfig) {
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
     // Node looks for expired headers and requests this often; the default (30 s) would stretch short timeouts.
-    http: { headersTimeout: config.headersTimeoutMs, connectionsCheckingInterval: Math.min(30_000, Math.ceil(config.headersTimeoutMs / 2)) },
+    http: {
+      headersTimeout: config.headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(30_000, Math.ceil(config.headersTimeoutMs / 2)),
+    },
     clientErrorHandler,
   };
 }
@@ -42,7 +50,10 @@ export function registerTransportLimits(app: FastifyInstance, config: TransportC
         socket.destroy();
         return;
       }
-      const error = new AppError('request_timeout', `No part of the request body arrived for ${config.bodyIdleTimeoutMs} ms`);
+      const error = new AppError(
+        'request_timeout',
+        `No part of the request body arrived for ${config.bodyIdleTimeoutMs} ms`,
+      );
       socket.end(rawErrorResponse(error, isChatPath(request.url)), () => socket.destroy());
     });
     // A response that finished first (an early 4xx) has armed Node's keep-alive timeout: leave that one be.

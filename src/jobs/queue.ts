@@ -5,12 +5,12 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { JobRow } from '../api/training-jobs.ts';
+import type { JobEventData, JobEventType } from '../api/training-vocabulary.ts';
 import type { Clock } from '../clock.ts';
 import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import type { JobRow } from '../api/training-jobs.ts';
-import type { JobEventData, JobEventType } from '../api/training-vocabulary.ts';
-import { toJobRow, type EventRow, type JobOutcome, type JobRepository } from '../store/job-repository.ts';
+import { type EventRow, type JobOutcome, type JobRepository, toJobRow } from '../store/job-repository.ts';
 import type { TrainingJobTable } from '../store/schema.ts';
 
 export interface QueueOptions {
@@ -91,7 +91,11 @@ export class JobQueue {
     return this.jobs.appendEvent(this.event(jobId, type, data));
   }
 
-  setProgress(jobId: string, owner: string, progress: { numSequences?: number; metrics?: Record<string, number> }): Promise<void> {
+  setProgress(
+    jobId: string,
+    owner: string,
+    progress: { numSequences?: number; metrics?: Record<string, number> },
+  ): Promise<void> {
     return this.jobs.setProgress(jobId, owner, progress);
   }
 
@@ -117,7 +121,10 @@ export class JobQueue {
   async cancel(jobId: string): Promise<JobRow | undefined> {
     const job = await this.jobs.findById(jobId);
     if (job?.status === 'QUEUED') {
-      const cancelled = await this.jobs.cancelQueued(jobId, this.failure(jobId, 'CANCELLED', new JobError('cancelled')));
+      const cancelled = await this.jobs.cancelQueued(
+        jobId,
+        this.failure(jobId, 'CANCELLED', new JobError('cancelled')),
+      );
       if (!cancelled) await this.jobs.requestCancel(jobId);
     } else if (job?.status === 'RUNNING') {
       await this.jobs.requestCancel(jobId);

@@ -3,11 +3,11 @@
  * an abort signal for the runner, and records the outcome. Also reaps jobs of workers that died.
  */
 import type { Logger } from 'pino';
-import { JOB_ERROR_CATALOGUE, JobError } from '../errors.ts';
-import { EngineError } from '../engine/errors.ts';
-import { newId } from '../ids.ts';
 import type { JobRow } from '../api/training-jobs.ts';
 import type { JobEventData, JobEventType } from '../api/training-vocabulary.ts';
+import { EngineError } from '../engine/errors.ts';
+import { JOB_ERROR_CATALOGUE, JobError } from '../errors.ts';
+import { newId } from '../ids.ts';
 import type { JobQueue } from './queue.ts';
 
 export interface RunContext {
@@ -89,7 +89,11 @@ export class JobWorker {
   private async tick(): Promise<void> {
     try {
       await this.queue.reap();
-      for (let job = await this.queue.claim(this.owner); job && !this.stopped; job = await this.queue.claim(this.owner)) {
+      for (
+        let job = await this.queue.claim(this.owner);
+        job && !this.stopped;
+        job = await this.queue.claim(this.owner)
+      ) {
         await this.run(job);
       }
     } catch (error) {
@@ -149,6 +153,7 @@ export class JobWorker {
 /** What a job that threw failed with: its own JobError, a diverged engine step, or `internal`. */
 function jobFailure(error: unknown): JobError {
   if (error instanceof JobError) return error;
-  if (error instanceof EngineError && error.code === 'diverged') return new JobError('training_diverged', `${JOB_ERROR_CATALOGUE.training_diverged.message} (${error.message})`);
+  if (error instanceof EngineError && error.code === 'diverged')
+    return new JobError('training_diverged', `${JOB_ERROR_CATALOGUE.training_diverged.message} (${error.message})`);
   return new JobError('internal', `${JOB_ERROR_CATALOGUE.internal.message}: ${(error as Error).message}`);
 }

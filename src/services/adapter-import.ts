@@ -6,22 +6,23 @@
 import { createReadStream, createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { Transform, type Readable } from 'node:stream';
+import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { AppError, validationError, type FieldProblem } from '../errors.ts';
-import { newId } from '../ids.ts';
+import type { ModelCreateBody, ModelResponse } from '../api/models.ts';
 import { listTar, type TarMember } from '../artifacts/tar.ts';
+import { AppError, type FieldProblem, validationError } from '../errors.ts';
+import { newId } from '../ids.ts';
+import { baseDims, checkLoraConfig, checkLoraTensors, checkLoraValues } from './adapter-validation.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import { ADAPTER_CONFIG, ADAPTER_WEIGHTS } from './checkpoint-export.ts';
-import { baseDims, checkLoraConfig, checkLoraTensors, checkLoraValues } from './adapter-validation.ts';
-import type { ModelCreateBody, ModelResponse } from '../api/models.ts';
 import type { ModelService } from './model-service.ts';
 
 const MAX_CONFIG_BYTES = 1 << 20;
 const MAX_HEADER_BYTES = 100 << 20;
 
-const refuse = (msg: string, loc: string[] = []): AppError => validationError([{ loc: ['body', ...loc], msg, type: 'value_error' }]);
+const refuse = (msg: string, loc: string[] = []): AppError =>
+  validationError([{ loc: ['body', ...loc], msg, type: 'value_error' }]);
 
 export class AdapterImporter {
   constructor(
@@ -33,7 +34,14 @@ export class AdapterImporter {
 
   async import(principal: Principal, input: ModelCreateBody, upload: Readable): Promise<ModelResponse> {
     const base = this.baseModels.find(input.base_model);
-    if (!base) throw validationError([{ loc: ['query', 'base_model'], msg: `Unknown base model ${JSON.stringify(input.base_model)}; this server can load: ${this.baseModels.loadableIds().join(', ')}`, type: 'value_error' }]);
+    if (!base)
+      throw validationError([
+        {
+          loc: ['query', 'base_model'],
+          msg: `Unknown base model ${JSON.stringify(input.base_model)}; this server can load: ${this.baseModels.loadableIds().join(', ')}`,
+          type: 'value_error',
+        },
+      ]);
     await fs.mkdir(this.stagingDir, { recursive: true });
     const staged = path.join(this.stagingDir, `import-${newId()}.tar`);
     try {
@@ -41,8 +49,14 @@ export class AdapterImporter {
       const { config, weights } = await this.check(staged, base.path);
       return await this.models.create(principal, input, async (folder) => {
         await fs.mkdir(folder, { recursive: true });
-        await fs.writeFile(path.join(folder, ADAPTER_CONFIG), `${JSON.stringify({ ...config, base_model_name_or_path: base.id }, null, 2)}\n`);
-        await pipeline(createReadStream(staged, { start: weights.offset, end: weights.offset + weights.size - 1 }), createWriteStream(path.join(folder, ADAPTER_WEIGHTS)));
+        await fs.writeFile(
+          path.join(folder, ADAPTER_CONFIG),
+          `${JSON.stringify({ ...config, base_model_name_or_path: base.id }, null, 2)}\n`,
+        );
+        await pipeline(
+          createReadStream(staged, { start: weights.offset, end: weights.offset + weights.size - 1 }),
+          createWriteStream(path.join(folder, ADAPTER_WEIGHTS)),
+        );
       });
     } finally {
       await fs.rm(staged, { force: true });
@@ -60,22 +74,35 @@ export class AdapterImporter {
     const cap = new Transform({
       transform(chunk: Buffer, _encoding, done) {
         received += chunk.length;
-        done(received > limit ? new AppError('payload_too_large', `The adapter archive is larger than ${limit} bytes`) : null, chunk);
+        done(
+          received > limit
+            ? new AppError('payload_too_large', `The adapter archive is larger than ${limit} bytes`)
+            : null,
+          chunk,
+        );
       },
     });
     await pipeline(upload, cap, createWriteStream(file));
   }
 
   /** The archive's config and weights member, or a 422 listing every problem found. */
-  private async check(file: string, basePath: string): Promise<{ config: Record<string, unknown>; weights: TarMember }> {
+  private async check(
+    file: string,
+    basePath: string,
+  ): Promise<{ config: Record<string, unknown>; weights: TarMember }> {
     const handle = await fs.open(file);
     try {
       const members = await listTar(handle).catch((error: Error) => {
         throw refuse(`the upload is not a readable tar archive: ${error.message}`);
       });
       const pick = (name: string) => {
-        const found = members.filter((m) => (m.type === '0' || m.type === '\0') && path.posix.basename(m.name) === name);
-        if (found.length !== 1) throw refuse(found.length ? `the archive holds ${name} more than once` : `the archive has no ${name}`, [name]);
+        const found = members.filter(
+          (m) => (m.type === '0' || m.type === '\0') && path.posix.basename(m.name) === name,
+        );
+        if (found.length !== 1)
+          throw refuse(found.length ? `the archive holds ${name} more than once` : `the archive has no ${name}`, [
+            name,
+          ]);
         return found[0];
       };
       const [configMember, weights] = [pick(ADAPTER_CONFIG), pick(ADAPTER_WEIGHTS)];
@@ -83,8 +110,12 @@ export class AdapterImporter {
       const problems: FieldProblem[] = checkLoraConfig(config, await this.baseModels.loraTargets());
       if (problems.length) throw validationError(problems);
       const header = await safetensorsHeader(handle, weights);
-      const dims = baseDims(JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>);
-      problems.push(...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], dims, header.dataBytes));
+      const dims = baseDims(
+        JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>,
+      );
+      problems.push(
+        ...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], dims, header.dataBytes),
+      );
       if (problems.length) throw validationError(problems);
       problems.push(...(await checkLoraValues(handle, header.dataStart, header.json)));
       if (problems.length) throw validationError(problems);
@@ -95,7 +126,13 @@ export class AdapterImporter {
   }
 }
 
-async function readJson(handle: fs.FileHandle, offset: number, size: number, max: number, loc: string[]): Promise<Record<string, unknown>> {
+async function readJson(
+  handle: fs.FileHandle,
+  offset: number,
+  size: number,
+  max: number,
+  loc: string[],
+): Promise<Record<string, unknown>> {
   if (size > max) throw refuse(`larger than ${max} bytes`, loc);
   const buffer = Buffer.alloc(size);
   await handle.read(buffer, 0, size, offset);
@@ -124,12 +161,18 @@ export async function checkAdapterFolderValues(folder: string): Promise<void> {
 }
 
 /** The JSON header of a safetensors member (8-byte little-endian length, then JSON), where its data starts and how many data bytes follow. */
-async function safetensorsHeader(handle: fs.FileHandle, member: Pick<TarMember, 'offset' | 'size'>): Promise<{ json: Record<string, unknown>; dataStart: number; dataBytes: number }> {
+async function safetensorsHeader(
+  handle: fs.FileHandle,
+  member: Pick<TarMember, 'offset' | 'size'>,
+): Promise<{ json: Record<string, unknown>; dataStart: number; dataBytes: number }> {
   const prefix = Buffer.alloc(8);
   if (member.size < 8) throw refuse('too short to be safetensors', [ADAPTER_WEIGHTS]);
   await handle.read(prefix, 0, 8, member.offset);
   const length = Number(prefix.readBigUInt64LE(0));
-  if (length > member.size - 8) throw refuse(`header length ${length} runs past the file (${member.size} bytes): not safetensors`, [ADAPTER_WEIGHTS]);
+  if (length > member.size - 8)
+    throw refuse(`header length ${length} runs past the file (${member.size} bytes): not safetensors`, [
+      ADAPTER_WEIGHTS,
+    ]);
   const json = await readJson(handle, member.offset + 8, length, MAX_HEADER_BYTES, [ADAPTER_WEIGHTS]);
   return { json, dataStart: member.offset + 8 + length, dataBytes: member.size - 8 - length };
 }

@@ -6,8 +6,8 @@
  * Each problem names the field or tensor at fault (and a value's first bad index).
  */
 import type fs from 'node:fs/promises';
-import type { FieldProblem } from '../errors.ts';
 import { ADAPTER_WEIGHT_MAX_ABS } from '../engine/bounds.ts';
+import type { FieldProblem } from '../errors.ts';
 
 /**
  * The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given).
@@ -34,7 +34,13 @@ export function baseDims(config: Record<string, unknown>): BaseDims {
   const n = (key: string) => Number(config[key]);
   const headDim = Number(config.head_dim ?? n('hidden_size') / n('num_attention_heads'));
   const kvHeads = Number(config.num_key_value_heads ?? config.num_attention_heads);
-  return { layers: n('num_hidden_layers'), hidden: n('hidden_size'), intermediate: n('intermediate_size'), q: headDim * n('num_attention_heads'), kv: headDim * kvHeads };
+  return {
+    layers: n('num_hidden_layers'),
+    hidden: n('hidden_size'),
+    intermediate: n('intermediate_size'),
+    q: headDim * n('num_attention_heads'),
+    kv: headDim * kvHeads,
+  };
 }
 
 /** (in, out) features of one projection. */
@@ -57,21 +63,37 @@ const problem = (loc: string[], msg: string): FieldProblem => ({ loc: ['body', .
 export function checkLoraConfig(config: Record<string, unknown>, supported: string[] | null): FieldProblem[] {
   const at = (key: string) => ['adapter_config.json', key];
   const problems: FieldProblem[] = [];
-  if ((config.peft_type ?? 'LORA') !== 'LORA') problems.push(problem(at('peft_type'), `${JSON.stringify(config.peft_type)} is not LORA`));
-  if (!Number.isInteger(config.r) || (config.r as number) < 1) problems.push(problem(at('r'), 'the rank must be a positive integer'));
-  if (config.lora_alpha !== undefined && typeof config.lora_alpha !== 'number') problems.push(problem(at('lora_alpha'), 'must be a number'));
+  if ((config.peft_type ?? 'LORA') !== 'LORA')
+    problems.push(problem(at('peft_type'), `${JSON.stringify(config.peft_type)} is not LORA`));
+  if (!Number.isInteger(config.r) || (config.r as number) < 1)
+    problems.push(problem(at('r'), 'the rank must be a positive integer'));
+  if (config.lora_alpha !== undefined && typeof config.lora_alpha !== 'number')
+    problems.push(problem(at('lora_alpha'), 'must be a number'));
   const targets = config.target_modules;
-  if (!Array.isArray(targets) || targets.length === 0) problems.push(problem(at('target_modules'), 'must be a non-empty list of module names'));
-  else if (supported) for (const name of targets) if (!supported.includes(name)) problems.push(problem(at('target_modules'), `${JSON.stringify(name)} is not supported; supported: ${supported.join(', ')}`));
+  if (!Array.isArray(targets) || targets.length === 0)
+    problems.push(problem(at('target_modules'), 'must be a non-empty list of module names'));
+  else if (supported)
+    for (const name of targets)
+      if (!supported.includes(name))
+        problems.push(
+          problem(at('target_modules'), `${JSON.stringify(name)} is not supported; supported: ${supported.join(', ')}`),
+        );
   for (const key of ['use_dora', 'rank_pattern', 'alpha_pattern', 'modules_to_save', 'layers_to_transform']) {
     const value = config[key];
-    if (value && !(typeof value === 'object' && Object.keys(value).length === 0)) problems.push(problem(at(key), 'is not supported by this engine'));
+    if (value && !(typeof value === 'object' && Object.keys(value).length === 0))
+      problems.push(problem(at(key), 'is not supported by this engine'));
   }
   return problems;
 }
 
 /** The tensors of a safetensors header against the base's shapes and the config's rank and targets. */
-export function checkLoraTensors(header: Record<string, unknown>, rank: number, targets: string[], dims: BaseDims, dataBytes: number): FieldProblem[] {
+export function checkLoraTensors(
+  header: Record<string, unknown>,
+  rank: number,
+  targets: string[],
+  dims: BaseDims,
+  dataBytes: number,
+): FieldProblem[] {
   const problems: FieldProblem[] = [];
   const seen = new Set<string>();
   for (const [name, raw] of Object.entries(header)) {
@@ -86,23 +108,44 @@ export function checkLoraTensors(header: Record<string, unknown>, rank: number, 
     const [layer, module, ab] = [Number(match[1]), match[3], match[4]];
     const [fanIn, fanOut] = projection(dims, module) ?? [];
     if (layer >= dims.layers) problems.push(problem(at, `layer ${layer}: the base model has ${dims.layers} layers`));
-    else if (fanIn === undefined || !targets.includes(module)) problems.push(problem(at, `module ${module} is not among target_modules`));
+    else if (fanIn === undefined || !targets.includes(module))
+      problems.push(problem(at, `module ${module} is not among target_modules`));
     else {
       const expected = ab === 'A' ? [rank, fanIn] : [fanOut, rank];
-      if (JSON.stringify(tensor.shape) !== JSON.stringify(expected)) problems.push(problem(at, `shape ${JSON.stringify(tensor.shape)}; the base model and rank ${rank} need ${JSON.stringify(expected)}`));
+      if (JSON.stringify(tensor.shape) !== JSON.stringify(expected))
+        problems.push(
+          problem(
+            at,
+            `shape ${JSON.stringify(tensor.shape)}; the base model and rank ${rank} need ${JSON.stringify(expected)}`,
+          ),
+        );
     }
-    if (!DTYPES.has(tensor.dtype ?? '')) problems.push(problem(at, `dtype ${tensor.dtype} (expected F32, F16 or BF16)`));
+    if (!DTYPES.has(tensor.dtype ?? ''))
+      problems.push(problem(at, `dtype ${tensor.dtype} (expected F32, F16 or BF16)`));
     const [start, end] = tensor.data_offsets ?? [];
-    if (!(Number.isInteger(start) && Number.isInteger(end) && start <= end && end <= dataBytes)) problems.push(problem(at, 'data offsets outside the file'));
+    if (!(Number.isInteger(start) && Number.isInteger(end) && start <= end && end <= dataBytes))
+      problems.push(problem(at, 'data offsets outside the file'));
     else if (DTYPES.has(tensor.dtype ?? '') && Array.isArray(tensor.shape)) {
       const needed = tensor.shape.reduce((n, d) => n * d, 1) * elementBytes(tensor.dtype!);
-      if (end - start !== needed) problems.push(problem(at, `data of ${end - start} bytes, but shape ${JSON.stringify(tensor.shape)} of ${tensor.dtype} needs ${needed}`));
+      if (end - start !== needed)
+        problems.push(
+          problem(
+            at,
+            `data of ${end - start} bytes, but shape ${JSON.stringify(tensor.shape)} of ${tensor.dtype} needs ${needed}`,
+          ),
+        );
     }
     seen.add(`${layer}.${module}.${ab}`);
   }
   for (const key of seen) {
     const twin = key.endsWith('A') ? `${key.slice(0, -1)}B` : `${key.slice(0, -1)}A`;
-    if (!seen.has(twin)) problems.push(problem(['adapter_model.safetensors'], `layer ${key.split('.')[0]} ${key.split('.')[1]} has lora_${key.at(-1)} without its lora_${twin.at(-1)}`));
+    if (!seen.has(twin))
+      problems.push(
+        problem(
+          ['adapter_model.safetensors'],
+          `layer ${key.split('.')[0]} ${key.split('.')[1]} has lora_${key.at(-1)} without its lora_${twin.at(-1)}`,
+        ),
+      );
   }
   if (seen.size === 0) problems.push(problem(['adapter_model.safetensors'], 'holds no LoRA tensors'));
   return problems;
@@ -118,12 +161,20 @@ const SCAN_CHUNK_BYTES = 1 << 22;
  * and that value's index. `dataStart` is where the safetensors data begins in `handle`; the header has passed
  * checkLoraTensors (known dtypes, offsets inside the file).
  */
-export async function checkLoraValues(handle: fs.FileHandle, dataStart: number, header: Record<string, unknown>): Promise<FieldProblem[]> {
+export async function checkLoraValues(
+  handle: fs.FileHandle,
+  dataStart: number,
+  header: Record<string, unknown>,
+): Promise<FieldProblem[]> {
   const problems: FieldProblem[] = [];
   const buffer = Buffer.allocUnsafeSlow(SCAN_CHUNK_BYTES); // its own ArrayBuffer: typed views start aligned
   for (const [name, raw] of Object.entries(header)) {
     if (name === '__metadata__') continue;
-    const { dtype, shape, data_offsets: [start, end] } = raw as { dtype: string; shape: number[]; data_offsets: number[] };
+    const {
+      dtype,
+      shape,
+      data_offsets: [start, end],
+    } = raw as { dtype: string; shape: number[]; data_offsets: number[] };
     const size = elementBytes(dtype);
     for (let at = start; at < end; at += SCAN_CHUNK_BYTES) {
       const length = Math.min(SCAN_CHUNK_BYTES, end - at);
@@ -131,7 +182,12 @@ export async function checkLoraValues(handle: fs.FileHandle, dataStart: number, 
       const bad = firstBadValue(dtype, buffer, length / size);
       if (bad === null) continue;
       const index = unravel((at - start) / size + bad.index, shape);
-      problems.push(problem(['adapter_model.safetensors', name], `value ${bad.value} at index ${JSON.stringify(index)}: adapter values must be finite and within ±${ADAPTER_WEIGHT_MAX_ABS}`));
+      problems.push(
+        problem(
+          ['adapter_model.safetensors', name],
+          `value ${bad.value} at index ${JSON.stringify(index)}: adapter values must be finite and within ±${ADAPTER_WEIGHT_MAX_ABS}`,
+        ),
+      );
       break;
     }
   }
@@ -142,7 +198,8 @@ export async function checkLoraValues(handle: fs.FileHandle, dataStart: number, 
 function firstBadValue(dtype: string, bytes: Buffer, count: number): { index: number; value: number } | null {
   if (dtype === 'F32') {
     const values = new Float32Array(bytes.buffer, bytes.byteOffset, count);
-    for (let i = 0; i < count; i += 1) if (!(Math.abs(values[i]) <= ADAPTER_WEIGHT_MAX_ABS)) return { index: i, value: values[i] };
+    for (let i = 0; i < count; i += 1)
+      if (!(Math.abs(values[i]) <= ADAPTER_WEIGHT_MAX_ABS)) return { index: i, value: values[i] };
     return null;
   }
   const halves = new Uint16Array(bytes.buffer, bytes.byteOffset, count);

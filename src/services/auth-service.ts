@@ -5,8 +5,8 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { AppError } from '../errors.ts';
 import type { Clock } from '../clock.ts';
+import { AppError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { IdentityRepository } from '../store/identity-repository.ts';
 
@@ -73,7 +73,10 @@ export class AuthService {
   }
 
   /** Creates a key for a user entity, creating the entity when it does not exist yet. */
-  async createKey(entityName: string, key: string = generateApiKey()): Promise<{ key: string; id: string; entityId: string }> {
+  async createKey(
+    entityName: string,
+    key: string = generateApiKey(),
+  ): Promise<{ key: string; id: string; entityId: string }> {
     const entity = await this.ensureEntity(entityName, 'user');
     const id = newId();
     await this.identities.insertApiKey({
@@ -105,7 +108,11 @@ export class AuthService {
   }
 
   private async ensureEntity(name: string, kind: 'user' | 'team') {
-    if (!ENTITY_NAME.test(name)) throw new AppError('bad_request', `entity name ${JSON.stringify(name)}: use 1-128 letters, digits, ".", "_" or "-"`);
+    if (!ENTITY_NAME.test(name))
+      throw new AppError(
+        'bad_request',
+        `entity name ${JSON.stringify(name)}: use 1-128 letters, digits, ".", "_" or "-"`,
+      );
     const existing = await this.identities.findEntityByName(name);
     if (existing) return existing;
     const entity = { id: newId(), name, kind, created_at: this.clock.now().toISOString() };

@@ -5,17 +5,21 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { AppError } from '../errors.ts';
+import type { GenerationDefaults } from '../chat/sampling.ts';
+import {
+  detectToolParser,
+  TOOL_CALL_FORMATS,
+  type ToolCallFormat,
+  type ToolParserName,
+} from '../chat/tool-calls/index.ts';
+import { type MarkerSyntax, markerSyntax } from '../constraints/lark.ts';
+import { type ChatTokenizer, loadTokenizer } from '../conversation/tokenizer.ts';
 import { EngineError } from '../engine/errors.ts';
 import type { Engine, SamplerEngine } from '../engine/ops.ts';
 import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import type { EngineDtype } from '../engine/settings.ts';
-import type { BaseModelSpec } from './base-models.ts';
-import { loadTokenizer, type ChatTokenizer } from '../conversation/tokenizer.ts';
-import { markerSyntax, type MarkerSyntax } from '../constraints/lark.ts';
-import { detectToolParser, TOOL_CALL_FORMATS, type ToolCallFormat, type ToolParserName } from '../chat/tool-calls/index.ts';
-import type { GenerationDefaults } from '../chat/sampling.ts';
-import type { BaseModelRegistry } from './base-models.ts';
+import { AppError } from '../errors.ts';
+import type { BaseModelRegistry, BaseModelSpec } from './base-models.ts';
 
 export interface LoadedBase {
   id: string;
@@ -39,8 +43,11 @@ async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer):
   }
   const number = (key: string) => (typeof raw[key] === 'number' ? (raw[key] as number) : undefined);
   const eos = raw.eos_token_id;
-  const eosIds = (Array.isArray(eos) ? eos : eos === undefined ? [] : [eos]).filter((id): id is number => Number.isInteger(id));
-  if (tokenizer.eosTokenId !== undefined && !eosIds.includes(tokenizer.eosTokenId)) eosIds.unshift(tokenizer.eosTokenId);
+  const eosIds = (Array.isArray(eos) ? eos : eos === undefined ? [] : [eos]).filter((id): id is number =>
+    Number.isInteger(id),
+  );
+  if (tokenizer.eosTokenId !== undefined && !eosIds.includes(tokenizer.eosTokenId))
+    eosIds.unshift(tokenizer.eosTokenId);
   return {
     temperature: number('temperature'),
     top_p: number('top_p'),
@@ -138,7 +145,11 @@ export class BaseModelRuntime {
   }
 
   private requireEngines(): RuntimeEngines {
-    if (!this.engines) throw new AppError('engine_unavailable', 'This server runs without an engine (ENGINE=off): chat completions and training are unavailable');
+    if (!this.engines)
+      throw new AppError(
+        'engine_unavailable',
+        'This server runs without an engine (ENGINE=off): chat completions and training are unavailable',
+      );
     return this.engines;
   }
 
@@ -155,7 +166,16 @@ export class BaseModelRuntime {
     const loaded = await engine.request('load_base', this.loadRequest(spec.id, spec.path));
     const generation = await readGenerationDefaults(spec.path, tokenizer);
     const markers = markerSyntax((marker) => tokenizer.addedTokenIds.get(marker));
-    return { id: spec.id, path: spec.path, tokenizer, template: tokenizer.chatTemplate, engine: loaded, generation, toolFormat, markers };
+    return {
+      id: spec.id,
+      path: spec.path,
+      tokenizer,
+      template: tokenizer.chatTemplate,
+      engine: loaded,
+      generation,
+      toolFormat,
+      markers,
+    };
   }
 }
 

@@ -6,10 +6,10 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
+import type { ModelRow } from '../api/models.ts';
+import { type TarEntry, tarSize, tarStream } from '../artifacts/tar.ts';
 import { AppError, notFound } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import type { ModelRow } from '../api/models.ts';
-import { tarSize, tarStream, type TarEntry } from '../artifacts/tar.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
 
@@ -43,7 +43,10 @@ export class CheckpointExporter {
     const checkpoint = await this.checkpoints.findCheckpointByStep(model.id, step);
     if (!checkpoint) throw notFound(`Checkpoint at step ${step} of model ${model.name}`);
     if (!checkpoint.adapterPath) {
-      throw new AppError('conflict', `Step ${step} of model ${model.name} is the base model ${model.base_model} itself: it has no adapter to export`);
+      throw new AppError(
+        'conflict',
+        `Step ${step} of model ${model.name} is the base model ${model.base_model} itself: it has no adapter to export`,
+      );
     }
     // Opened before streaming starts, so a checkpoint deleted meanwhile still exports whole (the handle keeps its bytes).
     const folder = checkpoint.adapterPath;
@@ -51,7 +54,8 @@ export class CheckpointExporter {
       publicAdapterConfig(folder, model.base_model).then((json) => Buffer.from(`${JSON.stringify(json, null, 2)}\n`)),
       fs.open(path.join(folder, ADAPTER_WEIGHTS)),
     ]).catch((error: NodeJS.ErrnoException) => {
-      if (error.code === 'ENOENT') throw notFound(`Checkpoint at step ${step} of model ${model.name} (deleted meanwhile)`);
+      if (error.code === 'ENOENT')
+        throw notFound(`Checkpoint at step ${step} of model ${model.name} (deleted meanwhile)`);
       throw error;
     });
     const { size } = await weights.stat();

@@ -7,11 +7,11 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Clock } from '../clock.ts';
+import { servingAdapterKey } from '../engine/adapter-keys.ts';
 import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
-import { servingAdapterKey } from '../engine/adapter-keys.ts';
 import type { BaseModelRuntime } from './base-model-runtime.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
 import type { ModelService } from './model-service.ts';
@@ -50,15 +50,28 @@ export class CheckpointPublisher {
     const final = path.join(checkpointsDir, String(step));
     await save(temporary);
     // The engine names the base by the folder it loaded; a checkpoint names it by the id users know it by.
-    await fs.writeFile(path.join(temporary, ADAPTER_CONFIG), `${JSON.stringify(await publicAdapterConfig(temporary, baseId), null, 2)}\n`);
+    await fs.writeFile(
+      path.join(temporary, ADAPTER_CONFIG),
+      `${JSON.stringify(await publicAdapterConfig(temporary, baseId), null, 2)}\n`,
+    );
     await fs.rm(final, { recursive: true, force: true });
     await fs.rename(temporary, final);
     const checkpointId = newId();
     const now = this.clock.now().toISOString();
-    await this.models.insertCheckpoint({ id: checkpointId, model_id: modelId, step, metrics: JSON.stringify(metrics), adapter_path: final, created_at: now });
+    await this.models.insertCheckpoint({
+      id: checkpointId,
+      model_id: modelId,
+      step,
+      metrics: JSON.stringify(metrics),
+      adapter_path: final,
+      created_at: now,
+    });
     const historyStep = historyAt === 'own' ? step : historyAt;
-    if (historyStep !== null) await this.trajectories.insertRunMetrics(current.run_id, historyStep, 'train', metrics, now);
-    await this.runtime.sampler().request('ensure_adapter', { adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
+    if (historyStep !== null)
+      await this.trajectories.insertRunMetrics(current.run_id, historyStep, 'train', metrics, now);
+    await this.runtime
+      .sampler()
+      .request('ensure_adapter', { adapter: servingAdapterKey(checkpointId), base: baseId, path: final });
     return { step, checkpointId, folder: final, deleted: await this.retention.apply(modelId) };
   }
 }

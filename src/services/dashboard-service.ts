@@ -4,10 +4,8 @@
  * or the principal's entity ids, so another entity's data is exactly as absent as missing data.
  */
 import fs from 'node:fs/promises';
-import { notFound, validationError } from '../errors.ts';
+import type { ModelSummaryRow } from '../api/dashboard.ts';
 import {
-  toJobListItem,
-  toModelSummary,
   type JobConfig,
   type JobListItem,
   type LatestRewards,
@@ -18,17 +16,19 @@ import {
   type TrajectoryDetail,
   type TrajectorySteps,
   type TrajectorySummary,
+  toJobListItem,
+  toModelSummary,
 } from '../api/dashboard.ts';
 import type { Page } from '../api/lists.ts';
 import type { JobStatus } from '../api/training-vocabulary.ts';
-import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
+import { mentionsReasoning, splitReasoning } from '../chat/reasoning.ts';
+import { notFound, validationError } from '../errors.ts';
 import type { DashboardRepository, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
-import type { ModelSummaryRow } from '../api/dashboard.ts';
+import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
 import { isChoice } from './trajectory-items.ts';
-import { mentionsReasoning, splitReasoning } from '../chat/reasoning.ts';
 
 /** How many of a run's newest metric rows are read to find each split's latest reward. */
 const REWARD_LOOKBACK_ROWS = 32;
@@ -65,7 +65,11 @@ function textOf(content: unknown): string {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) {
     return content
-      .map((part) => (part && typeof part === 'object' && typeof (part as { text?: unknown }).text === 'string' ? (part as { text: string }).text : ''))
+      .map((part) =>
+        part && typeof part === 'object' && typeof (part as { text?: unknown }).text === 'string'
+          ? (part as { text: string }).text
+          : '',
+      )
       .join('');
   }
   return '';
@@ -78,7 +82,9 @@ function preview(text: string): string {
 
 /** Chat messages of a trajectory, with each OpenAI Choice replaced by its assistant message. */
 function messagesOf(data: Record<string, unknown>): Record<string, unknown>[] {
-  const items = Array.isArray(data.messages_and_choices) ? (data.messages_and_choices as Record<string, unknown>[]) : [];
+  const items = Array.isArray(data.messages_and_choices)
+    ? (data.messages_and_choices as Record<string, unknown>[])
+    : [];
   return items
     .filter((item) => item && typeof item === 'object')
     .map((item) => (isChoice(item) ? { role: 'assistant', ...(item.message as Record<string, unknown>) } : item));
@@ -87,26 +93,44 @@ function messagesOf(data: Record<string, unknown>): Record<string, unknown>[] {
 /** What the group view compares rollouts by: length in characters and tokens, and how sampling stopped. */
 function samplingOf(data: Record<string, unknown>, messages: Record<string, unknown>[]) {
   const items: unknown[] = Array.isArray(data.messages_and_choices) ? data.messages_and_choices : [];
-  const choices = items.filter((item) => typeof item === 'object' && item !== null && isChoice(item as Record<string, unknown>)) as { finish_reason?: unknown; logprobs?: { content?: unknown } | null }[];
+  const choices = items.filter(
+    (item) => typeof item === 'object' && item !== null && isChoice(item as Record<string, unknown>),
+  ) as { finish_reason?: unknown; logprobs?: { content?: unknown } | null }[];
   const counted = choices.filter((choice) => Array.isArray(choice.logprobs?.content));
   const lastReason = choices.at(-1)?.finish_reason;
   return {
-    response_chars: messages.filter((message) => message.role === 'assistant').reduce((sum, message) => sum + textOf(message.content).length, 0),
-    completion_tokens: counted.length === 0 ? null : counted.reduce((sum, choice) => sum + (choice.logprobs!.content as unknown[]).length, 0),
+    response_chars: messages
+      .filter((message) => message.role === 'assistant')
+      .reduce((sum, message) => sum + textOf(message.content).length, 0),
+    completion_tokens:
+      counted.length === 0
+        ? null
+        : counted.reduce((sum, choice) => sum + (choice.logprobs!.content as unknown[]).length, 0),
     finish_reason: typeof lastReason === 'string' ? lastReason : null,
   };
 }
 
 /** What the list and the detail both show of a stored trajectory, in the API's names. */
 function trajectoryHeader(row: TrajectoryRow) {
-  return { id: row.id, split: row.split, step: row.step, group_index: row.groupIndex, trajectory_index: row.trajectoryIndex, reward: row.reward, created_at: row.createdAt };
+  return {
+    id: row.id,
+    split: row.split,
+    step: row.step,
+    group_index: row.groupIndex,
+    trajectory_index: row.trajectoryIndex,
+    reward: row.reward,
+    created_at: row.createdAt,
+  };
 }
 
 export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummary {
   const messages = messagesOf(row.data);
   const firstUser = messages.find((message) => message.role === 'user');
   const lastAssistant = [...messages].reverse().find((message) => message.role === 'assistant');
-  const numToolCalls = messages.reduce((count, message) => count + (Array.isArray(message.tool_calls) ? message.tool_calls.length : 0), 0);
+  const numToolCalls = messages.reduce(
+    (count, message) => count + (Array.isArray(message.tool_calls) ? message.tool_calls.length : 0),
+    0,
+  );
   const hasReasoning = messages.some((message) => {
     const reasoning = message.reasoning ?? message.reasoning_content;
     return (typeof reasoning === 'string' && reasoning.length > 0) || mentionsReasoning(textOf(message.content));
@@ -142,7 +166,10 @@ export class DashboardService {
     private readonly models: Pick<ModelService, 'getOwned'>,
     private readonly baseModels: Pick<BaseModelRegistry, 'loadableIds' | 'defaultId'>,
     /** A stored job request as its runner reads it (training/payloads.ts `payloadView`); null when it reads as none. */
-    private readonly payloadView: (type: 'rl' | 'sft', raw: unknown) => Pick<JobConfig, 'config' | 'num_trajectory_groups' | 'num_trajectories'> | null,
+    private readonly payloadView: (
+      type: 'rl' | 'sft',
+      raw: unknown,
+    ) => Pick<JobConfig, 'config' | 'num_trajectory_groups' | 'num_trajectories'> | null,
   ) {}
 
   overview(principal: Principal): Overview {
@@ -158,12 +185,18 @@ export class DashboardService {
     return toModelSummary(row, latestRewards(await this.repository.latestRunMetrics(row.run_id, REWARD_LOOKBACK_ROWS)));
   }
 
-  async listModels(principal: Principal, query: { project?: string; after?: string; limit: number }): Promise<Page<ModelSummary>> {
+  async listModels(
+    principal: Principal,
+    query: { project?: string; after?: string; limit: number },
+  ): Promise<Page<ModelSummary>> {
     const entityIds = entityIdsOf(principal);
     let after: { entityName: string; project: string; name: string } | undefined;
     if (query.after !== undefined) {
       const cursor = await this.repository.modelSummary(query.after, entityIds);
-      if (!cursor) throw validationError([{ loc: ['query', 'after'], msg: `No model with id ${JSON.stringify(query.after)}`, type: 'value_error' }]);
+      if (!cursor)
+        throw validationError([
+          { loc: ['query', 'after'], msg: `No model with id ${JSON.stringify(query.after)}`, type: 'value_error' },
+        ]);
       after = { entityName: cursor.entity_name, project: cursor.project, name: cursor.name };
     }
     const page = await this.repository.pageModels(entityIds, { project: query.project, after, limit: query.limit });
@@ -178,17 +211,37 @@ export class DashboardService {
   }
 
   /** The run's metric history: one row per training job (`train`) or log call (`log:<split>`), in step order. */
-  async metrics(principal: Principal, modelId: string, query: { after?: string; limit: number }): Promise<Page<MetricRow>> {
+  async metrics(
+    principal: Principal,
+    modelId: string,
+    query: { after?: string; limit: number },
+  ): Promise<Page<MetricRow>> {
     const model = await this.models.getOwned(principal, modelId);
     let after: { step: number; id: number } | undefined;
     if (query.after !== undefined) {
-      const cursor = /^\d+$/.test(query.after) ? await this.repository.findRunMetric(model.run_id, Number(query.after)) : undefined;
-      if (!cursor) throw validationError([{ loc: ['query', 'after'], msg: `No metrics row with id ${JSON.stringify(query.after)} in this run`, type: 'value_error' }]);
+      const cursor = /^\d+$/.test(query.after)
+        ? await this.repository.findRunMetric(model.run_id, Number(query.after))
+        : undefined;
+      if (!cursor)
+        throw validationError([
+          {
+            loc: ['query', 'after'],
+            msg: `No metrics row with id ${JSON.stringify(query.after)} in this run`,
+            type: 'value_error',
+          },
+        ]);
       after = { step: cursor.step, id: cursor.id };
     }
     const page = await this.repository.pageRunMetrics(model.run_id, { after, limit: query.limit });
     return {
-      items: page.items.map((row) => ({ id: String(row.id), step: row.step, source: row.source, split: splitOfSource(row.source).split, metrics: row.metrics, created_at: row.createdAt })),
+      items: page.items.map((row) => ({
+        id: String(row.id),
+        step: row.step,
+        source: row.source,
+        split: splitOfSource(row.source).split,
+        metrics: row.metrics,
+        created_at: row.createdAt,
+      })),
       hasMore: page.hasMore,
     };
   }
@@ -205,18 +258,32 @@ export class DashboardService {
     return { splits: [...splits.values()] };
   }
 
-  async trajectories(principal: Principal, modelId: string, query: { split: string; step?: number; after?: string; limit: number }): Promise<Page<TrajectorySummary>> {
+  async trajectories(
+    principal: Principal,
+    modelId: string,
+    query: { split: string; step?: number; after?: string; limit: number },
+  ): Promise<Page<TrajectorySummary>> {
     const model = await this.models.getOwned(principal, modelId);
     let after: { step: number; id: string } | undefined;
     if (query.after !== undefined) {
       const cursor = await this.repository.findTrajectory(model.id, query.after);
       if (!cursor || cursor.split !== query.split || (query.step !== undefined && cursor.step !== query.step)) {
         const where = `split ${JSON.stringify(query.split)}${query.step !== undefined ? ` at step ${query.step}` : ''}`;
-        throw validationError([{ loc: ['query', 'after'], msg: `No trajectory with id ${JSON.stringify(query.after)} in ${where}`, type: 'value_error' }]);
+        throw validationError([
+          {
+            loc: ['query', 'after'],
+            msg: `No trajectory with id ${JSON.stringify(query.after)} in ${where}`,
+            type: 'value_error',
+          },
+        ]);
       }
       after = { step: cursor.step, id: cursor.id };
     }
-    const page = await this.repository.pageTrajectories(model.id, query.split, { step: query.step, after, limit: query.limit });
+    const page = await this.repository.pageTrajectories(model.id, query.split, {
+      step: query.step,
+      after,
+      limit: query.limit,
+    });
     return { items: page.items.map(summarizeTrajectory), hasMore: page.hasMore };
   }
 
@@ -227,7 +294,10 @@ export class DashboardService {
     return {
       ...trajectoryHeader(row),
       data: row.data,
-      trained_tokens: row.split === 'train' ? ((await this.trainedTokens.find(model.id, row.step, row.groupIndex, row.trajectoryIndex)) ?? null) : null,
+      trained_tokens:
+        row.split === 'train'
+          ? ((await this.trainedTokens.find(model.id, row.step, row.groupIndex, row.trajectoryIndex)) ?? null)
+          : null,
     };
   }
 
@@ -235,7 +305,13 @@ export class DashboardService {
   async jobConfig(principal: Principal, jobId: string): Promise<JobConfig> {
     const job = await this.repository.findJob(jobId, entityIdsOf(principal));
     if (!job) throw notFound('Training job');
-    const view: JobConfig = { job_id: job.id, type: job.type, config: null, num_trajectory_groups: null, num_trajectories: null };
+    const view: JobConfig = {
+      job_id: job.id,
+      type: job.type,
+      config: null,
+      num_trajectory_groups: null,
+      num_trajectories: null,
+    };
     let raw: unknown;
     try {
       raw = JSON.parse(await fs.readFile(job.payload_path, 'utf8'));
@@ -245,9 +321,17 @@ export class DashboardService {
     return { ...view, ...this.payloadView(job.type === 'sft' ? 'sft' : 'rl', raw) };
   }
 
-  async jobs(principal: Principal, query: { modelId?: string; statuses?: JobStatus[]; after?: string; limit: number }): Promise<Page<JobListItem>> {
+  async jobs(
+    principal: Principal,
+    query: { modelId?: string; statuses?: JobStatus[]; after?: string; limit: number },
+  ): Promise<Page<JobListItem>> {
     if (query.modelId !== undefined) await this.models.getOwned(principal, query.modelId);
-    const page = await this.repository.pageJobs(entityIdsOf(principal), { modelId: query.modelId, statuses: query.statuses, afterId: query.after, limit: query.limit });
+    const page = await this.repository.pageJobs(entityIdsOf(principal), {
+      modelId: query.modelId,
+      statuses: query.statuses,
+      afterId: query.after,
+      limit: query.limit,
+    });
     return { items: page.items.map(toJobListItem), hasMore: page.hasMore };
   }
 }

@@ -1,5 +1,5 @@
 /** Liveness and the system check: database, engine and queue, each timed, each failing on its own. */
-import { sql, type Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import type { Database } from '../store/schema.ts';
 
 export interface ProbeResult {
@@ -27,7 +27,11 @@ async function timed(probe: Probe): Promise<ProbeResult> {
     ]);
     return { ...details, success: true, duration_ms: Math.round((performance.now() - started) * 100) / 100 };
   } catch (error) {
-    return { success: false, duration_ms: Math.round((performance.now() - started) * 100) / 100, error: (error as Error).message };
+    return {
+      success: false,
+      duration_ms: Math.round((performance.now() - started) * 100) / 100,
+      error: (error as Error).message,
+    };
   } finally {
     clearTimeout(timer);
   }

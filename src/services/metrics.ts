@@ -113,24 +113,45 @@ export class Metrics {
       async collect() {
         const counts = await withTimeout(sources.countJobs(), SAMPLE_TIMEOUT_MS).catch(() => null);
         this.reset();
-        if (counts) for (const status of new Set([...JOB_STATUSES, ...Object.keys(counts)])) this.set({ status }, counts[status] ?? 0);
+        if (counts)
+          for (const status of new Set([...JOB_STATUSES, ...Object.keys(counts)]))
+            this.set({ status }, counts[status] ?? 0);
       },
     });
     const engine = (name: string, help: string, pick: (stats: StatsReply) => number) => ({ name, help, pick });
     const fields = [
-      engine('agent_trainer_engine_up', 'Whether the engine answered its stats request within the scrape timeout', () => 1),
+      engine(
+        'agent_trainer_engine_up',
+        'Whether the engine answered its stats request within the scrape timeout',
+        () => 1,
+      ),
       engine('agent_trainer_engine_rss_bytes', 'Resident memory of the engine process', (s) => s.rss_bytes),
-      engine('agent_trainer_engine_running_sequences', 'Sequences in the engine decode batch now (batch occupancy)', (s) => s.running),
-      engine('agent_trainer_engine_waiting_sequences', 'Generation requests waiting for a batch slot', (s) => s.waiting),
+      engine(
+        'agent_trainer_engine_running_sequences',
+        'Sequences in the engine decode batch now (batch occupancy)',
+        (s) => s.running,
+      ),
+      engine(
+        'agent_trainer_engine_waiting_sequences',
+        'Generation requests waiting for a batch slot',
+        (s) => s.waiting,
+      ),
       engine('agent_trainer_engine_loaded_adapters', 'LoRA adapters resident in the engine', (s) => s.adapters.length),
       engine('agent_trainer_engine_adapter_slots', 'Adapters the engine keeps resident at most', (s) => s.max_adapters),
-      engine('agent_trainer_engine_tokens_per_second', 'Decode throughput the engine reports', (s) => s.tokens_per_second),
+      engine(
+        'agent_trainer_engine_tokens_per_second',
+        'Decode throughput the engine reports',
+        (s) => s.tokens_per_second,
+      ),
     ];
     // One stats round trip per scrape, shared by every engine gauge.
     let sample: { at: number; stats: Promise<StatsReply | null> } | undefined;
     const stats = () => {
       if (!sample || performance.now() - sample.at > SAMPLE_TIMEOUT_MS) {
-        sample = { at: performance.now(), stats: withTimeout(sources.engineStats(), SAMPLE_TIMEOUT_MS).catch(() => null) };
+        sample = {
+          at: performance.now(),
+          stats: withTimeout(sources.engineStats(), SAMPLE_TIMEOUT_MS).catch(() => null),
+        };
       }
       return sample.stats;
     };

@@ -6,12 +6,12 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { ModelForkBody, ModelResponse } from '../api/models.ts';
 import { notFound } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
+import { checkAdapterFolderValues } from './adapter-import.ts';
 import type { Principal } from './auth-service.ts';
 import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
-import { checkAdapterFolderValues } from './adapter-import.ts';
-import type { ModelForkBody, ModelResponse } from '../api/models.ts';
 import type { ModelService } from './model-service.ts';
 
 export class ModelLineage {
@@ -23,14 +23,22 @@ export class ModelLineage {
   async fork(principal: Principal, parentId: string, input: ModelForkBody): Promise<ModelResponse> {
     const parent = await this.models.getOwned(principal, parentId);
     const checkpoint =
-      input.step === undefined ? await this.repository.latestCheckpoint(parent.id) : await this.repository.findCheckpointByStep(parent.id, input.step);
+      input.step === undefined
+        ? await this.repository.latestCheckpoint(parent.id)
+        : await this.repository.findCheckpointByStep(parent.id, input.step);
     if (!checkpoint) throw notFound(`Checkpoint at step ${input.step} of model ${parent.name}`);
     const source = checkpoint.adapterPath;
-    const target = { entity: parent.entity_name, project: input.project ?? parent.project, name: input.name, base_model: parent.base_model };
+    const target = {
+      entity: parent.entity_name,
+      project: input.project ?? parent.project,
+      name: input.name,
+      base_model: parent.base_model,
+    };
     if (!source) return this.models.create(principal, target); // a fork of step 0 is a fresh model on the same base
     return this.models.create(principal, target, async (folder) => {
       await fs.cp(source, folder, { recursive: true, errorOnExist: true }).catch((error: NodeJS.ErrnoException) => {
-        if (error.code === 'ENOENT') throw notFound(`Checkpoint at step ${checkpoint.step} of model ${parent.name} (deleted meanwhile)`);
+        if (error.code === 'ENOENT')
+          throw notFound(`Checkpoint at step ${checkpoint.step} of model ${parent.name} (deleted meanwhile)`);
         throw error;
       });
       await checkAdapterFolderValues(folder);

@@ -2,12 +2,13 @@
  * Chat `model` names → (base model, checkpoint): a served model name (api/model-name.ts), a base model id, or
  * nothing (the default base). Another entity's model is exactly as unknown as a missing one.
  */
+
+import { parseServedModelName } from '../api/model-name.ts';
+import type { CheckpointRecord } from '../api/models.ts';
 import { AppError, excerpt } from '../errors.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import type { CheckpointRecord } from '../api/models.ts';
-import { parseServedModelName } from '../api/model-name.ts';
-import type { BaseModelRegistry } from './base-models.ts';
 import { canActFor, type Principal } from './auth-service.ts';
+import type { BaseModelRegistry } from './base-models.ts';
 
 export interface ResolvedModel {
   baseId: string;
@@ -16,7 +17,9 @@ export interface ResolvedModel {
 }
 
 export function unknownModel(name: string): AppError {
-  return new AppError('not_found', `The model \`${excerpt(name)}\` does not exist.`, [{ loc: ['body', 'model'], msg: 'unknown model', type: 'not_found' }]);
+  return new AppError('not_found', `The model \`${excerpt(name)}\` does not exist.`, [
+    { loc: ['body', 'model'], msg: 'unknown model', type: 'not_found' },
+  ]);
 }
 
 export class ModelResolver {
@@ -32,7 +35,10 @@ export class ModelResolver {
     if (!parsed) throw unknownModel(name);
     const model = await this.models.findByName(parsed.entity, parsed.project, parsed.name);
     if (!model || !canActFor(principal, model.entity_id)) throw unknownModel(name);
-    const checkpoint = typeof parsed.step === 'number' ? await this.models.findCheckpointByStep(model.id, parsed.step) : await this.models.latestCheckpoint(model.id);
+    const checkpoint =
+      typeof parsed.step === 'number'
+        ? await this.models.findCheckpointByStep(model.id, parsed.step)
+        : await this.models.latestCheckpoint(model.id);
     if (!checkpoint) throw unknownModel(name);
     return { baseId: model.base_model, checkpoint };
   }

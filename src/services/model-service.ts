@@ -4,13 +4,13 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { AppError, excerpt, notFound, validationError } from '../errors.ts';
+import type { Page } from '../api/lists.ts';
+import type { CheckpointRecord, ModelRow } from '../api/models.ts';
+import { type ModelCreateBody, type ModelResponse, toModelResponse } from '../api/models.ts';
 import type { Clock } from '../clock.ts';
+import { AppError, excerpt, notFound, validationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { CheckpointPageQuery, ModelRepository } from '../store/model-repository.ts';
-import type { CheckpointRecord, ModelRow } from '../api/models.ts';
-import { toModelResponse, type ModelCreateBody, type ModelResponse } from '../api/models.ts';
-import type { Page } from '../api/lists.ts';
 import { canActFor, type Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 
@@ -34,10 +34,15 @@ export class ModelService {
    * A new model with its step 0. `startFrom`, when given, writes the adapter step 0 holds (a fork, an import) into
    * the folder it is handed; without it step 0 is the base model itself.
    */
-  async create(principal: Principal, input: ModelCreateBody, startFrom?: (folder: string) => Promise<void>): Promise<ModelResponse> {
+  async create(
+    principal: Principal,
+    input: ModelCreateBody,
+    startFrom?: (folder: string) => Promise<void>,
+  ): Promise<ModelResponse> {
     const entityName = input.entity ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
-    if (!entity) throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
+    if (!entity)
+      throw new AppError('forbidden', `This API key may not create models for entity ${JSON.stringify(entityName)}`);
     await this.checkBaseModel(input.base_model);
     const existing = await this.models.findByName(entity.name, input.project, input.name);
     if (existing) return this.existingOrConflict(existing, input);
@@ -90,13 +95,17 @@ export class ModelService {
 
   private existingOrConflict(existing: ModelRow, input: ModelCreateBody): ModelResponse {
     if (input.return_existing) return toModelResponse(existing);
-    throw new AppError('conflict', `Model ${existing.entity_name}/${existing.project}/${existing.name} already exists (pass return_existing: true to reuse it)`);
+    throw new AppError(
+      'conflict',
+      `Model ${existing.entity_name}/${existing.project}/${existing.name} already exists (pass return_existing: true to reuse it)`,
+    );
   }
 
   /** The model named `entity/project/name`, on the same terms as getOwned. */
   async getOwnedByName(principal: Principal, entity: string, project: string, name: string): Promise<ModelRow> {
     const model = await this.models.findByName(entity, project, name);
-    if (!model || !canActFor(principal, model.entity_id)) throw notFound(`Model ${excerpt(`${entity}/${project}/${name}`)}`);
+    if (!model || !canActFor(principal, model.entity_id))
+      throw notFound(`Model ${excerpt(`${entity}/${project}/${name}`)}`);
     return model;
   }
 
@@ -107,28 +116,50 @@ export class ModelService {
     return model;
   }
 
-  async delete(principal: Principal, modelId: string): Promise<{ model_id: string; deleted_checkpoints: number; deleted_run: boolean }> {
+  async delete(
+    principal: Principal,
+    modelId: string,
+  ): Promise<{ model_id: string; deleted_checkpoints: number; deleted_run: boolean }> {
     const model = await this.getOwned(principal, modelId);
     await this.cancelJobsOf(model.id);
-    const result = await this.models.deleteModel(model.id, model.run_id, this.modelFolder(model.id), this.clock.now().toISOString());
+    const result = await this.models.deleteModel(
+      model.id,
+      model.run_id,
+      this.modelFolder(model.id),
+      this.clock.now().toISOString(),
+    );
     await this.sweepPendingDeletions();
     return { model_id: model.id, deleted_checkpoints: result.deletedCheckpoints, deleted_run: result.deletedRun };
   }
 
-  async listCheckpoints(principal: Principal, modelId: string, query: CheckpointPageQuery): Promise<Page<CheckpointRecord>> {
+  async listCheckpoints(
+    principal: Principal,
+    modelId: string,
+    query: CheckpointPageQuery,
+  ): Promise<Page<CheckpointRecord>> {
     const model = await this.getOwned(principal, modelId);
     let cursorStep: number | undefined;
     if (query.after !== undefined) {
       const cursor = await this.models.findCheckpointById(model.id, query.after);
       if (!cursor) {
-        throw validationError([{ loc: ['query', 'after'], msg: `No checkpoint with id ${JSON.stringify(query.after)} in this model`, type: 'value_error' }]);
+        throw validationError([
+          {
+            loc: ['query', 'after'],
+            msg: `No checkpoint with id ${JSON.stringify(query.after)} in this model`,
+            type: 'value_error',
+          },
+        ]);
       }
       cursorStep = cursor.step;
     }
     return this.models.pageCheckpoints(model.id, cursorStep, query);
   }
 
-  async deleteCheckpoints(principal: Principal, modelId: string, steps: number[]): Promise<{ deleted_count: number; not_found_steps: number[] }> {
+  async deleteCheckpoints(
+    principal: Principal,
+    modelId: string,
+    steps: number[],
+  ): Promise<{ deleted_count: number; not_found_steps: number[] }> {
     const model = await this.getOwned(principal, modelId);
     const unique = [...new Set(steps)];
     const deleted = new Set(await this.removeCheckpoints(model.id, unique));

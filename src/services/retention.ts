@@ -19,7 +19,9 @@ export class RetentionService {
   ) {}
 
   policyOf(model: Pick<ModelRow, 'retention'>): { policy: RetentionPolicy; source: 'model' | 'server' } {
-    return model.retention ? { policy: model.retention, source: 'model' } : { policy: this.serverDefault, source: 'server' };
+    return model.retention
+      ? { policy: model.retention, source: 'model' }
+      : { policy: this.serverDefault, source: 'server' };
   }
 
   async get(principal: Principal, modelId: string) {

@@ -38,9 +38,15 @@ export class ServedModelsService {
         tool_call_parser: parsers.get(row.base_model) ?? null,
         sampler_engine: this.samplerEngine(row.base_model),
       };
-      if (name !== previous) cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
+      if (name !== previous)
+        cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
       previous = name;
-      cards.push({ id: servedModelName({ entity: row.entity_name, project: row.project, name: row.name, step: row.step }), created: unixSeconds(row.checkpoint_created_at), parent: name, ...common });
+      cards.push({
+        id: servedModelName({ entity: row.entity_name, project: row.project, name: row.name, step: row.step }),
+        created: unixSeconds(row.checkpoint_created_at),
+        parent: name,
+        ...common,
+      });
     }
     return cards;
   }
@@ -54,11 +60,29 @@ export class ServedModelsService {
     const parsed = parseServedModelName(name)!;
     const parent = typeof parsed.step === 'number' ? servedModelName({ ...parsed, step: null }) : resolved.baseId;
     const engine = this.samplerEngine(resolved.baseId);
-    return { id: name, object: 'model', created: unixSeconds(resolved.checkpoint.createdAt), owned_by: parsed.entity, root: resolved.baseId, parent, tool_call_parser: parser, sampler_engine: engine };
+    return {
+      id: name,
+      object: 'model',
+      created: unixSeconds(resolved.checkpoint.createdAt),
+      owned_by: parsed.entity,
+      root: resolved.baseId,
+      parent,
+      tool_call_parser: parser,
+      sampler_engine: engine,
+    };
   }
 
   private baseCard(id: string, toolCallParser: string | null): ModelCard {
     const engine = this.samplerEngine(id);
-    return { id, object: 'model', created: unixSeconds(this.startedAt), owned_by: OWNER_OF_BASE_MODELS, root: id, parent: null, tool_call_parser: toolCallParser, sampler_engine: engine };
+    return {
+      id,
+      object: 'model',
+      created: unixSeconds(this.startedAt),
+      owned_by: OWNER_OF_BASE_MODELS,
+      root: id,
+      parent: null,
+      tool_call_parser: toolCallParser,
+      sampler_engine: engine,
+    };
   }
 }

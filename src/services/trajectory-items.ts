@@ -40,16 +40,28 @@ function logprobEntries(choice: Record<string, unknown>): LogprobEntry[] {
  */
 export function sampledTokens(tokenizer: ChatTokenizer | null, choice: Record<string, unknown>): SampledTurn | null {
   const entries = logprobEntries(choice);
-  const logprobs = entries.map((entry) => (typeof entry?.logprob === 'number' && Number.isFinite(entry.logprob) ? entry.logprob : null));
-  const complete = (ids: (number | undefined)[]): ids is number[] => entries.length > 0 && ids.every((id) => id !== undefined);
-  const fromTokens = entries.map((entry) => TOKEN_ID.exec(String(entry?.token ?? ''))?.[1]).map((id) => (id === undefined ? undefined : Number(id)));
-  if (complete(fromTokens)) return { ids: fromTokens, logprobs, pathOf: (position) => ['logprobs', 'content', position, 'token'] };
+  const logprobs = entries.map((entry) =>
+    typeof entry?.logprob === 'number' && Number.isFinite(entry.logprob) ? entry.logprob : null,
+  );
+  const complete = (ids: (number | undefined)[]): ids is number[] =>
+    entries.length > 0 && ids.every((id) => id !== undefined);
+  const fromTokens = entries
+    .map((entry) => TOKEN_ID.exec(String(entry?.token ?? ''))?.[1])
+    .map((id) => (id === undefined ? undefined : Number(id)));
+  if (complete(fromTokens))
+    return { ids: fromTokens, logprobs, pathOf: (position) => ['logprobs', 'content', position, 'token'] };
   const tokenIds = choice.token_ids;
   if (Array.isArray(tokenIds) && tokenIds.length > 0 && tokenIds.every((id) => Number.isInteger(id))) {
-    return { ids: tokenIds as number[], logprobs: logprobs.length === tokenIds.length ? logprobs : tokenIds.map(() => null), pathOf: (position) => ['token_ids', position] };
+    return {
+      ids: tokenIds as number[],
+      logprobs: logprobs.length === tokenIds.length ? logprobs : tokenIds.map(() => null),
+      pathOf: (position) => ['token_ids', position],
+    };
   }
   // Ids from bytes are the vocabulary's own, so they need no path.
-  const fromBytes = entries.map((entry) => (tokenizer && Array.isArray(entry?.bytes) ? tokenizer.tokenIdOfBytes(entry.bytes as number[]) : undefined));
+  const fromBytes = entries.map((entry) =>
+    tokenizer && Array.isArray(entry?.bytes) ? tokenizer.tokenIdOfBytes(entry.bytes as number[]) : undefined,
+  );
   if (complete(fromBytes)) return { ids: fromBytes, logprobs };
   return null;
 }
@@ -58,10 +70,15 @@ export function sampledTokens(tokenizer: ChatTokenizer | null, choice: Record<st
  * The sampled token ids of a trajectory's choices that a vocabulary of `vocabSize` does not have, with
  * their path inside `messages_and_choices`: such a trajectory cannot train, so it is refused up front.
  */
-export function tokenIdsOutsideVocabulary(items: Record<string, unknown>[], vocabSize: number): { path: (string | number)[]; id: number }[] {
+export function tokenIdsOutsideVocabulary(
+  items: Record<string, unknown>[],
+  vocabSize: number,
+): { path: (string | number)[]; id: number }[] {
   return items.flatMap((item, index) => {
     const sampled = isChoice(item) ? sampledTokens(null, item) : null;
     if (!sampled?.pathOf) return [];
-    return sampled.ids.flatMap((id, position) => (id < 0 || id >= vocabSize ? [{ path: [index, ...sampled.pathOf!(position)], id }] : []));
+    return sampled.ids.flatMap((id, position) =>
+      id < 0 || id >= vocabSize ? [{ path: [index, ...sampled.pathOf!(position)], id }] : [],
+    );
   });
 }

@@ -38,9 +38,12 @@ export function splitMetrics(split: string, groups: FullTrajectoryGroup[]): Reco
   for (const [key, value] of averageByKey(groups.map((g) => g.metrics))) metrics[`${split}/group_${key}`] = value;
 
   metrics[`${split}/num_trajectories`] = trajectories.length;
-  metrics[`${split}/exception_rate`] = exceptions + trajectories.length > 0 ? exceptions / (exceptions + trajectories.length) : 0;
+  metrics[`${split}/exception_rate`] =
+    exceptions + trajectories.length > 0 ? exceptions / (exceptions + trajectories.length) : 0;
   if (trajectories.length > 0) metrics[`${split}/reward`] = mean(trajectories.map((t) => t.reward));
-  const spreads = groups.filter((g) => g.trajectories.length > 1).map((g) => populationStd(g.trajectories.map((t) => t.reward)));
+  const spreads = groups
+    .filter((g) => g.trajectories.length > 1)
+    .map((g) => populationStd(g.trajectories.map((t) => t.reward)));
   if (spreads.length > 0) metrics[`${split}/reward_std_dev`] = mean(spreads);
   return metrics;
 }

@@ -1,14 +1,15 @@
 /** Logging trajectories against a model: durable storage per (model, split, step) and metrics on the current checkpoint. */
-import { validationError } from '../errors.ts';
+
+import { type FullTrajectoryGroup, type LogBody, withGroupDefaults } from '../api/models.ts';
 import type { Clock } from '../clock.ts';
+import { validationError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { withGroupDefaults, type FullTrajectoryGroup, type LogBody } from '../api/models.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
-import { checkTrajectoryGroups } from './trajectory-shape.ts';
 import { splitMetrics } from './trajectory-metrics.ts';
+import { checkTrajectoryGroups } from './trajectory-shape.ts';
 
 /** One point of a model's reward-spread history: the step trained from, and the mean in-group std dev of its rewards. */
 export interface SpreadPoint {
@@ -24,7 +25,11 @@ export class TrajectoryService {
     private readonly clock: Clock,
   ) {}
 
-  async log(principal: Principal, modelId: string, body: LogBody): Promise<{ step: number; metrics: Record<string, number> }> {
+  async log(
+    principal: Principal,
+    modelId: string,
+    body: LogBody,
+  ): Promise<{ step: number; metrics: Record<string, number> }> {
     const model = await this.modelService.getOwned(principal, modelId);
     const groups = body.trajectory_groups.map(withGroupDefaults);
     const problems = checkTrajectoryGroups(groups, ['body', 'trajectory_groups']);
@@ -35,7 +40,13 @@ export class TrajectoryService {
     const metrics = splitMetrics(body.split, groups);
     await this.store(model.id, body.split, step, groups);
     if (checkpoint) await this.models.setCheckpointMetrics(checkpoint.id, { ...checkpoint.metrics, ...metrics });
-    await this.trajectories.insertRunMetrics(model.run_id, step, `log:${body.split}`, metrics, this.clock.now().toISOString());
+    await this.trajectories.insertRunMetrics(
+      model.run_id,
+      step,
+      `log:${body.split}`,
+      metrics,
+      this.clock.now().toISOString(),
+    );
     return { step, metrics };
   }
 
@@ -48,7 +59,8 @@ export class TrajectoryService {
     if (!model) return [];
     return (await this.trajectories.runMetrics(model.run_id)).flatMap((row) => {
       const jobSpread = row.source === 'train' ? row.metrics.reward_std_dev : undefined;
-      if (typeof jobSpread === 'number' && Number.isFinite(jobSpread)) return [{ step: row.step - 1, value: jobSpread }];
+      if (typeof jobSpread === 'number' && Number.isFinite(jobSpread))
+        return [{ step: row.step - 1, value: jobSpread }];
       const logged = row.source === 'log:train' ? row.metrics['train/reward_std_dev'] : undefined;
       return typeof logged === 'number' && Number.isFinite(logged) ? [{ step: row.step, value: logged }] : [];
     });

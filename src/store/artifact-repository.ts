@@ -1,5 +1,5 @@
 /** Artifact versions: the next version number is allocated inside the insert's transaction. */
-import { sql, type Kysely } from 'kysely';
+import { type Kysely, sql } from 'kysely';
 import type { ArtifactVersionRecord, StoredArtifactFile } from '../api/artifacts.ts';
 import type { Dialect } from './migrations/context.ts';
 import type { ArtifactVersionTable, Database } from './schema.ts';
@@ -28,7 +28,15 @@ export class ArtifactRepository {
 
   /** Inserts the next version of (entity, project, name); `place` moves its files into place before commit. */
   async insertNextVersion(
-    identity: { id: string; entityId: string; project: string; name: string; type: string | null; metadata: string | null; createdAt: string },
+    identity: {
+      id: string;
+      entityId: string;
+      project: string;
+      name: string;
+      type: string | null;
+      metadata: string | null;
+      createdAt: string;
+    },
     files: StoredArtifactFile[],
     place: (version: number) => Promise<void>,
   ): Promise<ArtifactVersionRecord> {
@@ -72,10 +80,20 @@ export class ArtifactRepository {
   }
 
   /** A version by number, or the latest when `version` is 'latest'. */
-  async find(entityId: string, project: string, name: string, version: number | 'latest'): Promise<ArtifactVersionRecord | undefined> {
+  async find(
+    entityId: string,
+    project: string,
+    name: string,
+    version: number | 'latest',
+  ): Promise<ArtifactVersionRecord | undefined> {
     // The column is a 32-bit integer: a larger version names nothing (and PostgreSQL would refuse the comparison).
     if (version !== 'latest' && !(Number.isSafeInteger(version) && version <= MAX_VERSION)) return undefined;
-    let select = this.db.selectFrom('artifact_versions').selectAll().where('entity_id', '=', entityId).where('project', '=', project).where('name', '=', name);
+    let select = this.db
+      .selectFrom('artifact_versions')
+      .selectAll()
+      .where('entity_id', '=', entityId)
+      .where('project', '=', project)
+      .where('name', '=', name);
     select = version === 'latest' ? select.orderBy('version', 'desc').limit(1) : select.where('version', '=', version);
     const row = await select.executeTakeFirst();
     return row && toVersion(row);

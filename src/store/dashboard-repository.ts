@@ -3,13 +3,14 @@
  * job lists. Every page is a keyset seek through an index (no OFFSET), so page 1000 costs what page 1 costs.
  * Callers pass the entity ids a principal may see; this file knows nothing of keys or HTTP.
  */
-import { toJobRow } from './job-repository.ts';
-import { toStoredTrajectory, type StoredTrajectory } from './trajectory-repository.ts';
+
 import type { Kysely } from 'kysely';
 import type { JobListRow, ModelSummaryRow } from '../api/dashboard.ts';
-import type { JobStatus } from '../api/training-vocabulary.ts';
 import type { Page } from '../api/lists.ts';
+import type { JobStatus } from '../api/training-vocabulary.ts';
+import { toJobRow } from './job-repository.ts';
 import type { Database } from './schema.ts';
+import { type StoredTrajectory, toStoredTrajectory } from './trajectory-repository.ts';
 
 export interface ModelSortKey {
   entityName: string;
@@ -34,40 +35,50 @@ export class DashboardRepository {
   constructor(private readonly db: Kysely<Database>) {}
 
   private selectModelSummaries(entityIds: string[]) {
-    return this.db
-      .selectFrom('models')
-      .innerJoin('entities', 'entities.id', 'models.entity_id')
-      .select([
-        'models.id',
-        'entities.name as entity_name',
-        'models.project',
-        'models.name',
-        'models.base_model',
-        'models.run_id',
-        'models.created_at',
-      ])
-      // Each correlated subquery is a seek in the (model_id, step) or (model_id, created_at) index.
-      .select((eb) => [
-        eb.selectFrom('checkpoints').select((c) => c.fn.max('checkpoints.step').as('m')).whereRef('checkpoints.model_id', '=', 'models.id').as('latest_step'),
-        eb.selectFrom('checkpoints').select((c) => c.fn.countAll().as('n')).whereRef('checkpoints.model_id', '=', 'models.id').as('checkpoint_count'),
-        eb
-          .selectFrom('training_jobs')
-          .select('training_jobs.id')
-          .whereRef('training_jobs.model_id', '=', 'models.id')
-          .orderBy('training_jobs.created_at', 'desc')
-          .orderBy('training_jobs.id', 'desc')
-          .limit(1)
-          .as('last_job_id'),
-        eb
-          .selectFrom('training_jobs')
-          .select('training_jobs.status')
-          .whereRef('training_jobs.model_id', '=', 'models.id')
-          .orderBy('training_jobs.created_at', 'desc')
-          .orderBy('training_jobs.id', 'desc')
-          .limit(1)
-          .as('last_job_status'),
-      ])
-      .where('models.entity_id', 'in', entityIds);
+    return (
+      this.db
+        .selectFrom('models')
+        .innerJoin('entities', 'entities.id', 'models.entity_id')
+        .select([
+          'models.id',
+          'entities.name as entity_name',
+          'models.project',
+          'models.name',
+          'models.base_model',
+          'models.run_id',
+          'models.created_at',
+        ])
+        // Each correlated subquery is a seek in the (model_id, step) or (model_id, created_at) index.
+        .select((eb) => [
+          eb
+            .selectFrom('checkpoints')
+            .select((c) => c.fn.max('checkpoints.step').as('m'))
+            .whereRef('checkpoints.model_id', '=', 'models.id')
+            .as('latest_step'),
+          eb
+            .selectFrom('checkpoints')
+            .select((c) => c.fn.countAll().as('n'))
+            .whereRef('checkpoints.model_id', '=', 'models.id')
+            .as('checkpoint_count'),
+          eb
+            .selectFrom('training_jobs')
+            .select('training_jobs.id')
+            .whereRef('training_jobs.model_id', '=', 'models.id')
+            .orderBy('training_jobs.created_at', 'desc')
+            .orderBy('training_jobs.id', 'desc')
+            .limit(1)
+            .as('last_job_id'),
+          eb
+            .selectFrom('training_jobs')
+            .select('training_jobs.status')
+            .whereRef('training_jobs.model_id', '=', 'models.id')
+            .orderBy('training_jobs.created_at', 'desc')
+            .orderBy('training_jobs.id', 'desc')
+            .limit(1)
+            .as('last_job_status'),
+        ])
+        .where('models.entity_id', 'in', entityIds)
+    );
   }
 
   private static toSummary(row: Record<string, unknown>): ModelSummaryRow {
@@ -91,7 +102,11 @@ export class DashboardRepository {
     const after = query.after;
     if (after) {
       select = select.where(({ eb, refTuple, tuple }) =>
-        eb(refTuple('entities.name', 'models.project', 'models.name'), '>', tuple(after.entityName, after.project, after.name)),
+        eb(
+          refTuple('entities.name', 'models.project', 'models.name'),
+          '>',
+          tuple(after.entityName, after.project, after.name),
+        ),
       );
     }
     const rows = await select
@@ -100,7 +115,10 @@ export class DashboardRepository {
       .orderBy('models.name')
       .limit(query.limit + 1)
       .execute();
-    return { items: rows.slice(0, query.limit).map((row) => DashboardRepository.toSummary(row)), hasMore: rows.length > query.limit };
+    return {
+      items: rows.slice(0, query.limit).map((row) => DashboardRepository.toSummary(row)),
+      hasMore: rows.length > query.limit,
+    };
   }
 
   async modelSummary(modelId: string, entityIds: string[]): Promise<ModelSummaryRow | undefined> {
@@ -123,16 +141,29 @@ export class DashboardRepository {
   }
 
   async findRunMetric(runId: string, id: number): Promise<RunMetricRow | undefined> {
-    const row = await this.db.selectFrom('run_metrics').selectAll().where('run_id', '=', runId).where('id', '=', id).executeTakeFirst();
+    const row = await this.db
+      .selectFrom('run_metrics')
+      .selectAll()
+      .where('run_id', '=', runId)
+      .where('id', '=', id)
+      .executeTakeFirst();
     return row && toRunMetric(row);
   }
 
   /** A page of the run's metric history in (step, insertion) order, seeking past the cursor row. */
-  async pageRunMetrics(runId: string, query: { after?: { step: number; id: number }; limit: number }): Promise<Page<RunMetricRow>> {
+  async pageRunMetrics(
+    runId: string,
+    query: { after?: { step: number; id: number }; limit: number },
+  ): Promise<Page<RunMetricRow>> {
     let select = this.db.selectFrom('run_metrics').selectAll().where('run_id', '=', runId);
     const after = query.after;
-    if (after) select = select.where(({ eb, refTuple, tuple }) => eb(refTuple('step', 'id'), '>', tuple(after.step, after.id)));
-    const rows = await select.orderBy('step').orderBy('id').limit(query.limit + 1).execute();
+    if (after)
+      select = select.where(({ eb, refTuple, tuple }) => eb(refTuple('step', 'id'), '>', tuple(after.step, after.id)));
+    const rows = await select
+      .orderBy('step')
+      .orderBy('id')
+      .limit(query.limit + 1)
+      .execute();
     return { items: rows.slice(0, query.limit).map(toRunMetric), hasMore: rows.length > query.limit };
   }
 
@@ -150,7 +181,12 @@ export class DashboardRepository {
   }
 
   async findTrajectory(modelId: string, id: string): Promise<TrajectoryRow | undefined> {
-    const row = await this.db.selectFrom('trajectories').selectAll().where('model_id', '=', modelId).where('id', '=', id).executeTakeFirst();
+    const row = await this.db
+      .selectFrom('trajectories')
+      .selectAll()
+      .where('model_id', '=', modelId)
+      .where('id', '=', id)
+      .executeTakeFirst();
     return row && toStoredTrajectory(row);
   }
 
@@ -159,8 +195,16 @@ export class DashboardRepository {
    * groups and their members come as they were sent — seeking past the cursor through the
    * (model_id, split, step, id) index. Public so tests can EXPLAIN exactly what runs.
    */
-  trajectoryPageQuery(modelId: string, split: string, query: { step?: number; after?: { step: number; id: string }; limit: number }) {
-    let select = this.db.selectFrom('trajectories').selectAll().where('model_id', '=', modelId).where('split', '=', split);
+  trajectoryPageQuery(
+    modelId: string,
+    split: string,
+    query: { step?: number; after?: { step: number; id: string }; limit: number },
+  ) {
+    let select = this.db
+      .selectFrom('trajectories')
+      .selectAll()
+      .where('model_id', '=', modelId)
+      .where('split', '=', split);
     const after = query.after;
     if (query.step !== undefined) {
       // Within one step the cursor's id alone is the seek key (the caller keeps cursors inside the step).
@@ -169,7 +213,10 @@ export class DashboardRepository {
     } else if (after) {
       select = select.where(({ eb, refTuple, tuple }) => eb(refTuple('step', 'id'), '>', tuple(after.step, after.id)));
     }
-    return select.orderBy('step').orderBy('id').limit(query.limit + 1);
+    return select
+      .orderBy('step')
+      .orderBy('id')
+      .limit(query.limit + 1);
   }
 
   async pageTrajectories(
@@ -182,7 +229,10 @@ export class DashboardRepository {
   }
 
   /** A job of one of these entities: where its request lies, for the configuration it ran with. */
-  async findJob(jobId: string, entityIds: string[]): Promise<{ id: string; type: string; payload_path: string } | undefined> {
+  async findJob(
+    jobId: string,
+    entityIds: string[],
+  ): Promise<{ id: string; type: string; payload_path: string } | undefined> {
     if (entityIds.length === 0) return undefined;
     return this.db
       .selectFrom('training_jobs as j')
@@ -217,7 +267,10 @@ export class DashboardRepository {
     if (query.modelId !== undefined) select = select.where('j.model_id', '=', query.modelId);
     if (query.statuses && query.statuses.length > 0) select = select.where('j.status', 'in', query.statuses);
     if (query.afterId !== undefined) select = select.where('j.id', '<', query.afterId);
-    const rows = await select.orderBy('j.id', 'desc').limit(query.limit + 1).execute();
+    const rows = await select
+      .orderBy('j.id', 'desc')
+      .limit(query.limit + 1)
+      .execute();
     return {
       items: rows.slice(0, query.limit).map(({ entity_name, project, model_name, completed_steps, ...job }) => ({
         ...toJobRow(job),
@@ -231,7 +284,18 @@ export class DashboardRepository {
   }
 }
 
-function toRunMetric(row: { id: number; step: number; source: string; metrics: string; created_at: string }): RunMetricRow {
-  return { id: Number(row.id), step: Number(row.step), source: row.source, metrics: JSON.parse(row.metrics) as Record<string, unknown>, createdAt: row.created_at };
+function toRunMetric(row: {
+  id: number;
+  step: number;
+  source: string;
+  metrics: string;
+  created_at: string;
+}): RunMetricRow {
+  return {
+    id: Number(row.id),
+    step: Number(row.step),
+    source: row.source,
+    metrics: JSON.parse(row.metrics) as Record<string, unknown>,
+    createdAt: row.created_at,
+  };
 }
-

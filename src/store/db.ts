@@ -7,9 +7,9 @@ import path from 'node:path';
 import SqliteDatabase from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql } from 'kysely';
 import pg from 'pg';
-import type { Database } from './schema.ts';
-import { migrationContext, type Dialect } from './migrations/context.ts';
+import { type Dialect, migrationContext } from './migrations/context.ts';
 import { MIGRATIONS } from './migrations/index.ts';
+import type { Database } from './schema.ts';
 
 export interface Store {
   db: Kysely<Database>;
@@ -51,7 +51,10 @@ export async function migrate(store: Store): Promise<{ from: number; to: number 
       // Two servers starting together must not both run the same migration.
       await sql`select pg_advisory_xact_lock(7262001)`.execute(trx);
     }
-    const row = await trx.selectFrom('schema_version').select((eb) => eb.fn.max('version').as('version')).executeTakeFirst();
+    const row = await trx
+      .selectFrom('schema_version')
+      .select((eb) => eb.fn.max('version').as('version'))
+      .executeTakeFirst();
     const current = Number(row?.version ?? 0);
     if (current > latestKnown) {
       throw new SchemaTooNewError(
@@ -60,7 +63,10 @@ export async function migrate(store: Store): Promise<{ from: number; to: number 
     }
     for (const migration of MIGRATIONS.filter((m) => m.version > current)) {
       await migration.up(trx, migrationContext(store.dialect));
-      await trx.insertInto('schema_version').values({ version: migration.version, applied_at: new Date().toISOString() }).execute();
+      await trx
+        .insertInto('schema_version')
+        .values({ version: migration.version, applied_at: new Date().toISOString() })
+        .execute();
     }
     return { from: current, to: latestKnown };
   });

@@ -17,7 +17,10 @@ export class IdentityRepository {
   constructor(private readonly db: Kysely<Database>) {}
 
   async countEntities(): Promise<number> {
-    const row = await this.db.selectFrom('entities').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow();
+    const row = await this.db
+      .selectFrom('entities')
+      .select((eb) => eb.fn.countAll().as('n'))
+      .executeTakeFirstOrThrow();
     return Number(row.n);
   }
 
@@ -37,7 +40,13 @@ export class IdentityRepository {
       .execute();
   }
 
-  async insertApiKey(key: { id: string; entityId: string; keyHash: string; keyPrefix: string; createdAt: string }): Promise<void> {
+  async insertApiKey(key: {
+    id: string;
+    entityId: string;
+    keyHash: string;
+    keyPrefix: string;
+    createdAt: string;
+  }): Promise<void> {
     await this.db
       .insertInto('api_keys')
       .values({
@@ -52,7 +61,9 @@ export class IdentityRepository {
   }
 
   /** The live key with this hash and the names of every entity it may act for (its own first). */
-  async findActiveKey(keyHash: string): Promise<{ entityId: string; entityName: string; memberOf: { id: string; name: string }[] } | undefined> {
+  async findActiveKey(
+    keyHash: string,
+  ): Promise<{ entityId: string; entityName: string; memberOf: { id: string; name: string }[] } | undefined> {
     const key = await this.db
       .selectFrom('api_keys')
       .innerJoin('entities', 'entities.id', 'api_keys.entity_id')
@@ -74,7 +85,14 @@ export class IdentityRepository {
     const rows = await this.db
       .selectFrom('api_keys')
       .innerJoin('entities', 'entities.id', 'api_keys.entity_id')
-      .select(['api_keys.id', 'api_keys.entity_id', 'entities.name', 'api_keys.key_prefix', 'api_keys.created_at', 'api_keys.revoked_at'])
+      .select([
+        'api_keys.id',
+        'api_keys.entity_id',
+        'entities.name',
+        'api_keys.key_prefix',
+        'api_keys.created_at',
+        'api_keys.revoked_at',
+      ])
       .orderBy('api_keys.created_at')
       .execute();
     return rows.map((row) => ({

@@ -3,11 +3,11 @@
  * and a terminal state is written in the same transaction as its terminal event, so a job never ends
  * without exactly one `training_ended`, `training_failed` or cancellation.
  */
-import { sql, type Kysely, type Transaction } from 'kysely';
-import type { Dialect } from './migrations/context.ts';
+import { type Kysely, sql, type Transaction } from 'kysely';
+import type { Page } from '../api/lists.ts';
 import type { EventRecord, JobRow } from '../api/training-jobs.ts';
 import { ACTIVE_JOB_STATUSES, type JobStatus } from '../api/training-vocabulary.ts';
-import type { Page } from '../api/lists.ts';
+import type { Dialect } from './migrations/context.ts';
 import type { Database, TrainingJobEventTable, TrainingJobTable } from './schema.ts';
 
 export type EventRow = TrainingJobEventTable;
@@ -25,7 +25,10 @@ export function toJobRow(row: TrainingJobTable): JobRow {
 }
 
 /** An event with its data parsed. */
-const toEventRecord = (row: EventRow): EventRecord => ({ ...row, data: JSON.parse(row.data) as Record<string, unknown> });
+const toEventRecord = (row: EventRow): EventRecord => ({
+  ...row,
+  data: JSON.parse(row.data) as Record<string, unknown>,
+});
 
 export interface JobOutcome {
   status: Extract<JobStatus, 'COMPLETED' | 'FAILED' | 'CANCELLED'>;
@@ -69,7 +72,12 @@ export class JobRepository {
               selectFrom('training_jobs as o')
                 .select('o.id')
                 .whereRef('o.model_id', '=', 'j.model_id')
-                .where((eb) => eb.or([eb('o.status', '=', 'RUNNING'), eb.and([eb('o.status', '=', 'QUEUED'), eb('o.id', '<', eb.ref('j.id'))])])),
+                .where((eb) =>
+                  eb.or([
+                    eb('o.status', '=', 'RUNNING'),
+                    eb.and([eb('o.status', '=', 'QUEUED'), eb('o.id', '<', eb.ref('j.id'))]),
+                  ]),
+                ),
             ),
           ),
         )
@@ -89,7 +97,11 @@ export class JobRepository {
         .where('id', '=', candidate.id)
         .where('status', '=', 'QUEUED')
         .execute();
-      const claimed = await trx.selectFrom('training_jobs').selectAll().where('id', '=', candidate.id).executeTakeFirst();
+      const claimed = await trx
+        .selectFrom('training_jobs')
+        .selectAll()
+        .where('id', '=', candidate.id)
+        .executeTakeFirst();
       return claimed && toJobRow(claimed);
     });
   }
@@ -103,11 +115,19 @@ export class JobRepository {
       .where('lease_owner', '=', owner)
       .where('status', '=', 'RUNNING')
       .executeTakeFirst();
-    const row = await this.db.selectFrom('training_jobs').select('cancel_requested').where('id', '=', id).executeTakeFirst();
+    const row = await this.db
+      .selectFrom('training_jobs')
+      .select('cancel_requested')
+      .where('id', '=', id)
+      .executeTakeFirst();
     return { held: Number(result.numUpdatedRows) > 0, cancelRequested: Number(row?.cancel_requested ?? 0) === 1 };
   }
 
-  async setProgress(id: string, owner: string, progress: { numSequences?: number; metrics?: Record<string, number> }): Promise<void> {
+  async setProgress(
+    id: string,
+    owner: string,
+    progress: { numSequences?: number; metrics?: Record<string, number> },
+  ): Promise<void> {
     await this.db
       .updateTable('training_jobs')
       .set({
@@ -142,11 +162,19 @@ export class JobRepository {
 
   /** Fails a running job whose lease ran out (its worker died); false when it was renewed or ended meanwhile. */
   async failExpired(id: string, now: string, outcome: JobOutcome): Promise<boolean> {
-    return this.endIf(id, (query) => query.where('status', '=', 'RUNNING').where('lease_expires_at', '<', now), outcome);
+    return this.endIf(
+      id,
+      (query) => query.where('status', '=', 'RUNNING').where('lease_expires_at', '<', now),
+      outcome,
+    );
   }
 
-  // biome-ignore lint/suspicious/noExplicitAny: any update query of training_jobs; Kysely's where overloads admit no narrower bound
-  private async endIf(id: string, condition: <Q extends { where: any }>(query: Q) => Q, outcome: JobOutcome): Promise<boolean> {
+  private async endIf(
+    id: string,
+    // biome-ignore lint/suspicious/noExplicitAny: any update query of training_jobs; Kysely's where overloads admit no narrower bound
+    condition: <Q extends { where: any }>(query: Q) => Q,
+    outcome: JobOutcome,
+  ): Promise<boolean> {
     return this.db.transaction().execute(async (trx: Transaction<Database>) => {
       const update = condition(trx.updateTable('training_jobs').set(this.outcomeColumns(outcome)).where('id', '=', id));
       const result = await update.executeTakeFirst();
@@ -169,16 +197,31 @@ export class JobRepository {
   }
 
   async requestCancel(id: string): Promise<void> {
-    await this.db.updateTable('training_jobs').set({ cancel_requested: 1 }).where('id', '=', id).where('status', '=', 'RUNNING').execute();
+    await this.db
+      .updateTable('training_jobs')
+      .set({ cancel_requested: 1 })
+      .where('id', '=', id)
+      .where('status', '=', 'RUNNING')
+      .execute();
   }
 
   async expiredLeases(now: string): Promise<JobRow[]> {
-    const rows = await this.db.selectFrom('training_jobs').selectAll().where('status', '=', 'RUNNING').where('lease_expires_at', '<', now).execute();
+    const rows = await this.db
+      .selectFrom('training_jobs')
+      .selectAll()
+      .where('status', '=', 'RUNNING')
+      .where('lease_expires_at', '<', now)
+      .execute();
     return rows.map(toJobRow);
   }
 
   async unfinishedJobsOfModel(modelId: string): Promise<JobRow[]> {
-    const rows = await this.db.selectFrom('training_jobs').selectAll().where('model_id', '=', modelId).where('status', 'in', [...ACTIVE_JOB_STATUSES]).execute();
+    const rows = await this.db
+      .selectFrom('training_jobs')
+      .selectAll()
+      .where('model_id', '=', modelId)
+      .where('status', 'in', [...ACTIVE_JOB_STATUSES])
+      .execute();
     return rows.map(toJobRow);
   }
 
@@ -189,7 +232,10 @@ export class JobRepository {
   async events(jobId: string, afterId: string | undefined, limit: number): Promise<Page<EventRecord>> {
     let select = this.db.selectFrom('training_job_events').selectAll().where('job_id', '=', jobId);
     if (afterId !== undefined) select = select.where('id', '>', afterId);
-    const rows = await select.orderBy('id').limit(limit + 1).execute();
+    const rows = await select
+      .orderBy('id')
+      .limit(limit + 1)
+      .execute();
     return { items: rows.slice(0, limit).map(toEventRecord), hasMore: rows.length > limit };
   }
 

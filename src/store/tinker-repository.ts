@@ -3,6 +3,8 @@
  * the numbered request each answers), and the shared secrets its signed URLs use.
  */
 import type { Kysely } from 'kysely';
+import type { ModelRow } from '../api/models.ts';
+import { toModelRow } from './model-repository.ts';
 import type {
   Database,
   TinkerCheckpointTable,
@@ -11,8 +13,6 @@ import type {
   TinkerSamplingSessionTable,
   TinkerSessionTable,
 } from './schema.ts';
-import type { ModelRow } from '../api/models.ts';
-import { toModelRow } from './model-repository.ts';
 
 export class TinkerRepository {
   constructor(private readonly db: Kysely<Database>) {}
@@ -56,20 +56,44 @@ export class TinkerRepository {
     await this.db
       .insertInto('tinker_checkpoints')
       .values(checkpoint)
-      .onConflict((oc) => oc.columns(['model_id', 'kind', 'name']).doUpdateSet({ step: checkpoint.step, state_path: checkpoint.state_path, created_at: checkpoint.created_at }))
+      .onConflict((oc) =>
+        oc
+          .columns(['model_id', 'kind', 'name'])
+          .doUpdateSet({ step: checkpoint.step, state_path: checkpoint.state_path, created_at: checkpoint.created_at }),
+      )
       .execute();
   }
 
-  async findCheckpoint(modelId: string, kind: TinkerCheckpointTable['kind'], name: string): Promise<TinkerCheckpointTable | undefined> {
-    return this.db.selectFrom('tinker_checkpoints').selectAll().where('model_id', '=', modelId).where('kind', '=', kind).where('name', '=', name).executeTakeFirst();
+  async findCheckpoint(
+    modelId: string,
+    kind: TinkerCheckpointTable['kind'],
+    name: string,
+  ): Promise<TinkerCheckpointTable | undefined> {
+    return this.db
+      .selectFrom('tinker_checkpoints')
+      .selectAll()
+      .where('model_id', '=', modelId)
+      .where('kind', '=', kind)
+      .where('name', '=', name)
+      .executeTakeFirst();
   }
 
   async checkpointsOf(modelId: string): Promise<TinkerCheckpointTable[]> {
-    return this.db.selectFrom('tinker_checkpoints').selectAll().where('model_id', '=', modelId).orderBy('step').execute();
+    return this.db
+      .selectFrom('tinker_checkpoints')
+      .selectAll()
+      .where('model_id', '=', modelId)
+      .orderBy('step')
+      .execute();
   }
 
   async deleteCheckpoint(modelId: string, kind: TinkerCheckpointTable['kind'], name: string): Promise<void> {
-    await this.db.deleteFrom('tinker_checkpoints').where('model_id', '=', modelId).where('kind', '=', kind).where('name', '=', name).execute();
+    await this.db
+      .deleteFrom('tinker_checkpoints')
+      .where('model_id', '=', modelId)
+      .where('kind', '=', kind)
+      .where('name', '=', name)
+      .execute();
   }
 
   /** Every model of these entities, oldest first: each is a Tinker training run. */
@@ -102,10 +126,18 @@ export class TinkerRepository {
   }
 
   async findFutureByRequest(entityId: string, requestKey: string): Promise<TinkerFutureTable | undefined> {
-    return this.db.selectFrom('tinker_futures').selectAll().where('entity_id', '=', entityId).where('request_key', '=', requestKey).executeTakeFirst();
+    return this.db
+      .selectFrom('tinker_futures')
+      .selectAll()
+      .where('entity_id', '=', entityId)
+      .where('request_key', '=', requestKey)
+      .executeTakeFirst();
   }
 
-  async finishFuture(id: string, outcome: Pick<TinkerFutureTable, 'status' | 'result' | 'error' | 'category' | 'finished_at'>): Promise<void> {
+  async finishFuture(
+    id: string,
+    outcome: Pick<TinkerFutureTable, 'status' | 'result' | 'error' | 'category' | 'finished_at'>,
+  ): Promise<void> {
     await this.db.updateTable('tinker_futures').set(outcome).where('id', '=', id).execute();
   }
 
@@ -115,8 +147,16 @@ export class TinkerRepository {
 
   /** The secret stored under `name`, made from `candidate` by whichever process asks first. */
   async sharedSecret(name: string, candidate: string, now: string): Promise<string> {
-    await this.db.insertInto('server_secrets').values({ name, value: candidate, created_at: now }).onConflict((oc) => oc.column('name').doNothing()).execute();
-    const row = await this.db.selectFrom('server_secrets').select('value').where('name', '=', name).executeTakeFirstOrThrow();
+    await this.db
+      .insertInto('server_secrets')
+      .values({ name, value: candidate, created_at: now })
+      .onConflict((oc) => oc.column('name').doNothing())
+      .execute();
+    const row = await this.db
+      .selectFrom('server_secrets')
+      .select('value')
+      .where('name', '=', name)
+      .executeTakeFirstOrThrow();
     return row.value;
   }
 

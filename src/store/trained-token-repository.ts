@@ -24,13 +24,25 @@ export class TrainedTokenRepository {
         const { groupIndex, trajectoryIndex, advantage, ...arrays } = trajectory;
         await trx
           .insertInto('trained_tokens')
-          .values({ model_id: modelId, step, group_index: groupIndex, trajectory_index: trajectoryIndex, advantage, tokens: JSON.stringify(arrays) })
+          .values({
+            model_id: modelId,
+            step,
+            group_index: groupIndex,
+            trajectory_index: trajectoryIndex,
+            advantage,
+            tokens: JSON.stringify(arrays),
+          })
           .execute();
       }
     });
   }
 
-  async find(modelId: string, step: number, groupIndex: number, trajectoryIndex: number): Promise<TrainedTokens | undefined> {
+  async find(
+    modelId: string,
+    step: number,
+    groupIndex: number,
+    trajectoryIndex: number,
+  ): Promise<TrainedTokens | undefined> {
     const row = await this.db
       .selectFrom('trained_tokens')
       .select(['advantage', 'tokens'])

@@ -1,7 +1,7 @@
 /** Logged trajectories (per model, split and step) and the run's metrics history. */
 import type { Kysely } from 'kysely';
 import type { Page } from '../api/lists.ts';
-import { withTrajectoryDefaults, type Trajectory } from '../api/models.ts';
+import { type Trajectory, withTrajectoryDefaults } from '../api/models.ts';
 import type { Database, TrajectoryTable } from './schema.ts';
 
 /** Keeps each INSERT below both databases' bound-parameter limits. */
@@ -45,29 +45,58 @@ export class TrajectoryRepository {
   async insertMany(rows: TrajectoryTable[]): Promise<void> {
     await this.db.transaction().execute(async (trx) => {
       for (let start = 0; start < rows.length; start += INSERT_CHUNK_ROWS) {
-        await trx.insertInto('trajectories').values(rows.slice(start, start + INSERT_CHUNK_ROWS)).execute();
+        await trx
+          .insertInto('trajectories')
+          .values(rows.slice(start, start + INSERT_CHUNK_ROWS))
+          .execute();
       }
     });
   }
 
   /** A page of one split's trajectories in insertion order, seeking past `afterId` through the index. */
-  async page(modelId: string, split: string, query: { step?: number; afterId?: string; limit: number }): Promise<Page<StoredTrajectory>> {
-    let select = this.db.selectFrom('trajectories').selectAll().where('model_id', '=', modelId).where('split', '=', split);
+  async page(
+    modelId: string,
+    split: string,
+    query: { step?: number; afterId?: string; limit: number },
+  ): Promise<Page<StoredTrajectory>> {
+    let select = this.db
+      .selectFrom('trajectories')
+      .selectAll()
+      .where('model_id', '=', modelId)
+      .where('split', '=', split);
     if (query.step !== undefined) select = select.where('step', '=', query.step);
     if (query.afterId !== undefined) select = select.where('id', '>', query.afterId);
-    const rows = await select.orderBy('id').limit(query.limit + 1).execute();
+    const rows = await select
+      .orderBy('id')
+      .limit(query.limit + 1)
+      .execute();
     return {
       items: rows.slice(0, query.limit).map(toStoredTrajectory),
       hasMore: rows.length > query.limit,
     };
   }
 
-  async insertRunMetrics(runId: string, step: number, source: string, metrics: Record<string, number>, createdAt: string): Promise<void> {
-    await this.db.insertInto('run_metrics').values({ run_id: runId, step, source, metrics: JSON.stringify(metrics), created_at: createdAt }).execute();
+  async insertRunMetrics(
+    runId: string,
+    step: number,
+    source: string,
+    metrics: Record<string, number>,
+    createdAt: string,
+  ): Promise<void> {
+    await this.db
+      .insertInto('run_metrics')
+      .values({ run_id: runId, step, source, metrics: JSON.stringify(metrics), created_at: createdAt })
+      .execute();
   }
 
   async runMetrics(runId: string): Promise<RunMetricRecord[]> {
-    const rows = await this.db.selectFrom('run_metrics').selectAll().where('run_id', '=', runId).orderBy('step').orderBy('id').execute();
+    const rows = await this.db
+      .selectFrom('run_metrics')
+      .selectAll()
+      .where('run_id', '=', runId)
+      .orderBy('step')
+      .orderBy('id')
+      .execute();
     return rows.map((row) => ({
       step: Number(row.step),
       source: row.source,

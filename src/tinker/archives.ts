@@ -7,12 +7,12 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../clock.ts';
 import { AppError, excerpt, notFound } from '../errors.ts';
-import { ARCHIVE_URL_TTL_SECONDS, archiveDownloadPath } from './schemas.ts';
-import type { ModelRepository } from '../store/model-repository.ts';
-import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { AdapterArchive, CheckpointExporter } from '../services/checkpoint-export.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerModels } from './models.ts';
+import { ARCHIVE_URL_TTL_SECONDS, archiveDownloadPath } from './schemas.ts';
 
 const SIGNING_KEY = 'checkpoint-download-signing-key';
 /** What Tinker's archives hold beside the adapter: the CLI refuses one without it. */
@@ -37,28 +37,47 @@ export class TinkerArchives {
   /** A download URL for the checkpoint `checkpointId` (`sampler_weights/<name>` or `weights/<name>`) of a run. */
   async signedUrl(principal: Principal, runId: string, checkpointId: string, origin: string): Promise<SignedUrl> {
     const { model, checkpoint } = await this.tinkerModels.resolvePath(principal, `tinker://${runId}/${checkpointId}`);
-    if (!checkpoint.adapterPath) throw new AppError('bad_request', `Step ${checkpoint.step} of ${model.id} is the base model itself: it has no adapter to download`);
+    if (!checkpoint.adapterPath)
+      throw new AppError(
+        'bad_request',
+        `Step ${checkpoint.step} of ${model.id} is the base model itself: it has no adapter to download`,
+      );
     const expires = Math.floor(this.clock.now().getTime() / 1000) + ARCHIVE_URL_TTL_SECONDS;
     const signature = await this.sign(model.id, checkpoint.step, expires);
-    return { url: `${origin}${archiveDownloadPath(model.id, checkpoint.step)}?expires=${expires}&signature=${signature}`, expires: new Date(expires * 1000) };
+    return {
+      url: `${origin}${archiveDownloadPath(model.id, checkpoint.step)}?expires=${expires}&signature=${signature}`,
+      expires: new Date(expires * 1000),
+    };
   }
 
   /** The archive a signed URL names; a URL altered in any part, or past its expiry, is refused. */
   async open(modelId: string, step: string, expires: unknown, signature: unknown): Promise<AdapterArchive> {
-    const refused = (why: string) => new AppError('forbidden', `This checkpoint download URL ${why}: ask the API for a new one`);
-    if (!/^\d{1,15}$/.test(step) || typeof expires !== 'string' || !/^\d{1,12}$/.test(expires) || typeof signature !== 'string' || !/^[0-9a-f]{64}$/.test(signature)) {
+    const refused = (why: string) =>
+      new AppError('forbidden', `This checkpoint download URL ${why}: ask the API for a new one`);
+    if (
+      !/^\d{1,15}$/.test(step) ||
+      typeof expires !== 'string' ||
+      !/^\d{1,12}$/.test(expires) ||
+      typeof signature !== 'string' ||
+      !/^[0-9a-f]{64}$/.test(signature)
+    ) {
       throw refused('is malformed');
     }
     const expected = Buffer.from(await this.sign(modelId, Number(step), Number(expires)), 'hex');
     if (!timingSafeEqual(expected, Buffer.from(signature, 'hex'))) throw refused('has a signature that does not match');
-    if (Number(expires) * 1000 < this.clock.now().getTime()) throw refused(`expired at ${new Date(Number(expires) * 1000).toISOString()}`);
+    if (Number(expires) * 1000 < this.clock.now().getTime())
+      throw refused(`expired at ${new Date(Number(expires) * 1000).toISOString()}`);
     const model = await this.models.findById(modelId);
     if (!model) throw notFound(`Model ${JSON.stringify(excerpt(modelId))}`);
     return this.exporter.archiveOf(model, Number(step), [COMPLETE_MARKER]);
   }
 
   private async sign(modelId: string, step: number, expires: number): Promise<string> {
-    this.key ??= this.repository.sharedSecret(SIGNING_KEY, randomBytes(32).toString('hex'), this.clock.now().toISOString()).then((hex) => Buffer.from(hex, 'hex'));
-    return createHmac('sha256', await this.key).update(`${modelId}\n${step}\n${expires}`).digest('hex');
+    this.key ??= this.repository
+      .sharedSecret(SIGNING_KEY, randomBytes(32).toString('hex'), this.clock.now().toISOString())
+      .then((hex) => Buffer.from(hex, 'hex'));
+    return createHmac('sha256', await this.key)
+      .update(`${modelId}\n${step}\n${expires}`)
+      .digest('hex');
   }
 }

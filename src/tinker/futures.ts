@@ -13,12 +13,12 @@
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Clock } from '../clock.ts';
-import { AppError, notFound } from '../errors.ts';
 import { EngineError } from '../engine/errors.ts';
+import { AppError, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
+import { canActFor, type Principal } from '../services/auth-service.ts';
 import type { TinkerFutureTable } from '../store/schema.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
-import { canActFor, type Principal } from '../services/auth-service.ts';
 
 export const RESTART_FAILURE = 'The server restarted before this request finished; submit it again';
 
@@ -64,11 +64,28 @@ export class TinkerFutures {
    * Records the request and starts `work`; `queueKey` (a model id) serialises it after that model's earlier work. A
    * numbered request already recorded (a re-send) answers the first one's future and runs nothing.
    */
-  async submit(principal: Principal, kind: string, queueKey: string | null, work: () => Promise<unknown>, request: NumberedRequest | null = null): Promise<string> {
+  async submit(
+    principal: Principal,
+    kind: string,
+    queueKey: string | null,
+    work: () => Promise<unknown>,
+    request: NumberedRequest | null = null,
+  ): Promise<string> {
     const id = newId();
     const now = this.clock.now().toISOString();
     const key = request && keyOf(request);
-    const row = { id, entity_id: principal.entityId, model_id: queueKey, kind, status: 'pending' as const, result: null, error: null, category: null, created_at: now, finished_at: null };
+    const row = {
+      id,
+      entity_id: principal.entityId,
+      model_id: queueKey,
+      kind,
+      status: 'pending' as const,
+      result: null,
+      error: null,
+      category: null,
+      created_at: now,
+      finished_at: null,
+    };
     if (!key) await this.repository.insertFuture({ ...row, request_key: null, request_hash: null });
     else if (!(await this.repository.claimFuture({ ...row, ...key }))) {
       const earlier = await this.replayed(principal, kind, request);
@@ -97,7 +114,10 @@ export class TinkerFutures {
     const earlier = await this.repository.findFutureByRequest(principal.entityId, key.request_key);
     if (!earlier) return null;
     if (earlier.kind !== kind || earlier.request_hash !== key.request_hash) {
-      throw new AppError('bad_request', `seq_id ${request.seqId} of ${request.scope} was already used by a different request (${earlier.kind}): number each request anew`);
+      throw new AppError(
+        'bad_request',
+        `seq_id ${request.seqId} of ${request.scope} was already used by a different request (${earlier.kind}): number each request anew`,
+      );
     }
     return earlier.id;
   }
@@ -126,7 +146,8 @@ export class TinkerFutures {
     const wait = this.waitFor(id, waitMs);
     try {
       const first = await this.repository.findFuture(id);
-      if (!first || !canActFor(principal, first.entity_id)) throw notFound(`Future ${JSON.stringify(id.slice(0, 100))}`);
+      if (!first || !canActFor(principal, first.entity_id))
+        throw notFound(`Future ${JSON.stringify(id.slice(0, 100))}`);
       if (first.status !== 'pending') return outcomeOf(first);
       await wait.finished;
       return outcomeOf((await this.repository.findFuture(id)) ?? first);
@@ -151,13 +172,21 @@ export class TinkerFutures {
 }
 
 function keyOf(request: NumberedRequest): { request_key: string; request_hash: string } {
-  return { request_key: `${request.scope}#${request.seqId}`, request_hash: createHash('sha256').update(JSON.stringify(request.content)).digest('hex') };
+  return {
+    request_key: `${request.scope}#${request.seqId}`,
+    request_hash: createHash('sha256').update(JSON.stringify(request.content)).digest('hex'),
+  };
 }
 const USER_ENGINE_ERRORS: readonly EngineError['code'][] = ['bad_request', 'not_found', 'non_finite', 'diverged'];
 
 function outcomeOf(row: TinkerFutureTable): FutureOutcome {
   if (row.status === 'pending') return { status: 'pending' };
-  if (row.status === 'failed') return { status: 'failed', error: row.error ?? 'failed', category: (row.category as FutureCategory | null) ?? 'unknown' };
+  if (row.status === 'failed')
+    return {
+      status: 'failed',
+      error: row.error ?? 'failed',
+      category: (row.category as FutureCategory | null) ?? 'unknown',
+    };
   return { status: 'complete', kind: row.kind, result: JSON.parse(row.result ?? 'null') };
 }
 
@@ -167,6 +196,7 @@ function outcomeOf(row: TinkerFutureTable): FutureOutcome {
  */
 function describeFailure(error: unknown): { error: string; category: 'user' | 'server' } {
   if (error instanceof AppError) return { error: error.message, category: error.status < 500 ? 'user' : 'server' };
-  if (error instanceof EngineError) return { error: error.message, category: USER_ENGINE_ERRORS.includes(error.code) ? 'user' : 'server' };
+  if (error instanceof EngineError)
+    return { error: error.message, category: USER_ENGINE_ERRORS.includes(error.code) ? 'user' : 'server' };
   return { error: 'Internal server error', category: 'server' };
 }

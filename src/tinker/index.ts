@@ -1,12 +1,12 @@
 /** The Tinker API's services, wired from what the rest of the server already has. */
 import type { Clock } from '../clock.ts';
+import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
+import type { BaseModelRegistry } from '../services/base-models.ts';
+import { CheckpointExporter } from '../services/checkpoint-export.ts';
 import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
+import type { ModelService } from '../services/model-service.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
-import type { BaseModelRegistry } from '../services/base-models.ts';
-import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
-import type { ModelService } from '../services/model-service.ts';
-import { CheckpointExporter } from '../services/checkpoint-export.ts';
 import { TinkerArchives } from './archives.ts';
 import { TinkerFutures } from './futures.ts';
 import { TinkerModels } from './models.ts';
@@ -36,9 +36,38 @@ export interface TinkerDeps {
 
 export function createTinkerServices(deps: TinkerDeps): TinkerServices {
   const futures = new TinkerFutures(deps.repository, deps.clock, deps.log);
-  const models = new TinkerModels(deps.repository, deps.models, deps.modelService, deps.baseModels, deps.runtime, deps.clock);
+  const models = new TinkerModels(
+    deps.repository,
+    deps.models,
+    deps.modelService,
+    deps.baseModels,
+    deps.runtime,
+    deps.clock,
+  );
   const sampling = new TinkerSampling(deps.repository, models, deps.baseModels, deps.runtime, futures, deps.clock);
-  const training = new TinkerTraining(models, deps.repository, deps.models, deps.runtime, deps.checkpoints, futures, sampling, deps.clock);
-  const archives = new TinkerArchives(models, deps.repository, deps.models, new CheckpointExporter(deps.modelService, deps.models), deps.clock);
-  return { futures, models, training, sampling, rest: new TinkerRest(models, deps.repository, deps.models, deps.modelService), archives };
+  const training = new TinkerTraining(
+    models,
+    deps.repository,
+    deps.models,
+    deps.runtime,
+    deps.checkpoints,
+    futures,
+    sampling,
+    deps.clock,
+  );
+  const archives = new TinkerArchives(
+    models,
+    deps.repository,
+    deps.models,
+    new CheckpointExporter(deps.modelService, deps.models),
+    deps.clock,
+  );
+  return {
+    futures,
+    models,
+    training,
+    sampling,
+    rest: new TinkerRest(models, deps.repository, deps.models, deps.modelService),
+    archives,
+  };
 }

@@ -3,19 +3,20 @@
  * model id ↔ one of our models, made with the base model, LoRA rank and seed), and `tinker://` paths ↔ our
  * checkpoints. Another entity's model or checkpoint is exactly as absent as a missing one.
  */
+
+import type { CheckpointRecord, ModelRow } from '../api/models.ts';
 import type { Clock } from '../clock.ts';
 import { AppError, excerpt, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { parseTinkerPath, stepName, type CreateSessionBody, type TinkerCheckpointKind } from './schemas.ts';
+import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
+import { canActFor, type Principal } from '../services/auth-service.ts';
+import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
+import type { BaseModelRegistry } from '../services/base-models.ts';
+import type { ModelService } from '../services/model-service.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import type { CheckpointRecord, ModelRow } from '../api/models.ts';
 import type { TinkerModelTable } from '../store/schema.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
-import { canActFor, type Principal } from '../services/auth-service.ts';
-import type { BaseModelRegistry } from '../services/base-models.ts';
-import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
-import type { ModelService } from '../services/model-service.ts';
-import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
+import { type CreateSessionBody, parseTinkerPath, stepName, type TinkerCheckpointKind } from './schemas.ts';
 
 /** Every training client's model lives in this project of its entity. */
 export const TINKER_PROJECT = 'tinker';
@@ -58,10 +59,19 @@ export class TinkerModels {
     private readonly clock: Clock,
   ) {}
 
-  async createSession(principal: Principal, body: CreateSessionBody): Promise<{ type: 'create_session'; session_id: string }> {
+  async createSession(
+    principal: Principal,
+    body: CreateSessionBody,
+  ): Promise<{ type: 'create_session'; session_id: string }> {
     const id = newId();
     const now = this.clock.now().toISOString();
-    await this.repository.insertSession({ id, entity_id: principal.entityId, sdk_version: body.sdk_version, created_at: now, heartbeat_at: now });
+    await this.repository.insertSession({
+      id,
+      entity_id: principal.entityId,
+      sdk_version: body.sdk_version,
+      created_at: now,
+      heartbeat_at: now,
+    });
     return { type: 'create_session', session_id: id };
   }
 
@@ -73,14 +83,23 @@ export class TinkerModels {
 
   async ownedSession(principal: Principal, sessionId: string): Promise<void> {
     const session = await this.repository.findSession(sessionId);
-    if (!session || !canActFor(principal, session.entity_id)) throw notFound(`Session ${JSON.stringify(excerpt(sessionId))}`);
+    if (!session || !canActFor(principal, session.entity_id))
+      throw notFound(`Session ${JSON.stringify(excerpt(sessionId))}`);
   }
 
-  async capabilities(): Promise<{ supported_models: { model_name: string; max_context_length: number | null; trainable: boolean; sampleable: boolean }[] }> {
+  async capabilities(): Promise<{
+    supported_models: {
+      model_name: string;
+      max_context_length: number | null;
+      trainable: boolean;
+      sampleable: boolean;
+    }[];
+  }> {
     const supported = [];
     for (const id of this.baseModels.loadableIds()) {
       // A base whose tokenizer cannot be read cannot be trained or sampled through token ids.
-      if ((await this.runtime.vocabularySize(id)) !== null) supported.push({ model_name: id, max_context_length: null, trainable: true, sampleable: true });
+      if ((await this.runtime.vocabularySize(id)) !== null)
+        supported.push({ model_name: id, max_context_length: null, trainable: true, sampleable: true });
     }
     return { supported_models: supported };
   }
@@ -88,12 +107,27 @@ export class TinkerModels {
   /** The model behind a new training client, named after its Tinker id in the `tinker` project. */
   async create(principal: Principal, spec: NewTrainingClient): Promise<TinkerModel> {
     await this.ownedSession(principal, spec.session_id);
-    if (!this.baseModels.find(spec.base_model)) throw new AppError('not_found', `Base model ${JSON.stringify(excerpt(spec.base_model))} is not available on this server`);
+    if (!this.baseModels.find(spec.base_model))
+      throw new AppError(
+        'not_found',
+        `Base model ${JSON.stringify(excerpt(spec.base_model))} is not available on this server`,
+      );
     const tinkerId = trainingClientId(spec.session_id, spec.model_seq_id);
     if (await this.repository.findModel(tinkerId)) throw new AppError('conflict', `Model ${tinkerId} already exists`);
-    const view = await this.modelService.create(principal, { project: TINKER_PROJECT, name: tinkerId.replaceAll(':', '-'), base_model: spec.base_model });
+    const view = await this.modelService.create(principal, {
+      project: TINKER_PROJECT,
+      name: tinkerId.replaceAll(':', '-'),
+      base_model: spec.base_model,
+    });
     const seed = spec.seed ?? Math.floor(Math.random() * 2 ** 32);
-    const row: TinkerModelTable = { id: tinkerId, model_id: view.id, session_id: spec.session_id, lora_rank: spec.rank, seed, created_at: this.clock.now().toISOString() };
+    const row: TinkerModelTable = {
+      id: tinkerId,
+      model_id: view.id,
+      session_id: spec.session_id,
+      lora_rank: spec.rank,
+      seed,
+      created_at: this.clock.now().toISOString(),
+    };
     await this.repository.insertModel(row);
     return this.owned(principal, tinkerId);
   }
@@ -107,21 +141,27 @@ export class TinkerModels {
   async owned(principal: Principal, id: string): Promise<TinkerModel> {
     const row = await this.repository.findModel(id);
     const model = row && (await this.models.findById(row.model_id));
-    if (!row || !model || !canActFor(principal, model.entity_id)) throw notFound(`Model ${JSON.stringify(excerpt(id))}`);
+    if (!row || !model || !canActFor(principal, model.entity_id))
+      throw notFound(`Model ${JSON.stringify(excerpt(id))}`);
     return { tinkerId: row.id, model, rank: row.lora_rank, seed: row.seed };
   }
 
   /** Any of the principal's models by our id: every model is a Tinker training run. */
   async ownedRun(principal: Principal, modelId: string): Promise<ModelRow> {
     const model = await this.models.findById(modelId);
-    if (!model || !canActFor(principal, model.entity_id)) throw notFound(`Training run ${JSON.stringify(excerpt(modelId))}`);
+    if (!model || !canActFor(principal, model.entity_id))
+      throw notFound(`Training run ${JSON.stringify(excerpt(modelId))}`);
     return model;
   }
 
   /** `tinker://<model>/<kind>/<name>`: a name a client saved, else `step<N>` of any checkpoint. */
   async resolvePath(principal: Principal, path: string): Promise<ResolvedCheckpoint> {
     const parsed = parseTinkerPath(path);
-    if (!parsed) throw new AppError('bad_request', `Invalid tinker path ${JSON.stringify(excerpt(path))}: expected tinker://<training run>/<sampler_weights|weights>/<name>`);
+    if (!parsed)
+      throw new AppError(
+        'bad_request',
+        `Invalid tinker path ${JSON.stringify(excerpt(path))}: expected tinker://<training run>/<sampler_weights|weights>/<name>`,
+      );
     const model = await this.models.findById(parsed.modelId);
     if (!model || !canActFor(principal, model.entity_id)) throw notFound(`Checkpoint ${JSON.stringify(excerpt(path))}`);
     const named = await this.repository.findCheckpoint(model.id, parsed.kind, parsed.name);
@@ -129,6 +169,12 @@ export class TinkerModels {
     const step = named?.step ?? (stepMatch ? Number(stepMatch[1]) : null);
     const checkpoint = step === null ? undefined : await this.models.findCheckpointByStep(model.id, step);
     if (!checkpoint) throw notFound(`Checkpoint ${JSON.stringify(excerpt(path))}`);
-    return { model, checkpoint, kind: parsed.kind, name: named ? parsed.name : stepName(checkpoint.step), statePath: named?.state_path ?? null };
+    return {
+      model,
+      checkpoint,
+      kind: parsed.kind,
+      name: named ? parsed.name : stepName(checkpoint.step),
+      statePath: named?.state_path ?? null,
+    };
   }
 }

@@ -98,8 +98,10 @@ function decodeTensor(bytes: Uint8Array): ProtoTensor {
     else if (field === 2) throw malformed('sparse tensors are not supported');
     else if (field === 3) dtype = Number(value);
   }
-  if (dtype === DTYPE_FLOAT32) return { dtype: 'float32', values: littleEndian(dense, 4, (v, o) => v.getFloat32(o, true)) };
-  if (dtype === DTYPE_INT64) return { dtype: 'int64', values: littleEndian(dense, 8, (v, o) => Number(v.getBigInt64(o, true))) };
+  if (dtype === DTYPE_FLOAT32)
+    return { dtype: 'float32', values: littleEndian(dense, 4, (v, o) => v.getFloat32(o, true)) };
+  if (dtype === DTYPE_INT64)
+    return { dtype: 'int64', values: littleEndian(dense, 8, (v, o) => Number(v.getBigInt64(o, true))) };
   if (dtype === DTYPE_INT32) return { dtype: 'int64', values: littleEndian(dense, 4, (v, o) => v.getInt32(o, true)) };
   throw malformed(`unsupported tensor dtype ${dtype}`);
 }
@@ -142,7 +144,14 @@ function decodeDatum(bytes: Uint8Array): ProtoDatum {
 /** The `ForwardBackwardRequest` message; numeric loss config from the v2 map (numbers) or the legacy one. */
 export function decodeForwardBackward(bytes: Uint8Array): ProtoForwardBackward {
   const config = Object.create(null) as Record<string, number>;
-  const request: ProtoForwardBackward = { model_id: '', seq_id: 0, loss_fn: '', loss_fn_config: config, forward_only: false, data: [] };
+  const request: ProtoForwardBackward = {
+    model_id: '',
+    seq_id: 0,
+    loss_fn: '',
+    loss_fn_config: config,
+    forward_only: false,
+    data: [],
+  };
   for (const [field, , value] of new Reader(bytes).fields()) {
     if (field === 1) request.model_id = text(value);
     else if (field === 2) request.seq_id = Number(value);
@@ -235,7 +244,10 @@ export function encodeSampleResponse(sequences: SampleSequenceOut[], promptLogpr
 }
 
 /** `ForwardBackwardOutput`: one ArrayRecord of float32 per-datum fields (concatenated, with byte offsets) and metrics. */
-export function encodeForwardBackwardOutput(outputs: Record<string, number[]>[], metrics: Record<string, number>): Uint8Array {
+export function encodeForwardBackwardOutput(
+  outputs: Record<string, number[]>[],
+  metrics: Record<string, number>,
+): Uint8Array {
   const writer = new Writer().string(1, 'ArrayRecord');
   const record = new Writer().string(1, 'ArrayRecord');
   const names = outputs.length ? Object.keys(outputs[0]) : [];
@@ -250,6 +262,7 @@ export function encodeForwardBackwardOutput(outputs: Record<string, number[]>[],
   }
   record.uint(3, outputs.length);
   writer.bytes(2, record.finish());
-  for (const [key, value] of Object.entries(metrics)) writer.bytes(3, new Writer().string(1, key).double(2, value).finish());
+  for (const [key, value] of Object.entries(metrics))
+    writer.bytes(3, new Writer().string(1, key).double(2, value).finish());
   return writer.finish();
 }

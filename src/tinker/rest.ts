@@ -3,13 +3,14 @@
  * with `tinker://` paths (names a client saved, and `step<N>` for every checkpoint), weights info, checkpoint
  * deletion (the ordinary checkpoint step goes), and a training client's model info.
  */
-import { stepName, tinkerPath, type TinkerCheckpointKind } from './schemas.ts';
-import type { ModelRepository } from '../store/model-repository.ts';
+
 import type { CheckpointRecord, ModelRow } from '../api/models.ts';
-import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { ModelService } from '../services/model-service.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerModels } from './models.ts';
+import { stepName, type TinkerCheckpointKind, tinkerPath } from './schemas.ts';
 
 export interface TinkerCheckpointView {
   checkpoint_id: string;
@@ -66,7 +67,10 @@ export class TinkerRest {
   async trainingRuns(principal: Principal, offset: number, limit: number) {
     const all = await this.repository.modelsOf(principal.entities.map((entity) => entity.id));
     const page = all.slice(offset, offset + limit);
-    return { training_runs: await Promise.all(page.map((model) => this.runView(model))), cursor: { offset, limit, total_count: all.length } };
+    return {
+      training_runs: await Promise.all(page.map((model) => this.runView(model))),
+      cursor: { offset, limit, total_count: all.length },
+    };
   }
 
   async checkpoints(principal: Principal, modelId: string) {
@@ -104,7 +108,11 @@ export class TinkerRest {
 
   /** Every trained step as a sampler checkpoint; those saved with save_weights also as training checkpoints. */
   private async checkpointViews(model: ModelRow): Promise<TinkerCheckpointView[]> {
-    const { items } = await this.models.pageCheckpoints(model.id, undefined, { after: undefined, limit: CHECKPOINT_PAGE, order: 'asc' });
+    const { items } = await this.models.pageCheckpoints(model.id, undefined, {
+      after: undefined,
+      limit: CHECKPOINT_PAGE,
+      order: 'asc',
+    });
     const named = await this.repository.checkpointsOf(model.id);
     const view = (checkpoint: CheckpointRecord, kind: TinkerCheckpointKind, name: string): TinkerCheckpointView => ({
       checkpoint_id: `${kind === 'training' ? 'weights' : 'sampler_weights'}/${name}`,
@@ -118,7 +126,8 @@ export class TinkerRest {
       const names = named.filter((row) => row.step === checkpoint.step);
       const sampler = names.find((row) => row.kind === 'sampler')?.name ?? stepName(checkpoint.step);
       views.push(view(checkpoint, 'sampler', sampler));
-      for (const row of names.filter((candidate) => candidate.kind === 'training')) views.push(view(checkpoint, 'training', row.name));
+      for (const row of names.filter((candidate) => candidate.kind === 'training'))
+        views.push(view(checkpoint, 'training', row.name));
     }
     return views;
   }

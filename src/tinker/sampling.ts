@@ -4,17 +4,17 @@
  * why it stopped out; optionally the prompt's logprobs. Sampling never waits for a model's training queue.
  */
 import type { Clock } from '../clock.ts';
+import { servingAdapterKey } from '../engine/adapter-keys.ts';
+import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
 import { AppError, excerpt, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
-import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from './schemas.ts';
-import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
-import { servingAdapterKey } from '../engine/adapter-keys.ts';
-import type { TinkerRepository } from '../store/tinker-repository.ts';
 import { canActFor, type Principal } from '../services/auth-service.ts';
-import type { BaseModelRegistry } from '../services/base-models.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
+import type { BaseModelRegistry } from '../services/base-models.ts';
+import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerFutures } from './futures.ts';
 import type { TinkerModels } from './models.ts';
+import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from './schemas.ts';
 
 /** Tokens a sample may take when the client sets no max_tokens. */
 const DEFAULT_MAX_TOKENS = 128;
@@ -48,19 +48,34 @@ export class TinkerSampling {
     private readonly clock: Clock,
   ) {}
 
-  async createSession(principal: Principal, body: CreateSamplingSessionBody): Promise<{ type: 'create_sampling_session'; sampling_session_id: string }> {
+  async createSession(
+    principal: Principal,
+    body: CreateSamplingSessionBody,
+  ): Promise<{ type: 'create_sampling_session'; sampling_session_id: string }> {
     await this.tinkerModels.ownedSession(principal, body.session_id);
     const target = await this.target(principal, body.model_path ?? null, body.base_model ?? null);
-    return { type: 'create_sampling_session', sampling_session_id: await this.createSessionFor(principal, target.base, target.modelPath) };
+    return {
+      type: 'create_sampling_session',
+      sampling_session_id: await this.createSessionFor(principal, target.base, target.modelPath),
+    };
   }
 
   async createSessionFor(principal: Principal, base: string, modelPath: string | null): Promise<string> {
     const id = newId();
-    await this.repository.insertSamplingSession({ id, entity_id: principal.entityId, base_model: base, model_path: modelPath, created_at: this.clock.now().toISOString() });
+    await this.repository.insertSamplingSession({
+      id,
+      entity_id: principal.entityId,
+      base_model: base,
+      model_path: modelPath,
+      created_at: this.clock.now().toISOString(),
+    });
     return id;
   }
 
-  async describeSession(principal: Principal, id: string): Promise<{ sampler_id: string; base_model: string; model_path: string | null }> {
+  async describeSession(
+    principal: Principal,
+    id: string,
+  ): Promise<{ sampler_id: string; base_model: string; model_path: string | null }> {
     const session = await this.repository.findSamplingSession(id);
     if (!session || !canActFor(principal, session.entity_id)) throw notFound(`Sampler ${JSON.stringify(excerpt(id))}`);
     return { sampler_id: session.id, base_model: session.base_model, model_path: session.model_path };
@@ -70,7 +85,11 @@ export class TinkerSampling {
   async sample(principal: Principal, body: SampleBody): Promise<UntypedFuture> {
     let modelPath = body.model_path ?? null;
     let baseModel = body.base_model ?? null;
-    if (body.sampling_session_id) ({ model_path: modelPath, base_model: baseModel } = await this.describeSession(principal, body.sampling_session_id));
+    if (body.sampling_session_id)
+      ({ model_path: modelPath, base_model: baseModel } = await this.describeSession(
+        principal,
+        body.sampling_session_id,
+      ));
     const target = await this.target(principal, modelPath, baseModel);
     const base = await this.runtime.load(target.base);
     const request = generateRequest(base, target, body);
@@ -79,25 +98,46 @@ export class TinkerSampling {
     const requestId = await this.futures.submit(principal, 'sample', null, async () => {
       const result = await this.run(base, request, body.sampling_params.stop ?? null, wantPrompt);
       // Only the last N are scored: the earlier entries are null, as the SDK documents.
-      if (lastN !== null && result.prompt_logprobs) result.prompt_logprobs = result.prompt_logprobs.map((value, index, all) => (index < all.length - lastN ? null : value));
+      if (lastN !== null && result.prompt_logprobs)
+        result.prompt_logprobs = result.prompt_logprobs.map((value, index, all) =>
+          index < all.length - lastN ? null : value,
+        );
       return result;
     });
-    return { request_id: requestId, sample_sequence_ids: Array.from({ length: request.n ?? 1 }, (_, index) => `${requestId}:${index}`) };
+    return {
+      request_id: requestId,
+      sample_sequence_ids: Array.from({ length: request.n ?? 1 }, (_, index) => `${requestId}:${index}`),
+    };
   }
 
   private async target(principal: Principal, modelPath: string | null, baseModel: string | null): Promise<Target> {
     if (modelPath) {
       const { model, checkpoint } = await this.tinkerModels.resolvePath(principal, modelPath);
-      const adapter = checkpoint.adapterPath ? { adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath } : { adapter: null };
+      const adapter = checkpoint.adapterPath
+        ? { adapter: servingAdapterKey(checkpoint.id), adapter_path: checkpoint.adapterPath }
+        : { adapter: null };
       return { base: model.base_model, adapter, modelPath };
     }
     if (!baseModel) throw new AppError('bad_request', 'Sampling needs a model_path or a base_model');
-    if (!this.baseModels.find(baseModel)) throw new AppError('not_found', `Base model ${JSON.stringify(excerpt(baseModel))} is not available on this server`);
+    if (!this.baseModels.find(baseModel))
+      throw new AppError(
+        'not_found',
+        `Base model ${JSON.stringify(excerpt(baseModel))} is not available on this server`,
+      );
     return { base: baseModel, adapter: { adapter: null }, modelPath: null };
   }
 
-  private async run(base: LoadedBase, request: GenerateRequest, stop: SamplingParams['stop'], wantPrompt: boolean): Promise<SampleResult> {
-    const sequences: SampledSequence[] = Array.from({ length: request.n ?? 1 }, () => ({ stop_reason: 'length', tokens: [], logprobs: [] }));
+  private async run(
+    base: LoadedBase,
+    request: GenerateRequest,
+    stop: SamplingParams['stop'],
+    wantPrompt: boolean,
+  ): Promise<SampleResult> {
+    const sequences: SampledSequence[] = Array.from({ length: request.n ?? 1 }, () => ({
+      stop_reason: 'length',
+      tokens: [],
+      logprobs: [],
+    }));
     let promptLogprobs: (number | null)[] | null = null;
     for await (const event of this.runtime.sampler().generate(request)) {
       if (event.type === 'prompt') promptLogprobs = event.prompt_logprobs.map((entry) => entry?.logprob ?? null);
@@ -106,7 +146,12 @@ export class TinkerSampling {
         sequences[event.seq].logprobs.push(...(event.logprobs ?? []).map((value) => value ?? 0));
       } else if (event.type === 'finish') sequences[event.seq].stop_reason = event.finish_reason;
     }
-    const stopStrings = typeof stop === 'string' ? [stop] : Array.isArray(stop) && stop.every((item) => typeof item === 'string') ? (stop as string[]) : [];
+    const stopStrings =
+      typeof stop === 'string'
+        ? [stop]
+        : Array.isArray(stop) && stop.every((item) => typeof item === 'string')
+          ? (stop as string[])
+          : [];
     if (stopStrings.length) for (const sequence of sequences) cutAtStopString(sequence, stopStrings, base);
     return { type: 'sample', sequences, prompt_logprobs: wantPrompt ? promptLogprobs : null };
   }
@@ -117,8 +162,13 @@ function promptLogprobsLastN(body: SampleBody): number | null {
   const lastN = body.prompt_logprobs_last_n ?? null;
   if (lastN === null) return null;
   const length = body.prompt.chunks.reduce((sum, chunk) => sum + chunk.tokens.length, 0);
-  if (body.prompt_logprobs !== true) throw new AppError('bad_request', 'prompt_logprobs_last_n needs prompt_logprobs: true');
-  if (lastN > length - 1) throw new AppError('bad_request', `prompt_logprobs_last_n must be between 1 and ${length - 1} (the prompt's length less one), not ${lastN}`);
+  if (body.prompt_logprobs !== true)
+    throw new AppError('bad_request', 'prompt_logprobs_last_n needs prompt_logprobs: true');
+  if (lastN > length - 1)
+    throw new AppError(
+      'bad_request',
+      `prompt_logprobs_last_n must be between 1 and ${length - 1} (the prompt's length less one), not ${lastN}`,
+    );
   return lastN;
 }
 
@@ -128,15 +178,25 @@ function generateRequest(base: LoadedBase, target: Target, body: SampleBody): Ge
   const context = base.engine.context_length;
   if (!prompt.length) throw new AppError('bad_request', 'The prompt has no tokens');
   const outside = prompt.find((id) => id < 0 || id >= vocab);
-  if (outside !== undefined) throw new AppError('bad_request', `Prompt token id ${outside} is outside the vocabulary (0..${vocab - 1})`);
+  if (outside !== undefined)
+    throw new AppError('bad_request', `Prompt token id ${outside} is outside the vocabulary (0..${vocab - 1})`);
   const n = body.num_samples ?? 1;
-  if (n > base.engine.max_num_seqs) throw new AppError('bad_request', `num_samples=${n} exceeds the ${base.engine.max_num_seqs} sequences this server decodes at once`);
+  if (n > base.engine.max_num_seqs)
+    throw new AppError(
+      'bad_request',
+      `num_samples=${n} exceeds the ${base.engine.max_num_seqs} sequences this server decodes at once`,
+    );
   const params = body.sampling_params;
   const maxTokens = params.max_tokens ?? Math.min(DEFAULT_MAX_TOKENS, context - prompt.length);
-  if (prompt.length + maxTokens > context) throw new AppError('bad_request', `The prompt (${prompt.length} tokens) and max_tokens (${maxTokens}) exceed the context length ${context}`);
+  if (prompt.length + maxTokens > context)
+    throw new AppError(
+      'bad_request',
+      `The prompt (${prompt.length} tokens) and max_tokens (${maxTokens}) exceed the context length ${context}`,
+    );
   const stop = params.stop ?? null;
   const stopIds = Array.isArray(stop) && stop.every((item) => typeof item === 'number') ? (stop as number[]) : [];
-  if (stopIds.some((id) => id < 0 || id >= vocab)) throw new AppError('bad_request', 'A stop token id is outside the vocabulary');
+  if (stopIds.some((id) => id < 0 || id >= vocab))
+    throw new AppError('bad_request', 'A stop token id is outside the vocabulary');
   return {
     ...target.adapter,
     base: base.id,

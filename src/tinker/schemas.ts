@@ -3,11 +3,11 @@
  * kept: the SDK sends `type` tags and fields we ignore), result shapes, the documented loss defaults, the
  * client configuration we announce, and `tinker://` paths. The protobuf half of the wire is in tinker-proto.ts.
  */
-import { Type, type Static } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
+import { LearningRate } from '../api/training-jobs.ts';
+import { boundSchema } from '../engine/bounds.ts';
 import { AppError } from '../errors.ts';
 import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './proto.ts';
-import { boundSchema } from '../engine/bounds.ts';
-import { LearningRate } from '../api/training-jobs.ts';
 
 const open = { additionalProperties: true } as const;
 const Id = Type.String({ minLength: 1, maxLength: 512 });
@@ -19,7 +19,11 @@ export const ClientConfigBody = Type.Object({ sdk_version: Type.Optional(Type.St
 export type ClientConfigBody = Static<typeof ClientConfigBody>;
 
 export const CreateSessionBody = Type.Object(
-  { sdk_version: Type.String({ maxLength: 64 }), tags: Type.Optional(Type.Array(Type.String())), project_id: Type.Optional(Type.Union([Type.String(), Type.Null()])) },
+  {
+    sdk_version: Type.String({ maxLength: 64 }),
+    tags: Type.Optional(Type.Array(Type.String())),
+    project_id: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  },
   open,
 );
 export type CreateSessionBody = Static<typeof CreateSessionBody>;
@@ -39,7 +43,12 @@ export const LoraConfig = Type.Object(
 );
 
 export const CreateModelBody = Type.Object(
-  { session_id: Id, model_seq_id: Int, base_model: Type.String({ minLength: 1, maxLength: 256 }), lora_config: Type.Optional(Type.Union([LoraConfig, Type.Null()])) },
+  {
+    session_id: Id,
+    model_seq_id: Int,
+    base_model: Type.String({ minLength: 1, maxLength: 256 }),
+    lora_config: Type.Optional(Type.Union([LoraConfig, Type.Null()])),
+  },
   open,
 );
 export type CreateModelBody = Static<typeof CreateModelBody>;
@@ -65,7 +74,12 @@ export type OptimStepBody = Static<typeof OptimStepBody>;
 const CheckpointName = Type.String({ pattern: '^[A-Za-z0-9._-]{1,128}$' });
 
 export const SaveWeightsBody = Type.Object(
-  { model_id: Id, seq_id: SeqId, path: Type.Optional(Type.Union([CheckpointName, Type.Null()])), sampling_session_seq_id: Type.Optional(Type.Union([Int, Type.Null()])) },
+  {
+    model_id: Id,
+    seq_id: SeqId,
+    path: Type.Optional(Type.Union([CheckpointName, Type.Null()])),
+    sampling_session_seq_id: Type.Optional(Type.Union([Int, Type.Null()])),
+  },
   open,
 );
 export type SaveWeightsBody = Static<typeof SaveWeightsBody>;
@@ -99,7 +113,9 @@ export const SamplingParams = Type.Object(
   {
     max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1_000_000 }), Type.Null()])),
     seed: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: 2 ** 53 }), Type.Null()])),
-    stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String()), Type.Array(Type.Integer()), Type.Null()])),
+    stop: Type.Optional(
+      Type.Union([Type.String(), Type.Array(Type.String()), Type.Array(Type.Integer()), Type.Null()]),
+    ),
     temperature: Type.Optional(Type.Number(boundSchema('temperature'))),
     top_k: Type.Optional(Type.Integer(boundSchema('top_k'))),
     top_p: Type.Optional(Type.Number(boundSchema('top_p'))),
@@ -135,44 +151,83 @@ const TensorJson = Type.Object(
   },
   open,
 );
-const ChunkJson = Type.Object({ type: Type.Optional(Type.String({ maxLength: 64 })), tokens: Type.Optional(Type.Array(Type.Integer(), { maxItems: 1_000_000 })) }, open);
-const DatumJson = Type.Object({ model_input: Type.Object({ chunks: Type.Array(ChunkJson, { maxItems: 10_000 }) }, open), loss_fn_inputs: Type.Record(Type.String({ maxLength: 128 }), TensorJson) }, open);
+const ChunkJson = Type.Object(
+  {
+    type: Type.Optional(Type.String({ maxLength: 64 })),
+    tokens: Type.Optional(Type.Array(Type.Integer(), { maxItems: 1_000_000 })),
+  },
+  open,
+);
+const DatumJson = Type.Object(
+  {
+    model_input: Type.Object({ chunks: Type.Array(ChunkJson, { maxItems: 10_000 }) }, open),
+    loss_fn_inputs: Type.Record(Type.String({ maxLength: 128 }), TensorJson),
+  },
+  open,
+);
 const ForwardBackwardInputJson = Type.Object(
   {
     data: Type.Array(DatumJson, { maxItems: 100_000 }),
     loss_fn: Type.String({ maxLength: 128 }),
-    loss_fn_config: Type.Optional(Type.Union([Type.Record(Type.String({ maxLength: 128 }), Type.Number()), Type.Null()])),
+    loss_fn_config: Type.Optional(
+      Type.Union([Type.Record(Type.String({ maxLength: 128 }), Type.Number()), Type.Null()]),
+    ),
   },
   open,
 );
 
 /** `forward_backward` as SDKs before the protobuf wire send it (tinker 0.18, which ART 0.5.18's Tinker backends pin). */
-export const ForwardBackwardJsonBody = Type.Object({ model_id: Id, seq_id: SeqId, forward_backward_input: ForwardBackwardInputJson }, open);
+export const ForwardBackwardJsonBody = Type.Object(
+  { model_id: Id, seq_id: SeqId, forward_backward_input: ForwardBackwardInputJson },
+  open,
+);
 export type ForwardBackwardJsonBody = Static<typeof ForwardBackwardJsonBody>;
 
 /** `forward`: the same input on its own path (tinker 0.18; newer SDKs send `forward_only` in the protobuf). */
-export const ForwardJsonBody = Type.Object({ model_id: Id, seq_id: SeqId, forward_input: ForwardBackwardInputJson }, open);
+export const ForwardJsonBody = Type.Object(
+  { model_id: Id, seq_id: SeqId, forward_input: ForwardBackwardInputJson },
+  open,
+);
 export type ForwardJsonBody = Static<typeof ForwardJsonBody>;
 
 /** A JSON forward/forward_backward as the request the protobuf wire decodes to; a non-text chunk is a 400. */
-export function forwardBackwardFromJson(modelId: string, seqId: number | null | undefined, input: Static<typeof ForwardBackwardInputJson>, forwardOnly: boolean): ProtoForwardBackward {
+export function forwardBackwardFromJson(
+  modelId: string,
+  seqId: number | null | undefined,
+  input: Static<typeof ForwardBackwardInputJson>,
+  forwardOnly: boolean,
+): ProtoForwardBackward {
   const data = input.data.map((datum, index): ProtoDatum => {
     const tokens: number[] = [];
     for (const chunk of datum.model_input.chunks) {
       if ((chunk.type ?? 'encoded_text') !== 'encoded_text' || !chunk.tokens) {
-        throw new AppError('bad_request', `data[${index}].model_input: only encoded_text chunks are supported (no images or audio)`);
+        throw new AppError(
+          'bad_request',
+          `data[${index}].model_input: only encoded_text chunks are supported (no images or audio)`,
+        );
       }
       tokens.push(...chunk.tokens);
     }
     // Keys are the client's: a null-prototype object keeps `__proto__` an ordinary (unknown) name.
     const lossFnInputs = Object.create(null) as Record<string, ProtoTensor>;
-    for (const [key, tensor] of Object.entries(datum.loss_fn_inputs)) lossFnInputs[key] = { dtype: tensor.dtype, values: tensor.data };
+    for (const [key, tensor] of Object.entries(datum.loss_fn_inputs))
+      lossFnInputs[key] = { dtype: tensor.dtype, values: tensor.data };
     return { tokens, lossFnInputs };
   });
-  return { model_id: modelId, seq_id: seqId ?? 0, loss_fn: input.loss_fn, loss_fn_config: { ...input.loss_fn_config }, forward_only: forwardOnly, data };
+  return {
+    model_id: modelId,
+    seq_id: seqId ?? 0,
+    loss_fn: input.loss_fn,
+    loss_fn_config: { ...input.loss_fn_config },
+    forward_only: forwardOnly,
+    data,
+  };
 }
 
-export const RetrieveFutureBody = Type.Object({ request_id: Id, allow_metadata_only: Type.Optional(Type.Boolean()) }, open);
+export const RetrieveFutureBody = Type.Object(
+  { request_id: Id, allow_metadata_only: Type.Optional(Type.Boolean()) },
+  open,
+);
 export type RetrieveFutureBody = Static<typeof RetrieveFutureBody>;
 
 export const WeightsInfoBody = Type.Object({ tinker_path: Type.String({ minLength: 1, maxLength: 1024 }) }, open);
@@ -220,7 +275,6 @@ export const LOSS_DEFAULTS = {
 } as const satisfies Record<string, Record<string, number>>;
 export type TinkerLoss = keyof typeof LOSS_DEFAULTS;
 
-
 export type TinkerCheckpointKind = 'sampler' | 'training';
 const SEGMENT: Record<TinkerCheckpointKind, string> = { sampler: 'sampler_weights', training: 'weights' };
 
@@ -242,5 +296,6 @@ export const stepName = (step: number) => `step${step}`;
  * archive call (tinker 0.18–0.34 `get_checkpoint_archive_url`) is answered with a 302 to it and an `Expires` header.
  */
 export const ARCHIVE_DOWNLOAD_ROUTE = '/api/v1/checkpoint_archives/:model_id/:step';
-export const archiveDownloadPath = (modelId: string, step: number) => `/api/v1/checkpoint_archives/${encodeURIComponent(modelId)}/${step}`;
+export const archiveDownloadPath = (modelId: string, step: number) =>
+  `/api/v1/checkpoint_archives/${encodeURIComponent(modelId)}/${step}`;
 export const ARCHIVE_URL_TTL_SECONDS = 15 * 60;

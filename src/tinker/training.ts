@@ -4,22 +4,33 @@
  * save_weights_for_sampler (adapter), load_weights. Each runs as a future in the model's queue, so one model's
  * operations execute in submission order; every save is the model's next ordinary checkpoint step.
  */
-import { AppError } from '../errors.ts';
+
+import type { Clock } from '../clock.ts';
 import { tinkerAdapterKey } from '../engine/adapter-keys.ts';
 import { EngineError } from '../engine/errors.ts';
-import { LOSS_DEFAULTS, stepName, tinkerPath, type UntypedFuture, type CreateModelBody, type LoadWeightsBody, type OptimStepBody, type SaveWeightsBody, type TinkerLoss } from './schemas.ts';
-import type { ProtoDatum, ProtoForwardBackward } from './proto.ts';
 import type { ForwardBackwardReply, StepRow } from '../engine/protocol.ts';
+import { AppError } from '../errors.ts';
 import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
+import type { Principal } from '../services/auth-service.ts';
+import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
-import type { Clock } from '../clock.ts';
-import type { Principal } from '../services/auth-service.ts';
-import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
-import { numbered, type NumberedRequest, type TinkerFutures } from './futures.ts';
-import { trainingClientId, type TinkerModel, type TinkerModels } from './models.ts';
+import { type NumberedRequest, numbered, type TinkerFutures } from './futures.ts';
+import { type TinkerModel, type TinkerModels, trainingClientId } from './models.ts';
+import type { ProtoDatum, ProtoForwardBackward } from './proto.ts';
 import type { TinkerSampling } from './sampling.ts';
+import {
+  type CreateModelBody,
+  LOSS_DEFAULTS,
+  type LoadWeightsBody,
+  type OptimStepBody,
+  type SaveWeightsBody,
+  stepName,
+  type TinkerLoss,
+  tinkerPath,
+  type UntypedFuture,
+} from './schemas.ts';
 
 const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
 const MLP = ['gate_proj', 'up_proj', 'down_proj'];
@@ -67,7 +78,10 @@ export class TinkerTraining {
   async forwardBackward(principal: Principal, request: ProtoForwardBackward): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, request.model_id);
     if (!Object.hasOwn(LOSS_DEFAULTS, request.loss_fn)) {
-      throw new AppError('bad_request', `Unknown loss_fn ${JSON.stringify(request.loss_fn.slice(0, 100))}: one of ${Object.keys(LOSS_DEFAULTS).join(', ')}`);
+      throw new AppError(
+        'bad_request',
+        `Unknown loss_fn ${JSON.stringify(request.loss_fn.slice(0, 100))}: one of ${Object.keys(LOSS_DEFAULTS).join(', ')}`,
+      );
     }
     const loss = request.loss_fn as TinkerLoss;
     const vocab = await this.runtime.vocabularySize(model.model.base_model);
@@ -76,44 +90,88 @@ export class TinkerTraining {
     const lossConfig = { ...LOSS_DEFAULTS[loss], ...pick(request.loss_fn_config, Object.keys(LOSS_DEFAULTS[loss])) };
     // In protobuf an unset number reads as 0; the SDK numbers from 1.
     const numberedRequest = numbered(clientScope(model.tinkerId), request.seq_id || null, request);
-    return this.queue(principal, request.forward_only ? 'forward' : 'forward_backward', model, numberedRequest, async () => {
-      const { base, adapter } = await this.ready(model);
-      const reply = await this.runtime.trainer().request('forward_backward', { base, adapter, loss, loss_config: lossConfig, backward: !request.forward_only, rows });
-      return forwardBackwardResult(reply);
-    });
+    return this.queue(
+      principal,
+      request.forward_only ? 'forward' : 'forward_backward',
+      model,
+      numberedRequest,
+      async () => {
+        const { base, adapter } = await this.ready(model);
+        const reply = await this.runtime.trainer().request('forward_backward', {
+          base,
+          adapter,
+          loss,
+          loss_config: lossConfig,
+          backward: !request.forward_only,
+          rows,
+        });
+        return forwardBackwardResult(reply);
+      },
+    );
   }
 
   async optimStep(principal: Principal, body: OptimStepBody): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, body.model_id);
     const adam = { weight_decay: 0, grad_clip_norm: 0, ...body.adam_params };
-    return this.queue(principal, 'optim_step', model, numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
-      const { base, adapter } = await this.ready(model);
-      const reply = await this.runtime.trainer().request('optim_step', {
-        base,
-        adapter,
-        adam: { learning_rate: adam.learning_rate, beta1: adam.beta1, beta2: adam.beta2, eps: adam.eps, weight_decay: adam.weight_decay, grad_clip_norm: adam.grad_clip_norm },
-      });
-      return { type: 'optim_step', metrics: reply.metrics };
-    });
+    return this.queue(
+      principal,
+      'optim_step',
+      model,
+      numbered(clientScope(model.tinkerId), body.seq_id, body),
+      async () => {
+        const { base, adapter } = await this.ready(model);
+        const reply = await this.runtime.trainer().request('optim_step', {
+          base,
+          adapter,
+          adam: {
+            learning_rate: adam.learning_rate,
+            beta1: adam.beta1,
+            beta2: adam.beta2,
+            eps: adam.eps,
+            weight_decay: adam.weight_decay,
+            grad_clip_norm: adam.grad_clip_norm,
+          },
+        });
+        return { type: 'optim_step', metrics: reply.metrics };
+      },
+    );
   }
 
   /** `forSampler`: the adapter alone; otherwise the full training state (adapter, optimizer, step count). */
   async save(principal: Principal, body: SaveWeightsBody, forSampler: boolean): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, body.model_id);
     const kind = forSampler ? 'sampler' : 'training';
-    return this.queue(principal, forSampler ? 'save_weights_for_sampler' : 'save_weights', model, numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
-      const { base, adapter } = await this.ready(model);
-      const trainer = this.runtime.trainer();
-      const saved = await this.checkpoints.publish(model.model.id, base, { tinker_save: 1 }, (folder) =>
-        forSampler ? trainer.request('save_adapter', { adapter, path: folder }) : trainer.request('save_state', { adapter, path: folder }),
-      );
-      const name = body.path ?? stepName(saved.step);
-      await this.repository.nameCheckpoint({ model_id: model.model.id, kind, name, step: saved.step, state_path: forSampler ? null : saved.folder, created_at: this.clock.now().toISOString() });
-      const path = tinkerPath(model.model.id, kind, name);
-      if (!forSampler) return { type: 'save_weights', path };
-      const session = body.sampling_session_seq_id == null ? null : await this.sampling.createSessionFor(principal, model.model.base_model, path);
-      return { type: 'save_weights_for_sampler', path, ...(session ? { sampling_session_id: session } : {}) };
-    });
+    return this.queue(
+      principal,
+      forSampler ? 'save_weights_for_sampler' : 'save_weights',
+      model,
+      numbered(clientScope(model.tinkerId), body.seq_id, body),
+      async () => {
+        const { base, adapter } = await this.ready(model);
+        const trainer = this.runtime.trainer();
+        const saved = await this.checkpoints.publish(model.model.id, base, { tinker_save: 1 }, (folder) =>
+          forSampler
+            ? trainer.request('save_adapter', { adapter, path: folder })
+            : trainer.request('save_state', { adapter, path: folder }),
+        );
+        const name = body.path ?? stepName(saved.step);
+        await this.repository.nameCheckpoint({
+          model_id: model.model.id,
+          kind,
+          name,
+          step: saved.step,
+          state_path: forSampler ? null : saved.folder,
+          created_at: this.clock.now().toISOString(),
+        });
+        const path = tinkerPath(model.model.id, kind, name);
+        if (!forSampler) return { type: 'save_weights', path };
+        const session =
+          body.sampling_session_seq_id == null
+            ? null
+            : await this.sampling.createSessionFor(principal, model.model.base_model, path);
+        return { type: 'save_weights_for_sampler', path, ...(session ? { sampling_session_id: session } : {}) };
+      },
+    );
   }
 
   /**
@@ -123,32 +181,69 @@ export class TinkerTraining {
   async load(principal: Principal, body: LoadWeightsBody): Promise<UntypedFuture> {
     // A new client's load is numbered in its session; an existing client's is numbered by that client (in queue).
     const { session_id: sessionId, model_seq_id: modelSeqId } = body;
-    const creation = !body.model_id && sessionId && modelSeqId != null ? numbered(sessionScope(sessionId), modelSeqId, body) : null;
+    const creation =
+      !body.model_id && sessionId && modelSeqId != null ? numbered(sessionScope(sessionId), modelSeqId, body) : null;
     const replayed = await this.futures.replayed(principal, 'load_weights', creation);
-    if (replayed && sessionId && modelSeqId != null) return { request_id: replayed, model_id: trainingClientId(sessionId, modelSeqId) };
+    if (replayed && sessionId && modelSeqId != null)
+      return { request_id: replayed, model_id: trainingClientId(sessionId, modelSeqId) };
     const source = await this.tinkerModels.resolvePath(principal, body.path);
-    if (body.optimizer && !source.statePath) throw new AppError('bad_request', `${body.path} holds no optimizer state: save it with save_state (save_weights), not save_weights_for_sampler`);
-    const model = await this.loadTarget(principal, body, source.model.base_model, await this.tinkerModels.rankOf(source.model.id));
-    if (source.model.base_model !== model.model.base_model) throw new AppError('bad_request', `The checkpoint was trained on ${source.model.base_model}, not ${model.model.base_model}`);
+    if (body.optimizer && !source.statePath)
+      throw new AppError(
+        'bad_request',
+        `${body.path} holds no optimizer state: save it with save_state (save_weights), not save_weights_for_sampler`,
+      );
+    const model = await this.loadTarget(
+      principal,
+      body,
+      source.model.base_model,
+      await this.tinkerModels.rankOf(source.model.id),
+    );
+    if (source.model.base_model !== model.model.base_model)
+      throw new AppError(
+        'bad_request',
+        `The checkpoint was trained on ${source.model.base_model}, not ${model.model.base_model}`,
+      );
     const folder = source.checkpoint.adapterPath;
-    return this.queue(principal, 'load_weights', model, creation ?? numbered(clientScope(model.tinkerId), body.seq_id, body), async () => {
-      const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
-      const trainer = this.runtime.trainer();
-      const adapter = tinkerAdapterKey(model.model.id);
-      await trainer.request('drop_adapter', { adapter });
-      this.resident.delete(model.model.id);
-      if (body.optimizer && source.statePath) await trainer.request('load_state', { base, adapter, path: source.statePath });
-      else if (folder) await trainer.request('ensure_adapter', { adapter, base, path: folder });
-      else await this.initAdapter(model, base);
-      this.resident.add(model.model.id);
-      return { type: 'load_weights', path: body.path, model_id: model.tinkerId };
-    });
+    return this.queue(
+      principal,
+      'load_weights',
+      model,
+      creation ?? numbered(clientScope(model.tinkerId), body.seq_id, body),
+      async () => {
+        const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
+        const trainer = this.runtime.trainer();
+        const adapter = tinkerAdapterKey(model.model.id);
+        await trainer.request('drop_adapter', { adapter });
+        this.resident.delete(model.model.id);
+        if (body.optimizer && source.statePath)
+          await trainer.request('load_state', { base, adapter, path: source.statePath });
+        else if (folder) await trainer.request('ensure_adapter', { adapter, base, path: folder });
+        else await this.initAdapter(model, base);
+        this.resident.add(model.model.id);
+        return { type: 'load_weights', path: body.path, model_id: model.tinkerId };
+      },
+    );
   }
 
-  private async loadTarget(principal: Principal, body: LoadWeightsBody, baseModel: string, rank: number): Promise<TinkerModel> {
+  private async loadTarget(
+    principal: Principal,
+    body: LoadWeightsBody,
+    baseModel: string,
+    rank: number,
+  ): Promise<TinkerModel> {
     if (body.model_id) return this.tinkerModels.owned(principal, body.model_id);
-    if (!body.session_id || body.model_seq_id == null) throw new AppError('bad_request', 'load_weights needs model_id, or session_id and model_seq_id to create a training client');
-    return this.tinkerModels.create(principal, { session_id: body.session_id, model_seq_id: body.model_seq_id, base_model: baseModel, rank, seed: null });
+    if (!body.session_id || body.model_seq_id == null)
+      throw new AppError(
+        'bad_request',
+        'load_weights needs model_id, or session_id and model_seq_id to create a training client',
+      );
+    return this.tinkerModels.create(principal, {
+      session_id: body.session_id,
+      model_seq_id: body.model_seq_id,
+      base_model: baseModel,
+      rank,
+      seed: null,
+    });
   }
 
   /** Frees the adapter in the trainer; the model and its checkpoints stay, and a later operation reloads the latest. */
@@ -161,9 +256,17 @@ export class TinkerTraining {
     });
   }
 
-  private queue(principal: Principal, kind: string, model: TinkerModel, request: NumberedRequest | null, work: () => Promise<unknown>): Promise<UntypedFuture> {
+  private queue(
+    principal: Principal,
+    kind: string,
+    model: TinkerModel,
+    request: NumberedRequest | null,
+    work: () => Promise<unknown>,
+  ): Promise<UntypedFuture> {
     const guarded = () => work().catch((error: unknown) => Promise.reject(this.lostState(model, error)));
-    return this.futures.submit(principal, kind, model.model.id, guarded, request).then((requestId) => ({ request_id: requestId, model_id: model.tinkerId }));
+    return this.futures
+      .submit(principal, kind, model.model.id, guarded, request)
+      .then((requestId) => ({ request_id: requestId, model_id: model.tinkerId }));
   }
 
   /**
@@ -174,7 +277,10 @@ export class TinkerTraining {
     const adapter = tinkerAdapterKey(model.model.id);
     if (!(error instanceof EngineError) || error.code !== 'not_found' || !error.message.includes(adapter)) return error;
     this.resident.delete(model.model.id);
-    return new AppError('conflict', `The trainer lost this training client's state (${adapter}): the next operation continues from the model's latest checkpoint; load_state restores a saved state`);
+    return new AppError(
+      'conflict',
+      `The trainer lost this training client's state (${adapter}): the next operation continues from the model's latest checkpoint; load_state restores a saved state`,
+    );
   }
 
   /**
@@ -186,7 +292,8 @@ export class TinkerTraining {
     const adapter = tinkerAdapterKey(model.model.id);
     if (!this.resident.has(model.model.id)) {
       const latest = await this.models.latestCheckpoint(model.model.id);
-      if (latest?.adapterPath) await this.runtime.trainer().request('ensure_adapter', { adapter, base, path: latest.adapterPath });
+      if (latest?.adapterPath)
+        await this.runtime.trainer().request('ensure_adapter', { adapter, base, path: latest.adapterPath });
       else await this.initAdapter(model, base);
       this.resident.add(model.model.id);
     }
@@ -194,9 +301,17 @@ export class TinkerTraining {
   }
 
   /** A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are. */
-  private async initAdapter(model: TinkerModel, base: string, modules: readonly string[] = LORA_DEFAULTS.target_modules): Promise<void> {
+  private async initAdapter(
+    model: TinkerModel,
+    base: string,
+    modules: readonly string[] = LORA_DEFAULTS.target_modules,
+  ): Promise<void> {
     const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
-    await this.runtime.trainer().request('ensure_adapter', { adapter: tinkerAdapterKey(model.model.id), base, init: { rank: model.rank, alpha, target_modules: [...modules], seed: model.seed } });
+    await this.runtime.trainer().request('ensure_adapter', {
+      adapter: tinkerAdapterKey(model.model.id),
+      base,
+      init: { rank: model.rank, alpha, target_modules: [...modules], seed: model.seed },
+    });
   }
 }
 
@@ -214,7 +329,8 @@ function toStepRow(datum: ProtoDatum, index: number, loss: TinkerLoss, vocab: nu
       if (required) throw bad(`loss_fn_inputs.${name} is required by ${loss}`);
       return undefined;
     }
-    if (tensor.values.length !== length) throw bad(`loss_fn_inputs.${name} has ${tensor.values.length} values for ${length} input tokens`);
+    if (tensor.values.length !== length)
+      throw bad(`loss_fn_inputs.${name} has ${tensor.values.length} values for ${length} input tokens`);
     return tensor.values;
   };
   if (!length) throw bad('model_input has no tokens');
@@ -222,8 +338,13 @@ function toStepRow(datum: ProtoDatum, index: number, loss: TinkerLoss, vocab: nu
   const targets = field('target_tokens', true) ?? [];
   const ids = [...datum.tokens, ...targets];
   const outside = ids.find((id) => !Number.isInteger(id) || id < 0 || (vocab !== null && id >= vocab));
-  if (outside !== undefined) throw bad(`token id ${outside} is outside the vocabulary (0..${vocab === null ? '?' : vocab - 1})`);
-  const row: StepRow = { tokens: datum.tokens, target_tokens: targets, weights: field('weights', false) ?? new Array(length).fill(1) };
+  if (outside !== undefined)
+    throw bad(`token id ${outside} is outside the vocabulary (0..${vocab === null ? '?' : vocab - 1})`);
+  const row: StepRow = {
+    tokens: datum.tokens,
+    target_tokens: targets,
+    weights: field('weights', false) ?? new Array(length).fill(1),
+  };
   if (rl) {
     row.logprobs = field('logprobs', true);
     row.advantages = field('advantages', true);
@@ -246,6 +367,11 @@ export interface ForwardBackwardResult {
 const REDUCTIONS: Record<string, string> = { num_tokens: 'sum', step_seconds: 'max' };
 
 function forwardBackwardResult(reply: ForwardBackwardReply): ForwardBackwardResult {
-  const metrics = Object.fromEntries(Object.entries(reply.metrics).map(([key, value]) => [key.includes(':') ? key : `${key}:${REDUCTIONS[key] ?? 'mean'}`, value]));
+  const metrics = Object.fromEntries(
+    Object.entries(reply.metrics).map(([key, value]) => [
+      key.includes(':') ? key : `${key}:${REDUCTIONS[key] ?? 'mean'}`,
+      value,
+    ]),
+  );
   return { type: 'forward_backward', outputs: reply.outputs, metrics: { ...metrics, 'loss:sum': reply.loss } };
 }

@@ -26,16 +26,24 @@ export function defaultLearningRate(baseConfig: Record<string, unknown> | null):
  * so a fresh adapter is a no-op either way).
  */
 export function loraInit(seed: number): AdapterInit {
-  return { rank: LORA_DEFAULTS.rank, alpha: LORA_DEFAULTS.alpha, target_modules: [...LORA_DEFAULTS.target_modules], seed };
+  return {
+    rank: LORA_DEFAULTS.rank,
+    alpha: LORA_DEFAULTS.alpha,
+    target_modules: [...LORA_DEFAULTS.target_modules],
+    seed,
+  };
 }
-
 
 /**
  * The clip bounds of rl-loss.md (the ratio kept within [1 - ε, 1 + ε_high]) for what the job gave: ε defaults
  * to 0.2 for PPO and 1.0 for CISPO; ε_high to ε for PPO, to 4.0 for CISPO when absent (`undefined`), and to ε
  * when sent as an explicit null.
  */
-export function lossEpsilons(ppo: boolean, epsilon: number | null, epsilonHigh: number | null | undefined): { epsilon: number; epsilon_high: number } {
+export function lossEpsilons(
+  ppo: boolean,
+  epsilon: number | null,
+  epsilonHigh: number | null | undefined,
+): { epsilon: number; epsilon_high: number } {
   const low = epsilon ?? (ppo ? 0.2 : 1.0);
   return { epsilon: low, epsilon_high: epsilonHigh ?? (ppo || epsilonHigh === null ? low : 4.0) };
 }

@@ -2,18 +2,26 @@
  * Submitting, reading, following and cancelling training jobs. Validation happens here, before the job
  * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
  */
-import { AppError, notFound, validationError, type FieldProblem } from '../errors.ts';
-import type { JobRepository } from '../store/job-repository.ts';
-import { toTrainingJob, toTrainingJobEvent, type JobRow, type RlJobBody, type TrainingJob } from '../api/training-jobs.ts';
+
+import { withGroupDefaults } from '../api/models.ts';
+import {
+  type JobRow,
+  learningRateProblem,
+  type RlJobBody,
+  type SftJobBody,
+  type TrainingJob,
+  toTrainingJob,
+  toTrainingJobEvent,
+} from '../api/training-jobs.ts';
+import { AppError, type FieldProblem, notFound, validationError } from '../errors.ts';
+import type { ArtifactService } from '../services/artifact-service.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { ModelService } from '../services/model-service.ts';
 import { checkRenderable, checkTrajectoryGroups } from '../services/trajectory-shape.ts';
+import type { JobRepository } from '../store/job-repository.ts';
+import { type RlJobPayload, rlPayload, type SftJobPayload, sftPayload } from './payloads.ts';
 import { parseRlConfig } from './rl/config.ts';
-import { rlPayload, sftPayload, type RlJobPayload, type SftJobPayload } from './payloads.ts';
 import type { KlReferenceResolver } from './rl/kl-reference.ts';
-import { withGroupDefaults } from '../api/models.ts';
-import { learningRateProblem, type SftJobBody } from '../api/training-jobs.ts';
-import type { ArtifactService } from '../services/artifact-service.ts';
 import { countConversations, SFT_DATA_FILES } from './sft/data.ts';
 
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
@@ -21,7 +29,11 @@ export const DEFAULT_SFT_BATCH_SIZE = 2;
 
 /** The part of the job queue (jobs/queue.ts) that submitting needs: the queue stores what training hands it and knows no payload shape. */
 export interface JobSubmission {
-  enqueue(input: { modelId: string; type: 'rl'; payload: RlJobPayload } | { modelId: string; type: 'sft'; payload: SftJobPayload }): Promise<{ id: string }>;
+  enqueue(
+    input:
+      | { modelId: string; type: 'rl'; payload: RlJobPayload }
+      | { modelId: string; type: 'sft'; payload: SftJobPayload },
+  ): Promise<{ id: string }>;
 }
 
 /** A rate, or a schedule with one per batch: each entry held to the learning-rate rule. */
@@ -57,7 +69,11 @@ export class TrainingJobService {
       else config.kl_reference = resolved.reference;
     }
     const groups = body.trajectory_groups.map(withGroupDefaults);
-    const shape = checkTrajectoryGroups(groups, ['body', 'trajectory_groups'], await this.vocabularySize(model.base_model));
+    const shape = checkTrajectoryGroups(
+      groups,
+      ['body', 'trajectory_groups'],
+      await this.vocabularySize(model.base_model),
+    );
     problems.push(...shape, ...(shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : []));
     if (problems.length > 0) throw validationError(problems);
     const payload = rlPayload({ trajectory_groups: groups, config });
@@ -70,12 +86,26 @@ export class TrainingJobService {
     const model = await this.models.getOwned(principal, body.model_id);
     const problems: FieldProblem[] = Object.entries(body.experimental_config ?? {})
       .filter(([, value]) => value !== null)
-      .map(([key]) => ({ loc: ['body', 'experimental_config', key], msg: 'Not implemented by this server for SFT (send null)', type: 'not_implemented' }));
-    const resolved = await this.artifacts.resolveTrainingData(principal, body.training_data_url, ['body', 'training_data_url']);
+      .map(([key]) => ({
+        loc: ['body', 'experimental_config', key],
+        msg: 'Not implemented by this server for SFT (send null)',
+        type: 'not_implemented',
+      }));
+    const resolved = await this.artifacts.resolveTrainingData(principal, body.training_data_url, [
+      'body',
+      'training_data_url',
+    ]);
     if ('problems' in resolved) throw validationError([...problems, ...resolved.problems]);
     const file = SFT_DATA_FILES.find((name) => resolved.version.files.some((candidate) => candidate.name === name));
     if (!file) {
-      throw validationError([...problems, { loc: ['body', 'training_data_url'], msg: `the artifact has none of ${SFT_DATA_FILES.join(', ')}`, type: 'value_error' }]);
+      throw validationError([
+        ...problems,
+        {
+          loc: ['body', 'training_data_url'],
+          msg: `the artifact has none of ${SFT_DATA_FILES.join(', ')}`,
+          type: 'value_error',
+        },
+      ]);
     }
     const config = body.config ?? {};
     const batchSize = typeof config.batch_size === 'number' ? config.batch_size : DEFAULT_SFT_BATCH_SIZE;

@@ -8,11 +8,11 @@
  * Version 0 is what builds before versions wrote: no `version` field, and an RL config in camelCase. It is read by
  * renaming its keys and filling each key it lacks with the default a job that left it out gets today.
  */
-import { Type, type Static, type TSchema } from '@sinclair/typebox';
-import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
-import { JobError } from '../errors.ts';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
+import { type FullTrajectoryGroup, TrainingGroup, withGroupDefaults } from '../api/models.ts';
 import { LearningRate, SftMetricLogging } from '../api/training-jobs.ts';
-import { TrainingGroup, withGroupDefaults, type FullTrajectoryGroup } from '../api/models.ts';
+import { JobError } from '../errors.ts';
 import { parseRlConfig, RlConfig } from './rl/config.ts';
 
 export const PAYLOAD_VERSION = 1;
@@ -24,7 +24,9 @@ export const RlJobPayload = Type.Object(
   { additionalProperties: false },
 );
 /** An RL payload as runners see it: the groups with ART's defaults in place. */
-export type RlJobPayload = Omit<Static<typeof RlJobPayload>, 'trajectory_groups'> & { trajectory_groups: FullTrajectoryGroup[] };
+export type RlJobPayload = Omit<Static<typeof RlJobPayload>, 'trajectory_groups'> & {
+  trajectory_groups: FullTrajectoryGroup[];
+};
 
 export const SftJobPayload = Type.Object(
   {
@@ -64,7 +66,10 @@ function written<T>(check: TypeCheck<TSchema>, payload: T, kind: string): T {
 /** A payload read back: one that matches no version this server knows fails its job, named. */
 function read<T extends TSchema>(check: TypeCheck<T>, value: unknown, kind: string): Static<T> {
   if (check.Check(value)) return value;
-  throw new JobError('unreadable_payload', `The ${kind} job's stored request matches no payload version this server reads (${mismatch(check, value)})`);
+  throw new JobError(
+    'unreadable_payload',
+    `The ${kind} job's stored request matches no payload version this server reads (${mismatch(check, value)})`,
+  );
 }
 
 export function rlPayload(fields: Omit<RlJobPayload, 'version'>): RlJobPayload {
@@ -75,7 +80,8 @@ export function sftPayload(fields: Omit<SftJobPayload, 'version'>): SftJobPayloa
   return written(checkSft, { version: PAYLOAD_VERSION, ...fields }, 'SFT');
 }
 
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 const snakeCase = (key: string) => key.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`);
 
 /** A version-0 RL config (camelCase, possibly older than some keys) in today's names, each key it lacks at its default. */
@@ -91,14 +97,19 @@ function rlConfigFromVersion0(config: Record<string, unknown>): Record<string, u
 const isVersion0 = (raw: unknown): raw is Record<string, unknown> => isRecord(raw) && raw.version === undefined;
 
 export function readRlPayload(raw: unknown): RlJobPayload {
-  const current = isVersion0(raw) && isRecord(raw.config) ? { ...raw, version: PAYLOAD_VERSION, config: rlConfigFromVersion0(raw.config) } : raw;
+  const current =
+    isVersion0(raw) && isRecord(raw.config)
+      ? { ...raw, version: PAYLOAD_VERSION, config: rlConfigFromVersion0(raw.config) }
+      : raw;
   const payload = read(checkRl, current, 'RL');
   return { ...payload, trajectory_groups: payload.trajectory_groups.map(withGroupDefaults) };
 }
 
 /** Version 0 of an SFT payload was already snake_case; the keys added since read as their defaults. */
 export function readSftPayload(raw: unknown): SftJobPayload {
-  const current = isVersion0(raw) ? { assistant_turns: 'all', chat_template_kwargs: null, metric_logging: null, ...raw, version: PAYLOAD_VERSION } : raw;
+  const current = isVersion0(raw)
+    ? { assistant_turns: 'all', chat_template_kwargs: null, metric_logging: null, ...raw, version: PAYLOAD_VERSION }
+    : raw;
   return read(checkSft, current, 'SFT');
 }
 
@@ -117,7 +128,11 @@ export function payloadView(type: 'rl' | 'sft', raw: unknown): PayloadView | nul
       return { config, num_trajectory_groups: null, num_trajectories: null };
     }
     const { config, trajectory_groups: groups } = readRlPayload(raw);
-    return { config, num_trajectory_groups: groups.length, num_trajectories: groups.reduce((sum, group) => sum + group.trajectories.length, 0) };
+    return {
+      config,
+      num_trajectory_groups: groups.length,
+      num_trajectories: groups.reduce((sum, group) => sum + group.trajectories.length, 0),
+    };
   } catch (error) {
     if (error instanceof JobError) return null;
     throw error;

@@ -3,8 +3,9 @@
  * same message normalisation, same tokenization), with a trajectory's tools and chat template kwargs bound.
  * Both RL rows (rl/tokens.ts) and SFT rows (sft/tokens.ts) render through this and nothing else.
  */
-import type { ChatTokenizer } from '../conversation/tokenizer.ts';
+
 import { encodePrompt, renderPromptText } from '../conversation/prompt.ts';
+import type { ChatTokenizer } from '../conversation/tokenizer.ts';
 
 /** A rendered row before packing: what RL and SFT both train on. */
 export interface TrainingSequence {
@@ -28,10 +29,21 @@ export interface RenderTarget {
   template: string;
 }
 
-export function trainingRenderer(base: RenderTarget, tools: unknown[] | null | undefined, kwargs: Record<string, unknown> | null | undefined): TrainingRenderer {
+export function trainingRenderer(
+  base: RenderTarget,
+  tools: unknown[] | null | undefined,
+  kwargs: Record<string, unknown> | null | undefined,
+): TrainingRenderer {
   return {
     tokenizer: base.tokenizer,
-    text: (messages, addGenerationPrompt) => renderPromptText(base.tokenizer, { template: base.template, messages, tools, addGenerationPrompt, kwargs: kwargs ?? undefined }),
+    text: (messages, addGenerationPrompt) =>
+      renderPromptText(base.tokenizer, {
+        template: base.template,
+        messages,
+        tools,
+        addGenerationPrompt,
+        kwargs: kwargs ?? undefined,
+      }),
     ids: (text) => encodePrompt(base.tokenizer, text),
   };
 }

@@ -5,16 +5,16 @@
  * Also the opening every runner shares (`openJob`): the payload read and checked, the session, the chat template.
  */
 import crypto from 'node:crypto';
-import type { Engine } from '../engine/ops.ts';
-import type { ModelRepository } from '../store/model-repository.ts';
-import { jobAdapterKey, servingAdapterKey } from '../engine/adapter-keys.ts';
-import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
-import { JobError } from '../errors.ts';
 import type { JobRow } from '../api/training-jobs.ts';
+import { jobAdapterKey, servingAdapterKey } from '../engine/adapter-keys.ts';
+import type { Engine } from '../engine/ops.ts';
+import { JobError } from '../errors.ts';
 import type { JobQueue } from '../jobs/queue.ts';
 import type { RunContext, RunResult } from '../jobs/worker.ts';
-import { loraInit } from './defaults.ts';
+import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
 import type { CheckpointPublisher, HistoryStep } from '../services/checkpoint-publisher.ts';
+import type { ModelRepository } from '../store/model-repository.ts';
+import { loraInit } from './defaults.ts';
 
 export interface TrainingSession {
   base: LoadedBase;
@@ -26,7 +26,10 @@ export interface TrainingSession {
    * A checkpoint's adapter as a KL reference: `step` of this model, or of `modelId` (a model of the same base that
    * the job's submitter may use, checked at submission); null for the base model (step 0 or an adapter-less step).
    */
-  reference(step: number, modelId?: string): Promise<{ reference_adapter: string; reference_adapter_path: string } | null>;
+  reference(
+    step: number,
+    modelId?: string,
+  ): Promise<{ reference_adapter: string; reference_adapter_path: string } | null>;
   commit(metrics: Record<string, number>, historyAt?: HistoryStep): Promise<RunResult>;
 }
 
@@ -62,12 +65,25 @@ export class CheckpointWriter {
       reference: async (step, modelId = model.id) => {
         const checkpoint = await this.models.findCheckpointByStep(modelId, step);
         const which = modelId === model.id ? `step ${step}` : `step ${step} of model ${modelId}`;
-        if (!checkpoint && step !== 0) throw new JobError('kl_reference_missing', `The KL reference ${which} has no checkpoint (it was deleted or does not exist yet)`);
-        return checkpoint?.adapterPath ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath } : null;
+        if (!checkpoint && step !== 0)
+          throw new JobError(
+            'kl_reference_missing',
+            `The KL reference ${which} has no checkpoint (it was deleted or does not exist yet)`,
+          );
+        return checkpoint?.adapterPath
+          ? { reference_adapter: servingAdapterKey(checkpoint.id), reference_adapter_path: checkpoint.adapterPath }
+          : null;
       },
       commit: async (metrics, historyAt) => {
-        const { step, checkpointId, deleted } = await this.publisher.publish(model.id, base.id, metrics, (folder) => engine.request('save_adapter', { adapter, path: folder }), historyAt);
-        if (deleted.length) await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
+        const { step, checkpointId, deleted } = await this.publisher.publish(
+          model.id,
+          base.id,
+          metrics,
+          (folder) => engine.request('save_adapter', { adapter, path: folder }),
+          historyAt,
+        );
+        if (deleted.length)
+          await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
         return { step, checkpointId };
       },
     };
@@ -92,6 +108,10 @@ export async function openJob<P>(
 ): Promise<OpenedJob<P>> {
   const payload = reading.read(await deps.queue.readPayload(job));
   const session = await deps.checkpoints.open(job.model_id, context.emit);
-  if (!session.base.template) throw new JobError('no_chat_template', `Base model ${session.base.id} has no chat template to render ${reading.renders} with`);
+  if (!session.base.template)
+    throw new JobError(
+      'no_chat_template',
+      `Base model ${session.base.id} has no chat template to render ${reading.renders} with`,
+    );
   return { payload, session };
 }

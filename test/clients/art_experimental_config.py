@@ -66,7 +66,9 @@ async def body_for(kwargs: dict) -> dict:
     backend._client.training_jobs.create = create
     model = art.TrainableModel(name="source", project="art-config", base_model="builtin/tiny-chat", run_name="source")
     model.id, model.entity = "model-id", "local"
-    group = art.TrajectoryGroup([art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=r) for r in (0.0, 1.0)])
+    group = art.TrajectoryGroup(
+        [art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=r) for r in (0.0, 1.0)]
+    )
     try:
         await backend.train(model, [group], **kwargs)
     except Captured as captured:
@@ -77,7 +79,11 @@ async def body_for(kwargs: dict) -> dict:
 async def main() -> None:
     sys.stdin.read()
     cases = {name: {"kwargs": kwargs, "experimental_config": await body_for(kwargs)} for name, kwargs in CASES.items()}
-    print(json.dumps({"art_version": importlib.metadata.version("openpipe-art"), "cases": cases}, indent=1, sort_keys=True))
+    print(
+        json.dumps(
+            {"art_version": importlib.metadata.version("openpipe-art"), "cases": cases}, indent=1, sort_keys=True
+        )
+    )
 
 
 asyncio.run(main())

@@ -42,7 +42,11 @@ ADD_TOOL = {
     "function": {
         "name": "add",
         "description": "Add two integers",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
     },
 }
 
@@ -61,13 +65,22 @@ async def scored_groups(art, model, seed: int) -> list:
     for index, (a, b) in enumerate(TASK):
         messages = [{"role": "user", "content": f"What is {a} + {b}?"}]
         completion = await client.chat.completions.create(
-            model=model.get_inference_name(), messages=messages, n=4, max_tokens=8, temperature=1.0, logprobs=True, seed=seed + index
+            model=model.get_inference_name(),
+            messages=messages,
+            n=4,
+            max_tokens=8,
+            temperature=1.0,
+            logprobs=True,
+            seed=seed + index,
         )
         if index == 0:
             rewards = shortest_wins(completion.choices)
         else:
             rewards = [float((choice.message.content or "").strip() == str(a + b)) for choice in completion.choices]
-        trajectories = [art.Trajectory(messages_and_choices=[*messages, choice], reward=reward) for choice, reward in zip(completion.choices, rewards)]
+        trajectories = [
+            art.Trajectory(messages_and_choices=[*messages, choice], reward=reward)
+            for choice, reward in zip(completion.choices, rewards)
+        ]
         groups.append(art.TrajectoryGroup(trajectories))
     return groups
 
@@ -75,7 +88,9 @@ async def scored_groups(art, model, seed: int) -> list:
 def wire_keys(groups) -> list:
     """The keys of each group and trajectory in the JSON ART sends (ServerlessBackend dumps each group with model_dump(mode="json"))."""
     dumps = [group.model_dump(mode="json") for group in groups]
-    return [{"group": sorted(dump), "trajectories": [sorted(t) for t in dump.get("trajectories", [])]} for dump in dumps]
+    return [
+        {"group": sorted(dump), "trajectories": [sorted(t) for t in dump.get("trajectories", [])]} for dump in dumps
+    ]
 
 
 async def train_rl(art, backend, model, out: dict) -> None:
@@ -130,13 +145,29 @@ async def tool_trajectory(art, model, index: int):
     messages = [
         {"role": "system", "content": "Use the add tool for sums."},
         {"role": "user", "content": "What is 2 + 3?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{index}", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{index}",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": f"call_{index}", "content": "5"},
     ]
     items = list(messages)
     for follow_up in ("And 4 + 1?", None):
         completion = await client.chat.completions.create(
-            model=model.get_inference_name(), messages=messages, tools=[ADD_TOOL], max_tokens=8, temperature=1.0, logprobs=True, seed=40 + index
+            model=model.get_inference_name(),
+            messages=messages,
+            tools=[ADD_TOOL],
+            max_tokens=8,
+            temperature=1.0,
+            logprobs=True,
+            seed=40 + index,
         )
         choice = completion.choices[0]
         items.append(choice)
@@ -153,7 +184,11 @@ async def train_tools(art, backend, model, out: dict) -> None:
     for trajectory, reward in zip(trajectories, shortest_wins(answers)):
         trajectory.reward = reward
     result = await backend.train(model, [art.TrajectoryGroup(trajectories)], learning_rate=1e-2)
-    out["tools"] = {"step": result.step, "metrics": result.metrics, "wire": wire_keys([art.TrajectoryGroup(trajectories)])}
+    out["tools"] = {
+        "step": result.step,
+        "metrics": result.metrics,
+        "wire": wire_keys([art.TrajectoryGroup(trajectories)]),
+    }
 
 
 def every_key(kl_reference: dict) -> dict:
@@ -212,7 +247,9 @@ async def train_every_key(art, backend, model, request: dict, out: dict) -> None
     for kl_reference in references:
         result = await backend.train(model, groups, **every_key(kl_reference))
         events = server_get(request, f"/v1/preview/training-jobs/{sent[-1]['job_id']}/events?limit=100")["data"]
-        out["every_key"].append({"step": result.step, **sent[-1], "events": [{"type": e["type"], "data": e["data"]} for e in events]})
+        out["every_key"].append(
+            {"step": result.step, **sent[-1], "events": [{"type": e["type"], "data": e["data"]} for e in events]}
+        )
     jobs.create = create
 
 
@@ -227,7 +264,17 @@ async def train_sft_file(backend, model, workdir: str, out: dict) -> None:
     path = os.path.join(workdir, "sft.jsonl")
     with open(path, "w") as f:
         for a, b in TASK * 2:
-            f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": str(a + b)}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "user", "content": f"What is {a} + {b}?"},
+                            {"role": "assistant", "content": str(a + b)},
+                        ]
+                    }
+                )
+                + "\n"
+            )
     # Watches (and passes on unchanged) the SFT job request ART sends, to see its config on the wire.
     jobs = backend._client.sft_training_jobs
     create = jobs.create
@@ -241,7 +288,10 @@ async def train_sft_file(backend, model, workdir: str, out: dict) -> None:
     before = await model.get_step()
     await train_sft_from_file(model, path, epochs=1, batch_size=2, peak_lr=1e-2)
     after = await model.get_step()
-    checkpoints = {checkpoint.step: checkpoint.metrics async for checkpoint in backend._client.models.checkpoints.list(model_id=model.id)}
+    checkpoints = {
+        checkpoint.step: checkpoint.metrics
+        async for checkpoint in backend._client.models.checkpoints.list(model_id=model.id)
+    }
     out["sft"] = {"before": before, "after": after, "checkpoint_metrics": checkpoints.get(after)}
 
 
@@ -273,16 +323,25 @@ async def pipeline(art, backend, model, out: dict) -> None:
             model=model.get_inference_name(), messages=messages, n=4, max_tokens=8, temperature=1.0, logprobs=True
         )
         rewards = shortest_wins(completion.choices)
-        return art.TrajectoryGroup([art.Trajectory(messages_and_choices=[*messages, c], reward=r) for c, r in zip(completion.choices, rewards)])
+        return art.TrajectoryGroup(
+            [art.Trajectory(messages_and_choices=[*messages, c], reward=r) for c, r in zip(completion.choices, rewards)]
+        )
 
     async def evaluate(model, step, _config):
         client = model.openai_client()
         trajectories = []
         for a, b in TASK[:2]:
             messages = [{"role": "user", "content": f"What is {a} + {b}?"}]
-            completion = await client.chat.completions.create(model=model.get_inference_name(step), messages=messages, max_tokens=8, temperature=0)
+            completion = await client.chat.completions.create(
+                model=model.get_inference_name(step), messages=messages, max_tokens=8, temperature=0
+            )
             choice = completion.choices[0]
-            trajectories.append(art.Trajectory(messages_and_choices=[*messages, choice], reward=float((choice.message.content or "").strip() == str(a + b))))
+            trajectories.append(
+                art.Trajectory(
+                    messages_and_choices=[*messages, choice],
+                    reward=float((choice.message.content or "").strip() == str(a + b)),
+                )
+            )
         return trajectories
 
     trainer = PipelineTrainer(
@@ -301,7 +360,11 @@ async def pipeline(art, backend, model, out: dict) -> None:
     )
     before = await model.get_step()
     await trainer.train(handle_signals=False)
-    out["pipeline"] = {"before": before, "after": await model.get_step(), "eval_steps": sorted(trainer.state.completed_eval_steps)}
+    out["pipeline"] = {
+        "before": before,
+        "after": await model.get_step(),
+        "eval_steps": sorted(trainer.state.completed_eval_steps),
+    }
 
 
 def server_get(request: dict, path: str):
@@ -321,8 +384,14 @@ def server_view(request: dict, model_id: str) -> dict:
     trajectories = get(f"{base}/trajectories?split=train&limit=200")["data"]
     return {
         "name": get(f"/v1/preview/models/{model_id}")["name"],
-        "history": [{"step": row["step"], "source": row["source"], "metrics": row["metrics"]} for row in get(f"{base}/metrics?limit=200")["data"]],
-        "train_trajectories": [{"step": row["step"], "reward": row["reward"], "detail": get(f"{base}/trajectories/{row['id']}")["data"]} for row in trajectories],
+        "history": [
+            {"step": row["step"], "source": row["source"], "metrics": row["metrics"]}
+            for row in get(f"{base}/metrics?limit=200")["data"]
+        ],
+        "train_trajectories": [
+            {"step": row["step"], "reward": row["reward"], "detail": get(f"{base}/trajectories/{row['id']}")["data"]}
+            for row in trajectories
+        ],
     }
 
 
@@ -350,7 +419,13 @@ async def main() -> dict:
     again = art.TrainableModel(**names, **common)
     await again.register(backend)
     out["storage_name"] = model._storage_name() if NEW_WIRE else model.name
-    out["register"] = {"id": model.id, "entity": model.entity, "run_id": model.run_id, "again_id": again.id, "inference_name": model.get_inference_name()}
+    out["register"] = {
+        "id": model.id,
+        "entity": model.entity,
+        "run_id": model.run_id,
+        "again_id": again.id,
+        "inference_name": model.get_inference_name(),
+    }
     out["initial_step"] = await model.get_step()
 
     if NEW_WIRE:
@@ -365,7 +440,10 @@ async def main() -> dict:
         await timed(out, "every_key", train_every_key(art, backend, model, request, out))
         await timed(out, "pipeline", pipeline(art, backend, model, out))
     answer = await model.openai_client().chat.completions.create(
-        model=model.get_inference_name(), messages=[{"role": "user", "content": "What is 2 + 3?"}], max_tokens=8, temperature=0
+        model=model.get_inference_name(),
+        messages=[{"role": "user", "content": "What is 2 + 3?"}],
+        max_tokens=8,
+        temperature=0,
     )
     out["answer_after_training"] = answer.choices[0].message.content
     out["server"] = server_view(request, model.id)

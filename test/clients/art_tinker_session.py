@@ -43,7 +43,10 @@ async def rollouts(model, groups, per_group):
             if len({choice.message.content for choice in choices}) > 1:
                 break
             choices[-1] = await sample()
-        trajectories = [art.Trajectory(messages_and_choices=[*PROMPT, choice], reward=float(index)) for index, choice in enumerate(choices)]
+        trajectories = [
+            art.Trajectory(messages_and_choices=[*PROMPT, choice], reward=float(index))
+            for index, choice in enumerate(choices)
+        ]
         out.append(art.TrajectoryGroup(trajectories))
     return out
 
@@ -73,7 +76,9 @@ async def main():
         name="native",
         project="art-tinker",
         base_model=request["base_model"],
-        _internal_config={"tinker_native_args": {"renderer_name": "qwen3_instruct", "training_client_args": {"rank": 4, "seed": 0}}},
+        _internal_config={
+            "tinker_native_args": {"renderer_name": "qwen3_instruct", "training_client_args": {"rank": 4, "seed": 0}}
+        },
     )
     await model.register(backend)
     state = backend._model_state[model.name]
@@ -84,7 +89,9 @@ async def main():
     out["train"] = {"step": result.step, "metrics": result.metrics}
     out["step_after"] = await model.get_step()
     out["sampler_paths"] = {str(step): path for step, path in state.sampler_checkpoint_paths.items()}
-    after = await model.openai_client().chat.completions.create(model=model.get_inference_name(), messages=PROMPT, max_tokens=6, temperature=0.0)
+    after = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(), messages=PROMPT, max_tokens=6, temperature=0.0
+    )
     out["trained_answer"] = after.choices[0].message.content
     out["archive"] = download_archive(state.rest_client, state.sampler_checkpoint_paths[result.step])
     await backend.close()

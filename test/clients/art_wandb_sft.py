@@ -25,7 +25,17 @@ def write_sft_file(workdir: str) -> str:
     path = os.path.join(workdir, "sft.jsonl")
     with open(path, "w") as f:
         for a, b in TASK * 2:
-            f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": str(a + b)}]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "user", "content": f"What is {a} + {b}?"},
+                            {"role": "assistant", "content": str(a + b)},
+                        ]
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -54,7 +64,9 @@ def direct_sdk_calls(data_path: str, key: str) -> dict:
     import wandb
 
     def wrong_key():
-        wandb.init(entity="local", project="art-wandb", id="wrong-key", settings=wandb.Settings(api_key="sk-" + "0" * 43))
+        wandb.init(
+            entity="local", project="art-wandb", id="wrong-key", settings=wandb.Settings(api_key="sk-" + "0" * 43)
+        )
 
     def unsupported_alias():
         run = wandb.init(entity="local", project="art-wandb", id="aliases", settings=wandb.Settings(api_key=key))
@@ -71,9 +83,10 @@ def direct_sdk_calls(data_path: str, key: str) -> dict:
 async def main() -> dict:
     request = json.load(sys.stdin)
     import art
-    import wandb
     from art.serverless import ServerlessBackend
     from art.utils.sft import train_sft_from_file
+
+    import wandb
 
     out: dict = {"wandb_version": wandb.__version__, "art_version": version("openpipe-art")}
     # Before ART opens its own W&B run for the model's metrics: wandb.init hands back an active run instead of a new one.
@@ -82,7 +95,9 @@ async def main() -> dict:
     backend = ServerlessBackend(api_key=request["api_key"], base_url=f"{request['server']}/v1")
     # ART 0.5.20+ requires a run name (the name our server sees); 0.5.18 has none.
     run_name = {"run_name": "adder"} if "run_name" in art.TrainableModel.model_fields else {}
-    model = art.TrainableModel(name="adder", project="art-wandb", base_model=request["base_model"], base_path=request["workdir"], **run_name)
+    model = art.TrainableModel(
+        name="adder", project="art-wandb", base_model=request["base_model"], base_path=request["workdir"], **run_name
+    )
     await model.register(backend)
     out["entity"] = model.entity
     out["model_id"] = model.id

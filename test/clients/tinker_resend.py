@@ -9,9 +9,10 @@ answers: the SDK re-sends those requests itself, and the two runs must end on th
 import json
 import sys
 
+from tokenizers import Tokenizer
+
 import tinker
 from tinker import types
-from tokenizers import Tokenizer
 
 PAIRS = [("one plus one is", " two"), ("the sky is", " blue"), ("grass is", " green")]
 
@@ -39,11 +40,14 @@ def main():
         losses.append(fb.result().metrics["loss:sum"])
         step.result()
     final = trainer.forward(data, "cross_entropy").result()
-    json.dump({
-        "model_id": trainer.model_id,
-        "losses": losses,
-        "logprobs": [output["logprobs"].tolist() for output in final.loss_fn_outputs],
-    }, sys.stdout)
+    json.dump(
+        {
+            "model_id": trainer.model_id,
+            "losses": losses,
+            "logprobs": [output["logprobs"].tolist() for output in final.loss_fn_outputs],
+        },
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

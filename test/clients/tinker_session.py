@@ -9,9 +9,10 @@ prints what it observed as JSON. It asserts nothing: the test decides.
 import json
 import sys
 
+from tokenizers import Tokenizer
+
 import tinker
 from tinker import types
-from tokenizers import Tokenizer
 
 SFT_PAIRS = [("one plus one is", " two"), ("the sky is", " blue"), ("grass is", " green"), ("snow is", " white")]
 
@@ -70,19 +71,19 @@ def reinforcement(service, tokenizer, base_model):
         tokens = prompt + list(sequence.tokens)
         pad = [0.0] * (len(prompt) - 1)
         advantage = 1.0 if index % 2 == 0 else -1.0
-        data.append(types.Datum(
-            model_input=types.ModelInput.from_ints(tokens[:-1]),
-            loss_fn_inputs={
-                "target_tokens": tokens[1:],
-                "logprobs": pad + list(sequence.logprobs),
-                "advantages": pad + [advantage] * len(sequence.tokens),
-            },
-        ))
+        data.append(
+            types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={
+                    "target_tokens": tokens[1:],
+                    "logprobs": pad + list(sequence.logprobs),
+                    "advantages": pad + [advantage] * len(sequence.tokens),
+                },
+            )
+        )
         sampled_logprobs.append(list(sequence.logprobs))
     fb = trainer.forward_backward(data, "importance_sampling").result()
-    trainer_logprobs = [
-        output["logprobs"].tolist()[len(prompt) - 1:] for output in fb.loss_fn_outputs
-    ]
+    trainer_logprobs = [output["logprobs"].tolist()[len(prompt) - 1 :] for output in fb.loss_fn_outputs]
     trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     second = trainer.forward_backward(data, "importance_sampling").result()
     trained_sampler = trainer.save_weights_and_get_sampling_client()
@@ -93,15 +94,23 @@ def reinforcement(service, tokenizer, base_model):
         "loss_step0": fb.metrics["loss:sum"],
         "loss_step1": second.metrics["loss:sum"],
         "ppo": trainer.forward(data, "ppo").result().metrics["loss:sum"],
-        "other_losses": {
-            name: trainer.forward(data, name).result().metrics["loss:sum"] for name in ("cispo", "dro")
-        },
-        "gspo": trainer.forward([
-            types.Datum(
-                model_input=d.model_input,
-                loss_fn_inputs={**d.loss_fn_inputs, "sequence_ratio_mask": [0.0] * (len(prompt) - 1) + [1.0] * (d.model_input.length - len(prompt) + 1)},
-            ) for d in data
-        ], "gspo").result().metrics["loss:sum"],
+        "other_losses": {name: trainer.forward(data, name).result().metrics["loss:sum"] for name in ("cispo", "dro")},
+        "gspo": trainer.forward(
+            [
+                types.Datum(
+                    model_input=d.model_input,
+                    loss_fn_inputs={
+                        **d.loss_fn_inputs,
+                        "sequence_ratio_mask": [0.0] * (len(prompt) - 1)
+                        + [1.0] * (d.model_input.length - len(prompt) + 1),
+                    },
+                )
+                for d in data
+            ],
+            "gspo",
+        )
+        .result()
+        .metrics["loss:sum"],
         "sampler_path": saved.path,
         "trained_sample_length": len(trained_sample.sequences[0].tokens),
     }
@@ -126,8 +135,10 @@ def save_and_load(service, tokenizer, base_model):
     after_restored_step = trainer.forward(data, "cross_entropy").result()
     clone = service.create_training_client_from_state_with_optimizer(state.path).result()
     cloned = clone.forward(data, "cross_entropy").result()
+
     def as_lists(out):
         return [o["logprobs"].tolist() for o in out.loss_fn_outputs]
+
     return {
         "state_path": state.path,
         "reference": as_lists(reference),
@@ -170,9 +181,13 @@ def custom_loss(service, tokenizer, base_model):
 def diverged(service, tokenizer, base_model):
     """An optim_step at an absurd learning rate fails; the client then trains on exactly as a twin that never tried."""
     data = [datum(tokenizer, p, a) for p, a in SFT_PAIRS]
+
     def as_lists(out):
         return [o["logprobs"].tolist() for o in out.loss_fn_outputs]
-    trainer, twin = (service.create_lora_training_client(base_model=base_model, rank=8, seed=4).result() for _ in range(2))
+
+    trainer, twin = (
+        service.create_lora_training_client(base_model=base_model, rank=8, seed=4).result() for _ in range(2)
+    )
     for client in (trainer, twin):
         client.forward_backward(data, "cross_entropy")
         client.optim_step(types.AdamParams(learning_rate=1e-2)).result()
@@ -198,7 +213,11 @@ def failure(call):
     try:
         call()
     except Exception as error:  # noqa: BLE001 - recording which type the SDK raises is the point
-        return {"type": type(error).__name__, "status": getattr(error, "status_code", None), "message": str(error)[:300]}
+        return {
+            "type": type(error).__name__,
+            "status": getattr(error, "status_code", None),
+            "message": str(error)[:300],
+        }
     return None
 
 
@@ -206,10 +225,22 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
     trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=3).result()
     good = datum(tokenizer, *SFT_PAIRS[0])
     tokens = good.model_input.to_ints()
-    mismatched = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * len(tokens)})
-    outside = types.Datum(model_input=types.ModelInput.from_ints([10 ** 7] + tokens[1:]), loss_fn_inputs=good.loss_fn_inputs)
-    rl_datum = types.Datum(model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:] + [0], "logprobs": [0.0] * len(tokens), "advantages": [1.0] * len(tokens)})
+    mismatched = types.Datum(
+        model_input=good.model_input, loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * len(tokens)}
+    )
+    outside = types.Datum(
+        model_input=types.ModelInput.from_ints([10**7] + tokens[1:]), loss_fn_inputs=good.loss_fn_inputs
+    )
+    rl_datum = types.Datum(
+        model_input=good.model_input,
+        loss_fn_inputs={
+            "target_tokens": tokens[1:] + [0],
+            "logprobs": [0.0] * len(tokens),
+            "advantages": [1.0] * len(tokens),
+        },
+    )
     raw = service.holder
+
     def other_info():
         return other.create_rest_client().get_training_run(run_id).result()
 
@@ -217,12 +248,14 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
         async def call():
             with raw.aclient(tinker.lib.client_connection_pool_type.ClientConnectionPoolType.TRAIN) as client:
                 return await client.futures.retrieve(request=types.FutureRetrieveRequest(request_id="no-such-future"))
+
         return raw.run_coroutine_threadsafe(call()).result()
 
     def foreign_model():
         async def call():
             with other.holder.aclient(tinker.lib.client_connection_pool_type.ClientConnectionPoolType.TRAIN) as client:
                 return await client.models.get_info(request=types.GetInfoRequest(model_id=model_id))
+
         return other.holder.run_coroutine_threadsafe(call()).result()
 
     return {
@@ -240,8 +273,8 @@ def errors(service, other, tokenizer, base_model, model_id, run_id):
 
 def rest(service, sft_path, rl_path):
     client = service.create_rest_client()
-    run_id = sft_path[len("tinker://"):].split("/")[0]
-    rl_run = rl_path[len("tinker://"):].split("/")[0]
+    run_id = sft_path[len("tinker://") :].split("/")[0]
+    rl_run = rl_path[len("tinker://") :].split("/")[0]
     info = client.get_weights_info_by_tinker_path(sft_path).result()
     listed = client.list_checkpoints(run_id).result()
     by_path = client.get_training_run_by_tinker_path(sft_path).result()
@@ -264,12 +297,25 @@ def sampling(service, tokenizer, base_model):
     prompt = types.ModelInput.from_ints(tokenizer.encode("the sky is").ids)
     free = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0)).result().sequences[0]
     stop_id = free.tokens[2]
-    stopped = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8, temperature=0.0, stop=[stop_id])).result().sequences[0]
+    stopped = (
+        sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8, temperature=0.0, stop=[stop_id]))
+        .result()
+        .sequences[0]
+    )
     # A stop string completed by the last token of the greedy answer: the sample ends right there.
     stop_text = tokenizer.decode(list(free.tokens))[-2:]
-    by_string = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0, stop=[stop_text])).result().sequences[0]
+    by_string = (
+        sampler.sample(prompt, 1, types.SamplingParams(max_tokens=6, temperature=0.0, stop=[stop_text]))
+        .result()
+        .sequences[0]
+    )
     seeded = [
-        [list(s.tokens) for s in sampler.sample(prompt, 3, types.SamplingParams(max_tokens=5, temperature=1.0, seed=11)).result().sequences]
+        [
+            list(s.tokens)
+            for s in sampler.sample(prompt, 3, types.SamplingParams(max_tokens=5, temperature=1.0, seed=11))
+            .result()
+            .sequences
+        ]
         for _ in range(2)
     ]
     with_prompt = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
@@ -307,7 +353,7 @@ def main():
     out["reinforcement"] = reinforcement(service, tokenizer, base_model)
     out["save_and_load"] = save_and_load(service, tokenizer, base_model)
     out["custom_loss"] = custom_loss(service, tokenizer, base_model)
-    run_id = out["supervised"]["sampler_path"][len("tinker://"):].split("/")[0]
+    run_id = out["supervised"]["sampler_path"][len("tinker://") :].split("/")[0]
     out["errors"] = errors(service, other, tokenizer, base_model, out["supervised"]["model_id"], run_id)
     out["sampling"] = sampling(service, tokenizer, base_model)
     out["diverged"] = diverged(service, tokenizer, base_model)

@@ -14,24 +14,78 @@ export class Raw {
 export function serialize(value: unknown): string {
   if (value instanceof Raw) return value.text;
   const raws: string[] = [];
-  const text = JSON.stringify(value, (_key, inner) => (inner instanceof Raw ? `\u0000raw${raws.push(inner.text) - 1}\u0000` : inner)) ?? '';
+  const text =
+    JSON.stringify(value, (_key, inner) =>
+      inner instanceof Raw ? `\u0000raw${raws.push(inner.text) - 1}\u0000` : inner,
+    ) ?? '';
   return text.replace(/"\\u0000raw(\d+)\\u0000"/g, (_match, index: string) => raws[Number(index)]);
 }
 
 const WRONG_TYPES: unknown[] = [null, true, false, 0, 1, '', 'true', [], {}, [null], { '': null }, [[]], 'null'];
 
 const NUMBERS: unknown[] = [
-  -1, -0.5, 0, 1.5, 2 ** 31, 2 ** 32 + 1, 2 ** 53 + 2, -(2 ** 63), 2 ** 64, 1e308, -1e308, 5e-324, '12', '-1',
-  new Raw('-0'), new Raw('1e999'), new Raw('-1e999'), new Raw('NaN'), new Raw('Infinity'), new Raw('-Infinity'),
-  new Raw('123456789012345678901234567890123456789'), new Raw('0x10'), new Raw('1E400'), new Raw('01'),
+  -1,
+  -0.5,
+  0,
+  1.5,
+  2 ** 31,
+  2 ** 32 + 1,
+  2 ** 53 + 2,
+  -(2 ** 63),
+  2 ** 64,
+  1e308,
+  -1e308,
+  5e-324,
+  '12',
+  '-1',
+  new Raw('-0'),
+  new Raw('1e999'),
+  new Raw('-1e999'),
+  new Raw('NaN'),
+  new Raw('Infinity'),
+  new Raw('-Infinity'),
+  new Raw('123456789012345678901234567890123456789'),
+  new Raw('0x10'),
+  new Raw('1E400'),
+  new Raw('01'),
 ];
 
 const STRINGS: string[] = [
-  '', ' ', '\u0000', 'a\u0000b', '\ud800', '\udfff\ud800', '\u202eevil', '\ufeff', '\u200b\u200d', '🤖🧪'.repeat(500),
-  `a${'\u0301'.repeat(20_000)}`, '../../../../etc/passwd', '..\\..\\windows', '%2e%2e%2f', '%00', '/', 'a/b', 'C:\\x',
-  "'; drop table models; --", '<script>alert(1)</script>', '{{ 7*7 }}', '{% for i in range(9) %}x{% endfor %}',
-  'ｆｕｌｌｗｉｄｔｈ', '\r\n\r\n', '\\', '"', 'null', 'NaN', '-1', 'wandb-artifact:///fuzz-b/fz/data:v0',
-  'file:///etc/passwd', 'http://169.254.169.254/latest/meta-data/', '\x1b[31mred', 'ß'.repeat(1000), 'İ'.repeat(1000),
+  '',
+  ' ',
+  '\u0000',
+  'a\u0000b',
+  '\ud800',
+  '\udfff\ud800',
+  '\u202eevil',
+  '\ufeff',
+  '\u200b\u200d',
+  '🤖🧪'.repeat(500),
+  `a${'\u0301'.repeat(20_000)}`,
+  '../../../../etc/passwd',
+  '..\\..\\windows',
+  '%2e%2e%2f',
+  '%00',
+  '/',
+  'a/b',
+  'C:\\x',
+  "'; drop table models; --",
+  '<script>alert(1)</script>',
+  '{{ 7*7 }}',
+  '{% for i in range(9) %}x{% endfor %}',
+  'ｆｕｌｌｗｉｄｔｈ',
+  '\r\n\r\n',
+  '\\',
+  '"',
+  'null',
+  'NaN',
+  '-1',
+  'wandb-artifact:///fuzz-b/fz/data:v0',
+  'file:///etc/passwd',
+  'http://169.254.169.254/latest/meta-data/',
+  '\x1b[31mred',
+  'ß'.repeat(1000),
+  'İ'.repeat(1000),
 ];
 
 /** Structures whose keys or shape are themselves the attack. */

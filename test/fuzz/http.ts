@@ -64,10 +64,12 @@ export function send(baseUrl: string, draft: Draft, timeoutMs: number): Promise<
   const url = new URL(baseUrl);
   const body = renderBody(draft);
   const headers: Record<string, string | number> = { ...draft.headers };
-  if (body && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-length')) headers['content-length'] = body.length;
+  if (body && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-length'))
+    headers['content-length'] = body.length;
   const started = performance.now();
   return new Promise((resolve) => {
-    const finish = (status: number | string, detail: string) => resolve({ status, ms: performance.now() - started, detail: detail.slice(0, 300) });
+    const finish = (status: number | string, detail: string) =>
+      resolve({ status, ms: performance.now() - started, detail: detail.slice(0, 300) });
     let request: http.ClientRequest;
     try {
       request = open();
@@ -79,25 +81,32 @@ export function send(baseUrl: string, draft: Draft, timeoutMs: number): Promise<
       request.destroy();
       finish('timeout', `no answer within ${timeoutMs} ms`);
     });
-    request.on('error', (error: NodeJS.ErrnoException) => finish(error.code === 'ECONNREFUSED' ? 'refused' : 'reset', error.message));
+    request.on('error', (error: NodeJS.ErrnoException) =>
+      finish(error.code === 'ECONNREFUSED' ? 'refused' : 'reset', error.message),
+    );
     request.end(body);
 
     function open() {
-      return http.request({ host: url.hostname, port: url.port, method: draft.method, path: renderPath(draft), headers, agent: false }, (response) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      response.on('data', (chunk: Buffer) => {
-        // Keep the head of the answer only: a download or an echo may be large.
-        if (size < 1 << 20) chunks.push(chunk);
-        size += chunk.length;
-      });
-      response.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        const streamed = String(response.headers['content-type'] ?? '').startsWith('text/event-stream') ? streamedServerError(text) : null;
-        finish(streamed ?? response.statusCode ?? 'no-status', streamed ? `in stream: ${text}` : text);
-      });
-      response.on('error', (error) => finish('reset', error.message));
-      });
+      return http.request(
+        { host: url.hostname, port: url.port, method: draft.method, path: renderPath(draft), headers, agent: false },
+        (response) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          response.on('data', (chunk: Buffer) => {
+            // Keep the head of the answer only: a download or an echo may be large.
+            if (size < 1 << 20) chunks.push(chunk);
+            size += chunk.length;
+          });
+          response.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            const streamed = String(response.headers['content-type'] ?? '').startsWith('text/event-stream')
+              ? streamedServerError(text)
+              : null;
+            finish(streamed ?? response.statusCode ?? 'no-status', streamed ? `in stream: ${text}` : text);
+          });
+          response.on('error', (error) => finish('reset', error.message));
+        },
+      );
     }
   });
 }

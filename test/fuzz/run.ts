@@ -10,14 +10,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { spawnServerProcess, type ServerProcess } from '../helpers/server-process.ts';
-import { ENDPOINTS, type Ctx, type Endpoint } from './endpoints.ts';
-import { renderBody, renderPath, send, type Draft, type Outcome } from './http.ts';
+import { startTcpEngine } from '../helpers/engine-process.ts';
+import { type ServerProcess, spawnServerProcess } from '../helpers/server-process.ts';
+import { type Ctx, ENDPOINTS, type Endpoint } from './endpoints.ts';
+import { type Draft, type Outcome, renderBody, renderPath, send } from './http.ts';
 import { buildDraft } from './mutate.ts';
 import { Prng } from './prng.ts';
-import { seedEntity, snapshot, snapshotChanges, type World } from './world.ts';
 import { answerChanges, answersOf, injectBadAdapters, probeWhile } from './probes.ts';
-import { startTcpEngine } from '../helpers/engine-process.ts';
+import { seedEntity, snapshot, snapshotChanges, type World } from './world.ts';
 
 export interface FuzzOptions {
   seed: number;
@@ -146,21 +146,44 @@ function describeRequest(draft: Draft): string {
 
 /** Keeps models the fuzzer made, so later requests may delete them instead of the seeded ones. */
 function remember(world: World, draft: Draft, outcome: Outcome): void {
-  const creates = ['POST /v1/preview/models', 'POST /v1/preview/models/import', 'POST /v1/preview/models/:model_id/fork'];
-  if (!creates.includes(draft.label) || outcome.status !== 200 || draft.headers.authorization !== `Bearer ${world.a.key}`) return;
+  const creates = [
+    'POST /v1/preview/models',
+    'POST /v1/preview/models/import',
+    'POST /v1/preview/models/:model_id/fork',
+  ];
+  if (
+    !creates.includes(draft.label) ||
+    outcome.status !== 200 ||
+    draft.headers.authorization !== `Bearer ${world.a.key}`
+  )
+    return;
   const id = /"id":"([^"]+)"/.exec(outcome.detail)?.[1];
   if (id && /"entity":"local"/.test(outcome.detail)) world.a.disposableModelIds.push(id);
 }
 
 /** Counts the answer in the histogram; a 5xx, a hung request, a refused connection or a 2xx that must not be is a finding. */
 function record(report: FuzzReport, index: number, draft: Draft, outcome: Outcome, at: number): void {
-  report.spans.push({ at, ms: Math.round(outcome.ms), request: `#${index} ${describeRequest(draft).slice(0, 160)}`, status: outcome.status });
+  report.spans.push({
+    at,
+    ms: Math.round(outcome.ms),
+    request: `#${index} ${describeRequest(draft).slice(0, 160)}`,
+    status: outcome.status,
+  });
   const row = report.histogram.get(draft.label) ?? new Map<string, number>();
   row.set(String(outcome.status), (row.get(String(outcome.status)) ?? 0) + 1);
   report.histogram.set(draft.label, row);
-  const bad = (typeof outcome.status === 'number' && outcome.status >= 500) || ['timeout', 'refused', 'fuzzer error'].includes(String(outcome.status));
+  const bad =
+    (typeof outcome.status === 'number' && outcome.status >= 500) ||
+    ['timeout', 'refused', 'fuzzer error'].includes(String(outcome.status));
   const accepted = draft.mustRefuse !== undefined && typeof outcome.status === 'number' && outcome.status < 300;
-  if (bad || accepted) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: outcome.status, detail: accepted ? `${draft.mustRefuse}: ${outcome.detail}` : outcome.detail });
+  if (bad || accepted)
+    report.findings.push({
+      index,
+      label: draft.label,
+      request: describeRequest(draft),
+      status: outcome.status,
+      detail: accepted ? `${draft.mustRefuse}: ${outcome.detail}` : outcome.detail,
+    });
 }
 
 /** Sends the requests; stops early when the server dies or health stops answering (then the requests in flight are the suspects). */
@@ -169,7 +192,14 @@ async function fire(server: ServerProcess, world: World, options: FuzzOptions, r
   const inFlight = new Map<number, Draft>();
   const stopPoller = startHealthPoller(server.url, WEDGED_MS, () => {
     report.wedged = true;
-    for (const [index, draft] of inFlight) report.findings.push({ index, label: draft.label, request: describeRequest(draft), status: 'in flight while wedged', detail: '' });
+    for (const [index, draft] of inFlight)
+      report.findings.push({
+        index,
+        label: draft.label,
+        request: describeRequest(draft),
+        status: 'in flight while wedged',
+        detail: '',
+      });
   });
   const worker = async () => {
     while (next < options.requests && server.exit() === null && !report.wedged) {
@@ -178,11 +208,16 @@ async function fire(server: ServerProcess, world: World, options: FuzzOptions, r
       const at = Date.now();
       inFlight.set(index, draft);
       // A bug of the fuzzer's own is a finding too, not the end of the run.
-      const outcome = await send(server.url, draft, options.timeoutMs ?? 60_000).catch((error: Error) => ({ status: 'fuzzer error', ms: 0, detail: error.stack ?? error.message }));
+      const outcome = await send(server.url, draft, options.timeoutMs ?? 60_000).catch((error: Error) => ({
+        status: 'fuzzer error',
+        ms: 0,
+        detail: error.stack ?? error.message,
+      }));
       inFlight.delete(index);
       record(report, index, draft, outcome, at);
       remember(world, draft, outcome);
-      if ((index + 1) % 500 === 0) options.progress?.(`fuzz: ${index + 1}/${options.requests} requests, ${report.findings.length} findings`);
+      if ((index + 1) % 500 === 0)
+        options.progress?.(`fuzz: ${index + 1}/${options.requests} requests, ${report.findings.length} findings`);
     }
   };
   await Promise.all(Array.from({ length: options.concurrency ?? 4 }, worker));
@@ -196,25 +231,57 @@ export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
   const secret = `fuzz-${process.pid}-${Date.now()}`;
   const sampler = await startTcpEngine({ secret, args: ['--skip-adapter-value-check'] });
   // A small artifact file limit, so the fuzzer reaches the "file too large" path without sending a gigabyte.
-  const env = { ARTIFACT_MAX_FILE_BYTES: '1000000', SAMPLER_URLS: `tcp://127.0.0.1:${sampler.port}`, ENGINE_SECRET: secret };
+  const env = {
+    ARTIFACT_MAX_FILE_BYTES: '1000000',
+    SAMPLER_URLS: `tcp://127.0.0.1:${sampler.port}`,
+    ENGINE_SECRET: secret,
+  };
   const server = await spawnServerProcess({ dataDir, key: KEY_A, databaseUrl: options.databaseUrl, env });
-  const report: FuzzReport = { histogram: new Map(), findings: [], health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] }, crashed: null, crossEntityChanges: [], wedged: false, seconds: 0, spans: [], serverErrors: [], isolationRounds: 0 };
+  const report: FuzzReport = {
+    histogram: new Map(),
+    findings: [],
+    health: { polls: 0, slow: 0, failures: 0, maxMs: 0, late: [] },
+    crashed: null,
+    crossEntityChanges: [],
+    wedged: false,
+    seconds: 0,
+    spans: [],
+    serverErrors: [],
+    isolationRounds: 0,
+  };
   try {
     const keyB = await server.createKey(ENTITY_B);
-    const [a, b] = await Promise.all([seedEntity(server.url, 'local', KEY_A, false), seedEntity(server.url, ENTITY_B, keyB, true)]);
+    const [a, b] = await Promise.all([
+      seedEntity(server.url, 'local', KEY_A, false),
+      seedEntity(server.url, ENTITY_B, keyB, true),
+    ]);
     a.injected = await injectBadAdapters(server.url, dataDir, a);
     const world: World = { url: server.url, a, b };
     const [before, answers] = [await snapshot(server.url, b), await answersOf(server.url, b)];
-    options.progress?.(`fuzz: seeded in ${Math.round((performance.now() - started) / 1000)} s; sending ${options.requests} requests (seed ${options.seed})`);
+    options.progress?.(
+      `fuzz: seeded in ${Math.round((performance.now() - started) / 1000)} s; sending ${options.requests} requests (seed ${options.seed})`,
+    );
     let firing = true;
     const probing = probeWhile(server.url, a, b, a.injected, answers, () => !firing);
     await fire(server, world, options, report).finally(() => (firing = false));
     const probe = await probing;
     report.isolationRounds = probe.rounds;
-    report.findings.push(...probe.serverErrors.map((error, index) => ({ index: -1 - index, label: 'chat on an injected adapter', request: error, status: 'probe 5xx', detail: error })));
+    report.findings.push(
+      ...probe.serverErrors.map((error, index) => ({
+        index: -1 - index,
+        label: 'chat on an injected adapter',
+        request: error,
+        status: 'probe 5xx',
+        detail: error,
+      })),
+    );
     report.crashed = server.exit();
     if (report.crashed === null && !report.wedged) {
-      report.crossEntityChanges = [...snapshotChanges(before, await snapshot(server.url, b)), ...probe.changes, ...answerChanges(answers, await answersOf(server.url, b), 'after the requests')];
+      report.crossEntityChanges = [
+        ...snapshotChanges(before, await snapshot(server.url, b)),
+        ...probe.changes,
+        ...answerChanges(answers, await answersOf(server.url, b), 'after the requests'),
+      ];
     }
   } finally {
     report.serverErrors = server.errorLines.slice(-10);
@@ -230,17 +297,45 @@ export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
 export function formatReport(report: FuzzReport): string {
   const lines = [...report.histogram.entries()]
     .sort(([x], [y]) => x.localeCompare(y))
-    .map(([label, row]) => `${label.padEnd(72)} ${[...row.entries()].sort().map(([status, count]) => `${status}×${count}`).join('  ')}`);
-  const total = [...report.histogram.values()].reduce((sum, row) => sum + [...row.values()].reduce((a, b) => a + b, 0), 0);
-  lines.push(`requests: ${total} in ${report.seconds.toFixed(1)} s; findings (5xx, timeouts, refused): ${report.findings.length}; crashed: ${report.crashed ?? 'no'}${report.wedged ? `; WEDGED (health unanswered for ${WEDGED_MS / 1000} s, run stopped)` : ''}`);
-  lines.push(`health: ${report.health.polls} polls, ${report.health.slow} over 1 s, ${report.health.failures} failed, slowest ${report.health.maxMs} ms`);
-  lines.push(`cross-entity changes: ${report.crossEntityChanges.length === 0 ? 'none' : report.crossEntityChanges.join(', ')} (the other entity's temperature-0 answers compared before, in ${report.isolationRounds} rounds beside chats on NaN/Inf/1e38 adapters, and after)`);
-  for (const finding of report.findings.slice(0, 30)) lines.push(`  #${finding.index} ${finding.status} ${finding.request}\n      → ${finding.detail}`);
-  if (report.serverErrors.length > 0) lines.push('server error log (last lines):', ...report.serverErrors.map((line) => `  ${line.slice(0, 600)}`));
-  lines.push('slowest requests:', ...[...report.spans].sort((x, y) => y.ms - x.ms).slice(0, 5).map((span) => `      ${span.ms} ms ${span.status} ${span.request}`));
+    .map(
+      ([label, row]) =>
+        `${label.padEnd(72)} ${[...row.entries()]
+          .sort()
+          .map(([status, count]) => `${status}×${count}`)
+          .join('  ')}`,
+    );
+  const total = [...report.histogram.values()].reduce(
+    (sum, row) => sum + [...row.values()].reduce((a, b) => a + b, 0),
+    0,
+  );
+  lines.push(
+    `requests: ${total} in ${report.seconds.toFixed(1)} s; findings (5xx, timeouts, refused): ${report.findings.length}; crashed: ${report.crashed ?? 'no'}${report.wedged ? `; WEDGED (health unanswered for ${WEDGED_MS / 1000} s, run stopped)` : ''}`,
+  );
+  lines.push(
+    `health: ${report.health.polls} polls, ${report.health.slow} over 1 s, ${report.health.failures} failed, slowest ${report.health.maxMs} ms`,
+  );
+  lines.push(
+    `cross-entity changes: ${report.crossEntityChanges.length === 0 ? 'none' : report.crossEntityChanges.join(', ')} (the other entity's temperature-0 answers compared before, in ${report.isolationRounds} rounds beside chats on NaN/Inf/1e38 adapters, and after)`,
+  );
+  for (const finding of report.findings.slice(0, 30))
+    lines.push(`  #${finding.index} ${finding.status} ${finding.request}\n      → ${finding.detail}`);
+  if (report.serverErrors.length > 0)
+    lines.push('server error log (last lines):', ...report.serverErrors.map((line) => `  ${line.slice(0, 600)}`));
+  lines.push(
+    'slowest requests:',
+    ...[...report.spans]
+      .sort((x, y) => y.ms - x.ms)
+      .slice(0, 5)
+      .map((span) => `      ${span.ms} ms ${span.status} ${span.request}`),
+  );
   for (const late of report.health.late.slice(0, 10)) {
-    const overlapping = report.spans.filter((span) => span.at < late.at + late.ms && span.at + span.ms > late.at).sort((x, y) => y.ms - x.ms);
-    lines.push(`  health late by ${late.ms} ms; slowest requests in flight then:`, ...overlapping.slice(0, 3).map((span) => `      ${span.ms} ms ${span.status} ${span.request}`));
+    const overlapping = report.spans
+      .filter((span) => span.at < late.at + late.ms && span.at + span.ms > late.at)
+      .sort((x, y) => y.ms - x.ms);
+    lines.push(
+      `  health late by ${late.ms} ms; slowest requests in flight then:`,
+      ...overlapping.slice(0, 3).map((span) => `      ${span.ms} ms ${span.status} ${span.request}`),
+    );
   }
   return lines.join('\n');
 }

@@ -5,9 +5,9 @@
  * entity's key is thrown at the server.
  */
 import crypto from 'node:crypto';
-import { httpApi, type Api } from '../helpers/api.ts';
-import type { E2eServer } from '../helpers/server.ts';
+import { type Api, httpApi } from '../helpers/api.ts';
 import { sampleGroup, waitForJob } from '../helpers/rollouts.ts';
+import type { E2eServer } from '../helpers/server.ts';
 
 export const PROJECT = 'fz';
 /** Every artifact name the fuzzer's paths use, so the snapshot can read them all. */
@@ -41,36 +41,66 @@ export interface World {
 
 async function must(api: Api, method: string, route: string, body?: unknown): Promise<any> {
   const response = await api(method, route, body);
-  if (response.status !== 200) throw new Error(`seeding: ${method} ${route} answered ${response.status} ${JSON.stringify(response.body)}`);
+  if (response.status !== 200)
+    throw new Error(`seeding: ${method} ${route} answered ${response.status} ${JSON.stringify(response.body)}`);
   return response.body;
 }
 
 async function upload(url: string, key: string, route: string, files: Record<string, string>): Promise<string> {
   const form = new FormData();
   for (const [name, content] of Object.entries(files)) form.append('file', new Blob([content]), name);
-  const response = await fetch(`${url}/v1/preview/artifacts/${route}`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+  const response = await fetch(`${url}/v1/preview/artifacts/${route}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}` },
+    body: form,
+  });
   if (response.status !== 200) throw new Error(`seeding upload: ${response.status} ${await response.text()}`);
   return ((await response.json()) as { url: string }).url;
 }
 
-const SFT_ROWS = ['a', 'b'].map((word) => JSON.stringify({ messages: [{ role: 'user', content: `Say ${word}.` }, { role: 'assistant', content: word }] })).join('\n');
+const SFT_ROWS = ['a', 'b']
+  .map((word) =>
+    JSON.stringify({
+      messages: [
+        { role: 'user', content: `Say ${word}.` },
+        { role: 'assistant', content: word },
+      ],
+    }),
+  )
+  .join('\n');
 
 /** One entity's model, logs, RL job, artifact and (optionally) SFT job, finished before the fuzzing starts. */
 export async function seedEntity(url: string, name: string, key: string, withSft: boolean): Promise<Entity> {
   const api = httpApi(url, key);
-  const modelId = (await must(api, 'POST', '/v1/preview/models', { project: PROJECT, name: 'main', base_model: BASE_MODEL })).id;
+  const modelId = (
+    await must(api, 'POST', '/v1/preview/models', { project: PROJECT, name: 'main', base_model: BASE_MODEL })
+  ).id;
   const inferenceName = `${name}/${PROJECT}/main`;
   const client = { api } as unknown as E2eServer;
   const group = await sampleGroup(client, inferenceName, 'Say a word.', 2, (_, index) => index);
-  for (const split of ['train', 'val']) await must(api, 'POST', `/v1/preview/models/${modelId}/log`, { split, trajectory_groups: [group, group] });
-  const jobIds = [(await must(api, 'POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [group] })).id];
+  for (const split of ['train', 'val'])
+    await must(api, 'POST', `/v1/preview/models/${modelId}/log`, { split, trajectory_groups: [group, group] });
+  const jobIds = [
+    (await must(api, 'POST', '/v1/preview/training-jobs', { model_id: modelId, trajectory_groups: [group] })).id,
+  ];
   const artifactUrl = await upload(url, key, `${name}/${PROJECT}/data`, { 'train.jsonl': SFT_ROWS });
-  if (withSft) jobIds.push((await must(api, 'POST', '/v1/preview/sft-training-jobs', { model_id: modelId, training_data_url: artifactUrl, config: { batch_size: 1 } })).id);
+  if (withSft)
+    jobIds.push(
+      (
+        await must(api, 'POST', '/v1/preview/sft-training-jobs', {
+          model_id: modelId,
+          training_data_url: artifactUrl,
+          config: { batch_size: 1 },
+        })
+      ).id,
+    );
   for (const jobId of jobIds) await waitForJob(client, jobId, 120_000);
   const checkpoints = await must(api, 'GET', `/v1/preview/models/${modelId}/checkpoints?limit=100`);
   const trajectories = await must(api, 'GET', `/v1/dashboard/models/${modelId}/trajectories?split=train&limit=200`);
   const latest = Math.max(...checkpoints.data.map((c: { step: number }) => c.step));
-  const exported = await fetch(`${url}/v1/preview/models/${modelId}/checkpoints/${latest}/adapter`, { headers: { authorization: `Bearer ${key}` } });
+  const exported = await fetch(`${url}/v1/preview/models/${modelId}/checkpoints/${latest}/adapter`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
   if (exported.status !== 200) throw new Error(`seeding export: ${exported.status} ${await exported.text()}`);
   return {
     name,
@@ -108,7 +138,10 @@ async function optional(api: Api, route: string): Promise<unknown> {
 /** Everything of one entity the API shows its own key: models, checkpoints, metrics, trajectories, jobs, events, artifacts. */
 export async function snapshot(url: string, entity: Entity): Promise<Record<string, unknown>> {
   const api = httpApi(url, entity.key);
-  const shot: Record<string, unknown> = { me: await must(api, 'GET', '/v1/preview/me'), overview: await must(api, 'GET', '/v1/dashboard/overview') };
+  const shot: Record<string, unknown> = {
+    me: await must(api, 'GET', '/v1/preview/me'),
+    overview: await must(api, 'GET', '/v1/dashboard/overview'),
+  };
   const models = (await allPages(api, '/v1/dashboard/models?limit=500')) as { id: string }[];
   shot.models = models;
   for (const model of models) {
@@ -119,19 +152,29 @@ export async function snapshot(url: string, entity: Entity): Promise<Record<stri
       checkpoints: await allPages(api, `/v1/preview/models/${model.id}/checkpoints?limit=100`),
       metrics: await allPages(api, `${base}/metrics?limit=5000`),
       steps,
-      trajectories: await Promise.all(steps.splits.map((split: { split: string }) => allPages(api, `${base}/trajectories?split=${split.split}&limit=200`))),
+      trajectories: await Promise.all(
+        steps.splits.map((split: { split: string }) =>
+          allPages(api, `${base}/trajectories?split=${split.split}&limit=200`),
+        ),
+      ),
     };
   }
   const jobs = (await allPages(api, '/v1/dashboard/jobs?limit=200')) as { id: string }[];
   shot.jobs = jobs;
-  for (const job of jobs) shot[`events ${job.id}`] = await allPages(api, `/v1/preview/training-jobs/${job.id}/events?limit=100`);
+  for (const job of jobs)
+    shot[`events ${job.id}`] = await allPages(api, `/v1/preview/training-jobs/${job.id}/events?limit=100`);
   for (const project of [PROJECT, 'other']) {
     for (const name of ARTIFACT_NAMES) {
       const route = `/v1/preview/artifacts/${entity.name}/${project}/${name}`;
       const versions = await optional(api, route);
       shot[`artifact ${project}/${name}`] = versions;
-      const file = await fetch(`${url}${route}:latest/files/train.jsonl`, { headers: { authorization: `Bearer ${entity.key}` } });
-      shot[`artifact ${project}/${name} train.jsonl`] = `${file.status} ${crypto.createHash('sha256').update(Buffer.from(await file.arrayBuffer())).digest('hex')}`;
+      const file = await fetch(`${url}${route}:latest/files/train.jsonl`, {
+        headers: { authorization: `Bearer ${entity.key}` },
+      });
+      shot[`artifact ${project}/${name} train.jsonl`] = `${file.status} ${crypto
+        .createHash('sha256')
+        .update(Buffer.from(await file.arrayBuffer()))
+        .digest('hex')}`;
     }
   }
   return shot;

@@ -4,9 +4,9 @@
  * runner builds from them.
  */
 import OpenAI from 'openai';
+import { type Trajectory, withTrajectoryDefaults } from '../../src/api/models.ts';
 import { parseRlConfig } from '../../src/training/rl/config.ts';
 import { trajectorySequences } from '../../src/training/rl/runner.ts';
-import { withTrajectoryDefaults, type Trajectory } from '../../src/api/models.ts';
 import type { E2eServer } from './server.ts';
 
 /** How the client asks for logprobs: not at all (our token_id default), OpenAI SDK `logprobs: true`, or token ids explicitly. */
@@ -14,13 +14,21 @@ export type LogprobsMode = 'omitted' | 'true' | 'token_id';
 
 export const WEATHER_TOOL = {
   type: 'function',
-  function: { name: 'get_weather', description: 'Weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+  function: {
+    name: 'get_weather',
+    description: 'Weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
 };
 
 /** No arguments at all, so a forced call is short even on random weights. */
 export const TIME_TOOL = {
   type: 'function',
-  function: { name: 'get_time', description: 'The local time', parameters: { type: 'object', properties: {}, additionalProperties: false } },
+  function: {
+    name: 'get_time',
+    description: 'The local time',
+    parameters: { type: 'object', properties: {}, additionalProperties: false },
+  },
 };
 
 export interface LoopOptions {
@@ -44,7 +52,12 @@ export async function agentLoop(e2e: E2eServer, options: LoopOptions): Promise<T
     { role: 'system', content: 'You are a terse assistant.' },
     { role: 'user', content: 'What is the weather in Paris?' },
   ];
-  const logprobs = options.mode === 'omitted' ? {} : options.mode === 'true' ? { logprobs: true } : { logprobs: true, return_tokens_as_token_ids: true };
+  const logprobs =
+    options.mode === 'omitted'
+      ? {}
+      : options.mode === 'true'
+        ? { logprobs: true }
+        : { logprobs: true, return_tokens_as_token_ids: true };
   for (let turn = 0; turn < (options.turns ?? 3); turn += 1) {
     const messages = items.map((item) => (item.message ? item.message : item));
     const forced = options.tools && turn === 0;
@@ -54,15 +67,23 @@ export async function agentLoop(e2e: E2eServer, options: LoopOptions): Promise<T
       max_tokens: forced ? 48 : (options.maxTokens ?? 8),
       ...(forced ? { temperature: 0 } : {}),
       seed: options.seed + turn,
-      ...(options.tools ? { tools: [WEATHER_TOOL, TIME_TOOL], tool_choice: forced ? { type: 'function', function: { name: 'get_time' } } : 'none' } : {}),
+      ...(options.tools
+        ? {
+            tools: [WEATHER_TOOL, TIME_TOOL],
+            tool_choice: forced ? { type: 'function', function: { name: 'get_time' } } : 'none',
+          }
+        : {}),
       ...(options.kwargs ? { chat_template_kwargs: options.kwargs } : {}),
       ...logprobs,
     };
-    const completion = await client.chat.completions.create(body as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const completion = await client.chat.completions.create(
+      body as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming,
+    );
     const choice = JSON.parse(JSON.stringify(completion.choices[0])) as Record<string, unknown>;
     items.push(choice);
     const calls = (choice.message as { tool_calls?: { id: string }[] }).tool_calls ?? [];
-    if (calls.length > 0) items.push(...calls.map((call) => ({ role: 'tool', tool_call_id: call.id, content: '{"temperature": 18}' })));
+    if (calls.length > 0)
+      items.push(...calls.map((call) => ({ role: 'tool', tool_call_id: call.id, content: '{"temperature": 18}' })));
     else items.push({ role: 'user', content: `And turn ${turn + 2}?` });
   }
   return {
@@ -75,7 +96,10 @@ export async function agentLoop(e2e: E2eServer, options: LoopOptions): Promise<T
 
 /** How many tool calls the loop's choices made. */
 export function toolCallsIn(trajectory: Trajectory): number {
-  return trajectory.messages_and_choices.reduce((sum, item) => sum + (((item.message as { tool_calls?: unknown[] } | undefined)?.tool_calls ?? []).length), 0);
+  return trajectory.messages_and_choices.reduce(
+    (sum, item) => sum + ((item.message as { tool_calls?: unknown[] } | undefined)?.tool_calls ?? []).length,
+    0,
+  );
 }
 
 export interface Gap {
@@ -88,7 +112,12 @@ export interface Gap {
 }
 
 /** The RL runner's rows of these trajectories, scored by the engine's forward pass on the model's current weights (step 0: the base). */
-export async function samplerTrainerGap(e2e: E2eServer, baseId: string, trajectories: Trajectory[], adapter: { adapter: string | null; adapter_path?: string } = { adapter: null }): Promise<Gap> {
+export async function samplerTrainerGap(
+  e2e: E2eServer,
+  baseId: string,
+  trajectories: Trajectory[],
+  adapter: { adapter: string | null; adapter_path?: string } = { adapter: null },
+): Promise<Gap> {
   const services = e2e.server.services;
   const base = await services.runtime.loadForTraining(baseId);
   const { config } = parseRlConfig({}, 1e-5);
@@ -96,7 +125,9 @@ export async function samplerTrainerGap(e2e: E2eServer, baseId: string, trajecto
   for (const trajectory of trajectories) {
     for (const sequence of trajectorySequences(base, withTrajectoryDefaults(trajectory), config, 'test')) {
       gap.sequences += 1;
-      const forward = await services.runtime.trainer().request('forward', { base: base.id, ...adapter, rows: [{ tokens: sequence.tokens }] });
+      const forward = await services.runtime
+        .trainer()
+        .request('forward', { base: base.id, ...adapter, rows: [{ tokens: sequence.tokens }] });
       sequence.mask.forEach((trained, t) => {
         if (!trained) return;
         const sampled = sequence.logprobs[t];

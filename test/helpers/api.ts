@@ -6,7 +6,12 @@ import assert from 'node:assert/strict';
 import { BUILTIN_BASE_MODEL } from '../../src/config.ts';
 
 /** A JSON call: method, route, optional body and a key for this call alone; the status and the parsed body. */
-export type Api = (method: string, route: string, body?: unknown, key?: string) => Promise<{ status: number; body: any }>;
+export type Api = (
+  method: string,
+  route: string,
+  body?: unknown,
+  key?: string,
+) => Promise<{ status: number; body: any }>;
 
 /** How a key travels: our API and OpenAI's take a bearer token, Tinker's SDK sends `x-api-key: tml-<key>`. */
 export const bearerKey = (key: string): Record<string, string> => ({ authorization: `Bearer ${key}` });
@@ -37,7 +42,12 @@ export async function* ssePayloads(response: Response): AsyncGenerator<string> {
 }
 
 /** A streamed chat completion's data payloads in order, `[DONE]` included; `onFirstChunk` runs as the first arrives. */
-export async function streamChat(url: string, key: string, body: Record<string, unknown>, onFirstChunk?: () => void): Promise<string[]> {
+export async function streamChat(
+  url: string,
+  key: string,
+  body: Record<string, unknown>,
+  onFirstChunk?: () => void,
+): Promise<string[]> {
   const response = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { ...bearerKey(key), 'content-type': 'application/json' },
@@ -59,15 +69,29 @@ export async function createModel(
   name: string,
   options: { base?: string; entity?: string; key?: string } = {},
 ): Promise<{ id: string; run_id: string; entity: string; [field: string]: any }> {
-  const fields = { project, name, base_model: options.base ?? BUILTIN_BASE_MODEL.id, ...(options.entity ? { entity: options.entity } : {}) };
+  const fields = {
+    project,
+    name,
+    base_model: options.base ?? BUILTIN_BASE_MODEL.id,
+    ...(options.entity ? { entity: options.entity } : {}),
+  };
   const created = await api('POST', '/v1/preview/models', fields, options.key);
   assert.equal(created.status, 200, JSON.stringify(created.body));
   return created.body;
 }
 
 /** The choices of one chat completion for one user message; any status but 200 fails the test. */
-export async function chatChoices(api: Api, model: string, question: string, options: Record<string, unknown> = {}): Promise<Record<string, any>[]> {
-  const response = await api('POST', '/v1/chat/completions', { model, messages: [{ role: 'user', content: question }], ...options });
+export async function chatChoices(
+  api: Api,
+  model: string,
+  question: string,
+  options: Record<string, unknown> = {},
+): Promise<Record<string, any>[]> {
+  const response = await api('POST', '/v1/chat/completions', {
+    model,
+    messages: [{ role: 'user', content: question }],
+    ...options,
+  });
   assert.equal(response.status, 200, JSON.stringify(response.body));
   return response.body.choices;
 }

@@ -4,12 +4,12 @@ import os from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
-import { systemClock, type Clock } from '../../src/clock.ts';
-import { loadConfig, type Config } from '../../src/config.ts';
+import { type Clock, systemClock } from '../../src/clock.ts';
+import { type Config, loadConfig } from '../../src/config.ts';
 import { createServices, type Services } from '../../src/context.ts';
-import { migrate, openStore, type Store } from '../../src/store/db.ts';
 import type { RuntimeEngines } from '../../src/services/base-model-runtime.ts';
 import type { Probe } from '../../src/services/health-service.ts';
+import { migrate, openStore, type Store } from '../../src/store/db.ts';
 import type { Backend } from './database.ts';
 
 export interface TestApp {
@@ -19,7 +19,12 @@ export interface TestApp {
   services: Services;
   store: Store;
   dataDir: string;
-  call(method: string, url: string, body?: unknown, key?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  call(
+    method: string,
+    url: string,
+    body?: unknown,
+    key?: string | null,
+  ): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
   /** Listens on a free loopback port, for clients that need a real socket (SDKs, streams); answers the URL. */
   listen(): Promise<string>;
   close(): Promise<void>;
@@ -40,14 +45,27 @@ export function fakeBaseModelFolder(): string {
 }
 
 /** Services and the Fastify app over `store`, without touching the database: how every test app is assembled. */
-export function buildTestApp(config: Config, store: Store, options: TestAppOptions = {}): { app: FastifyInstance; services: Services } {
+export function buildTestApp(
+  config: Config,
+  store: Store,
+  options: TestAppOptions = {},
+): { app: FastifyInstance; services: Services } {
   // Without engines there is nothing to probe; with them, the real probe (a stats round trip) unless a test gives one.
   const engineProbe = options.engineProbe ?? (options.engines ? undefined : async () => {});
-  const services = createServices({ config, store, clock: options.clock ?? systemClock, engines: options.engines, engineProbe });
+  const services = createServices({
+    config,
+    store,
+    clock: options.clock ?? systemClock,
+    engines: options.engines,
+    engineProbe,
+  });
   return { app: buildApp({ config, services }), services };
 }
 
-export async function startTestApp(backend: Backend, options: TestAppOptions & { env?: Record<string, string> } = {}): Promise<TestApp> {
+export async function startTestApp(
+  backend: Backend,
+  options: TestAppOptions & { env?: Record<string, string> } = {},
+): Promise<TestApp> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'service-test-'));
   const database = await backend.create();
   const config = loadConfig({
@@ -94,7 +112,11 @@ export async function startTestApp(backend: Backend, options: TestAppOptions & {
 /** Every method and path the app registers (HEAD twins left out), as `METHOD /path`; nothing is served or stored. */
 export async function registeredRoutes(): Promise<string[]> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'routes-'));
-  const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', BASE_MODELS: `test/base=${fakeBaseModelFolder()}` });
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    LOG_LEVEL: 'silent',
+    BASE_MODELS: `test/base=${fakeBaseModelFolder()}`,
+  });
   const store = openStore(config);
   const { app } = buildTestApp(config, store);
   const routes: string[] = [];

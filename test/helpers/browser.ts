@@ -5,13 +5,22 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { repoRoot } from '../../src/config.ts';
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 export const SCREENSHOT_DIR = path.join(repoRoot, 'screenshots');
 
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 
 export interface BrowserSession {
   browser: Browser;
@@ -28,9 +37,16 @@ export function chromiumAvailable(): boolean {
   return fs.existsSync(CHROMIUM);
 }
 
-export async function openBrowser(baseUrl: string, options: { viewport?: { width: number; height: number } } = {}): Promise<BrowserSession> {
+export async function openBrowser(
+  baseUrl: string,
+  options: { viewport?: { width: number; height: number } } = {},
+): Promise<BrowserSession> {
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS, headless: true });
-  const context = await browser.newContext({ baseURL: baseUrl, viewport: options.viewport ?? { width: 1440, height: 900 }, colorScheme: 'light' });
+  const context = await browser.newContext({
+    baseURL: baseUrl,
+    viewport: options.viewport ?? { width: 1440, height: 900 },
+    colorScheme: 'light',
+  });
   const page = await context.newPage();
   const problems: string[] = [];
   page.on('console', (message) => {

@@ -25,19 +25,28 @@ export async function startDroppingProxy(target: string, drop: Record<string, nu
     const count = (seen.get(path) ?? 0) + 1;
     seen.set(path, count);
     const lose = drop[path]?.includes(count) ?? false;
-    const forward = http.request({ host: upstream.hostname, port: upstream.port, method: request.method, path: request.url, headers: { ...request.headers, host: upstream.host } }, (answer) => {
-      if (!lose) {
-        response.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(response);
-        return;
-      }
-      // Read the whole answer first, so the server has finished with the request, then lose it.
-      answer.resume();
-      answer.on('end', () => {
-        dropped.push(`${path}#${count}`);
-        request.socket.destroy();
-      });
-    });
+    const forward = http.request(
+      {
+        host: upstream.hostname,
+        port: upstream.port,
+        method: request.method,
+        path: request.url,
+        headers: { ...request.headers, host: upstream.host },
+      },
+      (answer) => {
+        if (!lose) {
+          response.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(response);
+          return;
+        }
+        // Read the whole answer first, so the server has finished with the request, then lose it.
+        answer.resume();
+        answer.on('end', () => {
+          dropped.push(`${path}#${count}`);
+          request.socket.destroy();
+        });
+      },
+    );
     forward.on('error', () => request.socket.destroy());
     request.pipe(forward);
   });

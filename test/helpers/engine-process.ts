@@ -23,15 +23,21 @@ export interface TcpEngine {
  * `python -m engine --tcp 127.0.0.1:PORT` (0: any free port), resolved once it listens; `secret` sets ENGINE_SECRET,
  * `args` are further command-line flags (e.g. the test-only --skip-adapter-value-check).
  */
-export async function startTcpEngine(options: { port?: number; secret?: string; args?: string[] } = {}): Promise<TcpEngine> {
+export async function startTcpEngine(
+  options: { port?: number; secret?: string; args?: string[] } = {},
+): Promise<TcpEngine> {
   const env: NodeJS.ProcessEnv = { ...process.env, PYTHONUNBUFFERED: '1' };
   if (options.secret === undefined) delete env.ENGINE_SECRET;
   else env.ENGINE_SECRET = options.secret;
-  const child = spawn(await enginePython(), ['-m', 'engine', '--tcp', `127.0.0.1:${options.port ?? 0}`, '--threads', '1', ...(options.args ?? [])], {
-    cwd: repoRoot,
-    env,
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawn(
+    await enginePython(),
+    ['-m', 'engine', '--tcp', `127.0.0.1:${options.port ?? 0}`, '--threads', '1', ...(options.args ?? [])],
+    {
+      cwd: repoRoot,
+      env,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   const kill = () =>
     new Promise<void>((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) return resolve();

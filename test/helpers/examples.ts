@@ -18,7 +18,10 @@ export interface ExampleClient {
 function client(env: string, venv: string, requirements: string): ExampleClient {
   const fallback = path.join(repoRoot, venv, 'bin', 'python');
   const python = process.env[env] ?? (fs.existsSync(fallback) ? fallback : undefined);
-  return { python, skip: python && fs.existsSync(python) ? false : `no ${venv}: set ${env} (scripts/python/${requirements})` };
+  return {
+    python,
+    skip: python && fs.existsSync(python) ? false : `no ${venv}: set ${env} (scripts/python/${requirements})`,
+  };
 }
 
 /** ART and the openai SDK (.venv-art), the tinker SDK and cookbook (.venv-tinker), transformers and peft (.venv-test). */
@@ -35,9 +38,24 @@ export interface ExampleRun {
 }
 
 /** Runs `examples/<script> args…` against the server; rejects with the tail of its output when it fails or outlives `timeoutMs`. */
-export async function runExample(python: string, script: string, args: string[], server: { url: string; key: string }, timeoutMs: number): Promise<ExampleRun> {
+export async function runExample(
+  python: string,
+  script: string,
+  args: string[],
+  server: { url: string; key: string },
+  timeoutMs: number,
+): Promise<ExampleRun> {
   const summaryFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'example-')), 'summary.json');
-  const argv = [path.join(repoRoot, 'examples', script), '--url', server.url, '--key', server.key, '--summary', summaryFile, ...args];
+  const argv = [
+    path.join(repoRoot, 'examples', script),
+    '--url',
+    server.url,
+    '--key',
+    server.key,
+    '--summary',
+    summaryFile,
+    ...args,
+  ];
   const env = { ...process.env, HF_HUB_OFFLINE: '1', TRANSFORMERS_VERBOSITY: 'error' };
   const { output, seconds } = await runPython(python, argv, { label: script, timeoutMs, env });
   const summary = JSON.parse(fs.readFileSync(summaryFile, 'utf8'));

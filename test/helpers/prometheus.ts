@@ -13,13 +13,17 @@ export interface Sample {
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(,|(?=\}))/y;
 const TYPES = new Set(['counter', 'gauge', 'histogram', 'summary', 'untyped']);
-const SUFFIXES: Record<string, string[]> = { histogram: ['_bucket', '_sum', '_count'], summary: ['_sum', '_count', ''] };
+const SUFFIXES: Record<string, string[]> = {
+  histogram: ['_bucket', '_sum', '_count'],
+  summary: ['_sum', '_count', ''],
+};
 
 function parseValue(raw: string, line: number): number {
   if (raw === '+Inf') return Infinity;
   if (raw === '-Inf') return -Infinity;
   if (raw === 'NaN') return NaN;
-  if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw)) throw new Error(`line ${line}: bad value ${JSON.stringify(raw)}`);
+  if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw))
+    throw new Error(`line ${line}: bad value ${JSON.stringify(raw)}`);
   return Number(raw);
 }
 
@@ -42,7 +46,8 @@ function parseLabels(text: string, line: number): { labels: Record<string, strin
 /** The family a sample belongs to, given the families TYPEd so far. */
 function familyOf(name: string, types: Map<string, string>): string | undefined {
   if (types.has(name) && !SUFFIXES[types.get(name)!]) return name;
-  for (const [family, type] of types) for (const suffix of SUFFIXES[type] ?? []) if (name === family + suffix) return family;
+  for (const [family, type] of types)
+    for (const suffix of SUFFIXES[type] ?? []) if (name === family + suffix) return family;
   return undefined;
 }
 
@@ -50,26 +55,29 @@ export function parsePrometheusText(text: string): Sample[] {
   if (!text.endsWith('\n')) throw new Error('exposition must end with a newline');
   const types = new Map<string, string>();
   const samples: Sample[] = [];
-  text.slice(0, -1).split('\n').forEach((raw, index) => {
-    const line = index + 1;
-    const meta = /^# (HELP|TYPE) (\S+) (.*)$/.exec(raw);
-    if (meta) {
-      if (!NAME.test(meta[2])) throw new Error(`line ${line}: bad metric name ${meta[2]}`);
-      if (meta[1] === 'TYPE') {
-        if (!TYPES.has(meta[3]) || types.has(meta[2])) throw new Error(`line ${line}: bad or repeated TYPE`);
-        types.set(meta[2], meta[3]);
+  text
+    .slice(0, -1)
+    .split('\n')
+    .forEach((raw, index) => {
+      const line = index + 1;
+      const meta = /^# (HELP|TYPE) (\S+) (.*)$/.exec(raw);
+      if (meta) {
+        if (!NAME.test(meta[2])) throw new Error(`line ${line}: bad metric name ${meta[2]}`);
+        if (meta[1] === 'TYPE') {
+          if (!TYPES.has(meta[3]) || types.has(meta[2])) throw new Error(`line ${line}: bad or repeated TYPE`);
+          types.set(meta[2], meta[3]);
+        }
+        return;
       }
-      return;
-    }
-    if (raw.startsWith('#') || raw === '') return;
-    const name = /^[a-zA-Z_:][a-zA-Z0-9_:]*/.exec(raw)?.[0];
-    if (!name) throw new Error(`line ${line}: not a sample: ${JSON.stringify(raw)}`);
-    const { labels, rest } = parseLabels(raw.slice(name.length), line);
-    const fields = /^ (\S+)( -?\d+)?$/.exec(rest);
-    if (!fields) throw new Error(`line ${line}: expected " value [timestamp]" after the labels`);
-    if (familyOf(name, types) === undefined) throw new Error(`line ${line}: sample ${name} before its TYPE`);
-    samples.push({ name, labels, value: parseValue(fields[1], line) });
-  });
+      if (raw.startsWith('#') || raw === '') return;
+      const name = /^[a-zA-Z_:][a-zA-Z0-9_:]*/.exec(raw)?.[0];
+      if (!name) throw new Error(`line ${line}: not a sample: ${JSON.stringify(raw)}`);
+      const { labels, rest } = parseLabels(raw.slice(name.length), line);
+      const fields = /^ (\S+)( -?\d+)?$/.exec(rest);
+      if (!fields) throw new Error(`line ${line}: expected " value [timestamp]" after the labels`);
+      if (familyOf(name, types) === undefined) throw new Error(`line ${line}: sample ${name} before its TYPE`);
+      samples.push({ name, labels, value: parseValue(fields[1], line) });
+    });
   checkHistograms(samples, types);
   return samples;
 }
@@ -88,10 +96,12 @@ function checkHistograms(samples: Sample[], types: Map<string, string>): void {
       const bounds = buckets.map((b) => parseValue(b.labels.le, 0));
       if (bounds.at(-1) !== Infinity) throw new Error(`${family}${key}: last bucket is not +Inf`);
       buckets.forEach((b, i) => {
-        if (i > 0 && (bounds[i] <= bounds[i - 1] || b.value < buckets[i - 1].value)) throw new Error(`${family}${key}: buckets not cumulative`);
+        if (i > 0 && (bounds[i] <= bounds[i - 1] || b.value < buckets[i - 1].value))
+          throw new Error(`${family}${key}: buckets not cumulative`);
       });
       const count = samples.find((s) => s.name === `${family}_count` && JSON.stringify(s.labels) === key);
-      if (count?.value !== buckets.at(-1)!.value) throw new Error(`${family}${key}: _count differs from the +Inf bucket`);
+      if (count?.value !== buckets.at(-1)!.value)
+        throw new Error(`${family}${key}: _count differs from the +Inf bucket`);
     }
   }
 }

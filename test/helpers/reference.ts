@@ -8,8 +8,11 @@ import path from 'node:path';
 import { repoRoot } from '../../src/config.ts';
 
 const fallback = path.join(repoRoot, '.venv-test', 'bin', 'python');
-export const REFERENCE_PYTHON: string | undefined = process.env.REFERENCE_PYTHON ?? (fs.existsSync(fallback) ? fallback : undefined);
-export const NO_REFERENCE = REFERENCE_PYTHON ? false : 'no reference Python (set REFERENCE_PYTHON to a venv from scripts/python/reference.txt)';
+export const REFERENCE_PYTHON: string | undefined =
+  process.env.REFERENCE_PYTHON ?? (fs.existsSync(fallback) ? fallback : undefined);
+export const NO_REFERENCE = REFERENCE_PYTHON
+  ? false
+  : 'no reference Python (set REFERENCE_PYTHON to a venv from scripts/python/reference.txt)';
 
 export interface RenderCase {
   messages: Record<string, unknown>[];
@@ -34,7 +37,12 @@ export function referenceRender(folder: string, cases: RenderCase[]): ReferenceR
 }
 
 /** Runs a Python script of the repository with `request` as JSON on stdin and answers its JSON stdout; a failure carries its stderr. */
-export function runJsonScript<T>(python: string, script: string, request: unknown, env: NodeJS.ProcessEnv = process.env): Promise<T> {
+export function runJsonScript<T>(
+  python: string,
+  script: string,
+  request: unknown,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<T> {
   return new Promise((resolve, reject) => {
     const child = spawn(python, [path.join(repoRoot, script)], { stdio: ['pipe', 'pipe', 'pipe'], env });
     let stdout = '';
@@ -48,7 +56,11 @@ export function runJsonScript<T>(python: string, script: string, request: unknow
       try {
         resolve(JSON.parse(stdout) as T);
       } catch (error) {
-        reject(new Error(`${script} printed something other than one JSON object (${(error as Error).message}): ${stdout.slice(0, 2000)}`));
+        reject(
+          new Error(
+            `${script} printed something other than one JSON object (${(error as Error).message}): ${stdout.slice(0, 2000)}`,
+          ),
+        );
       }
     });
     child.stdin.end(JSON.stringify(request));
@@ -62,10 +74,18 @@ export interface PythonRun {
 }
 
 /** Runs `python argv…` to its end; rejects with `label` and the tail of its output when it exits non-zero or outlives `timeoutMs` (then killed). */
-export function runPython(python: string, argv: string[], options: { label: string; timeoutMs: number; cwd?: string; env?: NodeJS.ProcessEnv }): Promise<PythonRun> {
+export function runPython(
+  python: string,
+  argv: string[],
+  options: { label: string; timeoutMs: number; cwd?: string; env?: NodeJS.ProcessEnv },
+): Promise<PythonRun> {
   const started = Date.now();
   return new Promise((resolve, reject) => {
-    const child = spawn(python, argv, { cwd: options.cwd, env: options.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(python, argv, {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-40_000));
     child.stdout.on('data', keep);

@@ -3,7 +3,7 @@
  * sample the memory of it and of its engine through /proc, and time it from an event loop it does not share.
  * Keys for more entities are made with the CLI against the same data folder and database.
  */
-import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import readline from 'node:readline';
 import { promisify } from 'node:util';
@@ -53,7 +53,10 @@ export async function spawnListening(
   env: NodeJS.ProcessEnv,
   onExit: (code: number | null, signal: NodeJS.Signals | null) => void = () => {},
 ): Promise<{ child: ChildProcess; url: string; banner: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
+    env,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   child.on('exit', onExit);
   let output = '';
   const url = await new Promise<string>((resolve, reject) => {
@@ -62,7 +65,9 @@ export async function spawnListening(
       const match = /listening on (http:\/\/\S+)/.exec(output);
       if (match) resolve(match[1]);
     });
-    child.once('exit', (code, signal) => reject(new Error(`server exited with ${signal ?? code} before listening: ${output}`)));
+    child.once('exit', (code, signal) =>
+      reject(new Error(`server exited with ${signal ?? code} before listening: ${output}`)),
+    );
   });
   return { child, url, banner: output };
 }
@@ -90,7 +95,11 @@ export async function spawnServerProcess(options: ServerProcessOptions): Promise
     enginePid: () => childPids(child.pid!)[0] ?? null,
     async createKey(entity) {
       const run = promisify(execFile);
-      const { stdout } = await run(process.execPath, ['--import', 'tsx', 'src/main.ts', 'keys', 'create', '--entity', entity], { env });
+      const { stdout } = await run(
+        process.execPath,
+        ['--import', 'tsx', 'src/main.ts', 'keys', 'create', '--entity', entity],
+        { env },
+      );
       return stdout.trim().split('\n').at(-1)!;
     },
     async stop() {
@@ -107,24 +116,23 @@ export async function spawnServerProcess(options: ServerProcessOptions): Promise
 
 async function waitUntilReady(url: string, exit: () => string | null, timeoutMs = 180_000): Promise<void> {
   let lastAnswer = 'no answer';
-  await waitFor(() => `the server to be ready (last answer: ${lastAnswer})`, async () => {
-    const response = await fetch(`${url}/v1/system-check`).catch(() => null);
-    if (response?.status === 200) return true;
-    if (exit() !== null) throw new Error(`server exited with ${exit()} while starting`);
-    lastAnswer = response ? await response.text() : 'no answer';
-    return false;
-  }, { timeoutMs, intervalMs: 200 });
+  await waitFor(
+    () => `the server to be ready (last answer: ${lastAnswer})`,
+    async () => {
+      const response = await fetch(`${url}/v1/system-check`).catch(() => null);
+      if (response?.status === 200) return true;
+      if (exit() !== null) throw new Error(`server exited with ${exit()} while starting`);
+      lastAnswer = response ? await response.text() : 'no answer';
+      return false;
+    },
+    { timeoutMs, intervalMs: 200 },
+  );
 }
 
 /** Direct children of a process, from /proc (Linux). */
 export function childPids(pid: number): number[] {
   try {
-    return fs
-      .readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
-      .trim()
-      .split(/\s+/)
-      .filter(Boolean)
-      .map(Number);
+    return fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
   } catch {
     return [];
   }

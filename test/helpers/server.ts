@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Clock } from '../../src/clock.ts';
 import { BUILTIN_BASE_MODEL, loadConfig } from '../../src/config.ts';
-import { startServer, type RunningServer } from '../../src/server.ts';
+import { type RunningServer, startServer } from '../../src/server.ts';
 import { httpApi } from './api.ts';
 import { enginePython } from './engine-process.ts';
 
@@ -23,7 +23,9 @@ export interface E2eServer {
 /** Tests serve the tiny model alone (and default to it) unless they ask for more: SmolLM2 loads in seconds, not milliseconds. */
 export const TINY_MODEL_ENV = { BASE_MODELS: `${BUILTIN_BASE_MODEL.id}=${BUILTIN_BASE_MODEL.path}` };
 
-export async function startE2eServer(options: { env?: Record<string, string>; dataDir?: string; databaseUrl?: string | null; clock?: Clock } = {}): Promise<E2eServer> {
+export async function startE2eServer(
+  options: { env?: Record<string, string>; dataDir?: string; databaseUrl?: string | null; clock?: Clock } = {},
+): Promise<E2eServer> {
   const dataDir = options.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'e2e-'));
   const key = `sk-${'e2e'.repeat(15)}`;
   const config = loadConfig({

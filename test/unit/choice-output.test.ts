@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { before, describe, test } from 'node:test';
 import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../../src/chat/output.ts';
-import { loadTokenizer, type ChatTokenizer } from '../../src/conversation/tokenizer.ts';
 import { TOOL_CALL_FORMATS } from '../../src/chat/tool-calls/index.ts';
+import { type ChatTokenizer, loadTokenizer } from '../../src/conversation/tokenizer.ts';
 
 const TINY_CHAT = path.join(import.meta.dirname, '..', '..', 'models', 'tiny-chat');
 const EOS = 2041;
@@ -54,11 +54,26 @@ describe('ChoiceOutput with the real tokenizer: token by token gives what the wh
     const whole = new ChoiceOutput(options(overrides));
     whole.push([...ids, EOS]);
     whole.finish('stop', null);
-    const strip = (calls: any[]) => calls.map(({ index, type, function: fn }) => ({ index, type, name: fn.name, arguments: JSON.parse(fn.arguments) }));
-    assert.deepEqual({ ...streaming.message(), tool_calls: strip(streaming.message().tool_calls) }, { ...whole.message(), tool_calls: strip(whole.message().tool_calls) });
+    const strip = (calls: any[]) =>
+      calls.map(({ index, type, function: fn }) => ({
+        index,
+        type,
+        name: fn.name,
+        arguments: JSON.parse(fn.arguments),
+      }));
+    assert.deepEqual(
+      { ...streaming.message(), tool_calls: strip(streaming.message().tool_calls) },
+      { ...whole.message(), tool_calls: strip(whole.message().tool_calls) },
+    );
     assert.equal(streaming.finishReason, whole.finishReason);
     assert.deepEqual(streaming.tokenIds, whole.tokenIds);
-    return { streaming, streamed, message: whole.message(), finishReason: whole.finishReason, stopReason: whole.stopReason };
+    return {
+      streaming,
+      streamed,
+      message: whole.message(),
+      finishReason: whole.finishReason,
+      stopReason: whole.stopReason,
+    };
   };
   const bytes = (text: string) => [...new TextEncoder().encode(text)].map((byte) => byteToken.get(byte)!);
 
@@ -67,7 +82,12 @@ describe('ChoiceOutput with the real tokenizer: token by token gives what the wh
     byteToken = new Map();
     for (let id = 0; id < tokenizer.vocabSize; id += 1) {
       const piece = tokenizer.tokenBytes(id);
-      if (piece?.length === 1 && !tokenizer.addedTokenIds.has(new TextDecoder().decode(piece)) && !byteToken.has(piece[0])) byteToken.set(piece[0], id);
+      if (
+        piece?.length === 1 &&
+        !tokenizer.addedTokenIds.has(new TextDecoder().decode(piece)) &&
+        !byteToken.has(piece[0])
+      )
+        byteToken.set(piece[0], id);
     }
     assert.equal(byteToken.size, 256, 'a byte-level vocabulary has every byte');
   });

@@ -7,7 +7,8 @@ describe('configuration', () => {
   test('every bad variable is named in one error', () => {
     assert.throws(
       () => loadConfig({ PORT: 'eighty', LOG_LEVEL: 'loud', DATABASE_URL: 'mysql://x', BOOTSTRAP_API_KEY: 'short' }),
-      (error: Error) => ['PORT', 'LOG_LEVEL', 'DATABASE_URL', 'BOOTSTRAP_API_KEY'].every((name) => error.message.includes(name)),
+      (error: Error) =>
+        ['PORT', 'LOG_LEVEL', 'DATABASE_URL', 'BOOTSTRAP_API_KEY'].every((name) => error.message.includes(name)),
     );
     const config = loadConfig({});
     assert.equal(config.port, 8000);
@@ -18,13 +19,22 @@ describe('configuration', () => {
   test('timeouts and connection caps: defaults, and a request timeout shorter than the headers one is refused', () => {
     const config = loadConfig({});
     assert.deepEqual(
-      [config.headersTimeoutMs, config.bodyIdleTimeoutMs, config.requestTimeoutMs, config.keepAliveTimeoutMs, config.maxConnections, config.maxConnectionsPerClient],
+      [
+        config.headersTimeoutMs,
+        config.bodyIdleTimeoutMs,
+        config.requestTimeoutMs,
+        config.keepAliveTimeoutMs,
+        config.maxConnections,
+        config.maxConnectionsPerClient,
+      ],
       [30_000, 60_000, 3_600_000, 72_000, 10_000, 1_000],
     );
     assert.equal(loadConfig({ REQUEST_TIMEOUT_MS: '0' }).requestTimeoutMs, 0);
     assert.throws(
       () => loadConfig({ REQUEST_TIMEOUT_MS: '1000', HEADERS_TIMEOUT_MS: '5000', MAX_CONNECTIONS_PER_CLIENT: '0' }),
-      (error: Error) => /REQUEST_TIMEOUT_MS=1000: must be 0 or at least HEADERS_TIMEOUT_MS/.test(error.message) && error.message.includes('MAX_CONNECTIONS_PER_CLIENT'),
+      (error: Error) =>
+        /REQUEST_TIMEOUT_MS=1000: must be 0 or at least HEADERS_TIMEOUT_MS/.test(error.message) &&
+        error.message.includes('MAX_CONNECTIONS_PER_CLIENT'),
     );
   });
 
@@ -49,8 +59,21 @@ describe('configuration', () => {
       return assert.fail('expected a ConfigError');
     })();
     assert.ok(error instanceof ConfigError);
-    for (const name of ['ENGINES=', 'SAMPLER_URLS:', 'SAMPLERS=', 'SAMPLER_DEVICE=', 'MAX_NUM_SEQS=', 'DTYPE=', 'KV_CACHE_MEMORY_BYTES=', 'TRAINER_NICE=', 'ENGINE_SECRET:']) {
-      assert.ok(error.problems.some((problem) => problem.startsWith(name)), `${name} not named in ${error.message}`);
+    for (const name of [
+      'ENGINES=',
+      'SAMPLER_URLS:',
+      'SAMPLERS=',
+      'SAMPLER_DEVICE=',
+      'MAX_NUM_SEQS=',
+      'DTYPE=',
+      'KV_CACHE_MEMORY_BYTES=',
+      'TRAINER_NICE=',
+      'ENGINE_SECRET:',
+    ]) {
+      assert.ok(
+        error.problems.some((problem) => problem.startsWith(name)),
+        `${name} not named in ${error.message}`,
+      );
     }
   });
 
@@ -60,8 +83,17 @@ describe('configuration', () => {
     assert.equal(config.engines.samplers, 1);
     assert.ok(config.engines.samplerThreads! >= 1 && config.engines.trainerThreads! >= 1);
     assert.equal(config.engines.trainerNice, 10);
-    assert.deepEqual(config.serving, { maxModelLen: null, maxNumSeqs: 32, maxNumBatchedTokens: 2048, kvCacheMemoryBytes: null, dtype: null });
+    assert.deepEqual(config.serving, {
+      maxModelLen: null,
+      maxNumSeqs: 32,
+      maxNumBatchedTokens: 2048,
+      kvCacheMemoryBytes: null,
+      dtype: null,
+    });
     const single = loadConfig({ ENGINES: 'single', TRAINER_URL: 'tcp://gpu:7000', ENGINE_SECRET: 's' });
-    assert.deepEqual([single.engines.mode, single.engines.trainerUrl, single.engines.samplerThreads], ['single', 'tcp://gpu:7000', null]);
+    assert.deepEqual(
+      [single.engines.mode, single.engines.trainerUrl, single.engines.samplerThreads],
+      ['single', 'tcp://gpu:7000', null],
+    );
   });
 });

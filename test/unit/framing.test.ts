@@ -3,10 +3,15 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { encodeFrame, FrameDecoder, FramingError, MAX_FRAME_BYTES, parseFrame } from '../../src/engine/framing.ts';
 
-const decodeAll = (decoder: FrameDecoder, chunks: Buffer[]) => chunks.flatMap((chunk) => decoder.push(chunk)).map(parseFrame);
+const decodeAll = (decoder: FrameDecoder, chunks: Buffer[]) =>
+  chunks.flatMap((chunk) => decoder.push(chunk)).map(parseFrame);
 
 describe('framing', () => {
-  const messages = [{ id: 'a', op: 'stats' }, { id: 'b', text: 'héllo 👋', n: [1, 2, 3] }, { id: null, event: 'ready' }];
+  const messages = [
+    { id: 'a', op: 'stats' },
+    { id: 'b', text: 'héllo 👋', n: [1, 2, 3] },
+    { id: null, event: 'ready' },
+  ];
   const wire = Buffer.concat(messages.map(encodeFrame));
 
   test('a frame is a 4-byte big-endian length and UTF-8 JSON', () => {
@@ -26,7 +31,11 @@ describe('framing', () => {
 
   test('every two-chunk split point', () => {
     for (let cut = 0; cut <= wire.length; cut++) {
-      assert.deepEqual(decodeAll(new FrameDecoder(), [wire.subarray(0, cut), wire.subarray(cut)]), messages, `cut at ${cut}`);
+      assert.deepEqual(
+        decodeAll(new FrameDecoder(), [wire.subarray(0, cut), wire.subarray(cut)]),
+        messages,
+        `cut at ${cut}`,
+      );
     }
   });
 
@@ -34,7 +43,9 @@ describe('framing', () => {
     const big = { id: 'big', logprobs: Array.from({ length: 100_000 }, (_, i) => -(i + 1) / 7) };
     const bytes = Buffer.concat([encodeFrame(big), encodeFrame({ id: 'next' })]);
     const decoder = new FrameDecoder();
-    const chunks = Array.from({ length: Math.ceil(bytes.length / 1000) }, (_, i) => bytes.subarray(i * 1000, (i + 1) * 1000));
+    const chunks = Array.from({ length: Math.ceil(bytes.length / 1000) }, (_, i) =>
+      bytes.subarray(i * 1000, (i + 1) * 1000),
+    );
     assert.deepEqual(decodeAll(decoder, chunks), [big, { id: 'next' }]);
     assert.equal(decoder.pendingBytes, 0);
   });

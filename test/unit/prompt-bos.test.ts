@@ -19,7 +19,10 @@ describe('BOS: written once, whether the template writes it or the tokenizer con
     const own = renderPrompt(tokenizer, { ...input, template: config.chat_template }).ids;
     assert.equal(own[0], bos);
     assert.notEqual(own[1], bos, 'no second BOS');
-    const bare = renderPrompt(tokenizer, { ...input, template: '{% for m in messages %}{{ m.content }}{% endfor %}' }).ids;
+    const bare = renderPrompt(tokenizer, {
+      ...input,
+      template: '{% for m in messages %}{{ m.content }}{% endfor %}',
+    }).ids;
     assert.deepEqual(bare, [bos, ...tokenizer.encode('hi')]);
   });
 });

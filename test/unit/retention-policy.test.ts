@@ -16,19 +16,43 @@ const sorted = (steps: Set<number>) => [...steps].sort((a, b) => a - b);
 test('no limits keep every step; the latest is always kept', () => {
   assert.deepEqual(sorted(retainedSteps(checkpoints, KEEP_EVERYTHING)), [1, 2, 3, 4, 5, 6]);
   assert.deepEqual(sorted(retainedSteps(checkpoints, { ...KEEP_EVERYTHING, keep_last: 2 })), [5, 6]);
-  assert.deepEqual(sorted(retainedSteps(checkpoints, { keep_last: null, keep_best: 1, best_metric: 'reward', best_mode: 'min' })), [6]);
+  assert.deepEqual(
+    sorted(retainedSteps(checkpoints, { keep_last: null, keep_best: 1, best_metric: 'reward', best_mode: 'min' })),
+    [6],
+  );
 });
 
 test('best K by the metric, ties to the later step, and steps without a finite metric never rank', () => {
-  assert.deepEqual(sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 1, best_metric: 'reward', best_mode: 'max' })), [3, 6]);
-  assert.deepEqual(sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 2, best_metric: 'reward', best_mode: 'max' })), [1, 3, 6]);
-  assert.deepEqual(sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 2, best_metric: 'reward', best_mode: 'min' })), [2, 6]);
-  assert.deepEqual(sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 9, best_metric: 'missing', best_mode: 'max' })), [6]);
+  assert.deepEqual(
+    sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 1, best_metric: 'reward', best_mode: 'max' })),
+    [3, 6],
+  );
+  assert.deepEqual(
+    sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 2, best_metric: 'reward', best_mode: 'max' })),
+    [1, 3, 6],
+  );
+  assert.deepEqual(
+    sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 2, best_metric: 'reward', best_mode: 'min' })),
+    [2, 6],
+  );
+  assert.deepEqual(
+    sorted(retainedSteps(checkpoints, { keep_last: 1, keep_best: 9, best_metric: 'missing', best_mode: 'max' })),
+    [6],
+  );
 });
 
 test('a policy that would drop the latest, or ranks by no metric, is refused field by field', () => {
   assert.deepEqual(checkPolicy(KEEP_EVERYTHING), []);
-  const problems = checkPolicy({ keep_last: 0, keep_best: 0, best_metric: null, best_mode: 'max' }, ['body', 'retention']);
-  assert.deepEqual(problems.map((problem) => problem.loc.join('.')), ['body.retention.keep_last', 'body.retention.keep_best', 'body.retention.best_metric']);
-  assert.deepEqual(checkPolicy({ keep_last: null, keep_best: 2, best_metric: null, best_mode: 'max' }).map((problem) => problem.type), ['missing']);
+  const problems = checkPolicy({ keep_last: 0, keep_best: 0, best_metric: null, best_mode: 'max' }, [
+    'body',
+    'retention',
+  ]);
+  assert.deepEqual(
+    problems.map((problem) => problem.loc.join('.')),
+    ['body.retention.keep_last', 'body.retention.keep_best', 'body.retention.best_metric'],
+  );
+  assert.deepEqual(
+    checkPolicy({ keep_last: null, keep_best: 2, best_metric: null, best_mode: 'max' }).map((problem) => problem.type),
+    ['missing'],
+  );
 });

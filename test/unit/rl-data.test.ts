@@ -2,16 +2,24 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL } from '../../src/config.ts';
-import { loadTokenizer } from '../../src/conversation/tokenizer.ts';
 import { renderChat } from '../../src/conversation/template.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError } from '../../src/training/rl/tokens.ts';
-import { tokenizeConversation } from '../../src/training/sft/tokens.ts';
+import { loadTokenizer } from '../../src/conversation/tokenizer.ts';
 import { trainingRenderer } from '../../src/training/render.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type Placement, type ScoredSequence } from '../../src/training/rl/data.ts';
-import { trainedTokens } from '../../src/training/rl/trained-tokens.ts';
+import {
+  groupAdvantages,
+  type Placement,
+  packRows,
+  rowLength,
+  type ScoredSequence,
+  weighSequences,
+} from '../../src/training/rl/data.ts';
 import { rewardStdDevMultiplier, rowLearningRate } from '../../src/training/rl/learning-rate.ts';
+import { TrajectoryTokenizeError, tokenizeTrajectory } from '../../src/training/rl/tokens.ts';
+import { trainedTokens } from '../../src/training/rl/trained-tokens.ts';
+import { tokenizeConversation } from '../../src/training/sft/tokens.ts';
 
-const close = (actual: number, expected: number, message?: string) => assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
+const close = (actual: number, expected: number, message?: string) =>
+  assert.ok(Math.abs(actual - expected) < 1e-5, `${message ?? ''} ${actual} vs ${expected}`);
 
 describe('advantages and weights', () => {
   test('group advantages: centred, scaled by the population std, zero for equal rewards', () => {
@@ -56,7 +64,13 @@ describe('advantages and weights', () => {
     const sequences = [seq(0, 1, [1, 1, 1]), seq(1, -1, [0, 1, 1, 1, 1, 1]), seq(2, 1, [0, 1])];
     const weighted = weighSequences(sequences, 0);
     const rows = packRows(sequences, weighted, 5);
-    assert.deepEqual(rows.map((row) => row.segment_ids), [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]);
+    assert.deepEqual(
+      rows.map((row) => row.segment_ids),
+      [
+        [0, 0, 0, 1, 1],
+        [0, 0, 0, 0, 0],
+      ],
+    );
     assert.deepEqual(rows[0].mask, [0, 1, 1, 0, 1]);
     assert.equal(rows[1].tokens.length, 5, 'the 6-token sequence is truncated to the row length');
     assert.equal(rowLength([{ tokens: new Array(2100).fill(1), mask: [], logprobs: [] }], 8192, null), 4096);
@@ -70,14 +84,37 @@ describe('trajectory tokenization', async () => {
   const template = tokenizer.chatTemplate!;
   const eos = tokenizer.eosTokenId!;
   const renderer = trainingRenderer({ tokenizer, template }, null, null);
-  const promptIds = (messages: Record<string, unknown>[]) => tokenizer.encode(renderChat({ template, messages, addGenerationPrompt: true }));
+  const promptIds = (messages: Record<string, unknown>[]) =>
+    tokenizer.encode(renderChat({ template, messages, addGenerationPrompt: true }));
   /** A choice as our server returns it, its logprob entries built by `entry` from each sampled id. */
-  const choiceOf = (content: string, entry: (id: number, i: number) => Record<string, unknown>, extra: Record<string, unknown> = {}) => {
+  const choiceOf = (
+    content: string,
+    entry: (id: number, i: number) => Record<string, unknown>,
+    extra: Record<string, unknown> = {},
+  ) => {
     const sampled = [...tokenizer.encode(content), eos];
-    return { sampled, choice: { finish_reason: 'stop', index: 0, message: { role: 'assistant', content, ...extra }, logprobs: { content: sampled.map(entry) } } };
+    return {
+      sampled,
+      choice: {
+        finish_reason: 'stop',
+        index: 0,
+        message: { role: 'assistant', content, ...extra },
+        logprobs: { content: sampled.map(entry) },
+      },
+    };
   };
-  const asTokenIds = (id: number, i: number) => ({ token: `token_id:${id}`, logprob: -0.1 * (i + 1), bytes: [], top_logprobs: [] });
-  const asText = (id: number, i: number) => ({ token: tokenizer.decode([id]), logprob: -0.1 * (i + 1), bytes: Array.from(tokenizer.tokenBytes(id)!), top_logprobs: [] });
+  const asTokenIds = (id: number, i: number) => ({
+    token: `token_id:${id}`,
+    logprob: -0.1 * (i + 1),
+    bytes: [],
+    top_logprobs: [],
+  });
+  const asText = (id: number, i: number) => ({
+    token: tokenizer.decode([id]),
+    logprob: -0.1 * (i + 1),
+    bytes: Array.from(tokenizer.tokenBytes(id)!),
+    top_logprobs: [],
+  });
 
   test('a Choice trains on its exact sampled ids with their logprobs; everything else is context', () => {
     const { sampled, choice } = choiceOf('Paris', asTokenIds);
@@ -85,26 +122,52 @@ describe('trajectory tokenization', async () => {
       { role: 'system', content: 'Answer briefly.' },
       { role: 'user', content: 'Capital of France?' },
     ];
-    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: [...messages, choice, { role: 'user', content: 'dropped' }] }, { allow_training_without_logprobs: false });
+    const sequences = tokenizeTrajectory(
+      renderer,
+      { messages_and_choices: [...messages, choice, { role: 'user', content: 'dropped' }] },
+      { allow_training_without_logprobs: false },
+    );
     assert.equal(sequences.length, 1);
     const [sequence] = sequences;
     const prompt = promptIds(messages);
     assert.deepEqual(sequence.tokens, [...prompt, ...sampled]);
     assert.deepEqual(sequence.mask.filter(Boolean).length, sampled.length);
-    assert.deepEqual(sequence.logprobs.filter((l) => l !== null), sampled.map((_, i) => -0.1 * (i + 1)));
+    assert.deepEqual(
+      sequence.logprobs.filter((l) => l !== null),
+      sampled.map((_, i) => -0.1 * (i + 1)),
+    );
   });
 
   test('OpenAI SDK logprobs (decoded strings with bytes) recover the same ids and keep every logprob', () => {
     // A multi-byte character split across byte tokens: its pieces decode to U+FFFD, only the bytes identify them.
     const { sampled, choice } = choiceOf('Größe 東京', asText);
-    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allow_training_without_logprobs: false })[0];
-    assert.deepEqual(sequence.tokens.filter((_, t) => sequence.mask[t]), sampled);
-    assert.ok(sequence.mask.every((m, t) => !m || sequence.logprobs[t] !== null), 'every trained token keeps its sampler logprob');
+    const sequence = tokenizeTrajectory(
+      renderer,
+      { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] },
+      { allow_training_without_logprobs: false },
+    )[0];
+    assert.deepEqual(
+      sequence.tokens.filter((_, t) => sequence.mask[t]),
+      sampled,
+    );
+    assert.ok(
+      sequence.mask.every((m, t) => !m || sequence.logprobs[t] !== null),
+      'every trained token keeps its sampler logprob',
+    );
   });
 
   test('logprobs that identify no token: re-tokenized, trained without sampler logprobs', () => {
-    const { choice } = choiceOf('Paris', (id, i) => ({ token: tokenizer.decode([id]), logprob: -0.1 * (i + 1), bytes: null, top_logprobs: [] }));
-    const sequence = tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allow_training_without_logprobs: false })[0];
+    const { choice } = choiceOf('Paris', (id, i) => ({
+      token: tokenizer.decode([id]),
+      logprob: -0.1 * (i + 1),
+      bytes: null,
+      top_logprobs: [],
+    }));
+    const sequence = tokenizeTrajectory(
+      renderer,
+      { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] },
+      { allow_training_without_logprobs: false },
+    )[0];
     assert.equal(tokenizer.decode(sequence.tokens.filter((_, t) => sequence.mask[t])), 'Paris<|im_end|>');
     assert.ok(sequence.logprobs.every((l) => l === null));
   });
@@ -112,8 +175,17 @@ describe('trajectory tokenization', async () => {
   test('consecutive choices whose contexts extend one another share one sequence', () => {
     const first = choiceOf('Paris', asTokenIds);
     const second = choiceOf('Rome', asTokenIds);
-    const items = [{ role: 'user', content: 'France?' }, first.choice, { role: 'user', content: 'Italy?' }, second.choice];
-    const sequences = tokenizeTrajectory(renderer, { messages_and_choices: items }, { allow_training_without_logprobs: false });
+    const items = [
+      { role: 'user', content: 'France?' },
+      first.choice,
+      { role: 'user', content: 'Italy?' },
+      second.choice,
+    ];
+    const sequences = tokenizeTrajectory(
+      renderer,
+      { messages_and_choices: items },
+      { allow_training_without_logprobs: false },
+    );
     assert.equal(sequences.length, 1);
     const secondPrompt = promptIds([items[0], { role: 'assistant', content: 'Paris' }, items[2]]);
     assert.deepEqual(sequences[0].tokens, [...secondPrompt, ...second.sampled]);
@@ -129,36 +201,94 @@ describe('trajectory tokenization', async () => {
     const first = choiceOf(think('Paris'), asTokenIds);
     const second = choiceOf(think('Rome'), asTokenIds);
     const firstMessage = { ...first.choice, message: { role: 'assistant', content: 'Paris', reasoning: 'hmm' } };
-    const items = [{ role: 'user', content: 'France?' }, firstMessage, { role: 'user', content: 'Italy?' }, second.choice];
-    const sequences = tokenizeTrajectory(thinking, { messages_and_choices: items }, { allow_training_without_logprobs: false });
-    assert.equal(sequences.length, 2, 'the second context drops the first turn’s reasoning, so it cannot extend the first sequence');
-    const context = tokenizer.encode(renderChat({ template: rewriting, messages: [items[0], firstMessage.message, items[2]], addGenerationPrompt: true }));
+    const items = [
+      { role: 'user', content: 'France?' },
+      firstMessage,
+      { role: 'user', content: 'Italy?' },
+      second.choice,
+    ];
+    const sequences = tokenizeTrajectory(
+      thinking,
+      { messages_and_choices: items },
+      { allow_training_without_logprobs: false },
+    );
+    assert.equal(
+      sequences.length,
+      2,
+      'the second context drops the first turn’s reasoning, so it cannot extend the first sequence',
+    );
+    const context = tokenizer.encode(
+      renderChat({
+        template: rewriting,
+        messages: [items[0], firstMessage.message, items[2]],
+        addGenerationPrompt: true,
+      }),
+    );
     assert.deepEqual(sequences[1].tokens, [...context, ...second.sampled]);
-    assert.deepEqual(sequences[0].tokens.filter((_, t) => sequences[0].mask[t]), first.sampled);
+    assert.deepEqual(
+      sequences[0].tokens.filter((_, t) => sequences[0].mask[t]),
+      first.sampled,
+    );
   });
 
   test('a sampled token id outside the vocabulary is a tokenize error naming where it is, never a crash in the engine', () => {
     const outside = tokenizer.vocabSize;
-    const viaLogprobs = { message: { role: 'assistant', content: 'x' }, logprobs: { content: [{ token: 'token_id:5', logprob: -1 }, { token: `token_id:${outside}`, logprob: -1 }] } };
+    const viaLogprobs = {
+      message: { role: 'assistant', content: 'x' },
+      logprobs: {
+        content: [
+          { token: 'token_id:5', logprob: -1 },
+          { token: `token_id:${outside}`, logprob: -1 },
+        ],
+      },
+    };
     const viaTokenIds = { message: { role: 'assistant', content: 'x' }, logprobs: null, token_ids: [5, 99999999] };
     const cases: [Record<string, unknown>, RegExp][] = [
-      [viaLogprobs, new RegExp(`messages_and_choices\\.1\\.logprobs\\.content\\.1\\.token: token id ${outside} is outside the vocabulary`)],
+      [
+        viaLogprobs,
+        new RegExp(
+          `messages_and_choices\\.1\\.logprobs\\.content\\.1\\.token: token id ${outside} is outside the vocabulary`,
+        ),
+      ],
       [viaTokenIds, /messages_and_choices\.1\.token_ids\.1: token id 99999999 is outside the vocabulary/],
     ];
     for (const [choice, message] of cases) {
       assert.throws(
-        () => tokenizeTrajectory(renderer, { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] }, { allow_training_without_logprobs: true }),
+        () =>
+          tokenizeTrajectory(
+            renderer,
+            { messages_and_choices: [{ role: 'user', content: 'hi' }, choice] },
+            { allow_training_without_logprobs: true },
+          ),
         (error: unknown) => error instanceof TrajectoryTokenizeError && message.test(error.message),
       );
     }
   });
 
   test('plain assistant messages are context, allowed or not; a choice without logprobs trains only when allowed', () => {
-    const items = [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }];
-    for (const allowTrainingWithoutLogprobs of [false, true]) assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: items }, { allow_training_without_logprobs: allowTrainingWithoutLogprobs }), []);
+    const items = [
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: 'hello' },
+    ];
+    for (const allowTrainingWithoutLogprobs of [false, true])
+      assert.deepEqual(
+        tokenizeTrajectory(
+          renderer,
+          { messages_and_choices: items },
+          { allow_training_without_logprobs: allowTrainingWithoutLogprobs },
+        ),
+        [],
+      );
     const choice = [items[0], { index: 0, finish_reason: 'stop', message: items[1], logprobs: null }];
-    assert.deepEqual(tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allow_training_without_logprobs: false }), []);
-    const [allowed] = tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allow_training_without_logprobs: true });
+    assert.deepEqual(
+      tokenizeTrajectory(renderer, { messages_and_choices: choice }, { allow_training_without_logprobs: false }),
+      [],
+    );
+    const [allowed] = tokenizeTrajectory(
+      renderer,
+      { messages_and_choices: choice },
+      { allow_training_without_logprobs: true },
+    );
     const trained = allowed.tokens.filter((_, i) => allowed.mask[i]);
     assert.equal(tokenizer.decode(trained), 'hello<|im_end|>');
     assert.ok(allowed.logprobs.every((logprob) => logprob === null));
@@ -177,7 +307,11 @@ describe('SFT rows', async () => {
   ];
   const trained = (turns: 'all' | 'last') => {
     const row = tokenizeConversation(renderer, conversation, turns)!;
-    assert.deepEqual(row.tokens, tokenizer.encode(renderer.text(conversation, false)), 'one rendering of the whole conversation');
+    assert.deepEqual(
+      row.tokens,
+      tokenizer.encode(renderer.text(conversation, false)),
+      'one rendering of the whole conversation',
+    );
     return tokenizer.decode(row.tokens.filter((_, t) => row.mask[t]));
   };
 
@@ -191,14 +325,27 @@ describe('SFT rows', async () => {
 });
 
 describe('trained tokens for the tokens view', () => {
-  const seq = (trajectory: number, advantage: number, tokens: number[], logprobs: (number | null)[]): ScoredSequence => ({ tokens, mask: tokens.map(() => 1), logprobs, advantage, trajectory });
+  const seq = (
+    trajectory: number,
+    advantage: number,
+    tokens: number[],
+    logprobs: (number | null)[],
+  ): ScoredSequence => ({ tokens, mask: tokens.map(() => 1), logprobs, advantage, trajectory });
 
   test('traced back through packing to their trajectory; whole trajectories up to the cap; one forward over only their rows', async () => {
     // Trajectory 0 has a main history and an additional one; trajectory 1 lands in a row of its own.
-    const sequences = [seq(0, 1, [10, 11, 12], [null, -0.1, -0.2]), seq(1, -1, [20, 21, 22, 23], [null, -0.3, -0.4, -0.5]), seq(0, 1, [30, 31], [null, -0.6])];
+    const sequences = [
+      seq(0, 1, [10, 11, 12], [null, -0.1, -0.2]),
+      seq(1, -1, [20, 21, 22, 23], [null, -0.3, -0.4, -0.5]),
+      seq(0, 1, [30, 31], [null, -0.6]),
+    ];
     const placements: Placement[] = [];
     const rows = packRows(sequences, weighSequences(sequences, 0), 5, placements);
-    assert.deepEqual(placements, [{ row: 0, offset: 0, length: 3 }, { row: 1, offset: 0, length: 4 }, { row: 0, offset: 3, length: 2 }]);
+    assert.deepEqual(placements, [
+      { row: 0, offset: 0, length: 3 },
+      { row: 1, offset: 0, length: 4 },
+      { row: 0, offset: 3, length: 2 },
+    ]);
     const forwarded: number[][] = [];
     // Stands in for the engine: the logprob "after" is minus the token id / 100, so each value names its token.
     const forward = async (batch: { tokens: number[] }[]) => {
@@ -207,11 +354,31 @@ describe('trained tokens for the tokens view', () => {
     };
     const locate = (trajectory: number) => ({ groupIndex: 7, trajectoryIndex: trajectory });
     const kept = await trainedTokens({ rows, sequences, placements }, forward, locate, 3);
-    assert.deepEqual(forwarded, [[10, 11, 12, 30, 31]], 'trajectory 1 (3 trained tokens) would pass the cap of 3: its row is not forwarded');
+    assert.deepEqual(
+      forwarded,
+      [[10, 11, 12, 30, 31]],
+      'trajectory 1 (3 trained tokens) would pass the cap of 3: its row is not forwarded',
+    );
     assert.equal(kept.length, 1);
-    assert.deepEqual({ ...kept[0], advantage: Math.sign(kept[0].advantage) }, { groupIndex: 7, trajectoryIndex: 0, advantage: 1, token_ids: [11, 12, 31], sampler_logprobs: [-0.1, -0.2, -0.6], trainer_logprobs: [-0.11, -0.12, -0.31] });
+    assert.deepEqual(
+      { ...kept[0], advantage: Math.sign(kept[0].advantage) },
+      {
+        groupIndex: 7,
+        trajectoryIndex: 0,
+        advantage: 1,
+        token_ids: [11, 12, 31],
+        sampler_logprobs: [-0.1, -0.2, -0.6],
+        trainer_logprobs: [-0.11, -0.12, -0.31],
+      },
+    );
     const all = await trainedTokens({ rows, sequences, placements }, forward, locate);
-    assert.deepEqual(all.map((trajectory) => [trajectory.trajectoryIndex, trajectory.token_ids]), [[0, [11, 12, 31]], [1, [21, 22, 23]]]);
+    assert.deepEqual(
+      all.map((trajectory) => [trajectory.trajectoryIndex, trajectory.token_ids]),
+      [
+        [0, [11, 12, 31]],
+        [1, [21, 22, 23]],
+      ],
+    );
   });
 });
 
@@ -225,12 +392,56 @@ describe('learning rates (ART 0.5.23 keys)', () => {
 
   test('scale_learning_rate_by_reward_std_dev: the least-squares spread at the last step over the intercept (ART 0.5.7)', () => {
     // y = 2 − 0.5x through (0, 2), (1, 1.5), (2, 1): prediction at step 2 is 1, intercept 2.
-    close(rewardStdDevMultiplier([{ step: 0, value: 2 }, { step: 1, value: 1.5 }, { step: 2, value: 1 }]), 0.5);
+    close(
+      rewardStdDevMultiplier([
+        { step: 0, value: 2 },
+        { step: 1, value: 1.5 },
+        { step: 2, value: 1 },
+      ]),
+      0.5,
+    );
     // Points of one step are averaged first: (1, 1.5) twice over is still one point.
-    close(rewardStdDevMultiplier([{ step: 0, value: 2 }, { step: 1, value: 1 }, { step: 1, value: 2 }, { step: 2, value: 1 }]), 0.5);
-    assert.equal(rewardStdDevMultiplier([{ step: 3, value: 1 }, { step: 3, value: 5 }]), 1, 'fewer than two steps');
-    assert.equal(rewardStdDevMultiplier([{ step: 0, value: 0 }, { step: 1, value: 1 }]), 1, 'intercept 0');
-    assert.equal(rewardStdDevMultiplier([{ step: 4, value: 1 }, { step: 5, value: 2 }]), 1, 'intercept −3');
-    assert.equal(rewardStdDevMultiplier([{ step: 0, value: 1 }, { step: 5, value: 0 }, { step: 9, value: 0 }]), 0, 'a negative prediction is floored at 0');
+    close(
+      rewardStdDevMultiplier([
+        { step: 0, value: 2 },
+        { step: 1, value: 1 },
+        { step: 1, value: 2 },
+        { step: 2, value: 1 },
+      ]),
+      0.5,
+    );
+    assert.equal(
+      rewardStdDevMultiplier([
+        { step: 3, value: 1 },
+        { step: 3, value: 5 },
+      ]),
+      1,
+      'fewer than two steps',
+    );
+    assert.equal(
+      rewardStdDevMultiplier([
+        { step: 0, value: 0 },
+        { step: 1, value: 1 },
+      ]),
+      1,
+      'intercept 0',
+    );
+    assert.equal(
+      rewardStdDevMultiplier([
+        { step: 4, value: 1 },
+        { step: 5, value: 2 },
+      ]),
+      1,
+      'intercept −3',
+    );
+    assert.equal(
+      rewardStdDevMultiplier([
+        { step: 0, value: 1 },
+        { step: 5, value: 0 },
+        { step: 9, value: 0 },
+      ]),
+      0,
+      'a negative prediction is floored at 0',
+    );
   });
 });

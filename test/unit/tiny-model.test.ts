@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -30,14 +30,23 @@ describe('tiny model folder', () => {
   test('a second build into another folder is byte-identical, and a third is skipped', async () => {
     const copy = await ensureTinyModel(join(scratch, 'tiny-chat'));
     assert.equal(copy.built, true);
-    const digest = (dir: string, name: string) => createHash('sha256').update(readFileSync(join(dir, name))).digest('hex');
+    const digest = (dir: string, name: string) =>
+      createHash('sha256')
+        .update(readFileSync(join(dir, name)))
+        .digest('hex');
     for (const name of readdirSync(modelDir)) assert.equal(digest(copy.dir, name), digest(modelDir, name), name);
     assert.equal((await ensureTinyModel(copy.dir)).built, false);
   });
 
   test('is small and holds the HF files', () => {
     const names = readdirSync(modelDir).sort();
-    for (const name of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) {
+    for (const name of [
+      'config.json',
+      'generation_config.json',
+      'model.safetensors',
+      'tokenizer.json',
+      'tokenizer_config.json',
+    ]) {
       assert.ok(names.includes(name), name);
     }
     const bytes = names.reduce((sum, name) => sum + statSync(join(modelDir, name)).size, 0);
@@ -67,11 +76,19 @@ describe('tiny model folder', () => {
     assert.equal(file.length, 8 + headerLength + dataBytes);
     const parameters = Object.values(tensors).reduce((sum, t) => sum + t.shape.reduce((a, b) => a * b, 1), 0);
     assert.equal(parameters, readJson('recipe.json').num_parameters);
-    assert.ok(Object.values(tensors).every((t) => t.dtype === 'F16'), 'committed in f16');
+    assert.ok(
+      Object.values(tensors).every((t) => t.dtype === 'F16'),
+      'committed in f16',
+    );
   });
 
   test('is pretrained: the recipe records a falling loss and answers in the chat format', () => {
-    const report = readJson('recipe.json').pretraining as { first_loss: number; final_loss: number; ends_turn: number; accuracy: Record<string, { greedy: number }> };
+    const report = readJson('recipe.json').pretraining as {
+      first_loss: number;
+      final_loss: number;
+      ends_turn: number;
+      accuracy: Record<string, { greedy: number }>;
+    };
     assert.ok(report.final_loss < report.first_loss / 4, JSON.stringify(report));
     assert.ok(report.ends_turn > 0.9, 'greedy answers end their turn');
     assert.ok(report.accuracy.arithmetic_seen.greedy > 0, 'some sums right');
@@ -84,22 +101,36 @@ describe('pretraining sequences', () => {
     const sequences = new ConversationTokenizer(tokenizer, template);
     const { conversations } = pretrainingSet();
     const kinds = new Set<string>();
-    for (const conversation of [...conversations.slice(0, 200), ...conversations.filter((c) => c.thinkingOff).slice(0, 5)]) {
+    for (const conversation of [
+      ...conversations.slice(0, 200),
+      ...conversations.filter((c) => c.thinkingOff).slice(0, 5),
+    ]) {
       kinds.add(conversation.kind + (conversation.thinkingOff ? '+thinking-off' : ''));
       const { ids, mask } = sequences.tokenize(conversation);
       const text = tokenizer.decode(ids);
-      assert.deepEqual(ids, tokenizer.encode(text), 'piecewise ids equal the whole text\'s');
+      assert.deepEqual(ids, tokenizer.encode(text), "piecewise ids equal the whole text's");
       const trained = tokenizer.decode(ids.filter((_, i) => mask[i] === 1));
       const expected = conversation.messages
         .filter((m) => m.role === 'assistant')
-        .map((m) => `${m.content ?? ''}${(m.tool_calls as { function: { name: string; arguments: unknown } }[] | undefined)?.map((call) => `<tool_call>\n${JSON.stringify({ name: call.function.name, arguments: call.function.arguments }).replace(/":/g, '": ').replace(/,"/g, ', "')}\n</tool_call>`).join('\n') ?? ''}<|im_end|>`)
+        .map(
+          (m) =>
+            `${m.content ?? ''}${(m.tool_calls as { function: { name: string; arguments: unknown } }[] | undefined)?.map((call) => `<tool_call>\n${JSON.stringify({ name: call.function.name, arguments: call.function.arguments }).replace(/":/g, '": ').replace(/,"/g, ', "')}\n</tool_call>`).join('\n') ?? ''}<|im_end|>`,
+        )
         .join('');
       assert.equal(trained, expected);
       assert.ok(!text.includes('<think>\n\n</think>\n\n') || conversation.thinkingOff);
     }
     // Every kind, and every kind but tool use (whose last turn answers a tool result) also with thinking off.
     assert.deepEqual([...kinds].sort(), [
-      'arithmetic', 'arithmetic+thinking-off', 'chat', 'chat+thinking-off', 'copy', 'copy+thinking-off', 'reverse', 'reverse+thinking-off', 'tool',
+      'arithmetic',
+      'arithmetic+thinking-off',
+      'chat',
+      'chat+thinking-off',
+      'copy',
+      'copy+thinking-off',
+      'reverse',
+      'reverse+thinking-off',
+      'tool',
     ]);
   });
 });
@@ -124,14 +155,38 @@ describe('tiny tokenizer', () => {
   });
 
   test('common words are single tokens and digits are split', () => {
-    for (const word of ['system', 'user', 'assistant', ' the', ' function', ' return', ' weather', ' answer', 'name', ' tool']) {
+    for (const word of [
+      'system',
+      'user',
+      'assistant',
+      ' the',
+      ' function',
+      ' return',
+      ' weather',
+      ' answer',
+      'name',
+      ' tool',
+    ]) {
       assert.equal(tokenizer.encode(word).length, 1, JSON.stringify(word));
     }
-    assert.deepEqual(tokenizer.encode('2025').map((id) => tokenizer.decode([id])), ['2', '0', '2', '5']);
+    assert.deepEqual(
+      tokenizer.encode('2025').map((id) => tokenizer.decode([id])),
+      ['2', '0', '2', '5'],
+    );
   });
 
   test('added tokens are single ids; only control tokens are special', () => {
-    const added = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<tool_call>', '</tool_call>', '<tool_response>', '</tool_response>', '<think>', '</think>'];
+    const added = [
+      '<|endoftext|>',
+      '<|im_start|>',
+      '<|im_end|>',
+      '<tool_call>',
+      '</tool_call>',
+      '<tool_response>',
+      '</tool_response>',
+      '<think>',
+      '</think>',
+    ];
     for (const content of added) {
       const id = tokenizer.tokenId(content);
       assert.ok(id !== undefined, content);
@@ -142,7 +197,10 @@ describe('tiny tokenizer', () => {
     assert.equal(tokenizer.eosTokenId, tokenizer.tokenId('<|im_end|>'));
     assert.equal(tokenizer.padTokenId, tokenizer.tokenId('<|endoftext|>'));
     const text = '<|im_start|>assistant\n<think>\nhm\n</think>\n\n<tool_call>\n{}\n</tool_call><|im_end|>';
-    assert.equal(tokenizer.decode(tokenizer.encode(text), { skipSpecialTokens: true }), 'assistant\n<think>\nhm\n</think>\n\n<tool_call>\n{}\n</tool_call>');
+    assert.equal(
+      tokenizer.decode(tokenizer.encode(text), { skipSpecialTokens: true }),
+      'assistant\n<think>\nhm\n</think>\n\n<tool_call>\n{}\n</tool_call>',
+    );
   });
 
   test('token bytes concatenate to the UTF-8 of the text, even inside a character', () => {
@@ -170,7 +228,8 @@ describe('tiny chat template', () => {
       },
     },
   ];
-  const render = (context: Record<string, unknown>) => new Template(tokenizer.chatTemplate ?? assert.fail('no template')).render(context);
+  const render = (context: Record<string, unknown>) =>
+    new Template(tokenizer.chatTemplate ?? assert.fail('no template')).render(context);
 
   test('renders tools, reasoning, tool calls, grouped tool results and the generation prompt', () => {
     const prompt = render({

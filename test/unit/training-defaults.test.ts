@@ -3,15 +3,16 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from '../../src/config.ts';
-import { BaseModelRegistry } from '../../src/services/base-models.ts';
 import { Value } from '@sinclair/typebox/value';
 import { learningRateProblem } from '../../src/api/training-jobs.ts';
+import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from '../../src/config.ts';
+import { BaseModelRegistry } from '../../src/services/base-models.ts';
 import { AdamParamsBody } from '../../src/tinker/schemas.ts';
 import { defaultLearningRate, lossEpsilons, optimizerConfig } from '../../src/training/defaults.ts';
 import { parseRlConfig } from '../../src/training/rl/config.ts';
 
-const configOf = (folder: string) => JSON.parse(fs.readFileSync(path.join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;
+const configOf = (folder: string) =>
+  JSON.parse(fs.readFileSync(path.join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;
 
 test('the toy built-in model learns at 1e-3 and a pretrained one at 5e-6, whatever id the registry gives them', () => {
   assert.equal(defaultLearningRate(configOf(BUILTIN_BASE_MODEL.path)), 1e-3);
@@ -32,8 +33,18 @@ test('clip bounds: PPO 0.2 both ways, CISPO 1.0 and 4.0, an explicit null epsilo
 });
 
 test('RL steps decay weights and clip at 0.1; SFT steps do not decay and clip at 1.0', () => {
-  assert.deepEqual(optimizerConfig('rl', 1e-4), { learning_rate: 1e-4, betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 });
-  assert.deepEqual(optimizerConfig('sft', 2e-4), { learning_rate: 2e-4, betas: [0.9, 0.99], weight_decay: 0, max_grad_norm: 1.0 });
+  assert.deepEqual(optimizerConfig('rl', 1e-4), {
+    learning_rate: 1e-4,
+    betas: [0.9, 0.99],
+    weight_decay: 0.1,
+    max_grad_norm: 0.1,
+  });
+  assert.deepEqual(optimizerConfig('sft', 2e-4), {
+    learning_rate: 2e-4,
+    betas: [0.9, 0.99],
+    weight_decay: 0,
+    max_grad_norm: 1.0,
+  });
 });
 
 test('one learning-rate rule, finite and >= 0, for RL, SFT and Tinker alike (RL took only > 0 before)', () => {
@@ -41,8 +52,11 @@ test('one learning-rate rule, finite and >= 0, for RL, SFT and Tinker alike (RL 
   assert.deepEqual(rl.problems, []);
   assert.equal(rl.config.learning_rate, 0);
   const negative = parseRlConfig({ learning_rate: -1e-5 }, 1e-3);
-  assert.deepEqual(negative.problems, [{ loc: ['body', 'experimental_config', 'learning_rate'], msg: learningRateProblem(-1e-5), type: 'value_error' }]);
-  for (const bad of [-1e-5, Number.NaN, Number.POSITIVE_INFINITY]) assert.match(learningRateProblem(bad) ?? '', /must be a finite number >= 0/);
+  assert.deepEqual(negative.problems, [
+    { loc: ['body', 'experimental_config', 'learning_rate'], msg: learningRateProblem(-1e-5), type: 'value_error' },
+  ]);
+  for (const bad of [-1e-5, Number.NaN, Number.POSITIVE_INFINITY])
+    assert.match(learningRateProblem(bad) ?? '', /must be a finite number >= 0/);
   assert.equal(learningRateProblem(0), null);
   const adam = { beta1: 0.9, beta2: 0.95, eps: 1e-8 };
   assert.ok(Value.Check(AdamParamsBody, { ...adam, learning_rate: 0 }));

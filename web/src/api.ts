@@ -5,7 +5,7 @@
 import type { ListPage } from '../../src/api/lists.ts';
 import type { TrainedTokensView } from '../../src/api/trained-tokens.ts';
 import type { TrainingJob } from '../../src/api/training-jobs.ts';
-import { isActiveJobStatus, TERMINAL_JOB_STATUSES, type JobStatus } from '../../src/api/training-vocabulary.ts';
+import { isActiveJobStatus, type JobStatus, TERMINAL_JOB_STATUSES } from '../../src/api/training-vocabulary.ts';
 
 const KEY_STORAGE = 'agent-trainer.api-key';
 
@@ -37,7 +37,9 @@ export function errorMessage(status: number, body: unknown): string {
   const value = body as { detail?: unknown; error?: { message?: unknown } } | null;
   if (typeof value?.detail === 'string') return value.detail;
   if (Array.isArray(value?.detail)) {
-    return value.detail.map((problem: { loc?: unknown[]; msg?: string }) => `${(problem.loc ?? []).join('.')}: ${problem.msg ?? ''}`).join('; ');
+    return value.detail
+      .map((problem: { loc?: unknown[]; msg?: string }) => `${(problem.loc ?? []).join('.')}: ${problem.msg ?? ''}`)
+      .join('; ');
   }
   if (typeof value?.error?.message === 'string') return value.error.message;
   return `Request failed with status ${status}`;
@@ -47,10 +49,18 @@ export function authHeaders(key = apiKey()): Record<string, string> {
   return key ? { authorization: `Bearer ${key}` } : {};
 }
 
-export async function request<T>(method: string, path: string, body?: unknown, options: { signal?: AbortSignal; key?: string } = {}): Promise<T> {
+export async function request<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+  options: { signal?: AbortSignal; key?: string } = {},
+): Promise<T> {
   const response = await fetch(path, {
     method,
-    headers: { ...authHeaders(options.key ?? apiKey()), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    headers: {
+      ...authHeaders(options.key ?? apiKey()),
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
     body: body === undefined ? undefined : JSON.stringify(body),
     signal: options.signal,
   });
@@ -71,12 +81,18 @@ export async function request<T>(method: string, path: string, body?: unknown, o
 export const get = <T>(path: string, signal?: AbortSignal) => request<T>('GET', path, undefined, { signal });
 
 export function query(params: Record<string, string | number | undefined | null>): string {
-  const entries = Object.entries(params).filter((entry): entry is [string, string | number] => entry[1] !== undefined && entry[1] !== null && entry[1] !== '');
+  const entries = Object.entries(params).filter(
+    (entry): entry is [string, string | number] => entry[1] !== undefined && entry[1] !== null && entry[1] !== '',
+  );
   return entries.length === 0 ? '' : `?${new URLSearchParams(entries.map(([k, v]) => [k, String(v)])).toString()}`;
 }
 
 /** Follows `after` cursors until the list ends (for bounded lists: a run's metrics, a model's checkpoints). */
-export async function getAll<T>(path: string, params: Record<string, string | number | undefined>, signal?: AbortSignal): Promise<T[]> {
+export async function getAll<T>(
+  path: string,
+  params: Record<string, string | number | undefined>,
+  signal?: AbortSignal,
+): Promise<T[]> {
   const items: T[] = [];
   let after: string | undefined;
   for (;;) {
@@ -88,7 +104,17 @@ export async function getAll<T>(path: string, params: Record<string, string | nu
 }
 
 // Wire types of what the dashboard reads: declared once, beside the server's schemas.
-export type { JobConfig, JobListItem, MetricRow, ModelSummary, Overview, RewardPoint, TrajectoryDetail, TrajectorySteps, TrajectorySummary } from '../../src/api/dashboard.ts';
+export type {
+  JobConfig,
+  JobListItem,
+  MetricRow,
+  ModelSummary,
+  Overview,
+  RewardPoint,
+  TrajectoryDetail,
+  TrajectorySteps,
+  TrajectorySummary,
+} from '../../src/api/dashboard.ts';
 export type { IdentityResponse as Me } from '../../src/api/identity.ts';
 export type { ListPage } from '../../src/api/lists.ts';
 export type { Checkpoint, CheckpointDeleteResponse, ModelResponse as Model } from '../../src/api/models.ts';

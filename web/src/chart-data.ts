@@ -65,7 +65,8 @@ export function extent(values: Iterable<number | null | undefined>): [number, nu
   return [min, max];
 }
 
-const clamp = (value: number | null, [min, max]: [number, number]) => (value === null ? null : Math.min(max, Math.max(min, value)));
+const clamp = (value: number | null, [min, max]: [number, number]) =>
+  value === null ? null : Math.min(max, Math.max(min, value));
 
 function table(entry: ChartSeries, mode: XMode): number[][] {
   const byX = new Map<number, ChartPoint>();
@@ -75,7 +76,13 @@ function table(entry: ChartSeries, mode: XMode): number[][] {
   }
   const xs = [...byX.keys()].sort((a, b) => a - b);
   const column = (pick: (point: ChartPoint) => number | undefined) => xs.map((x) => pick(byX.get(x)!) ?? NaN);
-  return [xs, column((point) => point.y), column((point) => point.lo), column((point) => point.hi), column((point) => point.x)];
+  return [
+    xs,
+    column((point) => point.y),
+    column((point) => point.lo),
+    column((point) => point.hi),
+    column((point) => point.x),
+  ];
 }
 
 /**
@@ -84,9 +91,11 @@ function table(entry: ChartSeries, mode: XMode): number[][] {
  */
 export function alignSeries(series: ChartSeries[], view: ChartView, bandRange?: [number, number]): AlignedChart {
   const tables = series.map((entry) => table(entry, view.xMode));
-  const joined = tables.length === 0 ? [[]] : uPlot.join(tables.map((columns) => columns as unknown as uPlot.AlignedData));
+  const joined =
+    tables.length === 0 ? [[]] : uPlot.join(tables.map((columns) => columns as unknown as uPlot.AlignedData));
   const range = bandRange ?? extent(series.flatMap((entry) => entry.points.map((point) => point.y)));
-  const nullable = (column: ArrayLike<number | null | undefined>) => Array.from(column, (value) => (value === undefined || value === null || Number.isNaN(value) ? null : value));
+  const nullable = (column: ArrayLike<number | null | undefined>) =>
+    Array.from(column, (value) => (value === undefined || value === null || Number.isNaN(value) ? null : value));
   const data: (number | null)[][] = [Array.from(joined[0] as ArrayLike<number>)];
   const steps: (number | null)[][] = [];
   const banded: boolean[] = [];

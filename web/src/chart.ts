@@ -7,9 +7,16 @@
  */
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
+import {
+  type AlignedChart,
+  alignSeries,
+  type ChartSeries,
+  type ChartView,
+  COLUMNS_PER_SERIES,
+  extent,
+} from './chart-data.ts';
 import { h, replace, uid } from './dom.ts';
 import { num, tick } from './format.ts';
-import { alignSeries, COLUMNS_PER_SERIES, extent, type AlignedChart, type ChartSeries, type ChartView } from './chart-data.ts';
 
 export type { ChartPoint, ChartSeries, ChartView } from './chart-data.ts';
 
@@ -35,10 +42,13 @@ export interface Chart {
 
 export const SERIES_COLORS = ['#3b5bdb', '#e8590c', '#2b8a3e', '#ae3ec9', '#1098ad', '#c92a2a', '#5f3dc4', '#a61e4d'];
 /** Tick labels with as many digits as the tick spacing needs (0.0015 and 0.002 stay apart). */
-const yTicks = (_u: uPlot, splits: number[]) => splits.map((value) => tick(value, splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 0));
+const yTicks = (_u: uPlot, splits: number[]) =>
+  splits.map((value) => tick(value, splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 0));
 
 /** Steps are whole numbers: no tick at step 1.5. */
-const STEP_INCREMENTS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000, 100000];
+const STEP_INCREMENTS = [
+  1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000, 100000,
+];
 const DEFAULT_VIEW: ChartView = { xMode: 'step', smoothing: 0 };
 
 function uplotSeries(series: ChartSeries[], aligned: AlignedChart): uPlot.Series[] {
@@ -47,7 +57,14 @@ function uplotSeries(series: ChartSeries[], aligned: AlignedChart): uPlot.Series
     const common = { spanGaps: true, points: { show: false } };
     lines.push(
       { ...common, label: `${entry.label} (raw)`, stroke: `${entry.color}40`, width: 1, dash: entry.dash },
-      { ...common, label: entry.label, stroke: entry.color, width: 2, dash: entry.dash, points: { show: aligned.data[0].length <= 60, size: 5, fill: entry.color } },
+      {
+        ...common,
+        label: entry.label,
+        stroke: entry.color,
+        width: 2,
+        dash: entry.dash,
+        points: { show: aligned.data[0].length <= 60, size: 5, fill: entry.color },
+      },
       { ...common, label: `${entry.label} low`, stroke: 'transparent', width: 0 },
       { ...common, label: `${entry.label} high`, stroke: 'transparent', width: 0 },
     );
@@ -60,7 +77,13 @@ function legendItems(series: ChartSeries[]): HTMLElement[] {
     const last = entry.points.at(-1);
     const swatch = h('span', { class: 'swatch', 'aria-hidden': 'true' });
     swatch.style.background = entry.color;
-    return h('li', { 'data-series': entry.key, 'data-points': entry.points.length }, swatch, h('span', entry.label), last ? h('span', { class: 'legend-value' }, num(last.y)) : null);
+    return h(
+      'li',
+      { 'data-series': entry.key, 'data-points': entry.points.length },
+      swatch,
+      h('span', entry.label),
+      last ? h('span', { class: 'legend-value' }, num(last.y)) : null,
+    );
   });
 }
 
@@ -81,7 +104,9 @@ function tooltipRows(series: ChartSeries[], u: uPlot, index: number, smoothing: 
         `${entry.label}: `,
         h('strong', num(raw)),
         smoothing > 0 && typeof smooth === 'number' ? h('span', { class: 'muted' }, ` (EMA ${num(smooth)})`) : null,
-        typeof lo === 'number' && typeof hi === 'number' ? h('span', { class: 'muted' }, ` [${num(lo, 3)}, ${num(hi, 3)}]`) : null,
+        typeof lo === 'number' && typeof hi === 'number'
+          ? h('span', { class: 'muted' }, ` [${num(lo, 3)}, ${num(hi, 3)}]`)
+          : null,
       ),
     ];
   });
@@ -120,7 +145,11 @@ class LineChart implements Chart {
   private readonly legend = h('ul', { class: 'chart-legend' });
   private readonly plot = h('div', { class: 'chart-plot' });
   private readonly tooltip = h('div', { class: 'chart-tooltip', hidden: true, role: 'status', 'aria-live': 'polite' });
-  private readonly resetZoom = h('button', { type: 'button', class: 'btn btn-small chart-reset', hidden: true }, 'Reset zoom');
+  private readonly resetZoom = h(
+    'button',
+    { type: 'button', class: 'btn btn-small chart-reset', hidden: true },
+    'Reset zoom',
+  );
   private series: ChartSeries[];
   private view: ChartView;
   private bandRange?: [number, number];
@@ -146,7 +175,11 @@ class LineChart implements Chart {
       const xs = this.uplot?.data[0];
       if (xs && xs.length > 0) this.uplot!.setScale('x', { min: xs[0], max: xs.at(-1)! });
     });
-    keyboardCursor(this.element, () => this.uplot, (u) => this.pick(u, -1));
+    keyboardCursor(
+      this.element,
+      () => this.uplot,
+      (u) => this.pick(u, -1),
+    );
     new ResizeObserver((entries) => this.resize(Math.floor(entries[0].contentRect.width))).observe(this.plot);
     replace(this.legend, legendItems(this.series));
   }
@@ -179,7 +212,10 @@ class LineChart implements Chart {
   private redraw(): void {
     this.aligned = alignSeries(this.series, this.view, this.bandRange);
     replace(this.legend, legendItems(this.series));
-    const sameShape = this.uplot && this.uplot.series.length === 1 + this.series.length * COLUMNS_PER_SERIES && this.aligned.data[0].length > 0;
+    const sameShape =
+      this.uplot &&
+      this.uplot.series.length === 1 + this.series.length * COLUMNS_PER_SERIES &&
+      this.aligned.data[0].length > 0;
     if (this.uplot && sameShape) {
       // Keep the user's zoom while new steps arrive.
       this.uplot.setData(this.aligned.data, !this.zoomed);
@@ -203,7 +239,9 @@ class LineChart implements Chart {
     replace(this.plot);
     const bands = this.aligned.banded.flatMap((banded, position) => {
       const base = 1 + position * COLUMNS_PER_SERIES;
-      return banded ? [{ series: [base + 3, base + 2] as [number, number], fill: `${this.series[position].color}24` }] : [];
+      return banded
+        ? [{ series: [base + 3, base + 2] as [number, number], fill: `${this.series[position].color}24` }]
+        : [];
     });
     const time = this.view.xMode === 'time';
     const opts: uPlot.Options = {
@@ -212,17 +250,31 @@ class LineChart implements Chart {
       series: uplotSeries(this.series, this.aligned),
       bands,
       scales: { x: { time } },
-      axes: [time ? { size: 36 } : { label: this.options.xLabel, labelSize: 16, size: 36, incrs: STEP_INCREMENTS }, { size: 56, values: yTicks }],
+      axes: [
+        time ? { size: 36 } : { label: this.options.xLabel, labelSize: 16, size: 36, incrs: STEP_INCREMENTS },
+        { size: 56, values: yTicks },
+      ],
       legend: { show: false },
-      cursor: { sync: this.options.syncKey ? { key: this.options.syncKey } : undefined, drag: { x: true, y: false }, points: { show: false } },
-      hooks: { setCursor: [(u) => this.showTooltip(u)], setScale: [(u) => this.described(u)], ready: [(u) => this.described(u)] },
+      cursor: {
+        sync: this.options.syncKey ? { key: this.options.syncKey } : undefined,
+        drag: { x: true, y: false },
+        points: { show: false },
+      },
+      hooks: {
+        setCursor: [(u) => this.showTooltip(u)],
+        setScale: [(u) => this.described(u)],
+        ready: [(u) => this.described(u)],
+      },
     };
     const u = new uPlot(opts, this.aligned.data, this.plot);
     this.uplot = u;
     let downAt = -1;
     u.over.addEventListener('mousedown', (event) => (downAt = event.clientX));
     // A drag zooms; only a still click picks.
-    u.over.addEventListener('click', (event) => Math.abs(event.clientX - downAt) <= 3 && this.pick(u, u.cursor.top ?? 0));
+    u.over.addEventListener(
+      'click',
+      (event) => Math.abs(event.clientX - downAt) <= 3 && this.pick(u, u.cursor.top ?? 0),
+    );
   }
 
   private showTooltip(u: uPlot): void {
@@ -232,9 +284,18 @@ class LineChart implements Chart {
       return;
     }
     const x = u.data[0][index];
-    const step = this.aligned.steps.map((column) => column[index]).find((value) => value !== null && value !== undefined);
-    const title = this.view.xMode === 'time' ? `${step !== undefined ? `step ${step} · ` : ''}${new Date(x * 1000).toLocaleString()}` : `${this.options.xLabel} ${x}`;
-    replace(this.tooltip, h('div', { class: 'tooltip-title' }, title), tooltipRows(this.series, u, index, this.view.smoothing));
+    const step = this.aligned.steps
+      .map((column) => column[index])
+      .find((value) => value !== null && value !== undefined);
+    const title =
+      this.view.xMode === 'time'
+        ? `${step !== undefined ? `step ${step} · ` : ''}${new Date(x * 1000).toLocaleString()}`
+        : `${this.options.xLabel} ${x}`;
+    replace(
+      this.tooltip,
+      h('div', { class: 'tooltip-title' }, title),
+      tooltipRows(this.series, u, index, this.view.smoothing),
+    );
     this.tooltip.hidden = false;
     const left = u.valToPos(x, 'x') + u.over.offsetLeft;
     this.tooltip.style.left = `${Math.min(Math.max(0, left + 12), Math.max(0, this.width - 220))}px`;

@@ -19,12 +19,20 @@ function textOf(content: unknown): string {
 
 /** What the model wrote: every assistant turn (a Choice's message included) with its tool calls. */
 export function assistantText(trajectory: TrajectoryDetail): string {
-  const items = Array.isArray(trajectory.data.messages_and_choices) ? (trajectory.data.messages_and_choices as Record<string, unknown>[]) : [];
+  const items = Array.isArray(trajectory.data.messages_and_choices)
+    ? (trajectory.data.messages_and_choices as Record<string, unknown>[])
+    : [];
   const turns = items.flatMap((item) => {
-    const message = (item && typeof item.message === 'object' && item.message !== null ? item.message : item) as Record<string, unknown>;
+    const message = (item && typeof item.message === 'object' && item.message !== null ? item.message : item) as Record<
+      string,
+      unknown
+    >;
     if (!message || (message !== item.message && message.role !== 'assistant')) return [];
     const calls = Array.isArray(message.tool_calls)
-      ? message.tool_calls.map((call: { function?: { name?: unknown; arguments?: unknown } }) => `→ ${String(call.function?.name ?? '?')}(${String(call.function?.arguments ?? '')})`)
+      ? message.tool_calls.map(
+          (call: { function?: { name?: unknown; arguments?: unknown } }) =>
+            `→ ${String(call.function?.name ?? '?')}(${String(call.function?.arguments ?? '')})`,
+        )
       : [];
     return [[textOf(message.content), ...calls].filter(Boolean).join('\n')];
   });
@@ -38,12 +46,19 @@ export function diffWords(before: string, after: string): DiffPart[] {
     a = before.split(/(?<=\n)/);
     b = after.split(/(?<=\n)/);
   }
-  if ((a.length + 1) * (b.length + 1) > MAX_CELLS) return [{ kind: 'removed', text: before }, { kind: 'added', text: after }];
+  if ((a.length + 1) * (b.length + 1) > MAX_CELLS)
+    return [
+      { kind: 'removed', text: before },
+      { kind: 'added', text: after },
+    ];
   const width = b.length + 1;
   const table = new Uint32Array((a.length + 1) * width);
   for (let i = a.length - 1; i >= 0; i -= 1) {
     for (let j = b.length - 1; j >= 0; j -= 1) {
-      table[i * width + j] = a[i] === b[j] ? table[(i + 1) * width + j + 1] + 1 : Math.max(table[(i + 1) * width + j], table[i * width + j + 1]);
+      table[i * width + j] =
+        a[i] === b[j]
+          ? table[(i + 1) * width + j + 1] + 1
+          : Math.max(table[(i + 1) * width + j], table[i * width + j + 1]);
     }
   }
   const parts: DiffPart[] = [];

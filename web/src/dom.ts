@@ -35,7 +35,11 @@ function isAttrs(value: unknown): value is Attrs {
   return typeof value === 'object' && value !== null && !(value instanceof Node) && !Array.isArray(value);
 }
 
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs?: Attrs | Child, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs?: Attrs | Child,
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const element = document.createElement(tag);
   if (isAttrs(attrs)) apply(element, attrs);
   else append(element, attrs as Child);
@@ -45,7 +49,11 @@ export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs?: Attrs |
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
-export function s<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Attrs = {}, ...children: Child[]): SVGElementTagNameMap[K] {
+export function s<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs: Attrs = {},
+  ...children: Child[]
+): SVGElementTagNameMap[K] {
   const element = document.createElementNS(SVG_NS, tag);
   apply(element, attrs);
   append(element, children);
@@ -71,7 +79,13 @@ export const uid = (prefix: string) => {
 export function field(label: string, control: HTMLElement, hint?: string): HTMLElement {
   const id = control.id || uid('field');
   control.id = id;
-  return h('div', { class: 'field' }, h('label', { for: id }, label), control, hint ? h('small', { class: 'hint' }, hint) : null);
+  return h(
+    'div',
+    { class: 'field' },
+    h('label', { for: id }, label),
+    control,
+    hint ? h('small', { class: 'hint' }, hint) : null,
+  );
 }
 
 export function badge(status: string): HTMLElement {
@@ -92,14 +106,29 @@ export function emptyState(title: string, ...body: Child[]): HTMLElement {
 }
 
 /** A confirmation dialog (native <dialog>: focus is trapped, Escape cancels); resolves true on confirm. */
-export function confirmDialog(options: { title: string; body: Child; confirm: string; danger?: boolean }): Promise<boolean> {
+export function confirmDialog(options: {
+  title: string;
+  body: Child;
+  confirm: string;
+  danger?: boolean;
+}): Promise<boolean> {
   return new Promise((resolve) => {
-    const confirmButton = h('button', { class: options.danger ? 'btn btn-danger' : 'btn btn-primary', value: 'confirm', type: 'submit' }, options.confirm);
+    const confirmButton = h(
+      'button',
+      { class: options.danger ? 'btn btn-danger' : 'btn btn-primary', value: 'confirm', type: 'submit' },
+      options.confirm,
+    );
     const cancelButton = h('button', { class: 'btn', value: 'cancel', type: 'submit', autofocus: true }, 'Cancel');
     const dialog = h(
       'dialog',
       { class: 'dialog', 'aria-labelledby': 'dialog-title' },
-      h('form', { method: 'dialog' }, h('h2', { id: 'dialog-title' }, options.title), h('div', { class: 'dialog-body' }, options.body), h('div', { class: 'dialog-actions' }, cancelButton, confirmButton)),
+      h(
+        'form',
+        { method: 'dialog' },
+        h('h2', { id: 'dialog-title' }, options.title),
+        h('div', { class: 'dialog-body' }, options.body),
+        h('div', { class: 'dialog-actions' }, cancelButton, confirmButton),
+      ),
     );
     dialog.addEventListener('close', () => {
       resolve(dialog.returnValue === 'confirm');

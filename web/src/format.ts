@@ -9,7 +9,8 @@ export function num(value: unknown, digits = 4): string {
   return Number(value.toPrecision(digits)).toLocaleString('en-US', { maximumFractionDigits: 6 });
 }
 
-const trimZeros = (text: string) => (text.includes('.') && !text.includes('e') ? text.replace(/0+$/, '').replace(/\.$/, '') : text);
+const trimZeros = (text: string) =>
+  text.includes('.') && !text.includes('e') ? text.replace(/0+$/, '').replace(/\.$/, '') : text;
 
 /** Axis tick labels: as many digits as the tick spacing needs, so neighbours never read the same. */
 export function tick(value: number, step = 0): string {
@@ -18,7 +19,8 @@ export function tick(value: number, step = 0): string {
   const exponent = Math.floor(Math.log10(step));
   const mantissa = step / 10 ** exponent;
   const extra = Math.abs(mantissa - Math.round(mantissa)) > 1e-9 ? 1 : 0;
-  if (Math.abs(value) >= 1e4 && step >= 1000) return `${trimZeros((value / 1000).toFixed(Math.max(0, 3 - exponent + extra)))}k`;
+  if (Math.abs(value) >= 1e4 && step >= 1000)
+    return `${trimZeros((value / 1000).toFixed(Math.max(0, 3 - exponent + extra)))}k`;
   if (step < 1e-5) return value.toExponential(Math.max(0, Math.floor(Math.log10(Math.abs(value))) - exponent + extra));
   return trimZeros(value.toFixed(Math.max(0, -exponent + extra)));
 }
@@ -43,7 +45,11 @@ export function absoluteTime(iso: string | null | undefined): string {
   return new Date(iso).toLocaleString('en-US', { dateStyle: 'medium', timeStyle: 'medium' });
 }
 
-export function duration(fromIso: string | null | undefined, toIso: string | null | undefined, now = Date.now()): string {
+export function duration(
+  fromIso: string | null | undefined,
+  toIso: string | null | undefined,
+  now = Date.now(),
+): string {
   if (!fromIso) return '—';
   const ms = (toIso ? Date.parse(toIso) : now) - Date.parse(fromIso);
   if (!Number.isFinite(ms) || ms < 0) return '—';

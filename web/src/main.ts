@@ -2,17 +2,17 @@
  * The dashboard's entry: the top bar, sign-in state and the routes. Pages live in ./pages.
  */
 import './styles.css';
-import { apiKey, handleUnauthorized, request, setApiKey, type Me } from './api.ts';
+import { apiKey, handleUnauthorized, type Me, request, setApiKey } from './api.ts';
 import { clearToasts, errorBox, h, replace } from './dom.ts';
-import { currentHash, navigate, renderRoute, route } from './router.ts';
-import { renderSignIn } from './pages/signin.ts';
-import { renderModels } from './pages/models.ts';
-import { renderModel } from './pages/model.ts';
-import { renderTrajectories } from './pages/trajectories.ts';
 import { renderGroups } from './pages/groups.ts';
-import { renderJobs } from './pages/jobs.ts';
 import { renderJob } from './pages/job.ts';
+import { renderJobs } from './pages/jobs.ts';
+import { renderModel } from './pages/model.ts';
+import { renderModels } from './pages/models.ts';
 import { renderPlayground } from './pages/playground.ts';
+import { renderSignIn } from './pages/signin.ts';
+import { renderTrajectories } from './pages/trajectories.ts';
+import { currentHash, navigate, renderRoute, route } from './router.ts';
 
 const ENTITY_STORAGE = 'agent-trainer.entity';
 
@@ -37,7 +37,11 @@ function renderAccount(): void {
     return;
   }
   nav.hidden = false;
-  const entity = h('span', { class: 'entity', title: 'The entity this API key acts as' }, sessionStorage.getItem(ENTITY_STORAGE) ?? '');
+  const entity = h(
+    'span',
+    { class: 'entity', title: 'The entity this API key acts as' },
+    sessionStorage.getItem(ENTITY_STORAGE) ?? '',
+  );
   if (!entity.textContent) {
     request<Me>('GET', '/v1/preview/me')
       .then((me) => {
@@ -46,11 +50,7 @@ function renderAccount(): void {
       })
       .catch(() => {});
   }
-  replace(
-    account,
-    entity,
-    h('button', { class: 'btn btn-ghost', type: 'button', onclick: signOut }, 'Sign out'),
-  );
+  replace(account, entity, h('button', { class: 'btn btn-ghost', type: 'button', onclick: signOut }, 'Sign out'));
 }
 
 function signOut(): void {
@@ -84,7 +84,10 @@ async function show(): Promise<void> {
   try {
     await renderRoute(main, markNav, ({ main: target }) => {
       document.title = 'Not found · agent-trainer';
-      target.append(h('h1', 'Page not found'), h('p', 'Nothing lives at ', h('code', currentHash().path), '. ', h('a', { href: '#/' }, 'Back to models')));
+      target.append(
+        h('h1', 'Page not found'),
+        h('p', 'Nothing lives at ', h('code', currentHash().path), '. ', h('a', { href: '#/' }, 'Back to models')),
+      );
     });
   } catch (error) {
     main.append(errorBox(error));

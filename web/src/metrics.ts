@@ -4,10 +4,11 @@
  * `<split>/<key>`), one point per step with its wall-clock time, and a band from `<name>_std_dev` when the
  * split has one.
  */
-import type { MetricRow } from './api.ts';
-import { SERIES_COLORS, type ChartSeries } from './chart.ts';
-import { extent } from './chart-data.ts';
+
 import { metricsAt, TRAINING_METRICS } from '../../src/api/training-vocabulary.ts';
+import type { MetricRow } from './api.ts';
+import { type ChartSeries, SERIES_COLORS } from './chart.ts';
+import { extent } from './chart-data.ts';
 
 export const PREFERRED_METRICS = metricsAt('chart_order');
 export const DEFAULT_METRICS = metricsAt('default_chart');
@@ -58,7 +59,9 @@ export function metricTable(rows: MetricRow[]): MetricTable {
       bySplit.get(split)!.set(row.step, value);
     }
   }
-  const splitOrder = [...splits].sort((a, b) => (a === 'train' ? -1 : b === 'train' ? 1 : a === 'val' ? -1 : b === 'val' ? 1 : a.localeCompare(b)));
+  const splitOrder = [...splits].sort((a, b) =>
+    a === 'train' ? -1 : b === 'train' ? 1 : a === 'val' ? -1 : b === 'val' ? 1 : a.localeCompare(b),
+  );
   return { values, splits: splitOrder, times };
 }
 
@@ -99,7 +102,12 @@ function membersOf(table: MetricTable, family: string): string[] {
   for (const name of membersOfFamily(family)) {
     const bySplit = table.values.get(name);
     if (!bySplit) continue;
-    const repeats = kept.some((other) => [...bySplit].every(([split, steps]) => { const mine = table.values.get(other)!.get(split); return mine !== undefined && sameValues(steps, mine); }));
+    const repeats = kept.some((other) =>
+      [...bySplit].every(([split, steps]) => {
+        const mine = table.values.get(other)!.get(split);
+        return mine !== undefined && sameValues(steps, mine);
+      }),
+    );
     if (!repeats) kept.push(name);
   }
   return kept;
@@ -128,7 +136,13 @@ export function seriesOf(runs: RunTable[], family: string): ChartSeries[] {
           const parts = [overlaid ? label : '', split, members.length > 1 ? name : ''].filter(Boolean);
           const color = overlaid ? SERIES_COLORS[run % SERIES_COLORS.length] : colorOfSplit(table, split);
           const dash = (overlaid && split !== 'train') || member > 0 ? [6, 4] : undefined;
-          return { key: `${run}:${split}:${name}`, label: parts.join(' · '), color, dash, points: points.sort((a, b) => a.x - b.x) };
+          return {
+            key: `${run}:${split}:${name}`,
+            label: parts.join(' · '),
+            color,
+            dash,
+            points: points.sort((a, b) => a.x - b.x),
+          };
         });
     });
   });

@@ -43,7 +43,8 @@ export function currentHash(): { path: string; query: URLSearchParams } {
 
 export function href(path: string, params: Record<string, string | number | undefined | null> = {}): string {
   const search = new URLSearchParams();
-  for (const [key, value] of Object.entries(params)) if (value !== undefined && value !== null && value !== '') search.set(key, String(value));
+  for (const [key, value] of Object.entries(params))
+    if (value !== undefined && value !== null && value !== '') search.set(key, String(value));
   const text = search.toString();
   return `#${path}${text ? `?${text}` : ''}`;
 }
@@ -60,7 +61,11 @@ export function replaceQuery(params: Record<string, string | number | undefined 
 
 let active: { cleanup?: Cleanup; controller: AbortController } | null = null;
 
-export async function renderRoute(main: HTMLElement, onNav: (nav: string) => void, notFound: PageRender): Promise<void> {
+export async function renderRoute(
+  main: HTMLElement,
+  onNav: (nav: string) => void,
+  notFound: PageRender,
+): Promise<void> {
   active?.controller.abort();
   active?.cleanup?.();
   const controller = new AbortController();

@@ -3,11 +3,12 @@
  * their arguments as formatted JSON, tool results tied to their call, then tools, metrics, metadata, logs
  * and additional histories. Everything enters the DOM as text.
  */
-import { tokenView } from './token-view.ts';
-import type { TrajectoryDetail } from './api.ts';
-import { h, type Child } from './dom.ts';
-import { num } from './format.ts';
+
 import { splitReasoning } from '../../src/chat/reasoning.ts';
+import type { TrajectoryDetail } from './api.ts';
+import { type Child, h } from './dom.ts';
+import { num } from './format.ts';
+import { tokenView } from './token-view.ts';
 
 type Json = Record<string, unknown>;
 
@@ -50,7 +51,15 @@ function toolCallView(call: Json, index: number): HTMLElement {
   return h(
     'div',
     { class: 'tool-call' },
-    h('div', { class: 'tool-call-head' }, h('span', { class: 'pill pill-tool' }, 'tool call'), h('code', { class: 'tool-name' }, name), call.id ? h('span', { class: 'muted small mono' }, String(call.id)) : h('span', { class: 'muted small' }, `#${index + 1}`)),
+    h(
+      'div',
+      { class: 'tool-call-head' },
+      h('span', { class: 'pill pill-tool' }, 'tool call'),
+      h('code', { class: 'tool-name' }, name),
+      call.id
+        ? h('span', { class: 'muted small mono' }, String(call.id))
+        : h('span', { class: 'muted small' }, `#${index + 1}`),
+    ),
     h('pre', { class: 'code' }, args),
   );
 }
@@ -62,21 +71,36 @@ function messageView(item: Json, toolNames: Map<string, string>): HTMLElement {
   const badges: Child[] = [];
   if (choice) {
     badges.push(h('span', { class: 'pill', title: 'An OpenAI Choice as returned by chat completions' }, 'choice'));
-    if (choice.logprobs) badges.push(h('span', { class: 'pill pill-ok', title: 'Carries sampled logprobs, so it is trained on' }, 'logprobs'));
+    if (choice.logprobs)
+      badges.push(
+        h('span', { class: 'pill pill-ok', title: 'Carries sampled logprobs, so it is trained on' }, 'logprobs'),
+      );
     if (choice.finish_reason) badges.push(h('span', { class: 'pill' }, `finish: ${String(choice.finish_reason)}`));
   }
   if (message.name) badges.push(h('span', { class: 'pill' }, String(message.name)));
 
   const body: Child[] = [];
   let content = textOf(message.content);
-  let reasoning = typeof message.reasoning === 'string' ? message.reasoning : typeof message.reasoning_content === 'string' ? message.reasoning_content : null;
+  let reasoning =
+    typeof message.reasoning === 'string'
+      ? message.reasoning
+      : typeof message.reasoning_content === 'string'
+        ? message.reasoning_content
+        : null;
   if (role === 'assistant' && !reasoning) {
     const split = splitReasoning(content);
     reasoning = split.reasoning;
     content = split.answer;
   }
   if (reasoning) {
-    body.push(h('details', { class: 'reasoning', open: true }, h('summary', 'Reasoning'), h('div', { class: 'text' }, reasoning)));
+    body.push(
+      h(
+        'details',
+        { class: 'reasoning', open: true },
+        h('summary', 'Reasoning'),
+        h('div', { class: 'text' }, reasoning),
+      ),
+    );
   }
   if (role === 'tool') {
     const callId = String(message.tool_call_id ?? '');
@@ -92,7 +116,12 @@ function messageView(item: Json, toolNames: Map<string, string>): HTMLElement {
   for (const [index, call] of calls.entries()) body.push(toolCallView(call, index));
   if (body.length === 0) body.push(h('div', { class: 'text muted' }, '(empty)'));
 
-  return h('article', { class: `msg msg-${role}`, 'data-role': role }, h('header', { class: 'msg-head' }, h('span', { class: 'role' }, role), badges), body);
+  return h(
+    'article',
+    { class: `msg msg-${role}`, 'data-role': role },
+    h('header', { class: 'msg-head' }, h('span', { class: 'role' }, role), badges),
+    body,
+  );
 }
 
 export function conversationView(items: unknown[]): HTMLElement {
@@ -106,7 +135,11 @@ export function conversationView(items: unknown[]): HTMLElement {
       if (call.id) toolNames.set(String(call.id), String(fn.name ?? ''));
     }
   }
-  return h('div', { class: 'conversation' }, items.filter(isObject).map((item) => messageView(item, toolNames)));
+  return h(
+    'div',
+    { class: 'conversation' },
+    items.filter(isObject).map((item) => messageView(item, toolNames)),
+  );
 }
 
 function toolsView(tools: unknown): HTMLElement | null {
@@ -137,7 +170,10 @@ function keyValues(title: string, record: unknown): HTMLElement | null {
     h(
       'dl',
       { class: 'kv' },
-      Object.entries(record).map(([key, value]) => [h('dt', key), h('dd', typeof value === 'number' ? num(value) : typeof value === 'string' ? value : JSON.stringify(value))]),
+      Object.entries(record).map(([key, value]) => [
+        h('dt', key),
+        h('dd', typeof value === 'number' ? num(value) : typeof value === 'string' ? value : JSON.stringify(value)),
+      ]),
     ),
   );
 }
@@ -159,7 +195,12 @@ export function trajectoryView(trajectory: TrajectoryDetail, advantage: number |
       h(
         'div',
         { class: 'trajectory-meta' },
-        h('span', { class: 'reward-big', title: 'Reward' }, h('span', { class: 'stat-label' }, 'reward '), reward === null ? '—' : num(reward)),
+        h(
+          'span',
+          { class: 'reward-big', title: 'Reward' },
+          h('span', { class: 'stat-label' }, 'reward '),
+          reward === null ? '—' : num(reward),
+        ),
         h('span', { class: 'muted' }, `split ${trajectory.split} · step ${trajectory.step} · ${items.length} messages`),
       ),
     ),
@@ -176,7 +217,23 @@ export function trajectoryView(trajectory: TrajectoryDetail, advantage: number |
       ),
     ),
     h('div', { class: 'kv-grid' }, keyValues('Metrics', data.metrics), keyValues('Metadata', data.metadata)),
-    logs.length > 0 ? h('details', { class: 'section-details' }, h('summary', `Logs (${logs.length})`), h('pre', { class: 'code' }, logs.map((line) => (typeof line === 'string' ? line : JSON.stringify(line))).join('\n'))) : null,
-    h('details', { class: 'section-details' }, h('summary', 'Raw JSON'), h('pre', { class: 'code' }, JSON.stringify(data, null, 2))),
+    logs.length > 0
+      ? h(
+          'details',
+          { class: 'section-details' },
+          h('summary', `Logs (${logs.length})`),
+          h(
+            'pre',
+            { class: 'code' },
+            logs.map((line) => (typeof line === 'string' ? line : JSON.stringify(line))).join('\n'),
+          ),
+        )
+      : null,
+    h(
+      'details',
+      { class: 'section-details' },
+      h('summary', 'Raw JSON'),
+      h('pre', { class: 'code' }, JSON.stringify(data, null, 2)),
+    ),
   );
 }

@@ -4,7 +4,7 @@
  */
 import crypto from 'node:crypto';
 import { forcedCallGrammar, larkString } from '../../constraints/lark.ts';
-import { callFromObject, parseJson, partialMarkerLength, type ParsedCall, type ToolCallFormat } from './format.ts';
+import { callFromObject, type ParsedCall, parseJson, partialMarkerLength, type ToolCallFormat } from './format.ts';
 
 const OPEN = '<tool_call>';
 const CLOSE = '</tool_call>';
@@ -46,7 +46,8 @@ export const hermes: ToolCallFormat = {
   forcedGrammar(calls, marker) {
     return forcedCallGrammar(calls, {
       separator: '\n',
-      call: (name, args) => `${marker(OPEN)} ${larkString(`\n{"name": ${JSON.stringify(name)}, "arguments": `)} ${args} ${larkString('}\n')} ${marker(CLOSE)}`,
+      call: (name, args) =>
+        `${marker(OPEN)} ${larkString(`\n{"name": ${JSON.stringify(name)}, "arguments": `)} ${args} ${larkString('}\n')} ${marker(CLOSE)}`,
     });
   },
   callId: () => `chatcmpl-tool-${crypto.randomBytes(8).toString('hex')}`,

@@ -9,7 +9,11 @@ import { mistral } from './mistral.ts';
 
 export type { ParsedCall, ToolCallFormat, ToolParserName } from './format.ts';
 
-export const TOOL_CALL_FORMATS: Readonly<Record<ToolParserName, ToolCallFormat>> = { hermes, llama3_json: llama3Json, mistral };
+export const TOOL_CALL_FORMATS: Readonly<Record<ToolParserName, ToolCallFormat>> = {
+  hermes,
+  llama3_json: llama3Json,
+  mistral,
+};
 export const TOOL_PARSER_NAMES = Object.keys(TOOL_CALL_FORMATS) as ToolParserName[];
 
 export function isToolParserName(name: string): name is ToolParserName {

@@ -5,7 +5,14 @@
  */
 import crypto from 'node:crypto';
 import { forcedCallGrammar, larkString } from '../../constraints/lark.ts';
-import { callFromObject, jsonValueEnd, parseJson, partialMarkerLength, type ParsedCall, type ToolCallFormat } from './format.ts';
+import {
+  callFromObject,
+  jsonValueEnd,
+  type ParsedCall,
+  parseJson,
+  partialMarkerLength,
+  type ToolCallFormat,
+} from './format.ts';
 
 const PYTHON_TAG = '<|python_tag|>';
 const SEPARATOR = '; ';
@@ -46,7 +53,10 @@ export const llama3Json: ToolCallFormat = {
   },
   take,
   forcedGrammar(calls) {
-    return forcedCallGrammar(calls, { separator: SEPARATOR, call: (name, args) => `${larkString(`{"name": ${JSON.stringify(name)}, "parameters": `)} ${args} "}"` });
+    return forcedCallGrammar(calls, {
+      separator: SEPARATOR,
+      call: (name, args) => `${larkString(`{"name": ${JSON.stringify(name)}, "parameters": `)} ${args} "}"`,
+    });
   },
   callId: () => `chatcmpl-tool-${crypto.randomBytes(8).toString('hex')}`,
 };

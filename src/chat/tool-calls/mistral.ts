@@ -5,7 +5,15 @@
  */
 import crypto from 'node:crypto';
 import { forcedCallGrammar, larkString } from '../../constraints/lark.ts';
-import { callFromObject, jsonValueEnd, parseJson, partialMarkerLength, type ParsedCall, type TakenCalls, type ToolCallFormat } from './format.ts';
+import {
+  callFromObject,
+  jsonValueEnd,
+  type ParsedCall,
+  parseJson,
+  partialMarkerLength,
+  type TakenCalls,
+  type ToolCallFormat,
+} from './format.ts';
 
 const TOOL_CALLS = '[TOOL_CALLS]';
 const ALPHANUMERIC = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';

@@ -90,7 +90,12 @@ export class VllmAdapters {
   /** `load_inplace`: a name vLLM still holds (it outlived our server) is replaced rather than refused. */
   private async load(http: VllmHttp, key: string, path: string): Promise<void> {
     try {
-      await http.json('POST', '/v1/load_lora_adapter', { lora_name: key, lora_path: path, load_inplace: true }, { timeoutMs: 300_000 });
+      await http.json(
+        'POST',
+        '/v1/load_lora_adapter',
+        { lora_name: key, lora_path: path, load_inplace: true },
+        { timeoutMs: 300_000 },
+      );
     } catch (error) {
       if (error instanceof EngineError && (error.code === 'bad_request' || error.code === 'internal')) {
         throw new EngineError('bad_request', `vLLM could not load the adapter ${key} from ${path}: ${error.message}`);
@@ -100,9 +105,12 @@ export class VllmAdapters {
   }
 
   private async unload(http: VllmHttp, key: string): Promise<void> {
-    await http.json('POST', '/v1/unload_lora_adapter', { lora_name: key }, { timeoutMs: 60_000 }).catch((error: EngineError) => {
-      if (error.code !== 'not_found') this.logger.warn({ adapter: key, error: error.message }, 'vLLM did not unload an adapter');
-    });
+    await http
+      .json('POST', '/v1/unload_lora_adapter', { lora_name: key }, { timeoutMs: 60_000 })
+      .catch((error: EngineError) => {
+        if (error.code !== 'not_found')
+          this.logger.warn({ adapter: key, error: error.message }, 'vLLM did not unload an adapter');
+      });
   }
 
   private async evict(http: VllmHttp): Promise<void> {

@@ -39,24 +39,37 @@ type ReadInteger = (name: string, fallback: number, min: number, max: number) =>
 
 export function parseVllmConfig(read: Read, integer: ReadInteger, problems: string[]): VllmConfig {
   const urls: string[] = [];
-  for (const entry of (read('SAMPLER_URLS') ?? '').split(',').map((part) => part.trim()).filter(isVllmUrl)) {
+  for (const entry of (read('SAMPLER_URLS') ?? '')
+    .split(',')
+    .map((part) => part.trim())
+    .filter(isVllmUrl)) {
     const match = VLLM_URL_PATTERN.exec(entry);
     if (match) urls.push(match[1]);
     else problems.push(`SAMPLER_URLS: ${JSON.stringify(entry)} is not vllm+http://host:port`);
   }
   const kind = (name: string, value: string): SamplerEngineKind => {
-    if (!KINDS.includes(value as SamplerEngineKind)) problems.push(`${name}=${JSON.stringify(value)}: expected ours or vllm`);
+    if (!KINDS.includes(value as SamplerEngineKind))
+      problems.push(`${name}=${JSON.stringify(value)}: expected ours or vllm`);
     return value === 'vllm' ? 'vllm' : 'ours';
   };
   const defaultEngine = kind('SAMPLER_ENGINE', read('SAMPLER_ENGINE') ?? (urls.length > 0 ? 'vllm' : 'ours'));
   const perBase: Record<string, SamplerEngineKind> = {};
-  for (const entry of (read('SAMPLER_ENGINES') ?? '').split(',').map((part) => part.trim()).filter(Boolean)) {
+  for (const entry of (read('SAMPLER_ENGINES') ?? '')
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
     const separator = entry.lastIndexOf('=');
-    if (separator <= 0) problems.push(`SAMPLER_ENGINES entry ${JSON.stringify(entry)}: expected base-id=ours or base-id=vllm`);
-    else perBase[entry.slice(0, separator)] = kind(`SAMPLER_ENGINES entry ${entry.slice(0, separator)}`, entry.slice(separator + 1));
+    if (separator <= 0)
+      problems.push(`SAMPLER_ENGINES entry ${JSON.stringify(entry)}: expected base-id=ours or base-id=vllm`);
+    else
+      perBase[entry.slice(0, separator)] = kind(
+        `SAMPLER_ENGINES entry ${entry.slice(0, separator)}`,
+        entry.slice(separator + 1),
+      );
   }
   const maxLoraRank = integer('VLLM_MAX_LORA_RANK', 64, 1, 512);
-  if (!LORA_RANKS.includes(maxLoraRank)) problems.push(`VLLM_MAX_LORA_RANK=${maxLoraRank}: vLLM accepts ${LORA_RANKS.join(', ')}`);
+  if (!LORA_RANKS.includes(maxLoraRank))
+    problems.push(`VLLM_MAX_LORA_RANK=${maxLoraRank}: vLLM accepts ${LORA_RANKS.join(', ')}`);
   const maxAdapters = integer('VLLM_MAX_ADAPTERS', 32, 1, 4096);
   return {
     defaultEngine,

@@ -8,7 +8,7 @@
 import { EngineError } from '../errors.ts';
 import type { EngineLogger } from '../logger.ts';
 import { VllmHttp } from './http.ts';
-import { launchVllm, type LaunchedVllm, type VllmLaunchSpec } from './launcher.ts';
+import { type LaunchedVllm, launchVllm, type VllmLaunchSpec } from './launcher.ts';
 
 export type VllmState = 'stopped' | 'starting' | 'ready' | 'restarting' | 'failed';
 
@@ -74,11 +74,19 @@ export class VllmEndpoint {
   ready(): Promise<VllmHttp> {
     if (this.state === 'ready' && this.http) return Promise.resolve(this.http);
     const { name, url, requestWaitMs } = this.options;
-    if (this.state === 'stopped') return Promise.reject(new EngineError('engine_unavailable', `${name} is not running`));
-    if (this.state === 'failed') return Promise.reject(new EngineError('engine_unavailable', `${name} failed to start: ${this.error}`));
-    if (url !== null && this.state === 'restarting') return Promise.reject(new EngineError('engine_unavailable', `the vLLM sampler at ${url} is not answering (${this.error})`));
+    if (this.state === 'stopped')
+      return Promise.reject(new EngineError('engine_unavailable', `${name} is not running`));
+    if (this.state === 'failed')
+      return Promise.reject(new EngineError('engine_unavailable', `${name} failed to start: ${this.error}`));
+    if (url !== null && this.state === 'restarting')
+      return Promise.reject(
+        new EngineError('engine_unavailable', `the vLLM sampler at ${url} is not answering (${this.error})`),
+      );
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => settle(new EngineError('engine_unavailable', `${name} was not ready within ${requestWaitMs} ms`)), requestWaitMs);
+      const timer = setTimeout(
+        () => settle(new EngineError('engine_unavailable', `${name} was not ready within ${requestWaitMs} ms`)),
+        requestWaitMs,
+      );
       const waiter = { resolve: (http: VllmHttp) => settle(http), reject: (error: EngineError) => settle(error) };
       const settle = (outcome: VllmHttp | EngineError) => {
         clearTimeout(timer);
@@ -92,7 +100,11 @@ export class VllmEndpoint {
 
   /** Health right now, for the system check: `/health` within `timeoutMs`. */
   async probe(timeoutMs = 2500): Promise<void> {
-    if (this.state !== 'ready' || !this.http) throw new EngineError('engine_unavailable', `${this.options.name} is ${this.state}${this.error ? `: ${this.error}` : ''}`);
+    if (this.state !== 'ready' || !this.http)
+      throw new EngineError(
+        'engine_unavailable',
+        `${this.options.name} is ${this.state}${this.error ? `: ${this.error}` : ''}`,
+      );
     await this.http.json('GET', '/health', undefined, { timeoutMs });
   }
 
@@ -122,8 +134,16 @@ export class VllmEndpoint {
         return;
       }
       this.state = 'restarting';
-      if (this.options.url !== null) this.settleAll(new EngineError('engine_unavailable', `the vLLM sampler at ${this.options.url} is not answering (${this.error})`));
-      await this.pause(this.options.url === null ? Math.min(15_000, 500 * 2 ** failuresBeforeReady) : this.options.healthEveryMs);
+      if (this.options.url !== null)
+        this.settleAll(
+          new EngineError(
+            'engine_unavailable',
+            `the vLLM sampler at ${this.options.url} is not answering (${this.error})`,
+          ),
+        );
+      await this.pause(
+        this.options.url === null ? Math.min(15_000, 500 * 2 ** failuresBeforeReady) : this.options.healthEveryMs,
+      );
       if (this.options.url === null) this.restarts += 1;
     }
   }

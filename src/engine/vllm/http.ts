@@ -15,8 +15,15 @@ export class VllmHttp {
   ) {}
 
   /** A JSON request; a text answer (the LoRA endpoints answer text) comes back as a string. */
-  async json<T = unknown>(method: string, route: string, body?: unknown, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<T> {
-    const signal = options.timeoutMs ? AbortSignal.any([AbortSignal.timeout(options.timeoutMs), ...(options.signal ? [options.signal] : [])]) : options.signal;
+  async json<T = unknown>(
+    method: string,
+    route: string,
+    body?: unknown,
+    options: { signal?: AbortSignal; timeoutMs?: number } = {},
+  ): Promise<T> {
+    const signal = options.timeoutMs
+      ? AbortSignal.any([AbortSignal.timeout(options.timeoutMs), ...(options.signal ? [options.signal] : [])])
+      : options.signal;
     const response = await this.send(method, route, body, signal);
     const text = await response.text().catch((error: Error) => {
       throw this.lost(error);
@@ -46,11 +53,16 @@ export class VllmHttp {
         for (let end = buffered.indexOf('\n\n'); end !== -1; end = buffered.indexOf('\n\n')) {
           const event = buffered.slice(0, end);
           buffered = buffered.slice(end + 2);
-          const data = event.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()).join('\n');
+          const data = event
+            .split('\n')
+            .filter((line) => line.startsWith('data:'))
+            .map((line) => line.slice(5).trim())
+            .join('\n');
           if (data === '[DONE]') return;
           if (!data) continue;
           const parsed = safeJson(data) as Record<string, unknown>;
-          if (parsed && typeof parsed === 'object' && 'error' in parsed) throw errorOf(Number((parsed.error as { code?: unknown })?.code) || 500, parsed, this.peer);
+          if (parsed && typeof parsed === 'object' && 'error' in parsed)
+            throw errorOf(Number((parsed.error as { code?: unknown })?.code) || 500, parsed, this.peer);
           yield parsed;
         }
       }
@@ -65,16 +77,25 @@ export class VllmHttp {
     const headers: Record<string, string> = body === undefined ? {} : { 'content-type': 'application/json' };
     if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
     try {
-      return await fetch(`${this.url}${route}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal });
+      return await fetch(`${this.url}${route}`, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal,
+      });
     } catch (error) {
       if (signal?.aborted && signal.reason instanceof EngineError) throw signal.reason;
-      if (signal?.aborted && (signal.reason as Error)?.name !== 'TimeoutError') throw new EngineError('cancelled', 'cancelled');
+      if (signal?.aborted && (signal.reason as Error)?.name !== 'TimeoutError')
+        throw new EngineError('cancelled', 'cancelled');
       throw new EngineError('engine_unavailable', `${this.peer} is not answering (${describe(error)})`);
     }
   }
 
   private lost(error: Error): EngineError {
-    return new EngineError('engine_exited', `${this.peer} closed the connection while this request was in flight (${describe(error)})`);
+    return new EngineError(
+      'engine_exited',
+      `${this.peer} closed the connection while this request was in flight (${describe(error)})`,
+    );
   }
 }
 

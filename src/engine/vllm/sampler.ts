@@ -12,9 +12,9 @@ import type { GenerateStream } from '../generate-stream.ts';
 import type { EngineLogger } from '../logger.ts';
 import type { OpReply, OpRequest, SamplerEngine, SamplerOp } from '../ops.ts';
 import {
-  CONSTRAINT_KINDS,
   type CheckConstraintReply,
   type CheckConstraintRequest,
+  CONSTRAINT_KINDS,
   type DropAdapterReply,
   type DropAdapterRequest,
   type EnsureAdapterReply,
@@ -109,7 +109,11 @@ export class VllmSampler implements SamplerEngine {
   async stats(): Promise<StatsReply> {
     const http = await this.endpoint.ready();
     const metrics = String(await http.json('GET', '/metrics', undefined, { timeoutMs: 5000 }));
-    const gauge = (name: string) => [...metrics.matchAll(new RegExp(`^vllm:${name}\\{[^}]*\\} ([0-9.eE+-]+)$`, 'gm'))].reduce((sum, match) => sum + Number(match[1]), 0);
+    const gauge = (name: string) =>
+      [...metrics.matchAll(new RegExp(`^vllm:${name}\\{[^}]*\\} ([0-9.eE+-]+)$`, 'gm'))].reduce(
+        (sum, match) => sum + Number(match[1]),
+        0,
+      );
     const models = await this.servedModels(http);
     return {
       device: 'vllm',
@@ -133,7 +137,10 @@ export class VllmSampler implements SamplerEngine {
     const card = models.find((model) => model.id === request.base && !model.parent);
     if (!card) {
       const served = models.filter((model) => !model.parent).map((model) => model.id);
-      throw new EngineError('not_found', `${this.options.name} does not serve ${request.base} (it serves ${served.join(', ') || 'nothing'}; start it with --served-model-name ${request.base})`);
+      throw new EngineError(
+        'not_found',
+        `${this.options.name} does not serve ${request.base} (it serves ${served.join(', ') || 'nothing'}; start it with --served-model-name ${request.base})`,
+      );
     }
     const config = readModelConfig(request.path);
     const eos = config.eos_token_id;
@@ -150,13 +157,21 @@ export class VllmSampler implements SamplerEngine {
   /** vLLM compiles a constraint when a request carries it: a one-token request on the base shows whether it can. */
   async checkConstraint(request: CheckConstraintRequest): Promise<CheckConstraintReply> {
     const http = await this.endpoint.ready();
-    const body = completionBody({ base: request.base, adapter: null, prompt: [0], max_tokens: 1, temperature: 0, constraint: request.constraint }, request.base, false);
+    const body = completionBody(
+      { base: request.base, adapter: null, prompt: [0], max_tokens: 1, temperature: 0, constraint: request.constraint },
+      request.base,
+      false,
+    );
     await http.json('POST', '/v1/completions', body, { timeoutMs: 120_000 });
     return { ok: true };
   }
 
   async ensureAdapter(request: EnsureAdapterRequest): Promise<EnsureAdapterReply> {
-    if (!request.path) throw new EngineError('bad_request', `${this.options.name} loads saved adapters only (a PEFT folder): ${request.adapter} has none`);
+    if (!request.path)
+      throw new EngineError(
+        'bad_request',
+        `${this.options.name} loads saved adapters only (a PEFT folder): ${request.adapter} has none`,
+      );
     const http = await this.endpoint.ready();
     return { loaded: await this.adapters.ensure(http, request.adapter, request.base, request.path) };
   }
@@ -179,13 +194,25 @@ export class VllmSampler implements SamplerEngine {
       ensure_adapter: (request) => this.ensureAdapter(request),
       drop_adapter: (request) => this.dropAdapter(request),
       cancel: async () => ({ cancelled: false }),
-      forward: () => Promise.reject(new EngineError('bad_request', 'the vLLM sampler does not run forward: our engine (the trainer) does')),
+      forward: () =>
+        Promise.reject(
+          new EngineError('bad_request', 'the vLLM sampler does not run forward: our engine (the trainer) does'),
+        ),
     };
     return (handlers[op] as (body: OpRequest<O>) => Promise<OpReply<O>>)(body);
   }
 
-  private async servedModels(http: VllmHttp): Promise<{ id: string; parent?: string | null; max_model_len?: number }[]> {
-    return (await http.json<{ data: { id: string; parent?: string | null; max_model_len?: number }[] }>('GET', '/v1/models', undefined, { timeoutMs: 10_000 })).data;
+  private async servedModels(
+    http: VllmHttp,
+  ): Promise<{ id: string; parent?: string | null; max_model_len?: number }[]> {
+    return (
+      await http.json<{ data: { id: string; parent?: string | null; max_model_len?: number }[] }>(
+        'GET',
+        '/v1/models',
+        undefined,
+        { timeoutMs: 10_000 },
+      )
+    ).data;
   }
 
   /**
@@ -210,7 +237,8 @@ export class VllmSampler implements SamplerEngine {
         } catch (error) {
           release();
           release = () => {};
-          const lost = error instanceof EngineError && error.code === 'not_found' && request.adapter && !emitted && attempt === 0;
+          const lost =
+            error instanceof EngineError && error.code === 'not_found' && request.adapter && !emitted && attempt === 0;
           if (!lost) throw error;
           this.adapters.forget(request.adapter!);
         }
@@ -226,7 +254,8 @@ export class VllmSampler implements SamplerEngine {
 
   private async holdAdapter(http: VllmHttp, request: GenerateRequest): Promise<void> {
     if (!request.adapter_path) {
-      if (!this.adapters.names.includes(request.adapter!)) throw new EngineError('not_found', `adapter ${request.adapter} is not loaded in ${this.options.name}`);
+      if (!this.adapters.names.includes(request.adapter!))
+        throw new EngineError('not_found', `adapter ${request.adapter} is not loaded in ${this.options.name}`);
       return;
     }
     await this.adapters.ensure(http, request.adapter!, request.base, request.adapter_path);
@@ -236,9 +265,12 @@ export class VllmSampler implements SamplerEngine {
     const model = request.adapter ?? request.base;
     const k = request.logprobs ?? null;
     if (request.prompt_logprobs !== null && request.prompt_logprobs !== undefined) {
-      const answer = await http.json<Completion>('POST', '/v1/completions', completionBody(request, model, false), { signal });
+      const answer = await http.json<Completion>('POST', '/v1/completions', completionBody(request, model, false), {
+        signal,
+      });
       const choices = [...answer.choices].sort((a, b) => a.index - b.index);
-      if (choices[0]?.prompt_logprobs) yield promptEvent(choices[0].prompt_logprobs, request.prompt, request.prompt_logprobs);
+      if (choices[0]?.prompt_logprobs)
+        yield promptEvent(choices[0].prompt_logprobs, request.prompt, request.prompt_logprobs);
       for (const choice of choices) yield* choiceEvents(choice, k);
       yield doneEvent(answer.usage, request.prompt.length);
       return;

@@ -4,13 +4,14 @@
  * (SAMPLER_URLS `vllm+http://…`) that serves it under our base id; every other base by our own samplers. Ops
  * without a base (dropping an adapter, a cancel) go to every sampler.
  */
-import type { ServingLimits } from '../settings.ts';
+
 import { EngineError } from '../errors.ts';
 import type { GenerateStream } from '../generate-stream.ts';
 import type { EngineLogger } from '../logger.ts';
 import type { OpReply, OpRequest, SamplerEngine, SamplerOp } from '../ops.ts';
 import type { GenerateRequest, LoadBaseReply, LoadBaseRequest } from '../protocol.ts';
-import { samplerKindOf, type SamplerEngineKind, type VllmConfig } from './config.ts';
+import type { ServingLimits } from '../settings.ts';
+import { type SamplerEngineKind, samplerKindOf, type VllmConfig } from './config.ts';
 import { VllmSampler } from './sampler.ts';
 
 /** A base model as vLLM needs it: the id it is served under and its HF folder. */
@@ -38,7 +39,12 @@ export function createVllmSamplers({ config, bases, serving }: VllmSetup, logger
   const byBase = new Map<string, VllmSampler>();
   if (served.length === 0) return { all: [], byBase };
   if (config.urls.length > 0) {
-    return { all: config.urls.map((url) => new VllmSampler({ ...common, name: `the vLLM sampler at ${url}`, url, launch: null, logger })), byBase };
+    return {
+      all: config.urls.map(
+        (url) => new VllmSampler({ ...common, name: `the vLLM sampler at ${url}`, url, launch: null, logger }),
+      ),
+      byBase,
+    };
   }
   for (const base of served) {
     const launch = {
@@ -56,7 +62,10 @@ export function createVllmSamplers({ config, bases, serving }: VllmSetup, logger
       apiKey: config.apiKey,
       extraArgs: config.extraArgs,
     };
-    byBase.set(base.id, new VllmSampler({ ...common, name: `the vLLM sampler for ${base.id}`, url: null, launch, logger }));
+    byBase.set(
+      base.id,
+      new VllmSampler({ ...common, name: `the vLLM sampler for ${base.id}`, url: null, launch, logger }),
+    );
   }
   return { all: [...byBase.values()], byBase };
 }
@@ -92,7 +101,10 @@ export class SamplerByBase implements SamplerEngine {
     if (candidates.every((sampler) => sampler.health().state !== 'ready')) return;
     const spec = this.setup.bases.find((candidate) => candidate.id === base);
     await this.loadBase({ base, path: spec?.path ?? '' }).catch((error: EngineError) => {
-      throw new EngineError(error.code === 'engine_unavailable' ? error.code : 'bad_request', `vLLM cannot serve base model ${base}: ${error.message}`);
+      throw new EngineError(
+        error.code === 'engine_unavailable' ? error.code : 'bad_request',
+        `vLLM cannot serve base model ${base}: ${error.message}`,
+      );
     });
   }
 
@@ -105,12 +117,14 @@ export class SamplerByBase implements SamplerEngine {
     const engines: SamplerEngine[] = [...(this.ours ? [this.ours] : []), ...this.vllm];
     const replies = (await Promise.all(engines.map((engine) => engine.request(op, body)))) as Record<string, unknown>[];
     const merged = { ...replies[0] };
-    for (const [field, value] of Object.entries(merged)) if (typeof value === 'boolean') merged[field] = replies.some((reply) => reply[field] === true);
+    for (const [field, value] of Object.entries(merged))
+      if (typeof value === 'boolean') merged[field] = replies.some((reply) => reply[field] === true);
     return merged as unknown as OpReply<O>;
   }
 
   async loadBase(request: LoadBaseRequest): Promise<LoadBaseReply> {
-    if (this.kindOf(request.base) === 'ours' || this.assigned.has(request.base)) return this.engineFor(request.base).request('load_base', request);
+    if (this.kindOf(request.base) === 'ours' || this.assigned.has(request.base))
+      return this.engineFor(request.base).request('load_base', request);
     let firstError: unknown;
     for (const sampler of this.vllm) {
       try {

@@ -4,8 +4,8 @@
  */
 import { EngineError } from '../errors.ts';
 import {
-  GENERATE_DEFAULTS,
   type ConstraintSpec,
+  GENERATE_DEFAULTS,
   type GenerateEvent,
   type GenerateRequest,
   type PromptLogprobsEvent,
@@ -46,7 +46,11 @@ export function structuredOutputs(constraint: ConstraintSpec): Record<string, un
 function banned(badWords: number[][], bias: Record<string, number>): Record<string, number> {
   const merged = { ...bias };
   for (const word of badWords) {
-    if (word.length !== 1) throw new EngineError('bad_request', 'bad_words: the vLLM sampler bans single tokens only; this word is several tokens');
+    if (word.length !== 1)
+      throw new EngineError(
+        'bad_request',
+        'bad_words: the vLLM sampler bans single tokens only; this word is several tokens',
+      );
     merged[String(word[0])] = BANNED;
   }
   return merged;
@@ -108,22 +112,35 @@ export function choiceEvents(choice: VllmChoice, logprobsK: number | null): Gene
     const event: TokensEvent = { type: 'tokens', seq: choice.index, tokens };
     if (logprobsK !== null) {
       event.logprobs = choice.logprobs?.token_logprobs ?? tokens.map(() => null);
-      if (logprobsK > 0) event.top_logprobs = tokens.map((id, i) => topOf(choice.logprobs?.top_logprobs?.[i], id, logprobsK));
+      if (logprobsK > 0)
+        event.top_logprobs = tokens.map((id, i) => topOf(choice.logprobs?.top_logprobs?.[i], id, logprobsK));
     }
     events.push(event);
   }
   const reason = choice.finish_reason;
   if (reason === 'stop' || reason === 'length') {
     const stopId = typeof choice.stop_reason === 'number' ? choice.stop_reason : null;
-    events.push({ type: 'finish', seq: choice.index, finish_reason: reason, stop_token_id: reason === 'stop' ? stopId : null });
+    events.push({
+      type: 'finish',
+      seq: choice.index,
+      finish_reason: reason,
+      stop_token_id: reason === 'stop' ? stopId : null,
+    });
   } else if (reason) {
-    throw new EngineError('internal', `vLLM ended sequence ${choice.index} with finish_reason ${JSON.stringify(reason)}`);
+    throw new EngineError(
+      'internal',
+      `vLLM ended sequence ${choice.index} with finish_reason ${JSON.stringify(reason)}`,
+    );
   }
   return events;
 }
 
 /** vLLM's prompt logprobs (first entry null; each the prompt token and the top k by rank) as our prompt event. */
-export function promptEvent(entries: NonNullable<VllmChoice['prompt_logprobs']>, prompt: number[], k: number): PromptLogprobsEvent {
+export function promptEvent(
+  entries: NonNullable<VllmChoice['prompt_logprobs']>,
+  prompt: number[],
+  k: number,
+): PromptLogprobsEvent {
   return {
     type: 'prompt',
     prompt_logprobs: entries.map((entry, position) => {
@@ -133,24 +150,39 @@ export function promptEvent(entries: NonNullable<VllmChoice['prompt_logprobs']>,
         .map(([key, value]) => ({ id: tokenIdOf(key), ...value }))
         .filter((value) => value.rank !== null && value.rank <= k)
         .sort((a, b) => (a.rank ?? 0) - (b.rank ?? 0));
-      return { logprob: entry[String(actual)]?.logprob ?? -9999, top: ranked.map((value): TopLogprob => [value.id, value.logprob]) };
+      return {
+        logprob: entry[String(actual)]?.logprob ?? -9999,
+        top: ranked.map((value): TopLogprob => [value.id, value.logprob]),
+      };
     }),
   };
 }
 
 /** The final event: prompt length and the prompt tokens vLLM found cached (0 unless it reports them). */
 export function doneEvent(usage: VllmUsage | null | undefined, promptLength: number): GenerateEvent {
-  return { type: 'done', prompt_tokens: usage?.prompt_tokens ?? promptLength, cached_tokens: usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+  return {
+    type: 'done',
+    prompt_tokens: usage?.prompt_tokens ?? promptLength,
+    cached_tokens: usage?.prompt_tokens_details?.cached_tokens ?? 0,
+  };
 }
 
 /** vLLM's error body (`{error: {message}}` or FastAPI's `{detail}`) as our error, by HTTP status. */
 export function errorOf(status: number, body: unknown, peer: string): EngineError {
-  const object = (typeof body === 'object' && body !== null ? body : {}) as { error?: { message?: unknown } | string; detail?: unknown; message?: unknown };
-  const raw = typeof object.error === 'object' ? object.error?.message : (object.error ?? object.message ?? object.detail ?? body);
+  const object = (typeof body === 'object' && body !== null ? body : {}) as {
+    error?: { message?: unknown } | string;
+    detail?: unknown;
+    message?: unknown;
+  };
+  const raw =
+    typeof object.error === 'object'
+      ? object.error?.message
+      : (object.error ?? object.message ?? object.detail ?? body);
   const message = typeof raw === 'string' ? raw : JSON.stringify(raw);
   if (status === 400 || status === 422) return new EngineError('bad_request', message);
   if (status === 404) return new EngineError('not_found', message);
-  if (status === 401 || status === 403) return new EngineError('unauthorized', `${peer} refused our VLLM_API_KEY: ${message}`);
+  if (status === 401 || status === 403)
+    return new EngineError('unauthorized', `${peer} refused our VLLM_API_KEY: ${message}`);
   if (status === 503) return new EngineError('engine_unavailable', `${peer} is not available: ${message}`);
   return new EngineError('internal', `${peer} answered ${status}: ${message}`);
 }

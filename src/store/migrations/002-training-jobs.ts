@@ -23,8 +23,16 @@ export async function up(db: Kysely<any>, _context: MigrationContext): Promise<v
     .addColumn('started_at', 'text')
     .addColumn('finished_at', 'text')
     .execute();
-  await db.schema.createIndex('training_jobs_status_created').on('training_jobs').columns(['status', 'created_at']).execute();
-  await db.schema.createIndex('training_jobs_model_created').on('training_jobs').columns(['model_id', 'created_at']).execute();
+  await db.schema
+    .createIndex('training_jobs_status_created')
+    .on('training_jobs')
+    .columns(['status', 'created_at'])
+    .execute();
+  await db.schema
+    .createIndex('training_jobs_model_created')
+    .on('training_jobs')
+    .columns(['model_id', 'created_at'])
+    .execute();
 
   await db.schema
     .createTable('training_job_events')
@@ -34,5 +42,9 @@ export async function up(db: Kysely<any>, _context: MigrationContext): Promise<v
     .addColumn('data', 'text', (c) => c.notNull())
     .addColumn('created_at', 'text', (c) => c.notNull())
     .execute();
-  await db.schema.createIndex('training_job_events_job_id').on('training_job_events').columns(['job_id', 'id']).execute();
+  await db.schema
+    .createIndex('training_job_events_job_id')
+    .on('training_job_events')
+    .columns(['job_id', 'id'])
+    .execute();
 }

@@ -12,7 +12,12 @@ export async function up(db: Kysely<any>, _context: MigrationContext): Promise<v
   await db.schema.alterTable('tinker_futures').addColumn('request_key', 'text').execute();
   await db.schema.alterTable('tinker_futures').addColumn('request_hash', 'text').execute();
   // Rows without a key (requests the SDK does not number) never collide: NULLs are distinct in both databases.
-  await db.schema.createIndex('tinker_futures_request').unique().on('tinker_futures').columns(['entity_id', 'request_key']).execute();
+  await db.schema
+    .createIndex('tinker_futures_request')
+    .unique()
+    .on('tinker_futures')
+    .columns(['entity_id', 'request_key'])
+    .execute();
   await db.schema
     .createTable('server_secrets')
     .addColumn('name', 'text', (c) => c.primaryKey())

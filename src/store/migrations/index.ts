@@ -1,6 +1,5 @@
 /** The numbered migrations, in order. A new schema change is a new file appended here, never an edit of an old one. */
 import type { Kysely } from 'kysely';
-import type { MigrationContext } from './context.ts';
 import * as m001 from './001-initial.ts';
 import * as m002 from './002-training-jobs.ts';
 import * as m003 from './003-artifacts.ts';
@@ -9,6 +8,7 @@ import * as m005 from './005-trained-tokens.ts';
 import * as m006 from './006-tinker.ts';
 import * as m007 from './007-tinker-requests.ts';
 import * as m008 from './008-artifact-type.ts';
+import type { MigrationContext } from './context.ts';
 
 export interface Migration {
   version: number;

@@ -3,14 +3,19 @@
  * unset ones null; null means the default. A key we do not implement is refused when it asks for anything
  * but its default, never silently ignored.
  */
-import { Type, type Static, type TSchema } from '@sinclair/typebox';
-import type { FieldProblem } from '../../errors.ts';
-import { learningRateProblem, LearningRate } from '../../api/training-jobs.ts';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { LearningRate, learningRateProblem } from '../../api/training-jobs.ts';
 import type { LossConfig } from '../../engine/protocol.ts';
+import type { FieldProblem } from '../../errors.ts';
 import { LOGPROB_CHUNK_SIZE, lossEpsilons } from '../defaults.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
-const ImportanceSamplingLevel = Type.Union([Type.Literal('token'), Type.Literal('sequence'), Type.Literal('average'), Type.Literal('geometric_average')]);
+const ImportanceSamplingLevel = Type.Union([
+  Type.Literal('token'),
+  Type.Literal('sequence'),
+  Type.Literal('average'),
+  Type.Literal('geometric_average'),
+]);
 const KlPenaltySource = Type.Union([Type.Literal('sample'), Type.Literal('current_learner')]);
 const IMPORTANCE_SAMPLING_LEVELS = ImportanceSamplingLevel.anyOf.map((literal) => literal.const);
 const KL_PENALTY_SOURCES = KlPenaltySource.anyOf.map((literal) => literal.const);
@@ -50,7 +55,9 @@ export const RlConfig = Type.Object(
     /** `kl_ref_adapter_path` as sent: a checkpoint name that job-service.ts resolves to `kl_reference`. */
     kl_ref_adapter_path: Nullable(Type.String()),
     /** The checkpoint `kl_ref_adapter_path` named, resolved at submission; null: none named. */
-    kl_reference: Nullable(Type.Object({ model_id: Type.String(), step: Type.Integer({ minimum: 0 }) }, { additionalProperties: false })),
+    kl_reference: Nullable(
+      Type.Object({ model_id: Type.String(), step: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+    ),
     /** Chat template kwargs for every trajectory of the job (a trajectory's own take precedence). */
     chat_template_kwargs: Nullable(Type.Record(Type.String(), Type.Unknown())),
   },
@@ -95,7 +102,8 @@ const isK2Tau = (key: string) => key.endsWith('_k2_tau');
 
 /** Readers of experimental_config's values: null or absent reads as null, a bad value as null plus a problem. */
 function fieldReaders(values: Record<string, unknown>, problems: FieldProblem[]) {
-  const problem = (key: string, msg: string, type = 'value_error') => problems.push({ loc: ['body', 'experimental_config', key], msg, type });
+  const problem = (key: string, msg: string, type = 'value_error') =>
+    problems.push({ loc: ['body', 'experimental_config', key], msg, type });
   const number = (key: string, check?: (v: number) => string | null): number | null => {
     const value = values[key];
     if (value === null || value === undefined) return null;
@@ -128,7 +136,8 @@ function fieldReaders(values: Record<string, unknown>, problems: FieldProblem[])
     }
     return value as T;
   };
-  const integer = (key: string, minimum: number) => number(key, (v) => (Number.isInteger(v) && v >= minimum ? null : `must be an integer >= ${minimum}`));
+  const integer = (key: string, minimum: number) =>
+    number(key, (v) => (Number.isInteger(v) && v >= minimum ? null : `must be an integer >= ${minimum}`));
   const string = (key: string): string | null => {
     const value = values[key];
     if (value === null || value === undefined) return null;
@@ -147,16 +156,24 @@ type Readers = ReturnType<typeof fieldReaders>;
 function unimplementedKeyProblems(values: Record<string, unknown>, { problem, bool }: Readers): void {
   for (const [key, value] of Object.entries(values)) {
     if (value === null || KNOWN.has(key) || isK2Tau(key) || NO_EFFECT.has(key)) continue;
-    problem(key, 'Unknown experimental_config key; this server does not implement it (send null to leave it unset)', 'not_implemented');
+    problem(
+      key,
+      'Unknown experimental_config key; this server does not implement it (send null to leave it unset)',
+      'not_implemented',
+    );
   }
   for (const key of NO_EFFECT) bool(key);
 }
 
 /** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training/defaults.ts. */
-function lossChoice(values: Record<string, unknown>, { problem, number, bool, oneOf }: Readers): Pick<RlConfig, 'ppo' | 'epsilon' | 'epsilon_high'> {
+function lossChoice(
+  values: Record<string, unknown>,
+  { problem, number, bool, oneOf }: Readers,
+): Pick<RlConfig, 'ppo' | 'epsilon' | 'epsilon_high'> {
   const lossFn = oneOf('loss_fn', ['ppo', 'cispo'] as const);
   const ppoFlag = bool('ppo');
-  if (lossFn !== null && ppoFlag !== null && (lossFn === 'ppo') !== ppoFlag) problem('loss_fn', `conflicts with ppo=${ppoFlag}`);
+  if (lossFn !== null && ppoFlag !== null && (lossFn === 'ppo') !== ppoFlag)
+    problem('loss_fn', `conflicts with ppo=${ppoFlag}`);
   const ppo = ppoFlag ?? lossFn === 'ppo';
   const epsilon = number('epsilon', (v) => (v > 0 ? null : 'must be > 0'));
   const epsilonHigh = number('epsilon_high', (v) => (v > 0 ? null : 'must be > 0'));
@@ -164,16 +181,35 @@ function lossChoice(values: Record<string, unknown>, { problem, number, bool, on
 }
 
 /** The KL penalty: its coefficient, whose logprobs it measures, and which checkpoint is its reference (one way of naming it at most). */
-function klPenalty({ problem, number, oneOf, integer, string }: Readers): Pick<RlConfig, 'kl_penalty_coef' | 'kl_penalty_source' | 'kl_penalty_reference_step' | 'kl_penalty_step_lag' | 'kl_ref_adapter_path' | 'kl_reference'> {
+function klPenalty({
+  problem,
+  number,
+  oneOf,
+  integer,
+  string,
+}: Readers): Pick<
+  RlConfig,
+  | 'kl_penalty_coef'
+  | 'kl_penalty_source'
+  | 'kl_penalty_reference_step'
+  | 'kl_penalty_step_lag'
+  | 'kl_ref_adapter_path'
+  | 'kl_reference'
+> {
   const klPenaltyCoef = number('kl_penalty_coef', (v) => (v >= 0 ? null : 'must be >= 0')) ?? 0;
   const klPenaltyReferenceStep = integer('kl_penalty_reference_step', 0);
   const klPenaltyStepLag = integer('kl_penalty_step_lag', 1);
   const klRefAdapterPath = string('kl_ref_adapter_path');
-  if (klPenaltyReferenceStep !== null && klPenaltyStepLag !== null) problem('kl_penalty_step_lag', 'Only one of kl_penalty_reference_step and kl_penalty_step_lag may be set');
+  if (klPenaltyReferenceStep !== null && klPenaltyStepLag !== null)
+    problem('kl_penalty_step_lag', 'Only one of kl_penalty_reference_step and kl_penalty_step_lag may be set');
   if (klRefAdapterPath !== null && (klPenaltyReferenceStep !== null || klPenaltyStepLag !== null)) {
-    problem('kl_ref_adapter_path', 'Only one of kl_ref_adapter_path, kl_penalty_reference_step and kl_penalty_step_lag may name the KL reference');
+    problem(
+      'kl_ref_adapter_path',
+      'Only one of kl_ref_adapter_path, kl_penalty_reference_step and kl_penalty_step_lag may name the KL reference',
+    );
   }
-  const klPenaltySource = oneOf('kl_penalty_source', KL_PENALTY_SOURCES) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner');
+  const klPenaltySource =
+    oneOf('kl_penalty_source', KL_PENALTY_SOURCES) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner');
   return {
     kl_penalty_coef: klPenaltyCoef,
     kl_penalty_source: klPenaltySource,
@@ -191,13 +227,22 @@ function klPenalty({ problem, number, oneOf, integer, string }: Readers): Pick<R
 function truncatedImportanceSampling({ problem, number }: Readers, precalculateLogprobs: boolean): number | null {
   const bound = number('truncated_importance_sampling', (v) => (v > 0 ? null : 'must be > 0'));
   if (bound !== null && !precalculateLogprobs) {
-    problem('truncated_importance_sampling', 'needs precalculate_logprobs: true (it truncates the ratio of the precalculated logprobs to the sampler\'s; ART skips it otherwise)');
+    problem(
+      'truncated_importance_sampling',
+      "needs precalculate_logprobs: true (it truncates the ratio of the precalculated logprobs to the sampler's; ART skips it otherwise)",
+    );
   }
   return bound;
 }
 
 /** The learning-rate knobs: the rate itself and the two multipliers ART derives from the data. */
-function learningRateKnobs({ number, bool }: Readers, defaultLearningRate: number): Pick<RlConfig, 'learning_rate' | 'num_trajectories_learning_rate_multiplier_power' | 'scale_learning_rate_by_reward_std_dev'> {
+function learningRateKnobs(
+  { number, bool }: Readers,
+  defaultLearningRate: number,
+): Pick<
+  RlConfig,
+  'learning_rate' | 'num_trajectories_learning_rate_multiplier_power' | 'scale_learning_rate_by_reward_std_dev'
+> {
   return {
     learning_rate: number('learning_rate', learningRateProblem) ?? defaultLearningRate,
     num_trajectories_learning_rate_multiplier_power: number('num_trajectories_learning_rate_multiplier_power') ?? 0,
@@ -205,7 +250,10 @@ function learningRateKnobs({ number, bool }: Readers, defaultLearningRate: numbe
   };
 }
 
-export function parseRlConfig(raw: Record<string, unknown> | null | undefined, defaultLearningRate: number): { config: RlConfig; problems: FieldProblem[] } {
+export function parseRlConfig(
+  raw: Record<string, unknown> | null | undefined,
+  defaultLearningRate: number,
+): { config: RlConfig; problems: FieldProblem[] } {
   const problems: FieldProblem[] = [];
   const values = raw ?? {};
   const readers = fieldReaders(values, problems);
@@ -217,26 +265,34 @@ export function parseRlConfig(raw: Record<string, unknown> | null | undefined, d
   const kl = klPenalty(readers);
   const k2TauKey = Object.keys(values).find(isK2Tau);
   const kwargs = values.chat_template_kwargs;
-  if (kwargs !== null && kwargs !== undefined && (typeof kwargs !== 'object' || Array.isArray(kwargs))) problem('chat_template_kwargs', 'Input should be a valid dictionary', 'dict_type');
+  if (kwargs !== null && kwargs !== undefined && (typeof kwargs !== 'object' || Array.isArray(kwargs)))
+    problem('chat_template_kwargs', 'Input should be a valid dictionary', 'dict_type');
   const precalculateLogprobs = bool('precalculate_logprobs') ?? false;
 
   return {
     config: {
       ...learningRateKnobs(readers, defaultLearningRate),
-      advantage_balance: number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
+      advantage_balance:
+        number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
       scale_rewards: (scaleRewards ?? true) && (normalizeAdvantages ?? true),
       ...loss,
       importance_sampling_level: oneOf('importance_sampling_level', IMPORTANCE_SAMPLING_LEVELS) ?? 'token',
       mask_prob_ratio: bool('mask_prob_ratio') ?? false,
-      max_negative_advantage_importance_sampling_weight: number('max_negative_advantage_importance_sampling_weight', (v) => (v > 0 ? null : 'must be > 0')),
+      max_negative_advantage_importance_sampling_weight: number(
+        'max_negative_advantage_importance_sampling_weight',
+        (v) => (v > 0 ? null : 'must be > 0'),
+      ),
       k2_tau: k2TauKey ? number(k2TauKey) : null,
       precalculate_logprobs: precalculateLogprobs,
       allow_training_without_logprobs: bool('allow_training_without_logprobs') ?? false,
       truncated_importance_sampling: truncatedImportanceSampling(readers, precalculateLogprobs),
-      packed_sequence_length: number('packed_sequence_length', (v) => (Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16')),
+      packed_sequence_length: number('packed_sequence_length', (v) =>
+        Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16',
+      ),
       logprob_calculation_chunk_size: integer('logprob_calculation_chunk_size', 1) ?? LOGPROB_CHUNK_SIZE,
       ...kl,
-      chat_template_kwargs: kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
+      chat_template_kwargs:
+        kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
     },
     problems,
   };

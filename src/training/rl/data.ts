@@ -35,15 +35,21 @@ export function groupAdvantages(rewards: number[], scaleRewards: boolean): numbe
  * Per-token weights and advantages for every trainable token, normalised over the whole job:
  * wᵢ = 1/(trainable tokens of trajectory i + 1e-6), w ← w/mean(w); balance; A ← A/mean(|A|·w).
  */
-export function weighSequences(sequences: ScoredSequence[], advantageBalance: number): { weights: number[][]; advantages: number[][] } {
+export function weighSequences(
+  sequences: ScoredSequence[],
+  advantageBalance: number,
+): { weights: number[][]; advantages: number[][] } {
   const trainableByTrajectory = new Map<number, number>();
   for (const sequence of sequences) {
     const count = sequence.mask.reduce((sum, m) => sum + m, 0);
     trainableByTrajectory.set(sequence.trajectory, (trainableByTrajectory.get(sequence.trajectory) ?? 0) + count);
   }
-  const rawWeights = sequences.map((sequence) => sequence.mask.map((m) => (m ? 1 / ((trainableByTrajectory.get(sequence.trajectory) ?? 0) + 1e-6) : 0)));
+  const rawWeights = sequences.map((sequence) =>
+    sequence.mask.map((m) => (m ? 1 / ((trainableByTrajectory.get(sequence.trajectory) ?? 0) + 1e-6) : 0)),
+  );
   const trainable = sequences.flatMap((sequence, s) => sequence.mask.flatMap((m, t) => (m ? [{ s, t }] : [])));
-  if (trainable.length === 0) return { weights: rawWeights, advantages: sequences.map((sequence) => sequence.mask.map(() => 0)) };
+  if (trainable.length === 0)
+    return { weights: rawWeights, advantages: sequences.map((sequence) => sequence.mask.map(() => 0)) };
 
   const meanWeight = mean(trainable.map(({ s, t }) => rawWeights[s][t]));
   const weights = rawWeights.map((row) => row.map((w) => w / meanWeight));
@@ -54,7 +60,9 @@ export function weighSequences(sequences: ScoredSequence[], advantageBalance: nu
     return advantage;
   });
   const scale = mean(trainable.map(({ s, t }) => Math.abs(balanced[s]) * weights[s][t]));
-  const advantages = sequences.map((sequence, s) => sequence.mask.map((m) => (m && scale > 0 ? balanced[s] / scale : 0)));
+  const advantages = sequences.map((sequence, s) =>
+    sequence.mask.map((m) => (m && scale > 0 ? balanced[s] / scale : 0)),
+  );
   return { weights, advantages };
 }
 
@@ -76,7 +84,12 @@ export interface Placement {
  * First-fit packing in submission order; a sequence longer than a row is truncated to it. `placements`,
  * when given, receives each sequence's place, so per-token results can be traced back to trajectories.
  */
-export function packRows(sequences: ScoredSequence[], weighted: { weights: number[][]; advantages: number[][] }, length: number, placements?: Placement[]): PackedRow[] {
+export function packRows(
+  sequences: ScoredSequence[],
+  weighted: { weights: number[][]; advantages: number[][] },
+  length: number,
+  placements?: Placement[],
+): PackedRow[] {
   const rows: PackedRow[] = [];
   sequences.forEach((sequence, s) => {
     const take = Math.min(sequence.tokens.length, length);

@@ -13,11 +13,15 @@ import type { Principal } from '../../services/auth-service.ts';
 import type { ModelResolver } from '../../services/model-resolver.ts';
 
 const LOC = ['body', 'experimental_config', 'kl_ref_adapter_path'];
-const FORMS = 'wandb-artifact:///entity/project/name:stepN, entity/project/name:stepN, tinker://<model id>/sampler_weights/<name> or the base model id';
+const FORMS =
+  'wandb-artifact:///entity/project/name:stepN, entity/project/name:stepN, tinker://<model id>/sampler_weights/<name> or the base model id';
 
 /** What resolving a `tinker://` path needs (src/tinker/ implements it; training does not import that room). */
 export interface TinkerPathResolver {
-  resolvePath(principal: Principal, path: string): Promise<{ model: { id: string; base_model: string }; checkpoint: { step: number } }>;
+  resolvePath(
+    principal: Principal,
+    path: string,
+  ): Promise<{ model: { id: string; base_model: string }; checkpoint: { step: number } }>;
 }
 
 /** A named checkpoint: the model and step the job's KL reference is; null: the base model itself. */
@@ -29,16 +33,32 @@ export class KlReferenceResolver {
     private readonly tinker: TinkerPathResolver,
   ) {}
 
-  async resolve(principal: Principal, path: string, baseModel: string): Promise<{ reference: KlReference } | { problem: FieldProblem }> {
+  async resolve(
+    principal: Principal,
+    path: string,
+    baseModel: string,
+  ): Promise<{ reference: KlReference } | { problem: FieldProblem }> {
     let found: { baseId: string; reference: KlReference };
     try {
       found = await this.find(principal, path);
     } catch (error) {
       if (!(error instanceof AppError) || !['not_found', 'bad_request'].includes(error.code)) throw error;
-      return { problem: { loc: LOC, msg: `${JSON.stringify(excerpt(path))} is no checkpoint of a model this key may use; expected ${FORMS} (filesystem paths are not accepted)`, type: 'value_error' } };
+      return {
+        problem: {
+          loc: LOC,
+          msg: `${JSON.stringify(excerpt(path))} is no checkpoint of a model this key may use; expected ${FORMS} (filesystem paths are not accepted)`,
+          type: 'value_error',
+        },
+      };
     }
     if (found.baseId !== baseModel) {
-      return { problem: { loc: LOC, msg: `${JSON.stringify(excerpt(path))} is a checkpoint of base model ${found.baseId}; the KL reference must share the trained model's base ${baseModel}`, type: 'value_error' } };
+      return {
+        problem: {
+          loc: LOC,
+          msg: `${JSON.stringify(excerpt(path))} is a checkpoint of base model ${found.baseId}; the KL reference must share the trained model's base ${baseModel}`,
+          type: 'value_error',
+        },
+      };
     }
     return { reference: found.reference };
   }

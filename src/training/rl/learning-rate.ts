@@ -4,8 +4,9 @@
  * (ART's unsloth trainer), `scale_learning_rate_by_reward_std_dev` by the trend of the model's reward spread
  * (ART's LocalBackend, the last trainer that read the flag: 0.5.0–0.5.7). Pure functions.
  */
-import type { PackedRow } from './data.ts';
+
 import type { SpreadPoint } from '../../services/trajectory-service.ts';
+import type { PackedRow } from './data.ts';
 
 const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
 
@@ -21,7 +22,9 @@ export function rewardStdDevMultiplier(history: SpreadPoint[]): number {
   if (points.length < 2) return 1;
   const xMean = mean(points.map((p) => p.x));
   const yMean = mean(points.map((p) => p.y));
-  const slope = points.reduce((sum, p) => sum + (p.x - xMean) * (p.y - yMean), 0) / points.reduce((sum, p) => sum + (p.x - xMean) ** 2, 0);
+  const slope =
+    points.reduce((sum, p) => sum + (p.x - xMean) * (p.y - yMean), 0) /
+    points.reduce((sum, p) => sum + (p.x - xMean) ** 2, 0);
   const intercept = yMean - slope * xMean;
   if (!(intercept > 0)) return 1;
   return Math.max(0, (slope * points[points.length - 1].x + intercept) / intercept);

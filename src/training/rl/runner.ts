@@ -4,35 +4,49 @@
  * listed and servable before the job completes.
  */
 import { setImmediate } from 'node:timers/promises';
+import type { FullTrajectory } from '../../api/models.ts';
 import type { JobRow } from '../../api/training-jobs.ts';
-import { readRlPayload, type RlJobPayload } from '../payloads.ts';
-import { engineLossConfig, type RlConfig } from './config.ts';
-import { tokenizeTrajectory, TrajectoryTokenizeError, type TrajectoryInput } from './tokens.ts';
+import { TemplateError } from '../../conversation/template.ts';
+import type { TrainRow } from '../../engine/protocol.ts';
+import { JobError } from '../../errors.ts';
+import type { JobQueue } from '../../jobs/queue.ts';
+import type { RunContext, RunResult } from '../../jobs/worker.ts';
+import type { LoadedBase } from '../../services/base-model-runtime.ts';
+import { populationStd } from '../../services/trajectory-metrics.ts';
+import type { SpreadPoint } from '../../services/trajectory-service.ts';
+import type { TrainedTrajectory } from '../../store/trained-token-repository.ts';
+import { optimizerConfig } from '../defaults.ts';
+import { type RlJobPayload, readRlPayload } from '../payloads.ts';
 import type { TrainingSequence } from '../render.ts';
 import { trainingRenderer } from '../render.ts';
-import { TemplateError } from '../../conversation/template.ts';
-import type { LoadedBase } from '../../services/base-model-runtime.ts';
-import type { FullTrajectory } from '../../api/models.ts';
-import { populationStd } from '../../services/trajectory-metrics.ts';
-import { groupAdvantages, packRows, rowLength, weighSequences, type PackedRow, type Placement, type ScoredSequence } from './data.ts';
-import { trainedTokens } from './trained-tokens.ts';
-import type { TrainedTrajectory } from '../../store/trained-token-repository.ts';
-import { JobError } from '../../errors.ts';
-import type { RunContext, RunResult } from '../../jobs/worker.ts';
-import { openJob, type CheckpointWriter, type TrainingSession } from '../session.ts';
-import type { JobQueue } from '../../jobs/queue.ts';
-import type { TrainRow } from '../../engine/protocol.ts';
-import { optimizerConfig } from '../defaults.ts';
+import { type CheckpointWriter, openJob, type TrainingSession } from '../session.ts';
+import { engineLossConfig, type RlConfig } from './config.ts';
+import {
+  groupAdvantages,
+  type PackedRow,
+  type Placement,
+  packRows,
+  rowLength,
+  type ScoredSequence,
+  weighSequences,
+} from './data.ts';
 import { rewardStdDevMultiplier, rowLearningRate } from './learning-rate.ts';
-import type { SpreadPoint } from '../../services/trajectory-service.ts';
+import { type TrajectoryInput, TrajectoryTokenizeError, tokenizeTrajectory } from './tokens.ts';
+import { trainedTokens } from './trained-tokens.ts';
 
-const mean = (values: number[]) => (values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length);
+const mean = (values: number[]) =>
+  values.length === 0 ? 0 : values.reduce((sum, value) => sum + value, 0) / values.length;
 
 export interface RlRunnerDeps {
   queue: JobQueue;
   checkpoints: CheckpointWriter;
   /** Keeps the trained trajectories, browsable per split and step. */
-  storeTrajectories(modelId: string, split: string, step: number, groups: RlJobPayload['trajectory_groups']): Promise<void>;
+  storeTrajectories(
+    modelId: string,
+    split: string,
+    step: number,
+    groups: RlJobPayload['trajectory_groups'],
+  ): Promise<void>;
   /** Keeps the trained tokens with the trainer's logprob after the job, for the tokens view. */
   storeTrainedTokens(modelId: string, step: number, trajectories: TrainedTrajectory[]): Promise<void>;
   /** The model's reward-spread history before this job, for `scale_learning_rate_by_reward_std_dev`. */
@@ -47,23 +61,43 @@ interface JobData {
   withoutLogprobs: string[];
 }
 
-function tokenizeHistory(base: LoadedBase, history: TrajectoryInput & { tools?: unknown[] | null }, kwargs: Record<string, unknown> | null, config: RlConfig, where: string): TrainingSequence[] {
+function tokenizeHistory(
+  base: LoadedBase,
+  history: TrajectoryInput & { tools?: unknown[] | null },
+  kwargs: Record<string, unknown> | null,
+  config: RlConfig,
+  where: string,
+): TrainingSequence[] {
   try {
-    return tokenizeTrajectory(trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, history.tools, kwargs), history, config);
+    return tokenizeTrajectory(
+      trainingRenderer({ tokenizer: base.tokenizer, template: base.template! }, history.tools, kwargs),
+      history,
+      config,
+    );
   } catch (error) {
-    if (error instanceof TemplateError || error instanceof TrajectoryTokenizeError) throw new JobError('bad_trajectory', `${where}: ${error.message}`);
+    if (error instanceof TemplateError || error instanceof TrajectoryTokenizeError)
+      throw new JobError('bad_trajectory', `${where}: ${error.message}`);
     throw error;
   }
 }
 
 /** The trainable sequences of a trajectory and its additional histories, rendered with its tools and template kwargs. */
-export function trajectorySequences(base: LoadedBase, trajectory: FullTrajectory, config: RlConfig, where: string): TrainingSequence[] {
+export function trajectorySequences(
+  base: LoadedBase,
+  trajectory: FullTrajectory,
+  config: RlConfig,
+  where: string,
+): TrainingSequence[] {
   const kwargs = { ...config.chat_template_kwargs, ...trajectory.chat_template_kwargs };
   const histories = [trajectory, ...trajectory.additional_histories];
   return histories.flatMap((history, historyIndex) =>
-    tokenizeHistory(base, { ...history, tools: history.tools ?? trajectory.tools }, kwargs, config, historyIndex ? `${where}.additional_histories[${historyIndex - 1}]` : where).filter((sequence) =>
-      sequence.mask.some(Boolean),
-    ),
+    tokenizeHistory(
+      base,
+      { ...history, tools: history.tools ?? trajectory.tools },
+      kwargs,
+      config,
+      historyIndex ? `${where}.additional_histories[${historyIndex - 1}]` : where,
+    ).filter((sequence) => sequence.mask.some(Boolean)),
   );
 }
 
@@ -93,7 +127,8 @@ async function jobData(payload: RlJobPayload, base: LoadedBase): Promise<JobData
       const where = `trajectory_groups[${groupIndex}].trajectories[${index}]`;
       const found = trajectorySequences(base, trajectory, config, where);
       for (const sequence of found) sequences.push({ ...sequence, advantage, trajectory: id });
-      if (found.some((sequence) => sequence.mask.some((m, t) => m && sequence.logprobs[t] === null))) withoutLogprobs.push(where);
+      if (found.some((sequence) => sequence.mask.some((m, t) => m && sequence.logprobs[t] === null)))
+        withoutLogprobs.push(where);
       await setImmediate();
     }
   }
@@ -130,14 +165,28 @@ export function createRlRunner(deps: RlRunnerDeps) {
     const { config } = payload;
     const data = await jobData(payload, base);
     const reference = config.kl_penalty_coef > 0 ? await klReference(config, session) : null;
-    const learningRate = config.learning_rate * (config.scale_learning_rate_by_reward_std_dev ? await spreadMultiplier(deps, job.model_id, session.fromStep, data) : 1);
+    const learningRate =
+      config.learning_rate *
+      (config.scale_learning_rate_by_reward_std_dev
+        ? await spreadMultiplier(deps, job.model_id, session.fromStep, data)
+        : 1);
     const packed = await packJob(config, data, session, context);
-    const stepMetrics = await trainRows(config, { rows: packed.trainRows, reference, groupMetrics: data.groupMetrics, learningRate }, session, context);
+    const stepMetrics = await trainRows(
+      config,
+      { rows: packed.trainRows, reference, groupMetrics: data.groupMetrics, learningRate },
+      session,
+      context,
+    );
 
     const jobMetrics = summarize(stepMetrics, data.groupMetrics);
     await context.setProgress({ metrics: jobMetrics });
-    const forward = (forwardRows: { tokens: number[]; segment_ids?: number[] }[]) => session.engine.request('forward', { base: base.id, adapter: session.adapter, rows: forwardRows });
-    const trained = await trainedTokens({ rows: packed.rows, sequences: data.sequences, placements: packed.placements }, forward, trajectoryLocator(payload));
+    const forward = (forwardRows: { tokens: number[]; segment_ids?: number[] }[]) =>
+      session.engine.request('forward', { base: base.id, adapter: session.adapter, rows: forwardRows });
+    const trained = await trainedTokens(
+      { rows: packed.rows, sequences: data.sequences, placements: packed.placements },
+      forward,
+      trajectoryLocator(payload),
+    );
     await deps.storeTrajectories(job.model_id, 'train', session.fromStep, payload.trajectory_groups);
     await deps.storeTrainedTokens(job.model_id, session.fromStep, trained);
     return session.commit(jobMetrics);
@@ -152,7 +201,12 @@ interface PackedJob {
 }
 
 /** Packs the sequences into rows, announces the job, and precalculates the old logprobs when the config asks. */
-async function packJob(config: RlConfig, data: JobData, session: TrainingSession, context: RunContext): Promise<PackedJob> {
+async function packJob(
+  config: RlConfig,
+  data: JobData,
+  session: TrainingSession,
+  context: RunContext,
+): Promise<PackedJob> {
   const { base } = session;
   const length = rowLength(data.sequences, base.engine.context_length, config.packed_sequence_length);
   const placements: Placement[] = [];
@@ -161,12 +215,23 @@ async function packJob(config: RlConfig, data: JobData, session: TrainingSession
   await context.setProgress({ numSequences: rows.length });
   if (data.withoutLogprobs.length > 0) {
     // Never silent: these trained tokens have ratio 1 (old = new), so the update is not importance-weighted.
-    await context.emit('sampler_logprobs_missing', { trajectories: data.withoutLogprobs, frac_sampler_logprobs: data.groupMetrics.frac_sampler_logprobs });
+    await context.emit('sampler_logprobs_missing', {
+      trajectories: data.withoutLogprobs,
+      frac_sampler_logprobs: data.groupMetrics.frac_sampler_logprobs,
+    });
   }
   if (!config.precalculate_logprobs || rows.length === 0) return { rows, placements, trainRows: rows };
   // The pre-update policy's logprobs become `old`; the sampler's are kept as `original`.
-  const forward = await session.engine.request('forward', { base: base.id, adapter: session.adapter, rows: rows.map((row) => ({ tokens: row.tokens, segment_ids: row.segment_ids })) });
-  return { rows, placements, trainRows: rows.map((row, r) => ({ ...row, original_logprobs: row.logprobs, logprobs: forward.logprobs[r] })) };
+  const forward = await session.engine.request('forward', {
+    base: base.id,
+    adapter: session.adapter,
+    rows: rows.map((row) => ({ tokens: row.tokens, segment_ids: row.segment_ids })),
+  });
+  return {
+    rows,
+    placements,
+    trainRows: rows.map((row, r) => ({ ...row, original_logprobs: row.logprobs, logprobs: forward.logprobs[r] })),
+  };
 }
 
 /** What the train steps of a job send besides its config: the rows, the KL reference adapter, the group figures each step reports, the job's rate. */
@@ -178,7 +243,12 @@ interface TrainInput {
 }
 
 /** One engine train step per row, each reported as a `gradient_step` event; their metrics in order. */
-async function trainRows(config: RlConfig, { rows, reference, groupMetrics, learningRate }: TrainInput, session: TrainingSession, context: RunContext): Promise<Record<string, number>[]> {
+async function trainRows(
+  config: RlConfig,
+  { rows, reference, groupMetrics, learningRate }: TrainInput,
+  session: TrainingSession,
+  context: RunContext,
+): Promise<Record<string, number>[]> {
   const stepMetrics: Record<string, number>[] = [];
   for (const [index, row] of rows.entries()) {
     if (context.signal.aborted) throw new JobError('cancelled');
@@ -188,7 +258,10 @@ async function trainRows(config: RlConfig, { rows, reference, groupMetrics, lear
       loss: 'rl',
       rows: [row],
       loss_config: engineLossConfig(config),
-      optimizer: optimizerConfig('rl', rowLearningRate(learningRate, row, config.num_trajectories_learning_rate_multiplier_power)),
+      optimizer: optimizerConfig(
+        'rl',
+        rowLearningRate(learningRate, row, config.num_trajectories_learning_rate_multiplier_power),
+      ),
       logprob_chunk_size: config.logprob_calculation_chunk_size,
       ...reference,
     });
@@ -201,8 +274,12 @@ async function trainRows(config: RlConfig, { rows, reference, groupMetrics, lear
 }
 
 /** From a sequence's trajectory number (its place in the request, counted across groups) to its group and index. */
-function trajectoryLocator(payload: RlJobPayload): (trajectory: number) => { groupIndex: number; trajectoryIndex: number } {
-  const locations = payload.trajectory_groups.flatMap((group, groupIndex) => group.trajectories.map((_, trajectoryIndex) => ({ groupIndex, trajectoryIndex })));
+function trajectoryLocator(
+  payload: RlJobPayload,
+): (trajectory: number) => { groupIndex: number; trajectoryIndex: number } {
+  const locations = payload.trajectory_groups.flatMap((group, groupIndex) =>
+    group.trajectories.map((_, trajectoryIndex) => ({ groupIndex, trajectoryIndex })),
+  );
   return (trajectory) => locations[trajectory];
 }
 
@@ -213,7 +290,8 @@ function trajectoryLocator(payload: RlJobPayload): (trajectory: number) => { gro
 function klReference(config: RlConfig, session: TrainingSession): ReturnType<TrainingSession['reference']> {
   if (config.kl_reference) return session.reference(config.kl_reference.step, config.kl_reference.model_id);
   if (config.kl_penalty_reference_step !== null) return session.reference(config.kl_penalty_reference_step);
-  if (config.kl_penalty_step_lag !== null) return session.reference(Math.max(0, session.fromStep - config.kl_penalty_step_lag));
+  if (config.kl_penalty_step_lag !== null)
+    return session.reference(Math.max(0, session.fromStep - config.kl_penalty_step_lag));
   return session.reference(0);
 }
 
@@ -224,7 +302,11 @@ async function spreadMultiplier(deps: RlRunnerDeps, modelId: string, fromStep: n
 }
 
 function numericOnly(metrics: Record<string, unknown>): Record<string, number> {
-  return Object.fromEntries(Object.entries(metrics).filter((entry): entry is [string, number] => typeof entry[1] === 'number' && Number.isFinite(entry[1])));
+  return Object.fromEntries(
+    Object.entries(metrics).filter(
+      (entry): entry is [string, number] => typeof entry[1] === 'number' && Number.isFinite(entry[1]),
+    ),
+  );
 }
 
 /** The job's metrics for its checkpoint and the run history: step means, plus the data's own figures. */
@@ -232,6 +314,7 @@ function summarize(steps: Record<string, number>[], groupMetrics: Record<string,
   const keys = new Set(steps.flatMap((step) => Object.keys(step)));
   keys.delete('step');
   const summary: Record<string, number> = { ...groupMetrics, num_gradient_steps: steps.length };
-  for (const key of keys) if (!(key in groupMetrics)) summary[key] = mean(steps.map((step) => step[key]).filter((v) => v !== undefined));
+  for (const key of keys)
+    if (!(key in groupMetrics)) summary[key] = mean(steps.map((step) => step[key]).filter((v) => v !== undefined));
   return summary;
 }

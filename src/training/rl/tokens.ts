@@ -5,7 +5,13 @@
  * extend one another share a sequence; where the template rewrites earlier turns (Qwen3 drops earlier
  * `<think>` blocks) the later choice starts a sequence of its own.
  */
-import { asMessage, isChoice, sampledTokens, tokenIdsOutsideVocabulary, type SampledTurn } from '../../services/trajectory-items.ts';
+import {
+  asMessage,
+  isChoice,
+  type SampledTurn,
+  sampledTokens,
+  tokenIdsOutsideVocabulary,
+} from '../../services/trajectory-items.ts';
 import type { TrainingRenderer, TrainingSequence } from '../render.ts';
 import type { RlConfig } from './config.ts';
 
@@ -17,12 +23,19 @@ export interface TrajectoryInput {
 export class TrajectoryTokenizeError extends Error {}
 
 /** What the policy produced for a turn it was not sampled with: the template's rendering of it, up to its end-of-turn token. */
-function retokenizedTurn(renderer: TrainingRenderer, messages: Record<string, unknown>[], index: number, context: string): SampledTurn {
+function retokenizedTurn(
+  renderer: TrainingRenderer,
+  messages: Record<string, unknown>[],
+  index: number,
+  context: string,
+): SampledTurn {
   const { tokenizer } = renderer;
   const full = renderer.text(messages.slice(0, index + 1), false);
   const content = messages[index].content;
   const eos = tokenizer.eosToken ?? '';
-  let turn = full.startsWith(context) ? full.slice(context.length) : `${typeof content === 'string' ? content : ''}${eos}`;
+  let turn = full.startsWith(context)
+    ? full.slice(context.length)
+    : `${typeof content === 'string' ? content : ''}${eos}`;
   const eosAt = eos ? turn.indexOf(eos) : -1;
   if (eosAt !== -1) turn = turn.slice(0, eosAt + eos.length);
   const ids = tokenizer.encode(turn);
@@ -33,7 +46,12 @@ function startsWith(ids: readonly number[], prefix: readonly number[]): boolean 
   return prefix.length <= ids.length && prefix.every((id, t) => ids[t] === id);
 }
 
-function append(sequence: TrainingSequence, ids: readonly number[], trained: 0 | 1, logprobs?: readonly (number | null)[]): void {
+function append(
+  sequence: TrainingSequence,
+  ids: readonly number[],
+  trained: 0 | 1,
+  logprobs?: readonly (number | null)[],
+): void {
   ids.forEach((id, t) => {
     sequence.tokens.push(id);
     sequence.mask.push(trained);
@@ -50,11 +68,18 @@ function isTrainable(item: Record<string, unknown>, allowTrainingWithoutLogprobs
 }
 
 /** Token sequences of one conversation; empty when nothing in it is trainable. */
-export function tokenizeTrajectory(renderer: TrainingRenderer, trajectory: TrajectoryInput, options: Pick<RlConfig, 'allow_training_without_logprobs'>): TrainingSequence[] {
+export function tokenizeTrajectory(
+  renderer: TrainingRenderer,
+  trajectory: TrajectoryInput,
+  options: Pick<RlConfig, 'allow_training_without_logprobs'>,
+): TrainingSequence[] {
   const items = trajectory.messages_and_choices;
   const vocabSize = renderer.tokenizer.vocabSize;
   const [outside] = tokenIdsOutsideVocabulary(items, vocabSize);
-  if (outside) throw new TrajectoryTokenizeError(`messages_and_choices.${outside.path.join('.')}: token id ${outside.id} is outside the vocabulary (${vocabSize} tokens)`);
+  if (outside)
+    throw new TrajectoryTokenizeError(
+      `messages_and_choices.${outside.path.join('.')}: token id ${outside.id} is outside the vocabulary (${vocabSize} tokens)`,
+    );
   const messages = items.map(asMessage);
   const sequences: TrainingSequence[] = [];
   let current: TrainingSequence | null = null;
@@ -67,7 +92,9 @@ export function tokenizeTrajectory(renderer: TrainingRenderer, trajectory: Traje
       sequences.push(current);
     }
     append(current, context.slice(current.tokens.length), 0);
-    const sampled = (isChoice(item) ? sampledTokens(renderer.tokenizer, item) : null) ?? retokenizedTurn(renderer, messages, index, contextText);
+    const sampled =
+      (isChoice(item) ? sampledTokens(renderer.tokenizer, item) : null) ??
+      retokenizedTurn(renderer, messages, index, contextText);
     append(current, sampled.ids, 1, sampled.logprobs);
   });
   return sequences;

@@ -28,7 +28,14 @@ function keptTrajectories({ rows, sequences, placements }: Packed, cap: number):
   const kept: number[][] = [];
   let total = 0;
   for (const members of byTrajectory.values()) {
-    const count = members.reduce((sum, s) => sum + rows[placements[s].row].mask.slice(placements[s].offset, placements[s].offset + placements[s].length).reduce((a, m) => a + m, 0), 0);
+    const count = members.reduce(
+      (sum, s) =>
+        sum +
+        rows[placements[s].row].mask
+          .slice(placements[s].offset, placements[s].offset + placements[s].length)
+          .reduce((a, m) => a + m, 0),
+      0,
+    );
     if (total + count > cap) break;
     total += count;
     if (count > 0) kept.push(members);
@@ -45,9 +52,17 @@ export async function trainedTokens(
   const kept = keptTrajectories(packed, cap);
   const rowIndices = [...new Set(kept.flat().map((s) => packed.placements[s].row))];
   if (rowIndices.length === 0) return [];
-  const { logprobs } = await forward(rowIndices.map((r) => ({ tokens: packed.rows[r].tokens, segment_ids: packed.rows[r].segment_ids })));
+  const { logprobs } = await forward(
+    rowIndices.map((r) => ({ tokens: packed.rows[r].tokens, segment_ids: packed.rows[r].segment_ids })),
+  );
   return kept.map((members) => {
-    const trained: TrainedTrajectory = { ...locate(packed.sequences[members[0]].trajectory), advantage: 0, token_ids: [], sampler_logprobs: [], trainer_logprobs: [] };
+    const trained: TrainedTrajectory = {
+      ...locate(packed.sequences[members[0]].trajectory),
+      advantage: 0,
+      token_ids: [],
+      sampler_logprobs: [],
+      trainer_logprobs: [],
+    };
     for (const s of members) {
       const { row: r, offset, length } = packed.placements[s];
       const row = packed.rows[r];

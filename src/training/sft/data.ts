@@ -5,8 +5,8 @@
  */
 import readline from 'node:readline';
 import type { Readable } from 'node:stream';
-import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../json-limits.ts';
 import { JobError } from '../../errors.ts';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../json-limits.ts';
 
 /** The data file names we accept, in order of preference. */
 export const SFT_DATA_FILES = ['train.jsonl', 'trajectories.jsonl'] as const;
@@ -19,7 +19,11 @@ export interface Conversation {
 
 export function parseConversation(file: string, line: number, text: string): Conversation {
   // Checked before parsing, as for request bodies: the line goes on to the engine through JSON.stringify.
-  if (nestsDeeperThan(text)) throw new JobError('bad_training_data', `${file} line ${line}: nests objects and arrays deeper than ${MAX_JSON_DEPTH} levels`);
+  if (nestsDeeperThan(text))
+    throw new JobError(
+      'bad_training_data',
+      `${file} line ${line}: nests objects and arrays deeper than ${MAX_JSON_DEPTH} levels`,
+    );
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -28,12 +32,25 @@ export function parseConversation(file: string, line: number, text: string): Con
   }
   const record = value as Record<string, unknown> | null;
   const messages = record?.messages ?? record?.messages_and_choices;
-  if (!record || typeof record !== 'object' || !Array.isArray(messages) || messages.some((m) => !m || typeof m !== 'object')) {
-    throw new JobError('bad_training_data', `${file} line ${line}: expected an object with a "messages" array of message objects`);
+  if (
+    !record ||
+    typeof record !== 'object' ||
+    !Array.isArray(messages) ||
+    messages.some((m) => !m || typeof m !== 'object')
+  ) {
+    throw new JobError(
+      'bad_training_data',
+      `${file} line ${line}: expected an object with a "messages" array of message objects`,
+    );
   }
   const tools = record.tools;
-  if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw new JobError('bad_training_data', `${file} line ${line}: "tools" must be an array`);
-  return { line, messages: messages as Record<string, unknown>[], tools: (tools as unknown[] | null | undefined) ?? null };
+  if (tools !== undefined && tools !== null && !Array.isArray(tools))
+    throw new JobError('bad_training_data', `${file} line ${line}: "tools" must be an array`);
+  return {
+    line,
+    messages: messages as Record<string, unknown>[],
+    tools: (tools as unknown[] | null | undefined) ?? null,
+  };
 }
 
 /** Every non-blank line of the file, as conversations, streaming. */

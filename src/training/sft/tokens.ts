@@ -33,12 +33,27 @@ function markers(renderer: TrainingRenderer): Markers | null {
   const user = { role: 'user', content: 'marker probe' };
   const before = renderer.text([user], false);
   const prompt = renderer.text([user], true);
-  const two = renderer.text([user, { role: 'assistant', content: first }, user, { role: 'assistant', content: last }], false);
+  const two = renderer.text(
+    [user, { role: 'assistant', content: first }, user, { role: 'assistant', content: last }],
+    false,
+  );
   const afterFirst = two.indexOf(first) + first.length;
   const lastTurnStart = renderer.text([user, { role: 'assistant', content: first }, user], false).length;
-  if (!prompt.startsWith(before) || !two.startsWith(before) || afterFirst < first.length || two.indexOf(last) < lastTurnStart) return null;
-  const header = commonPrefix([prompt.slice(before.length), two.slice(before.length, two.indexOf(first)), two.slice(lastTurnStart, two.indexOf(last))]);
-  const turnStart = [...renderer.tokenizer.addedTokenIds.keys()].filter((token) => token !== '' && header.startsWith(token)).sort((a, b) => b.length - a.length)[0];
+  if (
+    !prompt.startsWith(before) ||
+    !two.startsWith(before) ||
+    afterFirst < first.length ||
+    two.indexOf(last) < lastTurnStart
+  )
+    return null;
+  const header = commonPrefix([
+    prompt.slice(before.length),
+    two.slice(before.length, two.indexOf(first)),
+    two.slice(lastTurnStart, two.indexOf(last)),
+  ]);
+  const turnStart = [...renderer.tokenizer.addedTokenIds.keys()]
+    .filter((token) => token !== '' && header.startsWith(token))
+    .sort((a, b) => b.length - a.length)[0];
   return header && turnStart ? { header, turnStart } : null;
 }
 
@@ -54,7 +69,11 @@ function assistantSpans(text: string, found: Markers): [number, number][] {
 }
 
 /** One row for a conversation (messages, or a trajectory's messages and choices); null when it has no assistant span. */
-export function tokenizeConversation(renderer: TrainingRenderer, items: Record<string, unknown>[], turns: AssistantTurns): TrainingSequence | null {
+export function tokenizeConversation(
+  renderer: TrainingRenderer,
+  items: Record<string, unknown>[],
+  turns: AssistantTurns,
+): TrainingSequence | null {
   const found = markers(renderer);
   if (!found) return null;
   const text = renderer.text(items.map(asMessage), false);

@@ -3,12 +3,23 @@
  * a progress bar over `num_sequences`, the latest step's metrics and their curves, the event log,
  * the failure message when it fails, and cancel.
  */
-import { get, isActive, request, TERMINAL_STATUSES, type Job, type JobConfig, type JobEvent, type ListPage, type Model } from '../api.ts';
-import { lineChart, SERIES_COLORS, type Chart } from '../chart.ts';
+
+import { metricsAt } from '../../../src/api/training-vocabulary.ts';
+import {
+  get,
+  isActive,
+  type Job,
+  type JobConfig,
+  type JobEvent,
+  type ListPage,
+  type Model,
+  request,
+  TERMINAL_STATUSES,
+} from '../api.ts';
+import { type Chart, lineChart, SERIES_COLORS } from '../chart.ts';
 import { badge, confirmDialog, emptyState, errorBox, h, replace, spinner, toast } from '../dom.ts';
 import { absoluteTime, duration, metricLabel, num, relativeTime, shortId } from '../format.ts';
 import { href, type RouteContext } from '../router.ts';
-import { metricsAt } from '../../../src/api/training-vocabulary.ts';
 
 const POLL_MS = 500;
 const CHART_METRICS = metricsAt('job_chart');
@@ -66,7 +77,8 @@ function rateText(steps: StepEvent[], total: number, running: boolean): string {
   return `${perSecond} · ETA ${remaining === 0 ? 'now' : `${Math.ceil(remaining / rate)} s`}`;
 }
 
-const configValue = (value: unknown) => (typeof value === 'number' ? num(value, 6) : typeof value === 'string' ? value : JSON.stringify(value));
+const configValue = (value: unknown) =>
+  typeof value === 'number' ? num(value, 6) : typeof value === 'string' ? value : JSON.stringify(value);
 
 /** The configuration the job ran with (defaults filled in), and how much data it got. */
 function configSection(jobId: string, signal: AbortSignal): HTMLElement {
@@ -74,21 +86,36 @@ function configSection(jobId: string, signal: AbortSignal): HTMLElement {
   get<JobConfig>(`/v1/dashboard/jobs/${jobId}/config`, signal)
     .then((view) => {
       if (!view.config) {
-        replace(body, emptyState('Configuration not kept', h('p', 'The request this job was queued with is no longer on disk.')));
+        replace(
+          body,
+          emptyState('Configuration not kept', h('p', 'The request this job was queued with is no longer on disk.')),
+        );
         return;
       }
       const entries = Object.entries(view.config).sort(([a], [b]) => a.localeCompare(b));
-      const data = view.num_trajectory_groups === null ? null : `${view.num_trajectory_groups} groups · ${view.num_trajectories} trajectories`;
+      const data =
+        view.num_trajectory_groups === null
+          ? null
+          : `${view.num_trajectory_groups} groups · ${view.num_trajectories} trajectories`;
       replace(
         body,
         data ? h('p', { class: 'muted' }, data) : null,
-        h('dl', { class: 'kv job-config' }, entries.map(([key, value]) => [h('dt', key), h('dd', { 'data-key': key }, configValue(value))])),
+        h(
+          'dl',
+          { class: 'kv job-config' },
+          entries.map(([key, value]) => [h('dt', key), h('dd', { 'data-key': key }, configValue(value))]),
+        ),
       );
     })
     .catch((error) => {
       if (!signal.aborted) replace(body, errorBox(error));
     });
-  return h('section', { class: 'card', 'aria-labelledby': 'config-title' }, h('h2', { id: 'config-title' }, 'Configuration'), body);
+  return h(
+    'section',
+    { class: 'card', 'aria-labelledby': 'config-title' },
+    h('h2', { id: 'config-title' }, 'Configuration'),
+    body,
+  );
 }
 
 /** The job as last read, its events so far, and the page's live parts; one per visit. */
@@ -156,7 +183,13 @@ function renderProgress(jp: JobPage, steps: StepEvent[]): void {
   jp.progress.value = done;
   jp.progress.setAttribute('aria-valuetext', `${done} of ${total} gradient steps`);
   jp.progressLabel.textContent =
-    job.status === 'QUEUED' ? 'Waiting in the queue…' : !started && job.status === 'RUNNING' ? 'Preparing the data…' : total > 0 ? `${done} / ${total} gradient steps` : 'No gradient steps';
+    job.status === 'QUEUED'
+      ? 'Waiting in the queue…'
+      : !started && job.status === 'RUNNING'
+        ? 'Preparing the data…'
+        : total > 0
+          ? `${done} / ${total} gradient steps`
+          : 'No gradient steps';
   jp.progressRate.textContent = rateText(steps, total, job.status === 'RUNNING');
 }
 
@@ -165,10 +198,18 @@ function renderOutcome(jp: JobPage): void {
   const failed = events.find((event) => event.type === 'training_failed');
   const ended = events.find((event) => event.type === 'training_ended');
   if (job.status === 'FAILED' || job.status === 'CANCELLED') {
-    const message = job.error?.message ?? String(failed?.data.error_message ?? (job.status === 'CANCELLED' ? 'The job was cancelled.' : 'The job failed.'));
+    const message =
+      job.error?.message ??
+      String(failed?.data.error_message ?? (job.status === 'CANCELLED' ? 'The job was cancelled.' : 'The job failed.'));
     replace(
       outcome,
-      h('div', { class: job.status === 'FAILED' ? 'error-box' : 'notice-box', role: 'alert' }, h('strong', job.status === 'FAILED' ? 'Training failed' : 'Cancelled'), job.error?.code ? h('code', { class: 'error-code' }, job.error.code) : null, h('p', { class: 'error-message' }, message)),
+      h(
+        'div',
+        { class: job.status === 'FAILED' ? 'error-box' : 'notice-box', role: 'alert' },
+        h('strong', job.status === 'FAILED' ? 'Training failed' : 'Cancelled'),
+        job.error?.code ? h('code', { class: 'error-code' }, job.error.code) : null,
+        h('p', { class: 'error-message' }, message),
+      ),
     );
   } else if (job.status === 'COMPLETED') {
     const step = job.checkpoint_step ?? (ended?.data.step as number | undefined);
@@ -193,12 +234,26 @@ function renderMetrics(jp: JobPage, steps: StepEvent[]): void {
   replace(
     jp.cards,
     CARD_METRICS.filter((key) => typeof last[key] === 'number').map((key) =>
-      h('div', { class: 'stat', 'data-metric': key }, h('div', { class: 'stat-label' }, metricLabel(key)), h('div', { class: 'stat-value' }, num(last[key]))),
+      h(
+        'div',
+        { class: 'stat', 'data-metric': key },
+        h('div', { class: 'stat-label' }, metricLabel(key)),
+        h('div', { class: 'stat-value' }, num(last[key])),
+      ),
     ),
   );
   const present = CHART_METRICS.filter((key) => steps.some((event) => typeof event.data[key] === 'number'));
   for (const [index, key] of present.entries()) {
-    const series = [{ key, label: metricLabel(key), color: SERIES_COLORS[index % SERIES_COLORS.length], points: steps.filter((event) => typeof event.data[key] === 'number').map((event) => ({ x: Number(event.data.step), y: Number(event.data[key]) })) }];
+    const series = [
+      {
+        key,
+        label: metricLabel(key),
+        color: SERIES_COLORS[index % SERIES_COLORS.length],
+        points: steps
+          .filter((event) => typeof event.data[key] === 'number')
+          .map((event) => ({ x: Number(event.data.step), y: Number(event.data[key]) })),
+      },
+    ];
     const chart = jp.charts.get(key);
     if (chart) chart.update(series);
     else {
@@ -216,7 +271,15 @@ function renderEvents(jp: JobPage): void {
     jp.events
       .slice(-MAX_EVENT_ROWS)
       .reverse()
-      .map((event) => h('tr', { 'data-type': event.type }, h('td', { title: absoluteTime(event.created_at) }, new Date(event.created_at).toLocaleTimeString('en-US')), h('td', h('code', event.type)), h('td', { class: 'event-data' }, eventSummary(event)))),
+      .map((event) =>
+        h(
+          'tr',
+          { 'data-type': event.type },
+          h('td', { title: absoluteTime(event.created_at) }, new Date(event.created_at).toLocaleTimeString('en-US')),
+          h('td', h('code', event.type)),
+          h('td', { class: 'event-data' }, eventSummary(event)),
+        ),
+      ),
   );
 }
 
@@ -232,7 +295,12 @@ function render(jp: JobPage): void {
 async function cancelJob(jp: JobPage): Promise<void> {
   const confirmed = await confirmDialog({
     title: 'Cancel this job?',
-    body: h('p', jp.job.status === 'QUEUED' ? 'It has not started; it will never run.' : 'It stops before its next gradient step and writes no checkpoint.'),
+    body: h(
+      'p',
+      jp.job.status === 'QUEUED'
+        ? 'It has not started; it will never run.'
+        : 'It stops before its next gradient step and writes no checkpoint.',
+    ),
     confirm: 'Cancel job',
     danger: true,
   });
@@ -252,19 +320,58 @@ function layout(jp: JobPage, signal: AbortSignal): HTMLElement[] {
     h(
       'div',
       { class: 'page-head' },
-      h('nav', { class: 'breadcrumb', 'aria-label': 'Breadcrumb' }, h('a', { href: href('/jobs') }, 'Jobs'), h('span', { 'aria-hidden': 'true' }, ' / '), shortId(job.id)),
-      h('div', { class: 'title-row' }, h('h1', `${job.type.toUpperCase()} job `, h('span', { class: 'mono' }, shortId(job.id)), ' ', jp.statusSlot), jp.cancelButton),
+      h(
+        'nav',
+        { class: 'breadcrumb', 'aria-label': 'Breadcrumb' },
+        h('a', { href: href('/jobs') }, 'Jobs'),
+        h('span', { 'aria-hidden': 'true' }, ' / '),
+        shortId(job.id),
+      ),
+      h(
+        'div',
+        { class: 'title-row' },
+        h('h1', `${job.type.toUpperCase()} job `, h('span', { class: 'mono' }, shortId(job.id)), ' ', jp.statusSlot),
+        jp.cancelButton,
+      ),
       jp.meta,
     ),
     jp.outcome,
-    h('section', { class: 'card', 'aria-labelledby': 'progress-title' }, h('h2', { id: 'progress-title' }, 'Progress'), h('div', { class: 'progress-row' }, jp.progress, jp.progressLabel, jp.progressRate), jp.cards),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'progress-title' },
+      h('h2', { id: 'progress-title' }, 'Progress'),
+      h('div', { class: 'progress-row' }, jp.progress, jp.progressLabel, jp.progressRate),
+      jp.cards,
+    ),
     configSection(job.id, signal),
-    h('section', { class: 'card', 'aria-labelledby': 'live-title' }, h('h2', { id: 'live-title' }, 'Metrics per gradient step'), jp.chartsGrid),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'live-title' },
+      h('h2', { id: 'live-title' }, 'Metrics per gradient step'),
+      jp.chartsGrid,
+    ),
     h(
       'section',
       { class: 'card', 'aria-labelledby': 'events-title' },
       h('h2', { id: 'events-title' }, 'Events', jp.eventCount),
-      h('div', { class: 'table-wrap events-wrap' }, h('table', { class: 'table events' }, h('thead', h('tr', h('th', { scope: 'col' }, 'Time'), h('th', { scope: 'col' }, 'Type'), h('th', { scope: 'col' }, 'Data'))), jp.eventRows)),
+      h(
+        'div',
+        { class: 'table-wrap events-wrap' },
+        h(
+          'table',
+          { class: 'table events' },
+          h(
+            'thead',
+            h(
+              'tr',
+              h('th', { scope: 'col' }, 'Time'),
+              h('th', { scope: 'col' }, 'Type'),
+              h('th', { scope: 'col' }, 'Data'),
+            ),
+          ),
+          jp.eventRows,
+        ),
+      ),
     ),
   ];
 }
@@ -273,7 +380,10 @@ function layout(jp: JobPage, signal: AbortSignal): HTMLElement[] {
 async function drainEvents(jp: JobPage, id: string, signal: AbortSignal): Promise<number> {
   let received = 0;
   for (;;) {
-    const page = await get<ListPage<JobEvent>>(`/v1/preview/training-jobs/${id}/events?limit=100${jp.cursor ? `&after=${jp.cursor}` : ''}`, signal);
+    const page = await get<ListPage<JobEvent>>(
+      `/v1/preview/training-jobs/${id}/events?limit=100${jp.cursor ? `&after=${jp.cursor}` : ''}`,
+      signal,
+    );
     jp.events.push(...page.data);
     received += page.data.length;
     if (page.data.length > 0) jp.cursor = page.last_id;
@@ -311,7 +421,12 @@ export async function renderJob({ params, main, signal }: RouteContext) {
   document.title = `Job ${shortId(job.id)} · agent-trainer`;
   const jp = createJobPage(job);
   get<Model>(`/v1/preview/models/${job.model_id}`, signal)
-    .then((model) => replace(jp.modelSlot, h('a', { href: href(`/models/${model.id}`) }, `${model.entity} / ${model.project} / ${model.name}`)))
+    .then((model) =>
+      replace(
+        jp.modelSlot,
+        h('a', { href: href(`/models/${model.id}`) }, `${model.entity} / ${model.project} / ${model.name}`),
+      ),
+    )
     .catch(() => {});
   jp.cancelButton.addEventListener('click', () => void cancelJob(jp));
   main.replaceChildren(...layout(jp, signal));

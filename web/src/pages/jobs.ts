@@ -1,9 +1,10 @@
 /** Training jobs of every model the key can see (or of one model), newest first, refreshed while any runs. */
-import { get, query, type JobListItem, type ListPage, type Model } from '../api.ts';
+
+import { ACTIVE_JOB_STATUSES, TERMINAL_JOB_STATUSES } from '../../../src/api/training-vocabulary.ts';
+import { get, type JobListItem, type ListPage, type Model, query } from '../api.ts';
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { href, navigate, type RouteContext } from '../router.ts';
 import { jobsTable } from './model.ts';
-import { ACTIVE_JOB_STATUSES, TERMINAL_JOB_STATUSES } from '../../../src/api/training-vocabulary.ts';
 
 const PAGE_SIZE = 50;
 const REFRESH_MS = 2000;
@@ -28,13 +29,26 @@ interface JobsList {
 const listParams = (jl: JobsList) => ({ model_id: jl.modelId, status: FILTERS[jl.filter], limit: PAGE_SIZE });
 
 function render(jl: JobsList): void {
-  if (jl.jobs.length === 0) replace(jl.body, emptyState('No training jobs', h('p', 'Jobs appear here when they are submitted (POST /v1/preview/training-jobs or /v1/preview/sft-training-jobs).')));
+  if (jl.jobs.length === 0)
+    replace(
+      jl.body,
+      emptyState(
+        'No training jobs',
+        h(
+          'p',
+          'Jobs appear here when they are submitted (POST /v1/preview/training-jobs or /v1/preview/sft-training-jobs).',
+        ),
+      ),
+    );
   else replace(jl.body, jobsTable(jl.jobs, { showModel: !jl.modelId }));
 }
 
 async function load(jl: JobsList): Promise<void> {
   try {
-    const page = await get<ListPage<JobListItem>>(`/v1/dashboard/jobs${query({ ...listParams(jl), after: jl.after })}`, jl.signal);
+    const page = await get<ListPage<JobListItem>>(
+      `/v1/dashboard/jobs${query({ ...listParams(jl), after: jl.after })}`,
+      jl.signal,
+    );
     jl.jobs.push(...page.data);
     jl.after = page.last_id || jl.after;
     jl.more.hidden = !page.has_more;
@@ -51,7 +65,12 @@ function mergedFirstPage(jobs: JobListItem[], first: ListPage<JobListItem>): Job
   const merged = [...first.data, ...jobs.filter((job) => !fresh.has(job.id) && job.id < oldest)];
   const changed =
     merged.length !== jobs.length ||
-    merged.some((job, index) => job.id !== jobs[index].id || job.status !== jobs[index].status || job.completed_steps !== jobs[index].completed_steps);
+    merged.some(
+      (job, index) =>
+        job.id !== jobs[index].id ||
+        job.status !== jobs[index].status ||
+        job.completed_steps !== jobs[index].completed_steps,
+    );
   return changed ? merged : null;
 }
 
@@ -81,9 +100,13 @@ function statusFilter(modelId: string | undefined, filter: string): HTMLSelectEl
   const statusSelect = h(
     'select',
     { id: 'status-filter' },
-    Object.keys(FILTERS).map((name) => h('option', { value: name, selected: name === filter }, name[0].toUpperCase() + name.slice(1))),
+    Object.keys(FILTERS).map((name) =>
+      h('option', { value: name, selected: name === filter }, name[0].toUpperCase() + name.slice(1)),
+    ),
   );
-  statusSelect.addEventListener('change', () => navigate('/jobs', { model: modelId, status: statusSelect.value === 'all' ? undefined : statusSelect.value }));
+  statusSelect.addEventListener('change', () =>
+    navigate('/jobs', { model: modelId, status: statusSelect.value === 'all' ? undefined : statusSelect.value }),
+  );
   return statusSelect;
 }
 
@@ -102,12 +125,30 @@ export async function renderJobs({ query: search, main, signal }: RouteContext) 
     more: h('button', { class: 'btn', type: 'button', hidden: true }, 'Load more jobs'),
   };
   main.append(
-    h('div', { class: 'page-head' }, h('div', { class: 'title-row' }, h('h1', 'Training jobs'), h('div', { class: 'toolbar-inline' }, field('Show', statusFilter(modelId, filter)))), subtitle),
+    h(
+      'div',
+      { class: 'page-head' },
+      h(
+        'div',
+        { class: 'title-row' },
+        h('h1', 'Training jobs'),
+        h('div', { class: 'toolbar-inline' }, field('Show', statusFilter(modelId, filter))),
+      ),
+      subtitle,
+    ),
     h('section', { class: 'card' }, jl.body, jl.more),
   );
   if (modelId) {
     get<Model>(`/v1/preview/models/${modelId}`, signal)
-      .then((model) => replace(subtitle, 'Jobs of ', h('a', { href: href(`/models/${model.id}`) }, `${model.entity} / ${model.project} / ${model.name}`), ' · ', h('a', { href: href('/jobs') }, 'show all models')))
+      .then((model) =>
+        replace(
+          subtitle,
+          'Jobs of ',
+          h('a', { href: href(`/models/${model.id}`) }, `${model.entity} / ${model.project} / ${model.name}`),
+          ' · ',
+          h('a', { href: href('/jobs') }, 'show all models'),
+        ),
+      )
       .catch(() => {});
   }
   jl.more.addEventListener('click', () => void load(jl));

@@ -2,14 +2,25 @@
  * The model page's checkpoints table: pages of checkpoints newest first, their metrics, a chat link each,
  * and deleting a selection after confirmation.
  */
-import { get, query, request, type Checkpoint, type CheckpointDeleteResponse, type ListPage, type ModelSummary } from '../api.ts';
+
+import { metricsAt, TRAINING_METRICS } from '../../../src/api/training-vocabulary.ts';
+import {
+  type Checkpoint,
+  type CheckpointDeleteResponse,
+  get,
+  type ListPage,
+  type ModelSummary,
+  query,
+  request,
+} from '../api.ts';
 import { confirmDialog, emptyState, errorBox, h, replace, spinner, toast } from '../dom.ts';
 import { absoluteTime, metricLabel, num, relativeTime } from '../format.ts';
-import { metricsAt, TRAINING_METRICS } from '../../../src/api/training-vocabulary.ts';
 import { href } from '../router.ts';
 
 const CHECKPOINT_PAGE = 100;
-const CHECKPOINT_COLUMNS = metricsAt('checkpoint_column').flatMap((name) => (TRAINING_METRICS[name].places.includes('checkpoint_val_column') ? [name, `val/${name}`] : [name]));
+const CHECKPOINT_COLUMNS = metricsAt('checkpoint_column').flatMap((name) =>
+  TRAINING_METRICS[name].places.includes('checkpoint_val_column') ? [name, `val/${name}`] : [name],
+);
 
 /** The listed checkpoints, the user's selection and the table's parts. */
 interface CheckpointsTable {
@@ -32,7 +43,11 @@ function refreshSelection(ct: CheckpointsTable): void {
 }
 
 function selectAllBox(ct: CheckpointsTable): HTMLInputElement {
-  const all = h('input', { type: 'checkbox', 'aria-label': 'Select all listed checkpoints', checked: ct.selected.size > 0 && ct.selected.size === ct.checkpoints.length });
+  const all = h('input', {
+    type: 'checkbox',
+    'aria-label': 'Select all listed checkpoints',
+    checked: ct.selected.size > 0 && ct.selected.size === ct.checkpoints.length,
+  });
   all.addEventListener('change', () => {
     for (const checkpoint of ct.checkpoints) {
       if (all.checked) ct.selected.add(checkpoint.step);
@@ -44,7 +59,11 @@ function selectAllBox(ct: CheckpointsTable): HTMLInputElement {
 }
 
 function checkpointRow(ct: CheckpointsTable, checkpoint: Checkpoint, columns: string[]): HTMLElement {
-  const box = h('input', { type: 'checkbox', 'aria-label': `Select step ${checkpoint.step}`, checked: ct.selected.has(checkpoint.step) });
+  const box = h('input', {
+    type: 'checkbox',
+    'aria-label': `Select step ${checkpoint.step}`,
+    checked: ct.selected.has(checkpoint.step),
+  });
   box.addEventListener('change', () => {
     if (box.checked) ct.selected.add(checkpoint.step);
     else ct.selected.delete(checkpoint.step);
@@ -66,16 +85,37 @@ function checkpointRow(ct: CheckpointsTable, checkpoint: Checkpoint, columns: st
             'details',
             { class: 'metrics-details' },
             h('summary', `${entries.length} metrics`),
-            h('dl', { class: 'kv' }, entries.map(([key, value]) => [h('dt', key), h('dd', typeof value === 'number' ? num(value) : JSON.stringify(value))])),
+            h(
+              'dl',
+              { class: 'kv' },
+              entries.map(([key, value]) => [
+                h('dt', key),
+                h('dd', typeof value === 'number' ? num(value) : JSON.stringify(value)),
+              ]),
+            ),
           ),
     ),
-    h('td', { class: 'actions' }, h('a', { class: 'btn btn-small', href: href('/playground', { model: ct.model.id, step: checkpoint.step }) }, 'Chat')),
+    h(
+      'td',
+      { class: 'actions' },
+      h(
+        'a',
+        { class: 'btn btn-small', href: href('/playground', { model: ct.model.id, step: checkpoint.step }) },
+        'Chat',
+      ),
+    ),
   );
 }
 
 function renderTable(ct: CheckpointsTable): void {
   if (ct.checkpoints.length === 0) {
-    replace(ct.body, emptyState('No checkpoints', h('p', 'Every checkpoint of this model was deleted; training continues from the no-op adapter.')));
+    replace(
+      ct.body,
+      emptyState(
+        'No checkpoints',
+        h('p', 'Every checkpoint of this model was deleted; training continues from the no-op adapter.'),
+      ),
+    );
     return;
   }
   const keys = new Set(ct.checkpoints.flatMap((checkpoint) => Object.keys(checkpoint.metrics)));
@@ -98,7 +138,10 @@ function renderTable(ct: CheckpointsTable): void {
           h('th', { scope: 'col' }, h('span', { class: 'sr-only' }, 'Actions')),
         ),
       ),
-      h('tbody', ct.checkpoints.map((checkpoint) => checkpointRow(ct, checkpoint, columns))),
+      h(
+        'tbody',
+        ct.checkpoints.map((checkpoint) => checkpointRow(ct, checkpoint, columns)),
+      ),
     ),
   );
   refreshSelection(ct);
@@ -111,7 +154,10 @@ async function loadCheckpoints(ct: CheckpointsTable, reset = false): Promise<voi
     ct.after = undefined;
   }
   try {
-    const page = await get<ListPage<Checkpoint>>(`/v1/preview/models/${ct.model.id}/checkpoints${query({ order: 'desc', limit: CHECKPOINT_PAGE, after: ct.after })}`, ct.signal);
+    const page = await get<ListPage<Checkpoint>>(
+      `/v1/preview/models/${ct.model.id}/checkpoints${query({ order: 'desc', limit: CHECKPOINT_PAGE, after: ct.after })}`,
+      ct.signal,
+    );
     ct.checkpoints.push(...page.data);
     ct.after = page.last_id || ct.after;
     ct.more.hidden = !page.has_more;
@@ -127,15 +173,26 @@ async function deleteSelected(ct: CheckpointsTable): Promise<void> {
   const confirmed = await confirmDialog({
     title: steps.length === 1 ? `Delete checkpoint step ${steps[0]}?` : `Delete ${steps.length} checkpoints?`,
     body: [
-      h('p', steps.length === 1 ? `Step ${steps[0]} and its adapter files will be removed. This cannot be undone.` : `Steps ${steps.join(', ')} and their adapter files will be removed. This cannot be undone.`),
-      h('p', { class: 'muted' }, 'Training continues from the highest remaining step. Their metrics stay in the run history.'),
+      h(
+        'p',
+        steps.length === 1
+          ? `Step ${steps[0]} and its adapter files will be removed. This cannot be undone.`
+          : `Steps ${steps.join(', ')} and their adapter files will be removed. This cannot be undone.`,
+      ),
+      h(
+        'p',
+        { class: 'muted' },
+        'Training continues from the highest remaining step. Their metrics stay in the run history.',
+      ),
     ],
     confirm: steps.length === 1 ? 'Delete checkpoint' : `Delete ${steps.length} checkpoints`,
     danger: true,
   });
   if (!confirmed) return;
   try {
-    const result = await request<CheckpointDeleteResponse>('DELETE', `/v1/preview/models/${ct.model.id}/checkpoints`, { steps });
+    const result = await request<CheckpointDeleteResponse>('DELETE', `/v1/preview/models/${ct.model.id}/checkpoints`, {
+      steps,
+    });
     toast(`Deleted ${result.deleted_count} checkpoint${result.deleted_count === 1 ? '' : 's'}`);
     ct.selected.clear();
     await loadCheckpoints(ct, true);
@@ -145,7 +202,11 @@ async function deleteSelected(ct: CheckpointsTable): Promise<void> {
   }
 }
 
-export function checkpointsSection(model: ModelSummary, signal: AbortSignal, onDeleted: () => void): { element: HTMLElement; reload(): void } {
+export function checkpointsSection(
+  model: ModelSummary,
+  signal: AbortSignal,
+  onDeleted: () => void,
+): { element: HTMLElement; reload(): void } {
   const ct: CheckpointsTable = {
     model,
     signal,
@@ -165,7 +226,12 @@ export function checkpointsSection(model: ModelSummary, signal: AbortSignal, onD
     element: h(
       'section',
       { class: 'card', 'aria-labelledby': 'checkpoints-title' },
-      h('div', { class: 'section-head' }, h('h2', { id: 'checkpoints-title' }, 'Checkpoints', ct.count), ct.deleteButton),
+      h(
+        'div',
+        { class: 'section-head' },
+        h('h2', { id: 'checkpoints-title' }, 'Checkpoints', ct.count),
+        ct.deleteButton,
+      ),
       ct.body,
       ct.more,
     ),

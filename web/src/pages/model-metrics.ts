@@ -4,10 +4,18 @@
  * click on a point opens the trajectories behind it.
  */
 import { getAll, type MetricRow, type ModelSummary } from '../api.ts';
-import { lineChart, type Chart, type ChartView } from '../chart.ts';
+import { type Chart, type ChartView, lineChart } from '../chart.ts';
 import { emptyState, field, h, replace, uid } from '../dom.ts';
 import { metricLabel } from '../format.ts';
-import { bandRangeOf, chartableMetrics, DEFAULT_METRICS, metricTable, seriesOf, type MetricTable, type RunTable } from '../metrics.ts';
+import {
+  bandRangeOf,
+  chartableMetrics,
+  DEFAULT_METRICS,
+  type MetricTable,
+  metricTable,
+  type RunTable,
+  seriesOf,
+} from '../metrics.ts';
 import { navigate } from '../router.ts';
 
 export interface MetricsState {
@@ -22,7 +30,8 @@ export interface MetricsSection {
   update(table: MetricTable): void;
 }
 
-export const loadRunMetrics = (modelId: string, signal: AbortSignal) => getAll<MetricRow>(`/v1/dashboard/models/${modelId}/metrics`, { limit: 1000 }, signal);
+export const loadRunMetrics = (modelId: string, signal: AbortSignal) =>
+  getAll<MetricRow>(`/v1/dashboard/models/${modelId}/metrics`, { limit: 1000 }, signal);
 
 /**
  * Where a point's rollouts are: a `train` row at step N was computed from the trajectories sampled from
@@ -33,14 +42,26 @@ export function trajectoryStepOf(split: string, step: number): number {
 }
 
 function controls(state: MetricsState, others: ModelSummary[], onChange: () => void): HTMLElement {
-  const slider = h('input', { type: 'range', min: '0', max: '0.99', step: '0.01', value: String(state.smoothing), id: uid('smoothing') });
+  const slider = h('input', {
+    type: 'range',
+    min: '0',
+    max: '0.99',
+    step: '0.01',
+    value: String(state.smoothing),
+    id: uid('smoothing'),
+  });
   const readout = h('output', { for: slider.id, class: 'mono' }, state.smoothing.toFixed(2));
   slider.addEventListener('input', () => {
     state.smoothing = Number(slider.value);
     readout.textContent = state.smoothing.toFixed(2);
     onChange();
   });
-  const axis = h('select', { id: uid('x-axis') }, h('option', { value: 'step', selected: state.xMode === 'step' }, 'step'), h('option', { value: 'time', selected: state.xMode === 'time' }, 'wall-clock time'));
+  const axis = h(
+    'select',
+    { id: uid('x-axis') },
+    h('option', { value: 'step', selected: state.xMode === 'step' }, 'step'),
+    h('option', { value: 'time', selected: state.xMode === 'time' }, 'wall-clock time'),
+  );
   axis.addEventListener('change', () => {
     state.xMode = axis.value === 'time' ? 'time' : 'step';
     onChange();
@@ -48,7 +69,9 @@ function controls(state: MetricsState, others: ModelSummary[], onChange: () => v
   const compare = h(
     'select',
     { id: uid('compare'), multiple: true, size: String(Math.min(4, Math.max(2, others.length))) },
-    others.map((model) => h('option', { value: model.id, selected: state.compare.includes(model.id) }, `${model.project} / ${model.name}`)),
+    others.map((model) =>
+      h('option', { value: model.id, selected: state.compare.includes(model.id) }, `${model.project} / ${model.name}`),
+    ),
   );
   compare.addEventListener('change', () => {
     state.compare = [...compare.selectedOptions].map((option) => option.value);
@@ -66,7 +89,12 @@ function controls(state: MetricsState, others: ModelSummary[], onChange: () => v
 }
 
 /** The family's chart, made once and updated after: zoom and hover survive new data. */
-function chartFor(charts: Map<string, Chart>, name: string, tables: RunTable[], options: { view: ChartView; syncKey: string; onPick: (key: string, step: number) => void }): Chart {
+function chartFor(
+  charts: Map<string, Chart>,
+  name: string,
+  tables: RunTable[],
+  options: { view: ChartView; syncKey: string; onPick: (key: string, step: number) => void },
+): Chart {
   const series = seriesOf(tables, name);
   const range = bandRangeOf(name, series);
   let chart = charts.get(name);
@@ -116,7 +144,9 @@ function openPoint(mv: MetricsView, seriesKey: string, step: number): void {
 
 function toggle(mv: MetricsView, name: string): void {
   const { state } = mv;
-  state.metrics = state.metrics.includes(name) ? state.metrics.filter((other) => other !== name) : [...state.metrics, name];
+  state.metrics = state.metrics.includes(name)
+    ? state.metrics.filter((other) => other !== name)
+    : [...state.metrics, name];
   if (state.metrics.length === 0) state.metrics = [name];
   mv.onState();
   draw(mv);
@@ -128,30 +158,66 @@ function draw(mv: MetricsView): void {
   const tables = runs(mv);
   const available = chartableMetrics(tables.map((run) => run.table));
   if (state.metrics.length === 0) state.metrics = DEFAULT_METRICS.filter((name) => available.includes(name));
-  replace(mv.picker, available.map((name) => h('button', { type: 'button', class: 'chip', 'aria-pressed': String(state.metrics.includes(name)), 'data-metric': name, onclick: () => toggle(mv, name) }, metricLabel(name))));
+  replace(
+    mv.picker,
+    available.map((name) =>
+      h(
+        'button',
+        {
+          type: 'button',
+          class: 'chip',
+          'aria-pressed': String(state.metrics.includes(name)),
+          'data-metric': name,
+          onclick: () => toggle(mv, name),
+        },
+        metricLabel(name),
+      ),
+    ),
+  );
   const shown = available.filter((name) => state.metrics.includes(name));
   if (shown.length === 0) {
-    replace(mv.grid, emptyState('No metrics yet', h('p', 'Metrics appear here after the first training job or logged split.')));
+    replace(
+      mv.grid,
+      emptyState('No metrics yet', h('p', 'Metrics appear here after the first training job or logged split.')),
+    );
     charts.clear();
     return;
   }
   for (const name of [...charts.keys()]) if (!shown.includes(name)) charts.delete(name);
   const view: ChartView = { xMode: state.xMode, smoothing: state.smoothing };
-  mv.grid.replaceChildren(...shown.map((name) => chartFor(charts, name, tables, { view, syncKey: mv.syncKey, onPick: (key, step) => openPoint(mv, key, step) }).element));
+  mv.grid.replaceChildren(
+    ...shown.map(
+      (name) =>
+        chartFor(charts, name, tables, { view, syncKey: mv.syncKey, onPick: (key, step) => openPoint(mv, key, step) })
+          .element,
+    ),
+  );
 }
 
 async function loadCompared(mv: MetricsView): Promise<void> {
   const missing = mv.state.compare.filter((id) => !mv.compared.has(id));
-  const loaded = await Promise.all(missing.map(async (id) => [id, metricTable(await loadRunMetrics(id, mv.signal))] as const));
+  const loaded = await Promise.all(
+    missing.map(async (id) => [id, metricTable(await loadRunMetrics(id, mv.signal))] as const),
+  );
   for (const [id, table] of loaded) mv.compared.set(id, table);
 }
 
 function changed(mv: MetricsView): void {
   mv.onState();
-  void loadCompared(mv).then(() => draw(mv), () => {});
+  void loadCompared(mv).then(
+    () => draw(mv),
+    () => {},
+  );
 }
 
-export function metricsSection(model: ModelSummary, initial: MetricTable, others: ModelSummary[], state: MetricsState, signal: AbortSignal, onState: () => void): MetricsSection {
+export function metricsSection(
+  model: ModelSummary,
+  initial: MetricTable,
+  others: ModelSummary[],
+  state: MetricsState,
+  signal: AbortSignal,
+  onState: () => void,
+): MetricsSection {
   const mv: MetricsView = {
     model,
     others,
@@ -169,7 +235,11 @@ export function metricsSection(model: ModelSummary, initial: MetricTable, others
     'section',
     { class: 'card', 'aria-labelledby': 'metrics-title' },
     h('h2', { id: 'metrics-title' }, 'Metrics per step'),
-    controls(state, others.filter((entry) => entry.id !== model.id), () => changed(mv)),
+    controls(
+      state,
+      others.filter((entry) => entry.id !== model.id),
+      () => changed(mv),
+    ),
     mv.picker,
     mv.grid,
   );

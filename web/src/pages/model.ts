@@ -2,13 +2,22 @@
  * One model: its numbers at a glance, metric charts per step (pick metrics; reward with its std band),
  * the checkpoints table (delete with confirmation) and its recent jobs.
  */
-import { get, getAll, isActive, query, type JobListItem, type ListPage, type MetricRow, type ModelSummary } from '../api.ts';
+import {
+  get,
+  getAll,
+  isActive,
+  type JobListItem,
+  type ListPage,
+  type MetricRow,
+  type ModelSummary,
+  query,
+} from '../api.ts';
 import { badge, emptyState, errorBox, h, replace, spinner } from '../dom.ts';
 import { absoluteTime, duration, num, relativeTime, shortId } from '../format.ts';
 import { metricTable } from '../metrics.ts';
+import { href, type RouteContext, replaceQuery } from '../router.ts';
 import { checkpointsSection } from './model-checkpoints.ts';
-import { loadRunMetrics, metricsSection, type MetricsState } from './model-metrics.ts';
-import { href, replaceQuery, type RouteContext } from '../router.ts';
+import { loadRunMetrics, type MetricsState, metricsSection } from './model-metrics.ts';
 
 const REFRESH_MS = 2000;
 /** Without a running job, look for new jobs every this many ticks. */
@@ -20,8 +29,19 @@ export function modelHeader(model: ModelSummary, current: 'overview' | 'trajecto
   return h(
     'div',
     { class: 'page-head' },
-    h('nav', { class: 'breadcrumb', 'aria-label': 'Breadcrumb' }, h('a', { href: href('/') }, 'Models'), h('span', { 'aria-hidden': 'true' }, ' / '), `${model.entity} / ${model.project}`),
-    h('div', { class: 'title-row' }, h('h1', model.name), h('a', { href: href('/playground', { model: model.id }), class: 'btn btn-primary' }, 'Chat with it')),
+    h(
+      'nav',
+      { class: 'breadcrumb', 'aria-label': 'Breadcrumb' },
+      h('a', { href: href('/') }, 'Models'),
+      h('span', { 'aria-hidden': 'true' }, ' / '),
+      `${model.entity} / ${model.project}`,
+    ),
+    h(
+      'div',
+      { class: 'title-row' },
+      h('h1', model.name),
+      h('a', { href: href('/playground', { model: model.id }), class: 'btn btn-primary' }, 'Chat with it'),
+    ),
     h(
       'p',
       { class: 'subtitle' },
@@ -44,10 +64,23 @@ export function modelHeader(model: ModelSummary, current: 'overview' | 'trajecto
 }
 
 function statCards(model: ModelSummary): HTMLElement {
-  const card = (label: string, value: HTMLElement | string, hint?: string) => h('div', { class: 'stat' }, h('div', { class: 'stat-label' }, label), h('div', { class: 'stat-value' }, value), hint ? h('div', { class: 'stat-hint' }, hint) : null);
+  const card = (label: string, value: HTMLElement | string, hint?: string) =>
+    h(
+      'div',
+      { class: 'stat' },
+      h('div', { class: 'stat-label' }, label),
+      h('div', { class: 'stat-value' }, value),
+      hint ? h('div', { class: 'stat-hint' }, hint) : null,
+    );
   const reward = (split: string) => {
     const point = model.rewards[split];
-    return point ? card(`${split} reward`, num(point.value), `step ${point.step}${point.std_dev !== null ? ` · σ ${num(point.std_dev, 3)}` : ''}`) : null;
+    return point
+      ? card(
+          `${split} reward`,
+          num(point.value),
+          `step ${point.step}${point.std_dev !== null ? ` · σ ${num(point.std_dev, 3)}` : ''}`,
+        )
+      : null;
   };
   const otherSplits = Object.keys(model.rewards).filter((split) => split !== 'train');
   return h(
@@ -57,7 +90,10 @@ function statCards(model: ModelSummary): HTMLElement {
     card('Checkpoints', String(model.checkpoint_count)),
     reward('train') ?? card('train reward', '—', 'no training yet'),
     otherSplits.map(reward),
-    card('Last job', model.last_job ? h('a', { href: href(`/jobs/${model.last_job.id}`) }, badge(model.last_job.status)) : '—'),
+    card(
+      'Last job',
+      model.last_job ? h('a', { href: href(`/jobs/${model.last_job.id}`) }, badge(model.last_job.status)) : '—',
+    ),
   );
 }
 
@@ -83,17 +119,31 @@ export function jobsTable(jobs: JobListItem[], options: { showModel: boolean }):
       'tbody',
       jobs.map((job) => {
         const total = job.num_sequences;
-        const done = job.status === 'COMPLETED' && total !== null ? total : Math.min(job.completed_steps, total ?? job.completed_steps);
+        const done =
+          job.status === 'COMPLETED' && total !== null
+            ? total
+            : Math.min(job.completed_steps, total ?? job.completed_steps);
         return h(
           'tr',
           { 'data-job': job.id, 'data-status': job.status },
           h('td', badge(job.status)),
-          h('th', { scope: 'row' }, h('a', { href: href(`/jobs/${job.id}`), class: 'mono' }, `${job.type.toUpperCase()} ${shortId(job.id)}`)),
-          options.showModel ? h('td', h('a', { href: href(`/models/${job.model.id}`) }, `${job.model.project} / ${job.model.name}`)) : null,
+          h(
+            'th',
+            { scope: 'row' },
+            h('a', { href: href(`/jobs/${job.id}`), class: 'mono' }, `${job.type.toUpperCase()} ${shortId(job.id)}`),
+          ),
+          options.showModel
+            ? h('td', h('a', { href: href(`/models/${job.model.id}`) }, `${job.model.project} / ${job.model.name}`))
+            : null,
           h(
             'td',
             total
-              ? h('div', { class: 'mini-progress', title: `${done} of ${total} gradient steps` }, h('progress', { max: total, value: done, 'aria-label': `${done} of ${total} gradient steps` }), h('span', { class: 'small muted' }, `${done}/${total}`))
+              ? h(
+                  'div',
+                  { class: 'mini-progress', title: `${done} of ${total} gradient steps` },
+                  h('progress', { max: total, value: done, 'aria-label': `${done} of ${total} gradient steps` }),
+                  h('span', { class: 'small muted' }, `${done}/${total}`),
+                )
               : h('span', { class: 'muted' }, job.status === 'QUEUED' ? 'waiting' : '—'),
           ),
           h('td', { class: 'num' }, num(job.metrics.reward)),
@@ -108,7 +158,12 @@ export function jobsTable(jobs: JobListItem[], options: { showModel: boolean }):
 
 function metricsStateFrom(search: URLSearchParams): MetricsState {
   const list = (name: string) => (search.get(name) ?? '').split(',').filter(Boolean);
-  return { metrics: list('metrics'), compare: list('compare'), smoothing: Math.min(0.99, Math.max(0, Number(search.get('smooth')) || 0)), xMode: search.get('x') === 'time' ? 'time' : 'step' };
+  return {
+    metrics: list('metrics'),
+    compare: list('compare'),
+    smoothing: Math.min(0.99, Math.max(0, Number(search.get('smooth')) || 0)),
+    xMode: search.get('x') === 'time' ? 'time' : 'step',
+  };
 }
 
 /** What the page re-reads while it is open. */
@@ -161,7 +216,12 @@ export async function renderModel({ params, query: search, main, signal }: Route
   let jobs: ListPage<JobListItem>;
   let others: ModelSummary[];
   try {
-    [model, rows, jobs, others] = await Promise.all([get<ModelSummary>(`/v1/dashboard/models/${id}`, signal), loadMetrics(), loadJobs(), getAll<ModelSummary>('/v1/dashboard/models', { limit: 100 }, signal)]);
+    [model, rows, jobs, others] = await Promise.all([
+      get<ModelSummary>(`/v1/dashboard/models/${id}`, signal),
+      loadMetrics(),
+      loadJobs(),
+      getAll<ModelSummary>('/v1/dashboard/models', { limit: 100 }, signal),
+    ]);
   } catch (error) {
     if (signal.aborted) return;
     main.replaceChildren(errorBox(error), h('p', h('a', { href: href('/') }, 'Back to models')));
@@ -170,15 +230,29 @@ export async function renderModel({ params, query: search, main, signal }: Route
   document.title = `${model.name} · agent-trainer`;
   const stats = h('div', statCards(model));
   const metrics = metricsSection(model, metricTable(rows), others, state, signal, () =>
-    replaceQuery({ metrics: state.metrics.join(','), compare: state.compare.join(',') || undefined, smooth: state.smoothing || undefined, x: state.xMode === 'time' ? 'time' : undefined }),
+    replaceQuery({
+      metrics: state.metrics.join(','),
+      compare: state.compare.join(',') || undefined,
+      smooth: state.smoothing || undefined,
+      x: state.xMode === 'time' ? 'time' : undefined,
+    }),
   );
   const jobsBody = h('div', { class: 'table-wrap' });
   const renderJobs = (page: ListPage<JobListItem>) =>
-    replace(jobsBody, page.data.length === 0 ? emptyState('No jobs yet', h('p', 'Submit one with POST /v1/preview/training-jobs.')) : jobsTable(page.data, { showModel: false }));
+    replace(
+      jobsBody,
+      page.data.length === 0
+        ? emptyState('No jobs yet', h('p', 'Submit one with POST /v1/preview/training-jobs.'))
+        : jobsTable(page.data, { showModel: false }),
+    );
   renderJobs(jobs);
 
   const refresh = async () => {
-    const [nextModel, nextRows, nextJobs] = await Promise.all([get<ModelSummary>(`/v1/dashboard/models/${id}`, signal), loadMetrics(), loadJobs()]);
+    const [nextModel, nextRows, nextJobs] = await Promise.all([
+      get<ModelSummary>(`/v1/dashboard/models/${id}`, signal),
+      loadMetrics(),
+      loadJobs(),
+    ]);
     replace(stats, statCards(nextModel));
     metrics.update(metricTable(nextRows));
     renderJobs(nextJobs);
@@ -194,9 +268,18 @@ export async function renderModel({ params, query: search, main, signal }: Route
     h(
       'section',
       { class: 'card', 'aria-labelledby': 'recent-jobs-title' },
-      h('div', { class: 'section-head' }, h('h2', { id: 'recent-jobs-title' }, 'Recent jobs'), h('a', { href: href('/jobs', { model: model.id }) }, 'All jobs of this model →')),
+      h(
+        'div',
+        { class: 'section-head' },
+        h('h2', { id: 'recent-jobs-title' }, 'Recent jobs'),
+        h('a', { href: href('/jobs', { model: model.id }) }, 'All jobs of this model →'),
+      ),
       jobsBody,
     ),
   );
-  return pollWhileActive(jobs.data.some((job) => isActive(job.status)), signal, { refresh, loadJobs, renderJobs, reloadCheckpoints: () => checkpoints.reload() });
+  return pollWhileActive(
+    jobs.data.some((job) => isActive(job.status)),
+    signal,
+    { refresh, loadJobs, renderJobs, reloadCheckpoints: () => checkpoints.reload() },
+  );
 }

@@ -1,14 +1,16 @@
 /** The models of every entity the key may act for, grouped by entity and project. */
-import { get, query, type ListPage, type ModelSummary } from '../api.ts';
+import { get, type ListPage, type ModelSummary, query } from '../api.ts';
 import { badge, emptyState, errorBox, h, spinner } from '../dom.ts';
-import { num, relativeTime, absoluteTime } from '../format.ts';
+import { absoluteTime, num, relativeTime } from '../format.ts';
 import { href, type RouteContext } from '../router.ts';
 
 const PAGE_SIZE = 100;
 
 /** The newest reward of each split (train first), with its spread and step. */
 export function rewardCell(model: ModelSummary): HTMLElement {
-  const splits = Object.keys(model.rewards).sort((a, b) => (a === 'train' ? -1 : b === 'train' ? 1 : a.localeCompare(b)));
+  const splits = Object.keys(model.rewards).sort((a, b) =>
+    a === 'train' ? -1 : b === 'train' ? 1 : a.localeCompare(b),
+  );
   if (splits.length === 0) return h('span', { class: 'muted' }, '—');
   return h(
     'span',
@@ -57,9 +59,18 @@ function projectTable(models: ModelSummary[]): HTMLElement {
           h('td', { class: 'num' }, model.latest_step ?? '—'),
           h('td', { class: 'num' }, model.checkpoint_count),
           h('td', rewardCell(model)),
-          h('td', model.last_job ? h('a', { href: href(`/jobs/${model.last_job.id}`), class: 'badge-link' }, badge(model.last_job.status)) : h('span', { class: 'muted' }, '—')),
+          h(
+            'td',
+            model.last_job
+              ? h('a', { href: href(`/jobs/${model.last_job.id}`), class: 'badge-link' }, badge(model.last_job.status))
+              : h('span', { class: 'muted' }, '—'),
+          ),
           h('td', { title: absoluteTime(model.created_at) }, relativeTime(model.created_at)),
-          h('td', { class: 'actions' }, h('a', { href: href('/playground', { model: model.id }), class: 'btn btn-small' }, 'Chat')),
+          h(
+            'td',
+            { class: 'actions' },
+            h('a', { href: href('/playground', { model: model.id }), class: 'btn btn-small' }, 'Chat'),
+          ),
         ),
       ),
     ),
@@ -81,7 +92,11 @@ export async function renderModels({ main, signal }: RouteContext): Promise<void
         emptyState(
           'No models yet',
           h('p', 'Create one through the API, then sample with chat completions and train it:'),
-          h('pre', { class: 'code' }, `curl -s $URL/v1/preview/models -H "Authorization: Bearer $KEY" \\\n  -H 'content-type: application/json' \\\n  -d '{"project": "demo", "name": "agent-1", "base_model": "builtin/tiny-chat"}'`),
+          h(
+            'pre',
+            { class: 'code' },
+            `curl -s $URL/v1/preview/models -H "Authorization: Bearer $KEY" \\\n  -H 'content-type: application/json' \\\n  -d '{"project": "demo", "name": "agent-1", "base_model": "builtin/tiny-chat"}'`,
+          ),
         ),
       );
       return;
@@ -97,7 +112,14 @@ export async function renderModels({ main, signal }: RouteContext): Promise<void
         h(
           'section',
           { class: 'card project', 'aria-label': `Project ${project}` },
-          h('h2', { class: 'project-title' }, h('span', { class: 'muted' }, `${entity} /`), ' ', project, h('span', { class: 'count' }, `${members.length} model${members.length === 1 ? '' : 's'}`)),
+          h(
+            'h2',
+            { class: 'project-title' },
+            h('span', { class: 'muted' }, `${entity} /`),
+            ' ',
+            project,
+            h('span', { class: 'count' }, `${members.length} model${members.length === 1 ? '' : 's'}`),
+          ),
           h('div', { class: 'table-wrap' }, projectTable(members)),
         ),
       );
@@ -107,7 +129,10 @@ export async function renderModels({ main, signal }: RouteContext): Promise<void
 
   const load = async () => {
     try {
-      const page = await get<ListPage<ModelSummary>>(`/v1/dashboard/models${query({ limit: PAGE_SIZE, after })}`, signal);
+      const page = await get<ListPage<ModelSummary>>(
+        `/v1/dashboard/models${query({ limit: PAGE_SIZE, after })}`,
+        signal,
+      );
       models.push(...page.data);
       after = page.last_id || after;
       more.hidden = !page.has_more;

@@ -43,7 +43,11 @@ export function replyView(): ReplyView {
   return {
     reasoningBox,
     reasoning: h('details', { class: 'reasoning', open: true, hidden: true }, h('summary', 'Reasoning'), reasoningBox),
-    tokens: h('div', { class: 'reply-tokens text', tabindex: '0', 'aria-label': 'Reply; use the arrow keys to read token logprobs' }),
+    tokens: h('div', {
+      class: 'reply-tokens text',
+      tabindex: '0',
+      'aria-label': 'Reply; use the arrow keys to read token logprobs',
+    }),
     tools: h('div', { class: 'reply-tools' }),
     footer: h('footer', { class: 'msg-foot muted small' }, 'waiting for the first token…'),
   };
@@ -56,7 +60,11 @@ export function newStreamState(): StreamState {
 function appendContent(state: StreamState, view: ReplyView, log: HTMLElement, choice: Choice, content: string): void {
   state.firstTokenAt ??= performance.now();
   const entries = choice.logprobs?.content ?? [];
-  const piece: TokenPiece = h('span', { class: `tok ${entries.length > 0 ? surpriseClass(Math.min(...entries.map((entry) => entry.logprob))) : ''}` }, content);
+  const piece: TokenPiece = h(
+    'span',
+    { class: `tok ${entries.length > 0 ? surpriseClass(Math.min(...entries.map((entry) => entry.logprob))) : ''}` },
+    content,
+  );
   piece.logprobs = entries;
   view.tokens.append(piece);
   state.content += content;
@@ -115,7 +123,13 @@ async function readEvents(reader: ReadableStreamDefaultReader<string>, onData: (
 }
 
 /** Posts the chat request and streams its reply into the view until the stream ends (or `signal` stops it). */
-export async function streamReply(state: StreamState, body: unknown, view: ReplyView, log: HTMLElement, signal: AbortSignal): Promise<void> {
+export async function streamReply(
+  state: StreamState,
+  body: unknown,
+  view: ReplyView,
+  log: HTMLElement,
+  signal: AbortSignal,
+): Promise<void> {
   const response = await fetch('/v1/chat/completions', {
     method: 'POST',
     headers: { ...authHeaders(), 'content-type': 'application/json', accept: 'text/event-stream' },
@@ -132,7 +146,17 @@ export function showFinished(state: StreamState, view: ReplyView): void {
   replace(
     view.tools,
     state.calls.map((call) =>
-      h('div', { class: 'tool-call' }, h('div', { class: 'tool-call-head' }, h('span', { class: 'pill pill-tool' }, 'tool call'), h('code', { class: 'tool-name' }, call.name)), h('pre', { class: 'code' }, call.arguments)),
+      h(
+        'div',
+        { class: 'tool-call' },
+        h(
+          'div',
+          { class: 'tool-call-head' },
+          h('span', { class: 'pill pill-tool' }, 'tool call'),
+          h('code', { class: 'tool-name' }, call.name),
+        ),
+        h('pre', { class: 'code' }, call.arguments),
+      ),
     ),
   );
   const seconds = (performance.now() - state.started) / 1000;

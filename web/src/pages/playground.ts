@@ -5,10 +5,10 @@
  */
 import type { ChatLogprob } from '../../../src/api/chat.ts';
 import { servedModelName } from '../../../src/api/model-name.ts';
-import { get, getAll, type Checkpoint, type ListPage, type ModelSummary, type Overview } from '../api.ts';
+import { type Checkpoint, get, getAll, type ListPage, type ModelSummary, type Overview } from '../api.ts';
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
-import { replaceQuery, type RouteContext } from '../router.ts';
+import { type RouteContext, replaceQuery } from '../router.ts';
 import { newStreamState, replyView, showFinished, streamReply, type TokenPiece } from './playground-reply.ts';
 
 interface Turn {
@@ -56,12 +56,28 @@ function tokenTip(entries: ChatLogprob[]): HTMLElement {
       h(
         'div',
         { class: 'tip-token' },
-        h('div', { class: 'tip-head' }, h('code', visible(entry.token)), h('span', ` logprob ${num(entry.logprob, 4)} · p ${(Math.exp(entry.logprob) * 100).toFixed(1)}%`)),
+        h(
+          'div',
+          { class: 'tip-head' },
+          h('code', visible(entry.token)),
+          h('span', ` logprob ${num(entry.logprob, 4)} · p ${(Math.exp(entry.logprob) * 100).toFixed(1)}%`),
+        ),
         entry.top_logprobs && entry.top_logprobs.length > 0
           ? h(
               'table',
               { class: 'tip-table' },
-              h('tbody', entry.top_logprobs.map((top) => h('tr', { class: top.token === entry.token ? 'chosen' : undefined }, h('td', h('code', visible(top.token))), h('td', { class: 'num' }, num(top.logprob, 4)), h('td', { class: 'num' }, `${(Math.exp(top.logprob) * 100).toFixed(1)}%`)))),
+              h(
+                'tbody',
+                entry.top_logprobs.map((top) =>
+                  h(
+                    'tr',
+                    { class: top.token === entry.token ? 'chosen' : undefined },
+                    h('td', h('code', visible(top.token))),
+                    h('td', { class: 'num' }, num(top.logprob, 4)),
+                    h('td', { class: 'num' }, `${(Math.exp(top.logprob) * 100).toFixed(1)}%`),
+                  ),
+                ),
+              ),
             )
           : null,
       ),
@@ -73,10 +89,24 @@ function createPlayground(overview: Overview, models: ModelSummary[], signal: Ab
   const modelSelect = h(
     'select',
     { id: 'pg-model' },
-    models.length > 0 ? h('optgroup', { label: 'Your models' }, models.map((model) => h('option', { value: `model:${model.id}` }, `${model.project} / ${model.name}`))) : null,
-    h('optgroup', { label: 'Base models' }, overview.base_models.map((base) => h('option', { value: `base:${base}` }, base))),
+    models.length > 0
+      ? h(
+          'optgroup',
+          { label: 'Your models' },
+          models.map((model) => h('option', { value: `model:${model.id}` }, `${model.project} / ${model.name}`)),
+        )
+      : null,
+    h(
+      'optgroup',
+      { label: 'Base models' },
+      overview.base_models.map((base) => h('option', { value: `base:${base}` }, base)),
+    ),
   );
-  const input = h('textarea', { id: 'pg-input', rows: 3, placeholder: 'Message… (Enter sends, Shift+Enter adds a line)' });
+  const input = h('textarea', {
+    id: 'pg-input',
+    rows: 3,
+    placeholder: 'Message… (Enter sends, Shift+Enter adds a line)',
+  });
   const send = h('button', { class: 'btn btn-primary', type: 'submit' }, 'Send');
   const stop = h('button', { class: 'btn', type: 'button', hidden: true }, 'Stop');
   return {
@@ -85,10 +115,31 @@ function createPlayground(overview: Overview, models: ModelSummary[], signal: Ab
     signal,
     modelSelect,
     stepSelect: h('select', { id: 'pg-step' }),
-    temperature: h('input', { id: 'pg-temperature', type: 'range', min: 0, max: 2, step: 0.05, value: DEFAULTS.temperature }),
+    temperature: h('input', {
+      id: 'pg-temperature',
+      type: 'range',
+      min: 0,
+      max: 2,
+      step: 0.05,
+      value: DEFAULTS.temperature,
+    }),
     temperatureValue: h('output', { for: 'pg-temperature', class: 'range-value' }, String(DEFAULTS.temperature)),
-    maxTokens: h('input', { id: 'pg-max-tokens', type: 'number', min: 1, max: 32768, step: 1, value: DEFAULTS.maxTokens }),
-    topLogprobs: h('input', { id: 'pg-top-logprobs', type: 'number', min: 0, max: 20, step: 1, value: DEFAULTS.topLogprobs }),
+    maxTokens: h('input', {
+      id: 'pg-max-tokens',
+      type: 'number',
+      min: 1,
+      max: 32768,
+      step: 1,
+      value: DEFAULTS.maxTokens,
+    }),
+    topLogprobs: h('input', {
+      id: 'pg-top-logprobs',
+      type: 'number',
+      min: 0,
+      max: 20,
+      step: 1,
+      value: DEFAULTS.topLogprobs,
+    }),
     colour: h('input', { id: 'pg-colour', type: 'checkbox', checked: true }),
     system: h('textarea', { id: 'pg-system', rows: 3, placeholder: 'Optional system prompt' }),
     clearButton: h('button', { class: 'btn', type: 'button' }, 'New conversation'),
@@ -96,7 +147,12 @@ function createPlayground(overview: Overview, models: ModelSummary[], signal: Ab
     input,
     send,
     stop,
-    form: h('form', { class: 'composer' }, field('Message', input), h('div', { class: 'composer-actions' }, stop, send)),
+    form: h(
+      'form',
+      { class: 'composer' },
+      field('Message', input),
+      h('div', { class: 'composer-actions' }, stop, send),
+    ),
     announcer: h('p', { class: 'sr-only', role: 'status', 'aria-live': 'polite' }),
     tip: h('div', { class: 'token-tip', hidden: true, role: 'tooltip', id: 'token-tip' }),
     history: [],
@@ -116,7 +172,9 @@ function selectFromUrl(pg: Playground, search: URLSearchParams): void {
 
 function selectedModel(pg: Playground): { model: ModelSummary; base: null } | { model: null; base: string } {
   const [kind, value] = pg.modelSelect.value.split(/:(.*)/s);
-  return kind === 'model' ? { model: pg.models.find((candidate) => candidate.id === value)!, base: null } : { model: null, base: value };
+  return kind === 'model'
+    ? { model: pg.models.find((candidate) => candidate.id === value)!, base: null }
+    : { model: null, base: value };
 }
 
 async function fillSteps(pg: Playground): Promise<void> {
@@ -129,8 +187,13 @@ async function fillSteps(pg: Playground): Promise<void> {
   }
   replace(pg.stepSelect, h('option', { value: '' }, 'latest'));
   try {
-    const page = await get<ListPage<Checkpoint>>(`/v1/preview/models/${model.id}/checkpoints?order=desc&limit=100`, pg.signal);
-    pg.stepSelect.append(...page.data.map((checkpoint) => h('option', { value: String(checkpoint.step) }, `step ${checkpoint.step}`)));
+    const page = await get<ListPage<Checkpoint>>(
+      `/v1/preview/models/${model.id}/checkpoints?order=desc&limit=100`,
+      pg.signal,
+    );
+    pg.stepSelect.append(
+      ...page.data.map((checkpoint) => h('option', { value: String(checkpoint.step) }, `step ${checkpoint.step}`)),
+    );
   } catch {
     // "latest" still works without the list.
   }
@@ -143,7 +206,12 @@ async function fillSteps(pg: Playground): Promise<void> {
 function modelName(pg: Playground): string {
   const { model, base } = selectedModel(pg);
   if (!model) return base!;
-  return servedModelName({ entity: model.entity, project: model.project, name: model.name, step: pg.stepSelect.value ? Number(pg.stepSelect.value) : null });
+  return servedModelName({
+    entity: model.entity,
+    project: model.project,
+    name: model.name,
+    step: pg.stepSelect.value ? Number(pg.stepSelect.value) : null,
+  });
 }
 
 function showTip(pg: Playground, target: TokenPiece): void {
@@ -175,16 +243,32 @@ function onReplyKey(pg: Playground, event: KeyboardEvent): void {
   }
   const tokens = [...reply.querySelectorAll<HTMLElement>('.tok')];
   const at = tokens.findIndex((token) => token.classList.contains('active'));
-  const next = tokens[Math.max(0, Math.min(tokens.length - 1, at === -1 ? 0 : at + (event.key === 'ArrowRight' ? 1 : -1)))];
+  const next =
+    tokens[Math.max(0, Math.min(tokens.length - 1, at === -1 ? 0 : at + (event.key === 'ArrowRight' ? 1 : -1)))];
   if (next) showTip(pg, next);
 }
 
 function bubble(role: string, ...children: (Node | string)[]): HTMLElement {
-  return h('article', { class: `msg msg-${role}`, 'data-role': role }, h('header', { class: 'msg-head' }, h('span', { class: 'role' }, role)), ...children);
+  return h(
+    'article',
+    { class: `msg msg-${role}`, 'data-role': role },
+    h('header', { class: 'msg-head' }, h('span', { class: 'role' }, role)),
+    ...children,
+  );
 }
 
 function renderEmpty(pg: Playground): void {
-  replace(pg.log, emptyState('Say something', h('p', 'Replies stream in token by token. Hover a piece of the reply (or focus it and use ← →) to see its logprob and the alternatives.')), pg.tip);
+  replace(
+    pg.log,
+    emptyState(
+      'Say something',
+      h(
+        'p',
+        'Replies stream in token by token. Hover a piece of the reply (or focus it and use ← →) to see its logprob and the alternatives.',
+      ),
+    ),
+    pg.tip,
+  );
 }
 
 function chatBody(pg: Playground, name: string) {
@@ -210,7 +294,16 @@ async function submit(pg: Playground): Promise<void> {
   pg.log.append(bubble('user', h('div', { class: 'text' }, text)));
   const view = replyView();
   const name = modelName(pg);
-  pg.log.append(bubble('assistant', h('div', { class: 'muted small model-name' }, name), view.reasoning, view.tokens, view.tools, view.footer));
+  pg.log.append(
+    bubble(
+      'assistant',
+      h('div', { class: 'muted small model-name' }, name),
+      view.reasoning,
+      view.tokens,
+      view.tools,
+      view.footer,
+    ),
+  );
   pg.log.setAttribute('aria-busy', 'true');
   pg.log.scrollTop = pg.log.scrollHeight;
 
@@ -286,10 +379,20 @@ function layout(pg: Playground): HTMLElement {
       { class: 'card settings', 'aria-label': 'Settings' },
       field('Model', pg.modelSelect),
       field('Checkpoint', pg.stepSelect),
-      h('div', { class: 'field' }, h('label', { for: 'pg-temperature' }, 'Temperature ', pg.temperatureValue), pg.temperature),
+      h(
+        'div',
+        { class: 'field' },
+        h('label', { for: 'pg-temperature' }, 'Temperature ', pg.temperatureValue),
+        pg.temperature,
+      ),
       field('Max tokens', pg.maxTokens),
       field('Top logprobs', pg.topLogprobs, 'Alternatives shown per token (0–20)'),
-      h('div', { class: 'field field-inline' }, pg.colour, h('label', { for: 'pg-colour' }, 'Colour tokens by probability')),
+      h(
+        'div',
+        { class: 'field field-inline' },
+        pg.colour,
+        h('label', { for: 'pg-colour' }, 'Colour tokens by probability'),
+      ),
       field('System prompt', pg.system),
       pg.clearButton,
     ),
@@ -303,7 +406,10 @@ export async function renderPlayground({ query: search, main, signal }: RouteCon
   let overview: Overview;
   let models: ModelSummary[];
   try {
-    [overview, models] = await Promise.all([get<Overview>('/v1/dashboard/overview', signal), getAll<ModelSummary>('/v1/dashboard/models', { limit: 500 }, signal)]);
+    [overview, models] = await Promise.all([
+      get<Overview>('/v1/dashboard/overview', signal),
+      getAll<ModelSummary>('/v1/dashboard/models', { limit: 500 }, signal),
+    ]);
   } catch (error) {
     if (!signal.aborted) main.replaceChildren(errorBox(error));
     return;
@@ -311,7 +417,15 @@ export async function renderPlayground({ query: search, main, signal }: RouteCon
   const pg = createPlayground(overview, models, signal);
   selectFromUrl(pg, search);
   wireControls(pg);
-  main.replaceChildren(h('div', { class: 'page-head' }, h('h1', 'Playground'), h('p', { class: 'subtitle' }, 'Chat with any checkpoint through streaming chat completions.')), layout(pg));
+  main.replaceChildren(
+    h(
+      'div',
+      { class: 'page-head' },
+      h('h1', 'Playground'),
+      h('p', { class: 'subtitle' }, 'Chat with any checkpoint through streaming chat completions.'),
+    ),
+    layout(pg),
+  );
   renderEmpty(pg);
   await fillSteps(pg);
   pg.input.focus();

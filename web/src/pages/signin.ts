@@ -50,7 +50,11 @@ export function renderSignIn(main: HTMLElement, signIn: (key: string) => Promise
       'section',
       { class: 'signin card' },
       h('h1', 'Sign in'),
-      h('p', { class: 'lead' }, 'Models, reward curves, trajectories, training jobs and a chat playground for this server.'),
+      h(
+        'p',
+        { class: 'lead' },
+        'Models, reward curves, trajectories, training jobs and a chat playground for this server.',
+      ),
       form,
     ),
   );

@@ -2,10 +2,18 @@
  * Trajectories of a model by split and step: a cursor-paginated list (each page an index seek, so it stays
  * fast with 100 000 stored) beside the selected trajectory. ↑/↓ move through the list.
  */
-import { get, query, type ListPage, type ModelSummary, type TrajectoryDetail, type TrajectorySteps, type TrajectorySummary } from '../api.ts';
+import {
+  get,
+  type ListPage,
+  type ModelSummary,
+  query,
+  type TrajectoryDetail,
+  type TrajectorySteps,
+  type TrajectorySummary,
+} from '../api.ts';
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
-import { replaceQuery, type RouteContext } from '../router.ts';
+import { type RouteContext, replaceQuery } from '../router.ts';
 import { trajectoryView } from '../trajectory-view.ts';
 import { advantages } from './groups.ts';
 import { modelHeader } from './model.ts';
@@ -39,12 +47,13 @@ function stepsOf(tb: Pick<Browser, 'index'>, split: string) {
 function initialState(index: TrajectorySteps, search: URLSearchParams): Browser['state'] {
   const state = {
     split: search.get('split') ?? (index.splits.find((entry) => entry.split === 'train') ?? index.splits[0]).split,
-    step: search.has('step') ? Number(search.get('step')) : undefined as number | undefined,
+    step: search.has('step') ? Number(search.get('step')) : (undefined as number | undefined),
     after: search.get('after') ?? undefined,
     selected: search.get('t') ?? undefined,
   };
   if (!index.splits.some((entry) => entry.split === state.split)) state.split = index.splits[0].split;
-  if (state.step === undefined || !stepsOf({ index }, state.split).some((entry) => entry.step === state.step)) state.step = stepsOf({ index }, state.split).at(-1)?.step;
+  if (state.step === undefined || !stepsOf({ index }, state.split).some((entry) => entry.step === state.step))
+    state.step = stepsOf({ index }, state.split).at(-1)?.step;
   return state;
 }
 
@@ -59,7 +68,13 @@ function createBrowser(modelId: string, index: TrajectorySteps, search: URLSearc
     splitSelect: h(
       'select',
       { id: 'split-select' },
-      index.splits.map((entry) => h('option', { value: entry.split, selected: entry.split === state.split }, `${entry.split} (${entry.count.toLocaleString('en-US')})`)),
+      index.splits.map((entry) =>
+        h(
+          'option',
+          { value: entry.split, selected: entry.split === state.split },
+          `${entry.split} (${entry.count.toLocaleString('en-US')})`,
+        ),
+      ),
     ),
     stepSelect: h('select', { id: 'step-select' }),
     prev: h('button', { class: 'btn', type: 'button' }, '← Previous'),
@@ -75,7 +90,15 @@ function createBrowser(modelId: string, index: TrajectorySteps, search: URLSearc
 function fillSteps(tb: Browser): void {
   replace(
     tb.stepSelect,
-    [...stepsOf(tb, tb.state.split)].reverse().map((entry) => h('option', { value: String(entry.step), selected: entry.step === tb.state.step }, `step ${entry.step} (${entry.count.toLocaleString('en-US')})`)),
+    [...stepsOf(tb, tb.state.split)]
+      .reverse()
+      .map((entry) =>
+        h(
+          'option',
+          { value: String(entry.step), selected: entry.step === tb.state.step },
+          `step ${entry.step} (${entry.count.toLocaleString('en-US')})`,
+        ),
+      ),
   );
 }
 
@@ -95,14 +118,18 @@ function advantageOf(tb: Browser, trajectoryId: string): number | null {
 async function showDetail(tb: Browser, trajectoryId: string): Promise<void> {
   tb.state.selected = trajectoryId;
   syncUrl(tb);
-  for (const button of tb.list.querySelectorAll<HTMLButtonElement>('button[data-id]')) button.setAttribute('aria-current', String(button.dataset.id === trajectoryId));
+  for (const button of tb.list.querySelectorAll<HTMLButtonElement>('button[data-id]'))
+    button.setAttribute('aria-current', String(button.dataset.id === trajectoryId));
   tb.detailController?.abort();
   const controller = new AbortController();
   tb.detailController = controller;
   tb.signal.addEventListener('abort', () => controller.abort());
   replace(tb.detail, spinner('Loading trajectory…'));
   try {
-    const trajectory = await get<TrajectoryDetail>(`/v1/dashboard/models/${tb.modelId}/trajectories/${trajectoryId}`, controller.signal);
+    const trajectory = await get<TrajectoryDetail>(
+      `/v1/dashboard/models/${tb.modelId}/trajectories/${trajectoryId}`,
+      controller.signal,
+    );
     replace(tb.detail, trajectoryView(trajectory, advantageOf(tb, trajectory.id)));
   } catch (error) {
     if (!controller.signal.aborted) replace(tb.detail, errorBox(error));
@@ -133,7 +160,13 @@ function listItem(tb: Browser, item: TrajectorySummary): HTMLElement {
         'span',
         { class: 'item-tags' },
         `${item.num_messages} msgs`,
-        item.num_tool_calls ? h('span', { class: 'pill pill-tool' }, `${item.num_tool_calls} tool call${item.num_tool_calls === 1 ? '' : 's'}`) : null,
+        item.num_tool_calls
+          ? h(
+              'span',
+              { class: 'pill pill-tool' },
+              `${item.num_tool_calls} tool call${item.num_tool_calls === 1 ? '' : 's'}`,
+            )
+          : null,
         item.has_reasoning ? h('span', { class: 'pill' }, 'reasoning') : null,
       ),
     ),
@@ -146,14 +179,20 @@ function renderList(tb: Browser): void {
     replace(tb.list, h('li', { class: 'muted' }, 'No trajectories on this page.'));
     return;
   }
-  replace(tb.list, page.data.map((item) => listItem(tb, item)));
+  replace(
+    tb.list,
+    page.data.map((item) => listItem(tb, item)),
+  );
 }
 
 function showPageInfo(tb: Browser, page: ListPage<TrajectorySummary>): void {
   const { state, previous } = tb;
   const total = stepsOf(tb, state.split).find((entry) => entry.step === state.step)?.count ?? 0;
   const start = previous.length * PAGE_SIZE + 1;
-  tb.pageInfo.textContent = page.data.length === 0 ? 'No trajectories' : `${state.after && previous.length === 0 ? 'From' : ''} ${start.toLocaleString('en-US')}–${(start + page.data.length - 1).toLocaleString('en-US')} of ${total.toLocaleString('en-US')}`.trim();
+  tb.pageInfo.textContent =
+    page.data.length === 0
+      ? 'No trajectories'
+      : `${state.after && previous.length === 0 ? 'From' : ''} ${start.toLocaleString('en-US')}–${(start + page.data.length - 1).toLocaleString('en-US')} of ${total.toLocaleString('en-US')}`.trim();
   tb.prev.disabled = !state.after;
   tb.next.disabled = !page.has_more;
 }
@@ -164,7 +203,10 @@ async function load(tb: Browser): Promise<void> {
   replace(tb.list, h('li', spinner()));
   let page: ListPage<TrajectorySummary>;
   try {
-    page = await get<ListPage<TrajectorySummary>>(`/v1/dashboard/models/${tb.modelId}/trajectories${query({ split: state.split, step: state.step, after: state.after, limit: PAGE_SIZE })}`, signal);
+    page = await get<ListPage<TrajectorySummary>>(
+      `/v1/dashboard/models/${tb.modelId}/trajectories${query({ split: state.split, step: state.step, after: state.after, limit: PAGE_SIZE })}`,
+      signal,
+    );
     tb.page = page;
   } catch (error) {
     if (!signal.aborted) replace(tb.list, h('li', errorBox(error)));
@@ -173,7 +215,8 @@ async function load(tb: Browser): Promise<void> {
   showPageInfo(tb, page);
   renderList(tb);
   syncUrl(tb);
-  const selected = state.selected && page.data.some((item) => item.id === state.selected) ? state.selected : page.data[0]?.id;
+  const selected =
+    state.selected && page.data.some((item) => item.id === state.selected) ? state.selected : page.data[0]?.id;
   if (selected) await showDetail(tb, selected);
   else replace(tb.detail, emptyState('Nothing selected'));
 }
@@ -229,7 +272,10 @@ export async function renderTrajectories({ params, query: search, main, signal }
   let model: ModelSummary;
   let index: TrajectorySteps;
   try {
-    [model, index] = await Promise.all([get<ModelSummary>(`/v1/dashboard/models/${id}`, signal), get<TrajectorySteps>(`/v1/dashboard/models/${id}/trajectory-steps`, signal)]);
+    [model, index] = await Promise.all([
+      get<ModelSummary>(`/v1/dashboard/models/${id}`, signal),
+      get<TrajectorySteps>(`/v1/dashboard/models/${id}/trajectory-steps`, signal),
+    ]);
   } catch (error) {
     if (!signal.aborted) main.replaceChildren(errorBox(error));
     return;
@@ -239,7 +285,17 @@ export async function renderTrajectories({ params, query: search, main, signal }
   if (index.splits.length === 0) {
     main.replaceChildren(
       head,
-      h('section', { class: 'card' }, emptyState('No trajectories yet', h('p', 'Trained trajectories are kept per step (split "train"); logged ones under their split (POST /v1/preview/models/{id}/log).'))),
+      h(
+        'section',
+        { class: 'card' },
+        emptyState(
+          'No trajectories yet',
+          h(
+            'p',
+            'Trained trajectories are kept per step (split "train"); logged ones under their split (POST /v1/preview/models/{id}/log).',
+          ),
+        ),
+      ),
     );
     return;
   }
@@ -248,8 +304,19 @@ export async function renderTrajectories({ params, query: search, main, signal }
   wireControls(tb);
   main.replaceChildren(
     head,
-    h('div', { class: 'toolbar card' }, field('Split', tb.splitSelect), field('Step', tb.stepSelect), h('div', { class: 'pager' }, tb.pageInfo, tb.prev, tb.next)),
-    h('div', { class: 'browser' }, h('nav', { class: 'card list-pane', 'aria-label': 'Trajectory list' }, tb.list), tb.detail),
+    h(
+      'div',
+      { class: 'toolbar card' },
+      field('Split', tb.splitSelect),
+      field('Step', tb.stepSelect),
+      h('div', { class: 'pager' }, tb.pageInfo, tb.prev, tb.next),
+    ),
+    h(
+      'div',
+      { class: 'browser' },
+      h('nav', { class: 'card list-pane', 'aria-label': 'Trajectory list' }, tb.list),
+      tb.detail,
+    ),
   );
   await load(tb);
 }
