@@ -8,7 +8,7 @@ import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { newId } from '../src/ids.ts';
 import { ModelRepository } from '../src/store/model-repository.ts';
-import { startTestApp, type TestApp } from './helpers/app.ts';
+import { registeredRoutes, startTestApp, type TestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
 import { multipartBody } from './helpers/multipart.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
@@ -193,6 +193,35 @@ for (const backend of backends()) {
         headers: { ...headers, authorization: `Bearer ${t.key}` },
       });
       assert.equal(fine.statusCode, 200, fine.body);
+    });
+
+    test('every authenticated route answers a caller without a key 401 before it reads the body', async () => {
+      // Routes open without a key: health, the API description, the dashboard's files, signed URLs (their own 403).
+      const open =
+        /^(GET \/(|index\.html|favicon\.svg|assets\/.*|docs.*|openapi\.json|metrics|v1\/health|v1\/system-check|api\/v1\/healthz|api\/v1\/checkpoint_archives\/.*)|PUT \/wandb\/uploads\/.*|POST \/sdk\/otel\/.*)$/;
+      const routes = (await registeredRoutes()).filter((route) => !open.test(route));
+      assert.ok(routes.length > 60, `${routes.length} routes`);
+      const bodies = [
+        { payload: '{"not json', type: 'application/json' },
+        { payload: 'plain text', type: 'text/plain' },
+        { payload: '{"model_id": 5, "unknown": [1, 2]}', type: 'application/json' },
+      ];
+      const wrong: string[] = [];
+      for (const route of routes) {
+        const [method, template] = route.split(' ');
+        const url = template.replace(/:[a-z_A-Z]+/g, 'x').replace('*', 'x');
+        for (const body of bodies) {
+          const hasBody = method !== 'GET';
+          const response = await t.app.inject({
+            method: method as 'POST',
+            url,
+            ...(hasBody ? { payload: body.payload, headers: { 'content-type': body.type } } : {}),
+          });
+          if (response.statusCode !== 401)
+            wrong.push(`${route} (${body.type}): ${response.statusCode} ${response.body.slice(0, 120)}`);
+        }
+      }
+      assert.deepEqual(wrong, []);
     });
 
     test('framework refusals answer in the catalogue shapes; 404s do not echo long input', async () => {

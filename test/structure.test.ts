@@ -2,7 +2,10 @@
  * The code's shape, checked rather than hoped for: src/ has no import cycle (between files, or between its
  * top-level folders and root files, so that e.g. services never import jobs while jobs use services), and no function in
  * src/, web/src or engine/ is longer than the hard limit. The five longest functions are printed either way,
- * so the next split is easy to pick.
+ * so the next split is easy to pick. Two patterns that turned request input into a 500 are refused by construction:
+ * spreading an array into a call's arguments (`push(...tokens)`, `Math.max(...values)`: every item becomes a stack
+ * slot, and ~130,000 of them overflow the stack) and `timingSafeEqual` outside src/signing.ts (it throws on buffers of
+ * different byte lengths).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -181,7 +184,37 @@ print(json.dumps(found))
   return JSON.parse(execFileSync(python, ['-c', script, ...files], { cwd: ROOT, encoding: 'utf8' }));
 }
 
+/** `file:line` of every call or `new` in a TypeScript file that spreads an argument (`f(...items)`). */
+function spreadArguments(file: string): string[] {
+  const source = parse(file);
+  const found: string[] = [];
+  const visit = (node: ts.Node): void => {
+    if ((ts.isCallExpression(node) || ts.isNewExpression(node)) && node.arguments?.some(ts.isSpreadElement)) {
+      found.push(
+        `${path.relative(ROOT, file)}:${source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1}`,
+      );
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found;
+}
+
 describe('code structure', () => {
+  const serverAndDashboard = () => [SRC, path.join(ROOT, 'web/src')].flatMap((dir) => filesUnder(dir, ['.ts', '.tsx']));
+
+  test('no call in src/ or web/src spreads an array into its arguments (loop, concat or reduce instead)', () => {
+    assert.deepEqual(serverAndDashboard().flatMap(spreadArguments), []);
+  });
+
+  test('MACs are compared only in src/signing.ts, where both sides are hashed to equal lengths first', () => {
+    const users = filesUnder(SRC, ['.ts']).filter((file) => readFileSync(file, 'utf8').includes('timingSafeEqual'));
+    assert.deepEqual(
+      users.map((file) => path.relative(ROOT, file)),
+      ['src/signing.ts'],
+    );
+  });
+
   test('src/ has no import cycle between files', () => {
     assert.deepEqual(cycles(importGraph()), []);
   });
@@ -191,8 +224,9 @@ describe('code structure', () => {
   });
 
   test(`no function in src/, web/src or engine/ is longer than ${MAX_FUNCTION_LINES} lines`, () => {
-    const typescript = [SRC, path.join(ROOT, 'web/src')].flatMap((dir) => filesUnder(dir, ['.ts', '.tsx']));
-    const all = [...typescript.flatMap(typescriptFunctions), ...pythonFunctions()].sort((a, b) => b.lines - a.lines);
+    const all = [...serverAndDashboard().flatMap(typescriptFunctions), ...pythonFunctions()].sort(
+      (a, b) => b.lines - a.lines,
+    );
     for (const { where, lines } of all.slice(0, 5)) console.log(`${String(lines).padStart(4)} lines  ${where}`);
     const tooLong = all
       .filter(({ lines }) => lines > MAX_FUNCTION_LINES)

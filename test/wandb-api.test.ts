@@ -255,6 +255,10 @@ for (const backend of backends()) {
       other.name = 'other.jsonl';
       const forged = `${url.origin}/wandb/uploads/${Buffer.from(JSON.stringify(other)).toString('base64url')}.${mac}`;
       assert.equal((await put(forged, 'x')).status, 403);
+      // A MAC of the right length in characters whose bytes are longer (one é): refused like any wrong one, never a 500.
+      const multibyte = await put(`${url.origin}/wandb/uploads/${payload}.${mac.slice(0, -1)}%C3%A9`, 'x');
+      assert.equal(multibyte.status, 403, JSON.stringify(multibyte.body));
+      assert.match(multibyte.body.errors[0].message, /not issued by this server/);
       now += 16 * 60 * 1000;
       try {
         const expired = await put(url.href, 'x');

@@ -144,7 +144,7 @@ export class ChoiceOutput {
 
   private checkStopStrings(): void {
     if (this.options.stop.length === 0) return;
-    const longest = Math.max(...this.options.stop.map((stop) => stop.length));
+    const longest = this.options.stop.reduce((most, stop) => Math.max(most, stop.length), 0);
     const from = Math.max(0, this.released - longest);
     let best: { at: number; stop: string } | null = null;
     for (const stop of this.options.stop) {

@@ -145,7 +145,7 @@ export class ChatTokenizer {
    */
   tokenIdOfBytes(bytes: readonly number[]): number | undefined {
     if (!this.idsByBytes) {
-      const key = (value: Uint8Array) => String.fromCharCode(...value);
+      const key = (value: Uint8Array) => Buffer.from(value.buffer, value.byteOffset, value.length).toString('latin1');
       const map = new Map<string, number>();
       for (let id = 0; id < this.vocabSize; id += 1) {
         const piece = this.tokenizer.id_to_token(id);
@@ -162,7 +162,7 @@ export class ChatTokenizer {
       this.idsByBytes = map;
     }
     if (!bytes.every((byte) => Number.isInteger(byte) && byte >= 0 && byte < 256)) return undefined;
-    return this.idsByBytes.get(String.fromCharCode(...bytes));
+    return this.idsByBytes.get(Buffer.from(bytes).toString('latin1'));
   }
 }
 

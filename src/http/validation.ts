@@ -21,8 +21,12 @@ function moreValuesThan(data: unknown, limit: number): boolean {
     const value = stack.pop();
     seen += 1;
     if (seen > limit) return true;
-    if (Array.isArray(value)) stack.push(...value.slice(0, limit));
-    else if (value !== null && typeof value === 'object') stack.push(...Object.values(value).slice(0, limit));
+    const children = Array.isArray(value)
+      ? value
+      : value !== null && typeof value === 'object'
+        ? Object.values(value)
+        : [];
+    for (const child of children.slice(0, limit)) stack.push(child);
   }
   return false;
 }

@@ -113,12 +113,16 @@ export class AdapterImporter {
       const dims = baseDims(
         JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>,
       );
-      problems.push(
-        ...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], dims, header.dataBytes),
+      const tensorProblems = checkLoraTensors(
+        header.json,
+        config.r as number,
+        config.target_modules as string[],
+        dims,
+        header.dataBytes,
       );
-      if (problems.length) throw validationError(problems);
-      problems.push(...(await checkLoraValues(handle, header.dataStart, header.json)));
-      if (problems.length) throw validationError(problems);
+      if (tensorProblems.length) throw validationError(tensorProblems);
+      const valueProblems = await checkLoraValues(handle, header.dataStart, header.json);
+      if (valueProblems.length) throw validationError(valueProblems);
       return { config, weights };
     } finally {
       await handle.close();

@@ -217,8 +217,8 @@ export class ModelRepository {
             .values(chunk.map((p) => ({ path: p, created_at: now })))
             .execute();
         }
-        deletedSteps.push(...rows.map((row) => Number(row.step)));
-        folders.push(...paths);
+        for (const row of rows) deletedSteps.push(Number(row.step));
+        for (const folder of paths) folders.push(folder);
       }
       return { deletedSteps, folders };
     });

@@ -4,11 +4,12 @@
  * fetch it without an API key, and only until it expires. The archive is the checkpoint's PEFT adapter (as the
  * preview export streams it) with the `checkpoint_complete` marker a Tinker archive carries.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import type { Clock } from '../clock.ts';
 import { AppError, excerpt, notFound } from '../errors.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { AdapterArchive, CheckpointExporter } from '../services/checkpoint-export.ts';
+import { hmacOf, sameSecret } from '../signing.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerModels } from './models.ts';
@@ -43,14 +44,17 @@ export class TinkerArchives {
         `Step ${checkpoint.step} of ${model.id} is the base model itself: it has no adapter to download`,
       );
     const expires = Math.floor(this.clock.now().getTime() / 1000) + ARCHIVE_URL_TTL_SECONDS;
-    const signature = await this.sign(model.id, checkpoint.step, expires);
+    const signature = await this.sign(model.id, String(checkpoint.step), String(expires));
     return {
       url: `${origin}${archiveDownloadPath(model.id, checkpoint.step)}?expires=${expires}&signature=${signature}`,
       expires: new Date(expires * 1000),
     };
   }
 
-  /** The archive a signed URL names; a URL altered in any part, or past its expiry, is refused. */
+  /**
+   * The archive a signed URL names; a URL altered in any part, or past its expiry, is refused. The signature is
+   * checked over the values exactly as they arrived, so `step=01` or a zero-padded `expires` is a URL nobody signed.
+   */
   async open(modelId: string, step: string, expires: unknown, signature: unknown): Promise<AdapterArchive> {
     const refused = (why: string) =>
       new AppError('forbidden', `This checkpoint download URL ${why}: ask the API for a new one`);
@@ -63,8 +67,8 @@ export class TinkerArchives {
     ) {
       throw refused('is malformed');
     }
-    const expected = Buffer.from(await this.sign(modelId, Number(step), Number(expires)), 'hex');
-    if (!timingSafeEqual(expected, Buffer.from(signature, 'hex'))) throw refused('has a signature that does not match');
+    if (!sameSecret(signature, await this.sign(modelId, step, expires)))
+      throw refused('has a signature that does not match');
     if (Number(expires) * 1000 < this.clock.now().getTime())
       throw refused(`expired at ${new Date(Number(expires) * 1000).toISOString()}`);
     const model = await this.models.findById(modelId);
@@ -72,12 +76,10 @@ export class TinkerArchives {
     return this.exporter.archiveOf(model, Number(step), [COMPLETE_MARKER]);
   }
 
-  private async sign(modelId: string, step: number, expires: number): Promise<string> {
+  private async sign(modelId: string, step: string, expires: string): Promise<string> {
     this.key ??= this.repository
       .sharedSecret(SIGNING_KEY, randomBytes(32).toString('hex'), this.clock.now().toISOString())
       .then((hex) => Buffer.from(hex, 'hex'));
-    return createHmac('sha256', await this.key)
-      .update(`${modelId}\n${step}\n${expires}`)
-      .digest('hex');
+    return hmacOf(await this.key, `${modelId}\n${step}\n${expires}`, 'hex');
   }
 }

@@ -132,7 +132,7 @@ function decodeDatum(bytes: Uint8Array): ProtoDatum {
   // Keys are the client's: a null-prototype object keeps `__proto__` an ordinary (unknown) name.
   const datum: ProtoDatum = { tokens: [], lossFnInputs: Object.create(null) as Record<string, ProtoTensor> };
   for (const [field, , value] of new Reader(bytes).fields()) {
-    if (field === 1) datum.tokens.push(...decodeChunkTokens(bytesOf(value)));
+    if (field === 1) datum.tokens = datum.tokens.concat(decodeChunkTokens(bytesOf(value)));
     else if (field === 2) {
       const { key, value: tensor } = entry(bytesOf(value));
       datum.lossFnInputs[key] = decodeTensor(tensor instanceof Uint8Array ? tensor : new Uint8Array());

@@ -142,8 +142,9 @@ export class TinkerSampling {
     for await (const event of this.runtime.sampler().generate(request)) {
       if (event.type === 'prompt') promptLogprobs = event.prompt_logprobs.map((entry) => entry?.logprob ?? null);
       else if (event.type === 'tokens') {
-        sequences[event.seq].tokens.push(...event.tokens);
-        sequences[event.seq].logprobs.push(...(event.logprobs ?? []).map((value) => value ?? 0));
+        const sequence = sequences[event.seq];
+        for (const token of event.tokens) sequence.tokens.push(token);
+        for (const value of event.logprobs ?? []) sequence.logprobs.push(value ?? 0);
       } else if (event.type === 'finish') sequences[event.seq].stop_reason = event.finish_reason;
     }
     const stopStrings =

@@ -198,7 +198,7 @@ export function forwardBackwardFromJson(
   forwardOnly: boolean,
 ): ProtoForwardBackward {
   const data = input.data.map((datum, index): ProtoDatum => {
-    const tokens: number[] = [];
+    let tokens: number[] = [];
     for (const chunk of datum.model_input.chunks) {
       if ((chunk.type ?? 'encoded_text') !== 'encoded_text' || !chunk.tokens) {
         throw new AppError(
@@ -206,7 +206,7 @@ export function forwardBackwardFromJson(
           `data[${index}].model_input: only encoded_text chunks are supported (no images or audio)`,
         );
       }
-      tokens.push(...chunk.tokens);
+      tokens = tokens.concat(chunk.tokens);
     }
     // Keys are the client's: a null-prototype object keeps `__proto__` an ordinary (unknown) name.
     const lossFnInputs = Object.create(null) as Record<string, ProtoTensor>;

@@ -74,8 +74,11 @@ export class TrainingJobService {
       ['body', 'trajectory_groups'],
       await this.vocabularySize(model.base_model),
     );
-    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : []));
-    if (problems.length > 0) throw validationError(problems);
+    const all = problems.concat(
+      shape,
+      shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : [],
+    );
+    if (all.length > 0) throw validationError(all);
     const payload = rlPayload({ trajectory_groups: groups, config });
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
     this.notify.submitted();
@@ -84,7 +87,7 @@ export class TrainingJobService {
 
   async submitSft(principal: Principal, body: SftJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
-    const problems: FieldProblem[] = Object.entries(body.experimental_config ?? {})
+    let problems: FieldProblem[] = Object.entries(body.experimental_config ?? {})
       .filter(([, value]) => value !== null)
       .map(([key]) => ({
         loc: ['body', 'experimental_config', key],
@@ -110,7 +113,7 @@ export class TrainingJobService {
     const config = body.config ?? {};
     const batchSize = typeof config.batch_size === 'number' ? config.batch_size : DEFAULT_SFT_BATCH_SIZE;
     const learningRate = config.learning_rate ?? this.defaultLearningRate(model.base_model);
-    problems.push(...learningRateProblems(learningRate));
+    problems = problems.concat(learningRateProblems(learningRate));
     const numConversations = await countConversations(this.artifacts.openFile(resolved.key, file));
     const numBatches = Math.ceil(numConversations / batchSize);
     if (Array.isArray(learningRate) && learningRate.length !== numBatches) {

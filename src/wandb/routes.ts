@@ -1,8 +1,9 @@
 /**
  * The W&B API paths the `wandb` SDK calls on its base URL (WANDB_BASE_URL = this server): `/graphql`, a run's
  * `file_stream`, the upload URLs this server issues, and the SDK's telemetry probe (refused, which turns it off).
- * The SDK sends its key as HTTP Basic auth (user `api`), so these routes authenticate themselves, and every
- * failure is answered in W&B's shape, `{"errors": [{"message": ...}]}`, which the SDK quotes to the user.
+ * The SDK sends its key as HTTP Basic auth (user `api`), so these routes authenticate themselves, before the body is
+ * read as on every authenticated route; every failure is answered in W&B's shape, `{"errors": [{"message": ...}]}`,
+ * which the SDK quotes to the user.
  */
 import type { Readable } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -34,17 +35,20 @@ async function principalOf(auth: AuthService, request: FastifyRequest): Promise<
 export function registerWandbRoutes(app: FastifyInstance, auth: AuthService, wandb: WandbServices): void {
   app.register(async (api) => {
     api.setErrorHandler(wandbErrorHandler);
+    // The key first, as on every other route: a caller without one hears 401, not what was wrong with its body.
+    api.addHook('onRequest', async (request) => {
+      request.principal = await principalOf(auth, request);
+    });
     api.post<{ Body: GraphqlRequest }>('/graphql', { ...OPEN, schema: { body: GraphqlRequest } }, async (request) => {
-      const principal = await principalOf(auth, request);
-      const context = { principal, wandb, baseUrl: `${request.protocol}://${request.host}` };
+      const context = { principal: request.principal, wandb, baseUrl: `${request.protocol}://${request.host}` };
       return executeWandbGraphql(context, request.body, (error) => request.log.error({ err: error }, 'W&B GraphQL resolver failed'));
     });
     // A run's history, system metrics and console output: this server keeps no runs, so it reads them and drops them.
-    api.post(FILE_STREAM_PATH, OPEN, async (request) => {
-      await principalOf(auth, request);
-      return {};
-    });
-    api.post(TELEMETRY_PATH, OPEN, async () => {
+    api.post(FILE_STREAM_PATH, OPEN, async () => ({}));
+  });
+  app.register(async (telemetry) => {
+    telemetry.setErrorHandler(wandbErrorHandler);
+    telemetry.post(TELEMETRY_PATH, OPEN, async () => {
       throw new AppError('not_found', 'This server collects no W&B SDK telemetry');
     });
   });

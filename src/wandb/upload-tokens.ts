@@ -7,6 +7,7 @@
 import crypto from 'node:crypto';
 import { AppError } from '../errors.ts';
 import type { Clock } from '../clock.ts';
+import { hmacOf, sameSecret } from '../signing.ts';
 
 /** What an upload URL may write: a file of a pending artifact, its manifest, or a run file (read and dropped). */
 export type UploadTarget =
@@ -31,8 +32,7 @@ export class UploadTokens {
   /** The target of a token this process signed and that has not expired; a 403 otherwise, as a cloud bucket answers. */
   verify(token: string): UploadTarget {
     const [payload, mac, ...rest] = token.split('.');
-    const expected = payload === undefined ? '' : this.mac(payload);
-    if (rest.length > 0 || mac === undefined || mac.length !== expected.length || !crypto.timingSafeEqual(Buffer.from(mac), Buffer.from(expected))) {
+    if (rest.length > 0 || payload === undefined || mac === undefined || !sameSecret(mac, this.mac(payload))) {
       throw new AppError('forbidden', 'This upload URL was not issued by this server (or by this run of it): ask for a new one');
     }
     const { expires, ...target } = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as UploadTarget & { expires: number };
@@ -41,6 +41,6 @@ export class UploadTokens {
   }
 
   private mac(payload: string): string {
-    return crypto.createHmac('sha256', this.secret).update(payload).digest('base64url');
+    return hmacOf(this.secret, payload, 'base64url');
   }
 }

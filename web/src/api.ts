@@ -97,7 +97,7 @@ export async function getAll<T>(
   let after: string | undefined;
   for (;;) {
     const page = await get<ListPage<T>>(`${path}${query({ ...params, after })}`, signal);
-    items.push(...page.data);
+    for (const item of page.data) items.push(item);
     if (!page.has_more || page.data.length === 0) return items;
     after = page.last_id;
   }

@@ -5,7 +5,8 @@
 export type Child = Node | string | number | null | undefined | false | Child[];
 type Attrs = Record<string, unknown>;
 
-function append(parent: Node, child: Child): void {
+/** Appends a child, text or (nested) list of them: a list of any length, never spread into arguments. */
+export function append(parent: Node, child: Child): void {
   if (child === null || child === undefined || child === false) return;
   if (Array.isArray(child)) {
     for (const item of child) append(parent, item);
@@ -102,7 +103,7 @@ export function errorBox(error: unknown): HTMLElement {
 }
 
 export function emptyState(title: string, ...body: Child[]): HTMLElement {
-  return h('div', { class: 'empty' }, h('p', { class: 'empty-title' }, title), ...body);
+  return h('div', { class: 'empty' }, h('p', { class: 'empty-title' }, title), body);
 }
 
 /** A confirmation dialog (native <dialog>: focus is trapped, Escape cancels); resolves true on confirm. */

@@ -7,7 +7,7 @@
  * tokens, so 4,000 of them stay responsive.
  */
 import type { TrainedTokens } from './api.ts';
-import { h, replace } from './dom.ts';
+import { append, h, replace } from './dom.ts';
 import { num } from './format.ts';
 
 interface SampledToken {
@@ -154,7 +154,7 @@ export function tokenView(
       token.token,
     ),
   );
-  text.append(...spans);
+  append(text, spans);
   const picker = colourPicker(advantage, trained);
   const colour = () => {
     for (const [index, span] of spans.entries())

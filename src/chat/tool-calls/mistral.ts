@@ -45,7 +45,7 @@ function take(toolText: string): TakenCalls {
     if (body === '') break;
     const found = body.startsWith('[') ? arrayCalls(body) : namedCall(body);
     if (!found) break;
-    calls.push(...found.calls);
+    for (const call of found.calls) calls.push(call);
     rest = body.slice(found.end).trimStart();
   }
   return { calls, rest, content: '' };

@@ -69,7 +69,7 @@ export function weighSequences(
 /** Row length: the longest sequence rounded up to 2048, capped by the context (or the configured length). */
 export function rowLength(sequences: TrainingSequence[], contextLength: number, configured: number | null): number {
   if (configured !== null) return Math.min(configured, contextLength);
-  const longest = Math.max(1, ...sequences.map((sequence) => sequence.tokens.length));
+  const longest = sequences.reduce((most, sequence) => Math.max(most, sequence.tokens.length), 1);
   return Math.min(Math.ceil(longest / 2048) * 2048, contextLength);
 }
 

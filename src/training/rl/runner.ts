@@ -116,7 +116,7 @@ async function jobData(payload: RlJobPayload, base: LoadedBase): Promise<JobData
   let trajectoryIndex = 0;
   for (const [groupIndex, group] of payload.trajectory_groups.entries()) {
     const groupRewards = group.trajectories.map((trajectory) => trajectory.reward);
-    rewards.push(...groupRewards);
+    for (const reward of groupRewards) rewards.push(reward);
     if (groupRewards.length > 1) groupSpreads.push(populationStd(groupRewards));
     if (new Set(groupRewards).size > 1) trainableGroups += 1;
     const advantages = groupAdvantages(groupRewards, config.scale_rewards);

@@ -43,7 +43,7 @@ async function loadStep(
       `/v1/dashboard/models/${modelId}/trajectories${query({ split, step, after, limit: 200 })}`,
       signal,
     );
-    items.push(...page.data);
+    for (const item of page.data) items.push(item);
     if (!page.has_more || page.data.length === 0) return { items, truncated: false };
     if (items.length >= MAX_ROLLOUTS) return { items, truncated: true };
     after = page.last_id;

@@ -384,7 +384,7 @@ async function drainEvents(jp: JobPage, id: string, signal: AbortSignal): Promis
       `/v1/preview/training-jobs/${id}/events?limit=100${jp.cursor ? `&after=${jp.cursor}` : ''}`,
       signal,
     );
-    jp.events.push(...page.data);
+    for (const event of page.data) jp.events.push(event);
     received += page.data.length;
     if (page.data.length > 0) jp.cursor = page.last_id;
     if (!page.has_more) return received;
@@ -429,7 +429,7 @@ export async function renderJob({ params, main, signal }: RouteContext) {
     )
     .catch(() => {});
   jp.cancelButton.addEventListener('click', () => void cancelJob(jp));
-  main.replaceChildren(...layout(jp, signal));
+  replace(main, layout(jp, signal));
   render(jp);
   void follow(jp, id, signal);
 }

@@ -49,7 +49,7 @@ async function load(jl: JobsList): Promise<void> {
       `/v1/dashboard/jobs${query({ ...listParams(jl), after: jl.after })}`,
       jl.signal,
     );
-    jl.jobs.push(...page.data);
+    for (const job of page.data) jl.jobs.push(job);
     jl.after = page.last_id || jl.after;
     jl.more.hidden = !page.has_more;
     render(jl);
@@ -84,7 +84,8 @@ function keepCurrent(jl: JobsList): () => void {
       const first = await get<ListPage<JobListItem>>(`/v1/dashboard/jobs${query(listParams(jl))}`, jl.signal);
       const merged = mergedFirstPage(jl.jobs, first);
       if (merged) {
-        jl.jobs.splice(0, jl.jobs.length, ...merged);
+        jl.jobs.length = 0;
+        for (const job of merged) jl.jobs.push(job);
         render(jl);
       }
     } catch {

@@ -158,7 +158,7 @@ async function loadCheckpoints(ct: CheckpointsTable, reset = false): Promise<voi
       `/v1/preview/models/${ct.model.id}/checkpoints${query({ order: 'desc', limit: CHECKPOINT_PAGE, after: ct.after })}`,
       ct.signal,
     );
-    ct.checkpoints.push(...page.data);
+    for (const checkpoint of page.data) ct.checkpoints.push(checkpoint);
     ct.after = page.last_id || ct.after;
     ct.more.hidden = !page.has_more;
     ct.count.textContent = `${ct.model.checkpoint_count} total`;

@@ -185,8 +185,9 @@ function draw(mv: MetricsView): void {
   }
   for (const name of [...charts.keys()]) if (!shown.includes(name)) charts.delete(name);
   const view: ChartView = { xMode: state.xMode, smoothing: state.smoothing };
-  mv.grid.replaceChildren(
-    ...shown.map(
+  replace(
+    mv.grid,
+    shown.map(
       (name) =>
         chartFor(charts, name, tables, { view, syncKey: mv.syncKey, onPick: (key, step) => openPoint(mv, key, step) })
           .element,

@@ -133,7 +133,7 @@ export async function renderModels({ main, signal }: RouteContext): Promise<void
         `/v1/dashboard/models${query({ limit: PAGE_SIZE, after })}`,
         signal,
       );
-      models.push(...page.data);
+      for (const model of page.data) models.push(model);
       after = page.last_id || after;
       more.hidden = !page.has_more;
       render();

@@ -62,7 +62,9 @@ function appendContent(state: StreamState, view: ReplyView, log: HTMLElement, ch
   const entries = choice.logprobs?.content ?? [];
   const piece: TokenPiece = h(
     'span',
-    { class: `tok ${entries.length > 0 ? surpriseClass(Math.min(...entries.map((entry) => entry.logprob))) : ''}` },
+    {
+      class: `tok ${entries.length > 0 ? surpriseClass(entries.reduce((least, entry) => Math.min(least, entry.logprob), 0)) : ''}`,
+    },
     content,
   );
   piece.logprobs = entries;

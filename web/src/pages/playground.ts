@@ -6,7 +6,7 @@
 import type { ChatLogprob } from '../../../src/api/chat.ts';
 import { servedModelName } from '../../../src/api/model-name.ts';
 import { type Checkpoint, get, getAll, type ListPage, type ModelSummary, type Overview } from '../api.ts';
-import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
+import { append, emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
 import { type RouteContext, replaceQuery } from '../router.ts';
 import { newStreamState, replyView, showFinished, streamReply, type TokenPiece } from './playground-reply.ts';
@@ -191,8 +191,9 @@ async function fillSteps(pg: Playground): Promise<void> {
       `/v1/preview/models/${model.id}/checkpoints?order=desc&limit=100`,
       pg.signal,
     );
-    pg.stepSelect.append(
-      ...page.data.map((checkpoint) => h('option', { value: String(checkpoint.step) }, `step ${checkpoint.step}`)),
+    append(
+      pg.stepSelect,
+      page.data.map((checkpoint) => h('option', { value: String(checkpoint.step) }, `step ${checkpoint.step}`)),
     );
   } catch {
     // "latest" still works without the list.
@@ -253,7 +254,7 @@ function bubble(role: string, ...children: (Node | string)[]): HTMLElement {
     'article',
     { class: `msg msg-${role}`, 'data-role': role },
     h('header', { class: 'msg-head' }, h('span', { class: 'role' }, role)),
-    ...children,
+    children,
   );
 }
 
