@@ -269,6 +269,36 @@ for (const backend of backends()) {
       }
     });
 
+    test('documents nested or wide past what the SDK sends are a 400 naming the limit, refused before anything runs', async () => {
+      const files = { 'train.jsonl': 'deep' };
+      const { id, nodes } = await startArtifact('deep', files);
+      assert.equal((await put(nodes[0].uploadUrl, files['train.jsonl'])).status, 200);
+      assert.equal((await finishArtifact(id, manifestOf(files))).body.errors, undefined);
+      const chain = (levels: number) =>
+        `query Deep($id: ID!) { artifact(id: $id) { ${'artifactSequence { latestArtifact { '.repeat(levels)}id${' } }'.repeat(levels)} } }`;
+      // 5 levels: the artifact, ten nested fields and its id are 12 deep, the limit; each level is a database lookup.
+      const allowed = await gql(chain(5), { id });
+      assert.equal(allowed.status, 200, JSON.stringify(allowed.body));
+      let level = allowed.body.data.artifact;
+      for (let i = 0; i < 5; i += 1) level = level.artifactSequence.latestArtifact;
+      assert.equal(level.id, id);
+      for (const levels of [6, 200, 600, 1200]) {
+        const deep = await gql(chain(levels), { id });
+        assert.equal(deep.status, 400, `${levels} levels: ${JSON.stringify(deep.body).slice(0, 200)}`);
+        assert.match(deep.body.errors[0].message, /nests fields more than 12 deep; this server answers at most 12/);
+      }
+      const wide = await gql(`query Wide { ${Array.from({ length: 300 }, (_, i) => `v${i}: viewer { id }`).join(' ')} }`);
+      assert.equal(wide.status, 400);
+      assert.match(wide.body.errors[0].message, /selects more than 250 fields/);
+      // Fragments count where they are spread: four spreads of a 70-field fragment are 280 fields.
+      const fragment = `fragment F on User { ${Array.from({ length: 70 }, (_, i) => `f${i}: id`).join(' ')} }`;
+      const spread = await gql(`query Spread { a: viewer { ...F } b: viewer { ...F } c: viewer { ...F } d: viewer { ...F } } ${fragment}`);
+      assert.equal(spread.status, 400);
+      assert.match(spread.body.errors[0].message, /selects more than 250 fields/);
+      const cycle = await gql('query C { viewer { ...A } } fragment A on User { teams { edges { node { id } } } ...A }');
+      assert.match(cycle.body.errors[0].message, /Cannot spread fragment "A" within itself/);
+    });
+
     test('W&B features outside the subset are errors that name them', async () => {
       const field = await gql('query { runQueue(id: "q") { id } }');
       assert.match(

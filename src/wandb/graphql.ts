@@ -4,7 +4,7 @@
  * upload URLs under this server's own address). A query for a field outside the subset fails validation with
  * graphql-js's message naming the field, and we add which part of W&B this server serves.
  */
-import { buildSchema, execute, GraphQLError, parse, validate, type DocumentNode, type ExecutionResult } from 'graphql';
+import { buildSchema, execute, GraphQLError, Kind, parse, validate, type DocumentNode, type ExecutionResult, type FragmentDefinitionNode, type SelectionSetNode } from 'graphql';
 import { parseWandbId, UPLOAD_PATH_PREFIX, WANDB_SCHEMA_SDL, wandbId, type CreateArtifactFileSpecInput, type CreateArtifactInput, type CreateArtifactManifestInput, type GraphqlRequest, type UpsertBucketInput } from './schemas.ts';
 import { AppError } from '../errors.ts';
 import type { Principal } from '../services/auth-service.ts';
@@ -17,10 +17,51 @@ const SERVED = "this server serves only the part of W&B's API that wandb.init, r
 const OUR_ID = /^[0-9a-f-]{36}$/;
 /** The SDK's largest document (ArtifactByID with its fragments) is a few hundred tokens. */
 const MAX_TOKENS = 10_000;
+/**
+ * Fields nested in one another, and fields selected in all (fragments expanded where they are spread), in one
+ * document. The wandb SDK 0.31 nests at most 7 (CreateArtifactFiles; ArtifactByID 6) and selects at most 45
+ * (ArtifactByID); each level can be a database lookup (`artifactSequence { latestArtifact { artifactSequence … } } }`),
+ * so a document past either is refused before anything runs.
+ */
+export const MAX_DEPTH = 12;
+export const MAX_FIELDS = 250;
 
-/** A document nested so deeply that walking it overflowed the stack is the client's mistake, not ours. */
+const TOO_DEEP = `The GraphQL document nests fields more than ${MAX_DEPTH} deep; this server answers at most ${MAX_DEPTH} (the wandb SDK nests 7)`;
+
+/** A document nested so deeply that parsing it overflowed the stack (over a thousand levels) is past the depth limit. */
 function tooDeep(error: unknown): unknown {
-  return error instanceof RangeError ? new AppError('bad_request', 'The GraphQL document is nested too deeply') : error;
+  return error instanceof RangeError ? new AppError('bad_request', TOO_DEEP) : error;
+}
+
+
+
+/**
+ * Why a document asks for more than these limits allow, or null. Walks its selections with a stack of its own
+ * (a document nested thousands deep overflows no stack here), fragments expanded where they are spread; a fragment
+ * that spreads itself is left to graphql-js's validation, which names it.
+ */
+export function overLimits(document: DocumentNode): string | null {
+  const fragments = new Map<string, FragmentDefinitionNode>();
+  for (const definition of document.definitions) if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
+  const stack: { set: SelectionSetNode; depth: number; spread: readonly string[] }[] = [];
+  for (const definition of document.definitions) if (definition.kind === Kind.OPERATION_DEFINITION) stack.push({ set: definition.selectionSet, depth: 0, spread: [] });
+  let fields = 0;
+  for (let next = stack.pop(); next; next = stack.pop()) {
+    for (const selection of next.set.selections) {
+      if (selection.kind === Kind.FIELD) {
+        fields += 1;
+        if (fields > MAX_FIELDS) return `The GraphQL document selects more than ${MAX_FIELDS} fields (fragments counted where they are spread); this server answers at most ${MAX_FIELDS}`;
+        if (next.depth + 1 > MAX_DEPTH) return TOO_DEEP;
+        if (selection.selectionSet) stack.push({ set: selection.selectionSet, depth: next.depth + 1, spread: next.spread });
+      } else if (selection.kind === Kind.INLINE_FRAGMENT) {
+        stack.push({ set: selection.selectionSet, depth: next.depth, spread: next.spread });
+      } else {
+        const fragment = fragments.get(selection.name.value);
+        if (fragment && !next.spread.includes(fragment.name.value)) stack.push({ set: fragment.selectionSet, depth: next.depth, spread: [...next.spread, fragment.name.value] });
+      }
+    }
+  }
+  return null;
 }
 
 interface Context {
@@ -190,6 +231,8 @@ export async function executeWandbGraphql(context: Context, request: GraphqlRequ
     if (error instanceof GraphQLError) return { errors: [error] };
     throw tooDeep(error);
   }
+  const refused = overLimits(document);
+  if (refused) throw new AppError('bad_request', refused);
   let invalid: readonly GraphQLError[];
   try {
     invalid = validate(SCHEMA, document);
