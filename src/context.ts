@@ -31,9 +31,11 @@ import type { Store } from './store/db.ts';
 import { IdentityRepository } from './store/identity-repository.ts';
 import { JobRepository } from './store/job-repository.ts';
 import { ModelRepository } from './store/model-repository.ts';
+import { SecretRepository } from './store/secret-repository.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
 import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import { TrajectoryRepository } from './store/trajectory-repository.ts';
+import { WandbRepository } from './store/wandb-repository.ts';
 import { createTinkerServices, type TinkerServices } from './tinker/index.ts';
 import { defaultLearningRate } from './training/defaults.ts';
 import { TrainingJobService } from './training/job-service.ts';
@@ -104,6 +106,8 @@ function createRepositories(store: Store) {
     artifacts: new ArtifactRepository(store.db, store.dialect),
     dashboard: new DashboardRepository(store.db),
     tinker: new TinkerRepository(store.db),
+    secrets: new SecretRepository(store.db),
+    wandb: new WandbRepository(store.db),
   };
 }
 
@@ -232,6 +236,7 @@ export function createServices(options: ContextOptions): Services {
     });
   const tinker = createTinkerServices({
     repository: repositories.tinker,
+    secrets: repositories.secrets,
     models: repositories.models,
     modelService: models,
     baseModels,
@@ -267,7 +272,14 @@ export function createServices(options: ContextOptions): Services {
     lineage: new ModelLineage(models, repositories.models),
     retention: core.retention,
     tinker,
-    wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
+    wandb: createWandbServices({
+      artifacts,
+      blobs,
+      pending: repositories.wandb,
+      secrets: repositories.secrets,
+      clock,
+      maxFileBytes: config.artifactMaxFileBytes,
+    }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({
       countJobs: () => repositories.jobs.countByStatus(),

@@ -29,6 +29,19 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
+/**
+ * What a process that stopped (or crashed) left behind, cleared at start-up: files of deleted checkpoints,
+ * half-written checkpoints and uploads, and Tinker futures nobody will finish. Uploads of W&B artifacts still
+ * pending are kept: their rows outlive the process, and the SDK goes on with them.
+ */
+export async function sweepLeftovers(services: Services): Promise<void> {
+  await services.models.sweepPendingDeletions();
+  await services.models.sweepTemporaryCheckpoints();
+  await services.blobs.sweepStaging(new Set(await services.wandb.artifacts.stagingAreas()));
+  await services.imports.sweepStaging();
+  await services.tinker.futures.failLeftovers();
+}
+
 export async function startServer(
   config: Config,
   options: { clock?: Clock; engineArgs?: string[] } = {},
@@ -69,11 +82,7 @@ export async function startServer(
     onFinished: (type, status, seconds) => services.metrics.observeJob(type, status, seconds),
   });
   const bootstrap = await services.auth.bootstrap(config.dataDir, config.bootstrapApiKey);
-  await services.models.sweepPendingDeletions();
-  await services.models.sweepTemporaryCheckpoints();
-  await services.blobs.sweepStaging();
-  await services.imports.sweepStaging();
-  await services.tinker.futures.failLeftovers();
+  await sweepLeftovers(services);
   worker.start();
   await services.runtime.readTokenizers();
 

@@ -8,8 +8,11 @@
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
 import type { Clock } from '../src/clock.ts';
-import { startTestApp, type TestApp } from './helpers/app.ts';
+import { sweepLeftovers } from '../src/server.ts';
+import { MAX_PENDING_PER_ENTITY } from '../src/wandb/artifacts.ts';
+import { buildTestApp, startTestApp, type TestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
 
 const md5 = (data: string) => crypto.createHash('md5').update(data).digest('base64');
@@ -85,8 +88,10 @@ for (const backend of backends()) {
       await t.close();
     });
 
+    /** The app the helpers below talk to: the test's, or the one a simulated restart built. */
+    let app: () => FastifyInstance = () => t.app;
     const gql = async (query: string, variables: Record<string, unknown> = {}, authorization = basic(t.key)) => {
-      const response = await t.app.inject({
+      const response = await app().inject({
         method: 'POST',
         url: '/graphql',
         headers: { authorization, 'content-type': 'application/json' },
@@ -95,7 +100,7 @@ for (const backend of backends()) {
       return { status: response.statusCode, body: JSON.parse(response.body) };
     };
     const put = async (url: string, body: string) => {
-      const response = await t.app.inject({
+      const response = await app().inject({
         method: 'PUT',
         url: new URL(url).pathname,
         payload: body,
@@ -287,16 +292,111 @@ for (const backend of backends()) {
         assert.equal(deep.status, 400, `${levels} levels: ${JSON.stringify(deep.body).slice(0, 200)}`);
         assert.match(deep.body.errors[0].message, /nests fields more than 12 deep; this server answers at most 12/);
       }
-      const wide = await gql(`query Wide { ${Array.from({ length: 300 }, (_, i) => `v${i}: viewer { id }`).join(' ')} }`);
+      const wide = await gql(
+        `query Wide { ${Array.from({ length: 300 }, (_, i) => `v${i}: viewer { id }`).join(' ')} }`,
+      );
       assert.equal(wide.status, 400);
       assert.match(wide.body.errors[0].message, /selects more than 250 fields/);
       // Fragments count where they are spread: four spreads of a 70-field fragment are 280 fields.
       const fragment = `fragment F on User { ${Array.from({ length: 70 }, (_, i) => `f${i}: id`).join(' ')} }`;
-      const spread = await gql(`query Spread { a: viewer { ...F } b: viewer { ...F } c: viewer { ...F } d: viewer { ...F } } ${fragment}`);
+      const spread = await gql(
+        `query Spread { a: viewer { ...F } b: viewer { ...F } c: viewer { ...F } d: viewer { ...F } } ${fragment}`,
+      );
       assert.equal(spread.status, 400);
       assert.match(spread.body.errors[0].message, /selects more than 250 fields/);
-      const cycle = await gql('query C { viewer { ...A } } fragment A on User { teams { edges { node { id } } } ...A }');
+      const cycle = await gql(
+        'query C { viewer { ...A } } fragment A on User { teams { edges { node { id } } } ...A }',
+      );
       assert.match(cycle.body.errors[0].message, /Cannot spread fragment "A" within itself/);
+    });
+
+    test('pending artifacts are bounded per entity with a clear error, expire, and leave other entities alone', async () => {
+      const files = { 'train.jsonl': 'capped' };
+      const create = async (count: number, from: number, authorization = basic(t.key), entity = 'local') => {
+        const aliases = Array.from(
+          { length: count },
+          (_, i) => `a${from + i}: createArtifact(input: $i${from + i}) { artifact { id state } }`,
+        );
+        const variables = Object.fromEntries(
+          Array.from({ length: count }, (_, i) => [
+            `i${from + i}`,
+            { ...createInput(`capped-${from + i}`, artifactDigest(files)).input, entityName: entity },
+          ]),
+        );
+        const declared = Object.keys(variables)
+          .map((name) => `$${name}: CreateArtifactInput!`)
+          .join(', ');
+        return gql(`mutation Many(${declared}) { ${aliases.join(' ')} }`, variables, authorization);
+      };
+      const already = Number(
+        (
+          await t.store.db
+            .selectFrom('wandb_pending_artifacts')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+      let made = already;
+      while (made < MAX_PENDING_PER_ENTITY) {
+        const batch = Math.min(60, MAX_PENDING_PER_ENTITY - made);
+        const answer = await create(batch, made);
+        assert.equal(answer.body.errors, undefined, JSON.stringify(answer.body).slice(0, 300));
+        made += batch;
+      }
+      const over = await create(3, made);
+      assert.equal(over.status, 200);
+      assert.equal(over.body.errors.length, 3);
+      assert.match(
+        over.body.errors[0].message,
+        new RegExp(
+          `Entity "local" has ${MAX_PENDING_PER_ENTITY} artifacts created and not committed, this server's limit \\(${MAX_PENDING_PER_ENTITY}\\): commit them, or wait for them to expire`,
+        ),
+      );
+      // Another entity's key is not held back by this one's.
+      const other = await t.services.auth.createKey('capped-other');
+      const theirs = await create(1, 0, basic(other.key), 'capped-other');
+      assert.equal(theirs.body.errors, undefined, JSON.stringify(theirs.body));
+      // An hour later they have expired: the entity may create again, and the expired ones are swept as it does.
+      now += 61 * 60 * 1000;
+      try {
+        const again = await create(1, made + 10);
+        assert.equal(again.body.errors, undefined, JSON.stringify(again.body));
+        const left = await t.store.db
+          .selectFrom('wandb_pending_artifacts')
+          .select((eb) => eb.fn.countAll().as('n'))
+          .executeTakeFirstOrThrow();
+        assert.ok(Number(left.n) < MAX_PENDING_PER_ENTITY + 2, `${left.n} rows left`);
+      } finally {
+        now -= 61 * 60 * 1000;
+      }
+    });
+
+    test('a restart keeps pending artifacts, their uploaded files and the upload URLs already issued', async () => {
+      const files = { 'a.txt': 'before the restart', 'b.txt': 'after the restart' };
+      const { id, nodes } = await startArtifact('survivor', files);
+      assert.equal((await put(nodes[0].uploadUrl, files['a.txt'])).status, 200);
+      // A new process over the same data folder and database: its start-up sweep, then the SDK carries on.
+      const restarted = buildTestApp(t.config, t.store, { clock });
+      await sweepLeftovers(restarted.services);
+      await restarted.app.ready();
+      app = () => restarted.app;
+      try {
+        const pending = (await gql(ARTIFACT_BY_ID, { id })).body.data.artifact;
+        assert.equal(pending.state, 'PENDING');
+        assert.equal(pending.fileCount, 1);
+        assert.equal((await put(nodes[1].uploadUrl, files['b.txt'])).status, 200);
+        const committed = await finishArtifact(id, manifestOf(files));
+        assert.equal(committed.body.errors, undefined, JSON.stringify(committed.body));
+        const download = await restarted.app.inject({
+          method: 'GET',
+          url: '/v1/preview/artifacts/local/wb/survivor:v0/files/a.txt',
+          headers: { authorization: `Bearer ${t.key}` },
+        });
+        assert.equal(download.body, files['a.txt']);
+      } finally {
+        app = () => t.app;
+        await restarted.app.close();
+      }
     });
 
     test('W&B features outside the subset are errors that name them', async () => {

@@ -22,8 +22,8 @@ export interface BlobStore {
   discard(stagingId: string): Promise<void>;
   open(key: string, fileName: string): Readable;
   exists(key: string, fileName: string): Promise<boolean>;
-  /** Removes staging areas a crash left behind. */
-  sweepStaging(): Promise<number>;
+  /** Removes staging areas a crash left behind, except those named in `keep` (uploads still pending). */
+  sweepStaging(keep?: ReadonlySet<string>): Promise<number>;
 }
 
 export class LocalBlobStore implements BlobStore {
@@ -76,10 +76,10 @@ export class LocalBlobStore implements BlobStore {
     );
   }
 
-  async sweepStaging(): Promise<number> {
+  async sweepStaging(keep: ReadonlySet<string> = new Set()): Promise<number> {
     const staging = path.join(this.root, '.staging');
-    const entries = await fsp.readdir(staging).catch(() => [] as string[]);
-    await fsp.rm(staging, { recursive: true, force: true });
-    return entries.length;
+    const left = (await fsp.readdir(staging).catch(() => [] as string[])).filter((entry) => !keep.has(entry));
+    for (const entry of left) await fsp.rm(path.join(staging, entry), { recursive: true, force: true });
+    return left.length;
   }
 }

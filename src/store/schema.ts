@@ -116,6 +116,31 @@ export interface ArtifactVersionTable {
   created_at: string;
 }
 
+/** A W&B artifact created and not yet committed (wandb/artifacts.ts); the manifest is base64 once uploaded. */
+export interface WandbPendingArtifactTable {
+  id: string;
+  entity_id: string;
+  project: string;
+  name: string;
+  type: string;
+  digest: string;
+  description: string | null;
+  metadata: string | null;
+  staging_id: string;
+  manifest: string | null;
+  created_at: string;
+  expires_at: string;
+}
+
+/** A file of a pending W&B artifact, staged and hashed as it arrived. */
+export interface WandbPendingFileTable {
+  artifact_id: string;
+  name: string;
+  size: number;
+  sha256: string;
+  md5: string;
+}
+
 export interface TinkerSessionTable {
   id: string;
   entity_id: string;
@@ -200,4 +225,6 @@ export interface Database {
   tinker_checkpoints: TinkerCheckpointTable;
   tinker_futures: TinkerFutureTable;
   server_secrets: ServerSecretTable;
+  wandb_pending_artifacts: WandbPendingArtifactTable;
+  wandb_pending_files: WandbPendingFileTable;
 }

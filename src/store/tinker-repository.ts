@@ -145,21 +145,6 @@ export class TinkerRepository {
     return this.db.selectFrom('tinker_futures').selectAll().where('id', '=', id).executeTakeFirst();
   }
 
-  /** The secret stored under `name`, made from `candidate` by whichever process asks first. */
-  async sharedSecret(name: string, candidate: string, now: string): Promise<string> {
-    await this.db
-      .insertInto('server_secrets')
-      .values({ name, value: candidate, created_at: now })
-      .onConflict((oc) => oc.column('name').doNothing())
-      .execute();
-    const row = await this.db
-      .selectFrom('server_secrets')
-      .select('value')
-      .where('name', '=', name)
-      .executeTakeFirstOrThrow();
-    return row.value;
-  }
-
   /** At start-up: every future still pending belonged to a process that is gone. */
   async failPendingFutures(error: string, now: string): Promise<number> {
     const result = await this.db

@@ -4,14 +4,12 @@
  * fetch it without an API key, and only until it expires. The archive is the checkpoint's PEFT adapter (as the
  * preview export streams it) with the `checkpoint_complete` marker a Tinker archive carries.
  */
-import { randomBytes } from 'node:crypto';
 import type { Clock } from '../clock.ts';
 import { AppError, excerpt, notFound } from '../errors.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { AdapterArchive, CheckpointExporter } from '../services/checkpoint-export.ts';
-import { hmacOf, sameSecret } from '../signing.ts';
+import { hmacOf, type SecretStore, SharedKey, sameSecret } from '../signing.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
-import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerModels } from './models.ts';
 import { ARCHIVE_URL_TTL_SECONDS, archiveDownloadPath } from './schemas.ts';
 
@@ -25,15 +23,17 @@ export interface SignedUrl {
 }
 
 export class TinkerArchives {
-  private key: Promise<Buffer> | null = null;
+  private readonly key: SharedKey;
 
   constructor(
     private readonly tinkerModels: TinkerModels,
-    private readonly repository: TinkerRepository,
+    secrets: SecretStore,
     private readonly models: ModelRepository,
     private readonly exporter: CheckpointExporter,
     private readonly clock: Clock,
-  ) {}
+  ) {
+    this.key = new SharedKey(secrets, SIGNING_KEY, clock);
+  }
 
   /** A download URL for the checkpoint `checkpointId` (`sampler_weights/<name>` or `weights/<name>`) of a run. */
   async signedUrl(principal: Principal, runId: string, checkpointId: string, origin: string): Promise<SignedUrl> {
@@ -77,9 +77,6 @@ export class TinkerArchives {
   }
 
   private async sign(modelId: string, step: string, expires: string): Promise<string> {
-    this.key ??= this.repository
-      .sharedSecret(SIGNING_KEY, randomBytes(32).toString('hex'), this.clock.now().toISOString())
-      .then((hex) => Buffer.from(hex, 'hex'));
-    return hmacOf(await this.key, `${modelId}\n${step}\n${expires}`, 'hex');
+    return hmacOf(await this.key.get(), `${modelId}\n${step}\n${expires}`, 'hex');
   }
 }

@@ -5,6 +5,7 @@ import type { BaseModelRegistry } from '../services/base-models.ts';
 import { CheckpointExporter } from '../services/checkpoint-export.ts';
 import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
 import type { ModelService } from '../services/model-service.ts';
+import type { SecretStore } from '../signing.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
 import { TinkerArchives } from './archives.ts';
@@ -25,6 +26,7 @@ export interface TinkerServices {
 
 export interface TinkerDeps {
   repository: TinkerRepository;
+  secrets: SecretStore;
   models: ModelRepository;
   modelService: ModelService;
   baseModels: BaseModelRegistry;
@@ -57,7 +59,7 @@ export function createTinkerServices(deps: TinkerDeps): TinkerServices {
   );
   const archives = new TinkerArchives(
     models,
-    deps.repository,
+    deps.secrets,
     deps.models,
     new CheckpointExporter(deps.modelService, deps.models),
     deps.clock,

@@ -3,8 +3,9 @@
  * artifact, createArtifactFiles hands out one signed upload URL per file, the files and then the manifest are
  * PUT to those URLs, and commitArtifact checks the manifest against what arrived (every entry uploaded with its
  * MD5 and size, nothing else, and the artifact digest the SDK declared) before the files become the next version
- * of entity/project/name, like any upload. Pending artifacts live in this process for an hour at most; their files
- * wait in the blob store's staging area. Knows nothing of GraphQL or HTTP.
+ * of entity/project/name, like any upload. Pending artifacts live in the database for an hour at most, a bounded
+ * number per entity and in all; their files wait in the blob store's staging area, and a restart keeps both.
+ * Knows nothing of GraphQL or HTTP.
  */
 import crypto from 'node:crypto';
 import { Transform, type Readable } from 'node:stream';
@@ -16,6 +17,7 @@ import type { ArtifactVersionRecord } from '../api/artifacts.ts';
 import type { BlobStore, StagedFile } from '../artifacts/blob-store.ts';
 import { checkArtifactName, isSafeFileName, type ArtifactService } from '../services/artifact-service.ts';
 import type { Principal } from '../services/auth-service.ts';
+import type { PendingArtifactRecord, WandbRepository } from '../store/wandb-repository.ts';
 import { manifestDigest, parseManifest } from './manifest.ts';
 import type { UploadTarget, UploadTokens } from './upload-tokens.ts';
 import { refuseUnsupportedArtifactInput, unsupported } from './unsupported.ts';
@@ -37,24 +39,16 @@ export interface WandbArtifactView {
   createdAt: string;
 }
 
-interface PendingArtifact {
-  id: string;
-  entity: { id: string; name: string };
-  project: string;
-  name: string;
-  type: string;
-  digest: string;
-  description: string | null;
-  metadata: string | null;
-  createdAt: string;
-  expiresAt: number;
-  stagingId: string;
-  staged: Map<string, StagedFile>;
-  manifest: Buffer | null;
-}
-
 /** How long an artifact may stay uncommitted; the SDK commits seconds after it creates one. */
 const PENDING_TTL_MS = 60 * 60 * 1000;
+/**
+ * Uncommitted artifacts one entity may hold, and the whole server: the SDK holds one per `log_artifact` in flight
+ * for seconds, so these are far above any real use and far below what fills a disk or a table.
+ */
+export const MAX_PENDING_PER_ENTITY = 500;
+export const MAX_PENDING_IN_ALL = 5_000;
+/** Expired pending artifacts removed (with their staged files) per createArtifact. */
+const SWEEP_BATCH = 50;
 const MAX_MANIFEST_BYTES = 16 * 1024 * 1024;
 /** Versions uploaded through /v1/preview/artifacts carry no W&B type: they are SFT data sets. */
 const UNTYPED_ARTIFACT_TYPE = 'dataset';
@@ -82,11 +76,10 @@ async function readCapped(source: Readable, max: number): Promise<Buffer> {
 }
 
 export class WandbArtifacts {
-  private readonly pending = new Map<string, PendingArtifact>();
-
   constructor(
     private readonly artifacts: ArtifactService,
     private readonly blobs: BlobStore,
+    private readonly pending: WandbRepository,
     private readonly tokens: UploadTokens,
     private readonly clock: Clock,
     private readonly maxFileBytes: number,
@@ -110,44 +103,55 @@ export class WandbArtifacts {
         if (view.digest === input.digest) return { artifact: view, latestId };
       }
     }
+    await this.refuseOverCap(entity);
     const now = this.clock.now();
-    const pending: PendingArtifact = {
+    const record: PendingArtifactRecord = {
       id: newId(),
-      entity,
+      entityId: entity.id,
       project: input.projectName,
       name,
       type: input.artifactTypeName,
       digest: input.digest,
       description: input.description ?? null,
       metadata: input.metadata ?? null,
-      createdAt: now.toISOString(),
-      expiresAt: now.getTime() + PENDING_TTL_MS,
       stagingId: `wandb-${newId()}`,
-      staged: new Map(),
       manifest: null,
+      createdAt: now.toISOString(),
+      expiresAt: new Date(now.getTime() + PENDING_TTL_MS).toISOString(),
     };
-    this.pending.set(pending.id, pending);
-    return { artifact: this.pendingView(pending), latestId };
+    await this.pending.insertPending(record);
+    // Counted again with this one in: of requests racing past the first check, the ones over the cap leave again.
+    try {
+      await this.refuseOverCap(entity, 1);
+    } catch (error) {
+      await this.pending.remove(record.id);
+      throw error;
+    }
+    return { artifact: this.pendingView(entity.name, record, []), latestId };
   }
 
   /** createArtifactManifest: where the manifest goes once the SDK knows its MD5 (only full manifests). */
-  manifestUpload(principal: Principal, input: CreateArtifactManifestInput): { artifactId: string; token: string } {
-    const pending = this.pendingFor(principal, input.artifactID);
+  async manifestUpload(principal: Principal, input: CreateArtifactManifestInput): Promise<{ artifactId: string; token: string }> {
+    const pending = await this.pendingFor(principal, input.artifactID);
     if (input.type != null && input.type !== 'FULL') throw unsupported(`${input.type.toLowerCase()} artifact manifests`);
     return { artifactId: pending.id, token: this.tokens.sign({ kind: 'manifest', artifactId: pending.id, md5: input.digest }) };
   }
 
   /** createArtifactFiles: one signed upload URL per file, bound to the MD5 the SDK declared for it. */
-  fileUploads(principal: Principal, specs: CreateArtifactFileSpecInput[]): { artifactId: string; name: string; token: string }[] {
-    return specs.map((spec) => {
-      const pending = this.pendingFor(principal, spec.artifactID);
+  async fileUploads(principal: Principal, specs: CreateArtifactFileSpecInput[]): Promise<{ artifactId: string; name: string; token: string }[]> {
+    const found = new Map<string, PendingArtifactRecord>();
+    const uploads: { artifactId: string; name: string; token: string }[] = [];
+    for (const spec of specs) {
+      const pending = found.get(spec.artifactID) ?? (await this.pendingFor(principal, spec.artifactID));
+      found.set(spec.artifactID, pending);
       if (spec.uploadPartsInput != null) throw unsupported(`Multipart uploads (files of 2 GiB or more, like ${JSON.stringify(excerpt(spec.name))})`);
       if (!isSafeFileName(spec.name)) {
         throw new AppError('bad_request', `Artifact file ${JSON.stringify(excerpt(spec.name))}: this server stores flat file names of letters, digits, ".", "_" and "-" (no folders)`);
       }
       if (!BASE64_MD5.test(spec.md5)) throw new AppError('bad_request', `Artifact file ${JSON.stringify(spec.name)}: md5 must be a base64 MD5 digest`);
-      return { artifactId: pending.id, name: spec.name, token: this.tokens.sign({ kind: 'artifact_file', artifactId: pending.id, name: spec.name, md5: spec.md5 }) };
-    });
+      uploads.push({ artifactId: pending.id, name: spec.name, token: this.tokens.sign({ kind: 'artifact_file', artifactId: pending.id, name: spec.name, md5: spec.md5 }) });
+    }
+    return uploads;
   }
 
   /** A PUT to an upload URL: the file is staged and kept only when its MD5 is the one its URL was issued for. */
@@ -156,8 +160,8 @@ export class WandbArtifacts {
       body.resume();
       return;
     }
-    const pending = this.pending.get(target.artifactId);
-    if (!pending || pending.expiresAt < this.clock.now().getTime()) {
+    const pending = await this.pending.find(target.artifactId);
+    if (!pending || pending.expiresAt < this.clock.now().toISOString()) {
       body.resume();
       throw notPending(target.artifactId);
     }
@@ -169,33 +173,45 @@ export class WandbArtifacts {
     if (target.kind === 'manifest') {
       const manifest = await readCapped(body, max);
       checkMd5('the manifest', crypto.createHash('md5').update(manifest).digest('base64'), target.md5);
-      pending.manifest = manifest;
+      if (!(await this.pending.setManifest(pending.id, manifest))) throw notPending(pending.id);
       return;
     }
-    pending.staged.delete(target.name);
+    await this.pending.forgetFile(pending.id, target.name);
     const staged = await this.blobs.stage(pending.stagingId, target.name, body.pipe(limitBytes(max)));
     checkMd5(JSON.stringify(target.name), staged.md5, target.md5);
-    pending.staged.set(target.name, staged);
+    if (!(await this.pending.recordFile(pending.id, staged))) {
+      // Committed or expired while the bytes arrived: its staging area is gone, and so goes what this upload left.
+      await this.blobs.discard(pending.stagingId);
+      throw notPending(pending.id);
+    }
   }
 
   /** commitArtifact: the manifest honoured exactly, then the files become the artifact's next version. */
   async commit(principal: Principal, artifactId: string): Promise<WandbArtifactView> {
-    const pending = this.pendingFor(principal, artifactId);
+    const pending = await this.pendingFor(principal, artifactId);
     if (!pending.manifest) throw new AppError('bad_request', 'No manifest was uploaded for this artifact before commitArtifact');
-    const files = this.checkManifest(pending, pending.manifest);
-    this.pending.delete(pending.id);
+    const files = this.checkManifest(pending, pending.manifest, await this.pending.files(pending.id));
+    // Only one of two commits racing for the same artifact removes it; the other finds it gone.
+    if (!(await this.pending.remove(pending.id))) throw notPending(pending.id);
+    const entity = this.entityOf(principal, pending);
     try {
-      const version = await this.artifacts.commitStaged(pending.entity, pending, pending.stagingId, files);
-      return this.committedView(pending.entity.name, version);
+      const version = await this.artifacts.commitStaged(entity, pending, pending.stagingId, files);
+      return this.committedView(entity.name, version);
     } finally {
       await this.blobs.discard(pending.stagingId);
     }
   }
 
+  /** The staging areas pending artifacts still use: start-up's sweep of leftover staging leaves them. */
+  stagingAreas(): Promise<string[]> {
+    return this.pending.stagingIds();
+  }
+
   /** artifact(id): a pending upload of this key's entities, or a committed version it may read. */
   async byId(principal: Principal, id: string): Promise<WandbArtifactView | null> {
-    const pending = this.pending.get(id);
-    if (pending && principal.entities.some((entity) => entity.id === pending.entity.id)) return this.pendingView(pending);
+    const pending = id === '' ? undefined : await this.pending.find(id);
+    const entity = pending && principal.entities.find((candidate) => candidate.id === pending.entityId);
+    if (pending && entity) return this.pendingView(entity.name, pending, await this.pending.files(pending.id));
     const found = await this.artifacts.versionById(principal, id);
     return found ? this.committedView(found.entity, found.version) : null;
   }
@@ -208,47 +224,70 @@ export class WandbArtifacts {
     return version ? this.committedView(target.entity, version) : null;
   }
 
-  private checkManifest(pending: PendingArtifact, manifest: Buffer): StagedFile[] {
+  private checkManifest(pending: PendingArtifactRecord, manifest: Buffer, uploaded: StagedFile[]): StagedFile[] {
     const entries = parseManifest(manifest);
     if (entries.length === 0) throw new AppError('bad_request', 'Artifact manifest: an artifact needs at least one file');
+    const staged = new Map(uploaded.map((file) => [file.name, file]));
     const files = entries.map((entry) => {
-      const staged = pending.staged.get(entry.name);
-      if (!staged) throw new AppError('bad_request', `Artifact manifest: ${JSON.stringify(excerpt(entry.name))} was never uploaded`);
-      if (staged.md5 !== entry.md5 || staged.size !== entry.size) {
-        throw new AppError('bad_request', `Artifact manifest: ${JSON.stringify(entry.name)} says MD5 ${entry.md5} and ${entry.size} bytes; the upload was ${staged.md5} and ${staged.size} bytes`);
+      const file = staged.get(entry.name);
+      if (!file) throw new AppError('bad_request', `Artifact manifest: ${JSON.stringify(excerpt(entry.name))} was never uploaded`);
+      if (file.md5 !== entry.md5 || file.size !== entry.size) {
+        throw new AppError('bad_request', `Artifact manifest: ${JSON.stringify(entry.name)} says MD5 ${entry.md5} and ${entry.size} bytes; the upload was ${file.md5} and ${file.size} bytes`);
       }
-      return staged;
+      return file;
     });
-    const extra = [...pending.staged.keys()].filter((name) => !entries.some((entry) => entry.name === name));
-    if (extra.length > 0) throw new AppError('bad_request', `Artifact manifest: uploaded files missing from it: ${extra.map((name) => JSON.stringify(name)).join(', ')}`);
+    const listed = new Set(entries.map((entry) => entry.name));
+    const extra = uploaded.filter((file) => !listed.has(file.name));
+    if (extra.length > 0) throw new AppError('bad_request', `Artifact manifest: uploaded files missing from it: ${extra.map((file) => JSON.stringify(file.name)).join(', ')}`);
     const digest = manifestDigest(entries);
     if (digest !== pending.digest) throw new AppError('bad_request', `Artifact manifest: its digest is ${digest}, but createArtifact declared ${pending.digest}`);
     return files;
   }
 
-  private pendingFor(principal: Principal, id: string): PendingArtifact {
-    const pending = this.pending.get(id);
-    if (!pending || pending.expiresAt < this.clock.now().getTime() || !principal.entities.some((entity) => entity.id === pending.entity.id)) throw notPending(id);
+  private async pendingFor(principal: Principal, id: string): Promise<PendingArtifactRecord> {
+    const pending = id === '' ? undefined : await this.pending.find(id);
+    if (!pending || pending.expiresAt < this.clock.now().toISOString() || !principal.entities.some((entity) => entity.id === pending.entityId)) throw notPending(id);
     return pending;
   }
 
-  private async sweepExpired(): Promise<void> {
-    const now = this.clock.now().getTime();
-    for (const pending of [...this.pending.values()].filter((candidate) => candidate.expiresAt < now)) {
-      this.pending.delete(pending.id);
-      await this.blobs.discard(pending.stagingId);
+  private entityOf(principal: Principal, pending: PendingArtifactRecord): { id: string; name: string } {
+    return principal.entities.find((entity) => entity.id === pending.entityId) as { id: string; name: string };
+  }
+
+  /** A 429 when the entity (or the server) already holds as many uncommitted artifacts as allowed, `self` counted in. */
+  private async refuseOverCap(entity: { id: string; name: string }, self = 0): Promise<void> {
+    const now = this.clock.now().toISOString();
+    const ofEntity = (await this.pending.countLive(entity.id, now)) - self;
+    if (ofEntity >= MAX_PENDING_PER_ENTITY) {
+      throw new AppError('too_many_requests', `Entity ${JSON.stringify(entity.name)} has ${ofEntity} artifacts created and not committed, this server's limit (${MAX_PENDING_PER_ENTITY}): commit them, or wait for them to expire an hour after they were created`);
+    }
+    const inAll = (await this.pending.countLive(null, now)) - self;
+    if (inAll >= MAX_PENDING_IN_ALL) {
+      throw new AppError('too_many_requests', `This server holds ${inAll} artifacts created and not committed, its limit (${MAX_PENDING_IN_ALL}); retry once some are committed or expire`);
     }
   }
 
-  private pendingView(pending: PendingArtifact): WandbArtifactView {
-    const files = [...pending.staged.values()];
+  private async sweepExpired(): Promise<void> {
+    for (const expired of await this.pending.expired(this.clock.now().toISOString(), SWEEP_BATCH)) {
+      if (await this.pending.remove(expired.id)) await this.blobs.discard(expired.stagingId);
+    }
+  }
+
+  private pendingView(entity: string, pending: PendingArtifactRecord, files: StagedFile[]): WandbArtifactView {
     return {
-      ...pending,
-      entity: pending.entity.name,
+      id: pending.id,
+      entity,
+      project: pending.project,
+      name: pending.name,
+      type: pending.type,
       state: 'PENDING',
       versionIndex: null,
+      digest: pending.digest,
+      description: pending.description,
+      metadata: pending.metadata,
       size: files.reduce((sum, file) => sum + file.size, 0),
       fileCount: files.length,
+      createdAt: pending.createdAt,
     };
   }
 

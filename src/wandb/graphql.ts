@@ -204,13 +204,13 @@ const mutations = {
     const { artifact } = await context.wandb.artifacts.create(context.principal, input);
     return { artifact: artifactObject(context, artifact) };
   },
-  createArtifactManifest: ({ input }: { input: CreateArtifactManifestInput }, context: Context) => {
-    const upload = context.wandb.artifacts.manifestUpload(context.principal, { ...input, artifactID: artifactKey(input.artifactID) });
+  createArtifactManifest: async ({ input }: { input: CreateArtifactManifestInput }, context: Context) => {
+    const upload = await context.wandb.artifacts.manifestUpload(context.principal, { ...input, artifactID: artifactKey(input.artifactID) });
     return { artifactManifest: { id: wandbId('ArtifactManifest', upload.artifactId), file: fileObject(context, { ...upload, name: input.name }) } };
   },
-  createArtifactFiles: ({ input }: { input: { artifactFiles: CreateArtifactFileSpecInput[] } }, context: Context) => {
+  createArtifactFiles: async ({ input }: { input: { artifactFiles: CreateArtifactFileSpecInput[] } }, context: Context) => {
     const specs = input.artifactFiles.map((spec) => ({ ...spec, artifactID: artifactKey(spec.artifactID) }));
-    return { files: { edges: context.wandb.artifacts.fileUploads(context.principal, specs).map((upload) => ({ node: fileObject(context, upload) })) } };
+    return { files: { edges: (await context.wandb.artifacts.fileUploads(context.principal, specs)).map((upload) => ({ node: fileObject(context, upload) })) } };
   },
   commitArtifact: async ({ input }: { input: { artifactID: string } }, context: Context) => ({
     artifact: artifactObject(context, await context.wandb.artifacts.commit(context.principal, artifactKey(input.artifactID))),

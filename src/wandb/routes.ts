@@ -38,6 +38,7 @@ export function registerWandbRoutes(app: FastifyInstance, auth: AuthService, wan
     // The key first, as on every other route: a caller without one hears 401, not what was wrong with its body.
     api.addHook('onRequest', async (request) => {
       request.principal = await principalOf(auth, request);
+      await wandb.tokens.ready();
     });
     api.post<{ Body: GraphqlRequest }>('/graphql', { ...OPEN, schema: { body: GraphqlRequest } }, async (request) => {
       const context = { principal: request.principal, wandb, baseUrl: `${request.protocol}://${request.host}` };
@@ -58,6 +59,7 @@ export function registerWandbRoutes(app: FastifyInstance, auth: AuthService, wan
     uploads.removeAllContentTypeParsers();
     uploads.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
     uploads.put<{ Params: { token: string } }>(`${UPLOAD_PATH_PREFIX}:token`, OPEN, async (request, reply) => {
+      await wandb.tokens.ready();
       const target = wandb.tokens.verify(request.params.token);
       const length = request.headers['content-length'] === undefined ? undefined : Number(request.headers['content-length']);
       await wandb.artifacts.receive(target, (request.body as Readable | undefined) ?? request.raw, length);
