@@ -45,7 +45,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     frameworkErrors: errorHandler,
   });
   app.setValidatorCompiler(boundedValidatorCompiler());
-  registerJsonBody(app);
+  registerJsonBody(app, services.bodyWorker);
   registerTransportLimits(app, config);
 
   app.addHook('onRequest', async (request, reply) => {

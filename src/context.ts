@@ -8,6 +8,7 @@ import { TemplateSandbox } from './conversation/template-sandbox.ts';
 import { samplerKindOf } from './engine/vllm/config.ts';
 import { JobQueue } from './jobs/queue.ts';
 import type { JobRunner } from './jobs/worker.ts';
+import { ThreadWorker } from './offload/worker.ts';
 import { AdapterImporter } from './services/adapter-import.ts';
 import { ArtifactService } from './services/artifact-service.ts';
 import { AuthService } from './services/auth-service.ts';
@@ -71,6 +72,8 @@ export interface Services {
   templateSandbox: TemplateSandbox | null;
   /** Renders and tokenizes large chat prompts off the event loop (a thread started at the first). Closed with the server. */
   promptWorker: PromptWorker;
+  /** Parses and prepares large request bodies off the event loop (http/large-body.ts). Closed with the server. */
+  bodyWorker: ThreadWorker;
   metrics: Metrics;
   exports: CheckpointExporter;
   lineage: ModelLineage;
@@ -268,6 +271,7 @@ export function createServices(options: ContextOptions): Services {
     repositories,
     runtime,
     ...createChat(config, resolver, runtime),
+    bodyWorker: new ThreadWorker(),
     exports: new CheckpointExporter(models, repositories.models),
     lineage: new ModelLineage(models, repositories.models),
     retention: core.retention,

@@ -103,6 +103,7 @@ export async function startServer(
       await app.close();
       services.templateSandbox?.close();
       await services.promptWorker.close();
+      await services.bodyWorker.close();
       await worker?.stop();
       await Promise.all((engines?.all ?? []).map(({ supervisor }) => supervisor.stop()));
       await store.close();

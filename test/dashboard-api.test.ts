@@ -14,6 +14,7 @@ import type { JobStatus } from '../src/api/training-vocabulary.ts';
 import { repoRoot } from '../src/config.ts';
 import { newId } from '../src/ids.ts';
 import { DashboardRepository } from '../src/store/dashboard-repository.ts';
+import type { TrajectoryTable } from '../src/store/schema.ts';
 import { createModel as createModelVia } from './helpers/api.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
@@ -562,7 +563,7 @@ for (const backend of backends()) {
       const STEPS = 100;
       const PER_STEP = 1000;
       const createdAt = new Date().toISOString();
-      const rows = [];
+      const rows: TrajectoryTable[] = [];
       for (let step = 0; step < STEPS; step += 1) {
         for (let index = 0; index < PER_STEP; index += 1) {
           const reward = (index % 10) / 10;
@@ -585,7 +586,7 @@ for (const backend of backends()) {
           });
         }
       }
-      await t.services.repositories.trajectories.insertMany(rows);
+      await t.services.repositories.trajectories.insertMany(rows.length, (index) => rows[index]);
       if (backend.name === 'postgres') await t.store.db.executeQuery(CompiledQuery.raw('analyze trajectories'));
 
       const countStarted = performance.now();

@@ -8,7 +8,8 @@ import {
   payloadView,
   readRlPayload,
   readSftPayload,
-  rlPayload,
+  rlGroupsJson,
+  rlPayloadText,
   sftPayload,
 } from '../src/training/payloads.ts';
 import { parseRlConfig } from '../src/training/rl/config.ts';
@@ -40,6 +41,9 @@ const unreadable = (read: () => unknown, where: RegExp) =>
 
 describe('RL payloads', () => {
   const today = parseRlConfig({ learning_rate: 0.01, packed_sequence_length: 32 }, 1e-3).config;
+  /** The payload object the text the server writes stands for. */
+  const rlPayload = ({ trajectory_groups, config }: { trajectory_groups: unknown[]; config: typeof today }) =>
+    JSON.parse(rlPayloadText(rlGroupsJson(trajectory_groups as never), config));
 
   test('written with a version and read back as written, the groups with ART defaults', () => {
     const payload = rlPayload({ trajectory_groups: [withGroupDefaults(group)], config: today });
@@ -87,6 +91,7 @@ describe('RL payloads', () => {
         rlPayload({ trajectory_groups: [withGroupDefaults(group)], config: { ...today, learning_rate: Number.NaN } }),
       /learning_rate/,
     );
+    assert.throws(() => rlGroupsJson([{ ...withGroupDefaults(group), trajectories: [] }]), /trajectories/);
   });
 });
 

@@ -1,21 +1,21 @@
 /**
- * The thread of prompt-worker.ts: renders the model's chat template (or takes text a request's template rendered)
- * and encodes it with the folder's tokenizer, loaded once per folder. Answers each job by id; holds nothing else.
+ * What the prompt worker (prompt-worker.ts) runs on its thread: renders the model's chat template (or takes text a
+ * request's template rendered) and encodes it with the folder's tokenizer, loaded once per folder per thread.
  */
-import { parentPort } from 'node:worker_threads';
 import { encodePrompt } from './prompt.ts';
-import type { PromptAnswer, PromptJob } from './prompt-worker.ts';
-import { renderChat, TemplateError } from './template.ts';
+import { type RenderOptions, renderChat, TemplateError } from './template.ts';
 import { loadTokenizer } from './tokenizer.ts';
 
-parentPort!.on('message', async (job: PromptJob & { id: number }) => {
-  let answer: PromptAnswer;
+/** The model's template with the request's data, or text a request's template rendered; encoded with that folder's tokenizer. */
+export type PromptJob = { folder: string; addSpecialTokens: boolean } & ({ options: RenderOptions } | { text: string });
+export type PromptAnswer = { ids: number[] } | { error: string; template: boolean };
+
+export async function encodePromptJob(job: PromptJob): Promise<PromptAnswer> {
   try {
     const tokenizer = await loadTokenizer(job.folder);
     const text = 'text' in job ? job.text : renderChat(job.options);
-    answer = { id: job.id, ids: encodePrompt(tokenizer, text, { addSpecialTokens: job.addSpecialTokens }) };
+    return { ids: encodePrompt(tokenizer, text, { addSpecialTokens: job.addSpecialTokens }) };
   } catch (error) {
-    answer = { id: job.id, error: (error as Error).message, template: error instanceof TemplateError };
+    return { error: (error as Error).message, template: error instanceof TemplateError };
   }
-  parentPort!.postMessage(answer);
-});
+}

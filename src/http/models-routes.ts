@@ -15,6 +15,8 @@ import {
 } from '../api/models.ts';
 import type { ModelService } from '../services/model-service.ts';
 import type { TrajectoryService } from '../services/trajectory-service.ts';
+import { LOG_BODY } from './body-tasks.ts';
+import { preparedBody } from './large-body.ts';
 import { queryEnum, queryInteger, queryString } from './query.ts';
 
 type Query = Record<string, unknown>;
@@ -80,7 +82,12 @@ export function registerModelRoutes(
 
   app.post<{ Params: { model_id: string }; Body: LogBody }>(
     '/v1/preview/models/:model_id/log',
-    { schema: { body: LogBody, response: { 200: LogResponse } } },
-    async (request) => services.trajectories.log(request.principal, request.params.model_id, request.body),
+    { schema: { body: LogBody, response: { 200: LogResponse } }, config: { largeBody: true } },
+    async (request) =>
+      services.trajectories.log(
+        request.principal,
+        request.params.model_id,
+        await preparedBody(request, LOG_BODY, undefined),
+      ),
   );
 }

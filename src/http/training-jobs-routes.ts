@@ -3,13 +3,18 @@ import type { FastifyInstance } from 'fastify';
 import { listEnvelope, toListPage } from '../api/lists.ts';
 import { JobCreated, RlJobBody, SftJobBody, TrainingJob, TrainingJobEvent } from '../api/training-jobs.ts';
 import type { TrainingJobService } from '../training/job-service.ts';
+import { RL_JOB_BODY } from './body-tasks.ts';
+import { preparedBody } from './large-body.ts';
 import { queryInteger, queryString } from './query.ts';
 
 export function registerTrainingJobRoutes(app: FastifyInstance, jobs: TrainingJobService): void {
   app.post<{ Body: RlJobBody }>(
     '/v1/preview/training-jobs',
-    { schema: { body: RlJobBody, response: { 200: JobCreated } } },
-    async (request) => jobs.submitRl(request.principal, request.body),
+    { schema: { body: RlJobBody, response: { 200: JobCreated } }, config: { largeBody: true } },
+    async (request) =>
+      jobs.submitRl(request.principal, await preparedBody(request, RL_JOB_BODY, { vocabSize: null }), (vocabSize) =>
+        preparedBody(request, RL_JOB_BODY, { vocabSize }),
+      ),
   );
 
   app.post<{ Body: SftJobBody }>(

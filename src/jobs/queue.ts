@@ -38,14 +38,17 @@ export class JobQueue {
   }
 
   /** Stores the request durably (file synced, then renamed into place), then the queued job that points at it. */
-  async enqueue(input: { modelId: string; type: 'rl' | 'sft'; payload: unknown }): Promise<JobRow> {
+  /** Queues a job; its payload as a value, or as the JSON text already made of it (a large RL request's). */
+  async enqueue(
+    input: { modelId: string; type: 'rl' | 'sft' } & ({ payload: unknown } | { payloadText: string }),
+  ): Promise<JobRow> {
     const id = newId();
     await fs.mkdir(this.payloadDir, { recursive: true });
     const payloadPath = path.join(this.payloadDir, `${id}.json`);
     const temporary = `${payloadPath}.tmp`;
     const handle = await fs.open(temporary, 'w');
     try {
-      await handle.writeFile(JSON.stringify(input.payload));
+      await handle.writeFile('payloadText' in input ? input.payloadText : JSON.stringify(input.payload));
       await handle.sync();
     } finally {
       await handle.close();

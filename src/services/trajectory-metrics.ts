@@ -25,7 +25,11 @@ function numericEntries(record: Record<string, unknown> | null | undefined): [st
 function averageByKey(records: (Record<string, unknown> | null | undefined)[]): Map<string, number> {
   const samples = new Map<string, number[]>();
   for (const record of records) {
-    for (const [key, value] of numericEntries(record)) samples.set(key, [...(samples.get(key) ?? []), value]);
+    for (const [key, value] of numericEntries(record)) {
+      const values = samples.get(key);
+      if (values) values.push(value);
+      else samples.set(key, [value]);
+    }
   }
   return new Map([...samples].map(([key, values]) => [key, mean(values)]));
 }

@@ -1,6 +1,6 @@
 /** Logging trajectories against a model: durable storage per (model, split, step) and metrics on the current checkpoint. */
 
-import { type FullTrajectoryGroup, type LogBody, withGroupDefaults } from '../api/models.ts';
+import type { FullTrajectoryGroup } from '../api/models.ts';
 import type { Clock } from '../clock.ts';
 import { validationError } from '../errors.ts';
 import { newId } from '../ids.ts';
@@ -8,8 +8,7 @@ import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
-import { splitMetrics } from './trajectory-metrics.ts';
-import { checkTrajectoryGroups } from './trajectory-shape.ts';
+import { type PreparedLog, type TrajectoryRows, trajectoryRows } from './trajectory-rows.ts';
 
 /** One point of a model's reward-spread history: the step trained from, and the mean in-group std dev of its rewards. */
 export interface SpreadPoint {
@@ -25,25 +24,23 @@ export class TrajectoryService {
     private readonly clock: Clock,
   ) {}
 
+  /** Stores a prepared `/log` request (trajectory-rows.ts) at the model's current step; its metrics go on the checkpoint. */
   async log(
     principal: Principal,
     modelId: string,
-    body: LogBody,
+    prepared: PreparedLog,
   ): Promise<{ step: number; metrics: Record<string, number> }> {
     const model = await this.modelService.getOwned(principal, modelId);
-    const groups = body.trajectory_groups.map(withGroupDefaults);
-    const problems = checkTrajectoryGroups(groups, ['body', 'trajectory_groups']);
-    if (problems.length > 0) throw validationError(problems);
-
+    if (prepared.problems.length > 0) throw validationError(prepared.problems);
+    const { split, metrics } = prepared;
     const checkpoint = await this.models.latestCheckpoint(model.id);
     const step = checkpoint?.step ?? model.last_step;
-    const metrics = splitMetrics(body.split, groups);
-    await this.store(model.id, body.split, step, groups);
+    await this.storeRows(model.id, split, step, prepared.rows);
     if (checkpoint) await this.models.setCheckpointMetrics(checkpoint.id, { ...checkpoint.metrics, ...metrics });
     await this.trajectories.insertRunMetrics(
       model.run_id,
       step,
-      `log:${body.split}`,
+      `log:${split}`,
       metrics,
       this.clock.now().toISOString(),
     );
@@ -68,21 +65,21 @@ export class TrajectoryService {
 
   /** Stores trajectories as given (extra keys kept) with ART's defaults in place, so the dashboard shows what was meant. */
   async store(modelId: string, split: string, step: number, groups: FullTrajectoryGroup[]): Promise<void> {
+    await this.storeRows(modelId, split, step, trajectoryRows(groups));
+  }
+
+  private async storeRows(modelId: string, split: string, step: number, rows: TrajectoryRows): Promise<void> {
     const createdAt = this.clock.now().toISOString();
-    await this.trajectories.insertMany(
-      groups.flatMap((group, groupIndex) =>
-        group.trajectories.map((trajectory, trajectoryIndex) => ({
-          id: newId(),
-          model_id: modelId,
-          split,
-          step,
-          group_index: groupIndex,
-          trajectory_index: trajectoryIndex,
-          reward: trajectory.reward,
-          data: JSON.stringify(trajectory),
-          created_at: createdAt,
-        })),
-      ),
-    );
+    await this.trajectories.insertMany(rows.data.length, (row) => ({
+      id: newId(),
+      model_id: modelId,
+      split,
+      step,
+      group_index: rows.groupIndex[row],
+      trajectory_index: rows.trajectoryIndex[row],
+      reward: rows.reward[row],
+      data: rows.data[row],
+      created_at: createdAt,
+    }));
   }
 }

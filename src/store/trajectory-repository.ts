@@ -2,6 +2,7 @@
 import type { Kysely } from 'kysely';
 import type { Page } from '../api/lists.ts';
 import { type Trajectory, withTrajectoryDefaults } from '../api/models.ts';
+import { yieldToLoop } from '../offload/yield.ts';
 import type { Database, TrajectoryTable } from './schema.ts';
 
 /** Keeps each INSERT below both databases' bound-parameter limits. */
@@ -42,13 +43,17 @@ export interface RunMetricRecord {
 export class TrajectoryRepository {
   constructor(private readonly db: Kysely<Database>) {}
 
-  async insertMany(rows: TrajectoryTable[]): Promise<void> {
+  /**
+   * Inserts `count` rows, each built by `row(index)` as its chunk is written: one transaction, and a turn of the
+   * event loop between chunks, so that twenty thousand rows (SQLite writes on the loop) never hold it for long.
+   */
+  async insertMany(count: number, row: (index: number) => TrajectoryTable): Promise<void> {
     await this.db.transaction().execute(async (trx) => {
-      for (let start = 0; start < rows.length; start += INSERT_CHUNK_ROWS) {
-        await trx
-          .insertInto('trajectories')
-          .values(rows.slice(start, start + INSERT_CHUNK_ROWS))
-          .execute();
+      for (let start = 0; start < count; start += INSERT_CHUNK_ROWS) {
+        const chunk: TrajectoryTable[] = [];
+        for (let index = start; index < Math.min(count, start + INSERT_CHUNK_ROWS); index += 1) chunk.push(row(index));
+        await trx.insertInto('trajectories').values(chunk).execute();
+        await yieldToLoop();
       }
     });
   }

@@ -4,7 +4,9 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.ts';
+import { preparedBody } from '../http/large-body.ts';
 import { queryInteger } from '../http/query.ts';
+import { FORWARD_BACKWARD_BODY, FORWARD_BODY, SAMPLE_BODY } from './body-tasks.ts';
 import type { FutureOutcome } from './futures.ts';
 import type { TinkerServices } from './index.ts';
 import { decodeForwardBackward, encodeForwardBackwardOutput, encodeSampleResponse } from './proto.ts';
@@ -19,7 +21,6 @@ import {
   CreateSessionBody,
   ForwardBackwardJsonBody,
   ForwardJsonBody,
-  forwardBackwardFromJson,
   LoadWeightsBody,
   ModelIdBody,
   OptimStepBody,
@@ -88,26 +89,27 @@ function registerTrainingRoutes(app: FastifyInstance, tinker: TinkerServices): v
     scope.addContentTypeParser(PROTOBUF, { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
     scope.post(
       '/api/v1/forward_backward',
-      { schema: { body: { content: { 'application/json': { schema: ForwardBackwardJsonBody } } } } },
+      {
+        schema: { body: { content: { 'application/json': { schema: ForwardBackwardJsonBody } } } },
+        config: { largeBody: true },
+      },
       async (request) => {
-        if (!Buffer.isBuffer(request.body)) {
-          const body = request.body as ForwardBackwardJsonBody;
+        if (!Buffer.isBuffer(request.body))
           return tinker.training.forwardBackward(
             request.principal,
-            forwardBackwardFromJson(body.model_id, body.seq_id, body.forward_backward_input, false),
+            await preparedBody(request, FORWARD_BACKWARD_BODY, undefined),
           );
-        }
         if (request.headers['content-encoding'] && request.headers['content-encoding'] !== 'identity')
           throw new AppError('unsupported_media_type', 'forward_backward bodies must not be compressed');
         return tinker.training.forwardBackward(request.principal, decodeForwardBackward(request.body));
       },
     );
   });
-  app.post<{ Body: ForwardJsonBody }>('/api/v1/forward', { schema: { body: ForwardJsonBody } }, async (request) =>
-    tinker.training.forwardBackward(
-      request.principal,
-      forwardBackwardFromJson(request.body.model_id, request.body.seq_id, request.body.forward_input, true),
-    ),
+  app.post<{ Body: ForwardJsonBody }>(
+    '/api/v1/forward',
+    { schema: { body: ForwardJsonBody }, config: { largeBody: true } },
+    async (request) =>
+      tinker.training.forwardBackward(request.principal, await preparedBody(request, FORWARD_BODY, undefined)),
   );
   app.post<{ Body: OptimStepBody }>('/api/v1/optim_step', { schema: { body: OptimStepBody } }, async (request) =>
     tinker.training.optimStep(request.principal, request.body),
@@ -134,8 +136,10 @@ function registerSamplingRoutes(app: FastifyInstance, tinker: TinkerServices): v
   app.get<{ Params: { sampler_id: string } }>('/api/v1/samplers/:sampler_id', async (request) =>
     tinker.sampling.describeSession(request.principal, request.params.sampler_id),
   );
-  app.post<{ Body: SampleBody }>('/api/v1/asample', { schema: { body: SampleBody } }, async (request) =>
-    tinker.sampling.sample(request.principal, request.body),
+  app.post<{ Body: SampleBody }>(
+    '/api/v1/asample',
+    { schema: { body: SampleBody }, config: { largeBody: true } },
+    async (request) => tinker.sampling.sample(request.principal, await preparedBody(request, SAMPLE_BODY, undefined)),
   );
   app.post<{ Body: RetrieveFutureBody }>(
     '/api/v1/retrieve_future',

@@ -14,7 +14,7 @@ import type { BaseModelRegistry } from '../services/base-models.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerFutures } from './futures.ts';
 import type { TinkerModels } from './models.ts';
-import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from './schemas.ts';
+import type { CreateSamplingSessionBody, PreparedSample, SamplingParams, UntypedFuture } from './schemas.ts';
 
 /** Tokens a sample may take when the client sets no max_tokens. */
 const DEFAULT_MAX_TOKENS = 128;
@@ -82,7 +82,7 @@ export class TinkerSampling {
   }
 
   /** Checks the request at once (a 400 for bad input), then samples as a future outside every training queue. */
-  async sample(principal: Principal, body: SampleBody): Promise<UntypedFuture> {
+  async sample(principal: Principal, body: PreparedSample): Promise<UntypedFuture> {
     let modelPath = body.model_path ?? null;
     let baseModel = body.base_model ?? null;
     if (body.sampling_session_id)
@@ -159,10 +159,10 @@ export class TinkerSampling {
 }
 
 /** `prompt_logprobs_last_n`, checked: it needs `prompt_logprobs` and at most every prompt token but the first. */
-function promptLogprobsLastN(body: SampleBody): number | null {
+function promptLogprobsLastN(body: PreparedSample): number | null {
   const lastN = body.prompt_logprobs_last_n ?? null;
   if (lastN === null) return null;
-  const length = body.prompt.chunks.reduce((sum, chunk) => sum + chunk.tokens.length, 0);
+  const length = body.prompt.length;
   if (body.prompt_logprobs !== true)
     throw new AppError('bad_request', 'prompt_logprobs_last_n needs prompt_logprobs: true');
   if (lastN > length - 1)
@@ -173,8 +173,8 @@ function promptLogprobsLastN(body: SampleBody): number | null {
   return lastN;
 }
 
-function generateRequest(base: LoadedBase, target: Target, body: SampleBody): GenerateRequest {
-  const prompt = body.prompt.chunks.flatMap((chunk) => chunk.tokens);
+function generateRequest(base: LoadedBase, target: Target, body: PreparedSample): GenerateRequest {
+  const prompt = body.prompt;
   const vocab = base.engine.vocab_size;
   const context = base.engine.context_length;
   if (!prompt.length) throw new AppError('bad_request', 'The prompt has no tokens');
@@ -201,7 +201,8 @@ function generateRequest(base: LoadedBase, target: Target, body: SampleBody): Ge
   return {
     ...target.adapter,
     base: base.id,
-    prompt,
+    // Only a prompt that passed every check becomes an array (900,000 ids take the loop a while).
+    prompt: Array.from(prompt),
     n,
     max_tokens: maxTokens,
     // Tinker: no `stop` keeps the model's end-of-sequence ids; any list, even an empty one, replaces them.

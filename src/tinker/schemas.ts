@@ -140,6 +140,20 @@ export const SampleBody = Type.Object(
 );
 export type SampleBody = Static<typeof SampleBody>;
 
+/** An asample request with its prompt as one array of token ids (cheap to receive from the body's worker thread). */
+export type PreparedSample = Omit<SampleBody, 'prompt'> & { prompt: Float64Array };
+
+export function prepareSample(body: SampleBody): PreparedSample {
+  const { prompt, ...rest } = body;
+  const ids = new Float64Array(prompt.chunks.reduce((sum, chunk) => sum + chunk.tokens.length, 0));
+  let at = 0;
+  for (const chunk of prompt.chunks) {
+    ids.set(chunk.tokens, at);
+    at += chunk.tokens.length;
+  }
+  return { ...rest, prompt: ids };
+}
+
 /** A tensor as older SDKs (0.18) send it in JSON: flat values, their dtype, and a shape we need not read. */
 const TensorJson = Type.Object(
   {

@@ -3,11 +3,9 @@
  * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
  */
 
-import { withGroupDefaults } from '../api/models.ts';
 import {
   type JobRow,
   learningRateProblem,
-  type RlJobBody,
   type SftJobBody,
   type TrainingJob,
   toTrainingJob,
@@ -17,11 +15,11 @@ import { AppError, type FieldProblem, notFound, validationError } from '../error
 import type { ArtifactService } from '../services/artifact-service.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { ModelService } from '../services/model-service.ts';
-import { checkRenderable, checkTrajectoryGroups } from '../services/trajectory-shape.ts';
 import type { JobRepository } from '../store/job-repository.ts';
-import { type RlJobPayload, rlPayload, type SftJobPayload, sftPayload } from './payloads.ts';
+import { rlPayloadText, type SftJobPayload, sftPayload } from './payloads.ts';
 import { parseRlConfig } from './rl/config.ts';
 import type { KlReferenceResolver } from './rl/kl-reference.ts';
+import type { PreparedRlJob } from './rl-submission.ts';
 import { countConversations, SFT_DATA_FILES } from './sft/data.ts';
 
 /** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
@@ -31,7 +29,7 @@ export const DEFAULT_SFT_BATCH_SIZE = 2;
 export interface JobSubmission {
   enqueue(
     input:
-      | { modelId: string; type: 'rl'; payload: RlJobPayload }
+      | { modelId: string; type: 'rl'; payloadText: string }
       | { modelId: string; type: 'sft'; payload: SftJobPayload },
   ): Promise<{ id: string }>;
 }
@@ -59,28 +57,33 @@ export class TrainingJobService {
     private readonly klReferences: KlReferenceResolver,
   ) {}
 
-  async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
-    const model = await this.models.getOwned(principal, body.model_id);
-    const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
+  /**
+   * Queues a prepared RL request (rl-submission.ts, prepared without the model's vocabulary); `prepareWith` prepares
+   * it again with a vocabulary size, which happens only when a sampled token id may lie outside it.
+   */
+  async submitRl(
+    principal: Principal,
+    prepared: PreparedRlJob,
+    prepareWith: (vocabSize: number) => Promise<PreparedRlJob>,
+  ): Promise<{ id: string }> {
+    const model = await this.models.getOwned(principal, prepared.modelId);
+    const { config, problems } = parseRlConfig(prepared.experimentalConfig, this.defaultLearningRate(model.base_model));
     if (config.kl_ref_adapter_path !== null) {
       // Resolved now, to a model and step: the job reads that checkpoint even if names change before it runs.
       const resolved = await this.klReferences.resolve(principal, config.kl_ref_adapter_path, model.base_model);
       if ('problem' in resolved) problems.push(resolved.problem);
       else config.kl_reference = resolved.reference;
     }
-    const groups = body.trajectory_groups.map(withGroupDefaults);
-    const shape = checkTrajectoryGroups(
-      groups,
-      ['body', 'trajectory_groups'],
-      await this.vocabularySize(model.base_model),
-    );
-    const all = problems.concat(
-      shape,
-      shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : [],
-    );
+    const vocabSize = await this.vocabularySize(model.base_model);
+    const checked =
+      vocabSize !== null && prepared.largestTokenId >= vocabSize ? await prepareWith(vocabSize) : prepared;
+    const all = problems.concat(checked.problems);
     if (all.length > 0) throw validationError(all);
-    const payload = rlPayload({ trajectory_groups: groups, config });
-    const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });
+    const job = await this.queue.enqueue({
+      modelId: model.id,
+      type: 'rl',
+      payloadText: rlPayloadText(checked.groupsJson, config),
+    });
     this.notify.submitted();
     return { id: job.id };
   }

@@ -1,7 +1,7 @@
 /**
  * Job payloads: what a training job's file holds between its submission and its run. One casing for RL and SFT
  * (the wire's snake_case), a `version` in each, and one schema per kind that is checked when the payload is
- * written (job-service.ts, through `rlPayload` / `sftPayload`) and again when a runner reads it back (`readRlPayload`
+ * written (job-service.ts, through `rlPayloadText` / `sftPayload`) and again when a runner reads it back (`readRlPayload`
  * / `readSftPayload`, through session.ts `openJob`): a file that changed under us, or that a later build wrote, fails
  * its job with `unreadable_payload` instead of running under a type it does not have.
  *
@@ -72,8 +72,24 @@ function read<T extends TSchema>(check: TypeCheck<T>, value: unknown, kind: stri
   );
 }
 
-export function rlPayload(fields: Omit<RlJobPayload, 'version'>): RlJobPayload {
-  return written(checkRl, { version: PAYLOAD_VERSION, ...fields }, 'RL');
+const checkRlGroups = TypeCompiler.Compile(Type.Array(TrainingGroup));
+
+/** The groups of an RL payload as the JSON its file holds, checked against the payload's schema first. */
+export function rlGroupsJson(groups: FullTrajectoryGroup[]): string {
+  return JSON.stringify(written(checkRlGroups, groups, 'RL'));
+}
+
+/**
+ * An RL payload's JSON text from its groups' (rlGroupsJson, made where the request was parsed, perhaps on a worker
+ * thread) and its configuration, which is checked here with the rest of the payload's schema.
+ */
+export function rlPayloadText(groupsJson: string, config: RlJobPayload['config']): string {
+  const { trajectory_groups: _empty, ...checked } = written(
+    checkRl,
+    { version: PAYLOAD_VERSION, trajectory_groups: [], config },
+    'RL',
+  );
+  return `${JSON.stringify(checked).slice(0, -1)},"trajectory_groups":${groupsJson}}`;
 }
 
 export function sftPayload(fields: Omit<SftJobPayload, 'version'>): SftJobPayload {

@@ -1,0 +1,14 @@
+/**
+ * The bodies of this folder's routes that may arrive by the megabyte, with how each is prepared for its service
+ * (large-body.ts): a trajectory log and an RL job. The worker thread imports this module to find them by name.
+ */
+import { LogBody } from '../api/models.ts';
+import { RlJobBody } from '../api/training-jobs.ts';
+import { prepareLog } from '../services/trajectory-rows.ts';
+import { prepareRlJob } from '../training/rl-submission.ts';
+import { bodyTask } from './large-body.ts';
+
+const HERE = import.meta.url;
+
+export const LOG_BODY = bodyTask(HERE, 'LOG_BODY', LogBody, prepareLog);
+export const RL_JOB_BODY = bodyTask(HERE, 'RL_JOB_BODY', RlJobBody, prepareRlJob);
