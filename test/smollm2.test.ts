@@ -3,7 +3,8 @@
  * reading of the same GGUF: Hugging Face transformers (`gguf_file=`, run by test/reference/smollm2_check.py
  * with $REFERENCE_PYTHON) gives the expected token ids, chat prompts and fp32 log-probabilities; the real
  * server, engine and tokenizer must agree within 1e-4. Also: the chat completion a new user would try
- * answers sensibly.
+ * answers sensibly, and constrained outputs at temperature 1 keep the documented JSON layout (a real small model
+ * is where whitespace between tokens used to take the whole budget) and a structural tag with plain-text tags works.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
@@ -12,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL, loadConfig, repoRoot, SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { renderChat } from '../src/conversation/template.ts';
 import type { LoadedBase } from '../src/services/base-model-runtime.ts';
+import { layoutBreaks } from './helpers/json-layout.ts';
 import { runJsonScript } from './helpers/reference.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
@@ -160,6 +162,85 @@ describe('SmolLM2-135M-Instruct against transformers on the same GGUF', () => {
     );
     assert.ok(compared > 100);
     assert.ok(worst <= TOLERANCE, `max difference ${worst}`);
+  });
+
+  test('JSON schema and json_object outputs at temperature 1 over 10 seeds keep the documented layout', async () => {
+    const schema = {
+      type: 'object',
+      properties: {
+        city: { type: 'string', maxLength: 20 },
+        rank: { type: 'integer', minimum: 1, maximum: 9 },
+        tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
+      },
+      required: ['city', 'rank', 'tags'],
+      additionalProperties: false,
+    };
+    const messages = [{ role: 'user', content: 'Describe Paris as JSON with a city, a rank and some tags.' }];
+    const seeds = Array.from({ length: 10 }, (_, i) => 40 + i);
+    const formats = [{ type: 'json_schema', json_schema: { name: 'city', schema } }, { type: 'json_object' }];
+    const answers = await Promise.all(
+      formats.flatMap((format) =>
+        seeds.map(async (seed) => {
+          const answer = await e2e.api('POST', '/v1/chat/completions', {
+            model: BASE,
+            messages,
+            response_format: format,
+            temperature: 1,
+            seed,
+            max_tokens: 120,
+          });
+          return { format: format.type, seed, answer };
+        }),
+      ),
+    );
+    let finished = 0;
+    for (const { format, seed, answer } of answers) {
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      const [choice] = answer.body.choices;
+      const what = `${format} seed ${seed}: ${JSON.stringify(choice.message.content)} (${choice.finish_reason})`;
+      assert.deepEqual(layoutBreaks(choice.message.content), [], what);
+      if (choice.finish_reason !== 'stop') continue;
+      const value = JSON.parse(choice.message.content);
+      assert.ok(value !== null && typeof value === 'object' && !Array.isArray(value), what);
+      finished += 1;
+    }
+    console.log(`# SmolLM2 constrained JSON: ${finished} of ${answers.length} finished within 120 tokens`);
+    assert.ok(finished >= seeds.length, `${finished} finished`);
+  });
+
+  test('a structural tag with plain-text tags (<fn>…</fn>) is served, and every block is valid JSON of its schema', async () => {
+    const schema = {
+      type: 'object',
+      properties: { city: { enum: ['Paris', 'Oslo'] } },
+      required: ['city'],
+      additionalProperties: false,
+    };
+    // The model is steered into opening tags: the tokens of "<fn>" are favoured wherever free text may go.
+    const bias = Object.fromEntries(base.tokenizer.encode('<fn>').map((id) => [String(id), 8]));
+    const answer = await e2e.api('POST', '/v1/chat/completions', {
+      model: BASE,
+      messages: [{ role: 'user', content: 'Call fn for Paris: write <fn>{"city": "Paris"}</fn>.' }],
+      response_format: {
+        type: 'structural_tag',
+        triggers: ['<fn>'],
+        structures: [{ begin: '<fn>', schema, end: '</fn>' }],
+      },
+      logit_bias: bias,
+      temperature: 1,
+      seed: 3,
+      max_tokens: 80,
+    });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const { content } = answer.body.choices[0].message;
+    const blocks = content.split('<fn>').slice(1);
+    assert.ok(blocks.length >= 1, `no block opened: ${JSON.stringify(content)}`);
+    blocks.forEach((block: string, i: number) => {
+      const end = block.indexOf('</fn>');
+      if (end === -1 && i === blocks.length - 1 && answer.body.choices[0].finish_reason === 'length') return;
+      assert.ok(end !== -1, `block ${i} never closed: ${JSON.stringify(content)}`);
+      assert.deepEqual(Object.keys(JSON.parse(block.slice(0, end))), ['city'], JSON.stringify(content));
+    });
+    console.log(`# SmolLM2 structural tag: ${JSON.stringify(content)}`);
   });
 
   test('a greedy chat completion says Paris, and its tokens and top-5 logprobs are transformers’ greedy choices', () => {

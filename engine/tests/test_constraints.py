@@ -192,6 +192,20 @@ class TestMasks(unittest.TestCase):
                     future.result(timeout=120)
                 self.assertIs(self.fx.store.compile("b", s), future)
 
+    def test_the_layout_in_x_guidance_decides_whitespace(self):
+        """The server's default layout (json.dumps' separators, nothing else) travels in the schema's x-guidance."""
+        compact = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "x-guidance": compact}
+        guide = Guide(self.fx.compiled(spec("json", schema)))
+        for t in (25, 11, 33):  # {"a  "  :
+            guide.advance(t)
+            ready_rows([guide], 60)
+        self.assertEqual(self.allowed(guide), {37}, "exactly one space after the colon")
+        guide.advance(37)
+        ready_rows([guide], 60)
+        self.assertNotIn(37, self.allowed(guide), "and no second one")
+        self.assertIn(27, self.allowed(guide))
+
     def test_additional_properties_off_where_asked(self):
         schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
         self.assertIn(

@@ -152,7 +152,10 @@ async function compiledConstraint(
 ): Promise<ConstraintSpec | null> {
   const requested = request.constraint;
   if (!requested) return null;
-  const spec = constraintSpec(requested, (calls) => model.toolFormat.forcedGrammar(calls, model.markers));
+  const spec = constraintSpec(requested, {
+    forcedGrammar: (calls) => model.toolFormat.forcedGrammar(calls, model.markers),
+    marker: model.markers,
+  });
   try {
     await checkOnEngine(requested, spec, { kinds: model.engine.constraint_kinds ?? [], check: deps.checkConstraint });
   } catch (error) {

@@ -1,8 +1,9 @@
 /**
  * Writing Lark grammars (llguidance's dialect, which vLLM's `guidance` backend accepts as `structured_outputs.grammar`):
- * string literals, inline JSON schemas, and the calls a forced tool call chooses among, which each tool-call
- * format (src/chat/tool-calls/) turns into its own text.
+ * string literals, inline JSON schemas, the calls a forced tool call chooses among, which each tool-call format
+ * (src/chat/tool-calls/) turns into its own text, and structural tags. Both sampler engines get the same grammar.
  */
+import type { StructuralTagStructure } from '../engine/protocol.ts';
 
 /** A Lark string literal for `text` (JSON's escapes are Lark's). */
 export const larkString = (text: string): string => JSON.stringify(text);
@@ -54,6 +55,37 @@ export function forcedCallGrammar(calls: ForcedCalls, syntax: CallSyntax): strin
   ];
   calls.tools.forEach((tool, i) => {
     lines.push(`call_${i}: ${syntax.call(tool.name, `arguments_${i}`)}`, `arguments_${i}: ${tool.arguments}`);
+  });
+  return `${lines.join('\n')}\n`;
+}
+
+/**
+ * A structural tag (vLLM's `triggers` and `structures`) as a grammar: free text in which each trigger opens its
+ * structure's `begin`, JSON of its schema and its `end`, written as llguidance's StructTag.to_grammar writes it
+ * (a lazy trigger in text, or text up to a trigger that is a token), except that a trigger, the rest of a begin
+ * and an end are tokens only where they are added tokens of the base's tokenizer (`marker`) and literal text
+ * otherwise: llguidance's own takes any `<…>` trigger for a special token, so `<fn>` named a token no vocabulary had.
+ */
+export function structuralTagGrammar(
+  tag: { triggers: string[]; structures: StructuralTagStructure[] },
+  marker: MarkerSyntax,
+): string {
+  const lines = [
+    '%llguidance {}',
+    `start: (${tag.structures.map((_, i) => `tag_${i}`).join(' | ')})* tag_end`,
+    'tag_end: TAG_TEXT',
+    'TAG_TEXT: /(.|\\n)*/',
+  ];
+  tag.structures.forEach((structure, i) => {
+    const trigger = tag.triggers.find((candidate) => structure.begin.startsWith(candidate)) as string;
+    const rest = structure.begin.slice(trigger.length);
+    const body = [rest && marker(rest), larkJson(structure.schema), structure.end && marker(structure.end)]
+      .filter(Boolean)
+      .join(' ');
+    const opener = marker(trigger);
+    if (opener === larkString(trigger))
+      lines.push(`tag_${i}_trig[lazy]: TAG_TEXT ${opener}`, `tag_${i}: tag_${i}_trig ${body}`);
+    else lines.push(`tag_${i}: TAG_TEXT ${opener} ${body}`);
   });
   return `${lines.join('\n')}\n`;
 }

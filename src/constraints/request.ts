@@ -14,7 +14,7 @@ import {
   type StructuralTagStructure,
 } from '../engine/protocol.ts';
 import { ConstraintRequestError } from './constraint-error.ts';
-import { type ForcedCalls, larkJson } from './lark.ts';
+import { type ForcedCalls, larkJson, type MarkerSyntax, structuralTagGrammar } from './lark.ts';
 import { checkLimits, checkToolLimits } from './limits.ts';
 
 type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
@@ -35,15 +35,17 @@ const OPTION_FIELDS = [
 ];
 
 /**
- * Whitespace between JSON tokens by default: runs of at most 16 (xgrammar's `max_whitespace_cnt` serves the same
- * end), so that a model that keeps choosing newlines still reaches the end of the value within its budget.
+ * JSON's layout unless a request asks for its own: json.dumps' separators (`, ` and `: `) and no other whitespace
+ * outside strings, as compact as OpenAI's structured outputs. Whitespace allowed between tokens is where a small
+ * model spends its budget (thousands of whitespace tokens against the one the grammar needs next, each run
+ * bounded or not), and a forced tool call cut off there never parses.
  */
-const BOUNDED_WHITESPACE = '[\\x20\\x0A\\x0D\\x09]{1,16}';
+const COMPACT = { whitespace_flexible: false, item_separator: ', ', key_separator: ': ' };
 
 /**
  * llguidance's layout options for JSON (`x-guidance`, read from the schema itself, so that vLLM's guidance backend
- * lays it out the same): json.dumps' separators without other whitespace, whitespace matching the request's
- * pattern, or bounded runs of any whitespace.
+ * lays it out the same): whitespace matching the request's `whitespace_pattern` between tokens, or COMPACT (which
+ * `disable_any_whitespace` also asks for).
  */
 function layoutOf(options: Record<string, unknown>): Record<string, unknown> {
   const pattern = options.whitespace_pattern;
@@ -55,9 +57,19 @@ function layoutOf(options: Record<string, unknown>): Record<string, unknown> {
       );
     return { whitespace_flexible: true, whitespace_pattern: pattern };
   }
-  if (options.disable_any_whitespace === true)
-    return { whitespace_flexible: false, item_separator: ', ', key_separator: ': ' };
-  return { whitespace_flexible: true, whitespace_pattern: BOUNDED_WHITESPACE };
+  return COMPACT;
+}
+
+/** The schema with `additionalProperties: false` wherever it lists properties and leaves that unset (a copy). */
+function withoutAdditionalProperties(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(withoutAdditionalProperties);
+  if (schema === null || typeof schema !== 'object') return schema;
+  const out = Object.fromEntries(
+    Object.entries(schema).map(([key, value]) => [key, withoutAdditionalProperties(value)]),
+  );
+  if (out.properties && typeof out.properties === 'object' && !('additionalProperties' in out))
+    out.additionalProperties = false;
+  return out;
 }
 
 /** The schema with the layout options merged under its own `x-guidance` (the schema's own win). */
@@ -78,12 +90,17 @@ function parseJsonText(value: unknown, what: string, param: string): unknown {
   }
 }
 
-/** A structural tag (vLLM's `triggers` + `structures` shape, which its guidance backend takes). */
+/**
+ * A structural tag (vLLM's `triggers` + `structures` shape), each schema laid out (and closed to additional
+ * properties when the request says so, as vLLM's guidance backend does); written as a grammar once the base is known.
+ */
 function structuralTag(
   value: unknown,
-  layout: Record<string, unknown>,
+  options: Record<string, unknown>,
   param: string,
 ): ConstraintSpec['structural_tag'] {
+  const layout = layoutOf(options);
+  const closed = options.disable_additional_properties === true ? withoutAdditionalProperties : (s: unknown) => s;
   const tag = parseJsonText(value, 'the structural tag', param) as Record<string, unknown> | null;
   const fail = (message: string) => new ConstraintRequestError(`${param}: structural_tag ${message}`, param);
   if (!tag || typeof tag !== 'object' || Array.isArray(tag))
@@ -101,7 +118,7 @@ function structuralTag(
       throw fail(`structures[${i}].begin ${JSON.stringify(s.begin)} starts with none of the triggers`);
     const schema = s.schema ?? s.parameters; // vLLM's pydantic model takes `parameters` as an alias of `schema`
     if (schema === undefined || schema === null) throw fail(`structures[${i}].schema is required`);
-    return { begin: s.begin, schema: laidOut(schema, layout), end: s.end };
+    return { begin: s.begin, schema: laidOut(closed(schema), layout), end: s.end };
   });
   return { triggers: triggers as string[], structures: checked };
 }
@@ -159,7 +176,7 @@ function specOf(kind: ConstraintKind, value: unknown, options: Record<string, un
         );
       return { grammar: value };
     case 'structural_tag':
-      return { structural_tag: structuralTag(value, layout, param), ...json };
+      return { structural_tag: structuralTag(value, options, param) };
   }
 }
 
@@ -237,12 +254,18 @@ export function requestedConstraint(
   return { spec, param };
 }
 
-/** The specification to compile: the request's own, or its forced call as the base model's format writes it. */
+/**
+ * The specification to compile: the request's own, its forced call as the base model's format writes it, or its
+ * structural tag as a grammar in which only the base's added tokens are tokens (`marker`): the same grammar for
+ * both sampler engines.
+ */
 export function constraintSpec(
   requested: RequestedConstraint,
-  forcedGrammar: (calls: ForcedCalls) => string,
+  base: { forcedGrammar(calls: ForcedCalls): string; marker: MarkerSyntax },
 ): ConstraintSpec {
-  return 'spec' in requested ? requested.spec : { grammar: forcedGrammar(requested.calls) };
+  if ('calls' in requested) return { grammar: base.forcedGrammar(requested.calls) };
+  const tag = requested.spec.structural_tag;
+  return tag ? { grammar: structuralTagGrammar(tag, base.marker) } : requested.spec;
 }
 
 /** The engine that will decode: the kinds it can constrain this base with, and its compile check. */

@@ -31,7 +31,6 @@ const specOf = (fields: Record<string, unknown>) => {
   assert.ok(requested && 'spec' in requested);
   return requested.spec;
 };
-const BOUNDED = { whitespace_flexible: true, whitespace_pattern: '[\\x20\\x0A\\x0D\\x09]{1,16}' };
 const COMPACT = { whitespace_flexible: false, item_separator: ', ', key_separator: ': ' };
 
 describe('constraints as a request states them', () => {
@@ -67,13 +66,13 @@ describe('constraints as a request states them', () => {
     assert.equal(requestedConstraint(body({ structured_outputs: {} }), 'none', true), null);
   });
 
-  test('every kind becomes its vLLM structured_outputs specification; JSON layout travels inside the schema', () => {
+  test('every kind becomes its vLLM structured_outputs specification; JSON layout (compact unless asked) travels inside the schema', () => {
     assert.deepEqual(specOf({ structured_outputs: { regex: 'a+' } }), { regex: 'a+' });
     assert.deepEqual(specOf({ structured_outputs: { choice: ['x', 'y'] } }), { choice: ['x', 'y'] });
     assert.deepEqual(specOf({ structured_outputs: { grammar: 'start: "a"' } }), { grammar: 'start: "a"' });
     assert.deepEqual(
       specOf({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'integer' } } } }),
-      { json: { type: 'integer', 'x-guidance': BOUNDED } },
+      { json: { type: 'integer', 'x-guidance': COMPACT } },
     );
     assert.deepEqual(
       specOf({
@@ -99,9 +98,9 @@ describe('constraints as a request states them', () => {
       },
     );
     assert.deepEqual(specOf({ response_format: { type: 'json_object' } }), {
-      json: { type: 'object', 'x-guidance': BOUNDED },
+      json: { type: 'object', 'x-guidance': COMPACT },
     }); // as vLLM's guidance backend reads it
-    assert.deepEqual(specOf({ structured_outputs: { json: true } }), { json: { 'x-guidance': BOUNDED } });
+    assert.deepEqual(specOf({ structured_outputs: { json: true } }), { json: { 'x-guidance': COMPACT } });
   });
 
   test("structural tags: vLLM's triggers and structures, from response_format or as JSON text; other shapes refused", () => {
@@ -109,11 +108,25 @@ describe('constraints as a request states them', () => {
     const expected = {
       structural_tag: {
         triggers: ['<f='],
-        structures: [{ begin: '<f=a>', schema: { type: 'object', 'x-guidance': BOUNDED }, end: '</f>' }],
+        structures: [{ begin: '<f=a>', schema: { type: 'object', 'x-guidance': COMPACT }, end: '</f>' }],
       },
     };
     assert.deepEqual(specOf({ response_format: { type: 'structural_tag', ...tag } }), expected);
     assert.deepEqual(specOf({ structured_outputs: { structural_tag: JSON.stringify(tag) } }), expected);
+    // vLLM's guidance backend closes each structure's schema when asked, as for a JSON schema.
+    const closed = specOf({
+      response_format: {
+        type: 'structural_tag',
+        ...tag,
+        structures: [{ ...tag.structures[0], schema: { properties: { a: { type: 'object', properties: {} } } } }],
+      },
+      structured_outputs: { disable_additional_properties: true },
+    });
+    assert.deepEqual(closed.structural_tag?.structures[0].schema, {
+      properties: { a: { type: 'object', properties: {}, additionalProperties: false } },
+      additionalProperties: false,
+      'x-guidance': COMPACT,
+    });
     fails(
       { response_format: { type: 'structural_tag', format: { type: 'const_string', value: 'a' } } },
       'response_format',
@@ -147,8 +160,8 @@ describe('constraints as a request states them', () => {
     assert.deepEqual(required, {
       calls: {
         tools: [
-          { name: 'f', arguments: larkJson({ type: 'object', 'x-guidance': BOUNDED }) },
-          { name: 'g', arguments: larkJson({ type: 'object', 'x-guidance': BOUNDED }) },
+          { name: 'f', arguments: larkJson({ type: 'object', 'x-guidance': COMPACT }) },
+          { name: 'g', arguments: larkJson({ type: 'object', 'x-guidance': COMPACT }) },
         ],
         multiple: false,
       },
@@ -166,8 +179,50 @@ describe('constraints as a request states them', () => {
         named.calls.tools[0].arguments.includes('"item_separator":", "'),
     );
     assert.deepEqual(
-      constraintSpec(named, () => 'start: "x"'),
+      constraintSpec(named, { forcedGrammar: () => 'start: "x"', marker: markerSyntax(() => undefined) }),
       { grammar: 'start: "x"' },
+    );
+  });
+
+  test('a structural tag becomes a grammar whose triggers, begins and ends are tokens only where the tokenizer has them as added tokens', () => {
+    const requested = requestedConstraint(
+      body({
+        response_format: {
+          type: 'structural_tag',
+          triggers: ['<fn>', '<|python_tag|>'],
+          structures: [
+            { begin: '<fn>', schema: { type: 'object' }, end: '</fn>' },
+            { begin: '<|python_tag|>{"name": "f", "parameters": ', schema: { type: 'object' }, end: '<|eom_id|>' },
+          ],
+        },
+      }),
+      'none',
+      true,
+    );
+    assert.ok(requested && 'spec' in requested);
+    const added = new Map([
+      ['<|python_tag|>', 7],
+      ['<|eom_id|>', 8],
+    ]);
+    const { grammar } = constraintSpec(requested, {
+      forcedGrammar: () => '',
+      marker: markerSyntax((marker) => added.get(marker)),
+    });
+    const schema = larkJson({ type: 'object', 'x-guidance': COMPACT });
+    assert.equal(
+      grammar,
+      [
+        '%llguidance {}',
+        'start: (tag_0 | tag_1)* tag_end',
+        'tag_end: TAG_TEXT',
+        'TAG_TEXT: /(.|\\n)*/',
+        // `<fn>` is text: lazily matched after free text.
+        'tag_0_trig[lazy]: TAG_TEXT "<fn>"',
+        `tag_0: tag_0_trig ${schema} "</fn>"`,
+        // An added token is the token itself (a trigger, an end); the text after the trigger in `begin` is text.
+        `tag_1: TAG_TEXT <[7]> "{\\"name\\": \\"f\\", \\"parameters\\": " ${schema} <[8]>`,
+        '',
+      ].join('\n'),
     );
   });
 });
