@@ -73,7 +73,12 @@ async function serve(config: Config): Promise<void> {
     const ready = await step(
       'waiting for the engine (Python, torch, a matmul measurement)',
       () => server.waitForEngines(),
-      () => `torch ${engine()?.torch} on ${engine()?.device}, fp32 matmul ${engine()?.matmul_gflops} GFLOP/s`,
+      () => {
+        const ready = engine();
+        return ready
+          ? `torch ${ready.torch} on ${ready.device}, fp32 matmul ${ready.matmul_gflops} GFLOP/s`
+          : 'no engine of ours runs in this process';
+      },
     ).then(
       () => true,
       (error: Error) => {

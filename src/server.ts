@@ -20,7 +20,7 @@ export interface RunningServer {
   services: Services;
   /** Every engine by role; null with ENGINE=off. */
   engines: EngineRoles | null;
-  /** The first engine of ours that serves chat (the only one in single mode). */
+  /** The first engine of ours that serves chat (the only one in single mode), else our trainer. */
   supervisor: EngineSupervisor | null;
   /** Resolves when every engine answers. */
   waitForEngines(): Promise<void>;
@@ -60,9 +60,10 @@ export async function startServer(
       })
     : null;
   for (const { supervisor } of engines?.all ?? []) supervisor.start();
+  // Ours that samples, else the trainer (every topology trains on ours, also where vLLM samples every base).
+  const ours = (engines?.all ?? []).filter(({ supervisor }) => supervisor instanceof EngineSupervisor);
   const supervisor =
-    (engines?.all.find(({ role, supervisor }) => role !== 'trainer' && supervisor instanceof EngineSupervisor)
-      ?.supervisor as EngineSupervisor | undefined) ?? null;
+    ((ours.find(({ role }) => role !== 'trainer') ?? ours[0])?.supervisor as EngineSupervisor | undefined) ?? null;
 
   let worker: JobWorker | undefined;
   const services = createServices({
@@ -128,8 +129,9 @@ async function probeEngines(engines: EngineRoles): Promise<Record<string, unknow
     ...('error' in health ? { error: health.error } : {}),
   }));
   const down = report.filter((engine) => !engine.ok);
+  // Each with why, where it knows: a vLLM that gave up starting says what its last start printed.
   const named = (engine: (typeof report)[number]) =>
-    `${engine.role}${engine.kind === 'vllm' ? ` (vLLM at ${engine.url ?? 'not started'})` : ''} (${engine.state})`;
+    `${engine.role}${engine.kind === 'vllm' ? ` (vLLM at ${engine.url ?? 'not started'})` : ''} (${engine.state})${engine.error ? `: ${engine.error}` : ''}`;
   if (down.length > 0) throw new Error(`engines not answering: ${down.map(named).join(', ')}`);
   return { engines: report };
 }

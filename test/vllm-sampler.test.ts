@@ -5,13 +5,17 @@
  * shapes on both, greedy ones the same tokens; an RL job's new checkpoint is loaded into vLLM as it is published and
  * served as `name:stepN`, greedy equal to ours on the same adapter; a second server attached to that vLLM by URL
  * serves the base it serves and refuses models on one it does not; killing vLLM mid-stream ends the stream with an
- * error event, and once it is back (its adapters loaded again) the next request is served.
+ * error event, and once it is back (its adapters loaded again) the next request is served. The vLLM starts only when
+ * the first model is created on its base, with its KV cache sized in bytes from our settings (MAX_MODEL_LEN × a few
+ * sequences: no KV_CACHE_MEMORY_BYTES here). Constrained outputs through it follow the same rules as ours: JSON laid
+ * out compactly at temperature 1, forced calls that finish within 80 tokens, a structural tag with text tags.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import type { RoleEngine } from '../src/engine/roles.ts';
 import { streamChat } from './helpers/api.ts';
+import { layoutBreaks } from './helpers/json-layout.ts';
 import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
 import { HAS_VLLM, VLLM_PYTHON } from './helpers/vllm-process.ts';
@@ -68,11 +72,14 @@ describe(HAS_VLLM
         VLLM_PYTHON,
         VLLM_MAX_LORA_RANK: '8',
         MAX_MODEL_LEN: '2048',
-        KV_CACHE_MEMORY_BYTES: String(2 ** 30),
       },
     });
+    // Nothing has needed the vLLM base yet: no vLLM runs. Creating a model on it starts one.
+    assert.equal(vllmEngine(e2e).supervisor.health().state, 'idle');
     modelId = (await e2e.api('POST', '/v1/preview/models', { project: 'vllm', name: 'policy', base_model: VLLM })).body
       .id;
+    assert.notEqual(vllmEngine(e2e).supervisor.health().state, 'idle');
+    await vllmEngine(e2e).supervisor.waitUntilReady();
   });
   after(async () => {
     await e2e?.close();
@@ -126,6 +133,80 @@ describe(HAS_VLLM
         );
       if (request.stop) assert.equal(theirs.body.choices[0].finish_reason, ours.body.choices[0].finish_reason);
     }
+  });
+
+  test('through vLLM: JSON at temperature 1 keeps the layout rule, forced calls finish within 80 tokens, <fn> tags are text', async () => {
+    const seeds = Array.from({ length: 10 }, (_, i) => 60 + i);
+    const schema = {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 20 }, rank: { type: 'integer', minimum: 1, maximum: 9 } },
+      required: ['city', 'rank'],
+      additionalProperties: false,
+    };
+    const chat = (body: Record<string, unknown>) =>
+      e2e.api('POST', '/v1/chat/completions', { model: VLLM, temperature: 1, ...body });
+    const json = await Promise.all(
+      [{ type: 'json_schema', json_schema: { name: 'city', schema } }, { type: 'json_object' }].flatMap((format) =>
+        seeds.map((seed) =>
+          chat({
+            messages: [{ role: 'user', content: 'Paris as JSON, please.' }],
+            response_format: format,
+            seed,
+            max_tokens: 120,
+          }),
+        ),
+      ),
+    );
+    for (const answer of json) {
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      assert.deepEqual(
+        layoutBreaks(answer.body.choices[0].message.content),
+        [],
+        JSON.stringify(answer.body.choices[0]),
+      );
+    }
+    const calls = await Promise.all(
+      seeds.map((seed) =>
+        chat({
+          messages: [{ role: 'user', content: 'Weather in Paris?' }],
+          tools: TOOLS,
+          tool_choice: 'required',
+          parallel_tool_calls: false,
+          seed,
+          max_tokens: 80,
+        }),
+      ),
+    );
+    for (const answer of calls) {
+      const [choice] = answer.body.choices;
+      assert.equal(choice.message.tool_calls?.length, 1, JSON.stringify(choice));
+      const args = choice.message.tool_calls[0].function.arguments;
+      assert.ok(['Paris', 'Rome'].includes(JSON.parse(args).city), args);
+      assert.deepEqual(layoutBreaks(args), [], args);
+    }
+    const fnSchema = {
+      type: 'object',
+      properties: { city: { enum: ['Paris', 'Oslo'] } },
+      required: ['city'],
+      additionalProperties: false,
+    };
+    const tagged = await chat({
+      messages: [{ role: 'user', content: 'Call fn for Paris: write <fn>{"city": "Paris"}</fn>.' }],
+      response_format: {
+        type: 'structural_tag',
+        triggers: ['<fn>'],
+        structures: [{ begin: '<fn>', schema: fnSchema, end: '</fn>' }],
+      },
+      seed: 3,
+      max_tokens: 60,
+    });
+    assert.equal(tagged.status, 200, JSON.stringify(tagged.body));
+    const blocks = tagged.body.choices[0].message.content.split('<fn>').slice(1);
+    blocks.forEach((block: string, i: number) => {
+      const end = block.indexOf('</fn>');
+      if (end === -1 && i === blocks.length - 1) return; // cut by the budget
+      assert.deepEqual(Object.keys(JSON.parse(block.slice(0, end))), ['city'], block);
+    });
   });
 
   test('streaming: the same chunk shapes and the same text, usage last', async () => {

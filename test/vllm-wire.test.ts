@@ -171,41 +171,108 @@ describe('a vLLM sampler URL that does not answer', () => {
   });
 });
 
-describe('a base model vLLM cannot serve', () => {
-  let server: RunningServer;
-  let dataDir: string;
+describe('a vLLM that cannot start', () => {
   const key = `sk-${'vllmfail'.repeat(4)}`;
-
-  before(async () => {
-    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-fail-'));
-    const env = {
-      ...TINY_MODEL_ENV,
-      DATA_DIR: dataDir,
-      PORT: '0',
-      LOG_LEVEL: 'silent',
-      BOOTSTRAP_API_KEY: key,
-      ENGINE_PYTHON: await enginePython(),
-    };
-    server = await startServer(
-      loadConfig({ ...env, SAMPLER_ENGINE: 'vllm', VLLM_PYTHON: path.join(dataDir, 'no-such-python') }),
+  const base = TINY_MODEL_ENV.BASE_MODELS.split('=')[0];
+  /** A server whose every base vLLM samples, with these settings; its vLLM sampler; its API. */
+  async function serverWith(env: Record<string, string>) {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-fail-'));
+    const server = await startServer(
+      loadConfig({
+        ...TINY_MODEL_ENV,
+        DATA_DIR: dataDir,
+        PORT: '0',
+        LOG_LEVEL: 'silent',
+        BOOTSTRAP_API_KEY: key,
+        ENGINE_PYTHON: await enginePython(),
+        SAMPLER_ENGINE: 'vllm',
+        ...env,
+      }),
     );
-  });
-  after(async () => {
-    await server?.close();
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    return {
+      server,
+      vllm: server.engines!.all.find((engine) => engine.kind === 'vllm')!.supervisor,
+      api: httpApi(server.url, key),
+      async close() {
+        await server.close();
+        fs.rmSync(dataDir, { recursive: true, force: true });
+      },
+    };
+  }
+  const failed = async (vllm: { health(): { state: string } }) => {
+    while (vllm.health().state !== 'failed') await new Promise((resolve) => setTimeout(resolve, 100));
+  };
+
+  test('nothing starts until a model needs it; without a vLLM the start is refused once, and creation says why', async () => {
+    const t = await serverWith({ VLLM_PYTHON: '/nonexistent/python' });
+    try {
+      await t.server.waitForEngines();
+      assert.equal(t.vllm.health().state, 'idle');
+      assert.equal((await t.api('GET', '/v1/system-check')).status, 200, 'an idle vLLM fails no check');
+      // The first model on the base starts its vLLM (creation does not wait for it); the second hears why it failed.
+      assert.equal(
+        (await t.api('POST', '/v1/preview/models', { project: 'p', name: 'm0', base_model: base })).status,
+        200,
+      );
+      await failed(t.vllm);
+      const created = await t.api('POST', '/v1/preview/models', { project: 'p', name: 'm', base_model: base });
+      assert.equal(created.status, 400, JSON.stringify(created.body));
+      assert.match(
+        JSON.stringify(created.body),
+        /vLLM cannot serve base model .*no vLLM Python at \/nonexistent\/python/,
+      );
+      const check = await t.api('GET', '/v1/system-check');
+      assert.equal(check.status, 503);
+      assert.match(
+        check.body.engine.error,
+        /vLLM at not started\) \(failed\): no vLLM Python at \/nonexistent\/python/,
+      );
+      assert.equal((t.vllm.health() as { restarts: number }).restarts, 0, 'refused once, never retried');
+    } finally {
+      await t.close();
+    }
   });
 
-  test('a vLLM that cannot start for a base: model creation on it is a 400 that says why', async () => {
-    const api = httpApi(server.url, key);
-    const vllm = server.engines!.all.find((engine) => engine.kind === 'vllm')!;
-    while (vllm.supervisor.health().state !== 'failed') await new Promise((resolve) => setTimeout(resolve, 200));
-    const created = await api('POST', '/v1/preview/models', {
-      project: 'p',
-      name: 'm',
-      base_model: TINY_MODEL_ENV.BASE_MODELS.split('=')[0],
-    });
-    assert.equal(created.status, 400, JSON.stringify(created.body));
-    assert.match(JSON.stringify(created.body), /vLLM cannot serve base model .*no vLLM Python at/);
+  test('a KV cache larger than the free memory is refused before anything is spawned, with both figures', async () => {
+    // Any existing file passes for the Python: nothing is spawned.
+    const t = await serverWith({ VLLM_PYTHON: process.execPath, KV_CACHE_MEMORY_BYTES: String(2 ** 50) });
+    try {
+      const chat = await t.api('POST', '/v1/chat/completions', {
+        model: base,
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 2,
+      });
+      assert.equal(chat.status, 503, JSON.stringify(chat.body));
+      assert.match(
+        JSON.stringify(chat.body),
+        /not started: its KV cache \(1048576\.00 GiB: KV_CACHE_MEMORY_BYTES, or 4 sequences of MAX_MODEL_LEN\) and weights \([0-9.]+ GiB\) need more than the [0-9.]+ GiB this machine has free/,
+      );
+      assert.equal(t.vllm.health().state, 'failed');
+      assert.equal((t.vllm.health() as { pid: number | null }).pid, null);
+    } finally {
+      await t.close();
+    }
+  });
+
+  test('a vLLM that exits at every start is given up after three, the reason kept for the system check', async () => {
+    const t = await serverWith({ VLLM_PYTHON: '/bin/false' });
+    try {
+      assert.equal(
+        (await t.api('POST', '/v1/preview/models', { project: 'p', name: 'm0', base_model: base })).status,
+        200,
+      );
+      await failed(t.vllm);
+      const health = t.vllm.health() as { restarts: number; error: string };
+      assert.equal(health.restarts, 2, 'three starts in all');
+      assert.match(health.error, /exited \(code 1\)/);
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      assert.equal((t.vllm.health() as { restarts: number }).restarts, 2, 'and no more');
+      const check = await t.api('GET', '/v1/system-check');
+      assert.equal(check.status, 503);
+      assert.match(check.body.engine.error, /\(failed\): exited \(code 1\)/);
+    } finally {
+      await t.close();
+    }
   });
 });
 

@@ -7,6 +7,7 @@
 import { deepNesting, hugeArray, hugeString, Raw } from './hostile.ts';
 import type { Prng } from './prng.ts';
 import { adapterUpload } from './tar.ts';
+import { graphqlDocument, graphqlRepro, uploadToken } from './wandb.ts';
 import { ARTIFACT_NAMES, BASE_MODEL, type Entity, PROJECT, type World } from './world.ts';
 
 export interface Ctx {
@@ -33,7 +34,19 @@ export interface Endpoint {
   /** A body of raw bytes (an upload), valid or broken as `hostile` says. */
   bytes?: (c: Ctx, hostile: boolean) => { bytes: Buffer; contentType: string; mustRefuse?: string };
   attacks?: ((c: Ctx, body: Body) => void)[];
+  /** Why any 2xx to this request, as finally drawn, is a finding (e.g. a signed value written otherwise); undefined: none. */
+  mustRefuse?: (params: Record<string, string>, query: string) => string | undefined;
 }
+
+/** Small valid groups by the thousand, as text: the issue's big inputs (10,000 groups, ~3.5 MB). */
+const manyGroups = (c: Ctx, count: number, tail = '') =>
+  new Raw(
+    `[${Array(count)
+      .fill(JSON.stringify({ trajectories: [trajectory(c), trajectory(c)], exceptions: [] }))
+      .join(',')}${tail}]`,
+  );
+/** `count` token ids of the tiny model's vocabulary, as text. */
+const manyTokens = (count: number) => new Raw(`[${Array.from({ length: count }, (_, i) => (i * 7) % 90).join(',')}]`);
 
 const modelParam = (c: Ctx) => ({ model_id: c.rng.pick(c.target.modelIds) });
 const jobParam = (c: Ctx) => ({ id: c.rng.pick(c.target.jobIds) });
@@ -93,6 +106,16 @@ function chatBody(c: Ctx): Body {
       },
     ]);
   if (rng.chance(0.1)) body.structured_outputs = rng.pick([{ choice: ['yes', 'no'] }, { regex: '[a-z]{1,3}' }]);
+  if (rng.chance(0.05)) {
+    // Text tags (`<fn>`) and tags that are tokens of the vocabulary (`<|im_start|>`) alike.
+    const trigger = rng.pick(['<fn>', '<tool_call>', '<|im_start|>']);
+    const schema = { type: 'object', properties: { a: { enum: [1, 2] } } };
+    body.response_format = {
+      type: 'structural_tag',
+      triggers: [trigger],
+      structures: [{ begin: trigger, schema, end: rng.pick(['</fn>', '', '<|im_end|>']) }],
+    };
+  }
   if (rng.chance(0.1)) body.messages.unshift({ role: 'system', content: 'Be brief.' });
   return body;
 }
@@ -200,6 +223,13 @@ const TRAJECTORY_ATTACKS: Endpoint['attacks'] = [
     ])),
   (c, b) => (b.trajectory_groups[0].metadata = deepNesting(c.rng, 5000)),
   (c, b) => (b.trajectory_groups = hugeArray(c.rng, c.rng.pick([10_000, 200_000]))),
+  // The issue's big inputs: 10,000 groups (valid for a log; an RL job's last group has no trajectory, so no job
+  // trains on 20,000 of them), and one trajectory of 100,000 messages.
+  (c, b) => (b.trajectory_groups = manyGroups(c, 10_000, b.model_id ? ',{"trajectories":[]}' : '')),
+  (c, b) =>
+    (b.trajectory_groups[0].trajectories[0].messages_and_choices = new Raw(
+      `[${Array(100_000).fill('{"role":"user","content":"message"}').join(',')}]`,
+    )),
   (c, b) =>
     (b.trajectory_groups[0].trajectories[0].tools = [
       { type: 'function', function: { name: 'f', parameters: deepNesting(c.rng, 5000) } },
@@ -657,12 +687,21 @@ const tinkerPathOf = (c: Ctx) =>
 
 /** A forward_backward body as the SDK sends it: protobuf, here either a small valid-looking message or noise. */
 function protobufBody(c: Ctx, hostile: boolean): { bytes: Buffer; contentType: string } {
+  const varint = (value: number) => {
+    const bytes: number[] = [];
+    for (let rest = value; ; rest = Math.floor(rest / 128)) {
+      if (rest < 128) return Buffer.from([...bytes, rest]);
+      bytes.push((rest % 128) | 0x80);
+    }
+  };
   const field = (number: number, payload: Buffer) =>
-    Buffer.concat([Buffer.from([(number << 3) | 2, payload.length]), payload]);
-  const tokens = Buffer.from(Int32Array.from([1, 2, 3]).buffer);
+    Buffer.concat([varint((number << 3) | 2), varint(payload.length), payload]);
+  // The issue's repro: 200,000 token ids in one chunk, once spread into a call's arguments.
+  const count = hostile && c.rng.chance(0.2) ? 200_000 : 3;
+  const tokens = Buffer.from(Int32Array.from({ length: count }, (_, i) => 1 + (i % 3)).buffer);
   const chunk = field(1, field(1, tokens));
   const tensor = Buffer.concat([
-    field(1, Buffer.from(BigInt64Array.from([2n, 3n, 4n]).buffer)),
+    field(1, Buffer.from(BigInt64Array.from({ length: count }, (_, i) => BigInt(2 + (i % 3))).buffer)),
     Buffer.from([3 << 3, 2]),
   ]);
   const datum = Buffer.concat([
@@ -678,6 +717,7 @@ function protobufBody(c: Ctx, hostile: boolean): { bytes: Buffer; contentType: s
   return {
     bytes: hostile
       ? c.rng.pick([
+          valid,
           noise,
           valid.subarray(0, c.rng.int(valid.length)),
           Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]),
@@ -800,6 +840,14 @@ function tinkerEndpoints(): Endpoint[] {
           loss_fn: c.rng.pick(['cross_entropy', 'nope']),
         },
       }),
+      attacks: [
+        // The issue's repro: one chunk of ~130,000 token ids, once spread into a call's arguments.
+        (c, b) => {
+          const count = c.rng.pick([130_000, 200_000]);
+          b.forward_input.data[0].model_input.chunks = [{ type: 'encoded_text', tokens: manyTokens(count) }];
+          b.forward_input.data[0].loss_fn_inputs.target_tokens = { data: manyTokens(count), dtype: 'int64' };
+        },
+      ],
     },
     {
       method: 'POST',
@@ -860,6 +908,7 @@ function tinkerEndpoints(): Endpoint[] {
       }),
       attacks: [
         (c, b) => (b.prompt.chunks[0].tokens = c.rng.pick([[], [99_999_999], [-1], hugeArray(c.rng, 100_000)])),
+        (c, b) => (b.prompt.chunks[0].tokens = manyTokens(c.rng.pick([200_000, 900_000]))),
         (c, b) =>
           Object.assign(
             b,
@@ -930,14 +979,27 @@ function tinkerEndpoints(): Endpoint[] {
       template: '/api/v1/checkpoint_archives/:model_id/:step',
       writes: false,
       weight: 0.3,
-      params: (c) => ({
-        model_id: c.rng.pick([...c.world.b.modelIds, c.rng.pick(c.target.modelIds)]),
-        step: c.rng.pick(['1', '0', '-1', 'x']),
-      }),
-      query: (c) => ({
-        expires: c.rng.pick([0, 9_999_999_999, 'soon']),
-        signature: c.rng.pick(['0'.repeat(64), 'zz', hugeString(c.rng)]),
-      }),
+      params: (c) =>
+        c.rng.chance(0.4)
+          ? { model_id: c.target.archive.modelId, step: c.rng.pick(['', '0', '00']) + c.target.archive.step }
+          : {
+              model_id: c.rng.pick([...c.world.b.modelIds, c.rng.pick(c.target.modelIds)]),
+              step: c.rng.pick(['1', '0', '-1', 'x']),
+            },
+      // A real signature over values written otherwise (step=01, a zero-padded expiry): a URL nobody signed.
+      query: (c) =>
+        c.rng.chance(0.5)
+          ? { expires: `${c.rng.pick(['0', '00'])}${c.target.archive.expires}`, signature: c.target.archive.signature }
+          : c.rng.chance(0.3)
+            ? { expires: c.target.archive.expires, signature: c.target.archive.signature }
+            : {
+                expires: c.rng.pick([0, 9_999_999_999, 'soon']),
+                signature: c.rng.pick(['0'.repeat(64), 'zz', hugeString(c.rng)]),
+              },
+      mustRefuse: (params, query) =>
+        /^0\d/.test(params.step ?? '') || /(^|&)expires=0\d/.test(query)
+          ? 'a signed archive URL with a value written otherwise than it was signed'
+          : undefined,
     },
     {
       method: 'DELETE',
@@ -1009,7 +1071,12 @@ function wandbEndpoints(): Endpoint[] {
       template: '/graphql',
       writes: true,
       weight: 1.5,
-      body: (c) => c.rng.pick(documents)(c),
+      body: (c) =>
+        c.rng.weighted<(c: Ctx) => Body>([
+          [3, (c) => c.rng.pick(documents)(c)],
+          [3, graphqlDocument],
+          [1, graphqlRepro],
+        ])(c),
       attacks: [
         (c, b) => (b.query = c.rng.pick([hugeString(c.rng), `{ ${'viewer { '.repeat(5000)}`, 42, null])),
         (c, b) => (b.variables = c.rng.pick([deepNesting(c.rng), hugeArray(c.rng), 'x'])),
@@ -1028,15 +1095,11 @@ function wandbEndpoints(): Endpoint[] {
       template: '/wandb/uploads/:token',
       writes: true,
       weight: 0.5,
-      params: (c) => ({
-        token: c.rng.pick([
-          c.rng.word(),
-          `${Buffer.from('{"kind":"run_file","expires":9e15}').toString('base64url')}.${c.rng.word()}`,
-          hugeString(c.rng),
-        ]),
-      }),
-      bytes: (c) => ({
-        bytes: Buffer.from(c.rng.word()),
+      params: (c) => ({ token: uploadToken(c).token }),
+      bytes: (c, hostile) => ({
+        bytes: hostile
+          ? c.rng.pick([Buffer.from(c.rng.word()), Buffer.alloc(c.rng.pick([0, 1_100_000]), 'z')])
+          : Buffer.from(c.target.uploads.length > 0 ? c.rng.pick(c.target.uploads).body : c.rng.word()),
         contentType: c.rng.pick(['application/octet-stream', 'application/json', '']),
       }),
     },

@@ -281,7 +281,11 @@ export function buildDraft(endpoint: Endpoint, c: Ctx, key: string, clean: boole
     draft.headers['content-type'] = contentType;
     draft.mustRefuse = mustRefuse;
   }
-  if (clean) return draft;
+  const refusal = () => endpoint.mustRefuse?.(draft.params, draft.query) ?? draft.mustRefuse;
+  if (clean) {
+    draft.mustRefuse = refusal();
+    return draft;
+  }
   const count = 1 + rng.int(2);
   for (let i = 0; i < count; i += 1) {
     const family = rng.weighted<Mutation[]>([
@@ -292,5 +296,6 @@ export function buildDraft(endpoint: Endpoint, c: Ctx, key: string, clean: boole
     ]);
     rng.pick(family)(rng, draft, c);
   }
+  draft.mustRefuse = refusal();
   return draft;
 }

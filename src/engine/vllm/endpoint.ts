@@ -1,16 +1,19 @@
 /**
  * Keeps one vLLM server usable: a child we start (launcher.ts), restarted with backoff when it exits, or a server
  * the operator runs, watched through `/health`. Either way it is `ready` only after it answered and got back what it
- * must hold (the sampler's `restore`: its adapters). Requests wait for a child that starts or restarts; a watched
- * server that does not answer fails them at once, naming it. A child that cannot start three times before it ever
- * answered is `failed`, with its last output as the reason (a base model vLLM cannot load, say).
+ * must hold (the sampler's `restore`: its adapters). A child is `idle` until something first needs it (a request,
+ * a model created on its base): a base nobody uses costs no memory. Requests wait for a child that starts or
+ * restarts; a watched server that does not answer fails them at once, naming it. A child that fails to start three
+ * times in a row (before it answers; ever having served does not reset this) is `failed` for good, with its last
+ * output as the reason (a base model vLLM cannot load, not enough memory), shown by the system check; one the
+ * launcher refused outright (no vLLM, not enough free memory for its KV cache) is `failed` at the first try.
  */
 import { EngineError } from '../errors.ts';
 import type { EngineLogger } from '../logger.ts';
 import { VllmHttp } from './http.ts';
-import { type LaunchedVllm, launchVllm, type VllmLaunchSpec } from './launcher.ts';
+import { type LaunchedVllm, launchVllm, type VllmLaunchSpec, VllmStartRefused } from './launcher.ts';
 
-export type VllmState = 'stopped' | 'starting' | 'ready' | 'restarting' | 'failed';
+export type VllmState = 'stopped' | 'idle' | 'starting' | 'ready' | 'restarting' | 'failed';
 
 export interface VllmEndpointOptions {
   /** How errors and the system check name it: "vLLM for <base>" or "vLLM at <url>". */
@@ -57,8 +60,19 @@ export class VllmEndpoint {
     return this.http?.url ?? this.options.url;
   }
 
+  /** A server the operator runs is watched from now; a child is started when it is first needed (`ready`, `wake`). */
   start(): void {
     if (this.state !== 'stopped') return;
+    if (this.options.url === null) this.state = 'idle';
+    else this.wakeNow();
+  }
+
+  /** Starts an idle child now, without waiting for it. */
+  wake(): void {
+    if (this.state === 'idle') this.wakeNow();
+  }
+
+  private wakeNow(): void {
     this.state = 'starting';
     void this.supervise();
   }
@@ -73,6 +87,7 @@ export class VllmEndpoint {
   /** The server's HTTP client once it is ready; waits for a child that starts, fails at once for a watched server that is down. */
   ready(): Promise<VllmHttp> {
     if (this.state === 'ready' && this.http) return Promise.resolve(this.http);
+    this.wake();
     const { name, url, requestWaitMs } = this.options;
     if (this.state === 'stopped')
       return Promise.reject(new EngineError('engine_unavailable', `${name} is not running`));
@@ -98,8 +113,9 @@ export class VllmEndpoint {
     });
   }
 
-  /** Health right now, for the system check: `/health` within `timeoutMs`. */
+  /** Health right now, for the system check: `/health` within `timeoutMs`; an idle child is fine (it starts when needed). */
   async probe(timeoutMs = 2500): Promise<void> {
+    if (this.state === 'idle') return;
     if (this.state !== 'ready' || !this.http)
       throw new EngineError(
         'engine_unavailable',
@@ -117,19 +133,23 @@ export class VllmEndpoint {
 
   /** One life after another until stopped: open (start or watch), wait until it answers, serve, notice it is gone. */
   private async supervise(): Promise<void> {
-    let failuresBeforeReady = 0;
-    let everReady = false;
+    let failedStarts = 0;
     while (this.state !== 'stopped') {
+      let refused = false;
       const served = await this.live().catch((error: Error) => {
         this.error = error.message;
-        this.options.logger.error({ name: this.options.name, error: error.message }, 'vLLM not usable');
+        refused = error instanceof VllmStartRefused;
+        this.options.logger.warn({ name: this.options.name, error: error.message }, 'vLLM did not start');
         return false;
       });
-      everReady ||= served;
       if ((this.state as VllmState) === 'stopped') return;
-      failuresBeforeReady = served ? 0 : failuresBeforeReady + 1;
-      if (this.options.url === null && !everReady && failuresBeforeReady >= FAILURES_BEFORE_GIVING_UP) {
+      failedStarts = served ? 0 : failedStarts + 1;
+      if (this.options.url === null && (refused || failedStarts >= FAILURES_BEFORE_GIVING_UP)) {
         this.state = 'failed';
+        this.options.logger.error(
+          { name: this.options.name, error: this.error, starts: failedStarts },
+          `vLLM gave up after ${failedStarts} failed start${failedStarts === 1 ? '' : 's'}`,
+        );
         this.settleAll(new EngineError('engine_unavailable', `${this.options.name} failed to start: ${this.error}`));
         return;
       }
@@ -142,7 +162,7 @@ export class VllmEndpoint {
           ),
         );
       await this.pause(
-        this.options.url === null ? Math.min(15_000, 500 * 2 ** failuresBeforeReady) : this.options.healthEveryMs,
+        this.options.url === null ? Math.min(15_000, 500 * 2 ** failedStarts) : this.options.healthEveryMs,
       );
       if (this.options.url === null) this.restarts += 1;
     }

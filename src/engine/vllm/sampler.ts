@@ -92,8 +92,15 @@ export class VllmSampler implements SamplerEngine {
     return this.endpoint.stop();
   }
 
+  /** Resolves once it serves; at once for a child nobody has needed yet (it starts at the first request). */
   async waitUntilReady(): Promise<void> {
+    if (this.endpoint.state === 'idle') return;
     await this.endpoint.ready();
+  }
+
+  /** Starts a child nobody has needed yet, without waiting for it (a model was just created on its base). */
+  wake(): void {
+    this.endpoint.wake();
   }
 
   probe(): Promise<void> {

@@ -1,8 +1,8 @@
 /**
  * The vLLM samplers of one server and the sampler that routes by base model (issue 27): a base whose sampler
- * kind is vLLM (SAMPLER_ENGINE, SAMPLER_ENGINES) is served by a vLLM we start for it, or by the operator's vLLM
- * (SAMPLER_URLS `vllm+http://…`) that serves it under our base id; every other base by our own samplers. Ops
- * without a base (dropping an adapter, a cancel) go to every sampler.
+ * kind is vLLM (SAMPLER_ENGINE, SAMPLER_ENGINES) is served by a vLLM we start for it when it is first needed, or by
+ * the operator's vLLM (SAMPLER_URLS `vllm+http://…`) that serves it under our base id; every other base by our own
+ * samplers. Ops without a base (dropping an adapter, a cancel) go to every sampler.
  */
 
 import { EngineError } from '../errors.ts';
@@ -96,6 +96,8 @@ export class SamplerByBase implements SamplerEngine {
   async check(base: string): Promise<void> {
     if (this.kindOf(base) !== 'vllm') return;
     const candidates = this.assigned.has(base) ? [this.assigned.get(base)!] : this.vllm;
+    // A model on this base will be sampled soon: its vLLM starts now, and creation does not wait for it.
+    for (const sampler of candidates) sampler.wake();
     const failed = candidates.find((sampler) => sampler.health().state === 'failed');
     if (failed) throw new EngineError('bad_request', `vLLM cannot serve base model ${base}: ${failed.health().error}`);
     if (candidates.every((sampler) => sampler.health().state !== 'ready')) return;
@@ -113,8 +115,21 @@ export class SamplerByBase implements SamplerEngine {
     if (op === 'load_base') return (await this.loadBase(body as LoadBaseRequest)) as OpReply<O>;
     const base = (body as { base?: unknown }).base;
     if (typeof base === 'string') return this.engineFor(base).request(op, body);
-    if (op === 'stats') return (this.ours ?? this.vllm[0]).request(op, body);
-    const engines: SamplerEngine[] = [...(this.ours ? [this.ours] : []), ...this.vllm];
+    // A vLLM nobody has needed yet holds nothing to drop or cancel, and is not started for that.
+    const running = this.vllm.filter((sampler) => sampler.health().state !== 'idle');
+    if (op === 'stats') {
+      const answering = this.ours ?? running[0];
+      if (!answering)
+        throw new EngineError(
+          'engine_unavailable',
+          'no sampler has started yet (vLLM starts when a base is first used)',
+        );
+      return answering.request(op, body);
+    }
+    const engines: SamplerEngine[] = [...(this.ours ? [this.ours] : []), ...running];
+    // Nothing runs yet (every base on a vLLM not yet needed): nothing was loaded to drop, nothing runs to cancel.
+    if (engines.length === 0 && op === 'drop_adapter') return { dropped: false } as OpReply<O>;
+    if (engines.length === 0 && op === 'cancel') return { cancelled: false } as OpReply<O>;
     const replies = (await Promise.all(engines.map((engine) => engine.request(op, body)))) as Record<string, unknown>[];
     const merged = { ...replies[0] };
     for (const [field, value] of Object.entries(merged))
