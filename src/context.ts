@@ -16,7 +16,6 @@ import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-run
 import { BaseModelRegistry } from './services/base-models.ts';
 import { ChatService } from './services/chat-service.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
-import { CheckpointPublisher } from './services/checkpoint-publisher.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { HealthService, type Probe } from './services/health-service.ts';
 import { ModelLineage } from './services/model-lineage.ts';
@@ -35,6 +34,7 @@ import { TinkerRepository } from './store/tinker-repository.ts';
 import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import { TrajectoryRepository } from './store/trajectory-repository.ts';
 import { createTinkerServices, type TinkerServices } from './tinker/index.ts';
+import { CheckpointPublisher } from './training/checkpoint-publisher.ts';
 import { defaultLearningRate } from './training/defaults.ts';
 import { TrainingJobService } from './training/job-service.ts';
 import { payloadView } from './training/payloads.ts';

@@ -13,8 +13,8 @@ import { EngineError } from '../../engine/errors.ts';
 import type { AdamParams, ForwardBackwardReply, OptimStepReply } from '../../engine/protocol.ts';
 import { AppError } from '../../errors.ts';
 import type { BaseModelRuntime } from '../../services/base-model-runtime.ts';
-import type { CheckpointPublisher } from '../../services/checkpoint-publisher.ts';
 import type { ModelRepository } from '../../store/model-repository.ts';
+import type { CheckpointPublisher } from '../checkpoint-publisher.ts';
 import { ATTENTION_PROJECTIONS, LORA_DEFAULTS, MLP_PROJECTIONS } from '../defaults.ts';
 import { type LossBatch, type LossDatum, lossBatch } from './losses.ts';
 
