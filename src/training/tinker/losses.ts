@@ -3,14 +3,15 @@
  * as the engine takes it, checked here so that bad input is a 400 naming the datum and field. What a datum is on
  * the wire (protobuf or JSON) is the Tinker room's business: this file takes tokens and named value arrays.
  */
-import type { StepLossConfig, StepRow } from '../../engine/protocol.ts';
+import type { ForwardBackwardRequest, StepLoss, StepLossConfigs, StepRow } from '../../engine/protocol.ts';
 import { AppError } from '../../errors.ts';
 
 /**
  * The losses we run and the defaults of their `loss_fn_config`. Tinker's docs fix PPO's ε at 0.2 (the ratio clipped
  * to [0.8, 1.2]), which we also take for CISPO; for DRO they name no default, only β = 0.05 in their example, which
  * we use; for GSPO (sequence ratio over `sequence_ratio_mask`) we take its paper's clip range, 3e-4 below and 4e-4
- * above 1. The engine takes every key explicitly.
+ * above 1. The engine takes every key explicitly; which losses exist and which keys each reads are the engine's
+ * (engine/protocol.json `StepLossConfigs`), so a loss or key missing here, or one the engine lacks, fails to compile.
  */
 export const LOSS_DEFAULTS = {
   cross_entropy: {},
@@ -19,8 +20,8 @@ export const LOSS_DEFAULTS = {
   cispo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
   dro: { beta: 0.05 },
   gspo: { clip_low_threshold: 1 - 3e-4, clip_high_threshold: 1 + 4e-4 },
-} as const satisfies Record<string, Record<string, number>>;
-export type TinkerLoss = keyof typeof LOSS_DEFAULTS;
+} as const satisfies StepLossConfigs;
+export type TinkerLoss = StepLoss;
 
 /** A datum as the Tinker room decodes it: the input tokens, and `loss_fn_inputs` by name, one value per token. */
 export interface LossDatum {
@@ -31,7 +32,7 @@ export interface LossDatum {
 /** A `forward_backward` as the engine takes it: the loss, every key of its config, and the checked rows. */
 export interface LossBatch {
   loss: TinkerLoss;
-  loss_config: StepLossConfig;
+  loss_config: ForwardBackwardRequest['loss_config'];
   rows: StepRow[];
 }
 
