@@ -1,11 +1,18 @@
 /**
  * The training defaults: every value a training job may leave out and the engine needs. This is their one
  * home; the engine keeps none of its own (engine/wire.py refuses a request that lacks one), so each engine
- * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`. The LoRA shape's
- * default lives with the LoRA contract (services/adapter-validation.ts), which the Tinker API also reads.
+ * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`, and the LoRA
+ * shape a model gets, which Tinker's training clients read too.
  */
 import type { AdapterInit, OptimizerConfig } from '../engine/protocol.ts';
-import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
+
+/** The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given). */
+export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = {
+  rank: 8,
+  alpha: 16,
+  // A choice, not a copy of the engine's table: the engine announces what it can adapt and refuses anything else.
+  target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+};
 
 /**
  * Below this hidden size a base is a toy model (the built-in tiny-chat has 192; the smallest real models we

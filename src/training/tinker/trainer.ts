@@ -12,10 +12,10 @@ import { tinkerAdapterKey } from '../../engine/adapter-keys.ts';
 import { EngineError } from '../../engine/errors.ts';
 import type { AdamParams, ForwardBackwardReply, OptimStepReply } from '../../engine/protocol.ts';
 import { AppError } from '../../errors.ts';
-import { LORA_DEFAULTS } from '../../services/adapter-validation.ts';
 import type { BaseModelRuntime } from '../../services/base-model-runtime.ts';
 import type { CheckpointPublisher } from '../../services/checkpoint-publisher.ts';
 import type { ModelRepository } from '../../store/model-repository.ts';
+import { LORA_DEFAULTS } from '../defaults.ts';
 import { type LossBatch, type LossDatum, lossBatch } from './losses.ts';
 
 /** The adapter a training client trains: its model (our id, whose checkpoints it writes), base, LoRA rank and seed. */
