@@ -18,7 +18,12 @@ const PER_REQUEST = 80; // 3 fields each: 240 of the 250 a document may select
 const KEY = `sk-${'pend'.repeat(8)}`;
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wandb-pending-'));
-const env = await serverEnv({ dataDir, key: KEY, databaseUrl: process.env.DATABASE_URL ?? null, env: { ENGINE: 'off' } });
+const env = await serverEnv({
+  dataDir,
+  key: KEY,
+  databaseUrl: process.env.DATABASE_URL ?? null,
+  env: { ENGINE: 'off' },
+});
 const { child, url } = await spawnListening(env);
 const mib = () => `${((rssBytes(child.pid!) ?? 0) / 2 ** 20).toFixed(0)} MiB`;
 const authorization = `Basic ${Buffer.from(`api:${KEY}`).toString('base64')}`;

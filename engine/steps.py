@@ -29,17 +29,10 @@ from torch.utils.checkpoint import checkpoint
 from . import lora as L
 from . import weights as W
 from .model import ForwardContext, Transformer
+from .peft import load_peft
 from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
 
-# Each loss and the loss_config keys it uses; all are required, any other key is rejected.
-LOSS_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
-    "cross_entropy": (),
-    "importance_sampling": (),
-    "ppo": ("clip_low_threshold", "clip_high_threshold"),
-    "cispo": ("clip_low_threshold", "clip_high_threshold"),
-    "dro": ("beta",),
-    "gspo": ("clip_low_threshold", "clip_high_threshold"),
-}
+# The losses and the loss_config keys each uses are protocol.json's `StepLossConfigs`; token_loss computes each one.
 # Losses that read the sampler's logprobs and advantages beside target_tokens and weights.
 RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo")
 
@@ -209,7 +202,7 @@ def save_state(adapter: L.Adapter, folder: str, base_name: str) -> list[str]:
 
 def load_state(key: str, base: str, folder: str, args, device, check_values: bool = True) -> L.Adapter:
     """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint)."""
-    adapter = L.load_peft(key, base, folder, args, device, check_values)
+    adapter = load_peft(key, base, folder, args, device, check_values)
     state_path = os.path.join(folder, STATE_NAME)
     if os.path.exists(state_path):
         with open(state_path, encoding="utf-8") as f:

@@ -10,7 +10,7 @@ import type { RlJobBody } from '../api/training-jobs.ts';
 import type { FieldProblem } from '../errors.ts';
 import { largestSampledTokenId } from '../services/trajectory-items.ts';
 import { checkRenderable, checkTrajectoryGroups } from '../services/trajectory-shape.ts';
-import { rlGroupsJson } from './payloads.ts';
+import { rlGroupsJson } from './rl/payload.ts';
 
 const LOC = ['body', 'trajectory_groups'];
 

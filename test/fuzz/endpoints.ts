@@ -226,7 +226,7 @@ const TRAJECTORY_ATTACKS: Endpoint['attacks'] = [
   // The issue's big inputs: 10,000 groups (valid for a log; an RL job's last group has no trajectory, so no job
   // trains on 20,000 of them), and one trajectory of 100,000 messages.
   (c, b) => (b.trajectory_groups = manyGroups(c, 10_000, b.model_id ? ',{"trajectories":[]}' : '')),
-  (c, b) =>
+  (_c, b) =>
     (b.trajectory_groups[0].trajectories[0].messages_and_choices = new Raw(
       `[${Array(100_000).fill('{"role":"user","content":"message"}').join(',')}]`,
     )),
