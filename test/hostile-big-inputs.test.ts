@@ -24,6 +24,18 @@ import { type ServerProcess, spawnServerProcess } from './helpers/server-process
 
 const KEY = `sk-${'big'.repeat(14)}x`;
 
+/** A protobuf length-delimited field (the Tinker SDK's forward_backward wire), its lengths as varints. */
+function field(number: number, payload: Buffer): Buffer {
+  const varint = (value: number) => {
+    const bytes: number[] = [];
+    let rest = value;
+    for (; rest >= 128; rest = Math.floor(rest / 128)) bytes.push((rest % 128) | 0x80);
+    bytes.push(rest);
+    return Buffer.from(bytes);
+  };
+  return Buffer.concat([varint((number << 3) | 2), varint(payload.length), payload]);
+}
+
 /** What the server did on its loop for a body before it moved to the worker thread: parse, check, prepare. */
 function onLoopMs<P, O>(task: BodyTask<P, O>, text: string, options: O): number {
   const validate = boundedValidatorCompiler()({ schema: task.schema, method: 'POST', url: '', httpPart: 'body' });
@@ -135,6 +147,68 @@ describe('big inputs against the real server (its own process)', () => {
       headers: bearerKey(KEY),
     });
     assert.equal(deleted.status, 200);
+  });
+
+  test('Tinker forward of 130,000 token ids (JSON) and forward_backward of 200,000 (protobuf): futures that fail naming the context, never a 500', async () => {
+    const session = await post('/api/v1/create_session', JSON.stringify({ sdk_version: '0.38.0' }), tinkerKey(KEY));
+    const { session_id } = (await session.json()) as { session_id: string };
+    const created = await post(
+      '/api/v1/create_model',
+      JSON.stringify({ session_id, model_seq_id: 0, base_model: BUILTIN_BASE_MODEL.id, lora_config: { rank: 8 } }),
+      tinkerKey(KEY),
+    );
+    assert.equal(created.status, 200);
+    const { model_id } = (await created.json()) as { model_id: string };
+    const outcome = async (response: Response) => {
+      const body = (await response.json()) as { request_id?: string };
+      assert.equal(response.status, 200, JSON.stringify(body));
+      for (;;) {
+        const polled = await post(
+          '/api/v1/retrieve_future',
+          JSON.stringify({ request_id: body.request_id }),
+          tinkerKey(KEY),
+        );
+        const answer = (await polled.json()) as Record<string, unknown>;
+        if (answer.type !== 'try_again') return JSON.stringify(answer);
+      }
+    };
+    const ids = Array.from({ length: 130_000 }, (_, i) => i % 90);
+    const json = JSON.stringify({
+      model_id,
+      seq_id: 1,
+      forward_input: {
+        data: [
+          {
+            model_input: { chunks: [{ type: 'encoded_text', tokens: ids }] },
+            loss_fn_inputs: { target_tokens: { data: ids, dtype: 'int64' } },
+          },
+        ],
+        loss_fn: 'cross_entropy',
+      },
+    });
+    assert.match(
+      await outcome(await post('/api/v1/forward', json, tinkerKey(KEY))),
+      /130000 tokens, more than the context length/,
+    );
+    const count = 200_000;
+    const tokens = Buffer.from(Int32Array.from({ length: count }, (_, i) => i % 90).buffer);
+    const targets = Buffer.from(BigInt64Array.from({ length: count }, (_, i) => BigInt(i % 90)).buffer);
+    const tensor = Buffer.concat([field(1, targets), Buffer.from([3 << 3, 2])]);
+    const datum = Buffer.concat([
+      field(1, field(1, field(1, tokens))),
+      field(2, Buffer.concat([field(1, Buffer.from('target_tokens')), field(2, tensor)])),
+    ]);
+    const protobuf = await fetch(`${server.url}/api/v1/forward_backward`, {
+      method: 'POST',
+      headers: { ...tinkerKey(KEY), 'content-type': 'application/x-protobuf' },
+      body: Buffer.concat([
+        field(1, Buffer.from(model_id)),
+        Buffer.from([2 << 3, 2]),
+        field(3, datum),
+        field(4, Buffer.from('cross_entropy')),
+      ]),
+    });
+    assert.match(await outcome(protobuf), /200000 tokens, more than the context length/);
   });
 
   test('Tinker asample with 900,000 prompt ids is a 400 naming the context length; health keeps answering', async () => {
