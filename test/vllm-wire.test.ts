@@ -19,7 +19,7 @@ import {
   structuredOutputs,
   type VllmChoice,
 } from '../src/engine/vllm/wire.ts';
-import { type RunningServer, startServer } from '../src/server.ts';
+import { startServer } from '../src/server.ts';
 import { httpApi } from './helpers/api.ts';
 import { enginePython } from './helpers/engine-process.ts';
 import { TINY_MODEL_ENV } from './helpers/server.ts';
@@ -127,33 +127,46 @@ describe('which sampler serves a base', () => {
   });
 });
 
-describe('a vLLM sampler URL that does not answer', () => {
-  let server: RunningServer;
-  let dataDir: string;
-  let url: string;
-  const key = `sk-${'vllmdown'.repeat(4)}`;
-
-  before(async () => {
-    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-down-'));
-    url = `http://127.0.0.1:${await closedPort()}`;
-    const config = loadConfig({
+/** A server (tiny model, its own engine) with these settings; its vLLM sampler; its API. */
+async function serverWith(env: Record<string, string>) {
+  const key = `sk-${'vllmtest'.repeat(4)}`;
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-'));
+  const server = await startServer(
+    loadConfig({
       ...TINY_MODEL_ENV,
       DATA_DIR: dataDir,
       PORT: '0',
       LOG_LEVEL: 'silent',
       BOOTSTRAP_API_KEY: key,
       ENGINE_PYTHON: await enginePython(),
-      SAMPLER_URLS: `vllm+${url}`,
-    });
-    server = await startServer(config);
+      ...env,
+    }),
+  );
+  return {
+    server,
+    vllm: server.engines!.all.find((engine) => engine.kind === 'vllm')!.supervisor,
+    api: httpApi(server.url, key),
+    async close() {
+      await server.close();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+describe('a vLLM sampler URL that does not answer', () => {
+  let t: Awaited<ReturnType<typeof serverWith>>;
+  let url: string;
+
+  before(async () => {
+    url = `http://127.0.0.1:${await closedPort()}`;
+    t = await serverWith({ SAMPLER_URLS: `vllm+${url}` });
   });
   after(async () => {
-    await server?.close();
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    await t?.close();
   });
 
   test('the system check reports the sampler down naming it; chat answers 503 naming it', async () => {
-    const api = httpApi(server.url, key);
+    const { api, server } = t;
     await assert.rejects(server.waitForEngines(), /not answering/);
     const check = await api('GET', '/v1/system-check');
     assert.equal(check.status, 503);
@@ -172,39 +185,13 @@ describe('a vLLM sampler URL that does not answer', () => {
 });
 
 describe('a vLLM that cannot start', () => {
-  const key = `sk-${'vllmfail'.repeat(4)}`;
   const base = TINY_MODEL_ENV.BASE_MODELS.split('=')[0];
-  /** A server whose every base vLLM samples, with these settings; its vLLM sampler; its API. */
-  async function serverWith(env: Record<string, string>) {
-    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'vllm-fail-'));
-    const server = await startServer(
-      loadConfig({
-        ...TINY_MODEL_ENV,
-        DATA_DIR: dataDir,
-        PORT: '0',
-        LOG_LEVEL: 'silent',
-        BOOTSTRAP_API_KEY: key,
-        ENGINE_PYTHON: await enginePython(),
-        SAMPLER_ENGINE: 'vllm',
-        ...env,
-      }),
-    );
-    return {
-      server,
-      vllm: server.engines!.all.find((engine) => engine.kind === 'vllm')!.supervisor,
-      api: httpApi(server.url, key),
-      async close() {
-        await server.close();
-        fs.rmSync(dataDir, { recursive: true, force: true });
-      },
-    };
-  }
   const failed = async (vllm: { health(): { state: string } }) => {
     while (vllm.health().state !== 'failed') await new Promise((resolve) => setTimeout(resolve, 100));
   };
 
   test('nothing starts until a model needs it; without a vLLM the start is refused once, and creation says why', async () => {
-    const t = await serverWith({ VLLM_PYTHON: '/nonexistent/python' });
+    const t = await serverWith({ SAMPLER_ENGINE: 'vllm', VLLM_PYTHON: '/nonexistent/python' });
     try {
       await t.server.waitForEngines();
       assert.equal(t.vllm.health().state, 'idle');
@@ -235,7 +222,11 @@ describe('a vLLM that cannot start', () => {
 
   test('a KV cache larger than the free memory is refused before anything is spawned, with both figures', async () => {
     // Any existing file passes for the Python: nothing is spawned.
-    const t = await serverWith({ VLLM_PYTHON: process.execPath, KV_CACHE_MEMORY_BYTES: String(2 ** 50) });
+    const t = await serverWith({
+      SAMPLER_ENGINE: 'vllm',
+      VLLM_PYTHON: process.execPath,
+      KV_CACHE_MEMORY_BYTES: String(2 ** 50),
+    });
     try {
       const chat = await t.api('POST', '/v1/chat/completions', {
         model: base,
@@ -255,7 +246,7 @@ describe('a vLLM that cannot start', () => {
   });
 
   test('a vLLM that exits at every start is given up after three, the reason kept for the system check', async () => {
-    const t = await serverWith({ VLLM_PYTHON: '/bin/false' });
+    const t = await serverWith({ SAMPLER_ENGINE: 'vllm', VLLM_PYTHON: '/bin/false' });
     try {
       assert.equal(
         (await t.api('POST', '/v1/preview/models', { project: 'p', name: 'm0', base_model: base })).status,
