@@ -59,8 +59,7 @@ def available() -> dict | None:
         return None
     return {
         "version": transformers.__version__,
-        "model_types": sorted(CAUSAL),
-        "architectures": sorted(set(CAUSAL.values())),
+        "causal_lm": dict(sorted(CAUSAL.items())),  # model_type -> the class AutoModelForCausalLM builds
         "rope_types": ["default", *sorted(ROPE_INIT_FUNCTIONS)],
         "attention_layer_types": list(ATTENTION_LAYER_TYPES),
     }
@@ -73,8 +72,12 @@ def load_problem(cfg: dict) -> str | None:
     if known is None:
         return "transformers is not installed"
     text = cfg.get("text_config") or cfg
-    if cfg.get("model_type") not in known["model_types"]:
+    cls = known["causal_lm"].get(cfg.get("model_type"))
+    if cls is None:
         return f"model_type {cfg.get('model_type')!r} is not a causal LM transformers {known['version']} knows"
+    other_classes = [a for a in cfg.get("architectures") or [] if a != cls]
+    if other_classes:
+        return f"its architectures {other_classes} are not {cls}, the causal LM of model_type {cfg['model_type']!r}"
     other = sorted(set(text.get("layer_types") or []) - set(ATTENTION_LAYER_TYPES))
     if other:
         return f"its layer types {other} keep a recurrent state, which this engine's KV cache cannot hold"

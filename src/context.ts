@@ -268,7 +268,13 @@ export function createServices(options: ContextOptions): Services {
     retention: core.retention,
     tinker,
     wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
-    imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
+    imports: new AdapterImporter(
+      models,
+      baseModels,
+      runtime,
+      path.join(config.dataDir, 'imports'),
+      config.artifactMaxFileBytes,
+    ),
     metrics: new Metrics({
       countJobs: () => repositories.jobs.countByStatus(),
       engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null),

@@ -167,8 +167,8 @@ class TestFamilies(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "no_such_family"):
                 server.load_model(d, torch.float32, "cpu")
         announced = server.supports()["transformers"]
-        self.assertIn("qwen3_moe", announced["model_types"])
-        self.assertIn("Gemma3ForCausalLM", announced["architectures"])
+        self.assertEqual(announced["causal_lm"]["qwen3_moe"], "Qwen3MoeForCausalLM")
+        self.assertEqual(announced["causal_lm"]["gemma3_text"], "Gemma3ForCausalLM")
 
     def test_moe_targets_are_peft_names_and_a_missing_one_is_named(self):
         model = self.models["qwen3_moe"]

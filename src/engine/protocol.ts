@@ -21,17 +21,31 @@ export interface ReadyEvent {
 
 /** The engine's own tables (engine/model.py, lora.py, wire.py, steps.py), as its ready frame announces them. */
 export interface EngineSupport {
-  /** config.json `model_type`s. */
+  /** config.json `model_type`s our own implementation runs. */
   model_types: string[];
-  /** config.json `architectures` class names. */
+  /** config.json `architectures` class names our own implementation runs. */
   architectures: string[];
-  /** `rope_scaling` types (`default`: none). */
+  /** `rope_scaling` types our own implementation computes (`default`: none). */
   rope_types: string[];
-  /** Modules a LoRA adapter may target. */
+  /** Modules an adapter on our own implementation may target (each base's own list: `LoadBaseReply.lora_targets`). */
   lora_targets: string[];
   losses: { train_step: string[]; forward_backward: string[] };
   dtypes: Dtype[];
+  /** What the pinned `transformers` loads (engine/hf_model.py): it serves every base ours cannot. Absent without it. */
+  transformers?: TransformersSupport;
 }
+
+export interface TransformersSupport {
+  version: string;
+  /** model_type -> the class AutoModelForCausalLM builds for it. */
+  causal_lm: Record<string, string>;
+  rope_types: string[];
+  /** config.json `layer_types` our KV cache holds (recurrent linear-attention layers are not among them). */
+  attention_layer_types: string[];
+}
+
+/** Which implementation runs a base: our own model code, or transformers' modeling code on our engine. */
+export type Implementation = 'ours' | 'transformers';
 
 export interface EngineLimits {
   max_model_len: number | null;
@@ -97,6 +111,10 @@ export interface LoadBaseReply {
   max_num_seqs: number;
   /** The constraint kinds this engine can decode under on this base (none without llguidance or a tokenizer.json). */
   constraint_kinds: ConstraintKind[];
+  /** Which implementation our engine runs this base with (absent from a vLLM sampler's reply). */
+  implementation?: Implementation;
+  /** The projections an adapter on this base may target (PEFT's short names) and their kind; absent from vLLM's. */
+  lora_targets?: Record<string, 'attention' | 'mlp'>;
 }
 
 export interface AdapterInit {

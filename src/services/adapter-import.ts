@@ -1,7 +1,8 @@
 /**
  * A model created from a PEFT adapter trained elsewhere, uploaded as a tar of `adapter_config.json` and
  * `adapter_model.safetensors`. The upload is staged to a file, listed and checked against the base model
- * (adapter-validation.ts) before the model exists; any problem is a 422 naming it, and nothing is kept.
+ * (adapter-validation.ts), then loaded by the trainer engine against the base's own projections, before the model
+ * exists; any problem is a 422 naming it, and nothing is kept.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
@@ -10,10 +11,12 @@ import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ModelCreateBody, ModelResponse } from '../api/models.ts';
 import { listTar, type TarMember } from '../artifacts/tar.ts';
+import { EngineError } from '../engine/errors.ts';
 import { AppError, type FieldProblem, validationError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { baseDims, checkLoraConfig, checkLoraTensors, checkLoraValues } from './adapter-validation.ts';
+import { checkLoraConfig, checkLoraTensors, checkLoraValues } from './adapter-validation.ts';
 import type { Principal } from './auth-service.ts';
+import type { BaseModelRuntime } from './base-model-runtime.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import { ADAPTER_CONFIG, ADAPTER_WEIGHTS } from './checkpoint-export.ts';
 import type { ModelService } from './model-service.ts';
@@ -28,6 +31,7 @@ export class AdapterImporter {
   constructor(
     private readonly models: ModelService,
     private readonly baseModels: BaseModelRegistry,
+    private readonly runtime: BaseModelRuntime,
     private readonly stagingDir: string,
     private readonly maxBytes: number,
   ) {}
@@ -46,8 +50,9 @@ export class AdapterImporter {
     const staged = path.join(this.stagingDir, `import-${newId()}.tar`);
     try {
       await this.stage(upload, staged);
-      const { config, weights } = await this.check(staged, base.path);
-      return await this.models.create(principal, input, async (folder) => {
+      const targets = Object.keys((await this.runtime.loadForTraining(base.id)).loraTargets ?? {});
+      const { config, weights } = await this.check(staged, targets);
+      const write = async (folder: string) => {
         await fs.mkdir(folder, { recursive: true });
         await fs.writeFile(
           path.join(folder, ADAPTER_CONFIG),
@@ -57,10 +62,29 @@ export class AdapterImporter {
           createReadStream(staged, { start: weights.offset, end: weights.offset + weights.size - 1 }),
           createWriteStream(path.join(folder, ADAPTER_WEIGHTS)),
         );
-      });
+      };
+      await this.loadsInEngine(base.id, `${staged}.d`, write);
+      return await this.models.create(principal, input, write);
     } finally {
       await fs.rm(staged, { force: true });
+      await fs.rm(`${staged}.d`, { recursive: true, force: true });
     }
+  }
+
+  /** The trainer engine loads the adapter against the base's own projections (every tensor a module the base has, with
+   * its sizes), then drops it: what it refuses is a 422 with its words. */
+  private async loadsInEngine(base: string, folder: string, write: (folder: string) => Promise<void>): Promise<void> {
+    await write(folder);
+    const engine = this.runtime.trainer();
+    const adapter = `import-check-${newId()}`;
+    try {
+      await engine.request('ensure_adapter', { adapter, base, path: folder });
+    } catch (error) {
+      if (error instanceof EngineError && (error.code === 'bad_request' || error.code === 'non_finite'))
+        throw refuse(`the base model cannot load this adapter: ${error.message}`, [ADAPTER_WEIGHTS]);
+      throw error;
+    }
+    await engine.request('drop_adapter', { adapter });
   }
 
   /** Removes uploads a crash left staged (run at start, before any import can be under way). */
@@ -88,7 +112,7 @@ export class AdapterImporter {
   /** The archive's config and weights member, or a 422 listing every problem found. */
   private async check(
     file: string,
-    basePath: string,
+    targets: string[],
   ): Promise<{ config: Record<string, unknown>; weights: TarMember }> {
     const handle = await fs.open(file);
     try {
@@ -107,14 +131,11 @@ export class AdapterImporter {
       };
       const [configMember, weights] = [pick(ADAPTER_CONFIG), pick(ADAPTER_WEIGHTS)];
       const config = await readJson(handle, configMember.offset, configMember.size, MAX_CONFIG_BYTES, [ADAPTER_CONFIG]);
-      const problems: FieldProblem[] = checkLoraConfig(config, await this.baseModels.loraTargets());
+      const problems: FieldProblem[] = checkLoraConfig(config, targets);
       if (problems.length) throw validationError(problems);
       const header = await safetensorsHeader(handle, weights);
-      const dims = baseDims(
-        JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>,
-      );
       problems.push(
-        ...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], dims, header.dataBytes),
+        ...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], header.dataBytes),
       );
       if (problems.length) throw validationError(problems);
       problems.push(...(await checkLoraValues(handle, header.dataStart, header.json)));

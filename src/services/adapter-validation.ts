@@ -1,7 +1,8 @@
 /**
  * Checks an uploaded PEFT adapter against the base model it is meant for, before anything is kept: a LoRA config
- * this engine can run (rank, alpha, supported target modules, no DoRA or per-module patterns), a safetensors
- * header whose every tensor is a lora_A/lora_B of a real layer with the shapes the base's projections imply, and
+ * this engine can run (rank, alpha, target modules the base has, no DoRA or per-module patterns), a safetensors
+ * header whose every tensor is a lora_A/lora_B of a targeted module with the config's rank (whether the base has that
+ * module with those sizes the engine says when it loads the adapter, before an import is kept), and
  * values the engine may compute with (finite, within ±ADAPTER_WEIGHT_MAX_ABS of engine/bounds.json).
  * Each problem names the field or tensor at fault (and a value's first bad index).
  */
@@ -19,47 +20,13 @@ export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: reado
   // A choice, not a copy of the engine's table: the engine announces what it can adapt and refuses anything else.
   target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
 };
-const TENSOR = /^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$/;
+/** A LoRA tensor under PEFT's names: the module path (an expert's too: `….mlp.experts.3.gate_proj`) and A or B. */
+const TENSOR = /^base_model\.model\.(.+)\.lora_([AB])(?:\.default)?\.weight$/;
 const DTYPES = new Set(['F32', 'F16', 'BF16']);
-
-export interface BaseDims {
-  layers: number;
-  hidden: number;
-  intermediate: number;
-  q: number;
-  kv: number;
-}
-
-export function baseDims(config: Record<string, unknown>): BaseDims {
-  const n = (key: string) => Number(config[key]);
-  const headDim = Number(config.head_dim ?? n('hidden_size') / n('num_attention_heads'));
-  const kvHeads = Number(config.num_key_value_heads ?? config.num_attention_heads);
-  return {
-    layers: n('num_hidden_layers'),
-    hidden: n('hidden_size'),
-    intermediate: n('intermediate_size'),
-    q: headDim * n('num_attention_heads'),
-    kv: headDim * kvHeads,
-  };
-}
-
-/** (in, out) features of one projection. */
-function projection(dims: BaseDims, module: string): [number, number] {
-  const shapes: Record<string, [number, number]> = {
-    q_proj: [dims.hidden, dims.q],
-    k_proj: [dims.hidden, dims.kv],
-    v_proj: [dims.hidden, dims.kv],
-    o_proj: [dims.q, dims.hidden],
-    gate_proj: [dims.hidden, dims.intermediate],
-    up_proj: [dims.hidden, dims.intermediate],
-    down_proj: [dims.intermediate, dims.hidden],
-  };
-  return shapes[module];
-}
 
 const problem = (loc: string[], msg: string): FieldProblem => ({ loc: ['body', ...loc], msg, type: 'value_error' });
 
-/** `supported`: the target modules the engine announced (null where no engine runs here to ask). */
+/** `supported`: the projections the engine announced for this base (null where no engine runs here to ask). */
 export function checkLoraConfig(config: Record<string, unknown>, supported: string[] | null): FieldProblem[] {
   const at = (key: string) => ['adapter_config.json', key];
   const problems: FieldProblem[] = [];
@@ -86,12 +53,15 @@ export function checkLoraConfig(config: Record<string, unknown>, supported: stri
   return problems;
 }
 
-/** The tensors of a safetensors header against the base's shapes and the config's rank and targets. */
+/**
+ * The tensors of a safetensors header against the config's rank and targets: each a lora_A or lora_B of a targeted
+ * module with the rank in its place, in a dtype we read, inside the file, with its twin. Whether each module exists
+ * in the base with those sizes is the engine's to say (it loads the adapter before the import is kept).
+ */
 export function checkLoraTensors(
   header: Record<string, unknown>,
   rank: number,
   targets: string[],
-  dims: BaseDims,
   dataBytes: number,
 ): FieldProblem[] {
   const problems: FieldProblem[] = [];
@@ -102,24 +72,20 @@ export function checkLoraTensors(
     const tensor = raw as { dtype?: string; shape?: number[]; data_offsets?: number[] };
     const match = TENSOR.exec(name);
     if (!match) {
-      problems.push(problem(at, 'not a LoRA tensor of a decoder layer projection'));
+      problems.push(problem(at, 'not a LoRA tensor (base_model.model.<module>.lora_A|lora_B.weight)'));
       continue;
     }
-    const [layer, module, ab] = [Number(match[1]), match[3], match[4]];
-    const [fanIn, fanOut] = projection(dims, module) ?? [];
-    if (layer >= dims.layers) problems.push(problem(at, `layer ${layer}: the base model has ${dims.layers} layers`));
-    else if (fanIn === undefined || !targets.includes(module))
-      problems.push(problem(at, `module ${module} is not among target_modules`));
-    else {
-      const expected = ab === 'A' ? [rank, fanIn] : [fanOut, rank];
-      if (JSON.stringify(tensor.shape) !== JSON.stringify(expected))
-        problems.push(
-          problem(
-            at,
-            `shape ${JSON.stringify(tensor.shape)}; the base model and rank ${rank} need ${JSON.stringify(expected)}`,
-          ),
-        );
-    }
+    const [module, ab] = [match[1], match[2]];
+    const short = module.split('.').at(-1) ?? '';
+    const shape = Array.isArray(tensor.shape) ? tensor.shape : [];
+    if (!targets.includes(short)) problems.push(problem(at, `module ${short} is not among target_modules`));
+    else if (shape.length !== 2 || shape[ab === 'A' ? 0 : 1] !== rank)
+      problems.push(
+        problem(
+          at,
+          `shape ${JSON.stringify(shape)}; rank ${rank} needs lora_${ab} of rank ${rank} in dimension ${ab === 'A' ? 0 : 1}`,
+        ),
+      );
     if (!DTYPES.has(tensor.dtype ?? ''))
       problems.push(problem(at, `dtype ${tensor.dtype} (expected F32, F16 or BF16)`));
     const [start, end] = tensor.data_offsets ?? [];
@@ -135,17 +101,13 @@ export function checkLoraTensors(
           ),
         );
     }
-    seen.add(`${layer}.${module}.${ab}`);
+    seen.add(`${module}|${ab}`);
   }
   for (const key of seen) {
-    const twin = key.endsWith('A') ? `${key.slice(0, -1)}B` : `${key.slice(0, -1)}A`;
-    if (!seen.has(twin))
-      problems.push(
-        problem(
-          ['adapter_model.safetensors'],
-          `layer ${key.split('.')[0]} ${key.split('.')[1]} has lora_${key.at(-1)} without its lora_${twin.at(-1)}`,
-        ),
-      );
+    const [module, ab] = key.split('|');
+    const twin = ab === 'A' ? 'B' : 'A';
+    if (!seen.has(`${module}|${twin}`))
+      problems.push(problem(['adapter_model.safetensors'], `${module} has lora_${ab} without its lora_${twin}`));
   }
   if (seen.size === 0) problems.push(problem(['adapter_model.safetensors'], 'holds no LoRA tensors'));
   return problems;

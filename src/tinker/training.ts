@@ -16,6 +16,7 @@ import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
+import { loraInit } from '../training/defaults.ts';
 import { type NumberedRequest, numbered, type TinkerFutures } from './futures.ts';
 import { type TinkerModel, type TinkerModels, trainingClientId } from './models.ts';
 import type { ProtoDatum, ProtoForwardBackward } from './proto.ts';
@@ -31,9 +32,6 @@ import {
   tinkerPath,
   type UntypedFuture,
 } from './schemas.ts';
-
-const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
-const MLP = ['gate_proj', 'up_proj', 'down_proj'];
 
 /** The engine key of a training client's adapter. */
 
@@ -58,17 +56,23 @@ export class TinkerTraining {
 
   async createModel(principal: Principal, body: CreateModelBody): Promise<UntypedFuture> {
     const targets: { train_attn?: boolean; train_mlp?: boolean } = body.lora_config ?? {};
-    const modules = [...(targets.train_attn === false ? [] : ATTENTION), ...(targets.train_mlp === false ? [] : MLP)];
-    if (!modules.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
+    const kinds = [
+      ...(targets.train_attn === false ? [] : ['attention']),
+      ...(targets.train_mlp === false ? [] : ['mlp']),
+    ];
+    if (!kinds.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
     const spec = { ...body, rank: body.lora_config?.rank ?? LORA_DEFAULTS.rank, seed: body.lora_config?.seed ?? null };
     const request = numbered(sessionScope(body.session_id), body.model_seq_id, body);
     const replayed = await this.futures.replayed(principal, 'create_model', request);
     if (replayed) return { request_id: replayed, model_id: trainingClientId(body.session_id, body.model_seq_id) };
     const model = await this.tinkerModels.create(principal, spec);
     return this.queue(principal, 'create_model', model, request, async () => {
-      const base = (await this.runtime.loadForTraining(model.model.base_model)).id;
+      const loaded = await this.runtime.loadForTraining(model.model.base_model);
+      const modules = Object.entries(loaded.loraTargets ?? {})
+        .filter(([, kind]) => kinds.includes(kind))
+        .map(([name]) => name);
       await this.runtime.trainer().request('drop_adapter', { adapter: tinkerAdapterKey(model.model.id) });
-      await this.initAdapter(model, base, modules);
+      await this.initAdapter(model, loaded.id, modules);
       this.resident.add(model.model.id);
       return { type: 'create_model', model_id: model.tinkerId };
     });
@@ -300,13 +304,13 @@ export class TinkerTraining {
     return { base, adapter };
   }
 
-  /** A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are. */
-  private async initAdapter(
-    model: TinkerModel,
-    base: string,
-    modules: readonly string[] = LORA_DEFAULTS.target_modules,
-  ): Promise<void> {
+  /**
+   * A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are; on
+   * `modules`, else every projection the base offers (its trainer's `lora_targets`).
+   */
+  private async initAdapter(model: TinkerModel, base: string, modules?: readonly string[]): Promise<void> {
     const alpha = (model.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
+    modules ??= loraInit(0, Object.keys((await this.runtime.loadForTraining(base)).loraTargets ?? {})).target_modules;
     await this.runtime.trainer().request('ensure_adapter', {
       adapter: tinkerAdapterKey(model.model.id),
       base,
