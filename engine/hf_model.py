@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .lora import LoraTarget
-from .model import SDPA_GQA, ForwardContext, ModelArgs, cached_kv, eos_ids, rope_type, windowed
+from .model import SDPA_GQA, ForwardContext, KVCache, ModelArgs, cached_kv, eos_ids, rope_type, windowed
 
 NAME = "agent_trainer"  # the attention and experts implementation this module registers with transformers
 ROUTERS = ("gate", "router", "shared_expert_gate")  # linear routers stay frozen: never LoRA targets
@@ -83,9 +83,20 @@ def load_problem(cfg: dict) -> str | None:
         return f"its layer types {other} keep a recurrent state, which this engine's KV cache cannot hold"
     if text.get("num_kv_shared_layers"):
         return "its layers share KV caches (num_kv_shared_layers), which this engine's KV cache cannot hold"
-    if rope_type(text) not in known["rope_types"]:
-        return f"its rope type {rope_type(text)!r} is not one transformers knows"
+    unknown = [kind for kind in rope_type(text).split(",") if kind not in known["rope_types"]]
+    if unknown:
+        return f"its rope types {unknown} are not ones transformers knows"
     return None
+
+
+def _expert_names(model_type: str) -> bool:
+    """Whether this family's checkpoints name experts `mlp.experts.{e}.gate_proj|up_proj|down_proj` (the Qwen-MoE
+    layout transformers fuses, and the per-expert names PEFT converts and vLLM serves): only then are experts
+    targets under those names (Mixtral's w1/w2/w3 are not yet)."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    sources = [tuple(getattr(op, "source_patterns", ())) for op in get_checkpoint_conversion_mapping(model_type) or []]
+    return ("mlp.experts.*.gate_proj.weight", "mlp.experts.*.up_proj.weight") in sources
 
 
 # --- what this module registers with transformers ------------------------------------------------------------
@@ -233,12 +244,19 @@ class HFModel(nn.Module):
             trust_remote_code=False,
         )
         hf.to(torch.device(device)).eval().requires_grad_(False)
-        return cls(hf, _args(hf.config.get_text_config(), cfg, folder), dtype, torch.device(device))
+        try:
+            args = _args(hf.config.get_text_config(), cfg, folder)
+        except Exception as e:  # transformers refuses a global read of a size that varies per layer
+            raise ValueError(
+                f"{folder}: its layers differ in attention sizes, which one KV cache cannot hold ({e})"
+            ) from e
+        return cls(hf, args, dtype, torch.device(device))
 
     def _find_targets(self) -> list[LoraTarget]:
         """Every linear projection of the decoder's layers (routers aside) and every standard expert stack, in module
         order, named as PEFT names them; hooks the linears and marks the expert stacks on the way."""
         names = {m: n for n, m in self.hf.named_modules()}
+        experts_named = _expert_names(self.args.family)
         targets = []
         for layer in self.layers:
             for sub in layer.modules():
@@ -249,7 +267,7 @@ class HFModel(nn.Module):
                     sub._lora_group = (path,)
                     sub.register_forward_hook(_lora_hook)
                     targets.append(LoraTarget(path, leaf, kind, sub.in_features, sub.out_features))
-                elif _standard_experts(sub):
+                elif experts_named and _standard_experts(sub):
                     sub._lora_prefix = path
                     E, two_i, h = sub.gate_up_proj.shape
                     for name, fan_in, fan_out in (("gate_proj", h, two_i // 2), ("up_proj", h, two_i // 2)):
@@ -280,10 +298,16 @@ class HFModel(nn.Module):
         return sum(p.numel() for p in self.hf.parameters())
 
     def prepare(self, max_positions: int) -> None:
-        """One packed forward of two tokens: a layer this engine cannot serve fails the load, not the first request."""
+        """Two tokens packed, then prefilled into a one-slot cache: a layer this engine cannot serve (attention sinks,
+        keys and values of another shape than the cache's) fails the load, not the first request."""
+        tokens = torch.zeros(1, 2, dtype=torch.long, device=self.device)
         with torch.no_grad():
-            seg = torch.zeros(1, 2, dtype=torch.long, device=self.device)
-            self(torch.zeros(1, 2, dtype=torch.long, device=self.device), ForwardContext.packed(seg))
+            self(tokens, ForwardContext.packed(torch.zeros_like(tokens)))
+            cache = KVCache(self.args, self.dtype, self.device, slots=1, length=2)
+            try:
+                self(tokens, ForwardContext.cached(cache, 0, [0], 2))
+            except RuntimeError as e:  # a copy into the cache of another shape
+                raise ValueError(f"its layers' keys and values do not all have one shape ({e})") from e
 
 
 def _standard_experts(module: nn.Module) -> bool:

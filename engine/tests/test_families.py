@@ -166,6 +166,13 @@ class TestFamilies(unittest.TestCase):
                 json.dump({"model_type": "no_such_family"}, f)
             with self.assertRaisesRegex(ValueError, "no_such_family"):
                 server.load_model(d, torch.float32, "cpu")
+        engine = server.Engine(torch.device("cpu"))
+        reply = engine.load_base("r", server.wire.LoadBase(base="moe", path=self.folders["phi3"], dtype=None))
+        self.assertEqual(reply["implementation"], "transformers")
+        self.assertEqual(
+            reply["lora_targets"],
+            {"o_proj": "attention", "qkv_proj": "attention", "gate_up_proj": "mlp", "down_proj": "mlp"},
+        )
         announced = server.supports()["transformers"]
         self.assertEqual(announced["causal_lm"]["qwen3_moe"], "Qwen3MoeForCausalLM")
         self.assertEqual(announced["causal_lm"]["gemma3_text"], "Gemma3ForCausalLM")

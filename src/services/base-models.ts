@@ -70,8 +70,11 @@ function transformersProblem(config: Record<string, unknown>, support: EngineSup
   const recurrent = [...new Set(layers.filter((kind) => !theirs.attention_layer_types.includes(String(kind))))];
   if (recurrent.length > 0)
     return `its layer types ${JSON.stringify(recurrent)} keep a recurrent state, which this engine's KV cache cannot hold`;
-  if (!theirs.rope_types.includes(ropeType(text)))
-    return `rope_scaling type ${JSON.stringify(ropeType(text))} is not one transformers ${theirs.version} knows`;
+  const unknownRope = ropeType(text)
+    .split(',')
+    .filter((kind) => !theirs.rope_types.includes(kind));
+  if (unknownRope.length > 0)
+    return `rope_scaling types ${JSON.stringify(unknownRope)} are not ones transformers ${theirs.version} knows`;
   return '';
 }
 
