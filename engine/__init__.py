@@ -3,7 +3,8 @@
 Files, the process: __main__.py (`python3 -m engine`), cli.py (its command line, start-up and threads),
 machine.py (the start-up matmul measurement and its warning, memory), transport.py (stdio/TCP framing, log lines),
 server.py (the ops, dispatch, the engine's state), wire.py (requests parsed into dataclasses).
-The numerics: weights.py (safetensors), model.py (transformer, KV cache), lora.py (adapters, PEFT
+The numerics: weights.py (safetensors), model.py (our transformer, KV cache), hf_model.py (any other causal LM
+through transformers' modeling code, with our cache and LoRA), lora.py (adapters, PEFT
 layout, batched LoRA), sampling.py (per-request sampling), constraints.py (llguidance token masks),
 generate.py (continuous batching), train.py (logprobs, RL/SFT step), steps.py (Tinker's token-level
 forward/backward, losses and AdamW step).
