@@ -167,7 +167,8 @@ class TestFamilies(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "no_such_family"):
                 server.load_model(d, torch.float32, "cpu")
         engine = server.Engine(torch.device("cpu"))
-        reply = engine.load_base("r", server.wire.LoadBase(base="moe", path=self.folders["phi3"], dtype=None))
+        reply = engine.load_base("r", server.wire.parse("load_base", {"base": "phi", "path": self.folders["phi3"]}))
+        server.schema.check_reply("load_base", reply)
         self.assertEqual(reply["implementation"], "transformers")
         self.assertEqual(
             reply["lora_targets"],
