@@ -10,8 +10,9 @@ head (`transformers`' own CausalLM head code, softcapping and scaling included, 
 that refuse what our cache cannot hold (recurrent linear-attention layers, shared KV layers).
 
 HFModel offers what our Transformer offers the scheduler and the trainer: `args`, `dtype`, `device`,
-`forward(tokens_BT, ctx, lora)` -> final hidden states, `logits(h)`, `layers` (the blocks a sharded trainer wraps one
-by one), `lora_targets()`, `prepare()`, `num_parameters()`.
+`forward(tokens_BT, ctx, lora)` -> final hidden states, `logits(h)`, `layers` and `blocks()` (the decoder layers a
+sharded trainer wraps one by one), `recompute_tokens` (rows at least this long recompute each layer in backward),
+`lora_targets()`, `prepare()`, `num_parameters()`.
 
 Refuses to know: which adapter a row uses (the LoraBatch it is handed decides), scheduling, sampling, losses. Which
 implementation serves a folder is the server's choice (engine/server.py).
@@ -28,9 +29,20 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from .lora import LoraTarget
-from .model import SDPA_GQA, ForwardContext, KVCache, ModelArgs, cached_kv, eos_ids, rope_type, windowed
+from .model import (
+    CHECKPOINT_TOKENS,
+    SDPA_GQA,
+    ForwardContext,
+    KVCache,
+    ModelArgs,
+    cached_kv,
+    eos_ids,
+    rope_type,
+    windowed,
+)
 
 NAME = "agent_trainer"  # the attention and experts implementation this module registers with transformers
 ROUTERS = ("gate", "router", "shared_expert_gate")  # linear routers stay frozen: never LoRA targets
@@ -43,6 +55,7 @@ class _Active:
     lora: object | None
     ctx: ForwardContext
     T: int  # tokens per row: a flattened token n is row n // T
+    recompute: bool = False  # each decoder layer keeps only its input and recomputes the rest in backward
 
 
 def _active() -> _Active | None:
@@ -171,6 +184,28 @@ def _register() -> None:
     ALL_EXPERTS_FUNCTIONS.register(NAME, _experts)
 
 
+def _recomputing(forward):
+    """A decoder layer's forward that, when the running forward asks, keeps only its inputs for backward and runs again
+    there under the same adapters and context (whichever thread autograd recomputes it on)."""
+
+    def run(*args, **kwargs):
+        active = _active()
+        if active is None or not active.recompute:
+            return forward(*args, **kwargs)
+
+        def again(*a, **k):
+            outer = _active()
+            _LOCAL.active = active
+            try:
+                return forward(*a, **k)
+            finally:
+                _LOCAL.active = outer
+
+        return checkpoint(again, *args, use_reentrant=False, **kwargs)
+
+    return run
+
+
 def _lora_hook(module, inputs, output):
     """A decoder projection's output plus the running forward's per-row LoRA delta (none without an adapter)."""
     active = _active()
@@ -215,6 +250,9 @@ class HFModel(nn.Module):
         self.hf, self.args, self.dtype, self.device = hf, args, dtype, device
         self.decoder = getattr(hf, hf.base_model_prefix)
         self.layers = self.decoder.layers
+        self.recompute_tokens = CHECKPOINT_TOKENS  # training rows at least this long recompute each layer in backward
+        for layer in self.layers:
+            layer.forward = _recomputing(layer.forward)
         # The CausalLM's own head code (softcapping, logit scales) over a stand-in decoder: a shallow copy whose
         # decoder slot answers the hidden states given as inputs_embeds; parameters stay shared.
         self._head = copy.copy(hf)
@@ -278,10 +316,15 @@ class HFModel(nn.Module):
     def lora_targets(self) -> list[LoraTarget]:
         return list(self._targets)
 
+    def blocks(self) -> list[nn.Module]:
+        """The repeated decoder layers, in order: the units a sharded trainer wraps one by one."""
+        return list(self.layers)
+
     def forward(self, tokens_BT: torch.Tensor, ctx: ForwardContext, lora=None) -> torch.Tensor:
         """Final-normed hidden states [B, T, hidden], computed by transformers' decoder under `ctx`."""
         outer = _active()
-        _LOCAL.active = _Active(lora, ctx, tokens_BT.shape[1])
+        recompute = torch.is_grad_enabled() and ctx.cache is None and tokens_BT.numel() >= self.recompute_tokens
+        _LOCAL.active = _Active(lora, ctx, tokens_BT.shape[1], recompute)
         try:
             out = self.decoder(input_ids=tokens_BT, position_ids=ctx.positions_BT, use_cache=False)
         finally:

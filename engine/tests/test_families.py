@@ -114,6 +114,20 @@ class TestFamilies(unittest.TestCase):
         run(Scheduler(model, [], SchedulerConfig(max_batch=4, max_len=64)), reqs)
         self.assertEqual([together[0], together[1], together[2]], [*alone, base_alone])
 
+    def test_layers_recomputed_in_backward_give_the_same_gradients(self):
+        model = self.models["qwen3_moe"]
+        tokens, seg = torch.tensor([5, 17, 99, 3, 250, 7, 41, 8]), torch.zeros(8, dtype=torch.long)
+        grads = []
+        for recompute_tokens in (1 << 30, 1):
+            model.recompute_tokens = recompute_tokens
+            adapter = randomize(L.new_adapter("a", "b", model.lora_targets(), lora(seed=5), "cpu"), 5, 0.2)
+            lp_T, _, _ = row_logprobs(model, tokens, seg, L.LoraBatch([adapter], torch.float32, "cpu"))
+            lp_T.sum().backward()
+            grads.append([p.grad.clone() for p in adapter.parameters()])
+        model.recompute_tokens = 4096
+        for a, b in zip(*grads):
+            self.assertTrue(torch.allclose(a, b, atol=1e-6), "recomputed layers change the gradient")
+
     @unittest.skipUnless(REFERENCE, "REFERENCE_PYTHON (transformers + PEFT) is not set")
     def test_lora_gradients_equal_peft(self):
         tokens = [5, 17, 99, 3, 250, 7, 41, 8, 300, 12, 77]
