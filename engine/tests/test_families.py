@@ -94,6 +94,36 @@ class TestFamilies(unittest.TestCase):
                     b = theirs.logits(theirs(tokens, ForwardContext.packed(seg))[0])
                 self.assertLessEqual((a - b).abs().max().item(), 1e-4)
 
+    def test_our_implementation_reads_the_rope_parameters_transformers_5_writes(self):
+        from transformers import AutoConfig
+
+        with tempfile.TemporaryDirectory() as d:
+            path = write_family("llama", d, 2, VOCAB)
+            with open(os.path.join(path, "config.json")) as f:
+                cfg = json.load(f)
+            cfg.update(
+                rope_theta=500000.0,
+                rope_scaling={
+                    "rope_type": "llama3",
+                    "factor": 8.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                },
+            )
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            AutoConfig.from_pretrained(path).save_pretrained(path)  # transformers 5 writes rope_parameters
+            with open(os.path.join(path, "config.json")) as f:
+                self.assertIn("rope_parameters", json.load(f))
+            ours = server.load_model(path, torch.float32, "cpu")
+            self.assertEqual(ours.implementation, "ours")
+            tokens = torch.arange(3, 200, 3)[None]
+            with torch.no_grad():
+                got = ours.logits(ours(tokens, ForwardContext.packed(torch.zeros_like(tokens)))[0])
+                want = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)(tokens).logits[0]
+            self.assertLessEqual((got - want).abs().max().item(), 1e-4)
+
     def test_rows_with_different_adapters_batch_as_they_run_alone(self):
         model = self.models["qwen3_moe"]
         targets = model.lora_targets()
