@@ -11,17 +11,19 @@ import tempfile
 import unittest
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from engine import lora as L
-from engine import server
+from engine import server, steps
 from engine.generate import GenRequest, Scheduler, SchedulerConfig
 from engine.hf_model import HFModel
 from engine.model import ForwardContext, Transformer
 from engine.tests.families import NEW_FAMILIES, OURS, write_family
 from engine.tests.helpers import REPO, lora, sampling
 from engine.tests.test_lora import randomize
+from engine.tests.test_steps import ADAM
 from engine.train import row_logprobs
+from engine.wire import parse
 
 VOCAB = 512
 REFERENCE = os.environ.get("REFERENCE_PYTHON")
@@ -95,8 +97,6 @@ class TestFamilies(unittest.TestCase):
                 self.assertLessEqual((a - b).abs().max().item(), 1e-4)
 
     def test_our_implementation_reads_the_rope_parameters_transformers_5_writes(self):
-        from transformers import AutoConfig
-
         with tempfile.TemporaryDirectory() as d:
             path = write_family("llama", d, 2, VOCAB)
             with open(os.path.join(path, "config.json")) as f:
@@ -143,6 +143,25 @@ class TestFamilies(unittest.TestCase):
             reqs.append(GenRequest(id=str(i), prompt=p, params=params, emit=emit, finish=lambda m: None, adapter=a))
         run(Scheduler(model, [], SchedulerConfig(max_batch=4, max_len=64)), reqs)
         self.assertEqual([together[0], together[1], together[2]], [*alone, base_alone])
+
+    def test_tinker_ops_train_the_moe_model(self):
+        model = self.models["qwen3_moe"]
+        adapter = L.new_adapter("a", "b", model.lora_targets(), lora(seed=6), "cpu")
+        g = torch.Generator().manual_seed(0)
+        rows = []
+        for T in (7, 5, 9):
+            toks = torch.randint(3, VOCAB, (T + 1,), generator=g).tolist()
+            rows.append({"tokens": toks[:-1], "target_tokens": toks[1:], "weights": [1.0] * T})
+        fb = {"base": "b", "adapter": "a", "loss": "cross_entropy", "loss_config": {}, "backward": True, "rows": rows}
+        losses = []
+        for i in range(4):
+            req = parse("forward_backward", fb)
+            losses.append(steps.forward_backward(model, adapter, req.loss, req.loss_config, req.rows, True)["loss"])
+            adam = parse("optim_step", {"base": "b", "adapter": "a", "adam": {**ADAM, "learning_rate": 1e-2}}).adam
+            self.assertEqual(steps.optim_step(adapter, adam)["step"], i + 1)
+        self.assertLess(losses[-1], losses[0])
+        experts = "model.layers.0.mlp.experts.gate_proj"
+        self.assertGreater(adapter.B[experts].abs().max().item(), 0)  # the experts' adapters trained too
 
     def test_layers_recomputed_in_backward_give_the_same_gradients(self):
         model = self.models["qwen3_moe"]
