@@ -213,11 +213,11 @@ def _lora_hook(module, inputs, output):
         return None
     x = inputs[0]
     flat = x.dim() == 2  # a mixture's shared expert sees tokens flattened: rows back for per-row selection
-    x_BTI = x.view(-1, active.T, x.shape[-1]) if flat else x
+    x_BTI = x.reshape(-1, active.T, x.shape[-1]) if flat else x
     delta = active.lora.delta(module._lora_group, (module.out_features,), x_BTI.float())
     if delta is None:
         return None
-    return (output + (delta.view(output.shape) if flat else delta)).to(output.dtype)
+    return (output + (delta.reshape(output.shape) if flat else delta)).to(output.dtype)
 
 
 # --- the model ---------------------------------------------------------------------------------------------
