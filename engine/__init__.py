@@ -7,7 +7,7 @@ schema, every op's fields, and the checks of requests and replies against it; bo
 wire.py (checked requests built into the numerics' dataclasses).
 The numerics: weights.py (safetensors), model.py (our transformer, KV cache), hf_model.py (any other causal LM
 through transformers' modeling code, with our cache and LoRA), lora.py (adapters, PEFT
-layout, batched LoRA), sampling.py (per-request sampling), constraints.py (llguidance token masks),
+layout, batched LoRA), peft.py (an adapter folder checked against a base, and loaded), sampling.py (per-request sampling), constraints.py (llguidance token masks),
 generate.py (continuous batching), train.py (logprobs, RL/SFT step), steps.py (Tinker's token-level
 forward/backward, losses and AdamW step).
 Offline tools: gguf_convert.py (a GGUF file to an HF folder), pretrain.py (full-weight pretraining).

@@ -291,27 +291,8 @@ class HFModel(nn.Module):
         return cls(hf, args, dtype, torch.device(device))
 
     def _find_targets(self) -> list[LoraTarget]:
-        """Every linear projection of the decoder's layers (routers aside) and every standard expert stack, in module
-        order, named as PEFT names them; hooks the linears and marks the expert stacks on the way."""
-        names = {m: n for n, m in self.hf.named_modules()}
-        experts_named = _expert_names(self.args.family)
-        targets = []
-        for layer in self.layers:
-            for sub in layer.modules():
-                path = names[sub]
-                kind = "attention" if any(p in ("self_attn", "attention", "attn") for p in path.split(".")) else "mlp"
-                leaf = path.rsplit(".", 1)[-1]
-                if isinstance(sub, nn.Linear) and leaf not in ROUTERS:
-                    sub._lora_group = (path,)
-                    sub.register_forward_hook(_lora_hook)
-                    targets.append(LoraTarget(path, leaf, kind, sub.in_features, sub.out_features))
-                elif experts_named and _standard_experts(sub):
-                    sub._lora_prefix = path
-                    E, two_i, h = sub.gate_up_proj.shape
-                    for name, fan_in, fan_out in (("gate_proj", h, two_i // 2), ("up_proj", h, two_i // 2)):
-                        targets.append(LoraTarget(f"{path}.{name}", name, "mlp", fan_in, fan_out, E))
-                    targets.append(LoraTarget(f"{path}.down_proj", "down_proj", "mlp", two_i // 2, h, E))
-        return targets
+        """The table (decoder_targets), hooking the linears and marking the expert stacks it lists."""
+        return decoder_targets(self.hf, self.args.family, adapt=True)
 
     def lora_targets(self) -> list[LoraTarget]:
         return list(self._targets)
@@ -351,6 +332,48 @@ class HFModel(nn.Module):
                 self(tokens, ForwardContext.cached(cache, 0, [0], 2))
             except RuntimeError as e:  # a copy into the cache of another shape
                 raise ValueError(f"its layers' keys and values do not all have one shape ({e})") from e
+
+
+def decoder_targets(hf, model_type: str, adapt: bool = False) -> list[LoraTarget]:
+    """Every linear projection of the decoder's layers (routers aside) and every standard expert stack, in module
+    order, named as PEFT names them; `adapt`: hooks the linears and marks the expert stacks on the way."""
+    names = {m: n for n, m in hf.named_modules()}
+    experts_named = _expert_names(model_type)
+    targets = []
+    for layer in getattr(hf, hf.base_model_prefix).layers:
+        for sub in layer.modules():
+            path = names[sub]
+            kind = "attention" if any(p in ("self_attn", "attention", "attn") for p in path.split(".")) else "mlp"
+            leaf = path.rsplit(".", 1)[-1]
+            if isinstance(sub, nn.Linear) and leaf not in ROUTERS:
+                if adapt:
+                    sub._lora_group = (path,)
+                    sub.register_forward_hook(_lora_hook)
+                targets.append(LoraTarget(path, leaf, kind, sub.in_features, sub.out_features))
+            elif experts_named and _standard_experts(sub):
+                if adapt:
+                    sub._lora_prefix = path
+                E, two_i, h = sub.gate_up_proj.shape
+                for name, fan_in, fan_out in (("gate_proj", h, two_i // 2), ("up_proj", h, two_i // 2)):
+                    targets.append(LoraTarget(f"{path}.{name}", name, "mlp", fan_in, fan_out, E))
+                targets.append(LoraTarget(f"{path}.down_proj", "down_proj", "mlp", two_i // 2, h, E))
+    return targets
+
+
+def folder_targets(folder: str) -> list[LoraTarget]:
+    """The target table of a base folder this implementation would run, from its config alone: the module tree built
+    on the meta device (no weights read), for checking an adapter against a base that is not loaded."""
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    problem = load_problem(cfg)
+    if problem:
+        raise ValueError(f"{folder}: {problem}")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    with torch.device("meta"):
+        hf = AutoModelForCausalLM.from_config(config)
+    return decoder_targets(hf, cfg["model_type"])
 
 
 def _standard_experts(module: nn.Module) -> bool:

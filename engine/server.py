@@ -30,12 +30,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import hf_model, schema, steps, wire
+from . import hf_model, peft, schema, steps, wire
 from . import lora as L
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .machine import rss_bytes
-from .model import ARCHITECTURES, ROPE_TYPES, ModelArgs, Transformer, rope_type
+from .model import ARCHITECTURES, ROPE_TYPES, ModelArgs, Transformer, load_args, rope_type
 from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log
 
@@ -390,7 +390,7 @@ class Engine:
         return adapter
 
     def _load_peft(self, key: str, base: Base, path: str) -> L.Adapter:
-        return L.load_peft(
+        return peft.load_peft(
             key, base.name, path, base.model.lora_targets(), base.model.device, self.check_adapter_values
         )
 
@@ -464,6 +464,22 @@ class Engine:
             adapter = L.new_adapter(req.adapter, base.name, base.model.lora_targets(), req.init, base.model.device)
         self._put(adapter)
         return {"loaded": True}
+
+    def check_adapter(self, rid, req: wire.Fields) -> dict:
+        if not os.path.isfile(os.path.join(req.base_path, "config.json")):
+            raise NotFound(f"model folder {req.base_path} has no config.json")
+        if not os.path.isdir(req.path):
+            raise NotFound(f"adapter folder {req.path} does not exist")
+        return {"problems": [p.to_json() for p in peft.problems(req.path, self._targets_of(req.base_path))]}
+
+    def _targets_of(self, folder: str) -> list[L.LoraTarget]:
+        """The target table of the base in `folder`: a loaded base's own, else what its implementation would list."""
+        for base in self.bases.values():
+            if os.path.abspath(base.path) == os.path.abspath(folder):
+                return base.model.lora_targets()
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        return L.dense_targets(load_args(folder)) if ours_problem(cfg) is None else hf_model.folder_targets(folder)
 
     def save_adapter(self, rid, req: wire.Fields) -> dict:
         if req.adapter not in self.adapters:
@@ -610,6 +626,7 @@ HANDLERS: dict[str, Handler] = {
     "check_constraint": Handler(Engine.check_constraint),
     "load_base": Handler(Engine.load_base),
     "ensure_adapter": Handler(Engine.ensure_adapter),
+    "check_adapter": Handler(Engine.check_adapter),
     "save_adapter": Handler(Engine.save_adapter),
     "drop_adapter": Handler(Engine.drop_adapter),
     "load_state": Handler(Engine.load_state),

@@ -9,7 +9,7 @@ import { samplerKindOf } from './engine/vllm/config.ts';
 import { JobQueue } from './jobs/queue.ts';
 import type { JobRunner } from './jobs/worker.ts';
 import { Metrics } from './metrics.ts';
-import { AdapterImporter } from './services/adapter-import.ts';
+import { AdapterImporter, engineAdapterCheck } from './services/adapter-import.ts';
 import { ArtifactService } from './services/artifact-service.ts';
 import { AuthService } from './services/auth-service.ts';
 import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
@@ -229,6 +229,7 @@ export function createServices(options: ContextOptions): Services {
       await runtime.sampler().request('stats', {});
       await runtime.trainer().request('stats', {});
     });
+  const adapterCheck = engineAdapterCheck(() => runtime.trainer());
   const tinker = createTinkerServices({
     repository: repositories.tinker,
     models: repositories.models,
@@ -263,14 +264,14 @@ export function createServices(options: ContextOptions): Services {
     runtime,
     ...createChat(config, resolver, runtime),
     exports: new CheckpointExporter(models, repositories.models),
-    lineage: new ModelLineage(models, repositories.models),
+    lineage: new ModelLineage(models, repositories.models, baseModels, adapterCheck),
     retention: core.retention,
     tinker,
     wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
     imports: new AdapterImporter(
       models,
       baseModels,
-      runtime,
+      adapterCheck,
       path.join(config.dataDir, 'imports'),
       config.artifactMaxFileBytes,
     ),

@@ -14,7 +14,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from engine import lora as L
-from engine import server, steps
+from engine import peft, server, steps
+from engine import weights as W
 from engine.generate import GenRequest, Scheduler, SchedulerConfig
 from engine.hf_model import HFModel
 from engine.model import ForwardContext, Transformer
@@ -266,9 +267,33 @@ class TestFamilies(unittest.TestCase):
         self.assertNotIn("base_model.model.model.layers.1.mlp.gate.lora_A.weight", names)  # the router stays frozen
         with tempfile.TemporaryDirectory() as d:
             L.save_peft(randomize(adapter, 4, 0.2), d, "b")
-            back = L.load_peft("y", "b", d, model.lora_targets(), "cpu")
+            back = peft.load_peft("y", "b", d, model.lora_targets(), "cpu")
             for path in adapter.A:
                 self.assertTrue(torch.equal(adapter.B[path], back.B[path]), path)
+            # check_adapter on a base that is not loaded: its table from the config alone (meta device)
+            engine = server.Engine(torch.device("cpu"))
+            check = lambda: engine.check_adapter("r", parse("check_adapter", {"path": d, "base_path": base}))  # noqa: E731
+            base = self.folders["qwen3_moe"]
+            self.assertEqual(check()["problems"], [])
+            with open(os.path.join(d, L.CONFIG_NAME)) as f:
+                config = json.load(f)
+            with open(os.path.join(d, L.CONFIG_NAME), "w") as f:
+                json.dump({**config, "target_modules": ["w1", "q_proj"]}, f)
+            self.assertEqual(
+                check()["problems"][0],
+                {
+                    "loc": [L.CONFIG_NAME, "target_modules"],
+                    "msg": '"w1" is not supported; supported: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, '
+                    "down_proj",
+                },
+            )
+            with open(os.path.join(d, L.CONFIG_NAME), "w") as f:
+                json.dump(config, f)
+            tensors = W.load_file(os.path.join(d, L.WEIGHTS_NAME))
+            del tensors["base_model.model.model.layers.1.mlp.experts.3.up_proj.lora_A.weight"]
+            W.save_file(tensors, os.path.join(d, L.WEIGHTS_NAME))
+            msgs = [p["msg"] for p in check()["problems"]]
+            self.assertIn("model.layers.1.mlp.experts.up_proj lacks lora_A of experts [3]", msgs)
 
 
 def _grads(adapter: L.Adapter) -> L.Adapter:
