@@ -4,7 +4,7 @@
  */
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
-import { isToolParserName, TOOL_PARSER_NAMES } from './chat/tool-calls/index.ts';
+import { isToolParserName, TOOL_PARSER_NAMES } from './conversation/tool-calls/index.ts';
 import type { EngineDtype, EngineTopology, ServingLimits } from './engine/settings.ts';
 import { isVllmUrl, parseVllmConfig, type VllmConfig } from './engine/vllm/config.ts';
 import { type BaseModelSpec, BUILTIN_BASE_MODELS, SMOLLM2_BASE_MODEL } from './services/base-models.ts';
