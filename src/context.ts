@@ -27,6 +27,8 @@ import { ServedModelsService } from './services/served-models-service.ts';
 import { TrajectoryService } from './services/trajectory-service.ts';
 import { ChatDoor } from './serving/chat/door.ts';
 import { CompletionsDoor } from './serving/completions/door.ts';
+import { MessagesDoor } from './serving/messages/door.ts';
+import { ResponsesDoor } from './serving/responses/door.ts';
 import { ServingService } from './serving/service.ts';
 import { ArtifactRepository } from './store/artifact-repository.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
@@ -34,6 +36,7 @@ import type { Store } from './store/db.ts';
 import { IdentityRepository } from './store/identity-repository.ts';
 import { JobRepository } from './store/job-repository.ts';
 import { ModelRepository } from './store/model-repository.ts';
+import { ResponseRepository } from './store/response-repository.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
 import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import { TrajectoryRepository } from './store/trajectory-repository.ts';
@@ -108,6 +111,7 @@ function createRepositories(store: Store) {
     artifacts: new ArtifactRepository(store.db, store.dialect),
     dashboard: new DashboardRepository(store.db),
     tinker: new TinkerRepository(store.db),
+    responses: new ResponseRepository(store.db),
   };
 }
 
@@ -135,9 +139,9 @@ function createRunners(
 /** The serving doors with the workers the pipeline owns: the prompt worker, and the request-template sandbox (only when trusted). */
 function createServing(
   config: Config,
-  resolver: ModelResolver,
-  runtime: BaseModelRuntime,
+  core: { resolver: ModelResolver; runtime: BaseModelRuntime; responses: ResponseRepository; clock: Clock },
 ): Pick<Services, 'doors' | 'templateSandbox' | 'promptWorker'> {
+  const { resolver, runtime } = core;
   const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
   const promptWorker = new PromptWorker();
   const serving = new ServingService(resolver, runtime, {
@@ -146,7 +150,12 @@ function createServing(
     requestTemplates: templateSandbox,
     prompts: promptWorker,
   });
-  const doors = { chat: new ChatDoor(serving), completions: new CompletionsDoor(serving) };
+  const doors = {
+    chat: new ChatDoor(serving),
+    completions: new CompletionsDoor(serving),
+    responses: new ResponsesDoor(serving, core.responses, () => core.clock.now()),
+    messages: new MessagesDoor(serving),
+  };
   return { doors, templateSandbox, promptWorker };
 }
 
@@ -267,7 +276,7 @@ export function createServices(options: ContextOptions): Services {
     blobs,
     repositories,
     runtime,
-    ...createServing(config, resolver, runtime),
+    ...createServing(config, { resolver, runtime, responses: repositories.responses, clock }),
     exports: new CheckpointExporter(models, repositories.models),
     lineage: new ModelLineage(models, repositories.models),
     retention: core.retention,

@@ -8,16 +8,22 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ChatCompletionBody } from '../api/chat.ts';
 import { CompletionBody } from '../api/completions.ts';
+import { CountTokens, CountTokensBody, MessagesBody } from '../api/messages.ts';
+import { DeletedResponse, ResponseObject, ResponsesBody } from '../api/responses.ts';
 import { AppError } from '../errors.ts';
 import type { Metrics } from '../services/metrics.ts';
 import type { ChatDoor } from '../serving/chat/door.ts';
 import type { CompletionsDoor } from '../serving/completions/door.ts';
 import type { DoorAnswer } from '../serving/door.ts';
+import type { MessagesDoor } from '../serving/messages/door.ts';
+import type { ResponsesDoor } from '../serving/responses/door.ts';
 import { anthropicErrorBody, errorFamily, openAiErrorBody, toAppError } from './errors.ts';
 
 export interface ServingDoors {
   chat: ChatDoor;
   completions: CompletionsDoor;
+  responses: ResponsesDoor;
+  messages: MessagesDoor;
 }
 
 /** A door's answer to one request; `disconnected` aborts when the client goes away. */
@@ -46,6 +52,43 @@ export function registerServingRoutes(
   const completionOptions = { schema: { body: CompletionBody } };
   app.post('/v1/completions', completionOptions, completions);
   app.post('/v1/completions/', completionOptions, completions);
+  registerResponsesRoutes(app, doors.responses, serve, requestId);
+  registerMessagesRoutes(app, doors.messages, serve, requestId);
+}
+
+type Serve = ReturnType<typeof servingHandler>;
+type RequestId = (request: FastifyRequest) => string | undefined;
+
+function registerResponsesRoutes(app: FastifyInstance, door: ResponsesDoor, serve: Serve, requestId: RequestId): void {
+  app.post(
+    '/v1/responses',
+    { schema: { body: ResponsesBody } },
+    serve((request, gone) => door.create(request.principal, request.body as ResponsesBody, requestId(request), gone)),
+  );
+  const byId = { type: 'object', properties: { id: { type: 'string' } }, required: ['id'] } as const;
+  app.get<{ Params: { id: string } }>(
+    '/v1/responses/:id',
+    { schema: { params: byId, response: { 200: ResponseObject } } },
+    async (request) => (await door.get(request.principal, request.params.id)).response,
+  );
+  app.delete<{ Params: { id: string } }>(
+    '/v1/responses/:id',
+    { schema: { params: byId, response: { 200: DeletedResponse } } },
+    async (request) => door.delete(request.principal, request.params.id),
+  );
+}
+
+function registerMessagesRoutes(app: FastifyInstance, door: MessagesDoor, serve: Serve, requestId: RequestId): void {
+  app.post(
+    '/v1/messages',
+    { schema: { body: MessagesBody } },
+    serve((request, gone) => door.create(request.principal, request.body as MessagesBody, requestId(request), gone)),
+  );
+  app.post(
+    '/v1/messages/count_tokens',
+    { schema: { body: CountTokensBody, response: { 200: CountTokens } } },
+    async (request) => door.countTokens(request.principal, request.body as CountTokensBody, requestId(request)),
+  );
 }
 
 /** The handler of a generating route: admitted, answered whole or streamed, observed by the metrics. */

@@ -4,6 +4,8 @@
  * when it reports them, the answer's completion tokens; a failure mid-stream becomes the door's own error event
  * around its API family's error body; OpenAI's chat-style streams end with `data: [DONE]`.
  */
+import { ConversionError } from '../conversation/chat-shapes.ts';
+import { AppError, badRequest } from '../errors.ts';
 
 export interface DoorEvent {
   /** The SSE `event:` name (Responses and Anthropic streams name theirs; chat-style streams send data alone). */
@@ -36,4 +38,20 @@ export type DoorAnswer<Body> =
 export function engineTimer(): () => number {
   const started = performance.now();
   return () => performance.now() - started;
+}
+
+/**
+ * A door that reads its request into a chat completion body (Responses, Messages) has the chat door's checks name
+ * the fields of its own request: `names` maps a chat body field to the door's (a missing name keeps the field), and
+ * a conversion's refusal is a 400 naming the field it found at fault.
+ */
+export function inDoorTerms(error: unknown, names: Readonly<Record<string, string>>): unknown {
+  if (error instanceof ConversionError) return badRequest(error.message, error.param);
+  if (!(error instanceof AppError) || error.problems.length === 0) return error;
+  const problems = error.problems.map((problem) => {
+    const [root, field, ...rest] = problem.loc;
+    const renamed = names[String(field)];
+    return renamed === undefined ? problem : { ...problem, loc: [root, ...renamed.split('.'), ...rest] };
+  });
+  return new AppError(error.code, error.message, problems);
 }
