@@ -7,7 +7,13 @@
  */
 import type { GenerationFields } from '../api/generation.ts';
 import type { RequestedConstraint } from '../constraints/request.ts';
-import { boundText, SAMPLING_BOUNDS, type SamplingBoundName, withinBound } from '../engine/bounds.ts';
+import {
+  boundText,
+  GREEDY_TEMPERATURE_BELOW,
+  SAMPLING_BOUNDS,
+  type SamplingBoundName,
+  withinBound,
+} from '../engine/bounds.ts';
 import { GENERATE_DEFAULTS } from '../engine/protocol.ts';
 import { badRequest } from '../errors.ts';
 
@@ -143,7 +149,7 @@ function distributionPlan(body: GenerationFields) {
   checkBound('n', n);
   const temperature = body.temperature ?? null;
   if (temperature !== null) checkBound('temperature', temperature);
-  if (n > 1 && temperature !== null && temperature < 1e-5)
+  if (n > 1 && temperature !== null && temperature < GREEDY_TEMPERATURE_BELOW)
     throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
   const presence = body.presence_penalty ?? null;
   const frequency = body.frequency_penalty ?? null;
