@@ -4,7 +4,9 @@ runs, greedy: chat completions, completions, the Responses API and the Anthropic
 a two-turn tool loop on chat, Responses (stored: previous_response_id) and Messages (a call forced by tool_choice,
 then the tool's result); JSON-schema output on each; and Messages' count_tokens. Every answer and every streamed
 event is validated against the SDKs' own pydantic types, strictly (model_validate, not the SDKs' lenient
-construction), as ART's capture reads them. Prints one JSON object of what the test checks.
+construction), as ART's capture reads them; and, where ART 0.5.23 is installed beside them, ART's own capture
+(`build_exchange`) and token readers on each door's raw answer, whole and streamed. Prints one JSON object of what
+the test checks.
 """
 
 import json
@@ -220,6 +222,50 @@ def messages_door(client: anthropic.Anthropic, model: str) -> dict:
     }
 
 
+# What ART 0.5.23 reads of a captured exchange (art/trajectories: build_exchange, then the per-protocol token
+# readers its tokenizer uses), when ART is installed beside the SDKs.
+ART_ROUTES = {
+    "chat_completions": ("/v1/chat/completions", "_chat_tokens"),
+    "completions": ("/v1/completions", "_completion_tokens"),
+    "responses": ("/v1/responses", "_responses_tokens"),
+    "messages": ("/v1/messages", "_messages_tokens"),
+}
+
+
+def art_reads(url: str, key: str, model: str) -> dict | None:
+    """Per protocol, whole and streamed: the prompt ids, sampled ids and logprobs ART's tokenizer reads."""
+    try:
+        from datetime import datetime, timezone
+
+        import httpx
+        from art.trajectories import _tokenize
+        from art.trajectories._protocols import build_exchange
+    except ImportError:
+        return None
+    conversation = [{"role": "user", "content": QUESTION}]
+    bodies = {
+        "chat_completions": {"messages": conversation, "max_tokens": 8, "return_token_ids": True},
+        "completions": {"prompt": "The weather in Paris is", "max_tokens": 8},
+        "responses": {"input": QUESTION, "max_output_tokens": 8},
+        "messages": {"messages": conversation, "max_tokens": 8},
+    }
+    now = datetime.now(timezone.utc)
+    reads = {}
+    for endpoint, (route, reader) in ART_ROUTES.items():
+        for stream in (False, True):
+            request = {"model": model, **bodies[endpoint], "temperature": 0, "stream": stream}
+            body = httpx.post(f"{url}{route}", json=request, headers={"x-api-key": key}, timeout=120).content
+            name = f"{endpoint}{' stream' if stream else ''}"
+            try:
+                exchange = build_exchange(endpoint, request, body, start_time=now, end_time=now)
+            except TypeError as error:  # ART's own failure to read a stream (the test names which)
+                reads[name] = {"error": str(error)}
+                continue
+            prompt, sampled, logprobs = getattr(_tokenize, reader)(exchange.response)
+            reads[name] = {"prompt_token_ids": prompt, "token_ids": sampled, "logprobs": logprobs}
+    return reads
+
+
 def main() -> None:
     request = json.load(sys.stdin)
     openai_client = openai.OpenAI(base_url=f"{request['url']}/v1", api_key=request["key"], max_retries=0)
@@ -233,6 +279,7 @@ def main() -> None:
             "responses": responses_door(openai_client, model),
             "messages": messages_door(anthropic_client, model),
         }
+    results["art"] = art_reads(request["url"], request["key"], request["models"][0])
     json.dump(results, sys.stdout)
 
 

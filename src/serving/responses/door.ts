@@ -57,7 +57,7 @@ export class ResponsesDoor {
     }
     async function* events(): AsyncIterable<DoorEvent> {
       for await (const event of responseEvents(shape, streamSteps(running.plan, running, outputs), keep)) {
-        const finished = event.type === 'response.completed' || event.type === 'response.incomplete';
+        const finished = event.type === 'response.completed';
         yield {
           event: event.type,
           data: event,

@@ -2,7 +2,7 @@
  * The Responses door's answer, from the one response assembly (../generation.ts): the response object (a reasoning
  * item, a message item with the output text, a function_call item per call; `incomplete` when the budget ran out)
  * or its stream of events in OpenAI's order (response.created, response.in_progress; per item output_item.added,
- * its deltas and dones, output_item.done; response.completed or response.incomplete), as api/responses.ts declares
+ * its deltas and dones, output_item.done; response.completed, whatever the status), as api/responses.ts declares
  * them. With evidence on, the response carries `token_generations`: the prompt's ids, the sampled ids and their
  * logprobs, over every output item.
  */
@@ -221,9 +221,9 @@ class EventWriter {
       events.push(...this.text('message', '', []), ...this.close(status));
     }
     const final = responseObject(this.shape, output, this.items, this.cached);
-    events.push(
-      this.event(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }),
-    );
+    // Always response.completed, its response `incomplete` when the budget ran out, as vLLM streams it: ART's capture
+    // reads a stream's response from response.completed alone, so a truncated rollout is still trainable.
+    events.push(this.event('response.completed', { response: final }));
     return { response: final, events };
   }
 
@@ -248,13 +248,16 @@ class EventWriter {
         ? { ...reasoningItem(id, '', 'in_progress'), content: [] }
         : { ...messageItem(id, '', null, 'in_progress'), content: [] };
     yield this.event('response.output_item.added', { output_index: this.open.index, item });
-    if (kind === 'message')
-      yield this.event('response.content_part.added', {
-        item_id: id,
-        output_index: this.open.index,
-        content_index: 0,
-        part: { type: 'output_text', text: '', annotations: [], logprobs: [] },
-      });
+    const part =
+      kind === 'message'
+        ? { type: 'output_text', text: '', annotations: [], logprobs: [] }
+        : { type: 'reasoning_text', text: '' };
+    yield this.event('response.content_part.added', {
+      item_id: id,
+      output_index: this.open.index,
+      content_index: 0,
+      part,
+    });
   }
 
   private *close(status: OutputItem['status']): Generator<Event> {
@@ -268,14 +271,13 @@ class EventWriter {
         ? reasoningItem(open.id, open.text, status)
         : messageItem(open.id, open.text, logprobs, status);
     if (open.kind === 'reasoning') yield this.event('response.reasoning_text.done', { ...at, text: open.text });
-    else {
+    else
       yield this.event('response.output_text.done', {
         ...at,
         text: open.text,
         logprobs: responseLogprobs(open.logprobs),
       });
-      yield this.event('response.content_part.done', { ...at, part: item.content[0] });
-    }
+    yield this.event('response.content_part.done', { ...at, part: item.content[0] });
     yield this.event('response.output_item.done', { output_index: open.index, item });
     this.items.push(item);
   }
