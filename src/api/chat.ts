@@ -1,7 +1,8 @@
 /**
  * The chat completion interface: the request field by field with its type and range (unknown fields are
- * tolerated, vLLM's `extra="allow"`; the cross-field rules live in chat/request.ts), and the answer, whole
- * (`ChatCompletion`) or streamed (`ChatCompletionChunk`), as chat/response.ts assembles it and the dashboard reads it.
+ * tolerated, vLLM's `extra="allow"`; the cross-field rules live in serving/chat/request.ts), and the answer, whole
+ * (`ChatCompletion`) or streamed (`ChatCompletionChunk`), as serving/chat/response.ts assembles it and the dashboard
+ * reads it. The fields chat shares with completions are in generation.ts.
  */
 import { type Static, Type } from '@sinclair/typebox';
 import { Closed, GENERATION_FIELDS, Nullable, PromptLogprobs, StopReason, TokenIds, Usage } from './generation.ts';
