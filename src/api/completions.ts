@@ -36,18 +36,27 @@ const FinishReason = Type.Union([
   Type.Null(),
 ]);
 
-/** A whole answer, field for field as vLLM sends it: one choice per prompt and `n`, numbered prompt by prompt. */
-export const Completion = Closed({
+/** What heads every answer and chunk. */
+const HEAD = {
   id: Type.String(),
   object: Type.Literal('text_completion'),
   created: Type.Integer(),
   model: Type.String(),
+};
+/** What every choice says, whole or in a chunk. */
+const CHOICE = {
+  index: Type.Integer(),
+  text: Type.String(),
+  logprobs: Type.Union([CompletionLogprobs, Type.Null()]),
+  finish_reason: FinishReason,
+};
+
+/** A whole answer, field for field as vLLM sends it: one choice per prompt and `n`, numbered prompt by prompt. */
+export const Completion = Closed({
+  ...HEAD,
   choices: Type.Array(
     Closed({
-      index: Type.Integer(),
-      text: Type.String(),
-      logprobs: Type.Union([CompletionLogprobs, Type.Null()]),
-      finish_reason: FinishReason,
+      ...CHOICE,
       stop_reason: StopReason,
       prompt_logprobs: PromptLogprobs,
       prompt_token_ids: TokenIds,
@@ -66,16 +75,10 @@ export type Completion = Static<typeof Completion>;
  * `token_ids` when asked, `usage` on every chunk with continuous usage stats and alone (no choices) last when asked.
  */
 export const CompletionChunk = Closed({
-  id: Type.String(),
-  object: Type.Literal('text_completion'),
-  created: Type.Integer(),
-  model: Type.String(),
+  ...HEAD,
   choices: Type.Array(
     Closed({
-      index: Type.Integer(),
-      text: Type.String(),
-      logprobs: Type.Union([CompletionLogprobs, Type.Null()]),
-      finish_reason: FinishReason,
+      ...CHOICE,
       stop_reason: Type.Optional(StopReason),
       prompt_token_ids: Type.Optional(TokenIds),
       token_ids: Type.Optional(TokenIds),

@@ -6,6 +6,9 @@
  */
 import { ConversionError } from '../conversation/chat-shapes.ts';
 import { AppError, badRequest } from '../errors.ts';
+import { type Collected, collect, type Running, type Step, streamSteps } from './generation.ts';
+import type { ChoiceOutput } from './output.ts';
+import type { GenerationPlan } from './plan.ts';
 
 export interface DoorEvent {
   /** The SSE `event:` name (Responses and Anthropic streams name theirs; chat-style streams send data alone). */
@@ -17,27 +20,56 @@ export interface DoorEvent {
   completionTokens?: number;
 }
 
+type ErrorBody = { error: Record<string, unknown> } & Record<string, unknown>;
+
 export type DoorAnswer<Body> =
   | {
       kind: 'json';
       body: Body;
-      completionTokens: number /** Time spent waiting on the engine, for Server-Timing. */;
+      completionTokens: number;
+      /** Time spent waiting on the engine, for Server-Timing. */
       engineMs: number;
     }
-  | {
-      kind: 'stream';
-      events: AsyncIterable<DoorEvent>;
-      cancel(): Promise<void>;
-      /** The event a failure mid-stream becomes, around the error body of the door's API family. */
-      errorEvent(body: { error: Record<string, unknown> } & Record<string, unknown>): DoorEvent;
-      /** Raw text after the last event (`data: [DONE]` for chat-style streams). */
-      trailer?: string;
-    };
+  | ({ kind: 'stream'; events: AsyncIterable<DoorEvent>; cancel(): Promise<void> } & StreamFraming);
 
-/** Whole answers time the engine from the start of the generation. */
-export function engineTimer(): () => number {
+/** How a door frames its stream: the event a failure mid-stream becomes, and what follows the last event. */
+export interface StreamFraming {
+  /** The event a failure mid-stream becomes, around the error body of the door's API family. */
+  errorEvent(body: ErrorBody): DoorEvent;
+  /** Raw text after the last event (`data: [DONE]` for chat-style streams). */
+  trailer?: string;
+}
+
+/** OpenAI's chat-style framing (chat completions, completions): data-only events, `[DONE]` last. */
+export const CHAT_STYLE: StreamFraming = { errorEvent: (error) => ({ data: error }), trailer: 'data: [DONE]\n\n' };
+
+/** How a door shapes the one assembly's outputs: whole, and as its stream's events. */
+export interface DoorShaping<Body> {
+  whole(
+    collected: Collected,
+  ): { body: Body; completionTokens: number } | Promise<{ body: Body; completionTokens: number }>;
+  events(steps: AsyncIterable<Step>): AsyncIterable<DoorEvent>;
+  framing: StreamFraming;
+}
+
+/**
+ * A running generation answered: collected and shaped whole (a client that goes away cancels it), or its steps
+ * shaped into the door's events as they come.
+ */
+export async function answer<Body>(
+  generation: { plan: GenerationPlan; running: Running; outputs: ChoiceOutput[] },
+  stream: boolean,
+  disconnected: AbortSignal | undefined,
+  shaping: DoorShaping<Body>,
+): Promise<DoorAnswer<Body>> {
+  const { plan, running, outputs } = generation;
+  if (stream) {
+    const events = shaping.events(streamSteps(plan, running, outputs));
+    return { kind: 'stream', events, cancel: running.cancel, ...shaping.framing };
+  }
   const started = performance.now();
-  return () => performance.now() - started;
+  const collected = await collect(plan, running, outputs, disconnected);
+  return { kind: 'json', ...(await shaping.whole(collected)), engineMs: performance.now() - started };
 }
 
 /**

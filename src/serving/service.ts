@@ -12,6 +12,7 @@ import type { GenerateRequest } from '../engine/protocol.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import type { ModelResolver } from '../services/model-resolver.ts';
+import type { ParseOptions } from './chat/request.ts';
 import { chatPromptIds } from './chat-prompt.ts';
 import type { Running } from './generation.ts';
 import { type ChatModel, type ChatPlan, type ChatTarget, type PlanDeps, planChat } from './plan.ts';
@@ -40,6 +41,15 @@ export class ServingService {
     private readonly runtime: BaseModelRuntime,
     readonly options: ServingOptions,
   ) {}
+
+  /** How the chat-shaped doors check a request on this server (its defaults and what the operator allows). */
+  parseOptions(requestIdHeader: string | undefined): ParseOptions {
+    return {
+      logprobsByDefault: this.options.logprobsByDefault,
+      requestIdHeader,
+      requestTemplatesAllowed: this.options.requestTemplates !== null,
+    };
+  }
 
   /** The model a request names, loaded: the checkpoint's adapter (none for a base model) and the name answers carry. */
   async served(principal: Principal, modelName: string | null): Promise<Served> {

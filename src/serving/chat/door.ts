@@ -4,8 +4,8 @@
  */
 import type { ChatCompletion, ChatCompletionBody, ChatCompletionChunk } from '../../api/chat.ts';
 import type { Principal } from '../../services/auth-service.ts';
-import { type DoorAnswer, type DoorEvent, engineTimer } from '../door.ts';
-import { choiceOutputs, collect, streamSteps } from '../generation.ts';
+import { answer, CHAT_STYLE, type DoorAnswer, type DoorEvent } from '../door.ts';
+import { choiceOutputs } from '../generation.ts';
 import { completionTokens } from '../openai-parts.ts';
 import type { ServingService } from '../service.ts';
 import { parseChatRequest } from './request.ts';
@@ -30,34 +30,19 @@ export class ChatDoor {
     requestIdHeader: string | undefined,
     disconnected?: AbortSignal,
   ): Promise<DoorAnswer<ChatCompletion>> {
-    const { options } = this.serving;
-    const request = parseChatRequest(body, {
-      logprobsByDefault: options.logprobsByDefault,
-      requestIdHeader,
-      requestTemplatesAllowed: options.requestTemplates !== null,
-    });
+    const request = parseChatRequest(body, this.serving.parseOptions(requestIdHeader));
     const running = await this.serving.chat(principal, request, 'chatcmpl-');
     const { plan } = running;
     const outputs = choiceOutputs([plan]);
-    if (!request.stream) {
-      const engineMs = engineTimer();
-      const collected = await collect(plan, running, outputs, disconnected);
-      return {
-        kind: 'json',
+    return answer({ plan, running, outputs }, request.stream, disconnected, {
+      whole: (collected) => ({
         body: completion(plan, outputs, collected),
         completionTokens: completionTokens(outputs),
-        engineMs: engineMs(),
-      };
-    }
-    async function* events(): AsyncIterable<DoorEvent> {
-      for await (const chunk of chunks(plan, outputs, streamSteps(plan, running, outputs))) yield chunkEvent(chunk);
-    }
-    return {
-      kind: 'stream',
-      events: events(),
-      cancel: running.cancel,
-      errorEvent: (error) => ({ data: error }),
-      trailer: 'data: [DONE]\n\n',
-    };
+      }),
+      events: async function* (steps) {
+        for await (const chunk of chunks(plan, outputs, steps)) yield chunkEvent(chunk);
+      },
+      framing: CHAT_STYLE,
+    });
   }
 }

@@ -9,8 +9,8 @@ import { encodePrompt } from '../../conversation/prompt.ts';
 import { LARGE_PROMPT_CHARS } from '../../conversation/prompt-worker.ts';
 import { badRequest } from '../../errors.ts';
 import type { Principal } from '../../services/auth-service.ts';
-import { type DoorAnswer, type DoorEvent, engineTimer } from '../door.ts';
-import { choiceOutputs, collect, mergeGenerations, streamSteps } from '../generation.ts';
+import { answer, CHAT_STYLE, type DoorAnswer, type DoorEvent } from '../door.ts';
+import { choiceOutputs, mergeGenerations } from '../generation.ts';
 import { completionTokens } from '../openai-parts.ts';
 import { type ChatModel, compiledConstraint, type GenerationPlan, type PlanDeps, planGeneration } from '../plan.ts';
 import type { ServingService } from '../service.ts';
@@ -74,26 +74,16 @@ export class CompletionsDoor {
     );
     const outputs = choiceOutputs(shape.plans);
     const [plan] = shape.plans;
-    if (!request.stream) {
-      const engineMs = engineTimer();
-      const collected = await collect(plan, running, outputs, disconnected);
-      return {
-        kind: 'json',
+    return answer({ plan, running, outputs }, request.stream, disconnected, {
+      whole: (collected) => ({
         body: completion(shape, outputs, collected),
         completionTokens: request.echoOnly ? 0 : completionTokens(outputs),
-        engineMs: engineMs(),
-      };
-    }
-    async function* events(): AsyncIterable<DoorEvent> {
-      for await (const chunk of chunks(shape, outputs, streamSteps(plan, running, outputs))) yield chunkEvent(chunk);
-    }
-    return {
-      kind: 'stream',
-      events: events(),
-      cancel: running.cancel,
-      errorEvent: (error) => ({ data: error }),
-      trailer: 'data: [DONE]\n\n',
-    };
+      }),
+      events: async function* (steps) {
+        for await (const chunk of chunks(shape, outputs, steps)) yield chunkEvent(chunk);
+      },
+      framing: CHAT_STYLE,
+    });
   }
 
   /** Every prompt planned on the request's model, its constraint compiled once for all. */

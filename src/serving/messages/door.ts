@@ -6,24 +6,14 @@
  */
 import type { AnthropicMessage, CountTokensBody, MessagesBody } from '../../api/messages.ts';
 import type { Principal } from '../../services/auth-service.ts';
-import type { ParseOptions } from '../chat/request.ts';
-import { type DoorAnswer, type DoorEvent, engineTimer } from '../door.ts';
-import { choiceOutputs, collect, streamSteps } from '../generation.ts';
+import { answer, type DoorAnswer } from '../door.ts';
+import { choiceOutputs } from '../generation.ts';
 import type { ServingService } from '../service.ts';
 import { parseCountTokensRequest, parseMessagesRequest } from './request.ts';
 import { message, messageEvents } from './response.ts';
 
 export class MessagesDoor {
   constructor(private readonly serving: ServingService) {}
-
-  private parseOptions(requestIdHeader: string | undefined): ParseOptions {
-    const { options } = this.serving;
-    return {
-      logprobsByDefault: options.logprobsByDefault,
-      requestIdHeader,
-      requestTemplatesAllowed: options.requestTemplates !== null,
-    };
-  }
 
   /** `disconnected` aborts when the client goes away: a whole (non-streamed) answer then stops generating. */
   async create(
@@ -32,33 +22,24 @@ export class MessagesDoor {
     requestIdHeader: string | undefined,
     disconnected?: AbortSignal,
   ): Promise<DoorAnswer<AnthropicMessage>> {
-    const request = parseMessagesRequest(body, this.parseOptions(requestIdHeader));
+    const request = parseMessagesRequest(body, this.serving.parseOptions(requestIdHeader));
     const running = await this.serving.chat(principal, request, 'msg_');
     const { plan } = running;
     const outputs = choiceOutputs([plan]);
-    if (!request.stream) {
-      const engineMs = engineTimer();
-      const collected = await collect(plan, running, outputs, disconnected);
-      return {
-        kind: 'json',
+    return answer({ plan, running, outputs }, request.stream, disconnected, {
+      whole: (collected) => ({
         body: message(plan, outputs[0], collected),
         completionTokens: outputs[0].completionTokens,
-        engineMs: engineMs(),
-      };
-    }
-    async function* events(): AsyncIterable<DoorEvent> {
-      for await (const event of messageEvents(plan, streamSteps(plan, running, outputs))) {
-        const contentDeltas = event.type === 'content_block_delta' && event.delta.type !== 'signature_delta' ? 1 : 0;
-        const completionTokens = event.type === 'message_delta' ? event.usage.output_tokens : undefined;
-        yield { event: event.type, data: event, contentDeltas, completionTokens };
-      }
-    }
-    return {
-      kind: 'stream',
-      events: events(),
-      cancel: running.cancel,
-      errorEvent: (error) => ({ event: 'error', data: error }),
-    };
+      }),
+      events: async function* (steps) {
+        for await (const event of messageEvents(plan, steps)) {
+          const contentDeltas = event.type === 'content_block_delta' && event.delta.type !== 'signature_delta' ? 1 : 0;
+          const completionTokens = event.type === 'message_delta' ? event.usage.output_tokens : undefined;
+          yield { event: event.type, data: event, contentDeltas, completionTokens };
+        }
+      },
+      framing: { errorEvent: (error) => ({ event: 'error', data: error }) },
+    });
   }
 
   /** The tokens of the request's prompt on its model, as `count_tokens` answers them. */
@@ -67,7 +48,7 @@ export class MessagesDoor {
     body: CountTokensBody,
     requestIdHeader: string | undefined,
   ): Promise<{ input_tokens: number }> {
-    const request = parseCountTokensRequest(body, this.parseOptions(requestIdHeader));
+    const request = parseCountTokensRequest(body, this.serving.parseOptions(requestIdHeader));
     return { input_tokens: await this.serving.countChatTokens(principal, request) };
   }
 }

@@ -11,8 +11,8 @@ import { itemMessages } from '../../conversation/responses-items.ts';
 import { notFound } from '../../errors.ts';
 import type { Principal } from '../../services/auth-service.ts';
 import type { ResponseRepository } from '../../store/response-repository.ts';
-import { type DoorAnswer, type DoorEvent, engineTimer } from '../door.ts';
-import { choiceOutputs, collect, streamSteps } from '../generation.ts';
+import { answer, type DoorAnswer } from '../door.ts';
+import { choiceOutputs } from '../generation.ts';
 import type { ServingService } from '../service.ts';
 import { parseResponsesRequest } from './request.ts';
 import { type ResponseShape, response, responseEvents } from './response.ts';
@@ -38,50 +38,49 @@ export class ResponsesDoor {
     disconnected?: AbortSignal,
   ): Promise<DoorAnswer<ResponseObject>> {
     const previous = body.previous_response_id ? await this.get(principal, body.previous_response_id) : null;
-    const { options } = this.serving;
-    const request = parseResponsesRequest(body, previous?.conversation ?? null, {
-      logprobsByDefault: options.logprobsByDefault,
-      requestIdHeader,
-      requestTemplatesAllowed: options.requestTemplates !== null,
-    });
+    const request = parseResponsesRequest(
+      body,
+      previous?.conversation ?? null,
+      this.serving.parseOptions(requestIdHeader),
+    );
     const running = await this.serving.chat(principal, request.chat, 'resp_');
     const shape: ResponseShape = { body, request, plan: running.plan };
     const outputs = choiceOutputs([running.plan]);
-    const keep = (answer: ResponseObject) => this.keep(principal, shape, answer);
-    if (!request.chat.stream) {
-      const engineMs = engineTimer();
-      const collected = await collect(running.plan, running, outputs, disconnected);
-      const answer = response(shape, outputs[0], collected);
-      await keep(answer);
-      return { kind: 'json', body: answer, completionTokens: outputs[0].completionTokens, engineMs: engineMs() };
-    }
-    async function* events(): AsyncIterable<DoorEvent> {
-      for await (const event of responseEvents(shape, streamSteps(running.plan, running, outputs), keep)) {
-        const finished = event.type === 'response.completed';
-        yield {
-          event: event.type,
-          data: event,
-          contentDeltas: CONTENT_EVENTS.has(event.type) ? 1 : 0,
-          completionTokens: finished ? outputs[0].completionTokens : undefined,
-        };
-      }
-    }
+    const keep = (response: ResponseObject) => this.keep(principal, shape, response);
+    const { plan } = running;
     let sequence = 0;
-    return {
-      kind: 'stream',
-      events: events(),
-      cancel: running.cancel,
-      errorEvent: ({ error }) => ({
-        event: 'error',
-        data: {
-          type: 'error',
-          code: error.type,
-          message: error.message,
-          param: error.param,
-          sequence_number: sequence++,
-        },
-      }),
-    };
+    return answer({ plan, running, outputs }, request.chat.stream, disconnected, {
+      whole: async (collected) => {
+        const whole = response(shape, outputs[0], collected);
+        await keep(whole);
+        return { body: whole, completionTokens: outputs[0].completionTokens };
+      },
+      events: async function* (steps) {
+        for await (const event of responseEvents(shape, steps, keep)) {
+          sequence = event.sequence_number + 1;
+          const completionTokens = event.type === 'response.completed' ? outputs[0].completionTokens : undefined;
+          yield {
+            event: event.type,
+            data: event,
+            contentDeltas: CONTENT_EVENTS.has(event.type) ? 1 : 0,
+            completionTokens,
+          };
+        }
+      },
+      framing: {
+        // The error event continues the stream's numbering.
+        errorEvent: ({ error }) => ({
+          event: 'error',
+          data: {
+            type: 'error',
+            code: error.type,
+            message: error.message,
+            param: error.param,
+            sequence_number: sequence,
+          },
+        }),
+      },
+    });
   }
 
   /** A stored response of the key's entity; any other id (another entity's included) is a 404. */
