@@ -9,16 +9,15 @@ import { samplerKindOf } from './engine/vllm/config.ts';
 import type { ServingDoors } from './http/serving-routes.ts';
 import { JobQueue } from './jobs/queue.ts';
 import type { JobRunner } from './jobs/worker.ts';
-import { AdapterImporter } from './services/adapter-import.ts';
+import { Metrics } from './metrics.ts';
+import { AdapterImporter, engineAdapterCheck } from './services/adapter-import.ts';
 import { ArtifactService } from './services/artifact-service.ts';
 import { AuthService } from './services/auth-service.ts';
 import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
 import { BaseModelRegistry } from './services/base-models.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
-import { CheckpointPublisher } from './services/checkpoint-publisher.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { HealthService, type Probe } from './services/health-service.ts';
-import { Metrics } from './services/metrics.ts';
 import { ModelLineage } from './services/model-lineage.ts';
 import { ModelResolver } from './services/model-resolver.ts';
 import { ModelService } from './services/model-service.ts';
@@ -41,9 +40,9 @@ import { TinkerRepository } from './store/tinker-repository.ts';
 import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import { TrajectoryRepository } from './store/trajectory-repository.ts';
 import { createTinkerServices, type TinkerServices } from './tinker/index.ts';
+import { CheckpointPublisher } from './training/checkpoint-publisher.ts';
 import { defaultLearningRate } from './training/defaults.ts';
-import { TrainingJobService } from './training/job-service.ts';
-import { payloadView } from './training/payloads.ts';
+import { payloadView, TrainingJobService } from './training/job-service.ts';
 import { KlReferenceResolver } from './training/rl/kl-reference.ts';
 import { createRlRunner } from './training/rl/runner.ts';
 import { CheckpointWriter } from './training/session.ts';
@@ -244,6 +243,7 @@ export function createServices(options: ContextOptions): Services {
       await runtime.sampler().request('stats', {});
       await runtime.trainer().request('stats', {});
     });
+  const adapterCheck = engineAdapterCheck(() => runtime.trainer());
   const tinker = createTinkerServices({
     repository: repositories.tinker,
     models: repositories.models,
@@ -278,11 +278,17 @@ export function createServices(options: ContextOptions): Services {
     runtime,
     ...createServing(config, { resolver, runtime, responses: repositories.responses, clock }),
     exports: new CheckpointExporter(models, repositories.models),
-    lineage: new ModelLineage(models, repositories.models),
+    lineage: new ModelLineage(models, repositories.models, baseModels, adapterCheck),
     retention: core.retention,
     tinker,
     wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
-    imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
+    imports: new AdapterImporter(
+      models,
+      baseModels,
+      adapterCheck,
+      path.join(config.dataDir, 'imports'),
+      config.artifactMaxFileBytes,
+    ),
     metrics: new Metrics({
       countJobs: () => repositories.jobs.countByStatus(),
       engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null),

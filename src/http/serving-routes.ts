@@ -11,7 +11,7 @@ import { CompletionBody } from '../api/completions.ts';
 import { CountTokens, CountTokensBody, MessagesBody } from '../api/messages.ts';
 import { DeletedResponse, ResponseObject, ResponsesBody } from '../api/responses.ts';
 import { AppError } from '../errors.ts';
-import type { Metrics } from '../services/metrics.ts';
+import type { Metrics } from '../metrics.ts';
 import type { ChatDoor } from '../serving/chat/door.ts';
 import type { CompletionsDoor } from '../serving/completions/door.ts';
 import type { DoorAnswer } from '../serving/door.ts';

@@ -5,9 +5,9 @@
  * are training's (src/training/tinker/losses.ts).
  */
 import { type Static, Type } from '@sinclair/typebox';
-import { LearningRate } from '../api/training-jobs.ts';
 import { boundSchema } from '../engine/bounds.ts';
 import { AppError } from '../errors.ts';
+import { LearningRate } from '../training/learning-rate.ts';
 import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './proto.ts';
 
 const open = { additionalProperties: true } as const;

@@ -9,9 +9,9 @@
 import type { Clock } from '../clock.ts';
 import type { ForwardBackwardReply } from '../engine/protocol.ts';
 import { AppError } from '../errors.ts';
-import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
+import { LORA_DEFAULTS } from '../training/defaults.ts';
 import { type ClientAdapter, loraModules, type TinkerTrainer } from '../training/tinker/trainer.ts';
 import { type NumberedRequest, numbered, type TinkerFutures } from './futures.ts';
 import { type TinkerModel, type TinkerModels, trainingClientId } from './models.ts';

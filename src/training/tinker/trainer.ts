@@ -12,10 +12,10 @@ import { tinkerAdapterKey } from '../../engine/adapter-keys.ts';
 import { EngineError } from '../../engine/errors.ts';
 import type { AdamParams, ForwardBackwardReply, OptimStepReply } from '../../engine/protocol.ts';
 import { AppError } from '../../errors.ts';
-import { LORA_DEFAULTS } from '../../services/adapter-validation.ts';
 import type { BaseModelRuntime } from '../../services/base-model-runtime.ts';
-import type { CheckpointPublisher } from '../../services/checkpoint-publisher.ts';
 import type { ModelRepository } from '../../store/model-repository.ts';
+import type { CheckpointPublisher } from '../checkpoint-publisher.ts';
+import { ATTENTION_PROJECTIONS, LORA_DEFAULTS, MLP_PROJECTIONS } from '../defaults.ts';
 import { type LossBatch, type LossDatum, lossBatch } from './losses.ts';
 
 /** The adapter a training client trains: its model (our id, whose checkpoints it writes), base, LoRA rank and seed. */
@@ -30,12 +30,12 @@ export interface ClientAdapter {
 export type ClientAdam = Omit<AdamParams, 'weight_decay' | 'grad_clip_norm'> &
   Partial<Pick<AdamParams, 'weight_decay' | 'grad_clip_norm'>>;
 
-const ATTENTION = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
-const MLP = ['gate_proj', 'up_proj', 'down_proj'];
-
 /** The projections a LoRA config trains (Tinker's `train_attn` / `train_mlp`, each on unless false). */
 export function loraModules(config: { train_attn?: boolean; train_mlp?: boolean }): string[] {
-  const modules = [...(config.train_attn === false ? [] : ATTENTION), ...(config.train_mlp === false ? [] : MLP)];
+  const modules = [
+    ...(config.train_attn === false ? [] : ATTENTION_PROJECTIONS),
+    ...(config.train_mlp === false ? [] : MLP_PROJECTIONS),
+  ];
   if (!modules.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
   return modules;
 }
