@@ -80,6 +80,14 @@ export interface ChatRequest extends GenerationRequest {
   documents: Record<string, string>[] | null;
 }
 
+/** How a chat-shaped door checks a request on this server: its defaults and what the operator allows. */
+export interface ParseOptions {
+  logprobsByDefault: boolean;
+  requestIdHeader: string | undefined;
+  /** Whether the operator lets requests bring their own `chat_template` (user code the server would run). */
+  requestTemplatesAllowed: boolean;
+}
+
 export const isTruthyObject = (value: unknown) =>
   value !== null && typeof value === 'object' && Object.keys(value).length > 0;
 

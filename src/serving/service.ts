@@ -12,11 +12,10 @@ import type { GenerateRequest } from '../engine/protocol.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import type { ModelResolver } from '../services/model-resolver.ts';
-import type { ParseOptions } from './chat/request.ts';
 import { chatPromptIds } from './chat-prompt.ts';
 import type { Running } from './generation.ts';
 import { type ChatModel, type ChatPlan, type ChatTarget, type PlanDeps, planChat } from './plan.ts';
-import type { ChatRequest } from './request.ts';
+import type { ChatRequest, ParseOptions } from './request.ts';
 
 export interface ServingOptions {
   /** Answers carry the sampler's evidence (logprobs as `token_id:<id>`, token ids) when a request leaves it unset, as ART needs. */

@@ -19,6 +19,7 @@ import {
   isTruthyObject,
   MAX_LOGPROBS,
   outputSwitches,
+  type ParseOptions,
   samplingPlan,
   type ToolChoice,
 } from '../request.ts';
@@ -72,13 +73,6 @@ function checkContentParts(messages: Record<string, unknown>[]): void {
       if (problem !== null) throw badRequest(`${param}: ${problem}`, param);
     });
   });
-}
-
-export interface ParseOptions {
-  logprobsByDefault: boolean;
-  requestIdHeader: string | undefined;
-  /** Whether the operator lets requests bring their own `chat_template` (user code the server would run). */
-  requestTemplatesAllowed: boolean;
 }
 
 /** Features this server refuses outright, and request shapes vLLM refuses before looking at anything else. */

@@ -18,6 +18,7 @@ import {
   type GenerationRequest,
   MAX_LOGPROBS,
   outputSwitches,
+  type ParseOptions,
   samplingPlan,
 } from '../request.ts';
 
@@ -34,10 +35,8 @@ export interface CompletionRequest extends GenerationRequest {
   echoOnly: boolean;
 }
 
-export interface CompletionParseOptions {
-  logprobsByDefault: boolean;
-  requestIdHeader: string | undefined;
-}
+/** A completion has no chat template to bring: the other options are the chat doors'. */
+type CompletionParseOptions = Pick<ParseOptions, 'logprobsByDefault' | 'requestIdHeader'>;
 
 const isTokenList = (value: unknown): value is number[] =>
   Array.isArray(value) && value.every((item) => typeof item === 'number');

@@ -9,9 +9,9 @@ import type { ChatCompletionBody } from '../../api/chat.ts';
 import type { CountTokensBody, MessagesBody } from '../../api/messages.ts';
 import { anthropicMessages, anthropicToolChoice, anthropicTools } from '../../conversation/anthropic-messages.ts';
 import { ConversionError } from '../../conversation/chat-shapes.ts';
-import { type ParseOptions, parseChatRequest } from '../chat/request.ts';
+import { parseChatRequest } from '../chat/request.ts';
 import { inDoorTerms } from '../door.ts';
-import type { ChatRequest } from '../request.ts';
+import type { ChatRequest, ParseOptions } from '../request.ts';
 
 /** Chat body fields by the Messages field they came from, for errors. */
 const FIELD_NAMES = {

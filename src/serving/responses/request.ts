@@ -11,9 +11,9 @@ import type { ResponsesBody } from '../../api/responses.ts';
 import { type ChatMessage, ConversionError, objectAt } from '../../conversation/chat-shapes.ts';
 import { responsesMessages, responsesToolChoice, responsesTools } from '../../conversation/responses-items.ts';
 import { badRequest } from '../../errors.ts';
-import { type ParseOptions, parseChatRequest } from '../chat/request.ts';
+import { parseChatRequest } from '../chat/request.ts';
 import { inDoorTerms } from '../door.ts';
-import type { ChatRequest } from '../request.ts';
+import type { ChatRequest, ParseOptions } from '../request.ts';
 
 /** Chat body fields by the Responses field they came from, for errors. */
 const FIELD_NAMES = {
