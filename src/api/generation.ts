@@ -9,8 +9,8 @@ import { type Static, type TProperties, Type } from '@sinclair/typebox';
 export const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) =>
   Type.Optional(Type.Union([schema, Type.Null()]));
 /** int64's range as JSON numbers arrive here: as doubles, so its top is 2 ** 63 (the nearest double to 2 ** 63 - 1). */
-export const INT64_MIN = -(2 ** 63);
-export const INT64_MAX = 2 ** 63 - 1;
+const INT64_MIN = -(2 ** 63);
+const INT64_MAX = 2 ** 63 - 1;
 
 /** The sampling and extra parameters of vLLM's chat and completion requests alike. */
 export const GENERATION_FIELDS = {

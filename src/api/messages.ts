@@ -54,13 +54,13 @@ export type CountTokensBody = Static<typeof CountTokensBody>;
 
 export const CountTokens = Closed({ input_tokens: Type.Integer() });
 
-export const TextBlock = Closed({ type: Type.Literal('text'), text: Type.String() });
-export const ThinkingBlock = Closed({
+const TextBlock = Closed({ type: Type.Literal('text'), text: Type.String() });
+const ThinkingBlock = Closed({
   type: Type.Literal('thinking'),
   thinking: Type.String(),
   signature: Type.String(),
 });
-export const ToolUseBlock = Closed({
+const ToolUseBlock = Closed({
   type: Type.Literal('tool_use'),
   id: Type.String(),
   name: Type.String(),
@@ -78,7 +78,7 @@ export const StopReason = Type.Union([
 ]);
 export type StopReason = Static<typeof StopReason>;
 
-export const MessagesUsage = Closed({
+const MessagesUsage = Closed({
   input_tokens: Type.Integer(),
   output_tokens: Type.Integer(),
   cache_creation_input_tokens: Type.Integer(),

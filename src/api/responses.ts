@@ -57,14 +57,14 @@ const OutputText = Closed({
 
 const ItemStatus = Type.Union([Type.Literal('in_progress'), Type.Literal('completed'), Type.Literal('incomplete')]);
 
-export const MessageItem = Closed({
+const MessageItem = Closed({
   type: Type.Literal('message'),
   id: Type.String(),
   status: ItemStatus,
   role: Type.Literal('assistant'),
   content: Type.Array(OutputText),
 });
-export const FunctionCallItem = Closed({
+const FunctionCallItem = Closed({
   type: Type.Literal('function_call'),
   id: Type.String(),
   call_id: Type.String(),
@@ -72,7 +72,7 @@ export const FunctionCallItem = Closed({
   arguments: Type.String(),
   status: ItemStatus,
 });
-export const ReasoningItem = Closed({
+const ReasoningItem = Closed({
   type: Type.Literal('reasoning'),
   id: Type.String(),
   summary: Type.Array(Closed({ type: Type.Literal('summary_text'), text: Type.String() })),
@@ -83,7 +83,7 @@ export const OutputItem = Type.Union([MessageItem, FunctionCallItem, ReasoningIt
 export type OutputItem = Static<typeof OutputItem>;
 
 /** ART's exact-token evidence of one generation: its prompt, its sampled ids and logprobs, the items it produced. */
-export const TokenGeneration = Closed({
+const TokenGeneration = Closed({
   prompt_token_ids: Type.Array(Type.Integer()),
   output_indices: Type.Array(Type.Integer()),
   token_ids: Type.Array(Type.Integer()),
