@@ -218,7 +218,7 @@ describe('checkpoints leave and come back as PEFT adapters, and start forks', ()
           'adapter_config.json': JSON.stringify({ ...good, r: 4 }),
           'adapter_model.safetensors': weights,
         }),
-        /shape \[8,192\]; rank 4 needs lora_A of rank 4 in dimension 0/,
+        /shape \[8,192\]; the base model and rank 4 need \[4,192\]/,
       ],
       [
         'unknown target',
