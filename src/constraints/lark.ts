@@ -1,7 +1,7 @@
 /**
  * Writing Lark grammars (llguidance's dialect, which vLLM's `guidance` backend accepts as `structured_outputs.grammar`):
  * string literals, inline JSON schemas, the calls a forced tool call chooses among, which each tool-call format
- * (src/chat/tool-calls/) turns into its own text, and structural tags. Both sampler engines get the same grammar.
+ * (src/conversation/tool-calls/) turns into its own text, and structural tags. Both sampler engines get the same grammar.
  */
 import type { StructuralTagStructure } from '../engine/protocol.ts';
 

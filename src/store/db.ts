@@ -51,17 +51,18 @@ export async function migrate(store: Store): Promise<{ from: number; to: number 
       // Two servers starting together must not both run the same migration.
       await sql`select pg_advisory_xact_lock(7262001)`.execute(trx);
     }
-    const row = await trx
-      .selectFrom('schema_version')
-      .select((eb) => eb.fn.max('version').as('version'))
-      .executeTakeFirst();
-    const current = Number(row?.version ?? 0);
+    const applied = new Set(
+      (await trx.selectFrom('schema_version').select('version').execute()).map((row) => Number(row.version)),
+    );
+    const current = [...applied].reduce((most, version) => Math.max(most, version), 0);
     if (current > latestKnown) {
       throw new SchemaTooNewError(
         `database schema version ${current} is newer than this server knows (${latestKnown}); upgrade the server`,
       );
     }
-    for (const migration of MIGRATIONS.filter((m) => m.version > current)) {
+    // Every migration not yet recorded, a lower number included: numbers are handed out to work in parallel, so
+    // one (009) may be merged after a higher one (011) already ran on a database.
+    for (const migration of MIGRATIONS.filter((m) => !applied.has(m.version))) {
       await migration.up(trx, migrationContext(store.dialect));
       await trx
         .insertInto('schema_version')

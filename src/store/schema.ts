@@ -204,6 +204,15 @@ export interface ServerSecretTable {
   created_at: string;
 }
 
+/** A stored Responses API response: the object answered and the conversation it ends, both JSON text. */
+export interface StoredResponseTable {
+  id: string;
+  entity_id: string;
+  response: string;
+  conversation: string;
+  created_at: string;
+}
+
 export interface Database {
   entities: EntityTable;
   memberships: MembershipTable;
@@ -227,4 +236,5 @@ export interface Database {
   server_secrets: ServerSecretTable;
   wandb_pending_artifacts: WandbPendingArtifactTable;
   wandb_pending_files: WandbPendingFileTable;
+  stored_responses: StoredResponseTable;
 }
