@@ -224,6 +224,14 @@ for (const backend of backends()) {
       assert.deepEqual(wrong, []);
     });
 
+    test('a route whose schema is keyed by content type refuses the others: forward_backward in text/plain is 415', async () => {
+      const text = await send('POST', '/api/v1/forward_backward', '{"model_id": "x"}', 'text/plain');
+      assert.equal(text.statusCode, 415, text.body);
+      assert.match(text.json().detail, /application\/json \(tinker 0\.18\) or application\/x-protobuf/);
+      const empty = await send('POST', '/api/v1/forward_backward', '');
+      assert.equal(empty.statusCode, 422, empty.body);
+    });
+
     test('framework refusals answer in the catalogue shapes; 404s do not echo long input', async () => {
       const badEscape = await t.call('GET', '/v1/preview/models/%C0%AF');
       assert.equal(badEscape.status, 400);

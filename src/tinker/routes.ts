@@ -94,6 +94,12 @@ function registerTrainingRoutes(app: FastifyInstance, tinker: TinkerServices): v
         config: { largeBody: true },
       },
       async (request) => {
+        // Fastify parses text/plain too, which this route's schema (keyed by content type) leaves unchecked.
+        if (!Buffer.isBuffer(request.body) && !/^application\/json\b/i.test(request.headers['content-type'] ?? ''))
+          throw new AppError(
+            'unsupported_media_type',
+            'forward_backward takes application/json (tinker 0.18) or application/x-protobuf (tinker 0.38)',
+          );
         if (!Buffer.isBuffer(request.body))
           return tinker.training.forwardBackward(
             request.principal,
