@@ -267,7 +267,14 @@ export function createServices(options: ContextOptions): Services {
     lineage: new ModelLineage(models, repositories.models),
     retention: core.retention,
     tinker,
-    wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
+    wandb: createWandbServices({
+      artifacts,
+      blobs,
+      clock,
+      maxFileBytes: config.artifactMaxFileBytes,
+      models: repositories.models,
+      runMetrics: repositories.trajectories,
+    }),
     imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
     metrics: new Metrics({
       countJobs: () => repositories.jobs.countByStatus(),

@@ -39,12 +39,13 @@ const PREVIEW_CHARS = 160;
 
 const entityIdsOf = (principal: Principal) => principal.entities.map((entity) => entity.id);
 
-/** The split a run-metrics row belongs to, and the key prefix of its metrics (`train` rows are unprefixed). */
+/**
+ * The split a run-metrics row belongs to, and the key prefix of its metrics: `log:<split>` rows (`/log`) and
+ * `wandb:<split>` rows (a W&B run's history, wandb/history.ts) name their keys `<split>/…`; `train` rows are bare.
+ */
 export function splitOfSource(source: string): { split: string; prefix: string } {
-  if (source.startsWith('log:')) {
-    const split = source.slice(4);
-    return { split, prefix: `${split}/` };
-  }
+  const logged = /^(?:log|wandb):(.+)$/.exec(source);
+  if (logged) return { split: logged[1], prefix: `${logged[1]}/` };
   return { split: source, prefix: '' };
 }
 

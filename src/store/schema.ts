@@ -55,6 +55,8 @@ export interface RunMetricTable {
   source: string;
   metrics: string;
   created_at: string;
+  /** The W&B history line a row came from (migration 010), which it is stored once for; null for other rows. */
+  dedupe_key: string | null;
 }
 
 export interface TrajectoryTable {
