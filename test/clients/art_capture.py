@@ -44,7 +44,8 @@ async def chat_rollout(art, model, index: int):
 
 
 async def completions_rollout(art, model, index: int):
-    """Two completions, the second's prompt continuing the first's text, as a raw-prompt agent does."""
+    """Two completions, the second's prompt continuing the first's text, as a raw-prompt agent does. ART's client asks
+    for the sampler's evidence on chat completions only; on the other APIs the rollout asks (`return_token_ids`)."""
     client = model.openai_client()
     prompt = f"Story {index}: once upon a time"
     with art.Trajectory() as trajectory:
@@ -68,7 +69,11 @@ async def responses_rollout(art, model, index: int):
     with art.Trajectory() as trajectory:
         for follow_up in ("And two more?", None):
             response = await client.responses.create(
-                model=model.get_inference_name(), input=items, max_output_tokens=6, temperature=1.0
+                model=model.get_inference_name(),
+                input=items,
+                max_output_tokens=6,
+                temperature=1.0,
+                extra_body={"return_token_ids": True},
             )
             if follow_up:
                 items += [item.model_dump(exclude_none=True) for item in response.output]
@@ -84,7 +89,11 @@ async def messages_rollout(art, model, index: int, request: dict):
     with art.Trajectory() as trajectory:
         for follow_up in ("And two more?", None):
             message = await client.messages.create(
-                model=model.get_inference_name(), messages=messages, max_tokens=6, temperature=1.0
+                model=model.get_inference_name(),
+                messages=messages,
+                max_tokens=6,
+                temperature=1.0,
+                extra_body={"return_token_ids": True},
             )
             if follow_up:
                 messages += [{"role": "assistant", "content": [block.model_dump() for block in message.content]}]

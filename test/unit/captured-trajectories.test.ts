@@ -1,7 +1,8 @@
 /**
- * ART's captured trajectories (`exchanges`) → generations, conversations and training tokens, on the built-in model's
- * tokenizer: exact ids where the response carries them, the base model's rendering where it does not, multi-turn
- * rollouts as one sequence, branches trained once at their shared start, and malformed exchanges named.
+ * ART's captured trajectories (`exchanges`: chat completions, completions, Responses, Messages) → generations,
+ * conversations and training tokens, on the built-in model's tokenizer: exact ids where the response carries them, the
+ * base model's rendering where it does not, multi-turn rollouts as one sequence (a Responses `previous_response_id`
+ * too), branches trained once at their shared start, and malformed exchanges named.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -148,6 +149,81 @@ describe('captured trajectories', async () => {
     assert.deepEqual(trained(fallback), [...tokenizer.encode(' there was'), eos]);
   });
 
+  test('responses: token_generations are exact; previous_response_id continues the captured conversation', () => {
+    const answer = (text: string) => [...tokenizer.encode(text), eos];
+    const response = (id: string, text: string, prompt: number[] | null) => ({
+      id,
+      status: 'completed',
+      output: [{ type: 'message', role: 'assistant', content: [{ type: 'output_text', text, annotations: [] }] }],
+      ...(prompt
+        ? {
+            token_generations: [
+              {
+                prompt_token_ids: prompt,
+                output_indices: [0],
+                token_ids: answer(text),
+                compact_logprobs: answer(text).map(() => -0.25),
+              },
+            ],
+          }
+        : {}),
+    });
+    const system = { role: 'system', content: 'Be brief.' };
+    const first = [system, { role: 'user', content: 'France?' }];
+    const second = [...first, { role: 'assistant', content: 'Paris' }, { role: 'user', content: 'Italy?' }];
+    const exchanges = {
+      responses: [
+        {
+          request: { model: MODEL, instructions: 'Be brief.', input: 'France?' },
+          response: response('resp_1', 'Paris', promptIds(first)),
+          ...times(),
+        },
+        {
+          request: { model: MODEL, instructions: 'Be brief.', input: 'Italy?', previous_response_id: 'resp_1' },
+          response: response('resp_2', 'Rome', promptIds(second)),
+          ...times(),
+        },
+      ],
+    };
+    const read = readExchanges(exchanges, ['exchanges']);
+    assert.deepEqual(read.problems, []);
+    assert.deepEqual(read.generations[1].messages, second);
+    const [sequence] = sequencesOf(exchanges);
+    assert.deepEqual(sequence.tokens, [...promptIds(second), ...answer('Rome')]);
+    assert.deepEqual(trained(sequence), [...answer('Paris'), ...answer('Rome')]);
+    assert.ok(sequence.logprobs.filter((value) => value !== null).every((value) => value === -0.25));
+    // From elsewhere (no token_generations): the base model renders both, and the text trains without logprobs.
+    const bare = { responses: [{ ...exchanges.responses[0], response: response('resp_3', 'Paris', null) }] };
+    const [fallback] = sequencesOf(bare, true);
+    assert.deepEqual(fallback.tokens, [...promptIds(first), ...answer('Paris')]);
+  });
+
+  test('messages: the Anthropic conversation and its evidence; without evidence, the base model renders it', () => {
+    const answer = [...tokenizer.encode('Paris'), eos];
+    const request = {
+      model: MODEL,
+      system: 'Be brief.',
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'France?' }] }],
+      max_tokens: 8,
+    };
+    const chat = [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'France?' },
+    ];
+    const content = [{ type: 'text', text: 'Paris' }];
+    const exact = {
+      request,
+      response: { type: 'message', content, prompt_token_ids: promptIds(chat), token_ids: answer, logprobs: [-1, -1] },
+      ...times(),
+    };
+    const [sequence] = sequencesOf({ messages: [exact] });
+    assert.deepEqual(sequence.tokens, [...promptIds(chat), ...answer]);
+    assert.deepEqual(sequence.logprobs.slice(-2), [-1, -1]);
+    const [rendered] = sequencesOf({ messages: [{ ...exact, response: { type: 'message', content } }] }, true);
+    assert.deepEqual(rendered.tokens, [...promptIds(chat), ...answer]);
+    assert.ok(rendered.logprobs.every((value) => value === null));
+  });
+
   test('the exchanges a job trains: those naming its model, else those of the one model named, else refused', () => {
     const mine = chatExchange([{ role: 'user', content: 'a' }], ['b']);
     const judge = {
@@ -194,6 +270,20 @@ describe('captured trajectories', async () => {
     assert.deepEqual(
       problems({ completions: [{ request: { prompt: ['a', 'b'] }, response: { choices: [{ text: '' }] } }] }),
       ['exchanges.completions.0.response.choices'],
+    );
+    const image = { role: 'user', content: [{ type: 'input_image', image_url: 'x' }] };
+    assert.deepEqual(problems({ responses: [{ request: { input: [image] }, response: { output: [] } }] }), [
+      'exchanges.responses.0.request.input.0.content.0.type',
+    ]);
+    assert.deepEqual(
+      problems({ responses: [{ request: { input: 'a', previous_response_id: 'r' }, response: { output: [] } }] }),
+      ['exchanges.responses.0.request.previous_response_id'],
+    );
+    assert.deepEqual(
+      problems({
+        messages: [{ request: { messages: [{ role: 'system', content: 'x' }] }, response: { content: [] } }],
+      }),
+      ['exchanges.messages.0.request.messages.0.role'],
     );
   });
 
