@@ -25,6 +25,10 @@ export ART_PYTHON="$PWD/.venv-art/bin/python"
 if python312=$(python_minor 3.12); then
   make_venv --python "$python312" .venv-art-0523 scripts/python/art-0523.txt
   export ART_0523_PYTHON="$PWD/.venv-art-0523/bin/python"
+  # The anthropic SDK release ART's capture can record (anthropic-httpx.txt), for the captured Messages rollouts.
+  if make_overlay .pyoverlay-anthropic-httpx scripts/python/anthropic-httpx.txt "$ART_0523_PYTHON"; then
+    export ART_0523_ANTHROPIC_PATH="$PWD/.pyoverlay-anthropic-httpx"
+  fi
 else
   echo "no Python 3.12 (python3.12 on PATH or pyenv's 3.12.*): ART 0.5.23's client tests will skip" >&2
 fi

@@ -61,11 +61,20 @@ const KL_REFERENCE_KEYS = ['kl_penalty_reference_step', 'kl_penalty_step_lag', '
 type Row = { step: number; source: string; metrics: Record<string, number> };
 
 /**
+ * The anthropic SDK ART 0.5.23's capture can record (scripts/python/anthropic-httpx.txt, in front of .venv-art-0523 on
+ * the capture session's PYTHONPATH): from 1.0 the SDK sends through httpx2, which ART's capture does not patch.
+ */
+const fallbackOverlay = path.join(repoRoot, '.pyoverlay-anthropic-httpx');
+const ANTHROPIC_HTTPX =
+  process.env.ART_0523_ANTHROPIC_PATH ?? (fs.existsSync(fallbackOverlay) ? fallbackOverlay : undefined);
+
+/**
  * The APIs whose captured rollouts the 0.5.23 session trains, and where each response says which ids were sampled
- * (ART's token evidence, art/trajectories/_tokenize.py). `responses` (token_generations) and `messages` (the anthropic
+ * (ART's token evidence, art.trajectories._tokenize). `responses` (token_generations) and `messages` (the anthropic
  * SDK) join when their routes are served; test/clients/art_capture.py has their rollouts.
  */
-const CAPTURED_KINDS = ['chat_completions'];
+const SERVED_KINDS = ['chat_completions'];
+const CAPTURED_KINDS = SERVED_KINDS.filter((kind) => kind !== 'messages' || ANTHROPIC_HTTPX);
 const sampledIds: Record<string, (exchange: any) => number[]> = {
   chat_completions: (exchange) => exchange.response.choices.flatMap((choice: any) => choice.token_ids),
   completions: (exchange) => exchange.response.choices.flatMap((choice: any) => choice.token_ids),
@@ -328,14 +337,24 @@ for (const art of CLIENTS) {
     }, () => {
       let capture: { model_id: string; trained: any[]; server: any[] };
       before(async () => {
-        capture = await runJsonScript(art.python!, 'test/clients/art_capture.py', {
-          server: e2e.url,
-          api_key: e2e.key,
-          base_model: BUILTIN_BASE_MODEL.id,
-          workdir,
-          project: `${project}-capture`,
-          kinds: CAPTURED_KINDS,
-        });
+        if (CAPTURED_KINDS.length < SERVED_KINDS.length)
+          console.log(
+            '# no .pyoverlay-anthropic-httpx (scripts/test.sh builds it): Messages rollouts are not captured',
+          );
+        const env = { ...process.env, ...(ANTHROPIC_HTTPX ? { PYTHONPATH: ANTHROPIC_HTTPX } : {}) };
+        capture = await runJsonScript(
+          art.python!,
+          'test/clients/art_capture.py',
+          {
+            server: e2e.url,
+            api_key: e2e.key,
+            base_model: BUILTIN_BASE_MODEL.id,
+            workdir,
+            project: `${project}-capture`,
+            kinds: CAPTURED_KINDS,
+          },
+          env,
+        );
       });
       const stored = (label: string) => {
         const step = capture.trained.find((trained) => trained.label === label).step - 1;

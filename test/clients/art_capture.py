@@ -92,7 +92,6 @@ async def messages_rollout(art, model, index: int, request: dict):
                 model=model.get_inference_name(),
                 messages=messages,
                 max_tokens=6,
-                temperature=1.0,
                 extra_body={"return_token_ids": True},
             )
             if follow_up:
