@@ -6,7 +6,7 @@ server.py (the ops' handlers, dispatch, the engine's state), protocol.json and s
 schema, every op's fields, and the checks of requests and replies against it; bounds.json, the numeric bounds),
 wire.py (checked requests built into the numerics' dataclasses).
 The numerics: weights.py (safetensors), model.py (transformer, KV cache), lora.py (adapters, PEFT
-layout, batched LoRA), sampling.py (per-request sampling), constraints.py (llguidance token masks),
+layout, batched LoRA), peft.py (an adapter folder checked against a base, and loaded), sampling.py (per-request sampling), constraints.py (llguidance token masks),
 generate.py (continuous batching), train.py (logprobs, RL/SFT step), steps.py (Tinker's token-level
 forward/backward, losses and AdamW step).
 Offline tools: gguf_convert.py (a GGUF file to an HF folder), pretrain.py (full-weight pretraining).

@@ -5,21 +5,20 @@ uniform from a seeded generator, B zero, so a fresh adapter is an exact no-op;
 scale alpha/rank), PEFT names (`base_model.model.<module>.lora_A.weight`) and
 `adapter_config.json`, optimizer state saved beside (`optimizer.pt`), the LRU
 bound on resident adapters with pinning, the value bound every adapter keeps
-(finite, |w| <= MAX_ABS_WEIGHT from engine/bounds.json: checked at load, at save
-and after every optimizer step), and LoraBatch: the object a forward calls to
+(finite, |w| <= MAX_ABS_WEIGHT from engine/bounds.json: checked at save and
+after every optimizer step here, at load by peft.py), and LoraBatch: the object a forward calls to
 add every row's own adapter delta, computed from that adapter's weights alone.
 
-Refuses to know: requests, sampling, losses, the wire protocol. It knows only
-the base model's module shapes (from ModelArgs).
+Refuses to know: requests, sampling, losses, the wire protocol, what makes a
+PEFT folder on disk loadable (peft.py checks and loads it). It knows only the
+base model's module shapes (from ModelArgs).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
-import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,9 +35,6 @@ CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 OPTIMIZER_NAME = "optimizer.pt"
 _UIDS = itertools.count()
-_PEFT_KEY = re.compile(
-    r"^base_model\.model\.(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+))\.lora_([AB])(?:\.default)?\.weight$"
-)
 
 
 def module_shape(args: ModelArgs, name: str) -> tuple[int, int]:
@@ -139,19 +135,27 @@ class NonFinite(Exception):
     logits that are not finite. Answered with the error code `non_finite`."""
 
 
+def first_bad_value(t: torch.Tensor) -> tuple[float, list[int]] | None:
+    """The first value of `t` that is not finite or beyond MAX_ABS_WEIGHT, with its index; None when all are in bounds."""
+    t = t.detach()
+    bad = ~torch.isfinite(t) | (t.abs() > MAX_ABS_WEIGHT)
+    if not bool(bad.any()):
+        return None
+    flat = int(bad.flatten().nonzero()[0])
+    index, rest = [], flat
+    for size in reversed(t.shape):  # torch 1.13 (the fallback) has no unravel_index
+        rest, i = divmod(rest, size)
+        index.insert(0, i)
+    return float(t.flatten()[flat]), index
+
+
 def weights_problem(tensors: dict[str, torch.Tensor]) -> str | None:
     """The first value out of bounds, as 'TENSOR holds VALUE at index [i, j]', or None when all are in bounds."""
     for name in sorted(tensors):
-        t = tensors[name].detach()
-        bad = ~torch.isfinite(t) | (t.abs() > MAX_ABS_WEIGHT)
-        if bool(bad.any()):
-            flat = int(bad.flatten().nonzero()[0])
-            index, rest = [], flat
-            for size in reversed(t.shape):  # torch 1.13 (the fallback) has no unravel_index
-                rest, i = divmod(rest, size)
-                index.insert(0, i)
+        bad = first_bad_value(tensors[name])
+        if bad is not None:
             return (
-                f"{name} holds {float(t.flatten()[flat]):g} at index {index} (adapter values must be finite "
+                f"{name} holds {bad[0]:g} at index {bad[1]} (adapter values must be finite "
                 f"and within ±{MAX_ABS_WEIGHT:g})"
             )
     return None
@@ -234,59 +238,6 @@ def load_optimizer_state(adapter: Adapter, path: str, device) -> None:
     for name, st in saved["state"].items():
         # AdamW keeps `step` on the CPU unless capturable; the moments live with the parameter.
         adapter.optimizer.state[names[name]] = {k: v if k == "step" else v.to(device) for k, v in st.items()}
-
-
-def load_peft(key: str, base: str, folder: str, args: ModelArgs, device, check_values: bool = True) -> Adapter:
-    """The PEFT adapter in `folder`; values out of bounds are refused (NonFinite) unless check_values is off."""
-    with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as f:
-        peft = json.load(f)
-    if peft.get("peft_type", "LORA") != "LORA":
-        raise ValueError(f"{folder}: peft_type {peft.get('peft_type')!r} is not LORA")
-    if peft.get("use_dora") or peft.get("rank_pattern") or peft.get("alpha_pattern"):
-        raise ValueError(f"{folder}: DoRA and per-module rank/alpha patterns are not supported")
-    A, B = {}, {}
-    for name, t in W.iter_file(os.path.join(folder, WEIGHTS_NAME)):
-        m = _PEFT_KEY.match(name)
-        if not m or int(m.group(2)) >= args.num_layers or module_path(int(m.group(2)), m.group(4)) != m.group(1):
-            raise ValueError(f"{folder}: unsupported adapter tensor {name}")
-        (A if m.group(5) == "A" else B)[m.group(1)] = t
-        problem = weights_problem({name: t}) if check_values else None
-        if problem is not None:
-            raise NonFinite(f"{folder}: {problem}")
-    for field_name in ("r", "lora_alpha"):
-        if not isinstance(peft.get(field_name), (int, float)) or isinstance(peft.get(field_name), bool):
-            raise ValueError(f"{folder}: {CONFIG_NAME} lacks a numeric {field_name}")
-    rank = int(peft["r"])
-    for path in set(A) | set(B):
-        if path not in A or path not in B:
-            raise ValueError(f"{folder}: {path} lacks lora_A or lora_B")
-        fan_in, fan_out = module_shape(args, path.rsplit(".", 1)[1])
-        if tuple(A[path].shape) != (rank, fan_in) or tuple(B[path].shape) != (fan_out, rank):
-            raise ValueError(
-                f"{folder}: {path} has shapes {tuple(A[path].shape)}, {tuple(B[path].shape)}; "
-                f"expected ({rank}, {fan_in}), ({fan_out}, {rank})"
-            )
-    if not A:
-        raise ValueError(f"{folder}: adapter has no LoRA tensors")
-    targets = tuple(sorted({p.rsplit(".", 1)[1] for p in A}))
-    config = LoraConfig(
-        rank=rank,
-        alpha=float(peft["lora_alpha"]),
-        target_modules=targets,
-        seed=0,  # unused: the weights come from the file, no init runs
-        use_rslora=bool(peft.get("use_rslora", False)),
-    )
-    adapter = Adapter(
-        key=key,
-        base=base,
-        config=config,
-        A={p: t.float().to(device).requires_grad_(True) for p, t in A.items()},
-        B={p: t.float().to(device).requires_grad_(True) for p, t in B.items()},
-    )
-    opt_path = os.path.join(folder, OPTIMIZER_NAME)
-    if os.path.exists(opt_path):
-        load_optimizer_state(adapter, opt_path, device)
-    return adapter
 
 
 def make_optimizer(adapter: Adapter) -> torch.optim.Optimizer:

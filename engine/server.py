@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import lora as L
-from . import schema, steps, wire
+from . import peft, schema, steps, wire
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .machine import rss_bytes
@@ -389,7 +389,7 @@ class Engine:
         return adapter
 
     def _load_peft(self, key: str, base: Base, path: str) -> L.Adapter:
-        return L.load_peft(key, base.name, path, base.model.args, base.model.device, self.check_adapter_values)
+        return peft.load_peft(key, base.name, path, base.model.args, base.model.device, self.check_adapter_values)
 
     def _put(self, adapter: L.Adapter) -> None:
         for old in self.adapters.put(adapter):
@@ -460,6 +460,13 @@ class Engine:
             adapter = L.new_adapter(req.adapter, base.name, base.model.args, req.init, base.model.device)
         self._put(adapter)
         return {"loaded": True}
+
+    def check_adapter(self, rid, req: wire.Fields) -> dict:
+        if not os.path.isfile(os.path.join(req.base_path, "config.json")):
+            raise NotFound(f"model folder {req.base_path} has no config.json")
+        if not os.path.isdir(req.path):
+            raise NotFound(f"adapter folder {req.path} does not exist")
+        return {"problems": [p.to_json() for p in peft.problems(req.path, load_args(req.base_path))]}
 
     def save_adapter(self, rid, req: wire.Fields) -> dict:
         if req.adapter not in self.adapters:
@@ -606,6 +613,7 @@ HANDLERS: dict[str, Handler] = {
     "check_constraint": Handler(Engine.check_constraint),
     "load_base": Handler(Engine.load_base),
     "ensure_adapter": Handler(Engine.ensure_adapter),
+    "check_adapter": Handler(Engine.check_adapter),
     "save_adapter": Handler(Engine.save_adapter),
     "drop_adapter": Handler(Engine.drop_adapter),
     "load_state": Handler(Engine.load_state),

@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 from . import lora as L
 from . import weights as W
 from .model import ForwardContext, Transformer
+from .peft import load_peft
 from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
 
 # The losses and the loss_config keys each uses are protocol.json's `StepLossConfigs`; token_loss computes each one.
@@ -201,7 +202,7 @@ def save_state(adapter: L.Adapter, folder: str, base_name: str) -> list[str]:
 
 def load_state(key: str, base: str, folder: str, args, device, check_values: bool = True) -> L.Adapter:
     """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint)."""
-    adapter = L.load_peft(key, base, folder, args, device, check_values)
+    adapter = load_peft(key, base, folder, args, device, check_values)
     state_path = os.path.join(folder, STATE_NAME)
     if os.path.exists(state_path):
         with open(state_path, encoding="utf-8") as f:

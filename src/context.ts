@@ -9,7 +9,7 @@ import { samplerKindOf } from './engine/vllm/config.ts';
 import { JobQueue } from './jobs/queue.ts';
 import type { JobRunner } from './jobs/worker.ts';
 import { Metrics } from './metrics.ts';
-import { AdapterImporter } from './services/adapter-import.ts';
+import { AdapterImporter, engineAdapterCheck } from './services/adapter-import.ts';
 import { ArtifactService } from './services/artifact-service.ts';
 import { AuthService } from './services/auth-service.ts';
 import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
@@ -229,6 +229,7 @@ export function createServices(options: ContextOptions): Services {
       await runtime.sampler().request('stats', {});
       await runtime.trainer().request('stats', {});
     });
+  const adapterCheck = engineAdapterCheck(() => runtime.trainer());
   const tinker = createTinkerServices({
     repository: repositories.tinker,
     models: repositories.models,
@@ -263,7 +264,7 @@ export function createServices(options: ContextOptions): Services {
     runtime,
     ...createChat(config, resolver, runtime),
     exports: new CheckpointExporter(models, repositories.models),
-    lineage: new ModelLineage(models, repositories.models),
+    lineage: new ModelLineage(models, repositories.models, baseModels, adapterCheck),
     retention: core.retention,
     tinker,
     wandb: createWandbServices({
@@ -274,7 +275,13 @@ export function createServices(options: ContextOptions): Services {
       models: repositories.models,
       runMetrics: repositories.trajectories,
     }),
-    imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
+    imports: new AdapterImporter(
+      models,
+      baseModels,
+      adapterCheck,
+      path.join(config.dataDir, 'imports'),
+      config.artifactMaxFileBytes,
+    ),
     metrics: new Metrics({
       countJobs: () => repositories.jobs.countByStatus(),
       engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null),

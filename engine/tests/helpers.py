@@ -188,7 +188,8 @@ class EngineProcess:
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         self.ready = self.next(timeout=60)
         if self.ready is not None:
-            schema.Checker("ready").check(self.ready, schema.ref("ReadyEvent"), "")
+            ready = {k: v for k, v in self.ready.items() if k != "id"}
+            schema.Checker("ready", strict=True).check(ready, schema.ref("ReadyEvent"), "")
 
     def _read(self) -> None:
         out = self.proc.stdout

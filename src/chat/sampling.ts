@@ -1,11 +1,11 @@
 /**
  * The sampling parameters a chat completion decodes with, chosen once: the request's own, else the model's
- * `generation_config.json`, else the engine's defaults (`GENERATE_DEFAULTS`, the one home of their values).
+ * `generation_config.json`, else left out, which means the protocol's default (the engine client fills it in).
  * Owns that chain and the model-side defaults' shape; refuses to know how a request is validated (request.ts).
  */
 
 import type { ChatTokenizer } from '../conversation/tokenizer.ts';
-import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
+import type { GenerateRequest } from '../engine/protocol.ts';
 import type { ChatRequest } from './request.ts';
 
 /** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
@@ -19,9 +19,9 @@ export interface GenerationDefaults {
   eos_token_ids: number[];
 }
 
-export type SamplingParams = Required<
-  Omit<GenerateRequest, 'base' | 'adapter' | 'adapter_path' | 'prompt' | 'constraint'>
->;
+export type SamplingParams = Omit<GenerateRequest, 'base' | 'adapter' | 'adapter_path' | 'prompt' | 'constraint'> & {
+  stop_token_ids: number[];
+};
 
 /** The engine's sampling parameters for this request on this model. */
 export function samplingParams(
@@ -41,14 +41,13 @@ export function samplingParams(
     min_tokens: sampling.min_tokens,
     ignore_eos: sampling.ignore_eos,
     stop_token_ids: [...sampling.stop_token_ids, ...extraEos],
-    temperature: sampling.temperature ?? generation.temperature ?? GENERATE_DEFAULTS.temperature,
-    top_p: sampling.top_p ?? generation.top_p ?? GENERATE_DEFAULTS.top_p,
-    top_k: sampling.top_k ?? generation.top_k ?? GENERATE_DEFAULTS.top_k,
-    min_p: sampling.min_p ?? generation.min_p ?? GENERATE_DEFAULTS.min_p,
-    presence_penalty: sampling.presence_penalty ?? GENERATE_DEFAULTS.presence_penalty,
-    frequency_penalty: sampling.frequency_penalty ?? GENERATE_DEFAULTS.frequency_penalty,
-    repetition_penalty:
-      sampling.repetition_penalty ?? generation.repetition_penalty ?? GENERATE_DEFAULTS.repetition_penalty,
+    temperature: sampling.temperature ?? generation.temperature,
+    top_p: sampling.top_p ?? generation.top_p,
+    top_k: sampling.top_k ?? generation.top_k,
+    min_p: sampling.min_p ?? generation.min_p,
+    presence_penalty: sampling.presence_penalty ?? undefined,
+    frequency_penalty: sampling.frequency_penalty ?? undefined,
+    repetition_penalty: sampling.repetition_penalty ?? generation.repetition_penalty,
     logit_bias: sampling.logit_bias,
     allowed_token_ids: sampling.allowed_token_ids,
     bad_words_ids: badWordsIds,

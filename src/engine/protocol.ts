@@ -303,6 +303,23 @@ export interface EnsureAdapterReply {
   loaded: boolean;
 }
 
+/**
+ * Checks the PEFT adapter folder `path` against the base model in the HF folder `base_path` (its config.json; the base
+ * need not be loaded), as a load would, but naming every problem instead of the first.
+ */
+export interface CheckAdapterRequest {
+  path: string;
+  base_path: string;
+}
+
+export interface CheckAdapterReply {
+  /** Empty: the adapter loads on that base. Each problem's `loc` is the file, then the field or tensor. */
+  problems: {
+    loc: string[];
+    msg: string;
+  }[];
+}
+
 export interface SaveAdapterRequest {
   adapter: string;
   path: string;
@@ -489,6 +506,7 @@ export interface OpTypes {
   load_base: { request: LoadBaseRequest; reply: LoadBaseReply };
   check_constraint: { request: CheckConstraintRequest; reply: CheckConstraintReply };
   ensure_adapter: { request: EnsureAdapterRequest; reply: EnsureAdapterReply };
+  check_adapter: { request: CheckAdapterRequest; reply: CheckAdapterReply };
   save_adapter: { request: SaveAdapterRequest; reply: SaveAdapterReply };
   drop_adapter: { request: DropAdapterRequest; reply: DropAdapterReply };
   generate: { request: GenerateRequest; reply: GenerateEvent };
@@ -519,6 +537,7 @@ export const OPS = {
   load_base: { role: 'both', streams: false, every: true },
   check_constraint: { role: 'sampler', streams: false, every: true },
   ensure_adapter: { role: 'both', streams: false, every: true },
+  check_adapter: { role: 'trainer', streams: false },
   save_adapter: { role: 'trainer', streams: false },
   drop_adapter: { role: 'both', streams: false, every: true },
   generate: { role: 'sampler', streams: true },

@@ -16,8 +16,7 @@ import { type MarkerSyntax, markerSyntax } from '../constraints/lark.ts';
 import { type ChatTokenizer, loadTokenizer } from '../conversation/tokenizer.ts';
 import { EngineError } from '../engine/errors.ts';
 import type { Engine, SamplerEngine } from '../engine/ops.ts';
-import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
-import type { EngineDtype } from '../engine/settings.ts';
+import type { Dtype, EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import { AppError } from '../errors.ts';
 import type { BaseModelRegistry, BaseModelSpec } from './base-models.ts';
 
@@ -75,7 +74,7 @@ export class BaseModelRuntime {
   constructor(
     private readonly registry: BaseModelRegistry,
     private readonly engines: RuntimeEngines | null,
-    private readonly dtype: EngineDtype | null = null,
+    private readonly dtype: Dtype | null = null,
   ) {}
 
   /** The engine that serves chat, or a clear 503 when this server runs without engines. */

@@ -70,11 +70,6 @@ export class BaseModelRegistry {
     return this.engineSupport ? architectureProblem(config, await this.engineSupport()) : null;
   }
 
-  /** The modules the engine can adapt, as it announced them; null where no engine runs here. */
-  async loraTargets(): Promise<string[] | null> {
-    return this.engineSupport ? (await this.engineSupport()).lora_targets : null;
-  }
-
   /** The HF `config.json` of a loadable base, or null when there is no such base or it cannot be read. */
   modelConfig(id: string): Record<string, unknown> | null {
     const model = this.find(id);
