@@ -4,7 +4,7 @@
  */
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
-import { isToolParserName, TOOL_PARSER_NAMES } from './chat/tool-calls/index.ts';
+import { isToolParserName, TOOL_PARSER_NAMES } from './conversation/tool-calls/index.ts';
 import { DTYPES, type Dtype } from './engine/protocol.ts';
 import type { EngineTopology, ServingLimits } from './engine/settings.ts';
 import { isVllmUrl, parseVllmConfig, type VllmConfig } from './engine/vllm/config.ts';

@@ -5,20 +5,30 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { GenerationDefaults } from '../chat/sampling.ts';
+import { type MarkerSyntax, markerSyntax } from '../constraints/lark.ts';
+import { type ChatTokenizer, loadTokenizer } from '../conversation/tokenizer.ts';
 import {
   detectToolParser,
   TOOL_CALL_FORMATS,
   type ToolCallFormat,
   type ToolParserName,
-} from '../chat/tool-calls/index.ts';
-import { type MarkerSyntax, markerSyntax } from '../constraints/lark.ts';
-import { type ChatTokenizer, loadTokenizer } from '../conversation/tokenizer.ts';
+} from '../conversation/tool-calls/index.ts';
 import { EngineError } from '../engine/errors.ts';
 import type { Engine, SamplerEngine } from '../engine/ops.ts';
 import type { Dtype, EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import { AppError } from '../errors.ts';
 import type { BaseModelRegistry, BaseModelSpec } from './base-models.ts';
+
+/** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
+export interface GenerationDefaults {
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  repetition_penalty?: number;
+  /** Every end-of-sequence id the model may emit (the tokenizer's EOS among them). */
+  eos_token_ids: number[];
+}
 
 export interface LoadedBase {
   id: string;

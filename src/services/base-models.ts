@@ -1,7 +1,7 @@
 /** The base models this server can load: configured ids mapped to HF-format folders on disk, and the built-in ones. */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ToolParserName } from '../chat/tool-calls/index.ts';
+import type { ToolParserName } from '../conversation/tool-calls/index.ts';
 import type { EngineSupport } from '../engine/protocol.ts';
 import { repoRoot } from '../repo-root.ts';
 

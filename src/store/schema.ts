@@ -195,6 +195,15 @@ export interface ServerSecretTable {
   created_at: string;
 }
 
+/** A stored Responses API response: the object answered and the conversation it ends, both JSON text. */
+export interface StoredResponseTable {
+  id: string;
+  entity_id: string;
+  response: string;
+  conversation: string;
+  created_at: string;
+}
+
 export interface Database {
   entities: EntityTable;
   memberships: MembershipTable;
@@ -217,4 +226,5 @@ export interface Database {
   tinker_futures: TinkerFutureTable;
   tinker_sampled_sequences: TinkerSampledSequenceTable;
   server_secrets: ServerSecretTable;
+  stored_responses: StoredResponseTable;
 }

@@ -1,23 +1,13 @@
 /**
  * The sampling parameters a chat completion decodes with, chosen once: the request's own, else the model's
  * `generation_config.json`, else left out, which means the protocol's default (the engine client fills it in).
- * Owns that chain and the model-side defaults' shape; refuses to know how a request is validated (request.ts).
+ * Owns that chain; refuses to know how a request is validated (request.ts).
  */
 
 import type { ChatTokenizer } from '../conversation/tokenizer.ts';
 import type { GenerateRequest } from '../engine/protocol.ts';
-import type { ChatRequest } from './request.ts';
-
-/** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
-export interface GenerationDefaults {
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  min_p?: number;
-  repetition_penalty?: number;
-  /** Every end-of-sequence id the model may emit (the tokenizer's EOS among them). */
-  eos_token_ids: number[];
-}
+import type { GenerationDefaults } from '../services/base-model-runtime.ts';
+import type { GenerationRequest } from './request.ts';
 
 export type SamplingParams = Omit<GenerateRequest, 'base' | 'adapter' | 'adapter_path' | 'prompt' | 'constraint'> & {
   stop_token_ids: number[];
@@ -25,7 +15,7 @@ export type SamplingParams = Omit<GenerateRequest, 'base' | 'adapter' | 'adapter
 
 /** The engine's sampling parameters for this request on this model. */
 export function samplingParams(
-  request: ChatRequest,
+  request: GenerationRequest,
   model: { generation: GenerationDefaults; tokenizer: ChatTokenizer },
   maxTokens: number,
 ): SamplingParams {
