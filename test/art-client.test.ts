@@ -69,11 +69,10 @@ const ANTHROPIC_HTTPX =
   process.env.ART_0523_ANTHROPIC_PATH ?? (fs.existsSync(fallbackOverlay) ? fallbackOverlay : undefined);
 
 /**
- * The APIs whose captured rollouts the 0.5.23 session trains, and where each response says which ids were sampled
- * (ART's token evidence, art.trajectories._tokenize). `responses` (token_generations) and `messages` (the anthropic
- * SDK) join when their routes are served; test/clients/art_capture.py has their rollouts.
+ * The APIs whose captured rollouts the 0.5.23 session trains (test/clients/art_capture.py makes them), and where each
+ * response says which ids were sampled (ART's token evidence, art.trajectories._tokenize).
  */
-const SERVED_KINDS = ['chat_completions'];
+const SERVED_KINDS = ['chat_completions', 'completions', 'responses', 'messages'];
 const CAPTURED_KINDS = SERVED_KINDS.filter((kind) => kind !== 'messages' || ANTHROPIC_HTTPX);
 const sampledIds: Record<string, (exchange: any) => number[]> = {
   chat_completions: (exchange) => exchange.response.choices.flatMap((choice: any) => choice.token_ids),

@@ -7,7 +7,12 @@
  * that is not what its kind needs is a problem naming it. trajectory-exchanges.ts reads a trajectory through these.
  */
 import type { CapturedExchange } from '../api/models.ts';
-import { anthropicContentMessage, anthropicMessages, anthropicTools } from '../conversation/anthropic-messages.ts';
+import {
+  anthropicContentMessage,
+  anthropicMessages,
+  anthropicTemplateKwargs,
+  anthropicTools,
+} from '../conversation/anthropic-messages.ts';
 import { type ChatMessage, ConversionError } from '../conversation/chat-shapes.ts';
 import { itemMessages, responsesMessages, responsesTools } from '../conversation/responses-items.ts';
 import type { ChatTokenizer } from '../conversation/tokenizer.ts';
@@ -439,14 +444,6 @@ function responsesGenerations(
   }));
 }
 
-/** A Messages request's template switches: its `chat_template_kwargs`, and `thinking` as `enable_thinking`. */
-function messagesKwargs(request: Json): Json {
-  const kwargs = isObject(request.chat_template_kwargs) ? { ...request.chat_template_kwargs } : {};
-  const thinking = isObject(request.thinking) ? request.thinking.type : undefined;
-  if (thinking === 'enabled' || thinking === 'disabled') kwargs.enable_thinking ??= thinking === 'enabled';
-  return kwargs;
-}
-
 /** An Anthropic Messages exchange: `system` and `messages` → one generation, its `content` the answer. */
 function messagesGenerations(
   exchange: CapturedExchange,
@@ -457,9 +454,11 @@ function messagesGenerations(
   let messages: ChatMessage[];
   let message: ChatMessage;
   let tools: unknown[] | null;
+  let templateKwargs: Json;
   try {
     messages = anthropicMessages(request.system, request.messages);
     tools = anthropicTools(request.tools);
+    templateKwargs = anthropicTemplateKwargs(request.chat_template_kwargs, request.thinking);
   } catch (error) {
     conversionProblem(problems, loc, 'request', error);
     return [];
@@ -482,7 +481,7 @@ function messagesGenerations(
       model: exchangeModel(exchange),
       messages: messages.map(plain),
       tools,
-      templateKwargs: messagesKwargs(request),
+      templateKwargs,
       chatTemplate: typeof request.chat_template === 'string' ? request.chat_template : null,
       promptText: null,
       addSpecialTokens: false,
