@@ -2,11 +2,14 @@
 
 Owns: what a LoRA adapter folder (`adapter_config.json`, `adapter_model.safetensors`)
 must be for this engine to run it on a base: a LORA config with a positive
-integer rank, a numeric alpha and supported target modules, none of the
+integer rank, a numeric alpha and target modules the base has, none of the
 features it does not implement (DoRA, per-module patterns, modules to save,
-layer subsets); every tensor a lora_A/lora_B of a real layer's projection among
-those targets, with the shapes the base and rank imply, in F32, F16 or BF16,
-each with its twin; and values finite and within bounds.json's bound. `problems`
+layer subsets, fused expert parameters); every tensor a lora_A/lora_B of a
+projection of the base's target table (lora.py's LoraTarget, which each model
+implementation lists) among those targets, with the shapes the base and rank
+imply, in F32, F16 or BF16, each with its twin, a mixture's experts one pair per
+expert (`….mlp.experts.{e}.gate_proj`, every expert present, stacked when loaded);
+and values finite and within bounds.json's bound. `problems`
 lists every problem found, each with where it is (the file, then the field or
 tensor) and what is wrong, as the server's 422 shows them (the `check_adapter`
 op: an upload or a fork is checked here, before the model exists); `load_peft`
@@ -23,28 +26,36 @@ import math
 import os
 import re
 
+import torch
+
 from . import weights as W
 from .lora import (
     CONFIG_NAME,
     MAX_ABS_WEIGHT,
     OPTIMIZER_NAME,
-    SUPPORTED_TARGETS,
     WEIGHTS_NAME,
     Adapter,
     LoraConfig,
+    LoraTarget,
     NonFinite,
     first_bad_value,
     load_optimizer_state,
-    module_path,
-    module_shape,
+    target_kinds,
+    target_table,
 )
-from .model import ModelArgs
 
-TENSOR_NAME = re.compile(
-    r"^base_model\.model\.(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+))\.lora_([AB])(?:\.default)?\.weight$"
-)
+TENSOR_NAME = re.compile(r"^base_model\.model\.(.+)\.lora_([AB])(?:\.default)?\.weight$")
+EXPERT_PATH = re.compile(r"^(.+\.experts)\.(\d+)\.(\w+)$")
+LAYER = re.compile(r"\.layers\.(\d+)\.")
 FILE_DTYPES = ("F32", "F16", "BF16")
-UNSUPPORTED = ("use_dora", "rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform")
+UNSUPPORTED = (
+    "use_dora",
+    "rank_pattern",
+    "alpha_pattern",
+    "modules_to_save",
+    "layers_to_transform",
+    "target_parameters",  # transformers 5's fused expert tensors: this engine reads experts one by one
+)
 
 
 class Problem:
@@ -61,25 +72,28 @@ class Problem:
         return f"{' '.join(self.loc)}: {self.msg}"
 
 
-def problems(folder: str, args: ModelArgs, check_values: bool = True) -> list[Problem]:
-    """Every problem of the adapter in `folder` for a base of `args` (none: it loads)."""
-    return _read(folder, args, check_values)[1]
+def problems(folder: str, targets, check_values: bool = True) -> list[Problem]:
+    """Every problem of the adapter in `folder` for a base with this target table (or our ModelArgs; none: it loads)."""
+    return _read(folder, _paths(targets), check_values)[1]
 
 
-def load_peft(key: str, base: str, folder: str, args: ModelArgs, device, check_values: bool = True) -> Adapter:
-    """The PEFT adapter in `folder`; a folder with a problem is refused (NonFinite for values out of bounds, which
-    only check_values off skips; ValueError otherwise), naming the first. No folder: FileNotFoundError."""
+def load_peft(key: str, base: str, folder: str, targets, device, check_values: bool = True) -> Adapter:
+    """The PEFT adapter in `folder` for a base with this target table (or our ModelArgs); a folder with a problem is
+    refused (NonFinite for values out of bounds, which only check_values off skips; ValueError otherwise), naming the
+    first. No folder: FileNotFoundError."""
     if not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
         raise FileNotFoundError(f"{folder}: there is no adapter folder here (no {CONFIG_NAME})")
-    (config, tensors), found = _read(folder, args, check_values)
+    table = _paths(targets)
+    (config, tensors), found = _read(folder, table, check_values)
     if found:
         raise (NonFinite if all(p.value for p in found) else ValueError)(f"{folder}: {found[0]}")
-    A = {path: t.float().to(device).requires_grad_(True) for (path, ab), t in tensors.items() if ab == "A"}
-    B = {path: t.float().to(device).requires_grad_(True) for (path, ab), t in tensors.items() if ab == "B"}
+    stacked = _stacked(tensors, table)
+    A = {path: t.float().to(device).requires_grad_(True) for (path, ab), t in stacked.items() if ab == "A"}
+    B = {path: t.float().to(device).requires_grad_(True) for (path, ab), t in stacked.items() if ab == "B"}
     lora = LoraConfig(
         rank=int(config["r"]),
         alpha=float(config["lora_alpha"]),
-        target_modules=tuple(sorted({p.rsplit(".", 1)[1] for p in A})),
+        target_modules=tuple(sorted({table[p].name for p in A})),
         seed=0,  # unused: the weights come from the file, no init runs
         use_rslora=bool(config.get("use_rslora", False)),
     )
@@ -90,10 +104,37 @@ def load_peft(key: str, base: str, folder: str, args: ModelArgs, device, check_v
     return adapter
 
 
-def _read(folder: str, args: ModelArgs, check_values: bool) -> tuple[tuple[dict, dict], list[Problem]]:
+def _paths(targets) -> dict[str, LoraTarget]:
+    return {t.path: t for t in target_table(targets)}
+
+
+def _where(path: str, table: dict[str, LoraTarget]) -> tuple[LoraTarget | None, int | None]:
+    """The target a tensor's module path adapts, and the expert's index for a mixture's (None otherwise)."""
+    e = EXPERT_PATH.match(path)
+    if e and f"{e.group(1)}.{e.group(3)}" in table and table[f"{e.group(1)}.{e.group(3)}"].experts:
+        return table[f"{e.group(1)}.{e.group(3)}"], int(e.group(2))
+    target = table.get(path)
+    return (target, None) if target is not None and not target.experts else (None, None)
+
+
+def _stacked(tensors: dict, table: dict) -> dict:
+    """{(module path, ab): tensor} with each mixture's experts stacked under their target's path ([experts, ...])."""
+    out, experts = {}, {}
+    for (path, ab), t in tensors.items():
+        target, expert = _where(path, table)
+        if expert is None:
+            out[(path, ab)] = t
+        else:
+            experts.setdefault((target.path, ab), {})[expert] = t
+    for key, per in experts.items():
+        out[key] = torch.stack([per[i] for i in range(len(per))])
+    return out
+
+
+def _read(folder: str, table: dict, check_values: bool) -> tuple[tuple[dict, dict], list[Problem]]:
     """((config, {(module path, "A"|"B"): tensor}), problems): what loads, and what is wrong; each stage runs only
     when the one before found nothing (tensors are not read against a config that is wrong)."""
-    config, found = _config(os.path.join(folder, CONFIG_NAME))
+    config, found = _config(os.path.join(folder, CONFIG_NAME), table)
     if found:
         return (config, {}), found
     weights = os.path.join(folder, WEIGHTS_NAME)
@@ -102,13 +143,13 @@ def _read(folder: str, args: ModelArgs, check_values: bool) -> tuple[tuple[dict,
         size = os.path.getsize(weights)
     except (OSError, ValueError) as e:
         return (config, {}), [Problem([WEIGHTS_NAME], str(e).removeprefix(f"{weights}: "))]
-    found = _tensors(header, config, args, size - data_start)
+    found = _tensors(header, config, table, size - data_start)
     if found:
         return (config, {}), found
     tensors = {}
     for name, t in W.iter_file(weights):
         m = TENSOR_NAME.match(name)
-        tensors[(m.group(1), m.group(5))] = t
+        tensors[(m.group(1), m.group(2))] = t
         bad = first_bad_value(t) if check_values else None
         if bad is not None:
             value, index = bad
@@ -117,7 +158,7 @@ def _read(folder: str, args: ModelArgs, check_values: bool) -> tuple[tuple[dict,
     return (config, tensors), found
 
 
-def _config(path: str) -> tuple[dict, list[Problem]]:
+def _config(path: str, table: dict) -> tuple[dict, list[Problem]]:
     at = lambda key: [CONFIG_NAME, key]  # noqa: E731
     try:
         with open(path, encoding="utf-8") as f:
@@ -139,9 +180,10 @@ def _config(path: str) -> tuple[dict, list[Problem]]:
     if not isinstance(targets, list) or not targets:
         found.append(Problem(at("target_modules"), "must be a non-empty list of module names"))
     else:
+        offered = target_kinds(list(table.values()))
         for name in targets:
-            if name not in SUPPORTED_TARGETS:
-                supported = ", ".join(SUPPORTED_TARGETS)
+            if name not in offered:
+                supported = ", ".join(offered)
                 found.append(
                     Problem(at("target_modules"), f"{json.dumps(name)} is not supported; supported: {supported}")
                 )
@@ -151,35 +193,58 @@ def _config(path: str) -> tuple[dict, list[Problem]]:
     return config, found
 
 
-def _tensors(header: dict, config: dict, args: ModelArgs, data_bytes: int) -> list[Problem]:
-    """The safetensors header against the base's shapes and the config's rank and targets."""
+def _tensors(header: dict, config: dict, table: dict, data_bytes: int) -> list[Problem]:
+    """The safetensors header against the base's target table and the config's rank and targets."""
     found, seen = [], set()
     rank, targets = config["r"], config["target_modules"]
+    experts: dict[tuple[str, str], set[int]] = {}
     for name, entry in header.items():
         at = [WEIGHTS_NAME, name]
         m = TENSOR_NAME.match(name)
         if not m:
             found.append(Problem(at, "not a LoRA tensor of a decoder layer projection"))
             continue
-        layer, module, ab = int(m.group(2)), m.group(4), m.group(5)
-        if layer >= args.num_layers:
-            found.append(Problem(at, f"layer {layer}: the base model has {args.num_layers} layers"))
-        elif module not in targets or module_path(layer, module) != m.group(1):
+        path, ab = m.group(1), m.group(2)
+        module = path.rsplit(".", 1)[-1]
+        target, expert = _where(path, table)
+        if module not in targets:
             found.append(Problem(at, f"module {module} is not among target_modules"))
+        elif target is None:
+            found.append(Problem(at, f"{path} is not a projection this base model has"))
         else:
-            fan_in, fan_out = module_shape(args, module)
-            expected = [rank, fan_in] if ab == "A" else [fan_out, rank]
+            if expert is not None and expert >= target.experts:
+                found.append(Problem(at, f"expert {expert}: the base model has {target.experts} experts there"))
+            expected = [rank, target.fan_in] if ab == "A" else [target.fan_out, rank]
             if entry.get("shape") != expected:
                 msg = f"shape {_list(entry.get('shape'))}; the base model and rank {rank} need {_list(expected)}"
                 found.append(Problem(at, msg))
+            if expert is not None:
+                experts.setdefault((target.path, ab), set()).add(expert)
         found.extend(_layout(at, entry, data_bytes))
-        seen.add((layer, module, ab))
-    for layer, module, ab in sorted(seen):
-        twin = "B" if ab == "A" else "A"
-        if (layer, module, twin) not in seen:
-            found.append(Problem([WEIGHTS_NAME], f"layer {layer} {module} has lora_{ab} without its lora_{twin}"))
+        seen.add((path, ab))
+    found += _unpaired(seen) + _missing_experts(experts, table)
     if not seen:
         found.append(Problem([WEIGHTS_NAME], "holds no LoRA tensors"))
+    return found
+
+
+def _unpaired(seen: set) -> list[Problem]:
+    found = []
+    for path, ab in sorted(seen):
+        twin = "B" if ab == "A" else "A"
+        if (path, twin) not in seen:
+            layer = LAYER.search(f".{path}.")
+            where = f"layer {layer.group(1)} {path.rsplit('.', 1)[-1]}" if layer and "experts" not in path else path
+            found.append(Problem([WEIGHTS_NAME], f"{where} has lora_{ab} without its lora_{twin}"))
+    return found
+
+
+def _missing_experts(experts: dict, table: dict) -> list[Problem]:
+    found = []
+    for (path, ab), present in sorted(experts.items()):
+        missing = [e for e in range(table[path].experts) if e not in present]
+        if missing:
+            found.append(Problem([WEIGHTS_NAME], f"{path} lacks lora_{ab} of experts {missing[:8]}"))
     return found
 
 

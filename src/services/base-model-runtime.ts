@@ -41,6 +41,8 @@ export interface LoadedBase {
   toolFormat: ToolCallFormat;
   /** How a forced call's grammar writes marker texts for this tokenizer (special tokens by id). */
   markers: MarkerSyntax;
+  /** The projections an adapter on this base may target, as the trainer announced them (set by loadForTraining). */
+  loraTargets?: Record<string, 'attention' | 'mlp'>;
 }
 
 async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer): Promise<GenerationDefaults> {
@@ -148,8 +150,9 @@ export class BaseModelRuntime {
     return cached(this.trainerLoading, baseId, async () => {
       const base = await this.load(baseId);
       const { sampler, trainer } = this.requireEngines();
-      if (trainer !== sampler) await trainer.request('load_base', this.loadRequest(base.id, base.path));
-      return base;
+      const reply =
+        trainer !== sampler ? await trainer.request('load_base', this.loadRequest(base.id, base.path)) : base.engine;
+      return { ...base, loraTargets: reply.lora_targets ?? {} };
     });
   }
 

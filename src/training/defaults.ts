@@ -33,14 +33,15 @@ export function defaultLearningRate(baseConfig: Record<string, unknown> | null):
 }
 
 /**
- * A fresh adapter's shape: every attention and MLP projection. `seed` fixes its random A (B starts at zero,
- * so a fresh adapter is a no-op either way).
+ * A fresh adapter's shape: every projection the base offers (`targets`, its engine's `lora_targets`: attention and
+ * MLP, a mixture's experts included, its router never), or our default list where the engine named none. `seed`
+ * fixes its random A (B starts at zero, so a fresh adapter is a no-op either way).
  */
-export function loraInit(seed: number): AdapterInit {
+export function loraInit(seed: number, targets: readonly string[] = []): AdapterInit {
   return {
     rank: LORA_DEFAULTS.rank,
     alpha: LORA_DEFAULTS.alpha,
-    target_modules: [...LORA_DEFAULTS.target_modules],
+    target_modules: targets.length ? [...targets] : [...LORA_DEFAULTS.target_modules],
     seed,
   };
 }
