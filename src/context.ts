@@ -297,6 +297,8 @@ export function createServices(options: ContextOptions): Services {
       secrets: repositories.secrets,
       clock,
       maxFileBytes: config.artifactMaxFileBytes,
+      models: repositories.models,
+      runMetrics: repositories.trajectories,
     }),
     imports: new AdapterImporter(
       models,

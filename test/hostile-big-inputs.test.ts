@@ -138,7 +138,7 @@ describe('big inputs against the real server (its own process)', () => {
     const answer = await measured(
       'RL job, 10,000 groups',
       () => post('/v1/preview/training-jobs', text),
-      onLoopMs(RL_JOB_BODY, text, { vocabSize: null }),
+      onLoopMs(RL_JOB_BODY, text, { vocabSize: null, model: { entity: 'local', project: 'big', name: 'rl' } }),
     );
     assert.equal(answer.status, 200, answer.text);
     // Deleting the model cancels the job before it trains on 20,000 trajectories.

@@ -5,10 +5,12 @@
 import { LogBody } from '../api/models.ts';
 import { RlJobBody } from '../api/training-jobs.ts';
 import { prepareLog } from '../services/trajectory-rows.ts';
-import { prepareRlJob } from '../training/rl-submission.ts';
+import { prepareRlJob, rlJobTarget } from '../training/rl-submission.ts';
 import { bodyTask } from './large-body.ts';
 
 const HERE = import.meta.url;
 
 export const LOG_BODY = bodyTask(HERE, 'LOG_BODY', LogBody, prepareLog);
+/** Read twice for a large body (both times on the worker thread): what it names, then the rest once that is known. */
+export const RL_JOB_TARGET = bodyTask(HERE, 'RL_JOB_TARGET', RlJobBody, rlJobTarget);
 export const RL_JOB_BODY = bodyTask(HERE, 'RL_JOB_BODY', RlJobBody, prepareRlJob);

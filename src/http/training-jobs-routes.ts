@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { listEnvelope, toListPage } from '../api/lists.ts';
 import { JobCreated, RlJobBody, SftJobBody, TrainingJob, TrainingJobEvent } from '../api/training-jobs.ts';
 import type { TrainingJobService } from '../training/job-service.ts';
-import { RL_JOB_BODY } from './body-tasks.ts';
+import { RL_JOB_BODY, RL_JOB_TARGET } from './body-tasks.ts';
 import { preparedBody } from './large-body.ts';
 import { queryInteger, queryString } from './query.ts';
 
@@ -12,8 +12,8 @@ export function registerTrainingJobRoutes(app: FastifyInstance, jobs: TrainingJo
     '/v1/preview/training-jobs',
     { schema: { body: RlJobBody, response: { 200: JobCreated } }, config: { largeBody: true } },
     async (request) =>
-      jobs.submitRl(request.principal, await preparedBody(request, RL_JOB_BODY, { vocabSize: null }), (vocabSize) =>
-        preparedBody(request, RL_JOB_BODY, { vocabSize }),
+      jobs.submitRl(request.principal, await preparedBody(request, RL_JOB_TARGET, undefined), (context) =>
+        preparedBody(request, RL_JOB_BODY, context),
       ),
   );
 

@@ -82,14 +82,3 @@ export function tokenIdsOutsideVocabulary(
     );
   });
 }
-
-/** The largest sampled token id a trajectory's choices carry (where tokenIdsOutsideVocabulary looks); -1 for none. */
-export function largestSampledTokenId(items: Record<string, unknown>[]): number {
-  let largest = -1;
-  for (const item of items) {
-    const sampled = isChoice(item) ? sampledTokens(null, item) : null;
-    if (!sampled?.pathOf) continue;
-    for (const id of sampled.ids) largest = Math.max(largest, id);
-  }
-  return largest;
-}

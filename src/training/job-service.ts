@@ -20,7 +20,7 @@ import type { JobRepository } from '../store/job-repository.ts';
 import { parseRlConfig } from './rl/config.ts';
 import type { KlReferenceResolver } from './rl/kl-reference.ts';
 import { readRlPayload, rlPayloadText } from './rl/payload.ts';
-import type { PreparedRlJob } from './rl-submission.ts';
+import type { PreparedRlJob, RlJobContext, RlJobTarget } from './rl-submission.ts';
 import { parseSftConfig, unimplementedKeyProblems } from './sft/config.ts';
 import { countConversations, SFT_DATA_FILES } from './sft/data.ts';
 import { readSftPayload, type SftJobPayload, sftPayload } from './sft/payload.ts';
@@ -48,16 +48,17 @@ export class TrainingJobService {
   ) {}
 
   /**
-   * Queues a prepared RL request (rl-submission.ts, prepared without the model's vocabulary); `prepareWith` prepares
-   * it again with a vocabulary size, which happens only when a sampled token id may lie outside it.
+   * Queues an RL request: `target` is what it names (its model and configuration, read first), and `prepare` makes
+   * the rest ready once the model is known (rl-submission.ts: its checks need the base's vocabulary and the model's
+   * identity), on a worker thread for a large body.
    */
   async submitRl(
     principal: Principal,
-    prepared: PreparedRlJob,
-    prepareWith: (vocabSize: number) => Promise<PreparedRlJob>,
+    target: RlJobTarget,
+    prepare: (context: RlJobContext) => Promise<PreparedRlJob>,
   ): Promise<{ id: string }> {
-    const model = await this.models.getOwned(principal, prepared.modelId);
-    const { config, problems } = parseRlConfig(prepared.experimentalConfig, () =>
+    const model = await this.models.getOwned(principal, target.modelId);
+    const { config, problems } = parseRlConfig(target.experimentalConfig, () =>
       this.defaultLearningRate(model.base_model),
     );
     if (config.kl_ref_adapter_path !== null) {
@@ -66,15 +67,16 @@ export class TrainingJobService {
       if ('problem' in resolved) problems.push(resolved.problem);
       else config.kl_reference = resolved.reference;
     }
-    const vocabSize = await this.vocabularySize(model.base_model);
-    const checked =
-      vocabSize !== null && prepared.largestTokenId >= vocabSize ? await prepareWith(vocabSize) : prepared;
-    const all = problems.concat(checked.problems);
+    const prepared = await prepare({
+      vocabSize: await this.vocabularySize(model.base_model),
+      model: { entity: model.entity_name, project: model.project, name: model.name },
+    });
+    const all = problems.concat(prepared.problems);
     if (all.length > 0) throw validationError(all);
     const job = await this.queue.enqueue({
       modelId: model.id,
       type: 'rl',
-      payloadText: rlPayloadText(checked.groupsJson, config),
+      payloadText: rlPayloadText(prepared.groupsJson, config),
     });
     this.notify.submitted();
     return { id: job.id };

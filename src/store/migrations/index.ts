@@ -9,6 +9,7 @@ import * as m006 from './006-tinker.ts';
 import * as m007 from './007-tinker-requests.ts';
 import * as m008 from './008-artifact-type.ts';
 import * as m009 from './009-wandb-pending.ts';
+import * as m010 from './010-client-records.ts';
 import * as m011 from './011-stored-responses.ts';
 import type { MigrationContext } from './context.ts';
 
@@ -28,5 +29,6 @@ export const MIGRATIONS: Migration[] = [
   { version: 7, name: 'tinker-requests', up: m007.up },
   { version: 8, name: 'artifact-type', up: m008.up },
   { version: 9, name: 'wandb-pending', up: m009.up },
+  { version: 10, name: 'client-records', up: m010.up },
   { version: 11, name: 'stored-responses', up: m011.up },
 ];
