@@ -198,7 +198,7 @@ for (const backend of backends()) {
     test('every authenticated route answers a caller without a key 401 before it reads the body', async () => {
       // Routes open without a key: health, the API description, the dashboard's files, signed URLs (their own 403).
       const open =
-        /^(GET \/(|index\.html|favicon\.svg|assets\/.*|docs.*|openapi\.json|metrics|v1\/health|v1\/system-check|api\/v1\/healthz|api\/v1\/checkpoint_archives\/.*)|PUT \/wandb\/uploads\/.*|POST \/sdk\/otel\/.*)$/;
+        /^(GET \/(|index\.html|favicon\.svg|assets\/.*|docs.*|openapi\.json|metrics|v1\/health|v1\/system-check|api\/v1\/healthz|api\/v1\/(checkpoint_archives|external_weights)\/.*)|PUT \/wandb\/uploads\/.*|POST \/sdk\/otel\/.*)$/;
       const routes = (await registeredRoutes()).filter((route) => !open.test(route));
       assert.ok(routes.length > 60, `${routes.length} routes`);
       const bodies = [
