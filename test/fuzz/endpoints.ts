@@ -987,6 +987,51 @@ function tinkerEndpoints(): Endpoint[] {
     },
     {
       method: 'POST',
+      template: '/api/v1/save_weights_external',
+      writes: true,
+      weight: 0.3,
+      body: (c) => ({
+        model_id: modelId(c),
+        seq_id: c.rng.pick([1, null]),
+        path: c.rng.pick([c.rng.word(), '../x', '']),
+        ...(c.rng.chance(0.3) ? { ttl_seconds: c.rng.pick([3600, 1, null, 2 ** 40]) } : {}),
+        ...(c.rng.chance(0.2) ? { age_encryption_recipients: c.rng.pick([['age1x'], [], null]) } : {}),
+      }),
+    },
+    {
+      method: 'PUT',
+      template: '/api/v1/training_runs/:run_id/checkpoints/*',
+      writes: true,
+      weight: 0.3,
+      params: (c) => ({
+        run_id: c.rng.pick([...c.world.b.modelIds, c.rng.pick(c.target.modelIds)]),
+        '*': c.rng.pick([
+          'sampler_weights/step1/ttl',
+          'weights/x/ttl',
+          'external_weights/x/ttl',
+          'sampler_weights/step1',
+        ]),
+      }),
+      body: (c) => ({ ttl_seconds: c.rng.pick([3600, null, 1, 2 ** 40]) }),
+    },
+    {
+      // A signed file of an export nobody signed: refused whatever the parameters.
+      method: 'GET',
+      template: '/api/v1/external_weights/:model_id/:step/:file',
+      writes: false,
+      weight: 0.2,
+      params: (c) => ({
+        model_id: c.rng.pick([...c.world.b.modelIds, c.rng.pick(c.target.modelIds)]),
+        step: c.rng.pick(['1', '01', '0', 'x']),
+        file: c.rng.pick(['adapter_config.json', 'adapter_model.safetensors', '../x']),
+      }),
+      query: (c) => ({
+        expires: c.rng.pick([0, 9_999_999_999, 'soon']),
+        signature: c.rng.pick(['0'.repeat(64), 'zz', hugeString(c.rng)]),
+      }),
+    },
+    {
+      method: 'POST',
       template: '/api/v1/load_weights',
       writes: true,
       weight: 0.3,
