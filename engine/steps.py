@@ -27,7 +27,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from . import lora as L
+from . import shard
 from . import weights as W
+from .group import SOLO, Group
 from .model import ForwardContext, Transformer
 from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
 
@@ -140,54 +142,75 @@ def forward_backward(
     loss_config: dict[str, float],
     rows: list[StepRow],
     backward: bool,
+    group: Group = SOLO,
 ) -> dict:
     """Per row: logprobs and elementwise loss; with `backward`, the summed loss's gradient is ADDED to the adapter's.
 
     A row whose loss is not finite fails the call (TrainingDiverged) with the accumulated gradient as it was before it.
+    With several ranks each computes a contiguous share of the rows; outputs, sums and gradients are summed over them.
     """
     t0 = time.perf_counter()
-    lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
-    outputs: list[dict] = []
-    total = 0.0
-    grads_before = [None if p.grad is None else p.grad.clone() for p in adapter.parameters()] if backward else []
-    with torch.set_grad_enabled(backward):
-        for row in rows:
-            logprobs_T = target_logprobs(model, row.tokens_T, row.target_tokens_T, lora)
-            loss_T = token_loss(loss, loss_config, logprobs_T, row)
-            row_loss = loss_T.sum()
-            if not bool(torch.isfinite(loss_T).all()):
-                if backward:
-                    for p, g in zip(adapter.parameters(), grads_before):
-                        p.grad = g
-                raise TrainingDiverged(
-                    f"training diverged: the loss of rows[{len(outputs)}] is not finite; "
-                    "the accumulated gradient is as it was before this call"
-                )
+    lo, hi = group.share([int(r.tokens_T.shape[0]) for r in rows])
+    grads_before = [None if p.grad is None else p.grad.clone() for p in adapter.trainable()] if backward else []
+    with torch.set_grad_enabled(backward), shard.computing(group, adapter):
+        lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
+        mine = _rows_forward(model, lora, loss, loss_config, rows[lo:hi], backward, lo)
+        every = group.gather(mine)
+        failed = [m["failed"] for m in every if m["failed"] is not None]
+        if failed:
             if backward:
-                row_loss.backward()  # one row's graph at a time; .grad sums across rows and calls
-            total += float(row_loss.detach())
-            outputs.append(
-                {
-                    "logprobs": logprobs_T.detach().float().cpu().tolist(),
-                    "elementwise_loss": loss_T.detach().float().cpu().tolist(),
-                }
+                for p, g in zip(adapter.trainable(), grads_before):
+                    p.grad = g
+            raise TrainingDiverged(
+                f"training diverged: the loss of rows[{min(failed)}] is not finite; "
+                "the accumulated gradient is as it was before this call"
             )
+        if backward:
+            shard.reduce_gradients(adapter, group)
+    shard.after_forward(model)
+    total = sum(m["total"] for m in every)
     tokens = sum(int(r.tokens_T.shape[0]) for r in rows)
     return {
-        "outputs": outputs,
+        "outputs": [out for m in every for out in m["outputs"]],
         "loss": total,
         "metrics": {"loss:sum": total, "num_tokens": float(tokens), "step_seconds": time.perf_counter() - t0},
     }
 
 
-def optim_step(adapter: L.Adapter, p: AdamW) -> dict:
+def _rows_forward(model, lora, loss: str, loss_config, rows: list[StepRow], backward: bool, first: int) -> dict:
+    """This rank's rows (rows[first] is its first): their outputs and summed loss, or the index of the first row
+    whose loss is not finite (rows after it are not computed)."""
+    outputs, total = [], 0.0
+    for i, row in enumerate(rows):
+        logprobs_T = target_logprobs(model, row.tokens_T, row.target_tokens_T, lora)
+        loss_T = token_loss(loss, loss_config, logprobs_T, row)
+        row_loss = loss_T.sum()
+        if not bool(torch.isfinite(loss_T).all()):
+            return {"outputs": [], "total": 0.0, "failed": first + i}
+        if backward:
+            row_loss.backward()  # one row's graph at a time; .grad sums across rows and calls
+        total += float(row_loss.detach())
+        outputs.append(
+            {
+                "logprobs": logprobs_T.detach().float().cpu().tolist(),
+                "elementwise_loss": loss_T.detach().float().cpu().tolist(),
+            }
+        )
+    return {"outputs": outputs, "total": total, "failed": None}
+
+
+def optim_step(adapter: L.Adapter, p: AdamW, group: Group = SOLO) -> dict:
     """The AdamW step of train.py on what forward_backward accumulated (counted even without a gradient, as Tinker does)."""
-    grad_norm = adamw_step(adapter, p)
+    grad_norm = adamw_step(adapter, p, None, group)
     return {"metrics": {"grad_norm": grad_norm, "learning_rate": p.learning_rate}, "step": adapter.version}
 
 
-def save_state(adapter: L.Adapter, folder: str, base_name: str) -> list[str]:
-    """The adapter, its optimizer state and step in `folder`, replaced as a whole (never half written)."""
+def save_state(adapter: L.Adapter, folder: str, base_name: str, group: Group = SOLO) -> list[str]:
+    """The adapter, its optimizer state and step in `folder`, replaced as a whole (never half written); with several
+    ranks the shards are gathered and rank 0 writes."""
+    adapter = shard.whole_copy(adapter, group)
+    if not group.leader:
+        return []
     folder = os.path.abspath(folder)
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
@@ -207,8 +230,11 @@ def save_state(adapter: L.Adapter, folder: str, base_name: str) -> list[str]:
     return files + [STATE_NAME]
 
 
-def load_state(key: str, base: str, folder: str, args, device, check_values: bool = True) -> L.Adapter:
-    """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint)."""
+def load_state(
+    key: str, base: str, folder: str, args, device, check_values: bool = True, group: Group = SOLO
+) -> L.Adapter:
+    """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint); with
+    several ranks, each keeps its shards."""
     adapter = L.load_peft(key, base, folder, args, device, check_values)
     state_path = os.path.join(folder, STATE_NAME)
     if os.path.exists(state_path):
@@ -218,4 +244,4 @@ def load_state(key: str, base: str, folder: str, args, device, check_values: boo
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"{state_path}: not a training state this engine wrote")
         adapter.version = step
-    return adapter
+    return shard.shard_adapter(adapter, group)
