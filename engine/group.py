@@ -5,7 +5,7 @@ Owns: reading the launcher's environment (torch.distributed.run's RANK, WORLD_SI
 MASTER_ADDR, MASTER_PORT; a process started alone is rank 0 of 1), the start-up checks that fail clearly instead of
 hanging (more ranks on a node than CUDA devices, peers that do not connect in time), the backends (gloo on CPU; NCCL
 for CUDA tensors, gloo beside it for objects), the op broadcast from rank 0 on a group of its own that may wait idle
-for days, which contiguous share of some work is this rank's (`share`), and the sums and gathers over ranks. With one
+for days, which contiguous share of some work is each rank's (`spans`), and the sums and gathers over ranks. With one
 rank every collective is the identity; `SOLO` is the group of an engine that also samples (no process group at all).
 
 Refuses to know: models, adapters, rows and losses (shard.py, train.py and steps.py call it), the wire.
@@ -50,15 +50,19 @@ class Group:
         """True when the base is sharded with FSDP (every trainer-only engine, one rank or many)."""
         return self.mesh is not None
 
-    def share(self, sizes: Sequence[int]) -> tuple[int, int]:
-        """This rank's [begin, end) of `sizes`: contiguous spans of about equal sum, rank 0's first."""
+    def spans(self, sizes: Sequence[int]) -> list[tuple[int, int]]:
+        """Every rank's [begin, end) of `sizes`: contiguous spans of about equal sum, rank 0's first."""
         total, cuts, running = sum(sizes), [0], 0
         for i, size in enumerate(sizes):
             running += size
             while len(cuts) < self.world_size and running * self.world_size >= total * len(cuts):
                 cuts.append(i + 1)
         cuts += [len(sizes)] * (self.world_size + 1 - len(cuts))
-        return cuts[self.rank], cuts[self.rank + 1]
+        return list(zip(cuts[:-1], cuts[1:]))
+
+    def share(self, sizes: Sequence[int]) -> tuple[int, int]:
+        """This rank's span of `spans`."""
+        return self.spans(sizes)[self.rank]
 
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         """The elementwise sum over ranks, in place."""

@@ -27,7 +27,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from . import lora as L
-from . import shard
+from . import parts, shard
 from . import weights as W
 from .group import SOLO, Group
 from .model import ForwardContext, Transformer
@@ -85,12 +85,14 @@ class _Thresholds(LossConfig):
         return self.low, self.high
 
 
-def target_logprobs(model: Transformer, tokens_T: torch.Tensor, targets_T: torch.Tensor, lora) -> torch.Tensor:
-    """logprobs_T[t] = log p(targets_T[t] | tokens_T[:t+1]); chunked so no T x V logits stay alive."""
+def target_logprobs(
+    model: Transformer, tokens_T: torch.Tensor, targets_T: torch.Tensor, lora, seg_T: torch.Tensor | None = None
+) -> torch.Tensor:
+    """logprobs_T[t] = log p(targets_T[t] | tokens_T[:t+1] of its segment); chunked so no T x V logits stay alive."""
     device = model.device
     tokens_T, targets_T = tokens_T.to(device), targets_T.to(device)
     T = tokens_T.shape[0]
-    seg_1T = torch.zeros(1, T, dtype=torch.long, device=device)
+    seg_1T = torch.zeros(1, T, dtype=torch.long, device=device) if seg_T is None else seg_T.to(device)[None]
     h_TD = model(tokens_T[None], ForwardContext.packed(seg_1T, model.args.sliding_window), lora)[0]
     chunk = max(1, LOGITS_CHUNK_ELEMENTS // model.args.vocab_size)
     parts = []
@@ -150,53 +152,58 @@ def forward_backward(
     With several ranks each computes a contiguous share of the rows; outputs, sums and gradients are summed over them.
     """
     t0 = time.perf_counter()
-    lo, hi = group.share([int(r.tokens_T.shape[0]) for r in rows])
     grads_before = [None if p.grad is None else p.grad.clone() for p in adapter.trainable()] if backward else []
+    mine: list = []
     with torch.set_grad_enabled(backward), shard.computing(group, adapter):
         lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
-        mine = _rows_forward(model, lora, loss, loss_config, rows[lo:hi], backward, lo)
-        every = group.gather(mine)
-        failed = [m["failed"] for m in every if m["failed"] is not None]
-        if failed:
+        for batch in parts.plan(rows, group, parts.whole):
+            outputs, failed, total_B = _batch_forward(model, lora, loss, loss_config, batch)
+            # Every rank learns of a non-finite row before any backward of this batch, so all stop alike.
+            if group.sum_floats([float(failed is not None)])[0] > 0:
+                failed = [f for f in group.gather(failed) if f is not None]
+                if backward:
+                    for p, g in zip(adapter.trainable(), grads_before):
+                        p.grad = g
+                raise TrainingDiverged(
+                    f"training diverged: the loss of rows[{min(failed)}] is not finite; "
+                    "the accumulated gradient is as it was before this call"
+                )
             if backward:
-                for p, g in zip(adapter.trainable(), grads_before):
-                    p.grad = g
-            raise TrainingDiverged(
-                f"training diverged: the loss of rows[{min(failed)}] is not finite; "
-                "the accumulated gradient is as it was before this call"
-            )
+                total_B.sum().backward()  # one batch's graph at a time; .grad sums across batches and calls
+            mine += outputs
         if backward:
             shard.reduce_gradients(adapter, group)
     shard.after_forward(model)
-    total = sum(m["total"] for m in every)
+    every = sorted((out for outs in group.gather(mine) for out in outs), key=lambda out: out[0])
+    total = sum(out[1] for out in every)
     tokens = sum(int(r.tokens_T.shape[0]) for r in rows)
     return {
-        "outputs": [out for m in every for out in m["outputs"]],
+        "outputs": [out[2] for out in every],
         "loss": total,
         "metrics": {"loss:sum": total, "num_tokens": float(tokens), "step_seconds": time.perf_counter() - t0},
     }
 
 
-def _rows_forward(model, lora, loss: str, loss_config, rows: list[StepRow], backward: bool, first: int) -> dict:
-    """This rank's rows (rows[first] is its first): their outputs and summed loss, or the index of the first row
-    whose loss is not finite (rows after it are not computed)."""
-    outputs, total = [], 0.0
-    for i, row in enumerate(rows):
-        logprobs_T = target_logprobs(model, row.tokens_T, row.target_tokens_T, lora)
-        loss_T = token_loss(loss, loss_config, logprobs_T, row)
-        row_loss = loss_T.sum()
+def _batch_forward(model, lora, loss: str, loss_config, batch: list) -> tuple:
+    """A batch's rows as one packed forward: ([(row index, its loss, its output)], the first row whose loss is not
+    finite or None, each row's summed loss as a tensor to differentiate); an empty batch gives a zero to differentiate."""
+    tokens_T, seg_T, spans = parts.packed(batch, model.device)
+    targets_T = torch.cat([p.data.target_tokens_T for p in batch]) if batch else tokens_T
+    logprobs_T = target_logprobs(model, tokens_T, targets_T, lora, seg_T)
+    if not batch:
+        return [], None, logprobs_T.sum()[None] * 0.0
+    outputs, sums = [], []
+    for part, (a, b) in zip(batch, spans):
+        loss_T = token_loss(loss, loss_config, logprobs_T[a:b], part.data)
         if not bool(torch.isfinite(loss_T).all()):
-            return {"outputs": [], "total": 0.0, "failed": first + i}
-        if backward:
-            row_loss.backward()  # one row's graph at a time; .grad sums across rows and calls
-        total += float(row_loss.detach())
-        outputs.append(
-            {
-                "logprobs": logprobs_T.detach().float().cpu().tolist(),
-                "elementwise_loss": loss_T.detach().float().cpu().tolist(),
-            }
-        )
-    return {"outputs": outputs, "total": total, "failed": None}
+            return [], part.row, None
+        sums.append(loss_T.sum())
+        output = {
+            "logprobs": logprobs_T[a:b].detach().float().cpu().tolist(),
+            "elementwise_loss": loss_T.detach().float().cpu().tolist(),
+        }
+        outputs.append((part.row, float(sums[-1].detach()), output))
+    return outputs, None, torch.stack(sums)
 
 
 def optim_step(adapter: L.Adapter, p: AdamW, group: Group = SOLO) -> dict:

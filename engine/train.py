@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from . import shard
+from . import parts, shard
 from .group import SOLO, Group
 from .lora import Adapter, LoraBatch, make_optimizer
 from .model import ForwardContext, Transformer
@@ -130,43 +130,6 @@ def row_logprobs(
     return lp_T * valid_T, ent_T * valid_T, valid_T
 
 
-def pieces(rows: Sequence[Row], group: Group) -> list[Row | None]:
-    """Per row, the part of it this rank computes (None: none of it).
-
-    The rows' segments, in order, are cut into one contiguous span of about equal tokens per rank (a cut never
-    separates tokens of one segment id), so each part is whole segments, which attend only within themselves: its
-    logprobs and token losses are those the whole row gives there, and the ranks' parts in rank order are the rows.
-    """
-    if group.world_size == 1:
-        return list(rows)
-    spans = [(r, a, b) for r, row in enumerate(rows) for a, b in _segments(row.segment_ids_T.tolist())]
-    lo, hi = group.share([b - a for _, a, b in spans])
-    mine: dict[int, tuple[int, int]] = {}
-    for r, a, b in spans[lo:hi]:
-        mine[r] = (mine[r][0] if r in mine else a, b)
-    return [_slice(rows[r], *mine[r]) if r in mine else None for r in range(len(rows))]
-
-
-def _segments(ids: list[int]) -> list[tuple[int, int]]:
-    """[begin, end) of a row's runs of segment ids, merged where an id comes back after another (such tokens attend
-    to each other, so no cut may part them)."""
-    last = {sid: t for t, sid in enumerate(ids)}
-    spans, begin, reach = [], 0, -1
-    for t, sid in enumerate(ids):
-        reach = max(reach, last[sid])
-        if reach == t:
-            spans.append((begin, t + 1))
-            begin = t + 1
-    return spans
-
-
-def _slice(row: Row, a: int, b: int) -> Row:
-    if a == 0 and b == row.tokens_T.shape[0]:
-        return row
-    cut = lambda t: None if t is None else t[a:b]  # noqa: E731
-    return Row(*(cut(getattr(row, f.name)) for f in fields(Row)))
-
-
 @torch.no_grad()
 def forward_logprobs(
     model: Transformer, rows: Sequence[Row], adapter: Adapter | None, group: Group = SOLO
@@ -175,15 +138,18 @@ def forward_logprobs(
     mine = []
     with shard.computing(group, adapter):
         lora = LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
-        for piece in pieces(rows, group):
-            if piece is None:
-                mine.append(None)
-                continue
-            lp_T, _, valid_T = row_logprobs(model, piece.tokens_T, piece.segment_ids_T, lora)
-            mine.append([v if ok else None for v, ok in zip(lp_T.tolist(), valid_T.tolist(), strict=True)])
+        for batch in parts.plan(rows, group):
+            tokens_T, seg_T, spans = parts.packed(batch, model.device)
+            lp_T, _, valid_T = row_logprobs(model, tokens_T, seg_T, lora)
+            for part, (a, b) in zip(batch, spans):
+                values = [v if ok else None for v, ok in zip(lp_T[a:b].tolist(), valid_T[a:b].tolist(), strict=True)]
+                mine.append((part.row, part.begin, values))
     shard.after_forward(model)
-    every = group.gather(mine)
-    return [[v for part in every if part[r] is not None for v in part[r]] for r in range(len(rows))]
+    out: list[list[float | None]] = [[None] * int(row.tokens_T.shape[0]) for row in rows]
+    for every in group.gather(mine):
+        for r, begin, values in every:
+            out[r][begin : begin + len(values)] = values
+    return out
 
 
 def _segment_mean(x_T: torch.Tensor, mask_T: torch.Tensor, seg_T: torch.Tensor) -> torch.Tensor:
@@ -327,24 +293,25 @@ def train_step(
         p.grad = None
     total_mask = float(sum(r.mask_T.sum() for r in rows))
     tally = _Tally()
+    batches = parts.plan(rows, group)
     with shard.computing(group, adapter, reference):
         lora = LoraBatch([adapter], model.dtype, model.device)
-        ref_lora = LoraBatch([reference], model.dtype, model.device) if reference is not None else None
-        for r, piece in enumerate(pieces(rows, group)):
-            tally.row = r
-            scaled = _piece_loss(
-                model,
-                loss,
-                piece,
-                (lora, ref_lora),
-                (rows[r], len(rows), total_mask),
-                loss_cfg,
-                logprob_chunk_size,
-                tally,
-                group,
-            )
-            if scaled is not None and total_mask > 0:
-                scaled.backward()
+        refs, means = {}, {}
+        if loss == "rl" and loss_cfg.kl_penalty_coef > 0:
+            ref_lora = LoraBatch([reference], model.dtype, model.device) if reference is not None else None
+            refs, means = _references(model, batches, (lora, ref_lora), len(rows), loss_cfg, logprob_chunk_size, group)
+        for batch in batches:
+            tokens_T, seg_T, spans = parts.packed(batch, model.device)
+            new_T, ent_T, _ = row_logprobs(model, tokens_T, seg_T, lora, logprob_chunk_size)
+            # An empty batch computes nothing of the loss, but its backward gathers what every rank's does.
+            total = new_T.sum() * 0.0 if not batch else 0.0
+            for part, (a, b) in zip(batch, spans):
+                tally.row = part.row
+                whole = (rows[part.row], len(rows), total_mask)
+                ref = (refs.get((part.row, part.begin)), means.get(part.row))
+                total = total + _part_loss(loss, part.data, (new_T[a:b], ent_T[a:b]), whole, loss_cfg, ref, tally)
+            if total_mask > 0:
+                total.backward()
         if total_mask > 0:
             shard.reduce_gradients(adapter, group)
     shard.after_forward(model)
@@ -357,35 +324,49 @@ def train_step(
     return metrics
 
 
-def _piece_loss(model, loss: str, piece: Row | None, loras, whole: tuple, cfg, chunk, tally, group: Group):
-    """This rank's part of one row's scaled loss (None without a part); `whole` is (the row, the row count, every
-    row's trainable tokens), whose sums normalise it."""
+def _part_loss(loss: str, piece: Row, outputs: tuple, whole: tuple, cfg, ref: tuple, tally: _Tally) -> torch.Tensor:
+    """A row's part's scaled loss; `outputs` is its (logprobs_T, entropy_T), `whole` (its row, the row count, every
+    row's trainable tokens), whose sums normalise it, `ref` its KL reference logprobs and, where the row is cut across
+    ranks, the row's mean KL (Nones without a KL penalty)."""
+    new_T, ent_T = outputs
     row, R, total_mask = whole
-    kl_on = loss == "rl" and cfg.kl_penalty_coef > 0
-    row_mean = local_mean if group.world_size == 1 else _mean_over(group)
-    if piece is None:
-        if kl_on:  # the row's KL mean is a sum over the ranks holding it: join it with nothing
-            row_mean(torch.zeros(()), torch.zeros(()))
-        return None
-    device = model.device
+    device = new_T.device
     mask_T, w_T = piece.mask_T.to(device), piece.weights_T.to(device)
-    ref_T = None
-    if kl_on:
-        with torch.no_grad():
-            ref_T = row_logprobs(model, piece.tokens_T, piece.segment_ids_T, loras[1], chunk)[0]
-    new_T, ent_T, _ = row_logprobs(model, piece.tokens_T, piece.segment_ids_T, loras[0], chunk)
     if loss == "sft":
         return _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask, tally)
-    m_sum = float(row.mask_T.sum())
-    return _rl_row_loss(piece, new_T, ent_T, (mask_T, w_T, m_sum), cfg, ref_T, R, tally, row_mean)
+    ref_T, mean = ref
+    row_mean = local_mean if mean is None else lambda total, count: mean
+    return _rl_row_loss(piece, new_T, ent_T, (mask_T, w_T, float(row.mask_T.sum())), cfg, ref_T, R, tally, row_mean)
 
 
-def _mean_over(group: Group) -> Callable:
-    def mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        s, c = group.sum_floats([float(total), float(count)])
-        return torch.tensor(s / (c + 1e-18), dtype=total.dtype, device=total.device)
+def _references(model, batches: list, loras: tuple, R: int, cfg: LossConfig, chunk, group: Group) -> tuple[dict, dict]:
+    """The KL reference's logprobs of every part ({(row, begin): ref_T}), before the step, and with several ranks
+    each row's mean KL over all its parts ({row: mean}), since a row may be cut across ranks (with one rank each
+    row's loss takes its mean from its own tokens)."""
+    lora, ref_lora = loras
+    refs, sums_R2 = {}, torch.zeros(R, 2)
+    with torch.no_grad():
+        for batch in batches:
+            tokens_T, seg_T, spans = parts.packed(batch, model.device)
+            ref_T = row_logprobs(model, tokens_T, seg_T, ref_lora, chunk)[0]
+            new_T = row_logprobs(model, tokens_T, seg_T, lora, chunk)[0] if group.world_size > 1 else None
+            for part, (a, b) in zip(batch, spans):
+                refs[(part.row, part.begin)] = ref_T[a:b]
+                if new_T is not None:
+                    sums_R2[part.row] += _kl_sums(part.data, new_T[a:b], ref_T[a:b], cfg)
+    if group.world_size == 1:
+        return refs, {}
+    group.sum_(sums_R2)
+    return refs, {r: local_mean(sums_R2[r, 0], sums_R2[r, 1]).to(model.device) for r in range(R)}
 
-    return mean
+
+def _kl_sums(piece: Row, new_T, ref_T, cfg: LossConfig) -> torch.Tensor:
+    """[sum of kl_t, trainable tokens] over a part: _kl_adjusted's sums, with its source's missing logprobs filled."""
+    device = new_T.device
+    mask_T = piece.mask_T.to(device)
+    old_T = piece.logprobs_T.to(device)
+    src_T = new_T if cfg.kl_penalty_source == "current_learner" else torch.where(torch.isnan(old_T), new_T, old_T)
+    return torch.stack([((src_T - ref_T) * mask_T).sum(), mask_T.sum()]).cpu()
 
 
 def _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask: float, tally: _Tally) -> torch.Tensor:

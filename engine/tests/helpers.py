@@ -182,16 +182,26 @@ class TempModel:
         self.args = self.model.args
 
 
-class EngineProcess:
-    """`python3 -m engine` as a subprocess, with frames read on a background thread."""
+def launcher(ranks: int) -> list[str]:
+    """torch's launcher starting `ranks` processes of the module after it on this machine (as the server does)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] + [
+        "--max-restarts=0",
+        "--monitor-interval=0.2",
+    ]
 
-    def __init__(self, *extra: str):
+
+class EngineProcess:
+    """`python3 -m engine` as a subprocess (`ranks`: a trainer group of that many, through torch's launcher), with
+    frames read on a background thread."""
+
+    def __init__(self, *extra: str, ranks: int | None = None, env: dict | None = None):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine", *extra],
+            (launcher(ranks) if ranks else [sys.executable]) + ["-m", "engine", *extra],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
         )
         self.frames: queue.Queue = queue.Queue()
         self.stderr_lines = []
