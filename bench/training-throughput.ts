@@ -90,7 +90,7 @@ try {
       adapter: 'bench-direct',
       loss: 'rl',
       rows: [row],
-      loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config),
+      loss_config: engineLossConfig(parseRlConfig({}, () => 1e-3).config),
       optimizer: optimizerConfig('rl', 1e-3),
     });
   }

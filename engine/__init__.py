@@ -2,7 +2,9 @@
 
 Files, the process: __main__.py (`python3 -m engine`), cli.py (its command line, start-up and threads),
 machine.py (the start-up matmul measurement and its warning, memory), transport.py (stdio/TCP framing, log lines),
-server.py (the ops, dispatch, the engine's state), wire.py (requests parsed into dataclasses).
+server.py (the ops' handlers, dispatch, the engine's state), protocol.json and schema.py (the protocol's
+schema, every op's fields, and the checks of requests and replies against it; bounds.json, the numeric bounds),
+wire.py (checked requests built into the numerics' dataclasses).
 The numerics: weights.py (safetensors), model.py (transformer, KV cache), lora.py (adapters, PEFT
 layout, batched LoRA), sampling.py (per-request sampling), constraints.py (llguidance token masks),
 generate.py (continuous batching), train.py (logprobs, RL/SFT step), steps.py (Tinker's token-level

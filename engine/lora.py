@@ -28,10 +28,10 @@ import torch
 
 from . import weights as W
 from .model import ATTN_MODULES, MLP_MODULES, ModelArgs
+from .schema import ADAPTER_WEIGHT_MAX_ABS
 
 SUPPORTED_TARGETS: tuple[str, ...] = ATTN_MODULES + MLP_MODULES
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), encoding="utf-8") as _f:
-    MAX_ABS_WEIGHT = float(json.load(_f)["adapter_weight_max_abs"]["value"])  # the server checks imports against it too
+MAX_ABS_WEIGHT = ADAPTER_WEIGHT_MAX_ABS  # bounds.json's; the server checks imports against it too
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 OPTIMIZER_NAME = "optimizer.pt"

@@ -24,40 +24,41 @@ from dataclasses import dataclass, field
 
 import torch
 
-GREEDY_BELOW = 1e-5  # temperatures this small sample the argmax, as vLLM does
+from .schema import GENERATE_DEFAULTS as _DEFAULT
+from .schema import GREEDY_TEMPERATURE_BELOW  # temperatures this small sample the argmax (bounds.json), as vLLM does
 
 
 @dataclass
 class SamplingParams:
     """One request's sampling settings, as wire.py parsed them from a request carrying every field (vLLM's names).
 
-    The knobs below `n` default to "off" only for engine/pretrain.py's eval, which builds its params in-process:
-    its source is part of the tiny model's weights key (models/make-tiny.ts), so it cannot change without
-    retraining that model. The wire never relies on them.
+    The knobs below `n` default to what protocol.json says a caller's omission means ("off"), only for
+    engine/pretrain.py's eval, which builds its params in-process: its source is part of the tiny model's weights
+    key (models/make-tiny.ts), so it cannot change without retraining that model. The wire never relies on them.
     """
 
     max_tokens: int | None  # None: until the context is full
     temperature: float
     seed: int | None  # None: a fresh random seed
     n: int
-    min_tokens: int = 0
-    ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = ()
-    top_p: float = 1.0
-    top_k: int = -1  # -1: off
-    min_p: float = 0.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    logit_bias: dict[int, float] = field(default_factory=dict)
-    allowed_token_ids: list[int] | None = None  # None: every token
-    bad_words_ids: list[list[int]] = field(default_factory=list)
-    logprobs: int | None = None  # top-k logprobs per sampled token; None: none
-    prompt_logprobs: int | None = None
+    min_tokens: int = _DEFAULT["min_tokens"]
+    ignore_eos: bool = _DEFAULT["ignore_eos"]
+    stop_token_ids: tuple[int, ...] = tuple(_DEFAULT["stop_token_ids"])
+    top_p: float = _DEFAULT["top_p"]
+    top_k: int = _DEFAULT["top_k"]  # -1: off
+    min_p: float = _DEFAULT["min_p"]
+    presence_penalty: float = _DEFAULT["presence_penalty"]
+    frequency_penalty: float = _DEFAULT["frequency_penalty"]
+    repetition_penalty: float = _DEFAULT["repetition_penalty"]
+    logit_bias: dict[int, float] = field(default_factory=dict)  # {}
+    allowed_token_ids: list[int] | None = _DEFAULT["allowed_token_ids"]  # None: every token
+    bad_words_ids: list[list[int]] = field(default_factory=list)  # []
+    logprobs: int | None = _DEFAULT["logprobs"]  # top-k logprobs per sampled token; None: none
+    prompt_logprobs: int | None = _DEFAULT["prompt_logprobs"]
 
     @property
     def greedy(self) -> bool:
-        return self.temperature < GREEDY_BELOW
+        return self.temperature < GREEDY_TEMPERATURE_BELOW
 
     @property
     def penalized(self) -> bool:

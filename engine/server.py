@@ -1,6 +1,6 @@
 """The ops of docs/engine-protocol.md and the engine's state.
 
-Owns: the `OPS` table (op -> its wire parser, its handler, the thread it runs on) and dispatch through it,
+Owns: the `HANDLERS` table (op -> its handler; the thread it runs on is protocol.json's) and dispatch through it,
 error replies (bad_request, not_found,
 non_finite, diverged, cancelled, internal, unauthorized), the serving limits (vLLM's names), the
 registry of loaded bases and resident adapters, and the three threads: the
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import lora as L
-from . import machine, shard, steps, wire
+from . import machine, schema, shard, steps, wire
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .group import SOLO, Group
@@ -185,16 +185,16 @@ class Engine:
             if not isinstance(rid, str):
                 raise ValueError("id must be a string")
             name = msg.get("op")
-            op = OPS.get(name) if isinstance(name, str) else None
-            if op is None:
+            handler = HANDLERS.get(name) if isinstance(name, str) else None
+            if handler is None:
                 raise ValueError(f"unknown op {name!r}")
-            if op.thread == READER:
-                result = op.run(self, rid, op.parse(msg))
+            if THREADS[name] == READER:
+                result = handler.run(self, rid, wire.parse(name, msg))
                 if result is not None:
                     self.reply(rid, result)
             else:
-                if op.admit is not None:
-                    op.admit(self, rid)
+                if handler.admit is not None:
+                    handler.admit(self, rid)
                 self.jobs.put((name, rid, msg))
         except Exception as e:
             self.error(rid if isinstance(rid, str) else None, e)
@@ -346,18 +346,14 @@ class Engine:
                 self.group.broadcast(None)
                 msg.set()
                 result = None
-            elif self.trains_only and name in TOGETHER:
-                op = OPS[name]
-                self.group.broadcast(msg)  # the other ranks run it too, in this order
-                result = self.together(name, rid, msg)
-                if op.thread == TRAINING:
-                    self._train_beside_decode(rid, result)
-                    result = None
             else:
-                op = OPS[name]
-                # A generate waiting for its constraint comes back parsed (generate).
-                result = op.run(self, rid, op.parse(msg) if isinstance(msg, dict) else msg)
-                if op.thread == TRAINING:
+                if self.trains_only and name in TOGETHER:
+                    self.group.broadcast(msg)  # the other ranks run it too, in this order
+                    result = self.together(name, rid, msg)
+                else:
+                    # A generate waiting for its constraint comes back parsed (generate).
+                    result = HANDLERS[name].run(self, rid, wire.parse(name, msg) if isinstance(msg, dict) else msg)
+                if THREADS[name] == TRAINING:
                     self._train_beside_decode(rid, result)
                     result = None
             if result is not None:
@@ -372,9 +368,8 @@ class Engine:
     def together(self, name: str, rid, msg: dict):
         """Runs an op of TOGETHER as every rank of the trainer does (rank 0 broadcast `msg`): its reply, or a Beside
         whose work ends the op. Ending it frees what the allocator holds and gathers every rank's memory."""
-        op = OPS[name]
         try:
-            result = op.run(self, rid, op.parse(msg))
+            result = HANDLERS[name].run(self, rid, wire.parse(name, msg))
         except BaseException:
             self._op_done()
             raise
@@ -464,9 +459,9 @@ class Engine:
             for scheduler in self.schedulers():
                 scheduler.stacks.forget(old)
 
-    # --- the ops (OPS below names each one's parser and thread) --------------
+    # --- the ops (HANDLERS below names each one's; protocol.json its thread) --
 
-    def load_base(self, rid, req: wire.LoadBase) -> dict:
+    def load_base(self, rid, req: wire.Fields) -> dict:
         dtype = DTYPES[req.dtype] if req.dtype else self.default_dtype
         base = self.bases.get(req.base)
         if base is not None and (os.path.abspath(base.path) != os.path.abspath(req.path) or base.model.dtype != dtype):
@@ -541,7 +536,7 @@ class Engine:
         self._put(adapter)
         return {"loaded": True}
 
-    def save_adapter(self, rid, req: wire.SaveAdapter) -> dict:
+    def save_adapter(self, rid, req: wire.Fields) -> dict:
         if req.adapter not in self.adapters:
             raise NotFound(f"adapter {req.adapter!r} is not resident")
         adapter = self.adapters.get(req.adapter)
@@ -549,7 +544,7 @@ class Engine:
         whole = shard.whole_copy(adapter, self.group)  # every rank gathers; rank 0 writes
         return {"files": L.save_peft(whole, req.path, base.path) if self.group.leader else []}
 
-    def drop_adapter(self, rid, req: wire.DropAdapter) -> dict:
+    def drop_adapter(self, rid, req: wire.Fields) -> dict:
         adapter = self.adapters.get(req.adapter) if req.adapter in self.adapters else None
         if adapter is not None:
             for scheduler in self.schedulers():
@@ -652,14 +647,14 @@ class Engine:
         adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), self._base(req.base))
         return Beside(adapter, lambda: steps.optim_step(adapter, req.adam, self.group), True)
 
-    def save_state(self, rid, req: wire.SaveState) -> Beside:
+    def save_state(self, rid, req: wire.Fields) -> Beside:
         if req.adapter not in self.adapters:
             raise NotFound(f"adapter {req.adapter!r} is not resident")
         adapter = self.adapters.get(req.adapter)
         base_path = self.bases[adapter.base].path
         return Beside(adapter, lambda: {"files": steps.save_state(adapter, req.path, base_path, self.group)}, False)
 
-    def load_state(self, rid, req: wire.LoadState) -> dict:
+    def load_state(self, rid, req: wire.Fields) -> dict:
         """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
         base = self._base(req.base)
         adapter = steps.load_state(
@@ -689,40 +684,38 @@ def error_code(exc: BaseException) -> str:
     return "internal"
 
 
-class Op(NamedTuple):
-    """One op: its parser (wire.py), its handler (an Engine method taking the request id and the parsed request),
-    the thread it runs on, and what the reader does before queuing it."""
+class Handler(NamedTuple):
+    """What the engine does with one op's parsed request (wire.parse): an Engine method taking the request id and
+    the request, and what the reader does before queuing it. The thread it runs on is protocol.json's."""
 
-    parse: Callable[[dict], Any]
     run: Callable[[Engine, str, Any], Any]
-    thread: str
     admit: Callable[[Engine, str], None] | None = None
 
 
-# Ops every rank of a trainer runs, in rank 0's order (the others only follow; docs/trainer-group.md).
-TOGETHER = frozenset(
-    ("load_base", "ensure_adapter", "save_adapter", "drop_adapter", "load_state")
-    + ("forward", "train_step", "forward_backward", "optim_step", "save_state")
-)
-
-# The engine's ops: adding one is an entry here (a parser in wire.py, a handler above), one in src/engine/ops.ts
-# and a row in docs/engine-protocol.md's op table; engine/tests/test_ops.py checks that they agree.
-OPS: dict[str, Op] = {
-    "stats": Op(wire.parse_stats, lambda engine, rid, req: engine.stats(), READER),
-    "cancel": Op(wire.parse_cancel, lambda engine, rid, req: {"cancelled": engine.cancel(req.target)}, READER),
-    "check_constraint": Op(wire.parse_check_constraint, Engine.check_constraint, READER),
-    "load_base": Op(wire.parse_load_base, Engine.load_base, COMPUTE),
-    "ensure_adapter": Op(wire.parse_ensure_adapter, Engine.ensure_adapter, COMPUTE),
-    "save_adapter": Op(wire.parse_save_adapter, Engine.save_adapter, COMPUTE),
-    "drop_adapter": Op(wire.parse_drop_adapter, Engine.drop_adapter, COMPUTE),
-    "load_state": Op(wire.parse_load_state, Engine.load_state, COMPUTE),
-    "generate": Op(wire.parse_generate, Engine.generate, COMPUTE, Engine.admit_generate),
-    "forward": Op(wire.parse_forward, Engine.forward, TRAINING),
-    "train_step": Op(wire.parse_train_step, Engine.train_step, TRAINING),
-    "forward_backward": Op(wire.parse_forward_backward, Engine.forward_backward, TRAINING),
-    "optim_step": Op(wire.parse_optim_step, Engine.optim_step, TRAINING),
-    "save_state": Op(wire.parse_save_state, Engine.save_state, TRAINING),
+# The engine's ops: adding one is its entry in engine/protocol.json (fields, role, thread) and its handler here
+# (with a parser in wire.py only when its numerics take a dataclass); engine/tests/test_ops.py checks they agree.
+HANDLERS: dict[str, Handler] = {
+    "stats": Handler(lambda engine, rid, req: engine.stats()),
+    "cancel": Handler(lambda engine, rid, req: {"cancelled": engine.cancel(req.target)}),
+    "check_constraint": Handler(Engine.check_constraint),
+    "load_base": Handler(Engine.load_base),
+    "ensure_adapter": Handler(Engine.ensure_adapter),
+    "save_adapter": Handler(Engine.save_adapter),
+    "drop_adapter": Handler(Engine.drop_adapter),
+    "load_state": Handler(Engine.load_state),
+    "generate": Handler(Engine.generate, Engine.admit_generate),
+    "forward": Handler(Engine.forward),
+    "train_step": Handler(Engine.train_step),
+    "forward_backward": Handler(Engine.forward_backward),
+    "optim_step": Handler(Engine.optim_step),
+    "save_state": Handler(Engine.save_state),
 }
+THREADS: dict[str, str] = {name: op["thread"] for name, op in schema.OPS.items()}
+# What every rank of a trainer runs, in rank 0's order (the others follow; docs/trainer-group.md): each op a trainer
+# serves but the reader's, which change nothing.
+TOGETHER = frozenset(
+    name for name, op in schema.OPS.items() if op["role"] in ("trainer", "both") and op["thread"] != READER
+)
 
 
 def supports() -> dict:
@@ -732,6 +725,6 @@ def supports() -> dict:
         "architectures": list(ARCHITECTURES.values()),
         "rope_types": list(ROPE_TYPES),
         "lora_targets": list(L.SUPPORTED_TARGETS),
-        "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(steps.LOSS_CONFIG_KEYS)},
+        "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(wire.STEP_LOSSES)},
         "dtypes": list(DTYPES),
     }

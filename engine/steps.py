@@ -33,15 +33,7 @@ from .group import SOLO, Group
 from .model import ForwardContext, Transformer
 from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
 
-# Each loss and the loss_config keys it uses; all are required, any other key is rejected.
-LOSS_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
-    "cross_entropy": (),
-    "importance_sampling": (),
-    "ppo": ("clip_low_threshold", "clip_high_threshold"),
-    "cispo": ("clip_low_threshold", "clip_high_threshold"),
-    "dro": ("beta",),
-    "gspo": ("clip_low_threshold", "clip_high_threshold"),
-}
+# The losses and the loss_config keys each uses are protocol.json's `StepLossConfigs`; token_loss computes each one.
 # Losses that read the sampler's logprobs and advantages beside target_tokens and weights.
 RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo")
 

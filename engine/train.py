@@ -35,24 +35,23 @@ from .model import ForwardContext, Transformer
 # ~32 MiB of fp32 logits per chunk: a chunk's logits, softmax and their gradients are alive at once, several times
 # this; larger chunks bought no speed on CPU (SmolLM2's 49152-token vocabulary: 170 positions a chunk).
 LOGITS_CHUNK_ELEMENTS = 1 << 23
-IS_LEVELS = ("token", "sequence", "average", "geometric_average")
-KL_SOURCES = ("current_learner", "sample")
 
 
 @dataclass
 class LossConfig:
-    """The RL knobs of ../shared/spec/rl-loss.md, every one sent by the server; None turns a knob off."""
+    """The RL knobs of rl-loss.md, every one sent by the server; None turns a knob off. Its fields are train_step's
+    `loss_config` (protocol.json `LossConfig`, whose enums name the levels and sources below)."""
 
     ppo: bool
     epsilon: float  # the clip's lower bound is 1 - epsilon
     epsilon_high: float  # the clip's upper bound is 1 + epsilon_high
-    importance_sampling_level: str  # one of IS_LEVELS
+    importance_sampling_level: str  # token, sequence, average or geometric_average
     max_negative_advantage_importance_sampling_weight: float | None
     mask_prob_ratio: bool
     k2_tau: float | None
     truncated_importance_sampling: float | None
     kl_penalty_coef: float
-    kl_penalty_source: str  # one of KL_SOURCES
+    kl_penalty_source: str  # current_learner or sample
 
     def bounds(self) -> tuple:
         return 1.0 - self.epsilon, 1.0 + self.epsilon_high

@@ -1,152 +1,59 @@
-"""The engine's only parser of request messages: JSON objects in, dataclasses out.
+"""Requests into what the engine computes with: a checked JSON object in, the numeric modules' dataclasses out.
 
-Owns: one `parse_<op>` per op of docs/engine-protocol.md, the request
-dataclasses they return, and the field-by-field checks: a missing field, a null
-where none is allowed or a value of the wrong type is a WireError whose message
-names the op and the field's path (`train_step: missing field
-loss_config.epsilon`). The server sends every value explicitly, so nothing here
+Owns: `parse`, which checks any op's request against protocol.json (schema.py:
+required fields, types, bounds, the error messages naming the field's path)
+and then builds it: the ops listed in PARSERS get the dataclasses their
+numerics take (SamplingParams, Row, LossConfig, AdamW, StepRow, LoraConfig,
+Spec) and the checks that span fields (a per-token array's length, a
+segment's first mask, exactly one constraint kind); every other op gets its
+fields by name. The server sends every value explicitly, so nothing here
 fills a default: an optional field is one whose absence means "none" (no
-adapter path, no constraint), never a number chosen here. Checks that need the
-loaded base (token ids within the vocabulary, rows within the context) are
-`check_*` functions the server calls once it has found the base.
+adapter path, no constraint). Checks that need the loaded base (token ids
+within the vocabulary, rows within the context) are `check_*` functions the
+server calls once it has found the base.
 
-Refuses to know: the numerics (train.py, sampling.py, lora.py take the
-dataclasses), threads and replies (server.py), frames (transport.py).
+Refuses to know: the fields' names and types (protocol.json), the numerics
+(train.py, sampling.py, lora.py take the dataclasses), threads and replies
+(server.py), frames (transport.py).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from . import schema
 from .constraints import KINDS as CONSTRAINT_KINDS
 from .constraints import Spec, spec_key
 from .lora import LoraConfig
 from .sampling import SamplingParams
-from .steps import LOSS_CONFIG_KEYS, RL_LOSSES, StepRow
-from .train import IS_LEVELS, KL_SOURCES, AdamW, LossConfig, Row, continues
+from .schema import WireError
+from .steps import RL_LOSSES, StepRow
+from .train import AdamW, LossConfig, Row, continues
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-LOSSES = ("rl", "sft")
-# The sampling bounds the server's request validation states too (src/engine/bounds.ts reads the same file).
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bounds.json"), encoding="utf-8") as _f:
-    SAMPLING_BOUNDS: dict[str, dict] = json.load(_f)["sampling"]
-
-
-class WireError(ValueError):
-    """A request the protocol does not allow; answered as bad_request with this message."""
+DTYPES = {name: getattr(torch, name) for name in schema.enum("Dtype")}
+LOSSES = schema.enum("TrainLoss")
+STEP_LOSSES = schema.enum("StepLoss")
+# The request of an op without a dataclass: its checked fields by name (an optional one absent is None).
+Fields = SimpleNamespace
 
 
-class Fields:
-    """One JSON object of a request being read; every read names its field's path in errors."""
-
-    def __init__(self, op: str, obj: Any, path: str = ""):
-        if not isinstance(obj, dict):
-            raise WireError(f"{op}: {path or 'the request'} must be an object")
-        self.op, self.obj, self.path = op, obj, path
-
-    def at(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def fail(self, name: str, what: str) -> WireError:
-        return WireError(f"{self.op}: field {self.at(name)} must be {what}")
-
-    def has(self, name: str) -> bool:
-        return self.obj.get(name) is not None
-
-    def get(self, name: str, nullable: bool = False) -> Any:
-        if name not in self.obj:
-            raise WireError(f"{self.op}: missing field {self.at(name)}")
-        value = self.obj[name]
-        if value is None and not nullable:
-            raise self.fail(name, "given (it is null)")
-        return value
-
-    def str(self, name: str, nullable: bool = False, choices=None) -> str | None:
-        v = self.get(name, nullable)
-        if v is None:
-            return None
-        if not isinstance(v, str) or not v:
-            raise self.fail(name, "a non-empty string")
-        if choices is not None and v not in choices:
-            raise self.fail(name, f"one of {', '.join(choices)}")
-        return v
-
-    def bool(self, name: str) -> bool:
-        v = self.get(name)
-        if not isinstance(v, bool):
-            raise self.fail(name, "true or false")
-        return v
-
-    def int(self, name: str, nullable: bool = False, lo: int | None = None, hi: int | None = None) -> int | None:
-        v = self.get(name, nullable)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.fail(name, "an integer")
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise self.fail(name, f"in [{lo}, {hi}] (got {v})")
-        return v
-
-    def num(
-        self, name: str, nullable: bool = False, lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False
-    ) -> float | None:
-        v = self.get(name, nullable)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise self.fail(name, "a finite number")
-        v = float(v)
-        if not (v > lo if lo_open else v >= lo) or v > hi:
-            raise self.fail(name, f"in {'(' if lo_open else '['}{lo}, {hi}] (got {v})")
-        return v
-
-    def bounded(self, name: str):
-        """A number within its SAMPLING_BOUNDS entry (an integer where the bounds are integers)."""
-        b = SAMPLING_BOUNDS[name]
-        if b.get("integer"):
-            return self.int(name, lo=b["min"], hi=b["max"])
-        return self.num(name, lo=b["min"], hi=b["max"], lo_open=bool(b.get("min_exclusive")))
-
-    def ints(self, name: str, nullable: bool = False) -> list[int] | None:
-        v = self.get(name, nullable)
-        if v is None:
-            return None
-        if not isinstance(v, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in v):
-            raise self.fail(name, "a list of integers")
-        return list(v)
-
-    def floats(self, name: str, length: int, nullable_entries: bool) -> torch.Tensor:
-        """A per-token array of `length` numbers (null entries become NaN where allowed)."""
-        v = self.get(name)
-        if not isinstance(v, list) or len(v) != length:
-            raise self.fail(name, f"a list with one entry per token ({length})")
-        out = []
-        for x in v:
-            if x is None and nullable_entries:
-                out.append(float("nan"))
-            elif isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-                raise self.fail(name, f"a list of finite numbers (has {x!r})")
-            else:
-                out.append(float(x))
-        return torch.tensor(out, dtype=torch.float32)
-
-    def object(self, name: str) -> Fields:
-        return Fields(self.op, self.get(name), self.at(name))
-
-    def objects(self, name: str) -> list[Fields]:
-        v = self.get(name)
-        if not isinstance(v, list) or not v:
-            raise self.fail(name, "a non-empty list")
-        return [Fields(self.op, item, f"{self.at(name)}[{i}]") for i, item in enumerate(v)]
+def parse(op: str, msg: dict) -> Any:
+    """The request of `op`, checked: its dataclass where PARSERS has a parser for it, else its fields by name."""
+    if op in PARSERS:
+        return PARSERS[op](msg)
+    schema.check_request(op, msg)
+    return Fields(**{name: msg.get(name) for name in schema.OPS[op]["request"]["properties"]})
 
 
-# --- request dataclasses ------------------------------------------------------
+def fail(op: str, path: str, what: str) -> WireError:
+    return WireError(f"{op}: field {path} must be {what}")
+
+
+# --- request dataclasses (what the handlers of server.py take) ----------------
 
 
 @dataclass
@@ -155,13 +62,6 @@ class AdapterRef:
 
     key: str | None
     path: str | None
-
-
-@dataclass
-class LoadBase:
-    base: str
-    path: str
-    dtype: str | None  # None: the engine's --dtype (its command line, not a training default)
 
 
 @dataclass
@@ -176,22 +76,6 @@ class EnsureAdapter:
     base: str
     path: str | None
     init: LoraConfig | None
-
-
-@dataclass
-class SaveAdapter:
-    adapter: str
-    path: str
-
-
-@dataclass
-class DropAdapter:
-    adapter: str
-
-
-@dataclass
-class Cancel:
-    target: str
 
 
 @dataclass
@@ -239,228 +123,144 @@ class OptimStep:
     adam: AdamW
 
 
-@dataclass
-class SaveState:
-    adapter: str
-    path: str
-
-
-@dataclass
-class LoadState:
-    base: str
-    adapter: str
-    path: str
-
-
-# --- one parser per op --------------------------------------------------------
-
-
-def parse_load_base(msg: dict) -> LoadBase:
-    f = Fields("load_base", msg)
-    dtype = f.str("dtype", nullable=True, choices=tuple(DTYPES)) if "dtype" in msg else None
-    return LoadBase(base=f.str("base"), path=f.str("path"), dtype=dtype)
+# --- the parsers of the ops whose numerics take dataclasses -------------------
 
 
 def parse_ensure_adapter(msg: dict) -> EnsureAdapter:
-    f = Fields("ensure_adapter", msg)
-    out = EnsureAdapter(adapter=f.str("adapter"), base=f.str("base"), path=None, init=None)
-    if f.has("path"):
-        out.path = f.str("path")
-    elif f.has("init"):
-        out.init = _lora_init(f.object("init"))
-    else:
-        raise WireError("ensure_adapter: missing field init (or path)")
+    schema.check_request("ensure_adapter", msg)
+    out = EnsureAdapter(adapter=msg["adapter"], base=msg["base"], path=msg.get("path"), init=None)
+    if out.path is None:
+        init = msg.get("init")
+        if init is None:
+            raise WireError("ensure_adapter: missing field init (or path)")
+        out.init = LoraConfig(
+            rank=init["rank"],
+            alpha=float(init["alpha"]),
+            target_modules=tuple(init["target_modules"]),
+            seed=init["seed"],
+        )
     return out
 
 
-def _lora_init(f: Fields) -> LoraConfig:
-    targets = f.get("target_modules")
-    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
-        raise f.fail("target_modules", "a non-empty list of module names")
-    return LoraConfig(
-        rank=f.int("rank", lo=1),
-        alpha=f.num("alpha", lo=0.0, lo_open=True),
-        target_modules=tuple(targets),
-        seed=f.int("seed", lo=0),
-    )
-
-
-def parse_save_adapter(msg: dict) -> SaveAdapter:
-    f = Fields("save_adapter", msg)
-    return SaveAdapter(adapter=f.str("adapter"), path=f.str("path"))
-
-
-def parse_drop_adapter(msg: dict) -> DropAdapter:
-    return DropAdapter(adapter=Fields("drop_adapter", msg).str("adapter"))
-
-
-def parse_stats(msg: dict) -> None:
-    """`stats` has no fields."""
-    return None
-
-
-def parse_cancel(msg: dict) -> Cancel:
-    return Cancel(target=Fields("cancel", msg).str("target"))
-
-
-def _adapter_ref(f: Fields, key_name: str, path_name: str, required: bool) -> AdapterRef:
-    """The adapter key (required, null for none, when `required`; else it may be absent) and its optional path."""
-    key = f.str(key_name, nullable=True) if required or key_name in f.obj else None
-    path = f.str(path_name) if f.has(path_name) else None
-    return AdapterRef(key=key, path=path)
-
-
 def parse_generate(msg: dict) -> Generate:
-    f = Fields("generate", msg)
+    schema.check_request("generate", msg)
     return Generate(
-        base=f.str("base"),
-        adapter=_adapter_ref(f, "adapter", "adapter_path", True),
-        prompt=f.ints("prompt"),
-        params=_sampling(f),
-        constraint=_constraint(f) if f.has("constraint") else None,
+        base=msg["base"],
+        adapter=AdapterRef(key=msg["adapter"], path=msg.get("adapter_path")),
+        prompt=list(msg["prompt"]),
+        params=_sampling("generate", msg),
+        constraint=_constraint("generate", msg["constraint"]) if msg.get("constraint") is not None else None,
     )
 
 
 def parse_check_constraint(msg: dict) -> CheckConstraint:
-    f = Fields("check_constraint", msg)
-    return CheckConstraint(base=f.str("base"), constraint=_constraint(f))
+    schema.check_request("check_constraint", msg)
+    return CheckConstraint(base=msg["base"], constraint=_constraint("check_constraint", msg["constraint"]))
 
 
-JSON_OPTIONS = ("disable_any_whitespace", "disable_additional_properties")
-
-
-def _constraint(f: Fields) -> Spec:
-    """A constraint specification: exactly one of vLLM's structured_outputs kinds, and its JSON options."""
-    c = f.object("constraint")
-    unknown = sorted(k for k in c.obj if k not in CONSTRAINT_KINDS and k not in JSON_OPTIONS)
-    if unknown:
-        raise WireError(f"{f.op}: field constraint has unknown keys: {', '.join(unknown)}")
-    kinds = [k for k in CONSTRAINT_KINDS if c.obj.get(k) not in (None, False)]
+def _constraint(op: str, c: dict) -> Spec:
+    """Exactly one of vLLM's structured_outputs kinds (the schema checked each one's shape), and its JSON options."""
+    kinds = [k for k in CONSTRAINT_KINDS if c.get(k) not in (None, False)]
     if len(kinds) != 1:
-        raise f.fail("constraint", f"an object with exactly one of {', '.join(CONSTRAINT_KINDS)} (has {len(kinds)})")
-    kind = kinds[0]
-    options = {k: c.bool(k) if k in c.obj else False for k in JSON_OPTIONS}
-    return Spec(kind=kind, value=_constraint_value(c, kind), key=spec_key(c.obj), **options)
-
-
-def _constraint_value(c: Fields, kind: str):
-    value = c.get(kind)
-    if kind in ("regex", "grammar"):
-        return c.str(kind)
-    if kind == "json" and not isinstance(value, (dict, bool)):
-        raise c.fail(kind, "a JSON schema (an object or a boolean)")
-    if kind == "json_object" and value is not True:
-        raise c.fail(kind, "true")
-    if kind == "choice" and (not isinstance(value, list) or not value or not all(isinstance(x, str) for x in value)):
-        raise c.fail(kind, "a non-empty list of strings")
-    if kind == "structural_tag":
-        tag = c.object(kind)
-        triggers = tag.get("triggers")
-        if not isinstance(triggers, list) or not triggers or not all(isinstance(t, str) and t for t in triggers):
-            raise tag.fail("triggers", "a non-empty list of non-empty strings")
-        for s in tag.objects("structures"):
-            if not isinstance(s.obj.get("begin"), str) or not isinstance(s.obj.get("end"), str):
-                raise WireError(f"{c.op}: field {s.path} must have string begin and end")
-            if not isinstance(s.get("schema"), (dict, bool)):
-                raise s.fail("schema", "a JSON schema (an object or a boolean)")
-    return value
-
-
-def _sampling(f: Fields) -> SamplingParams:
-    top_k = f.bounded("top_k")
-    p = SamplingParams(
-        max_tokens=f.int("max_tokens", nullable=True, lo=1),
-        min_tokens=f.int("min_tokens", lo=0),
-        ignore_eos=f.bool("ignore_eos"),
-        stop_token_ids=tuple(f.ints("stop_token_ids")),
-        temperature=f.bounded("temperature"),
-        top_p=f.bounded("top_p"),
-        top_k=-1 if top_k in (0, -1) else top_k,
-        min_p=f.bounded("min_p"),
-        presence_penalty=f.bounded("presence_penalty"),
-        frequency_penalty=f.bounded("frequency_penalty"),
-        repetition_penalty=f.bounded("repetition_penalty"),
-        logit_bias=_logit_bias(f),
-        allowed_token_ids=f.ints("allowed_token_ids", nullable=True),
-        bad_words_ids=_bad_words(f),
-        seed=f.int("seed", nullable=True),
-        logprobs=f.int("logprobs", nullable=True, lo=0),
-        prompt_logprobs=f.int("prompt_logprobs", nullable=True, lo=0),
-        n=f.bounded("n"),
+        raise fail(op, "constraint", f"an object with exactly one of {', '.join(CONSTRAINT_KINDS)} (has {len(kinds)})")
+    return Spec(
+        kind=kinds[0],
+        value=c[kinds[0]],
+        key=spec_key(c),
+        disable_any_whitespace=bool(c.get("disable_any_whitespace")),
+        disable_additional_properties=bool(c.get("disable_additional_properties")),
     )
-    if p.allowed_token_ids is not None and not p.allowed_token_ids:
-        raise f.fail("allowed_token_ids", "null or a non-empty list")
+
+
+def _sampling(op: str, msg: dict) -> SamplingParams:
+    p = SamplingParams(
+        max_tokens=msg["max_tokens"],
+        min_tokens=msg["min_tokens"],
+        ignore_eos=msg["ignore_eos"],
+        stop_token_ids=tuple(msg["stop_token_ids"]),
+        temperature=float(msg["temperature"]),
+        top_p=float(msg["top_p"]),
+        top_k=-1 if msg["top_k"] in (0, -1) else msg["top_k"],
+        min_p=float(msg["min_p"]),
+        presence_penalty=float(msg["presence_penalty"]),
+        frequency_penalty=float(msg["frequency_penalty"]),
+        repetition_penalty=float(msg["repetition_penalty"]),
+        logit_bias=_logit_bias(op, msg["logit_bias"]),
+        allowed_token_ids=msg["allowed_token_ids"],
+        bad_words_ids=[list(w) for w in msg["bad_words_ids"]],
+        seed=msg["seed"],
+        logprobs=msg["logprobs"],
+        prompt_logprobs=msg["prompt_logprobs"],
+        n=msg["n"],
+    )
     if p.max_tokens is not None and p.min_tokens > p.max_tokens:
-        raise f.fail("min_tokens", f"at most max_tokens ({p.max_tokens})")
+        raise fail(op, "min_tokens", f"at most max_tokens ({p.max_tokens})")
     return p
 
 
-def _logit_bias(f: Fields) -> dict[int, float]:
-    raw = f.get("logit_bias")
-    if not isinstance(raw, dict):
-        raise f.fail("logit_bias", "an object of token id -> number")
+def _logit_bias(op: str, raw: dict) -> dict[int, float]:
     bias: dict[int, float] = {}
     for k, v in raw.items():
         try:
             tid = int(k)
         except (TypeError, ValueError):
-            raise f.fail("logit_bias", f"keyed by token ids (not {k!r})") from None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise f.fail("logit_bias", "an object whose values are numbers")
+            raise fail(op, "logit_bias", f"keyed by token ids (not {k!r})") from None
         bias[tid] = float(v)
     return bias
 
 
-def _bad_words(f: Fields) -> list[list[int]]:
-    raw = f.get("bad_words_ids")
-    if (
-        not isinstance(raw, list)
-        or not all(isinstance(w, list) and w for w in raw)
-        or any(isinstance(t, bool) or not isinstance(t, int) for w in raw for t in w)
-    ):
-        raise f.fail("bad_words_ids", "a list of non-empty token id lists")
-    return [list(w) for w in raw]
-
-
 def parse_forward(msg: dict) -> Forward:
-    f = Fields("forward", msg)
+    schema.check_request("forward", msg)
     return Forward(
-        base=f.str("base"),
-        adapter=_adapter_ref(f, "adapter", "adapter_path", True),
-        rows=[_row(r, None) for r in f.objects("rows")],
+        base=msg["base"],
+        adapter=AdapterRef(key=msg["adapter"], path=msg.get("adapter_path")),
+        rows=[_row("forward", r, f"rows[{i}]", None) for i, r in enumerate(msg["rows"])],
     )
 
 
 def parse_train_step(msg: dict) -> TrainStep:
-    f = Fields("train_step", msg)
-    loss = f.str("loss", choices=LOSSES)
-    adapter = _adapter_ref(f, "adapter", "adapter_path", True)
-    if adapter.key is None:
-        raise f.fail("adapter", "an adapter key (train_step trains one)")
+    schema.check_request("train_step", msg)
+    loss = msg["loss"]
+    if loss == "rl" and msg.get("loss_config") is None:
+        raise WireError("train_step: missing field loss_config")
     return TrainStep(
-        base=f.str("base"),
-        adapter=adapter,
+        base=msg["base"],
+        adapter=AdapterRef(key=msg["adapter"], path=msg.get("adapter_path")),
         loss=loss,
-        rows=[_row(r, loss) for r in f.objects("rows")],
-        loss_config=_loss_config(f.object("loss_config")) if loss == "rl" else None,
-        optimizer=_optimizer(f.object("optimizer")),
-        reference=_adapter_ref(f, "reference_adapter", "reference_adapter_path", False),
-        logprob_chunk_size=f.int("logprob_chunk_size", nullable=True, lo=1) if "logprob_chunk_size" in f.obj else None,
+        rows=[_row("train_step", r, f"rows[{i}]", loss) for i, r in enumerate(msg["rows"])],
+        loss_config=LossConfig(**_numbers(msg["loss_config"], schema.ref("LossConfig"))) if loss == "rl" else None,
+        optimizer=_optimizer(msg["optimizer"]),
+        reference=AdapterRef(key=msg.get("reference_adapter"), path=msg.get("reference_adapter_path")),
+        logprob_chunk_size=msg.get("logprob_chunk_size"),
     )
 
 
-def _row(f: Fields, loss: str | None) -> Row:
+def _numbers(obj: dict, node: dict) -> dict:
+    """The checked object's fields of `node` (an unknown key holds null), JSON integers as floats."""
+    known = schema.resolve(node)["properties"]
+    return {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v for k, v in obj.items() if k in known}
+
+
+def _per_token(op: str, row: dict, at: str, name: str, T: int, nullable: bool = False) -> torch.Tensor:
+    """A per-token array of T numbers (the schema checked its entries; null entries become NaN)."""
+    values = row.get(name)
+    if values is None:
+        raise WireError(f"{op}: missing field {at}.{name}")
+    if len(values) != T:
+        raise fail(op, f"{at}.{name}", f"a list with one entry per token ({T})")
+    if nullable:
+        values = [float("nan") if v is None else v for v in values]
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _row(op: str, r: dict, at: str, loss: str | None) -> Row:
     """A packed row; loss None means `forward` (tokens and segment_ids only)."""
-    tokens = f.ints("tokens")
-    if not tokens:
-        raise f.fail("tokens", "a non-empty list of integers")
-    T = len(tokens)
-    seg = f.ints("segment_ids")
-    if len(seg) != T:
-        raise f.fail("segment_ids", f"a list with one entry per token ({T})")
-    seg_T = torch.tensor(seg)
+    T = len(r["tokens"])
+    if len(r["segment_ids"]) != T:
+        raise fail(op, f"{at}.segment_ids", f"a list with one entry per token ({T})")
+    seg_T = torch.tensor(r["segment_ids"])
     row = Row(
-        tokens_T=torch.tensor(tokens),
+        tokens_T=torch.tensor(r["tokens"]),
         segment_ids_T=seg_T,
         mask_T=torch.zeros(T),
         weights_T=torch.ones(T),
@@ -470,61 +270,30 @@ def _row(f: Fields, loss: str | None) -> Row:
     )
     if loss is None:
         return row
-    mask = f.get("mask")
-    if not isinstance(mask, list) or len(mask) != T or any(isinstance(m, bool) or m not in (0, 1) for m in mask):
-        raise f.fail("mask", f"a list of 0/1, one per token ({T})")
-    row.mask_T = torch.tensor([float(m) for m in mask])
+    row.mask_T = _per_token(op, r, at, "mask", T)
     if bool((row.mask_T * (~continues(seg_T)).float()).any()):
-        raise f.fail("mask", "0 at the first token of every segment (it has no prediction)")
-    row.weights_T = f.floats("weights", T, nullable_entries=False)
+        raise fail(op, f"{at}.mask", "0 at the first token of every segment (it has no prediction)")
+    row.weights_T = _per_token(op, r, at, "weights", T)
     if loss == "rl":
-        row.advantages_T = f.floats("advantages", T, nullable_entries=False)
-        row.logprobs_T = f.floats("logprobs", T, nullable_entries=True)
-        if f.has("original_logprobs"):
-            row.original_T = f.floats("original_logprobs", T, nullable_entries=True)
+        row.advantages_T = _per_token(op, r, at, "advantages", T)
+        row.logprobs_T = _per_token(op, r, at, "logprobs", T, nullable=True)
+        if r.get("original_logprobs") is not None:
+            row.original_T = _per_token(op, r, at, "original_logprobs", T, nullable=True)
     return row
-
-
-def _loss_config(f: Fields) -> LossConfig:
-    known = set(LossConfig.__dataclass_fields__)
-    unknown = sorted(k for k, v in f.obj.items() if k not in known and v is not None)
-    if unknown:
-        raise WireError(f"train_step: loss_config keys not implemented: {', '.join(unknown)}")
-    return LossConfig(
-        ppo=f.bool("ppo"),
-        epsilon=f.num("epsilon", lo=0.0, lo_open=True),
-        epsilon_high=f.num("epsilon_high", lo=0.0, lo_open=True),
-        importance_sampling_level=f.str("importance_sampling_level", choices=IS_LEVELS),
-        max_negative_advantage_importance_sampling_weight=f.num(
-            "max_negative_advantage_importance_sampling_weight", nullable=True
-        ),
-        mask_prob_ratio=f.bool("mask_prob_ratio"),
-        k2_tau=f.num("k2_tau", nullable=True),
-        truncated_importance_sampling=f.num("truncated_importance_sampling", nullable=True),
-        kl_penalty_coef=f.num("kl_penalty_coef", lo=0.0),
-        kl_penalty_source=f.str("kl_penalty_source", choices=KL_SOURCES),
-    )
 
 
 # train_step's optimizer has no eps on the wire: AdamW's usual 1e-8, the value its steps have always used.
 TRAIN_STEP_EPS = 1e-8
 
 
-def _optimizer(f: Fields) -> AdamW:
-    betas = f.get("betas")
-    if (
-        not isinstance(betas, list)
-        or len(betas) != 2
-        or not all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0 <= b < 1 for b in betas)
-    ):
-        raise f.fail("betas", "two numbers in [0, 1)")
+def _optimizer(o: dict) -> AdamW:
     return AdamW(
-        learning_rate=f.num("learning_rate", lo=0.0),
-        beta1=float(betas[0]),
-        beta2=float(betas[1]),
+        learning_rate=float(o["learning_rate"]),
+        beta1=float(o["betas"][0]),
+        beta2=float(o["betas"][1]),
         eps=TRAIN_STEP_EPS,
-        weight_decay=f.num("weight_decay", lo=0.0),
-        grad_clip_norm=f.num("max_grad_norm"),
+        weight_decay=float(o["weight_decay"]),
+        grad_clip_norm=float(o["max_grad_norm"]),
     )
 
 
@@ -532,80 +301,64 @@ def _optimizer(f: Fields) -> AdamW:
 
 
 def parse_forward_backward(msg: dict) -> ForwardBackward:
-    f = Fields("forward_backward", msg)
-    loss = f.get("loss")
-    if loss not in LOSS_CONFIG_KEYS:
-        raise WireError(f"forward_backward: unknown loss {loss!r}; known: {', '.join(LOSS_CONFIG_KEYS)}")
-    backward = f.bool("backward")
-    adapter = f.str("adapter", nullable=True)
+    schema.check_request("forward_backward", msg)
+    loss, backward, adapter = msg["loss"], msg["backward"], msg["adapter"]
     if adapter is None and backward:
-        raise f.fail("adapter", "an adapter key when backward is true")
+        raise fail("forward_backward", "adapter", "an adapter key when backward is true")
+    config_node = schema.resolve(schema.ref("StepLossConfigs"))["properties"][loss]
+    extra = sorted(set(msg["loss_config"]) - set(schema.resolve(config_node)["properties"]))
+    if extra:
+        raise WireError(f"forward_backward: loss_config keys not used by {loss}: {', '.join(extra)}")
+    schema.Checker("forward_backward").check(msg["loss_config"], config_node, "loss_config")
     return ForwardBackward(
-        base=f.str("base"),
+        base=msg["base"],
         adapter=adapter,
         loss=loss,
-        loss_config=_step_loss_config(f.object("loss_config"), loss),
+        loss_config=_numbers(msg["loss_config"], config_node),
         backward=backward,
-        rows=[_step_row(r, loss) for r in f.objects("rows")],
+        rows=[_step_row(r, f"rows[{i}]", loss) for i, r in enumerate(msg["rows"])],
     )
 
 
-def _step_loss_config(f: Fields, loss: str) -> dict[str, float]:
-    wanted = LOSS_CONFIG_KEYS[loss]
-    extra = sorted(set(f.obj) - set(wanted))
-    if extra:
-        raise WireError(f"forward_backward: loss_config keys not used by {loss}: {', '.join(extra)}")
-    return {k: f.num(k) for k in wanted}
-
-
-def _step_row(f: Fields, loss: str) -> StepRow:
+def _step_row(r: dict, at: str, loss: str) -> StepRow:
     """One datum; every per-token array has the length of `tokens`."""
-    tokens = f.ints("tokens")
-    if not tokens:
-        raise f.fail("tokens", "a non-empty list of integers")
-    T = len(tokens)
-    targets = f.ints("target_tokens")
-    if len(targets) != T:
-        raise f.fail("target_tokens", f"a list with one entry per token ({T}, has {len(targets)})")
+    op, T = "forward_backward", len(r["tokens"])
+    if len(r["target_tokens"]) != T:
+        raise fail(op, f"{at}.target_tokens", f"a list with one entry per token ({T}, has {len(r['target_tokens'])})")
     row = StepRow(
-        tokens_T=torch.tensor(tokens),
-        target_tokens_T=torch.tensor(targets),
-        weights_T=f.floats("weights", T, nullable_entries=False),
+        tokens_T=torch.tensor(r["tokens"]),
+        target_tokens_T=torch.tensor(r["target_tokens"]),
+        weights_T=_per_token(op, r, at, "weights", T),
         sampler_logprobs_T=None,
         advantages_T=None,
     )
     for key, attr in (("logprobs", "sampler_logprobs_T"), ("advantages", "advantages_T")):
-        if loss in RL_LOSSES or f.has(key):
-            setattr(row, attr, f.floats(key, T, nullable_entries=False))
+        if loss in RL_LOSSES or r.get(key) is not None:
+            setattr(row, attr, _per_token(op, r, at, key, T))
     if loss == "gspo":
-        row.sequence_ratio_mask_T = f.floats("sequence_ratio_mask", T, nullable_entries=False)
+        row.sequence_ratio_mask_T = _per_token(op, r, at, "sequence_ratio_mask", T)
         if not bool((row.sequence_ratio_mask_T != 0).any()):
-            raise f.fail("sequence_ratio_mask", "non-zero for at least one token (the sequence ratio's tokens)")
+            raise fail(op, f"{at}.sequence_ratio_mask", "non-zero for at least one token (the sequence ratio's tokens)")
     return row
 
 
 def parse_optim_step(msg: dict) -> OptimStep:
-    f = Fields("optim_step", msg)
-    a = f.object("adam")
-    p = AdamW(
-        learning_rate=a.num("learning_rate", lo=0.0),
-        beta1=a.num("beta1", lo=0.0, hi=0.999999),
-        beta2=a.num("beta2", lo=0.0, hi=0.999999),
-        eps=a.num("eps", lo=0.0),
-        weight_decay=a.num("weight_decay", lo=0.0),
-        grad_clip_norm=a.num("grad_clip_norm", lo=0.0),
+    schema.check_request("optim_step", msg)
+    return OptimStep(
+        base=msg["base"], adapter=msg["adapter"], adam=AdamW(**_numbers(msg["adam"], schema.ref("AdamParams")))
     )
-    return OptimStep(base=f.str("base"), adapter=f.str("adapter"), adam=p)
 
 
-def parse_save_state(msg: dict) -> SaveState:
-    f = Fields("save_state", msg)
-    return SaveState(adapter=f.str("adapter"), path=f.str("path"))
-
-
-def parse_load_state(msg: dict) -> LoadState:
-    f = Fields("load_state", msg)
-    return LoadState(base=f.str("base"), adapter=f.str("adapter"), path=f.str("path"))
+# The ops whose handlers take a dataclass; any other op's handler gets its checked fields by name.
+PARSERS = {
+    "ensure_adapter": parse_ensure_adapter,
+    "generate": parse_generate,
+    "check_constraint": parse_check_constraint,
+    "forward": parse_forward,
+    "train_step": parse_train_step,
+    "forward_backward": parse_forward_backward,
+    "optim_step": parse_optim_step,
+}
 
 
 # --- checks against the loaded base --------------------------------------------

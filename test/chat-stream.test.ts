@@ -472,8 +472,8 @@ class ScriptedEngine {
     const n = request.n ?? 1;
     const sequences = Array.from({ length: n }, (_, seq) => {
       const ids = [...this.tokenizer.encode(this.texts[seq % this.texts.length]), EOS];
-      return ids.length > request.max_tokens
-        ? { ids: ids.slice(0, request.max_tokens), reason: 'length' as const }
+      return ids.length > request.max_tokens!
+        ? { ids: ids.slice(0, request.max_tokens!), reason: 'length' as const }
         : { ids, reason: 'stop' as const };
     });
     const failAfterTokens = this.failAfterTokens;

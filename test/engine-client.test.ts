@@ -300,7 +300,7 @@ describe('supervisor and client against the real engine', () => {
       adapter: 'learner',
       loss: 'rl' as const,
       rows: [row],
-      loss_config: engineLossConfig(parseRlConfig({}, 1e-3).config),
+      loss_config: engineLossConfig(parseRlConfig({}, () => 1e-3).config),
       optimizer: optimizerConfig('rl', 1e-3),
     };
     const { epsilon_high: _high, ...noHigh } = rl.loss_config;

@@ -1,44 +1,35 @@
 /**
- * The engine's op table has one meaning on every side: `OPS` of src/engine/ops.ts, `OPS` of engine/server.py and
- * the op table of docs/engine-protocol.md list the same ops, with the same role, streaming and sampler fan-out
- * (engine/tests/test_ops.py checks the engine's threads against the same doc). And the sampler pool routes by
- * that table: no engine is started here, the samplers are recorders.
+ * The engine protocol has one home, engine/protocol.json: src/engine/protocol.ts (every message's type, the op
+ * table) and the op table of docs/engine-protocol.md are generated from it (`npm run protocol`), and fail here
+ * when they are not what it generates; engine/tests/test_ops.py holds the engine's handlers and parsers to it, and
+ * the engine's tests check every reply they read against it. And the sampler pool routes by that table: no engine
+ * is started here, the samplers are recorders.
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
+import { DOC_FILE, generated, readSchema, TYPES_FILE } from '../scripts/engine-protocol.ts';
 import { EngineError } from '../src/engine/errors.ts';
 import { ReplyStream } from '../src/engine/generate-stream.ts';
 import { OPS, type OpName, type SamplerEngine } from '../src/engine/ops.ts';
 import { SamplerPool } from '../src/engine/roles.ts';
 
-const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
-
-/** op → [role, streams, every, thread] from the doc's table. */
-function docTable(): Map<string, string[]> {
-  const rows = read('docs/engine-protocol.md').matchAll(/^\| `(\w+)` \| (\w+) \| (\w+) \| (\w+) \| (\w+) \|$/gm);
-  return new Map([...rows].map(([, op, ...cells]) => [op, cells]));
-}
-
-describe('the op table', () => {
-  test('the TypeScript map, the engine and the doc list the same ops', () => {
-    const doc = [...docTable().keys()].sort();
-    const engine = [...read('engine/server.py').matchAll(/^ {4}"(\w+)": Op\(/gm)].map((match) => match[1]).sort();
-    assert.ok(doc.length > 10, 'the doc has an op table');
-    assert.deepEqual(Object.keys(OPS).sort(), doc);
-    assert.deepEqual(engine, doc);
+describe('the protocol schema', () => {
+  test('src/engine/protocol.ts and the doc’s op table are what engine/protocol.json generates', () => {
+    const fresh = generated();
+    assert.equal(readFileSync(TYPES_FILE, 'utf8'), fresh.types, 'run `npm run protocol` and commit the result');
+    assert.equal(readFileSync(DOC_FILE, 'utf8'), fresh.doc, 'run `npm run protocol` and commit the result');
   });
 
-  test('role, streaming and fan-out are the doc’s', () => {
-    const doc = docTable();
-    for (const [op, info] of Object.entries(OPS)) {
-      const [role, streams, every] = doc.get(op)!;
-      assert.deepEqual(
-        [info.role, info.streams ? 'yes' : 'no', 'every' in info ? 'yes' : 'no'],
-        [role, streams, every],
-        op,
-      );
-    }
+  test('the op table the server routes by is the schema’s', () => {
+    const schema = readSchema();
+    assert.ok(Object.keys(schema.ops).length > 10);
+    assert.deepEqual(
+      Object.fromEntries(Object.entries(OPS).map(([op, info]) => [op, [info.role, info.streams, 'every' in info]])),
+      Object.fromEntries(
+        Object.entries(schema.ops).map(([op, spec]) => [op, [spec.role, spec.streams, spec.every === true]]),
+      ),
+    );
   });
 });
 

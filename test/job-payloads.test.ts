@@ -1,17 +1,13 @@
-/** src/training/payloads.ts without a server: versioned job payloads checked on write and on read, older payloads upgraded. */
+/** src/training/payloads.ts, rl/payload.ts and sft/payload.ts without a server: versioned job payloads checked on write and on read, older payloads upgraded. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { withGroupDefaults } from '../src/api/models.ts';
 import { JobError } from '../src/errors.ts';
-import {
-  PAYLOAD_VERSION,
-  payloadView,
-  readRlPayload,
-  readSftPayload,
-  rlPayload,
-  sftPayload,
-} from '../src/training/payloads.ts';
+import { payloadView } from '../src/training/job-service.ts';
+import { PAYLOAD_VERSION } from '../src/training/payloads.ts';
 import { parseRlConfig } from '../src/training/rl/config.ts';
+import { readRlPayload, rlPayload } from '../src/training/rl/payload.ts';
+import { readSftPayload, sftPayload } from '../src/training/sft/payload.ts';
 import { VERSION_0_RL_CONFIG } from './helpers/payloads.ts';
 
 const group = {
@@ -39,7 +35,7 @@ const unreadable = (read: () => unknown, where: RegExp) =>
   );
 
 describe('RL payloads', () => {
-  const today = parseRlConfig({ learning_rate: 0.01, packed_sequence_length: 32 }, 1e-3).config;
+  const today = parseRlConfig({ learning_rate: 0.01, packed_sequence_length: 32 }, () => 1e-3).config;
 
   test('written with a version and read back as written, the groups with ART defaults', () => {
     const payload = rlPayload({ trajectory_groups: [withGroupDefaults(group)], config: today });

@@ -4,6 +4,7 @@ complete wire requests (the engine has no defaults, so tests spell out what the 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import queue
@@ -15,7 +16,7 @@ import threading
 
 import torch
 
-from engine import wire
+from engine import schema, wire
 from engine.lora import SUPPORTED_TARGETS, LoraConfig
 from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint
 from engine.sampling import SamplingParams
@@ -24,28 +25,10 @@ from engine.train import AdamW, LossConfig, Row
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-# What the server sends for the knobs a test leaves alone (src/services/training-defaults.ts and
-# src/engine/protocol.ts hold the real values; these only need to be complete).
-SAMPLING = {
-    "max_tokens": None,
-    "min_tokens": 0,
-    "ignore_eos": False,
-    "stop_token_ids": [],
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "top_k": -1,
-    "min_p": 0.0,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "logit_bias": {},
-    "allowed_token_ids": None,
-    "bad_words_ids": [],
-    "seed": None,
-    "logprobs": None,
-    "prompt_logprobs": None,
-    "n": 1,
-}
+# Complete requests for the knobs a test leaves alone. Sampling: what protocol.json says a caller's omission means
+# (the server's client fills the same values in), no token limit. The training knobs are test values, chosen to be
+# complete, not the server's defaults (those are src/training/defaults.ts's; the engine has none).
+SAMPLING = {**copy.deepcopy(schema.GENERATE_DEFAULTS), "max_tokens": None}
 LOSS = {
     "ppo": False,
     "epsilon": 1.0,
@@ -192,7 +175,11 @@ def launcher(ranks: int) -> list[str]:
 
 class EngineProcess:
     """`python3 -m engine` as a subprocess (`ranks`: a trainer group of that many, through torch's launcher), with
-    frames read on a background thread."""
+    frames read on a background thread.
+
+    Every reply is held to protocol.json (schema.check_reply) as it arrives: a field the engine sends that the
+    schema does not declare the same way fails the test that reads it, so the two cannot drift apart.
+    """
 
     def __init__(self, *extra: str, ranks: int | None = None, env: dict | None = None):
         self.proc = subprocess.Popen(
@@ -205,9 +192,14 @@ class EngineProcess:
         )
         self.frames: queue.Queue = queue.Queue()
         self.stderr_lines = []
+        self.ops: dict = {}  # request id -> its op, for checking its replies
+        self.off_schema: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         self.ready = self.next(timeout=60)
+        if self.ready is not None:
+            event = "FailedEvent" if self.ready.get("event") == "failed" else "ReadyEvent"
+            schema.Checker(self.ready.get("event", "ready")).check(self.ready, schema.ref(event), "")
 
     def _read(self) -> None:
         out = self.proc.stdout
@@ -217,7 +209,20 @@ class EngineProcess:
                 self.frames.put(None)
                 return
             (n,) = struct.unpack(">I", head)
-            self.frames.put(json.loads(out.read(n).decode("utf-8")))
+            frame = json.loads(out.read(n).decode("utf-8"))
+            self._check(frame)
+            self.frames.put(frame)
+
+    def _check(self, frame) -> None:
+        """Records a reply that is not what protocol.json says its op answers."""
+        op = self.ops.get(frame.get("id")) if isinstance(frame, dict) else None
+        if op not in schema.OPS or "error" in frame:
+            return
+        payload = {k: v for k, v in frame.items() if k not in ("id", "done")}
+        try:
+            schema.check_reply(op, payload, done=bool(frame.get("done")))
+        except schema.WireError as e:
+            self.off_schema.append(f"{e} in {json.dumps(frame)[:300]}")
 
     def _drain_stderr(self) -> None:
         for line in self.proc.stderr:
@@ -228,6 +233,8 @@ class EngineProcess:
         self.proc.stdin.flush()
 
     def send(self, obj: dict) -> None:
+        if isinstance(obj.get("id"), str):
+            self.ops[obj["id"]] = obj.get("op")
         raw = json.dumps(obj).encode("utf-8")
         self.send_raw(struct.pack(">I", len(raw)) + raw)
 
@@ -249,6 +256,8 @@ class EngineProcess:
                 others.append(f)
         for f in others:
             self.frames.put(f)
+        if self.off_schema:
+            raise AssertionError("replies off protocol.json: " + "; ".join(self.off_schema))
         return got
 
     def call(self, obj: dict, timeout: float = 60) -> dict:
@@ -267,3 +276,5 @@ class EngineProcess:
             pass
         self.proc.stdout.close()
         self.proc.stderr.close()
+        if self.off_schema:
+            raise AssertionError("replies off protocol.json: " + "; ".join(self.off_schema))

@@ -206,7 +206,10 @@ class TestMasks(unittest.TestCase):
             ({"choice": []}, "constraint.choice must be"),
             ({"json": "x"}, "constraint.json must be"),
             ({"regex": "a", "whitespace_pattern": " "}, "unknown keys"),
-            ({"structural_tag": {"triggers": ["<"], "structures": [{"begin": "<a>"}]}}, "begin and end"),
+            (
+                {"structural_tag": {"triggers": ["<"], "structures": [{"begin": "<a>"}]}},
+                r"missing field constraint\.structural_tag\.structures\[0\]\.",
+            ),
         ]:
             with self.subTest(constraint=constraint), self.assertRaisesRegex(WireError, message):
                 parse_generate(generate_request("g", prompt=[1], constraint=constraint))

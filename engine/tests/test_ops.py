@@ -1,11 +1,13 @@
-"""The engine's op table (server.OPS) against the op table of docs/engine-protocol.md: the same ops, each on the
-thread the doc names, each with a parser of wire.py. test/engine-ops.test.ts holds the TypeScript side to the same doc."""
+"""The engine's ops against protocol.json, their one home: every op has a handler in server.py and no handler
+lacks an op; every parser wire.py keeps is for an op; every op's example request parses; the op table of
+docs/engine-protocol.md is the schema's (scripts/engine-protocol.ts writes it, test/engine-ops.test.ts checks
+the TypeScript side)."""
 
 import os
 import re
 import unittest
 
-from engine import server, wire
+from engine import schema, server, wire
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "engine-protocol.md")
 
@@ -13,21 +15,31 @@ DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "engine-protoc
 def doc_table() -> dict:
     """op -> its row's cells (role, streams, every, thread)."""
     with open(DOC, encoding="utf-8") as f:
-        rows = re.findall(r"^\| `(\w+)` \| (\w+) \| (\w+) \| (\w+) \| (\w+) \|$", f.read(), re.MULTILINE)
-    return {op: cells for op, *cells in rows}
+        rows = re.findall(r"^\| `(\w+)` \| (\w+) \| (\w+) \| (\w+) \| (\w+) \|", f.read(), re.MULTILINE)
+    return {op: tuple(cells) for op, *cells in rows}
 
 
 class OpTableTest(unittest.TestCase):
-    def test_ops_and_threads_match_the_doc(self):
-        table = doc_table()
-        self.assertGreater(len(table), 10)
-        self.assertEqual(sorted(server.OPS), sorted(table))
-        for name, op in server.OPS.items():
-            self.assertEqual(op.thread, table[name][3], name)
+    def test_every_op_has_a_handler_and_every_handler_an_op(self):
+        self.assertGreater(len(schema.OPS), 10)
+        self.assertEqual(sorted(server.HANDLERS), sorted(schema.OPS))
+        self.assertLessEqual(set(wire.PARSERS), set(schema.OPS))
+        self.assertEqual(set(server.THREADS.values()), {server.READER, server.COMPUTE, server.TRAINING})
 
-    def test_every_parser_is_wires(self):
-        for name, op in server.OPS.items():
-            self.assertIs(op.parse, getattr(wire, "parse_" + name), name)
+    def test_the_docs_op_table_is_the_schemas(self):
+        yes = {True: "yes", False: "no"}
+        expected = {
+            op: (role, yes[streams], yes[every], thread)
+            for op, (role, streams, every, thread) in schema.op_table().items()
+        }
+        self.assertEqual(doc_table(), expected)
+
+    def test_every_example_request_parses(self):
+        for op, spec in schema.OPS.items():
+            with self.subTest(op=op):
+                self.assertTrue(spec.get("examples"), f"{op} has an example request in protocol.json")
+                for example in spec["examples"]:
+                    wire.parse(op, example)
 
 
 if __name__ == "__main__":

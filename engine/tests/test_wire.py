@@ -3,7 +3,7 @@
 import re
 import unittest
 
-from engine import wire
+from engine import schema, wire
 from engine.tests.helpers import INIT, SAMPLING, train_request
 
 ROW = {
@@ -15,26 +15,22 @@ ROW = {
     "logprobs": [None, -1.0, None],
 }
 
-# op -> (parser, a complete request, the fields it may leave out)
-COMPLETE = {
-    "load_base": (wire.parse_load_base, {"base": "b", "path": "/m", "dtype": "float32"}, {"dtype"}),
-    "ensure_adapter": (wire.parse_ensure_adapter, {"base": "b", "adapter": "a", "init": INIT}, set()),
-    "save_adapter": (wire.parse_save_adapter, {"adapter": "a", "path": "/p"}, set()),
-    "drop_adapter": (wire.parse_drop_adapter, {"adapter": "a"}, set()),
-    "cancel": (wire.parse_cancel, {"target": "g"}, set()),
-    "check_constraint": (
-        wire.parse_check_constraint,
-        {"base": "b", "constraint": {"choice": ["a", "b"]}},
-        {"constraint.choice"},
-    ),
-    "generate": (wire.parse_generate, {"base": "b", "adapter": None, "prompt": [1, 2], **SAMPLING}, set()),
-    "forward": (
-        wire.parse_forward,
-        {"base": "b", "adapter": "a", "rows": [{"tokens": [1, 2], "segment_ids": [0, 0]}]},
-        set(),
-    ),
-    "train_step": (wire.parse_train_step, train_request([ROW], "rl"), set()),
-}
+# op -> a complete request: protocol.json's example of each op, with the test helpers' for the training ops.
+COMPLETE = {op: spec["examples"][0] for op, spec in schema.OPS.items()}
+COMPLETE["generate"] = {"base": "b", "adapter": None, "prompt": [1, 2], **SAMPLING}
+COMPLETE["train_step"] = train_request([ROW], "rl")
+COMPLETE["ensure_adapter"] = {"base": "b", "adapter": "a", "init": INIT}
+
+
+def required(op: str, path: str) -> bool:
+    """Whether protocol.json requires the field at `path` (e.g. `rows[0].mask`) of op's request."""
+    node = schema.OPS[op]["request"]
+    *parents, name = re.sub(r"\[\d+\]", "", path).split(".")
+    for parent in parents:
+        node = schema.resolve(schema.resolve(node)["properties"][parent])
+        if "items" in node:
+            node = schema.resolve(node["items"])
+    return name in schema.resolve(node).get("required", ())
 
 
 def leaves(obj, path=""):
@@ -59,14 +55,14 @@ def copy(obj):
 
 class TestWire(unittest.TestCase):
     def test_complete_requests_parse(self):
-        for op, (parse, msg, _) in COMPLETE.items():
+        for op, msg in COMPLETE.items():
             with self.subTest(op=op):
-                parse(copy(msg))
+                wire.parse(op, copy(msg))
 
     def test_every_missing_field_is_named(self):
-        for op, (parse, msg, optional) in COMPLETE.items():
+        for op, msg in COMPLETE.items():
             for path, _, _ in list(leaves(msg)):
-                if path in optional:
+                if not required(op, path):
                     continue
                 broken = copy(msg)
                 parent, key = next((p, k) for at, p, k in leaves(broken) if at == path)
@@ -75,7 +71,7 @@ class TestWire(unittest.TestCase):
                     self.subTest(op=op, field=path),
                     self.assertRaisesRegex(wire.WireError, f"^{op}: missing field {re.escape(path)}( |$)"),
                 ):
-                    parse(broken)
+                    wire.parse(op, broken)
 
     def test_wrong_types_and_nulls_are_named(self):
         cases = [
@@ -96,18 +92,17 @@ class TestWire(unittest.TestCase):
             ("forward", "rows[0].segment_ids", [0]),
         ]
         for op, path, value in cases:
-            parse, msg, _ = COMPLETE[op]
-            broken = copy(msg)
+            broken = copy(COMPLETE[op])
             parent, key = next((p, k) for at, p, k in leaves(broken) if at == path)
             parent[key] = value
             with (
                 self.subTest(op=op, field=path),
                 self.assertRaisesRegex(wire.WireError, f"^{op}: field {re.escape(path)} must be"),
             ):
-                parse(broken)
+                wire.parse(op, broken)
 
     def test_constraint_fields_are_named(self):
-        generate = COMPLETE["generate"][1]
+        generate = COMPLETE["generate"]
         for constraint, field in [
             ({"regex": 5}, "constraint.regex"),
             ({"structural_tag": {"triggers": ["<"]}}, "constraint.structural_tag.structures"),
@@ -129,7 +124,7 @@ class TestWire(unittest.TestCase):
     def test_optional_fields_mean_none_not_a_default(self):
         req = wire.parse_train_step(train_request([ROW], "rl"))
         self.assertEqual((req.reference.key, req.reference.path, req.rows[0].original_T), (None, None, None))
-        self.assertIsNone(wire.parse_load_base({"base": "b", "path": "/m"}).dtype)
+        self.assertIsNone(wire.parse("load_base", {"base": "b", "path": "/m"}).dtype)
         sft = wire.parse_train_step(train_request([ROW], "sft"))
         self.assertIsNone(sft.loss_config)  # the sft loss has no knobs
 

@@ -3,21 +3,6 @@ import { type Static, Type } from '@sinclair/typebox';
 import { TrainingGroup } from './models.ts';
 import type { JobEvent, JobEventType, JobStatus } from './training-vocabulary.ts';
 
-/**
- * The learning-rate rule, its one home: a finite number >= 0, for RL, SFT (each entry of a schedule) and Tinker's
- * `optim_step` alike. 0 is a rate, not a mistake: ART's schedules decay to 0 on their last batch, and a step at 0
- * still advances the optimizer's moments. (engine/wire.py refuses a negative rate on its side of the wire.)
- */
-export const LEARNING_RATE_MINIMUM = 0;
-export const LearningRate = Type.Number({ minimum: LEARNING_RATE_MINIMUM });
-
-/** Why `value` breaks the learning-rate rule, or null when it keeps it. */
-export function learningRateProblem(value: number): string | null {
-  return Number.isFinite(value) && value >= LEARNING_RATE_MINIMUM
-    ? null
-    : `must be a finite number >= ${LEARNING_RATE_MINIMUM}, got ${value}`;
-}
-
 export const RlJobBody = Type.Object(
   {
     model_id: Type.String({ minLength: 1 }),
@@ -104,7 +89,7 @@ export const SftJobBody = Type.Object(
             batch_size: Type.Optional(
               Type.Union([Type.Integer({ minimum: 1, maximum: 4096 }), Type.Literal('auto'), Type.Null()]),
             ),
-            // Checked by the service with learningRateProblem, which names the bad entry (a schedule may decay to 0).
+            // Held to the learning-rate rule by sft/config.ts, which names the bad entry (a schedule may decay to 0).
             learning_rate: Type.Optional(
               Type.Union([Type.Number(), Type.Array(Type.Number(), { minItems: 1 }), Type.Null()]),
             ),

@@ -10,7 +10,13 @@ import { ConstraintRequestError } from '../constraints/constraint-error.ts';
 import { jsonSizeProblem } from '../constraints/limits.ts';
 import { type RequestedConstraint, requestedConstraint } from '../constraints/request.ts';
 import { contentPartProblem } from '../conversation/messages.ts';
-import { boundText, SAMPLING_BOUNDS, type SamplingBoundName, withinBound } from '../engine/bounds.ts';
+import {
+  boundText,
+  GREEDY_TEMPERATURE_BELOW,
+  SAMPLING_BOUNDS,
+  type SamplingBoundName,
+  withinBound,
+} from '../engine/bounds.ts';
 import { GENERATE_DEFAULTS } from '../engine/protocol.ts';
 import { badRequest } from '../errors.ts';
 
@@ -254,7 +260,7 @@ function distributionPlan(body: ChatCompletionBody) {
   checkBound('n', n);
   const temperature = body.temperature ?? null;
   if (temperature !== null) checkBound('temperature', temperature);
-  if (n > 1 && temperature !== null && temperature < 1e-5)
+  if (n > 1 && temperature !== null && temperature < GREEDY_TEMPERATURE_BELOW)
     throw badRequest(`n must be 1 when using greedy sampling, got ${n}.`, 'n');
   const presence = body.presence_penalty ?? null;
   const frequency = body.frequency_penalty ?? null;

@@ -61,10 +61,11 @@ function layoutOf(options: Record<string, unknown>): Record<string, unknown> {
 }
 
 /** The schema with the layout options merged under its own `x-guidance` (the schema's own win). */
-function laidOut(schema: unknown, layout: Record<string, unknown>): unknown {
+function laidOut(schema: unknown, layout: Record<string, unknown>): Record<string, unknown> | boolean {
   if (schema === false) return schema;
   const object = schema === true || schema === undefined || schema === null ? {} : (schema as Record<string, unknown>);
-  if (typeof object !== 'object' || Array.isArray(object)) return schema;
+  // Not a JSON schema: sent as it is, for the engine's check_constraint to refuse (a 400 naming it).
+  if (typeof object !== 'object' || Array.isArray(object)) return schema as Record<string, unknown>;
   const own = object['x-guidance'];
   return { ...object, 'x-guidance': { ...layout, ...(own && typeof own === 'object' ? own : {}) } };
 }

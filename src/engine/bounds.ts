@@ -1,6 +1,6 @@
 /**
  * The engine's numeric bounds as the API states them: read from engine/bounds.json, the file the engine's own
- * checks read (engine/wire.py, engine/lora.py), so a request the API accepts is never refused by the engine.
+ * checks read (engine/schema.py), so a request the API accepts is never refused by the engine.
  */
 import bounds from '../../engine/bounds.json' with { type: 'json' };
 
@@ -15,6 +15,9 @@ export type SamplingBoundName = keyof typeof bounds.sampling;
 
 /** The bound of one sampling parameter, by its vLLM name. */
 export const SAMPLING_BOUNDS: Record<SamplingBoundName, Bound> = bounds.sampling;
+
+/** Temperatures below this sample the argmax (the engine decodes greedily); the reason is in the JSON. */
+export const GREEDY_TEMPERATURE_BELOW: number = bounds.greedy_temperature_below.value;
 
 /** Largest magnitude an adapter value may have (every value must also be finite); the reason is in the JSON. */
 export const ADAPTER_WEIGHT_MAX_ABS: number = bounds.adapter_weight_max_abs.value;

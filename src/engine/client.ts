@@ -12,7 +12,7 @@ import { ReplyStream } from './generate-stream.ts';
 import { type EngineLogger, silentLogger } from './logger.ts';
 import type { Engine, OpReply, OpRequest, UnaryOp } from './ops.ts';
 import type { ForwardRequest, GenerateEvent, GenerateRequest, ReadyEvent, ReplyErrorCode } from './protocol.ts';
-import { GENERATE_DEFAULTS } from './protocol.ts';
+import { GENERATE_DEFAULTS, REPLY_ERROR_CODES } from './protocol.ts';
 
 export interface EngineClientOptions {
   /** Names the other end in error messages, e.g. "the engine (pid 1234)". */
@@ -27,15 +27,6 @@ type Pending =
   | { kind: 'unary'; resolve(reply: Reply): void; reject(error: EngineError): void }
   | { kind: 'stream'; stream: ReplyStream };
 
-const REPLY_ERROR_CODES: readonly string[] = [
-  'bad_request',
-  'not_found',
-  'non_finite',
-  'diverged',
-  'cancelled',
-  'internal',
-  'unauthorized',
-] satisfies ReplyErrorCode[];
 const STREAM_EVENT_TYPES: readonly string[] = ['prompt', 'tokens', 'finish'] satisfies GenerateEvent['type'][];
 
 // Process-wide, so ids stay unique across engine restarts and a log line names one request.
@@ -232,7 +223,7 @@ function replyError(reply: Reply): EngineError | undefined {
   const error = reply.error;
   if (typeof error !== 'object' || error === null) return undefined;
   const { code, message } = error as { code?: unknown; message?: unknown };
-  const known = typeof code === 'string' && REPLY_ERROR_CODES.includes(code);
+  const known = typeof code === 'string' && (REPLY_ERROR_CODES as readonly string[]).includes(code);
   return new EngineError(
     known ? (code as ReplyErrorCode) : 'internal',
     typeof message === 'string' ? message : JSON.stringify(error),

@@ -1,86 +1,14 @@
 /**
- * The engine protocol as one table: every op of docs/engine-protocol.md with its request and reply types
- * (`OpTypes`), the role that serves it and whether it streams (`OPS`). The client sends any op through one
- * `request`, the supervisor wraps that once, and roles.ts routes by the role column; an engine of another
- * kind (a vLLM sampler) implements `SamplerEngine`, the sampler's share of this table. Adding an op is an
- * entry here, an entry in engine/server.py's `OPS` and a row in the doc's op table (a test checks all three).
+ * The engine protocol's op table as the server uses it: `OPS` (each op's role, streaming and fan-out) and
+ * `OpTypes` (its request and reply types) come from engine/protocol.json through the generated protocol.ts. The
+ * client sends any op through one `request`, the supervisor wraps that once, and roles.ts routes by the role
+ * column; an engine of another kind (a vLLM sampler) implements `SamplerEngine`, the sampler's share of this
+ * table. Adding an op is its entry in engine/protocol.json and its handler in engine/server.py.
  */
 import type { GenerateStream } from './generate-stream.ts';
-import type {
-  CancelReply,
-  CheckConstraintReply,
-  CheckConstraintRequest,
-  DropAdapterReply,
-  DropAdapterRequest,
-  EnsureAdapterReply,
-  EnsureAdapterRequest,
-  ForwardBackwardReply,
-  ForwardBackwardRequest,
-  ForwardReply,
-  ForwardRequest,
-  GenerateEvent,
-  GenerateRequest,
-  LoadBaseReply,
-  LoadBaseRequest,
-  LoadStateReply,
-  LoadStateRequest,
-  OptimStepReply,
-  OptimStepRequest,
-  SaveAdapterReply,
-  SaveAdapterRequest,
-  SaveStateReply,
-  SaveStateRequest,
-  StatsReply,
-  TrainStepReply,
-  TrainStepRequest,
-} from './protocol.ts';
+import { type GenerateRequest, OPS, type OpName, type OpTypes } from './protocol.ts';
 
-/** Op name → what its request carries and what its (final) reply holds; `generate` streams events. */
-export interface OpTypes {
-  stats: { request: Record<string, never>; reply: StatsReply };
-  load_base: { request: LoadBaseRequest; reply: LoadBaseReply };
-  check_constraint: { request: CheckConstraintRequest; reply: CheckConstraintReply };
-  ensure_adapter: { request: EnsureAdapterRequest; reply: EnsureAdapterReply };
-  save_adapter: { request: SaveAdapterRequest; reply: SaveAdapterReply };
-  drop_adapter: { request: DropAdapterRequest; reply: DropAdapterReply };
-  generate: { request: GenerateRequest; reply: GenerateEvent };
-  cancel: { request: { target: string }; reply: CancelReply };
-  forward: { request: ForwardRequest; reply: ForwardReply };
-  train_step: { request: TrainStepRequest; reply: TrainStepReply };
-  forward_backward: { request: ForwardBackwardRequest; reply: ForwardBackwardReply };
-  optim_step: { request: OptimStepRequest; reply: OptimStepReply };
-  save_state: { request: SaveStateRequest; reply: SaveStateReply };
-  load_state: { request: LoadStateRequest; reply: LoadStateReply };
-}
-
-export type OpName = keyof OpTypes;
-
-/**
- * `sampler`: only a sampler serves it; `trainer`: only the trainer; `both`: either. With several samplers,
- * `every` sends the op to each of them (state every sampler must hold, or a cancel whose stream may be on any).
- */
-export interface OpInfo {
-  role: 'sampler' | 'trainer' | 'both';
-  streams: boolean;
-  every?: true;
-}
-
-export const OPS = {
-  stats: { role: 'both', streams: false },
-  load_base: { role: 'both', streams: false, every: true },
-  check_constraint: { role: 'sampler', streams: false, every: true },
-  ensure_adapter: { role: 'both', streams: false, every: true },
-  save_adapter: { role: 'trainer', streams: false },
-  drop_adapter: { role: 'both', streams: false, every: true },
-  generate: { role: 'sampler', streams: true },
-  cancel: { role: 'sampler', streams: false, every: true },
-  forward: { role: 'both', streams: false },
-  train_step: { role: 'trainer', streams: false },
-  forward_backward: { role: 'trainer', streams: false },
-  optim_step: { role: 'trainer', streams: false },
-  save_state: { role: 'trainer', streams: false },
-  load_state: { role: 'trainer', streams: false },
-} as const satisfies Record<OpName, OpInfo>;
+export { OPS, type OpInfo, type OpName, type OpTypes } from './protocol.ts';
 
 export type OpRequest<O extends OpName> = OpTypes[O]['request'];
 export type OpReply<O extends OpName> = OpTypes[O]['reply'];

@@ -1,12 +1,33 @@
 /**
- * The engine protocol's messages as TypeScript types, field for field as docs/engine-protocol.md
- * writes them (snake_case on purpose: these objects go on the wire unchanged). Requests omit `id`
- * and `op`; the client adds them.
+ * The engine protocol's messages as TypeScript types: GENERATED from engine/protocol.json by
+ * scripts/engine-protocol.ts (`npm run protocol`). Do not edit; change the schema and regenerate
+ * (test/engine-ops.test.ts fails when this file is not what the schema generates).
+ *
+ * Field for field the wire's (snake_case on purpose: these objects go on the wire unchanged). Requests omit `id`
+ * and `op`; the client adds them, and fills the fields a caller may leave out (GENERATE_DEFAULTS, a forward
+ * row's segment_ids), so the engine gets every field explicitly. ops.ts builds the engine interfaces on OPS.
  */
 
-export type Dtype = 'float32' | 'bfloat16' | 'float16';
+export const DTYPES = ['float32', 'bfloat16', 'float16'] as const;
+export type Dtype = (typeof DTYPES)[number];
 
-/** The unsolicited first frame of a started engine. */
+/**
+ * Codes of the engine's error replies; `unauthorized` answers a TCP connection's wrong secret (then it closes).
+ * `non_finite`: adapter weights out of engine/bounds.json (load, save) or a request's non-finite logits (generate);
+ * `diverged`: a training step's loss, gradient or new weights were not finite, and the adapter is left as it was.
+ */
+export const REPLY_ERROR_CODES = [
+  'bad_request',
+  'not_found',
+  'non_finite',
+  'diverged',
+  'cancelled',
+  'internal',
+  'unauthorized',
+] as const;
+export type ReplyErrorCode = (typeof REPLY_ERROR_CODES)[number];
+
+/** The unsolicited first frame of a started engine (its `id` is null). */
 export interface ReadyEvent {
   event: 'ready';
   device: 'cpu' | 'cuda';
@@ -17,9 +38,46 @@ export interface ReadyEvent {
   limits?: EngineLimits;
   /** What the engine can run; the server validates models and adapters against it instead of keeping a copy. */
   supports: EngineSupport;
+  /** trainer: a trainer-only engine (`--role trainer`), which never samples: a process group of `ranks`. */
+  role?: 'both' | 'trainer';
+  /** A trainer's ranks in rank order; rank 0 is the process speaking the protocol, the others follow it. */
+  ranks?: Rank[];
 }
 
-/** The engine's own tables (engine/model.py, lora.py, wire.py, steps.py), as its ready frame announces them. */
+/**
+ * The unsolicited frame (its `id` is null) of an engine that could not start (a trainer's process group that cannot
+ * form here), sent instead of `ready` before it exits.
+ */
+export interface FailedEvent {
+  event: 'failed';
+  error: {
+    code: 'startup';
+    message: string;
+  };
+}
+
+/** One rank of a trainer's process group. */
+export interface Rank {
+  rank: number;
+  pid: number;
+  host: string;
+  /** torch's name of its device: cpu, cuda:0, ... */
+  device: string;
+}
+
+/**
+ * One rank's memory: rank 0's now, the others' as of the last op the group ran (a rank answers nothing between ops).
+ */
+export interface RankMemory {
+  rank: number;
+  rss_bytes: number;
+  memory: EngineMemory;
+}
+
+/**
+ * The engine's own tables (engine/model.py, lora.py, and this file's losses and dtypes), as its ready frame announces
+ * them.
+ */
 export interface EngineSupport {
   /** config.json `model_type`s. */
   model_types: string[];
@@ -29,7 +87,10 @@ export interface EngineSupport {
   rope_types: string[];
   /** Modules a LoRA adapter may target. */
   lora_targets: string[];
-  losses: { train_step: string[]; forward_backward: string[] };
+  losses: {
+    train_step: TrainLoss[];
+    forward_backward: StepLoss[];
+  };
   dtypes: Dtype[];
 }
 
@@ -41,19 +102,194 @@ export interface EngineLimits {
   threads: number;
 }
 
+/** Where the engine's memory goes (docs/engine-protocol.md `stats`); the device_* figures on CUDA only. */
+export interface EngineMemory {
+  weights_bytes: number;
+  kv_cache_bytes: number;
+  prefix_cache_bytes: number;
+  /** Resident adapters' weights (a trainer's: this rank's shards). */
+  adapters_bytes: number;
+  /** Their AdamW moments (a trainer's: this rank's shards). */
+  optimizer_bytes?: number;
+  /**
+   * How far above its start the last training op went (activations and logits, mostly): RSS on CPU, the allocator on
+   * CUDA.
+   */
+  activations_peak_bytes?: number;
+  device_allocated_bytes?: number;
+  device_peak_bytes?: number;
+  device_reserved_bytes?: number;
+  device_free_bytes?: number;
+  device_total_bytes?: number;
+}
+
+export interface AdapterInit {
+  rank: number;
+  alpha: number;
+  target_modules: string[];
+  seed: number;
+}
+
+/** vLLM's structured_outputs kinds, which the engine's constraints can be (docs/engine-protocol.md). */
+export const CONSTRAINT_KINDS = ['json', 'json_object', 'regex', 'choice', 'grammar', 'structural_tag'] as const;
+export type ConstraintKind = (typeof CONSTRAINT_KINDS)[number];
+
 /**
- * Codes of the engine's error replies; `unauthorized` answers a TCP connection's wrong secret (then it closes).
- * `non_finite`: adapter weights out of engine/bounds.json (load, save) or a request's non-finite logits (generate);
- * `diverged`: a training step's loss, gradient or new weights were not finite, and the adapter is left as it was.
+ * One structure of a structural tag: after `begin` (which starts with one of the triggers), JSON of `schema`, then
+ * `end`.
  */
-export type ReplyErrorCode =
-  | 'bad_request'
-  | 'not_found'
-  | 'non_finite'
-  | 'diverged'
-  | 'cancelled'
-  | 'internal'
-  | 'unauthorized';
+export interface StructuralTagStructure {
+  begin: string;
+  schema: Record<string, unknown> | boolean;
+  end: string;
+}
+
+/**
+ * A constraint's specification, as vLLM's `structured_outputs` states it: exactly one kind (engine/wire.py checks
+ * that), and the JSON options. The engine compiles it (llguidance) against the base's own tokenizer;
+ * docs/structured-outputs.md maps it onto vLLM.
+ */
+export interface ConstraintSpec {
+  /** A JSON schema; layout options travel inside it as llguidance's `x-guidance`. */
+  json?: Record<string, unknown> | boolean;
+  json_object?: true;
+  regex?: string;
+  choice?: string[];
+  /** A Lark grammar (llguidance's dialect; a GBNF grammar is converted, as vLLM's guidance backend does). */
+  grammar?: string;
+  structural_tag?: {
+    triggers: string[];
+    structures: StructuralTagStructure[];
+  };
+  disable_any_whitespace?: boolean;
+  disable_additional_properties?: boolean;
+}
+
+/** `[token id, logprob]`. */
+export type TopLogprob = [number, number];
+
+export interface PromptLogprobsEvent {
+  type: 'prompt';
+  /** One entry per prompt token; the first is null. */
+  prompt_logprobs: ({
+    logprob: number;
+    top: TopLogprob[];
+  } | null)[];
+}
+
+export interface TokensEvent {
+  type: 'tokens';
+  seq: number;
+  tokens: number[];
+  logprobs?: (number | null)[];
+  top_logprobs?: TopLogprob[][];
+}
+
+export interface FinishEvent {
+  type: 'finish';
+  seq: number;
+  finish_reason: 'stop' | 'length';
+  /** Null with `stop` means EOS. */
+  stop_token_id: number | null;
+}
+
+export interface ForwardRow {
+  tokens: number[];
+  /** The client fills it when left out: all zeros: the row is one sequence. */
+  segment_ids?: number[];
+}
+
+export type TrainLoss = 'rl' | 'sft';
+
+/**
+ * A packed row of train_step: every array has one entry per token (engine/wire.py checks the lengths and that mask is 0
+ * at each segment's first token).
+ */
+export interface TrainRow {
+  tokens: number[];
+  segment_ids: number[];
+  mask: number[];
+  weights: number[];
+  /** Required with the rl loss. */
+  advantages?: number[];
+  /** Required with the rl loss. */
+  logprobs?: (number | null)[];
+  original_logprobs?: (number | null)[];
+}
+
+/** RL knobs of rl-loss.md, every one sent (the engine has no defaults); null turns a knob off. */
+export interface LossConfig {
+  ppo: boolean;
+  epsilon: number;
+  epsilon_high: number;
+  importance_sampling_level: 'token' | 'sequence' | 'average' | 'geometric_average';
+  max_negative_advantage_importance_sampling_weight: number | null;
+  mask_prob_ratio: boolean;
+  k2_tau: number | null;
+  truncated_importance_sampling: number | null;
+  kl_penalty_coef: number;
+  kl_penalty_source: 'sample' | 'current_learner';
+}
+
+/** train_step's AdamW (eps is AdamW's usual 1e-8); max_grad_norm <= 0 turns clipping off. */
+export interface OptimizerConfig {
+  learning_rate: number;
+  betas: [number, number];
+  weight_decay: number;
+  max_grad_norm: number;
+}
+
+/**
+ * The losses of `forward_backward`, as Tinker names them, each with every hyper-parameter it uses (all required, no
+ * other allowed; the engine has no defaults).
+ */
+export interface StepLossConfigs {
+  cross_entropy: NoStepLossConfig;
+  importance_sampling: NoStepLossConfig;
+  ppo: ClipThresholds;
+  cispo: ClipThresholds;
+  dro: {
+    beta: number;
+  };
+  gspo: ClipThresholds;
+}
+
+export type NoStepLossConfig = Record<string, never>;
+
+/** The ratio is clipped to [clip_low_threshold, clip_high_threshold]. */
+export interface ClipThresholds {
+  clip_low_threshold: number;
+  clip_high_threshold: number;
+}
+
+export type StepLoss = keyof StepLossConfigs;
+
+/**
+ * One datum: `tokens[t]` is model input whose next-token distribution scores `target_tokens[t]`; all arrays length T.
+ */
+export interface StepRow {
+  tokens: number[];
+  target_tokens: number[];
+  weights: number[];
+  /** The sampler's logprobs of `target_tokens`; required by the RL losses. */
+  logprobs?: number[];
+  /** Required by the RL losses. */
+  advantages?: number[];
+  /** Required by `gspo`: nonzero on the tokens whose mean log-ratio is the sequence ratio (at least one). */
+  sequence_ratio_mask?: number[];
+}
+
+/** Tinker's AdamParams, all required; `grad_clip_norm` 0 means no clipping. */
+export interface AdamParams {
+  learning_rate: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weight_decay: number;
+  grad_clip_norm: number;
+}
+
+export type StatsRequest = Record<string, never>;
 
 export interface StatsReply {
   device: string;
@@ -66,25 +302,15 @@ export interface StatsReply {
   waiting: number;
   tokens_per_second: number;
   rss_bytes: number;
-  /** Where the engine's memory goes (docs/engine-protocol.md `stats`); the device_* figures on CUDA only. */
   memory: EngineMemory;
-}
-
-export interface EngineMemory {
-  weights_bytes: number;
-  kv_cache_bytes: number;
-  prefix_cache_bytes: number;
-  adapters_bytes: number;
-  device_allocated_bytes?: number;
-  device_peak_bytes?: number;
-  device_reserved_bytes?: number;
-  device_free_bytes?: number;
-  device_total_bytes?: number;
+  /** A trainer's: every rank's memory, in rank order. */
+  ranks?: RankMemory[];
 }
 
 export interface LoadBaseRequest {
   base: string;
   path: string;
+  /** Absent: the engine's --dtype. */
   dtype?: Dtype;
 }
 
@@ -99,13 +325,16 @@ export interface LoadBaseReply {
   constraint_kinds: ConstraintKind[];
 }
 
-export interface AdapterInit {
-  rank: number;
-  alpha: number;
-  target_modules: string[];
-  seed: number;
+export interface CheckConstraintRequest {
+  base: string;
+  constraint: ConstraintSpec;
 }
 
+export interface CheckConstraintReply {
+  ok: true;
+}
+
+/** Loads the PEFT folder `path`, or creates a fresh adapter from `init` (one of the two). */
 export interface EnsureAdapterRequest {
   adapter: string;
   base: string;
@@ -114,6 +343,7 @@ export interface EnsureAdapterRequest {
 }
 
 export interface EnsureAdapterReply {
+  /** False when it was already resident. */
   loaded: boolean;
 }
 
@@ -134,74 +364,19 @@ export interface DropAdapterReply {
   dropped: boolean;
 }
 
-/** vLLM's structured_outputs kinds, which the engine's constraints can be (docs/engine-protocol.md). */
-export const CONSTRAINT_KINDS = ['json', 'json_object', 'regex', 'choice', 'grammar', 'structural_tag'] as const;
-export type ConstraintKind = (typeof CONSTRAINT_KINDS)[number];
-
-/** One structure of a structural tag: after `begin` (which starts with one of the triggers), JSON of `schema`, then `end`. */
-export interface StructuralTagStructure {
-  begin: string;
-  schema: unknown;
-  end: string;
-}
-
 /**
- * A constraint's specification, as vLLM's `structured_outputs` states it: exactly one kind, and the JSON options.
- * The engine compiles it (llguidance) against the base's own tokenizer; docs/structured-outputs.md maps it onto vLLM.
+ * Sampling fields with a default are vLLM's meaning when a caller leaves them out; the client fills them in, so the
+ * engine gets every field explicitly.
  */
-export interface ConstraintSpec {
-  /** A JSON schema; layout options travel inside it as llguidance's `x-guidance`. */
-  json?: unknown;
-  json_object?: true;
-  regex?: string;
-  choice?: string[];
-  /** A Lark grammar (llguidance's dialect; a GBNF grammar is converted, as vLLM's guidance backend does). */
-  grammar?: string;
-  structural_tag?: { triggers: string[]; structures: StructuralTagStructure[] };
-  disable_any_whitespace?: boolean;
-  disable_additional_properties?: boolean;
-}
-
-export interface CheckConstraintRequest {
-  base: string;
-  constraint: ConstraintSpec;
-}
-
-export interface CheckConstraintReply {
-  ok: true;
-}
-
-/**
- * What a generate request's sampling fields mean when its caller leaves them out (vLLM's defaults). The client
- * fills them in, so the engine gets every field explicitly (it has no defaults of its own).
- */
-export const GENERATE_DEFAULTS = {
-  n: 1,
-  min_tokens: 0,
-  ignore_eos: false,
-  stop_token_ids: [],
-  temperature: 1.0,
-  top_p: 1.0,
-  top_k: -1,
-  min_p: 0.0,
-  presence_penalty: 0.0,
-  frequency_penalty: 0.0,
-  repetition_penalty: 1.0,
-  logit_bias: {},
-  allowed_token_ids: null,
-  bad_words_ids: [],
-  seed: null,
-  logprobs: null,
-  prompt_logprobs: null,
-} as const satisfies Partial<GenerateRequest>;
-
 export interface GenerateRequest {
   base: string;
   adapter: string | null;
+  /** Loaded first when the adapter is not resident. */
   adapter_path?: string;
   prompt: number[];
   n?: number;
-  max_tokens: number;
+  /** Null: until the context is full. */
+  max_tokens: number | null;
   min_tokens?: number;
   ignore_eos?: boolean;
   stop_token_ids?: number[];
@@ -212,6 +387,7 @@ export interface GenerateRequest {
   presence_penalty?: number;
   frequency_penalty?: number;
   repetition_penalty?: number;
+  /** Token id (as a string) -> bias added to its logit. */
   logit_bias?: Record<string, number>;
   allowed_token_ids?: number[] | null;
   bad_words_ids?: number[][];
@@ -222,39 +398,44 @@ export interface GenerateRequest {
   constraint?: ConstraintSpec | null;
 }
 
-/** `[token id, logprob]`. */
-export type TopLogprob = [number, number];
-
-export interface PromptLogprobsEvent {
-  type: 'prompt';
-  /** One entry per prompt token; the first is null. */
-  prompt_logprobs: ({ logprob: number; top: TopLogprob[] } | null)[];
-}
-
-export interface TokensEvent {
-  type: 'tokens';
-  seq: number;
-  tokens: number[];
-  logprobs?: (number | null)[];
-  top_logprobs?: TopLogprob[][];
-}
-
-export interface FinishEvent {
-  type: 'finish';
-  seq: number;
-  finish_reason: 'stop' | 'length';
-  /** Null with `stop` means EOS. */
-  stop_token_id: number | null;
-}
-
-/** The final reply of a generate request, tagged by the client so the stream is one union. */
-export interface GenerateDoneEvent {
-  type: 'done';
+export interface GenerateReply {
   prompt_tokens: number;
   cached_tokens: number;
 }
 
+/** What generate's fields mean when a caller leaves them out; the client fills them in (engine/protocol.json). */
+export const GENERATE_DEFAULTS = {
+  n: 1,
+  min_tokens: 0,
+  ignore_eos: false,
+  stop_token_ids: [],
+  temperature: 1,
+  top_p: 1,
+  top_k: -1,
+  min_p: 0,
+  presence_penalty: 0,
+  frequency_penalty: 0,
+  repetition_penalty: 1,
+  logit_bias: {},
+  allowed_token_ids: null,
+  bad_words_ids: [],
+  seed: null,
+  logprobs: null,
+  prompt_logprobs: null,
+} as const satisfies Partial<GenerateRequest>;
+
+/** The final reply of a generate request, tagged by the client so the stream is one union. */
+export interface GenerateDoneEvent extends GenerateReply {
+  type: 'done';
+}
+
+/** What a generate stream yields: its interim replies, then the tagged final one. */
 export type GenerateEvent = PromptLogprobsEvent | TokensEvent | FinishEvent | GenerateDoneEvent;
+
+export interface CancelRequest {
+  /** The id of a generate request. */
+  target: string;
+}
 
 export interface CancelReply {
   cancelled: boolean;
@@ -264,49 +445,18 @@ export interface ForwardRequest {
   base: string;
   adapter: string | null;
   adapter_path?: string;
-  /** Without segment_ids a row is one sequence; the client says so explicitly (all zeros). */
-  rows: { tokens: number[]; segment_ids?: number[] }[];
+  rows: ForwardRow[];
 }
 
 export interface ForwardReply {
   logprobs: (number | null)[][];
 }
 
-export interface TrainRow {
-  tokens: number[];
-  segment_ids: number[];
-  mask: number[];
-  weights: number[];
-  advantages?: number[];
-  logprobs?: (number | null)[];
-  original_logprobs?: (number | null)[];
-}
-
-/** RL knobs of rl-loss.md, every one sent (the engine has no defaults); null turns a knob off. */
-export interface LossConfig {
-  ppo: boolean;
-  epsilon: number;
-  epsilon_high: number;
-  importance_sampling_level: 'token' | 'sequence' | 'average' | 'geometric_average';
-  max_negative_advantage_importance_sampling_weight: number | null;
-  mask_prob_ratio: boolean;
-  k2_tau: number | null;
-  truncated_importance_sampling: number | null;
-  kl_penalty_coef: number;
-  kl_penalty_source: 'sample' | 'current_learner';
-}
-
-export interface OptimizerConfig {
-  learning_rate: number;
-  betas: [number, number];
-  weight_decay: number;
-  max_grad_norm: number;
-}
-
 export interface TrainStepRequest {
   base: string;
   adapter: string;
-  loss: 'rl' | 'sft';
+  adapter_path?: string;
+  loss: TrainLoss;
   rows: TrainRow[];
   /** Required with the rl loss; the sft loss has none. */
   loss_config?: LossConfig;
@@ -322,54 +472,26 @@ export interface TrainStepReply {
   metrics: Record<string, number>;
 }
 
-/** The losses of `forward_backward`, as Tinker names them. */
-export type StepLoss = 'cross_entropy' | 'importance_sampling' | 'ppo' | 'cispo' | 'dro' | 'gspo';
-
-/**
- * Every hyper-parameter the loss uses, all present (the engine has no defaults): none for `cross_entropy` and
- * `importance_sampling`; `clip_low_threshold`, `clip_high_threshold` for `ppo`, `cispo` and `gspo`; `beta` for `dro`.
- */
-export type StepLossConfig = Record<string, number>;
-
-/** One datum: `tokens[t]` is model input whose next-token distribution scores `target_tokens[t]`; all arrays length T. */
-export interface StepRow {
-  tokens: number[];
-  target_tokens: number[];
-  weights: number[];
-  /** The sampler's logprobs of `target_tokens`; required by the RL losses. */
-  logprobs?: number[];
-  /** Required by the RL losses. */
-  advantages?: number[];
-  /** Required by `gspo`: nonzero on the tokens whose mean log-ratio is the sequence ratio (at least one). */
-  sequence_ratio_mask?: number[];
-}
-
 export interface ForwardBackwardRequest {
   base: string;
   /** Null only with `backward: false` (the base model). */
   adapter: string | null;
   loss: StepLoss;
-  loss_config: StepLossConfig;
+  /** The loss's entry of StepLossConfigs. */
+  loss_config: Record<string, number>;
   /** False: forward only. True: the loss's gradient is added to the adapter's until `optim_step`. */
   backward: boolean;
   rows: StepRow[];
 }
 
 export interface ForwardBackwardReply {
-  outputs: { logprobs: number[]; elementwise_loss: number[] }[];
+  outputs: {
+    logprobs: number[];
+    elementwise_loss: number[];
+  }[];
   /** The sum over rows and tokens (Tinker's semantics: sums, not means). */
   loss: number;
   metrics: Record<string, number>;
-}
-
-/** Tinker's AdamParams, all required; `grad_clip_norm` 0 means no clipping. */
-export interface AdamParams {
-  learning_rate: number;
-  beta1: number;
-  beta2: number;
-  eps: number;
-  weight_decay: number;
-  grad_clip_norm: number;
 }
 
 export interface OptimStepRequest {
@@ -404,3 +526,51 @@ export interface LoadStateRequest {
 export interface LoadStateReply {
   step: number;
 }
+
+/** Op name → what its request carries and what its (final) reply holds; a streaming op's reply is its events. */
+export interface OpTypes {
+  stats: { request: StatsRequest; reply: StatsReply };
+  load_base: { request: LoadBaseRequest; reply: LoadBaseReply };
+  check_constraint: { request: CheckConstraintRequest; reply: CheckConstraintReply };
+  ensure_adapter: { request: EnsureAdapterRequest; reply: EnsureAdapterReply };
+  save_adapter: { request: SaveAdapterRequest; reply: SaveAdapterReply };
+  drop_adapter: { request: DropAdapterRequest; reply: DropAdapterReply };
+  generate: { request: GenerateRequest; reply: GenerateEvent };
+  cancel: { request: CancelRequest; reply: CancelReply };
+  forward: { request: ForwardRequest; reply: ForwardReply };
+  train_step: { request: TrainStepRequest; reply: TrainStepReply };
+  forward_backward: { request: ForwardBackwardRequest; reply: ForwardBackwardReply };
+  optim_step: { request: OptimStepRequest; reply: OptimStepReply };
+  save_state: { request: SaveStateRequest; reply: SaveStateReply };
+  load_state: { request: LoadStateRequest; reply: LoadStateReply };
+}
+
+export type OpName = keyof OpTypes;
+
+/**
+ * `sampler`: only a sampler serves it; `trainer`: only the trainer; `both`: either. With several samplers,
+ * `every` sends the op to each of them (state every sampler must hold, or a cancel whose stream may be on any).
+ */
+export interface OpInfo {
+  role: 'sampler' | 'trainer' | 'both';
+  streams: boolean;
+  every?: true;
+}
+
+/** The op table: who serves each op, whether it streams, and whether every sampler of a pool gets it. */
+export const OPS = {
+  stats: { role: 'both', streams: false },
+  load_base: { role: 'both', streams: false, every: true },
+  check_constraint: { role: 'sampler', streams: false, every: true },
+  ensure_adapter: { role: 'both', streams: false, every: true },
+  save_adapter: { role: 'trainer', streams: false },
+  drop_adapter: { role: 'both', streams: false, every: true },
+  generate: { role: 'sampler', streams: true },
+  cancel: { role: 'sampler', streams: false, every: true },
+  forward: { role: 'both', streams: false },
+  train_step: { role: 'trainer', streams: false },
+  forward_backward: { role: 'trainer', streams: false },
+  optim_step: { role: 'trainer', streams: false },
+  save_state: { role: 'trainer', streams: false },
+  load_state: { role: 'trainer', streams: false },
+} as const satisfies Record<OpName, OpInfo>;

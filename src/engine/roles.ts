@@ -1,5 +1,5 @@
 /**
- * The engines of one server by role (DESIGN.md §1 "Engine roles"): samplers answer chat (generate and
+ * The engines of one server by role (docs/architecture.md, "Engines: kinds and roles"): samplers answer chat (generate and
  * forward for serving), the trainer runs train steps and saves adapters. With `ENGINES=separate` they are
  * different processes, so a train step never stalls a decode step; with `single` one engine holds both.
  * Each engine is a supervised child process or a remote engine reached over TCP. This module turns the

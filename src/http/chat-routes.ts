@@ -5,8 +5,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ChatCompletionBody, type ChatCompletionChunk, type ChatUsage } from '../api/chat.ts';
 import { AppError } from '../errors.ts';
+import type { Metrics } from '../metrics.ts';
 import type { ChatResult, ChatService } from '../services/chat-service.ts';
-import type { Metrics } from '../services/metrics.ts';
 import { chatErrorBody, toAppError } from './errors.ts';
 
 export function registerChatRoutes(

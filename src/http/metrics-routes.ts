@@ -3,7 +3,7 @@
  * (`/v1/preview/models/:id`, never the raw URL, so label cardinality stays bounded by the route table).
  */
 import type { FastifyInstance } from 'fastify';
-import type { Metrics } from '../services/metrics.ts';
+import type { Metrics } from '../metrics.ts';
 
 export function registerMetricsHook(app: FastifyInstance, metrics: Metrics): void {
   // Timed on the socket's close rather than in onResponse, which a hijacked reply (an SSE stream) never reaches.

@@ -74,7 +74,10 @@ export class JobQueue {
     return toJobRow(job);
   }
 
-  /** The stored request as parsed JSON: its reader (training/payloads.ts) checks it, the queue knows no payload shape. */
+  /**
+   * The stored request as parsed JSON: its kind's reader (training/rl/payload.ts, training/sft/payload.ts) checks
+   * it; the queue knows no payload shape.
+   */
   async readPayload(job: JobRow): Promise<unknown> {
     return JSON.parse(await fs.readFile(job.payload_path, 'utf8'));
   }

@@ -9,16 +9,6 @@ import type fs from 'node:fs/promises';
 import { ADAPTER_WEIGHT_MAX_ABS } from '../engine/bounds.ts';
 import type { FieldProblem } from '../errors.ts';
 
-/**
- * The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given).
- * Here rather than in training/defaults.ts because Tinker's services read it too.
- */
-export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = {
-  rank: 8,
-  alpha: 16,
-  // A choice, not a copy of the engine's table: the engine announces what it can adapt and refuses anything else.
-  target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
-};
 const TENSOR = /^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$/;
 const DTYPES = new Set(['F32', 'F16', 'BF16']);
 

@@ -165,7 +165,7 @@ export class DashboardService {
     private readonly trainedTokens: Pick<TrainedTokenRepository, 'find'>,
     private readonly models: Pick<ModelService, 'getOwned'>,
     private readonly baseModels: Pick<BaseModelRegistry, 'loadableIds' | 'defaultId'>,
-    /** A stored job request as its runner reads it (training/payloads.ts `payloadView`); null when it reads as none. */
+    /** A stored job request as its runner reads it (training/job-service.ts `payloadView`); null when it reads as none. */
     private readonly payloadView: (
       type: 'rl' | 'sft',
       raw: unknown,

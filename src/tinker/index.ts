@@ -3,10 +3,11 @@ import type { Clock } from '../clock.ts';
 import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import type { BaseModelRegistry } from '../services/base-models.ts';
 import { CheckpointExporter } from '../services/checkpoint-export.ts';
-import type { CheckpointPublisher } from '../services/checkpoint-publisher.ts';
 import type { ModelService } from '../services/model-service.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
+import type { CheckpointPublisher } from '../training/checkpoint-publisher.ts';
+import { TinkerTrainer } from '../training/tinker/trainer.ts';
 import { TinkerArchives } from './archives.ts';
 import { TinkerFutures } from './futures.ts';
 import { TinkerModels } from './models.ts';
@@ -45,16 +46,8 @@ export function createTinkerServices(deps: TinkerDeps): TinkerServices {
     deps.clock,
   );
   const sampling = new TinkerSampling(deps.repository, models, deps.baseModels, deps.runtime, futures, deps.clock);
-  const training = new TinkerTraining(
-    models,
-    deps.repository,
-    deps.models,
-    deps.runtime,
-    deps.checkpoints,
-    futures,
-    sampling,
-    deps.clock,
-  );
+  const trainer = new TinkerTrainer(deps.runtime, deps.models, deps.checkpoints);
+  const training = new TinkerTraining(models, deps.repository, trainer, futures, sampling, deps.clock);
   const archives = new TinkerArchives(
     models,
     deps.repository,

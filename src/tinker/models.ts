@@ -8,7 +8,6 @@ import type { CheckpointRecord, ModelRow } from '../api/models.ts';
 import type { Clock } from '../clock.ts';
 import { AppError, excerpt, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
 import { canActFor, type Principal } from '../services/auth-service.ts';
 import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import type { BaseModelRegistry } from '../services/base-models.ts';
@@ -16,6 +15,7 @@ import type { ModelService } from '../services/model-service.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerModelTable } from '../store/schema.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
+import { LORA_DEFAULTS } from '../training/defaults.ts';
 import { type CreateSessionBody, parseTinkerPath, stepName, type TinkerCheckpointKind } from './schemas.ts';
 
 /** Every training client's model lives in this project of its entity. */

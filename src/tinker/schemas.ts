@@ -1,12 +1,13 @@
 /**
  * The Tinker REST API as the official `tinker` SDK 0.38 calls it (`/api/v1/...`): request schemas (extra fields
- * kept: the SDK sends `type` tags and fields we ignore), result shapes, the documented loss defaults, the
- * client configuration we announce, and `tinker://` paths. The protobuf half of the wire is in tinker-proto.ts.
+ * kept: the SDK sends `type` tags and fields we ignore), result shapes, the client configuration we announce, and
+ * `tinker://` paths. The protobuf half of the wire is in proto.ts; the losses and their `loss_fn_config` defaults
+ * are training's (src/training/tinker/losses.ts).
  */
 import { type Static, Type } from '@sinclair/typebox';
-import { LearningRate } from '../api/training-jobs.ts';
 import { boundSchema } from '../engine/bounds.ts';
 import { AppError } from '../errors.ts';
+import { LearningRate } from '../training/learning-rate.ts';
 import type { ProtoDatum, ProtoForwardBackward, ProtoTensor } from './proto.ts';
 
 const open = { additionalProperties: true } as const;
@@ -258,22 +259,6 @@ export const CLIENT_CONFIG = {
 } as const;
 
 export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_enabled: false } as const;
-
-/**
- * The losses we run and the defaults of their `loss_fn_config`. Tinker's docs fix PPO's ε at 0.2 (the ratio clipped
- * to [0.8, 1.2]), which we also take for CISPO; for DRO they name no default, only β = 0.05 in their example, which
- * we use; for GSPO (sequence ratio over `sequence_ratio_mask`) we take its paper's clip range, 3e-4 below and 4e-4
- * above 1. The engine takes every key explicitly.
- */
-export const LOSS_DEFAULTS = {
-  cross_entropy: {},
-  importance_sampling: {},
-  ppo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
-  cispo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
-  dro: { beta: 0.05 },
-  gspo: { clip_low_threshold: 1 - 3e-4, clip_high_threshold: 1 + 4e-4 },
-} as const satisfies Record<string, Record<string, number>>;
-export type TinkerLoss = keyof typeof LOSS_DEFAULTS;
 
 export type TinkerCheckpointKind = 'sampler' | 'training';
 const SEGMENT: Record<TinkerCheckpointKind, string> = { sampler: 'sampler_weights', training: 'weights' };

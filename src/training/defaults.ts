@@ -1,11 +1,22 @@
 /**
  * The training defaults: every value a training job may leave out and the engine needs. This is their one
  * home; the engine keeps none of its own (engine/wire.py refuses a request that lacks one), so each engine
- * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`. The LoRA shape's
- * default lives with the LoRA contract (services/adapter-validation.ts), which the Tinker API also reads.
+ * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`. The Tinker API
+ * reads the LoRA shape here too, for a training client that names no rank.
  */
 import type { AdapterInit, OptimizerConfig } from '../engine/protocol.ts';
-import { LORA_DEFAULTS } from '../services/adapter-validation.ts';
+
+/** The projections LoRA trains by default, by block (Tinker's `train_attn` / `train_mlp` choose among them). */
+export const ATTENTION_PROJECTIONS: readonly string[] = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+export const MLP_PROJECTIONS: readonly string[] = ['gate_proj', 'up_proj', 'down_proj'];
+
+/** The LoRA shape a model gets when its creator names none (alpha scales with the rank when only the rank is given). */
+export const LORA_DEFAULTS: { rank: number; alpha: number; target_modules: readonly string[] } = {
+  rank: 8,
+  alpha: 16,
+  // A choice, not a copy of the engine's table: the engine announces what it can adapt and refuses anything else.
+  target_modules: [...ATTENTION_PROJECTIONS, ...MLP_PROJECTIONS],
+};
 
 /**
  * Below this hidden size a base is a toy model (the built-in tiny-chat has 192; the smallest real models we

@@ -1,31 +1,31 @@
 /**
  * Submitting, reading, following and cancelling training jobs. Validation happens here, before the job
- * exists, because ART does not retry POSTs: a job that can only fail should be refused at once.
+ * exists, because ART does not retry POSTs: a job that can only fail should be refused at once. Each kind's
+ * configuration is parsed by its own config.ts and stored through its own payload.ts; the dashboard's view of a
+ * stored payload (`payloadView`) reads it as the runner will.
  */
 
 import { withGroupDefaults } from '../api/models.ts';
 import {
   type JobRow,
-  learningRateProblem,
   type RlJobBody,
   type SftJobBody,
   type TrainingJob,
   toTrainingJob,
   toTrainingJobEvent,
 } from '../api/training-jobs.ts';
-import { AppError, type FieldProblem, notFound, validationError } from '../errors.ts';
+import { AppError, JobError, notFound, validationError } from '../errors.ts';
 import type { ArtifactService } from '../services/artifact-service.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { ModelService } from '../services/model-service.ts';
 import { checkRenderable, checkTrajectoryGroups } from '../services/trajectory-shape.ts';
 import type { JobRepository } from '../store/job-repository.ts';
-import { type RlJobPayload, rlPayload, type SftJobPayload, sftPayload } from './payloads.ts';
 import { parseRlConfig } from './rl/config.ts';
 import type { KlReferenceResolver } from './rl/kl-reference.ts';
+import { type RlJobPayload, readRlPayload, rlPayload } from './rl/payload.ts';
+import { parseSftConfig, unimplementedKeyProblems } from './sft/config.ts';
 import { countConversations, SFT_DATA_FILES } from './sft/data.ts';
-
-/** Conversations per optimizer step when an SFT job says `batch_size: "auto"` or nothing (ART's own default). */
-export const DEFAULT_SFT_BATCH_SIZE = 2;
+import { readSftPayload, type SftJobPayload, sftPayload } from './sft/payload.ts';
 
 /** The part of the job queue (jobs/queue.ts) that submitting needs: the queue stores what training hands it and knows no payload shape. */
 export interface JobSubmission {
@@ -34,16 +34,6 @@ export interface JobSubmission {
       | { modelId: string; type: 'rl'; payload: RlJobPayload }
       | { modelId: string; type: 'sft'; payload: SftJobPayload },
   ): Promise<{ id: string }>;
-}
-
-/** A rate, or a schedule with one per batch: each entry held to the learning-rate rule. */
-function learningRateProblems(rate: number | number[]): FieldProblem[] {
-  const loc = ['body', 'config', 'learning_rate'];
-  const problem = (value: number, at: (string | number)[]): FieldProblem[] => {
-    const msg = learningRateProblem(value);
-    return msg ? [{ loc: at, msg, type: 'value_error' }] : [];
-  };
-  return Array.isArray(rate) ? rate.flatMap((value, index) => problem(value, [...loc, index])) : problem(rate, loc);
 }
 
 export class TrainingJobService {
@@ -61,7 +51,9 @@ export class TrainingJobService {
 
   async submitRl(principal: Principal, body: RlJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
-    const { config, problems } = parseRlConfig(body.experimental_config, this.defaultLearningRate(model.base_model));
+    const { config, problems } = parseRlConfig(body.experimental_config, () =>
+      this.defaultLearningRate(model.base_model),
+    );
     if (config.kl_ref_adapter_path !== null) {
       // Resolved now, to a model and step: the job reads that checkpoint even if names change before it runs.
       const resolved = await this.klReferences.resolve(principal, config.kl_ref_adapter_path, model.base_model);
@@ -84,13 +76,7 @@ export class TrainingJobService {
 
   async submitSft(principal: Principal, body: SftJobBody): Promise<{ id: string }> {
     const model = await this.models.getOwned(principal, body.model_id);
-    const problems: FieldProblem[] = Object.entries(body.experimental_config ?? {})
-      .filter(([, value]) => value !== null)
-      .map(([key]) => ({
-        loc: ['body', 'experimental_config', key],
-        msg: 'Not implemented by this server for SFT (send null)',
-        type: 'not_implemented',
-      }));
+    const problems = unimplementedKeyProblems(body.experimental_config);
     const resolved = await this.artifacts.resolveTrainingData(principal, body.training_data_url, [
       'body',
       'training_data_url',
@@ -107,28 +93,14 @@ export class TrainingJobService {
         },
       ]);
     }
-    const config = body.config ?? {};
-    const batchSize = typeof config.batch_size === 'number' ? config.batch_size : DEFAULT_SFT_BATCH_SIZE;
-    const learningRate = config.learning_rate ?? this.defaultLearningRate(model.base_model);
-    problems.push(...learningRateProblems(learningRate));
     const numConversations = await countConversations(this.artifacts.openFile(resolved.key, file));
-    const numBatches = Math.ceil(numConversations / batchSize);
-    if (Array.isArray(learningRate) && learningRate.length !== numBatches) {
-      problems.push({
-        loc: ['body', 'config', 'learning_rate'],
-        msg: `a learning-rate schedule needs one value per batch: ${numConversations} conversations in batches of ${batchSize} make ${numBatches} batches, not ${learningRate.length}`,
-        type: 'value_error',
-      });
-    }
+    const parsed = parseSftConfig(body.config, numConversations, () => this.defaultLearningRate(model.base_model));
+    problems.push(...parsed.problems);
     if (problems.length > 0) throw validationError(problems);
     const payload = sftPayload({
       artifact: { key: resolved.key, file },
-      batch_size: batchSize,
-      learning_rate: learningRate,
       num_conversations: numConversations,
-      assistant_turns: config.assistant_turns ?? 'all',
-      chat_template_kwargs: config.chat_template_kwargs ?? null,
-      metric_logging: config.metric_logging ?? null,
+      ...parsed.config,
     });
     const job = await this.queue.enqueue({ modelId: model.id, type: 'sft', payload });
     this.notify.submitted();
@@ -161,5 +133,31 @@ export class TrainingJobService {
   async cancel(principal: Principal, jobId: string): Promise<TrainingJob> {
     const job = await this.getOwned(principal, jobId);
     return toTrainingJob((await this.notify.cancel(job.id)) ?? job);
+  }
+}
+
+/** What the dashboard shows of a job's request: its configuration as the job reads it and, for RL, how much data it got. */
+export interface PayloadView {
+  config: Record<string, unknown>;
+  num_trajectory_groups: number | null;
+  num_trajectories: number | null;
+}
+
+/** The view of a stored payload, read (and checked) as its runner reads it; null when it matches no version. */
+export function payloadView(type: 'rl' | 'sft', raw: unknown): PayloadView | null {
+  try {
+    if (type === 'sft') {
+      const { version: _version, artifact: _artifact, ...config } = readSftPayload(raw);
+      return { config, num_trajectory_groups: null, num_trajectories: null };
+    }
+    const { config, trajectory_groups: groups } = readRlPayload(raw);
+    return {
+      config,
+      num_trajectory_groups: groups.length,
+      num_trajectories: groups.reduce((sum, group) => sum + group.trajectories.length, 0),
+    };
+  } catch (error) {
+    if (error instanceof JobError) return null;
+    throw error;
   }
 }

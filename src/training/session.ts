@@ -1,7 +1,7 @@
 /**
  * A training session on one model's adapter in the trainer engine: opened from the latest checkpoint
  * (adapter and optimizer state) or a fresh no-op adapter, and committed as the next step through the
- * checkpoint publisher (services/checkpoint-publisher.ts), which makes it servable before the job reports it.
+ * checkpoint publisher (checkpoint-publisher.ts), which makes it servable before the job reports it.
  * Also the opening every runner shares (`openJob`): the payload read and checked, the session, the chat template.
  */
 import crypto from 'node:crypto';
@@ -12,8 +12,8 @@ import { JobError } from '../errors.ts';
 import type { JobQueue } from '../jobs/queue.ts';
 import type { RunContext, RunResult } from '../jobs/worker.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
-import type { CheckpointPublisher, HistoryStep } from '../services/checkpoint-publisher.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
+import type { CheckpointPublisher, HistoryStep } from './checkpoint-publisher.ts';
 import { loraInit } from './defaults.ts';
 
 export interface TrainingSession {

@@ -120,7 +120,7 @@ export async function samplerTrainerGap(
 ): Promise<Gap> {
   const services = e2e.server.services;
   const base = await services.runtime.loadForTraining(baseId);
-  const { config } = parseRlConfig({}, 1e-5);
+  const { config } = parseRlConfig({}, () => 1e-5);
   const gap: Gap = { worst: 0, compared: 0, missing: 0, sequences: 0 };
   for (const trajectory of trajectories) {
     for (const sequence of trajectorySequences(base, withTrajectoryDefaults(trajectory), config, 'test')) {

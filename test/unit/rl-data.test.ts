@@ -13,7 +13,7 @@ import {
   type ScoredSequence,
   weighSequences,
 } from '../../src/training/rl/data.ts';
-import { rewardStdDevMultiplier, rowLearningRate } from '../../src/training/rl/learning-rate.ts';
+import { rewardStdDevMultiplier, rowSizeMultiplier } from '../../src/training/rl/rate-multipliers.ts';
 import { TrajectoryTokenizeError, tokenizeTrajectory } from '../../src/training/rl/tokens.ts';
 import { trainedTokens } from '../../src/training/rl/trained-tokens.ts';
 import { tokenizeConversation } from '../../src/training/sft/tokens.ts';
@@ -385,9 +385,9 @@ describe('trained tokens for the tokens view', () => {
 describe('learning rates (ART 0.5.23 keys)', () => {
   test('num_trajectories_learning_rate_multiplier_power: rate × (segments in the row)^power', () => {
     const row = { segment_ids: [0, 0, 1, 1, 1, 2, 3] };
-    assert.equal(rowLearningRate(1e-3, row, 0), 1e-3);
-    close(rowLearningRate(1e-3, row, 0.5) * 1e3, 2);
-    close(rowLearningRate(1e-3, row, -1) * 1e3, 0.25);
+    assert.equal(rowSizeMultiplier(row, 0), 1);
+    close(rowSizeMultiplier(row, 0.5), 2);
+    close(rowSizeMultiplier(row, -1), 0.25);
   });
 
   test('scale_learning_rate_by_reward_std_dev: the least-squares spread at the last step over the intercept (ART 0.5.7)', () => {

@@ -4,11 +4,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { Value } from '@sinclair/typebox/value';
-import { learningRateProblem } from '../../src/api/training-jobs.ts';
 import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from '../../src/config.ts';
 import { BaseModelRegistry } from '../../src/services/base-models.ts';
 import { AdamParamsBody } from '../../src/tinker/schemas.ts';
 import { defaultLearningRate, lossEpsilons, optimizerConfig } from '../../src/training/defaults.ts';
+import { learningRateProblem } from '../../src/training/learning-rate.ts';
 import { parseRlConfig } from '../../src/training/rl/config.ts';
 
 const configOf = (folder: string) =>
@@ -48,10 +48,10 @@ test('RL steps decay weights and clip at 0.1; SFT steps do not decay and clip at
 });
 
 test('one learning-rate rule, finite and >= 0, for RL, SFT and Tinker alike (RL took only > 0 before)', () => {
-  const rl = parseRlConfig({ learning_rate: 0 }, 1e-3);
+  const rl = parseRlConfig({ learning_rate: 0 }, () => 1e-3);
   assert.deepEqual(rl.problems, []);
   assert.equal(rl.config.learning_rate, 0);
-  const negative = parseRlConfig({ learning_rate: -1e-5 }, 1e-3);
+  const negative = parseRlConfig({ learning_rate: -1e-5 }, () => 1e-3);
   assert.deepEqual(negative.problems, [
     { loc: ['body', 'experimental_config', 'learning_rate'], msg: learningRateProblem(-1e-5), type: 'value_error' },
   ]);

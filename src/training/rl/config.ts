@@ -1,15 +1,19 @@
 /**
  * `experimental_config` of an RL job → the training configuration, per rl-loss.md. ART sends every key with
  * unset ones null; null means the default. A key we do not implement is refused when it asks for anything
- * but its default, never silently ignored.
+ * but its default, never silently ignored. `RlConfig` is the one list of keys and bounds: a value is read against
+ * its property's schema, and the keys a job may send are that schema's properties (less two derived ones, plus
+ * two that ART spells another way).
  */
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
-import { LearningRate, learningRateProblem } from '../../api/training-jobs.ts';
+import { KindGuard, type Static, type TInteger, type TNumber, type TSchema, Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
 import type { LossConfig } from '../../engine/protocol.ts';
 import type { FieldProblem } from '../../errors.ts';
 import { LOGPROB_CHUNK_SIZE, lossEpsilons } from '../defaults.ts';
+import { LearningRate, learningRateProblem } from '../learning-rate.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+const Positive = Type.Number({ exclusiveMinimum: 0 });
 const ImportanceSamplingLevel = Type.Union([
   Type.Literal('token'),
   Type.Literal('sequence'),
@@ -17,12 +21,10 @@ const ImportanceSamplingLevel = Type.Union([
   Type.Literal('geometric_average'),
 ]);
 const KlPenaltySource = Type.Union([Type.Literal('sample'), Type.Literal('current_learner')]);
-const IMPORTANCE_SAMPLING_LEVELS = ImportanceSamplingLevel.anyOf.map((literal) => literal.const);
-const KL_PENALTY_SOURCES = KlPenaltySource.anyOf.map((literal) => literal.const);
 
 /**
  * An RL job's training configuration, named as `experimental_config` names it (the wire's snake_case, which is
- * also how job payloads store it: payloads.ts), every default in place.
+ * also how job payloads store it: payload.ts), every default in place.
  */
 export const RlConfig = Type.Object(
   {
@@ -30,21 +32,21 @@ export const RlConfig = Type.Object(
     advantage_balance: Type.Number({ minimum: -1, maximum: 1 }),
     scale_rewards: Type.Boolean(),
     ppo: Type.Boolean(),
-    epsilon: Type.Number(),
-    epsilon_high: Type.Number(),
+    epsilon: Positive,
+    epsilon_high: Positive,
     importance_sampling_level: ImportanceSamplingLevel,
     mask_prob_ratio: Type.Boolean(),
-    max_negative_advantage_importance_sampling_weight: Nullable(Type.Number()),
+    max_negative_advantage_importance_sampling_weight: Nullable(Positive),
     k2_tau: Nullable(Type.Number()),
     precalculate_logprobs: Type.Boolean(),
     allow_training_without_logprobs: Type.Boolean(),
-    truncated_importance_sampling: Nullable(Type.Number()),
-    packed_sequence_length: Nullable(Type.Integer()),
+    truncated_importance_sampling: Nullable(Positive),
+    packed_sequence_length: Nullable(Type.Integer({ minimum: 16 })),
     /** Positions whose logits the engine computes at once (ART's `logprob_calculation_chunk_size`). */
     logprob_calculation_chunk_size: Type.Integer({ minimum: 1 }),
     /** Each step's learning rate × (sequences in its row)^power (ART's `num_trajectories_learning_rate_multiplier_power`). */
     num_trajectories_learning_rate_multiplier_power: Type.Number(),
-    /** The job's learning rate × the trend of the model's reward spread (learning-rate.ts `rewardStdDevMultiplier`). */
+    /** The job's learning rate × the trend of the model's reward spread (rate-multipliers.ts `rewardStdDevMultiplier`). */
     scale_learning_rate_by_reward_std_dev: Type.Boolean(),
     kl_penalty_coef: Type.Number({ minimum: 0 }),
     kl_penalty_source: KlPenaltySource,
@@ -53,7 +55,7 @@ export const RlConfig = Type.Object(
     /** The KL reference is this many steps behind the step being trained (floored at step 0). */
     kl_penalty_step_lag: Nullable(Type.Integer({ minimum: 1 })),
     /** `kl_ref_adapter_path` as sent: a checkpoint name that job-service.ts resolves to `kl_reference`. */
-    kl_ref_adapter_path: Nullable(Type.String()),
+    kl_ref_adapter_path: Nullable(Type.String({ minLength: 1 })),
     /** The checkpoint `kl_ref_adapter_path` named, resolved at submission; null: none named. */
     kl_reference: Nullable(
       Type.Object({ model_id: Type.String(), step: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
@@ -64,130 +66,125 @@ export const RlConfig = Type.Object(
   { additionalProperties: false },
 );
 export type RlConfig = Static<typeof RlConfig>;
+type RlKey = keyof typeof RlConfig.properties;
+
+/**
+ * Properties a job does not send under their own name: `kl_reference` is resolved from `kl_ref_adapter_path` at
+ * submission, and `k2_tau` is read from whichever key ends in `_k2_tau` (ART's name for it has changed).
+ */
+const DERIVED: ReadonlySet<string> = new Set<RlKey>(['kl_reference', 'k2_tau']);
+const isK2Tau = (key: string) => key.endsWith('_k2_tau');
+
+/** Keys ART sends that say what a property holds another way: `loss_fn` is `ppo`, `normalize_advantages` folds into `scale_rewards`. */
+const ALIASES = {
+  loss_fn: Type.Union([Type.Literal('ppo'), Type.Literal('cispo')]),
+  normalize_advantages: Type.Boolean(),
+};
 
 /**
  * Keys whose every valid value trains the same: `plot_tensors` is ART's debug output (plots of the packed
  * tensors written beside the model), `save_checkpoint` is moot because every job writes a step.
  */
-const NO_EFFECT = new Set(['plot_tensors', 'save_checkpoint']);
+const NO_EFFECT = { plot_tensors: Type.Boolean(), save_checkpoint: Type.Boolean() };
 
-const KNOWN = new Set([
-  'learning_rate',
-  'advantage_balance',
-  'scale_rewards',
-  'normalize_advantages',
-  'ppo',
-  'loss_fn',
-  'epsilon',
-  'epsilon_high',
-  'importance_sampling_level',
-  'mask_prob_ratio',
-  'max_negative_advantage_importance_sampling_weight',
-  'precalculate_logprobs',
-  'allow_training_without_logprobs',
-  'truncated_importance_sampling',
-  'packed_sequence_length',
-  'logprob_calculation_chunk_size',
-  'num_trajectories_learning_rate_multiplier_power',
-  'scale_learning_rate_by_reward_std_dev',
-  'kl_penalty_coef',
-  'kl_penalty_source',
-  'kl_penalty_reference_step',
-  'kl_penalty_step_lag',
-  'kl_ref_adapter_path',
-  'chat_template_kwargs',
+/** Every key a job may send with a value: RlConfig's own, and ART's other spellings. */
+const KNOWN: ReadonlySet<string> = new Set([
+  ...Object.keys(RlConfig.properties).filter((key) => !DERIVED.has(key)),
+  ...Object.keys(ALIASES),
 ]);
 
-const isK2Tau = (key: string) => key.endsWith('_k2_tau');
+/** Numbers held to a rule of their own, whose message is the rule's. */
+const RULES = new Map<TSchema, (value: number) => string | null>([[LearningRate, learningRateProblem]]);
 
-/** Readers of experimental_config's values: null or absent reads as null, a bad value as null plus a problem. */
-function fieldReaders(values: Record<string, unknown>, problems: FieldProblem[]) {
-  const problem = (key: string, msg: string, type = 'value_error') =>
-    problems.push({ loc: ['body', 'experimental_config', key], msg, type });
-  const number = (key: string, check?: (v: number) => string | null): number | null => {
-    const value = values[key];
-    if (value === null || value === undefined) return null;
-    if (typeof value !== 'number' || !Number.isFinite(value)) {
-      problem(key, 'Input should be a valid number', 'float_type');
-      return null;
-    }
-    const error = check?.(value);
-    if (error) {
-      problem(key, error);
-      return null;
-    }
-    return value;
-  };
-  const bool = (key: string): boolean | null => {
-    const value = values[key];
-    if (value === null || value === undefined) return null;
-    if (typeof value !== 'boolean') {
-      problem(key, 'Input should be a valid boolean', 'bool_type');
-      return null;
-    }
-    return value;
-  };
-  const oneOf = <T extends string>(key: string, allowed: readonly T[]): T | null => {
-    const value = values[key];
-    if (value === null || value === undefined) return null;
-    if (typeof value !== 'string' || !allowed.includes(value as T)) {
-      problem(key, `Input should be ${allowed.map((a) => `'${a}'`).join(', ')}`, 'literal_error');
-      return null;
-    }
-    return value as T;
-  };
-  const integer = (key: string, minimum: number) =>
-    number(key, (v) => (Number.isInteger(v) && v >= minimum ? null : `must be an integer >= ${minimum}`));
-  const string = (key: string): string | null => {
-    const value = values[key];
-    if (value === null || value === undefined) return null;
-    if (typeof value !== 'string' || value.length === 0) {
-      problem(key, 'Input should be a non-empty string', 'string_type');
-      return null;
-    }
-    return value;
-  };
-  return { problem, number, bool, oneOf, integer, string };
+/** The schema a non-null value must match: a `Nullable` property's other member. */
+function nonNull(schema: TSchema): TSchema {
+  if (!KindGuard.IsUnion(schema)) return schema;
+  const members = schema.anyOf.filter((member) => !KindGuard.IsNull(member));
+  return members.length === 1 ? members[0] : schema;
 }
 
-type Readers = ReturnType<typeof fieldReaders>;
+/** What a number's schema asks, as a problem says it: `must be between -1 and 1`, `must be an integer >= 16`. */
+function boundText(schema: TNumber | TInteger): string {
+  const what = KindGuard.IsInteger(schema) ? 'an integer ' : '';
+  if (schema.minimum !== undefined && schema.maximum !== undefined)
+    return `must be ${what}between ${schema.minimum} and ${schema.maximum}`;
+  if (schema.exclusiveMinimum !== undefined) return `must be ${what}> ${schema.exclusiveMinimum}`;
+  if (schema.minimum !== undefined) return `must be ${what}>= ${schema.minimum}`;
+  return `must be ${what.trim()}`;
+}
+
+/** Why `value` does not match `schema`, with pydantic's type names (ART's server is FastAPI), or null when it does. */
+function valueProblem(schema: TSchema, value: unknown): Pick<FieldProblem, 'msg' | 'type'> | null {
+  if (KindGuard.IsNumber(schema) || KindGuard.IsInteger(schema)) {
+    if (typeof value !== 'number' || !Number.isFinite(value))
+      return { msg: 'Input should be a valid number', type: 'float_type' };
+    const rule = RULES.get(schema)?.(value);
+    if (rule) return { msg: rule, type: 'value_error' };
+    return Value.Check(schema, value) ? null : { msg: boundText(schema), type: 'value_error' };
+  }
+  if (Value.Check(schema, value)) return null;
+  if (KindGuard.IsBoolean(schema)) return { msg: 'Input should be a valid boolean', type: 'bool_type' };
+  if (KindGuard.IsString(schema)) return { msg: 'Input should be a non-empty string', type: 'string_type' };
+  if (KindGuard.IsRecord(schema)) return { msg: 'Input should be a valid dictionary', type: 'dict_type' };
+  const allowed = KindGuard.IsUnion(schema) ? schema.anyOf.map((literal) => `'${literal.const}'`).join(', ') : '';
+  return { msg: `Input should be ${allowed}`, type: 'literal_error' };
+}
+
+/**
+ * A reader of experimental_config's values: a key read against a schema (by default its RlConfig property's),
+ * null or absent reading as null, and a bad value as null plus a problem.
+ */
+function configReader(values: Record<string, unknown>, problems: FieldProblem[]) {
+  const problem = (key: string, msg: string, type = 'value_error') =>
+    problems.push({ loc: ['body', 'experimental_config', key], msg, type });
+  function read<K extends RlKey>(key: K): Exclude<RlConfig[K], null> | null;
+  function read<T extends TSchema>(key: string, schema: T): Static<T> | null;
+  function read(key: string, schema: TSchema = RlConfig.properties[key as RlKey]): unknown {
+    const value = values[key];
+    if (value === null || value === undefined) return null;
+    const found = valueProblem(nonNull(schema), value);
+    if (!found) return value;
+    problem(key, found.msg, found.type);
+    return null;
+  }
+  return { problem, read };
+}
+
+type Reader = ReturnType<typeof configReader>;
 
 /** Keys we do not know: refused unless null. Keys without effect are still type-checked. */
-function unimplementedKeyProblems(values: Record<string, unknown>, { problem, bool }: Readers): void {
+function unimplementedKeyProblems(values: Record<string, unknown>, { problem, read }: Reader): void {
   for (const [key, value] of Object.entries(values)) {
-    if (value === null || KNOWN.has(key) || isK2Tau(key) || NO_EFFECT.has(key)) continue;
+    if (value === null || KNOWN.has(key) || isK2Tau(key) || Object.hasOwn(NO_EFFECT, key)) continue;
     problem(
       key,
       'Unknown experimental_config key; this server does not implement it (send null to leave it unset)',
       'not_implemented',
     );
   }
-  for (const key of NO_EFFECT) bool(key);
+  for (const [key, schema] of Object.entries(NO_EFFECT)) read(key, schema);
 }
 
 /** The loss function and its clip bounds: `loss_fn` and `ppo` must agree; ε defaults per training/defaults.ts. */
 function lossChoice(
   values: Record<string, unknown>,
-  { problem, number, bool, oneOf }: Readers,
+  { problem, read }: Reader,
 ): Pick<RlConfig, 'ppo' | 'epsilon' | 'epsilon_high'> {
-  const lossFn = oneOf('loss_fn', ['ppo', 'cispo'] as const);
-  const ppoFlag = bool('ppo');
+  const lossFn = read('loss_fn', ALIASES.loss_fn);
+  const ppoFlag = read('ppo');
   if (lossFn !== null && ppoFlag !== null && (lossFn === 'ppo') !== ppoFlag)
     problem('loss_fn', `conflicts with ppo=${ppoFlag}`);
   const ppo = ppoFlag ?? lossFn === 'ppo';
-  const epsilon = number('epsilon', (v) => (v > 0 ? null : 'must be > 0'));
-  const epsilonHigh = number('epsilon_high', (v) => (v > 0 ? null : 'must be > 0'));
+  const epsilon = read('epsilon');
+  const epsilonHigh = read('epsilon_high');
   return { ppo, ...lossEpsilons(ppo, epsilon, 'epsilon_high' in values ? epsilonHigh : undefined) };
 }
 
 /** The KL penalty: its coefficient, whose logprobs it measures, and which checkpoint is its reference (one way of naming it at most). */
 function klPenalty({
   problem,
-  number,
-  oneOf,
-  integer,
-  string,
-}: Readers): Pick<
+  read,
+}: Reader): Pick<
   RlConfig,
   | 'kl_penalty_coef'
   | 'kl_penalty_source'
@@ -196,10 +193,10 @@ function klPenalty({
   | 'kl_ref_adapter_path'
   | 'kl_reference'
 > {
-  const klPenaltyCoef = number('kl_penalty_coef', (v) => (v >= 0 ? null : 'must be >= 0')) ?? 0;
-  const klPenaltyReferenceStep = integer('kl_penalty_reference_step', 0);
-  const klPenaltyStepLag = integer('kl_penalty_step_lag', 1);
-  const klRefAdapterPath = string('kl_ref_adapter_path');
+  const klPenaltyCoef = read('kl_penalty_coef') ?? 0;
+  const klPenaltyReferenceStep = read('kl_penalty_reference_step');
+  const klPenaltyStepLag = read('kl_penalty_step_lag');
+  const klRefAdapterPath = read('kl_ref_adapter_path');
   if (klPenaltyReferenceStep !== null && klPenaltyStepLag !== null)
     problem('kl_penalty_step_lag', 'Only one of kl_penalty_reference_step and kl_penalty_step_lag may be set');
   if (klRefAdapterPath !== null && (klPenaltyReferenceStep !== null || klPenaltyStepLag !== null)) {
@@ -208,11 +205,9 @@ function klPenalty({
       'Only one of kl_ref_adapter_path, kl_penalty_reference_step and kl_penalty_step_lag may name the KL reference',
     );
   }
-  const klPenaltySource =
-    oneOf('kl_penalty_source', KL_PENALTY_SOURCES) ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner');
   return {
     kl_penalty_coef: klPenaltyCoef,
-    kl_penalty_source: klPenaltySource,
+    kl_penalty_source: read('kl_penalty_source') ?? (klPenaltyCoef > 0 ? 'sample' : 'current_learner'),
     kl_penalty_reference_step: klPenaltyReferenceStep,
     kl_penalty_step_lag: klPenaltyStepLag,
     kl_ref_adapter_path: klRefAdapterPath,
@@ -224,8 +219,8 @@ function klPenalty({
  * Truncated importance sampling bounds the trainer/sampler ratio exp(old − original), which exists only when
  * the old logprobs are precalculated (ART 0.5.23 skips it otherwise): without them it is refused, not ignored.
  */
-function truncatedImportanceSampling({ problem, number }: Readers, precalculateLogprobs: boolean): number | null {
-  const bound = number('truncated_importance_sampling', (v) => (v > 0 ? null : 'must be > 0'));
+function truncatedImportanceSampling({ problem, read }: Reader, precalculateLogprobs: boolean): number | null {
+  const bound = read('truncated_importance_sampling');
   if (bound !== null && !precalculateLogprobs) {
     problem(
       'truncated_importance_sampling',
@@ -235,64 +230,51 @@ function truncatedImportanceSampling({ problem, number }: Readers, precalculateL
   return bound;
 }
 
-/** The learning-rate knobs: the rate itself and the two multipliers ART derives from the data. */
+/** The learning-rate knobs: the rate itself (the default read only when none is given) and ART's two multipliers. */
 function learningRateKnobs(
-  { number, bool }: Readers,
-  defaultLearningRate: number,
+  { read }: Reader,
+  defaultLearningRate: () => number,
 ): Pick<
   RlConfig,
   'learning_rate' | 'num_trajectories_learning_rate_multiplier_power' | 'scale_learning_rate_by_reward_std_dev'
 > {
   return {
-    learning_rate: number('learning_rate', learningRateProblem) ?? defaultLearningRate,
-    num_trajectories_learning_rate_multiplier_power: number('num_trajectories_learning_rate_multiplier_power') ?? 0,
-    scale_learning_rate_by_reward_std_dev: bool('scale_learning_rate_by_reward_std_dev') ?? false,
+    learning_rate: read('learning_rate') ?? defaultLearningRate(),
+    num_trajectories_learning_rate_multiplier_power: read('num_trajectories_learning_rate_multiplier_power') ?? 0,
+    scale_learning_rate_by_reward_std_dev: read('scale_learning_rate_by_reward_std_dev') ?? false,
   };
 }
 
+/** An RL job's `experimental_config`, every default in place, and what is wrong with it (empty: nothing). */
 export function parseRlConfig(
   raw: Record<string, unknown> | null | undefined,
-  defaultLearningRate: number,
+  defaultLearningRate: () => number,
 ): { config: RlConfig; problems: FieldProblem[] } {
   const problems: FieldProblem[] = [];
   const values = raw ?? {};
-  const readers = fieldReaders(values, problems);
-  const { problem, number, bool, oneOf, integer } = readers;
-  unimplementedKeyProblems(values, readers);
-  const loss = lossChoice(values, readers);
-  const scaleRewards = bool('scale_rewards');
-  const normalizeAdvantages = bool('normalize_advantages');
-  const kl = klPenalty(readers);
+  const reader = configReader(values, problems);
+  const { read } = reader;
+  unimplementedKeyProblems(values, reader);
   const k2TauKey = Object.keys(values).find(isK2Tau);
-  const kwargs = values.chat_template_kwargs;
-  if (kwargs !== null && kwargs !== undefined && (typeof kwargs !== 'object' || Array.isArray(kwargs)))
-    problem('chat_template_kwargs', 'Input should be a valid dictionary', 'dict_type');
-  const precalculateLogprobs = bool('precalculate_logprobs') ?? false;
-
+  const precalculateLogprobs = read('precalculate_logprobs') ?? false;
   return {
     config: {
-      ...learningRateKnobs(readers, defaultLearningRate),
-      advantage_balance:
-        number('advantage_balance', (v) => (v >= -1 && v <= 1 ? null : 'must be between -1 and 1')) ?? 0,
-      scale_rewards: (scaleRewards ?? true) && (normalizeAdvantages ?? true),
-      ...loss,
-      importance_sampling_level: oneOf('importance_sampling_level', IMPORTANCE_SAMPLING_LEVELS) ?? 'token',
-      mask_prob_ratio: bool('mask_prob_ratio') ?? false,
-      max_negative_advantage_importance_sampling_weight: number(
-        'max_negative_advantage_importance_sampling_weight',
-        (v) => (v > 0 ? null : 'must be > 0'),
-      ),
-      k2_tau: k2TauKey ? number(k2TauKey) : null,
+      ...learningRateKnobs(reader, defaultLearningRate),
+      advantage_balance: read('advantage_balance') ?? 0,
+      scale_rewards:
+        (read('scale_rewards') ?? true) && (read('normalize_advantages', ALIASES.normalize_advantages) ?? true),
+      ...lossChoice(values, reader),
+      importance_sampling_level: read('importance_sampling_level') ?? 'token',
+      mask_prob_ratio: read('mask_prob_ratio') ?? false,
+      max_negative_advantage_importance_sampling_weight: read('max_negative_advantage_importance_sampling_weight'),
+      k2_tau: k2TauKey ? read(k2TauKey, RlConfig.properties.k2_tau) : null,
       precalculate_logprobs: precalculateLogprobs,
-      allow_training_without_logprobs: bool('allow_training_without_logprobs') ?? false,
-      truncated_importance_sampling: truncatedImportanceSampling(readers, precalculateLogprobs),
-      packed_sequence_length: number('packed_sequence_length', (v) =>
-        Number.isInteger(v) && v >= 16 ? null : 'must be an integer >= 16',
-      ),
-      logprob_calculation_chunk_size: integer('logprob_calculation_chunk_size', 1) ?? LOGPROB_CHUNK_SIZE,
-      ...kl,
-      chat_template_kwargs:
-        kwargs && typeof kwargs === 'object' && !Array.isArray(kwargs) ? (kwargs as Record<string, unknown>) : null,
+      allow_training_without_logprobs: read('allow_training_without_logprobs') ?? false,
+      truncated_importance_sampling: truncatedImportanceSampling(reader, precalculateLogprobs),
+      packed_sequence_length: read('packed_sequence_length'),
+      logprob_calculation_chunk_size: read('logprob_calculation_chunk_size') ?? LOGPROB_CHUNK_SIZE,
+      ...klPenalty(reader),
+      chat_template_kwargs: read('chat_template_kwargs'),
     },
     problems,
   };

@@ -16,7 +16,6 @@ import { populationStd } from '../../services/trajectory-metrics.ts';
 import type { SpreadPoint } from '../../services/trajectory-service.ts';
 import type { TrainedTrajectory } from '../../store/trained-token-repository.ts';
 import { optimizerConfig } from '../defaults.ts';
-import { type RlJobPayload, readRlPayload } from '../payloads.ts';
 import type { TrainingSequence } from '../render.ts';
 import { trainingRenderer } from '../render.ts';
 import { type CheckpointWriter, openJob, type TrainingSession } from '../session.ts';
@@ -30,7 +29,8 @@ import {
   type ScoredSequence,
   weighSequences,
 } from './data.ts';
-import { rewardStdDevMultiplier, rowLearningRate } from './learning-rate.ts';
+import { type RlJobPayload, readRlPayload } from './payload.ts';
+import { rewardStdDevMultiplier, rowSizeMultiplier } from './rate-multipliers.ts';
 import { type TrajectoryInput, TrajectoryTokenizeError, tokenizeTrajectory } from './tokens.ts';
 import { trainedTokens } from './trained-tokens.ts';
 
@@ -260,7 +260,7 @@ async function trainRows(
       loss_config: engineLossConfig(config),
       optimizer: optimizerConfig(
         'rl',
-        rowLearningRate(learningRate, row, config.num_trajectories_learning_rate_multiplier_power),
+        learningRate * rowSizeMultiplier(row, config.num_trajectories_learning_rate_multiplier_power),
       ),
       logprob_chunk_size: config.logprob_calculation_chunk_size,
       ...reference,

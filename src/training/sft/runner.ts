@@ -11,12 +11,12 @@ import { JobError } from '../../errors.ts';
 import type { JobQueue } from '../../jobs/queue.ts';
 import type { RunContext, RunResult } from '../../jobs/worker.ts';
 import type { LoadedBase } from '../../services/base-model-runtime.ts';
-import type { HistoryStep } from '../../services/checkpoint-publisher.ts';
+import type { HistoryStep } from '../checkpoint-publisher.ts';
 import { optimizerConfig } from '../defaults.ts';
-import { readSftPayload, type SftJobPayload } from '../payloads.ts';
 import { type TrainingSequence, trainingRenderer } from '../render.ts';
 import { type CheckpointWriter, openJob } from '../session.ts';
 import { type Conversation, readConversations } from './data.ts';
+import { readSftPayload, type SftJobPayload } from './payload.ts';
 import { tokenizeConversation } from './tokens.ts';
 
 export interface SftRunnerDeps {

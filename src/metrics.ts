@@ -1,11 +1,12 @@
 /**
  * Prometheus metrics: one registry per service instance (tests run several servers in one process, so the
  * global registry would mix them). Traffic is observed as it happens; queue depth and engine state are
- * sampled when scraped, each under a short timeout so a busy engine slows a scrape but never hangs it.
+ * sampled when scraped, each under a short timeout so a busy engine slows a scrape but never hangs it. An adapter
+ * of the whole server (HTTP, chat, jobs, engine) to prom-client, as clock.ts is to time: no room owns it.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { JOB_STATUSES } from '../api/training-vocabulary.ts';
-import type { StatsReply } from '../engine/protocol.ts';
+import { JOB_STATUSES } from './api/training-vocabulary.ts';
+import type { StatsReply } from './engine/protocol.ts';
 
 export interface MetricsSources {
   /** Jobs per status, as the queue's table holds them now. */

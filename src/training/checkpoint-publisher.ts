@@ -2,7 +2,7 @@
  * Publishes a model's next checkpoint: what the trainer writes into a temporary folder of the checkpoint store is
  * renamed into place, then the checkpoint row, then the adapter loaded from the store into the sampler, so the
  * checkpoint is servable before anyone reports it. A crash at any point leaves no listed half-written checkpoint.
- * Training jobs (training/session.ts) and the Tinker API (src/tinker/) both save this way.
+ * Training jobs (session.ts) and Tinker training clients (tinker/trainer.ts) both save this way.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -10,12 +10,12 @@ import type { Clock } from '../clock.ts';
 import { servingAdapterKey } from '../engine/adapter-keys.ts';
 import { JobError } from '../errors.ts';
 import { newId } from '../ids.ts';
+import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
+import { ADAPTER_CONFIG, publicAdapterConfig } from '../services/checkpoint-export.ts';
+import type { ModelService } from '../services/model-service.ts';
+import type { RetentionService } from '../services/retention.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
-import type { BaseModelRuntime } from './base-model-runtime.ts';
-import { ADAPTER_CONFIG, publicAdapterConfig } from './checkpoint-export.ts';
-import type { ModelService } from './model-service.ts';
-import type { RetentionService } from './retention.ts';
 
 /** Where a checkpoint's metrics go in the run history: at its own step, at the step its client named (ART's SFT `metric_logging`), or nowhere. */
 export type HistoryStep = 'own' | number | null;

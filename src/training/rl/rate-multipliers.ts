@@ -1,8 +1,9 @@
 /**
- * The learning rate each RL train step applies, derived from the job's rate as ART's trainers derive it:
- * `num_trajectories_learning_rate_multiplier_power` scales it by the number of sequences a step trains on
- * (ART's unsloth trainer), `scale_learning_rate_by_reward_std_dev` by the trend of the model's reward spread
- * (ART's LocalBackend, the last trainer that read the flag: 0.5.0–0.5.7). Pure functions.
+ * What an RL job's learning rate is multiplied by, as ART's trainers derive it from the data: the trend of the
+ * model's reward spread for the whole job (`scale_learning_rate_by_reward_std_dev`, ART's LocalBackend, the last
+ * trainer that read the flag: 0.5.0–0.5.7), and the number of sequences each step trains on
+ * (`num_trajectories_learning_rate_multiplier_power`, ART's unsloth trainer). Pure functions; the rate itself and
+ * its rule are ../learning-rate.ts's.
  */
 
 import type { SpreadPoint } from '../../services/trajectory-service.ts';
@@ -30,8 +31,7 @@ export function rewardStdDevMultiplier(history: SpreadPoint[]): number {
   return Math.max(0, (slope * points[points.length - 1].x + intercept) / intercept);
 }
 
-/** The rate × (sequences packed in the row)^power: ART counts a row's completions, here its segments. */
-export function rowLearningRate(rate: number, row: Pick<PackedRow, 'segment_ids'>, power: number): number {
-  if (!power) return rate;
-  return rate * new Set(row.segment_ids).size ** power;
+/** (Sequences packed in the row)^power, a step's own multiplier: ART counts a row's completions, here its segments. */
+export function rowSizeMultiplier(row: Pick<PackedRow, 'segment_ids'>, power: number): number {
+  return power ? new Set(row.segment_ids).size ** power : 1;
 }
