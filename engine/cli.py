@@ -201,6 +201,7 @@ def _ready_frame(engine: Engine, args, limits: Limits, gflops: float) -> dict:
     }
     if engine.trains_only:  # every rank takes part in describing the group
         ready["ranks"] = G.describe(engine.group, engine.device)
+        engine.share_memory()
     return ready
 
 

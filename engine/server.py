@@ -167,8 +167,12 @@ class Engine:
         if code == "internal":
             log("internal error:\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         message = exc.args[0] if isinstance(exc, (KeyError, NotFound)) and exc.args else str(exc)
-        self.send({"id": rid, "done": True, "error": {"code": code, "message": str(message) or type(exc).__name__}})
-        if code == "internal" and self.trains_only and self.group.world_size > 1:
+        message = str(message) or type(exc).__name__
+        ends_group = code == "internal" and self.trains_only and self.group.world_size > 1
+        if ends_group:
+            message = f"the trainer's group of {self.group.world_size} ranks failed and restarts: {message}"
+        self.send({"id": rid, "done": True, "error": {"code": code, "message": message}})
+        if ends_group:
             # The ranks may now disagree on where they are; the group ends, and its launcher and supervisor restart
             # it whole rather than risk a rank waiting forever for a collective the others left.
             log("an unexpected error in a group of ranks: ending the group so it restarts whole")
@@ -299,6 +303,10 @@ class Engine:
             )
         return report
 
+    def share_memory(self) -> None:
+        """Every rank's memory to rank 0 (all ranks call it together: at start and after each op)."""
+        self.ranks_memory = self.group.gather(self.rank_memory())
+
     def rank_memory(self) -> dict:
         return {"rank": self.group.rank, "rss_bytes": machine.rss_bytes(), "memory": self.memory()}
 
@@ -391,7 +399,7 @@ class Engine:
 
     def _op_done(self) -> None:
         machine.trim_free_memory()
-        self.ranks_memory = self.group.gather(self.rank_memory())
+        self.share_memory()
 
     # --- training thread -----------------------------------------------------
 
