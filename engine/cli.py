@@ -80,6 +80,25 @@ def parse_args(argv: list[str] | None):
         "engine/bounds.json, so a test can make a broken adapter resident and show that its rows "
         "cannot reach other rows of the batch. The server never passes it to its engines.",
     )
+    _trainer_arguments(ap)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
+        "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
+        "peers (bench/torch_stack.py --threads); give more on a dedicated machine)",
+    )
+    args = ap.parse_args(argv)
+    names = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes", "threads")
+    for name in names + ("activation_memory_bytes",):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def _trainer_arguments(ap) -> None:
     ap.add_argument(
         "--role",
         choices=["both", "trainer"],
@@ -100,21 +119,6 @@ def parse_args(argv: list[str] | None):
         help="training rows whose forward would keep more than this for backward recompute each block instead "
         "(default: a quarter of the device's memory, shared by the ranks on it)",
     )
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch intra-op CPU threads (default 1: on a 2-core machine shared with other work, 2 "
-        "OpenMP threads ran decode 5-15x slower, their spinning threads waiting on descheduled "
-        "peers (bench/torch_stack.py --threads); give more on a dedicated machine)",
-    )
-    args = ap.parse_args(argv)
-    names = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory_bytes", "threads")
-    for name in names + ("activation_memory_bytes",):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
 
 
 def main(argv: list[str] | None = None) -> int:
