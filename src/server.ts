@@ -5,6 +5,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
+import type { EngineReport } from './api/health.ts';
 import { buildApp } from './app.ts';
 import { type Clock, systemClock } from './clock.ts';
 import type { Config } from './config.ts';
@@ -120,7 +121,7 @@ async function probeEngines(engines: EngineRoles): Promise<Record<string, unknow
 function engineReport(
   health: ReturnType<typeof rolesHealth>[number],
   outcome: PromiseSettledResult<StatsReply | void>,
-) {
+): EngineReport {
   const stats = outcome.status === 'fulfilled' ? outcome.value : undefined;
   const ready = 'engine' in health ? health.engine : null;
   const error = 'lastError' in health ? health.lastError : 'error' in health ? health.error : null;
@@ -133,9 +134,9 @@ function engineReport(
     restarts: health.restarts,
     device: ready?.device ?? null,
     dtype: ready?.dtype ?? null,
-    limits: ready?.limits ?? null,
+    limits: (ready?.limits ?? null) as EngineReport['limits'],
     ok: outcome.status === 'fulfilled',
-    ...(stats ? { rss_bytes: stats.rss_bytes, memory: stats.memory } : {}),
+    ...(stats ? { rss_bytes: stats.rss_bytes, memory: { ...stats.memory } } : {}),
     ...(ready?.ranks ? { ranks: rankReports(ready.ranks, stats?.ranks ?? []) } : {}),
     ...(error ? { error } : {}),
   };
@@ -145,6 +146,6 @@ function engineReport(
 function rankReports(ranks: Rank[], memory: RankMemory[]) {
   return ranks.map((rank) => {
     const mine = memory.find((entry) => entry.rank === rank.rank);
-    return { ...rank, ...(mine ? { rss_bytes: mine.rss_bytes, memory: mine.memory } : {}) };
+    return { ...rank, ...(mine ? { rss_bytes: mine.rss_bytes, memory: { ...mine.memory } } : {}) };
   });
 }
