@@ -495,8 +495,9 @@ class Engine:
             model = shard.load_sharded(path, dtype, self.device, self.group)
         else:
             model = Transformer.from_pretrained(path, dtype, self.device)
-        if self.activation_memory_bytes is not None:
-            model.recompute_tokens = max(1, self.activation_memory_bytes // model.activation_bytes_per_token())
+        per_token = getattr(model, "activation_bytes_per_token", None)  # an implementation may keep its own threshold
+        if self.activation_memory_bytes is not None and per_token is not None:
+            model.recompute_tokens = max(1, self.activation_memory_bytes // per_token())
         # Rope tables grow on the first use of a position: grown now, the training thread and the
         # compute thread never race to replace them.
         model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)

@@ -194,7 +194,8 @@ def weights_problem(adapter: L.Adapter, group: Group) -> str | None:
     """lora.weights_problem of the whole adapter, from every rank's shards: the same answer on every rank."""
     if adapter.shards is None:
         return L.weights_problem(L.peft_tensors(adapter))
-    names = list(L.peft_tensors(adapter))  # the order of names() and of the shards
+    names = list(L.peft_tensors(adapter))  # the order of names() and of the shards, one tensor each
+    names = names if len(names) == len(adapter.shards) else adapter.names()
     first = {name: _first_row(shape[0], group) for name, shape in zip(names, adapter.whole_shapes)}
     found = L.first_problem(dict(zip(names, adapter.shards)), first)
     every = [f for f in group.gather(found) if f is not None]

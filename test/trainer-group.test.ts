@@ -5,7 +5,11 @@
  * `kill -9` of one rank fails only the job it was running; a group that cannot start says why in bounded time.
  */
 import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { repoRoot } from '../src/config.ts';
 import { trainerGroupProcess } from '../src/engine/roles.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
 import { enginePython } from './helpers/engine-process.ts';
@@ -181,5 +185,69 @@ describe('a trainer group that cannot start', () => {
     } finally {
       await supervisor.stop();
     }
+  });
+});
+
+/** A port free on loopback now (for the second node's rendezvous). */
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  server.close();
+  return port;
+}
+
+describe('two nodes on loopback: the server launches node 0, node 1 joins with the same launcher', () => {
+  let e2e: E2eServer;
+  let node1: ChildProcess;
+
+  before(async () => {
+    const endpoint = `127.0.0.1:${await freePort()}`;
+    // What an operator runs on the second node (docs/trainer-group.md), here beside the first.
+    node1 = spawn(
+      await enginePython(),
+      [
+        ...['-m', 'torch.distributed.run', '--nnodes=2', '--node-rank=1', '--nproc-per-node=1', '--max-restarts=0'],
+        ...['--rdzv-backend=static', `--rdzv-endpoint=${endpoint}`, '--rdzv-conf=timeout=120'],
+        ...['-m', 'engine', '--role', 'trainer', '--dist-timeout', '120', '--threads', '1'],
+      ],
+      { cwd: repoRoot, stdio: ['ignore', 'ignore', 'ignore'] },
+    );
+    e2e = await startE2eServer({
+      env: {
+        TRAINER_WORLD_SIZE: '2',
+        TRAINER_NNODES: '2',
+        TRAINER_RDZV_ENDPOINT: endpoint,
+        TRAINER_RDZV_TIMEOUT: '120',
+      },
+    });
+  });
+  after(async () => {
+    if (!closed) await e2e?.close();
+    node1.kill('SIGKILL');
+  });
+  let closed = false;
+
+  test("the group spans both launchers, an RL job completes, and node 1 ends with the server's group", async () => {
+    const check = await e2e.api('GET', '/v1/system-check');
+    const trainer = (check.body.engine.engines as Record<string, any>[]).find((engine) => engine.role === 'trainer')!;
+    assert.deepEqual(
+      (trainer.ranks as Rank[]).map((rank) => rank.rank),
+      [0, 1],
+    );
+    const modelId = (
+      await e2e.api('POST', '/v1/preview/models', { project: 'nodes', name: 'policy', base_model: 'builtin/tiny-chat' })
+    ).body.id;
+    const group = await sampleGroup(e2e, 'local/nodes/policy', 'Say hello.', 4, (_, i) => i % 2);
+    await trainRl(e2e, modelId, [group], { learning_rate: 0.01 }, 120_000);
+
+    const exited = once(node1, 'exit');
+    await e2e.close(); // rank 0 stops its group as it stops: node 1's rank and launcher end with it
+    closed = true;
+    const [code] = (await Promise.race([
+      exited,
+      new Promise((r) => setTimeout(() => r(['still running']), 30_000)),
+    ])) as [unknown];
+    assert.equal(code, 0);
   });
 });
