@@ -553,7 +553,9 @@ class Transformer(nn.Module):
             whole(p + "mlp.down_proj.bias", b.down_bias)
         return m
 
-    def load_hf_tensors(self, tensors) -> None:
+    def load_hf_tensors(self, tensors, fill=None) -> None:
+        """Every parameter from HF-named tensors; `fill(param, first_row, tensor)` copies one tensor into the rows it
+        fills (default: all of them; a sharded trainer copies only its own)."""
         mapping = self.hf_mapping()
         filled, unexpected = set(), []
         for name, t in tensors:
@@ -567,8 +569,11 @@ class Transformer(nn.Module):
             expected = (hi - lo,) + tuple(param.shape[1:])
             if tuple(t.shape) != expected:
                 raise ValueError(f"{name}: shape {tuple(t.shape)} != expected {expected}")
-            with torch.no_grad():
-                param[lo:hi].copy_(t)
+            if fill is not None:
+                fill(param, lo, t)
+            else:
+                with torch.no_grad():
+                    param[lo:hi].copy_(t)
             filled.add(name)
         missing = sorted(set(mapping) - filled)
         if missing or unexpected:

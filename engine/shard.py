@@ -39,23 +39,7 @@ def load_sharded(path: str, dtype: torch.dtype, device: torch.device, group: Gro
     """Our Transformer from an HF folder, sharded, each rank filling only its rows of every weight."""
     model = shard_model(Transformer.on_meta(load_args(path), dtype, device), group)
     model.to_empty(device=device)
-    mapping = model.hf_mapping()
-    filled, unexpected = set(), []
-    for name, tensor in W.iter_checkpoint(path):
-        target = mapping.get(name)
-        if target is None:
-            if not (name == "lm_head.weight" or name.endswith("rotary_emb.inv_freq")):
-                unexpected.append(name)
-            continue
-        param, lo, hi = target
-        expected = (hi - lo,) + tuple(param.shape[1:])
-        if tuple(tensor.shape) != expected:
-            raise ValueError(f"{name}: shape {tuple(tensor.shape)} != expected {expected}")
-        _fill_rows(param, lo, tensor, group)
-        filled.add(name)
-    missing = sorted(set(mapping) - filled)
-    if missing or unexpected:
-        raise ValueError(f"checkpoint mismatch: missing {missing[:8]}, unexpected {unexpected[:8]}")
+    model.load_hf_tensors(W.iter_checkpoint(path), lambda param, lo, tensor: _fill_rows(param, lo, tensor, group))
     return model
 
 

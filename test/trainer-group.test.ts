@@ -14,7 +14,7 @@ import { trainerGroupProcess } from '../src/engine/roles.ts';
 import { EngineSupervisor } from '../src/engine/supervisor.ts';
 import { enginePython } from './helpers/engine-process.ts';
 import { waitFor } from './helpers/poll.ts';
-import { allEvents, sampleGroup, trainRl, trainSft, waitForJob } from './helpers/rollouts.ts';
+import { allEvents, jobAtItsFirstStep, sampleGroup, trainRl, trainSft, waitForJob } from './helpers/rollouts.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const MODEL = 'local/group/policy';
@@ -97,18 +97,7 @@ describe('a trainer of two ranks', () => {
     const before = (await checkpoints()).length;
     const restarts = (await trainer()).restarts;
     const follower = ((await trainer()).ranks as Rank[]).find((rank) => rank.rank === 1)!;
-    const job = (
-      await e2e.api('POST', '/v1/preview/training-jobs', {
-        model_id: modelId,
-        trajectory_groups: groups,
-        experimental_config: MANY_STEPS,
-      })
-    ).body;
-    await waitFor(
-      'a gradient step',
-      async () => (await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step'),
-      { timeoutMs: 120_000, intervalMs: 20 },
-    );
+    const job = { id: await jobAtItsFirstStep(e2e, modelId, groups, MANY_STEPS) };
     process.kill(follower.pid, 'SIGKILL');
     const failed = await waitForJob(e2e, job.id, 120_000);
     assert.equal(failed.status, 'FAILED');
