@@ -361,6 +361,8 @@ class Engine:
                 else:
                     # A generate waiting for its constraint comes back parsed (generate).
                     result = HANDLERS[name].run(self, rid, wire.parse(name, msg) if isinstance(msg, dict) else msg)
+                    if THREADS[name] == TRAINING:  # measured, and its freed pages handed back, in every role
+                        result = result._replace(work=self._measured(result.work))
                 if THREADS[name] == TRAINING:
                     self._train_beside_decode(rid, result)
                     result = None
@@ -387,6 +389,8 @@ class Engine:
         return result
 
     def _measured(self, work: Callable[[], dict]) -> Callable[[], dict]:
+        """The work, then what it held above its start recorded (stats' activations_peak_bytes) and the op ended."""
+
         def run() -> dict:
             start = machine.start_peak(self.device)
             try:
@@ -399,7 +403,8 @@ class Engine:
 
     def _op_done(self) -> None:
         machine.trim_free_memory()
-        self.share_memory()
+        if self.trains_only:
+            self.share_memory()
 
     # --- training thread -----------------------------------------------------
 
