@@ -82,7 +82,7 @@ def build(cfg: dict, folder: str) -> Transformer:
 
 def bench_training(model: Transformer, rows_n: int, T: int, reps: int) -> float:
     """Best tokens/s of an SFT step on a fresh rank-8 adapter (all projections)."""
-    adapter = L.new_adapter("bench", "b", model.args, lora(), "cpu")
+    adapter = L.new_adapter("bench", "b", model.lora_targets(), lora(), "cpu")
     V = model.args.vocab_size
     rows = parse_rows(
         [

@@ -35,6 +35,7 @@ from engine import lora as L  # noqa: E402
 from engine import wire  # noqa: E402
 from engine.generate import GenRequest  # noqa: E402
 from engine.model import ModelArgs, init_hf_weights, write_hf_checkpoint  # noqa: E402
+from engine.peft import load_peft  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 from engine.server import Engine, Limits  # noqa: E402
 from engine.tests.helpers import lora as lora_config  # noqa: E402
@@ -267,7 +268,7 @@ def our_engine_checks(args, folder: str, scratch: str) -> dict:
     L.save_peft(adapter, adapter_dir, "base")
     reference = Engine(device, limits=Limits(max_model_len=4096, max_num_seqs=32))
     fp32 = load(reference, "fp32", folder, torch.float32)
-    copy = L.load_peft("a", "fp32", adapter_dir, fp32.model.args, device)
+    copy = load_peft("a", "fp32", adapter_dir, fp32.model.args, device)
     logprob_gap(fp32.model, fp32.scheduler, copy, vocab, "logprob_gap_fp32_sampler_vs_fp32_trainer")
     # bf16 sampling against the fp32 trainer: what bf16 itself costs.
     specs = [(prompt_of(96, 500 + i, vocab), params(64, seed=i, logprobs=0)) for i in range(4)]

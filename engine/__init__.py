@@ -5,8 +5,9 @@ machine.py (the start-up matmul measurement and its warning, memory), transport.
 server.py (the ops' handlers, dispatch, the engine's state), protocol.json and schema.py (the protocol's
 schema, every op's fields, and the checks of requests and replies against it; bounds.json, the numeric bounds),
 wire.py (checked requests built into the numerics' dataclasses).
-The numerics: weights.py (safetensors), model.py (transformer, KV cache), lora.py (adapters, PEFT
-layout, batched LoRA), sampling.py (per-request sampling), constraints.py (llguidance token masks),
+The numerics: weights.py (safetensors), model.py (our transformer, KV cache), hf_model.py (any other causal LM
+through transformers' modeling code, with our cache and LoRA), lora.py (adapters, PEFT
+layout, batched LoRA), peft.py (an adapter folder checked against a base, and loaded), sampling.py (per-request sampling), constraints.py (llguidance token masks),
 generate.py (continuous batching), train.py (logprobs, RL/SFT step), steps.py (Tinker's token-level
 forward/backward, losses and AdamW step).
 The trainer's process group: group.py (its ranks, the launcher's environment, collectives), shard.py (FSDP2 over

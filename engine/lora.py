@@ -5,21 +5,25 @@ uniform from a seeded generator, B zero, so a fresh adapter is an exact no-op;
 scale alpha/rank), PEFT names (`base_model.model.<module>.lora_A.weight`) and
 `adapter_config.json`, optimizer state saved beside (`optimizer.pt`), the LRU
 bound on resident adapters with pinning, the value bound every adapter keeps
-(finite, |w| <= MAX_ABS_WEIGHT from engine/bounds.json: checked at load, at save
-and after every optimizer step), and LoraBatch: the object a forward calls to
+(finite, |w| <= MAX_ABS_WEIGHT from engine/bounds.json: checked at save and
+after every optimizer step here, at load by peft.py), and LoraBatch: the object a forward calls to
 add every row's own adapter delta, computed from that adapter's weights alone.
 
-Refuses to know: requests, sampling, losses, the wire protocol. It knows only
-the base model's module shapes (from ModelArgs).
+Refuses to know: requests, sampling, losses, the wire protocol, what makes a
+PEFT folder on disk loadable (peft.py checks and loads it). It knows only
+the base model's adaptable modules: a table of LoraTarget (path, short name,
+shape, expert count) that each model implementation lists (ours from ModelArgs,
+engine/hf_model.py from the `transformers` module tree). Mixture-of-experts
+projections are one target holding [experts, ...] tensors, written to PEFT files
+per expert (`….mlp.experts.{e}.gate_proj.lora_A.weight`), the layout PEFT loads
+into `transformers` and vLLM serves.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
-import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,15 +34,47 @@ from . import weights as W
 from .model import ATTN_MODULES, MLP_MODULES, ModelArgs
 from .schema import ADAPTER_WEIGHT_MAX_ABS
 
-SUPPORTED_TARGETS: tuple[str, ...] = ATTN_MODULES + MLP_MODULES
+SUPPORTED_TARGETS: tuple[str, ...] = ATTN_MODULES + MLP_MODULES  # what our own implementation can adapt
 MAX_ABS_WEIGHT = ADAPTER_WEIGHT_MAX_ABS  # bounds.json's; the server checks imports against it too
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
 OPTIMIZER_NAME = "optimizer.pt"
 _UIDS = itertools.count()
-_PEFT_KEY = re.compile(
-    r"^base_model\.model\.(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+))\.lora_([AB])(?:\.default)?\.weight$"
-)
+
+
+@dataclass(frozen=True)
+class LoraTarget:
+    """One adaptable projection of a base: its module path (PEFT's name without `base_model.model.`), short name,
+    kind (`attention` or `mlp`) and shape; `experts` > 0 for a mixture's expert projections, adapted per expert
+    (path `….mlp.experts.gate_proj`: A is [experts, rank, in], B [experts, out, rank])."""
+
+    path: str
+    name: str
+    kind: str
+    fan_in: int
+    fan_out: int
+    experts: int = 0
+
+
+def dense_targets(args: ModelArgs) -> list[LoraTarget]:
+    """Our implementation's table: every attention and MLP projection of every layer, layer by layer."""
+    return [
+        LoraTarget(
+            module_path(layer, name), name, "attention" if name in ATTN_MODULES else "mlp", *module_shape(args, name)
+        )
+        for layer in range(args.num_layers)
+        for name in SUPPORTED_TARGETS
+    ]
+
+
+def target_table(base) -> list[LoraTarget]:
+    """The target table of `base`: a model's own list, or ours for bare ModelArgs."""
+    return dense_targets(base) if isinstance(base, ModelArgs) else list(base)
+
+
+def target_kinds(targets) -> dict[str, str]:
+    """Short name -> kind of every target a base offers, in table order (what load_base announces)."""
+    return {t.name: t.kind for t in target_table(targets)}
 
 
 def module_shape(args: ModelArgs, name: str) -> tuple[int, int]:
@@ -78,9 +114,6 @@ class LoraConfig:
         self.target_modules = tuple(self.target_modules)
         if not self.target_modules:
             raise ValueError("LoRA target_modules is empty")
-        for name in self.target_modules:
-            if name not in SUPPORTED_TARGETS:
-                raise ValueError(f"unsupported LoRA target module {name!r}; supported: {', '.join(SUPPORTED_TARGETS)}")
 
     @property
     def scale(self) -> float:
@@ -155,6 +188,20 @@ class NonFinite(Exception):
     logits that are not finite. Answered with the error code `non_finite`."""
 
 
+def first_bad_value(t: torch.Tensor) -> tuple[float, list[int]] | None:
+    """The first value of `t` that is not finite or beyond MAX_ABS_WEIGHT, with its index; None when all are in bounds."""
+    t = t.detach()
+    bad = ~torch.isfinite(t) | (t.abs() > MAX_ABS_WEIGHT)
+    if not bool(bad.any()):
+        return None
+    flat = int(bad.flatten().nonzero()[0])
+    index, rest = [], flat
+    for size in reversed(t.shape):  # torch 1.13 (the fallback) has no unravel_index
+        rest, i = divmod(rest, size)
+        index.insert(0, i)
+    return float(t.flatten()[flat]), index
+
+
 def weights_problem(tensors: dict[str, torch.Tensor], first_rows: dict[str, int] | None = None) -> str | None:
     """The first value out of bounds, as 'TENSOR holds VALUE at index [i, j]', or None when all are in bounds.
 
@@ -166,45 +213,55 @@ def weights_problem(tensors: dict[str, torch.Tensor], first_rows: dict[str, int]
 def first_problem(tensors: dict[str, torch.Tensor], first_rows: dict[str, int] | None = None) -> tuple | None:
     """(name, message) of weights_problem's first value out of bounds, or None."""
     for name in sorted(tensors):
-        t = tensors[name].detach()
-        bad = ~torch.isfinite(t) | (t.abs() > MAX_ABS_WEIGHT)
-        if bool(bad.any()):
-            flat = int(bad.flatten().nonzero()[0])
-            index, rest = [], flat
-            for size in reversed(t.shape):  # torch 1.13 (the fallback) has no unravel_index
-                rest, i = divmod(rest, size)
-                index.insert(0, i)
-            index[0] += (first_rows or {}).get(name, 0)
+        bad = first_bad_value(tensors[name])
+        if bad is not None:
+            index = [bad[1][0] + (first_rows or {}).get(name, 0), *bad[1][1:]]
             return name, (
-                f"{name} holds {float(t.flatten()[flat]):g} at index {index} (adapter values must be finite "
+                f"{name} holds {bad[0]:g} at index {index} (adapter values must be finite "
                 f"and within ±{MAX_ABS_WEIGHT:g})"
             )
     return None
 
 
 def peft_tensors(adapter: Adapter) -> dict[str, torch.Tensor]:
-    """The adapter's weights under their PEFT names (as save_peft writes them)."""
+    """The adapter's weights under their PEFT names (as save_peft writes them); expert targets one pair per expert."""
     out = {}
     for m in sorted(adapter.A):
-        out[f"base_model.model.{m}.lora_A.weight"] = adapter.A[m]
-        out[f"base_model.model.{m}.lora_B.weight"] = adapter.B[m]
+        if adapter.A[m].dim() == 3:
+            prefix, name = m.rsplit(".", 1)
+            for e in range(adapter.A[m].shape[0]):
+                out[f"base_model.model.{prefix}.{e}.{name}.lora_A.weight"] = adapter.A[m][e]
+                out[f"base_model.model.{prefix}.{e}.{name}.lora_B.weight"] = adapter.B[m][e]
+        else:
+            out[f"base_model.model.{m}.lora_A.weight"] = adapter.A[m]
+            out[f"base_model.model.{m}.lora_B.weight"] = adapter.B[m]
     return out
 
 
-def new_adapter(key: str, base: str, args: ModelArgs, config: LoraConfig, device) -> Adapter:
-    """A fresh adapter: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform, a=sqrt(5), as nn.Linear), B = 0."""
+def check_targets(names, targets) -> None:
+    """Every name must be a projection this base has (a 'bad_request' naming the first that is not)."""
+    offered = target_kinds(targets)
+    for name in names:
+        if name not in offered:
+            raise ValueError(f"unsupported LoRA target module {name!r} for this base; it has: {', '.join(offered)}")
+
+
+def new_adapter(key: str, base: str, targets, config: LoraConfig, device) -> Adapter:
+    """A fresh adapter: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform, a=sqrt(5), as nn.Linear), B = 0.
+
+    `targets` is the base's table (or our ModelArgs); its fixed order keeps the seed -> weights map stable."""
+    table = target_table(targets)
+    check_targets(config.target_modules, table)
     g = torch.Generator().manual_seed(int(config.seed))
     A, B = {}, {}
-    for layer in range(args.num_layers):
-        for name in SUPPORTED_TARGETS:  # fixed order keeps the seed -> weights map stable
-            if name not in config.target_modules:
-                continue
-            fan_in, fan_out = module_shape(args, name)
-            bound = 1.0 / math.sqrt(fan_in)
-            a = (torch.rand(config.rank, fan_in, generator=g) * 2 - 1) * bound
-            path = module_path(layer, name)
-            A[path] = a.to(device).requires_grad_(True)
-            B[path] = torch.zeros(fan_out, config.rank, device=device).requires_grad_(True)
+    for t in table:
+        if t.name not in config.target_modules:
+            continue
+        lead = (t.experts,) if t.experts else ()
+        bound = 1.0 / math.sqrt(t.fan_in)
+        a = (torch.rand(*lead, config.rank, t.fan_in, generator=g) * 2 - 1) * bound
+        A[t.path] = a.to(device).requires_grad_(True)
+        B[t.path] = torch.zeros(*lead, t.fan_out, config.rank, device=device).requires_grad_(True)
     return Adapter(key=key, base=base, config=config, A=A, B=B)
 
 
@@ -259,59 +316,6 @@ def load_optimizer_state(adapter: Adapter, path: str, device) -> None:
     for name, st in saved["state"].items():
         # AdamW keeps `step` on the CPU unless capturable; the moments live with the parameter.
         adapter.optimizer.state[names[name]] = {k: v if k == "step" else v.to(device) for k, v in st.items()}
-
-
-def load_peft(key: str, base: str, folder: str, args: ModelArgs, device, check_values: bool = True) -> Adapter:
-    """The PEFT adapter in `folder`; values out of bounds are refused (NonFinite) unless check_values is off."""
-    with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as f:
-        peft = json.load(f)
-    if peft.get("peft_type", "LORA") != "LORA":
-        raise ValueError(f"{folder}: peft_type {peft.get('peft_type')!r} is not LORA")
-    if peft.get("use_dora") or peft.get("rank_pattern") or peft.get("alpha_pattern"):
-        raise ValueError(f"{folder}: DoRA and per-module rank/alpha patterns are not supported")
-    A, B = {}, {}
-    for name, t in W.iter_file(os.path.join(folder, WEIGHTS_NAME)):
-        m = _PEFT_KEY.match(name)
-        if not m or int(m.group(2)) >= args.num_layers or module_path(int(m.group(2)), m.group(4)) != m.group(1):
-            raise ValueError(f"{folder}: unsupported adapter tensor {name}")
-        (A if m.group(5) == "A" else B)[m.group(1)] = t
-        problem = weights_problem({name: t}) if check_values else None
-        if problem is not None:
-            raise NonFinite(f"{folder}: {problem}")
-    for field_name in ("r", "lora_alpha"):
-        if not isinstance(peft.get(field_name), (int, float)) or isinstance(peft.get(field_name), bool):
-            raise ValueError(f"{folder}: {CONFIG_NAME} lacks a numeric {field_name}")
-    rank = int(peft["r"])
-    for path in set(A) | set(B):
-        if path not in A or path not in B:
-            raise ValueError(f"{folder}: {path} lacks lora_A or lora_B")
-        fan_in, fan_out = module_shape(args, path.rsplit(".", 1)[1])
-        if tuple(A[path].shape) != (rank, fan_in) or tuple(B[path].shape) != (fan_out, rank):
-            raise ValueError(
-                f"{folder}: {path} has shapes {tuple(A[path].shape)}, {tuple(B[path].shape)}; "
-                f"expected ({rank}, {fan_in}), ({fan_out}, {rank})"
-            )
-    if not A:
-        raise ValueError(f"{folder}: adapter has no LoRA tensors")
-    targets = tuple(sorted({p.rsplit(".", 1)[1] for p in A}))
-    config = LoraConfig(
-        rank=rank,
-        alpha=float(peft["lora_alpha"]),
-        target_modules=targets,
-        seed=0,  # unused: the weights come from the file, no init runs
-        use_rslora=bool(peft.get("use_rslora", False)),
-    )
-    adapter = Adapter(
-        key=key,
-        base=base,
-        config=config,
-        A={p: t.float().to(device).requires_grad_(True) for p, t in A.items()},
-        B={p: t.float().to(device).requires_grad_(True) for p, t in B.items()},
-    )
-    opt_path = os.path.join(folder, OPTIMIZER_NAME)
-    if os.path.exists(opt_path):
-        load_optimizer_state(adapter, opt_path, device)
-    return adapter
 
 
 def make_optimizer(adapter: Adapter) -> torch.optim.Optimizer:
@@ -390,6 +394,11 @@ class LoraBatch:
                 rows_of.setdefault(a.uid, []).append(b)
         self.single = len(self.uniques) == 1 and len(rows_of[self.uniques[0].uid]) == len(row_adapters)
         self.rows = [torch.tensor(rows_of[a.uid], device=device) for a in self.uniques]
+        owner = [-1] * len(row_adapters)  # per row: its adapter's index in uniques, -1 for none
+        for u, a in enumerate(self.uniques):
+            for b in rows_of[a.uid]:
+                owner[b] = u
+        self.owner_B = torch.tensor(owner, device=device)
         self.stacks = stack_cache if stack_cache is not None else StackCache()
 
     def delta(self, modules: tuple[str, ...], sizes: tuple[int, ...], x: torch.Tensor) -> torch.Tensor | None:
@@ -408,6 +417,35 @@ class LoraBatch:
         rows = self.rows[mine[0]] if len(mine) == 1 else torch.cat([self.rows[u] for u in mine])
         return out.index_copy_(0, rows, deltas[0] if len(deltas) == 1 else torch.cat(deltas))
 
+    def expert_stacks(self, modules: tuple[str, ...], sizes: tuple[int, ...], dtype: torch.dtype) -> list | None:
+        """Per unique adapter, its stacks over a group of expert projections ([experts, R, in], [experts, out, R]),
+        or None where it lacks them; None when no adapter has them. Built once per layer call: under autograd a
+        stack is part of that forward's graph."""
+        stacks = [
+            self._stack(a, modules, sizes, dtype) if any(m in a.A for m in modules) else None for a in self.uniques
+        ]
+        return stacks if any(st is not None for st in stacks) else None
+
+    def token_delta(self, stacks: list, expert: int, x_NI: torch.Tensor, rows_N: torch.Tensor) -> torch.Tensor:
+        """The delta of one expert's projection group for tokens x_NI, token n coming from batch row rows_N[n]:
+        each token through its own row's adapter only (selected, never masked)."""
+        if self.single:
+            A, B = stacks[0]
+            return torch.matmul(torch.matmul(x_NI, A[expert].t()), B[expert].t())
+        owner_N = self.owner_B.index_select(0, rows_N)
+        out = None
+        for u, st in enumerate(stacks):
+            if st is None:
+                continue
+            sel = (owner_N == u).nonzero().squeeze(1)
+            if sel.numel() == 0:
+                continue
+            A, B = st
+            part = torch.matmul(torch.matmul(x_NI.index_select(0, sel), A[expert].t()), B[expert].t())
+            out = x_NI.new_zeros(x_NI.shape[0], part.shape[-1]) if out is None else out
+            out = out.index_copy(0, sel, part)
+        return out if out is not None else x_NI.new_zeros(x_NI.shape[0], stacks_width(stacks))
+
     def _stack(self, adapter: Adapter, modules: tuple[str, ...], sizes: tuple[int, ...], dtype: torch.dtype):
         if torch.is_grad_enabled():  # training: stacks built from the parameters, in the graph
             return build_stack(adapter, modules, sizes, dtype)
@@ -415,14 +453,14 @@ class LoraBatch:
 
 
 def build_stack(adapter: Adapter, modules: tuple[str, ...], sizes: tuple[int, ...], dtype: torch.dtype):
-    """(A_cat [R, in], B [sum(sizes), R]) of one adapter over a projection group.
+    """(A_cat [R, in], B [sum(sizes), R]) of one adapter over a projection group ([experts, …] for expert targets).
 
     A_cat stacks the A's of the group's projections the adapter has; B puts each
     scaled B on its projection's output rows (zeros elsewhere), so the group's
     delta is two matmuls.
     """
     parts = [j for j, m in enumerate(modules) if m in adapter.A]
-    A_cat = torch.cat([adapter.A[modules[j]] for j in parts], dim=0).to(dtype)
+    A_cat = torch.cat([adapter.A[modules[j]] for j in parts], dim=-2).to(dtype)
     offsets = [sum(sizes[:j]) for j in range(len(sizes))]
     total = sum(sizes)
     blocks = [
@@ -431,7 +469,12 @@ def build_stack(adapter: Adapter, modules: tuple[str, ...], sizes: tuple[int, ..
         )
         for j in parts
     ]
-    return A_cat, torch.cat(blocks, dim=1).to(dtype)
+    return A_cat, torch.cat(blocks, dim=-1).to(dtype)
+
+
+def stacks_width(stacks: list) -> int:
+    """The output width of a group's stacks (every adapter's B spans the whole group)."""
+    return next(st[1].shape[-2] for st in stacks if st is not None)
 
 
 class StackCache:

@@ -97,6 +97,7 @@ class ModelArgs:
             raise ValueError("qwen2 use_sliding_window=true is not supported")
         eos = cfg.get("eos_token_id")
         eos_ids = [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+        rope_theta, rope_scaling = rope_config(cfg)
         return cls(
             family=family,
             vocab_size=int(cfg["vocab_size"]),
@@ -107,8 +108,8 @@ class ModelArgs:
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
             head_dim=int(cfg.get("head_dim") or hidden // heads),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
-            rope_scaling=cfg.get("rope_scaling"),
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
             max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
             # Every one of these four HF config classes defaults to untied.
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
@@ -129,6 +130,32 @@ class ModelArgs:
     @property
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+
+def rope_config(cfg: dict) -> tuple[float, dict | None]:
+    """(theta, scaling) from config.json: `rope_theta` + `rope_scaling`, or `rope_parameters` as transformers 5
+    writes them (one flat dict; a dict per layer type is another model's layout, not ours)."""
+    params = cfg.get("rope_parameters")
+    if params is None:
+        return float(cfg.get("rope_theta", 10000.0)), cfg.get("rope_scaling")
+    if not isinstance(params, dict) or "rope_theta" not in params:
+        raise ValueError("rope_parameters per layer type are not supported by this implementation")
+    kind = params.get("rope_type", params.get("type", "default"))
+    return float(params["rope_theta"]), None if kind == "default" else dict(params)
+
+
+def rope_type(cfg: dict) -> str:
+    """The RoPE scaling type a config.json asks for (`default`: none), in either layout."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if (
+        isinstance(params, dict)
+        and "rope_theta" not in params
+        and params
+        and all(isinstance(v, dict) for v in params.values())
+    ):
+        kinds = {v.get("rope_type", v.get("type", "default")) for v in params.values()}
+        return ",".join(sorted(kinds))
+    return params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "default"
 
 
 def rope_inv_freq(args: ModelArgs) -> tuple[torch.Tensor, float]:
@@ -319,6 +346,40 @@ class ForwardContext:
         )
 
 
+def cached_kv(ctx: ForwardContext, layer: int, k_BKTD: torch.Tensor, v_BKTD: torch.Tensor) -> tuple:
+    """The keys and values one layer attends to: the new ones alone (packed rows), or, in cached mode, the new ones
+    written into each row's cache slot and a view of the slots up to them (consecutive slots: no gather)."""
+    cache = ctx.cache
+    if cache is None:
+        return k_BKTD, v_BKTD
+    B, T = k_BKTD.shape[0], k_BKTD.shape[2]
+    s0, span = ctx.first_slot, ctx.allowed_BTS.shape[-1]
+    if T == 1:
+        rows = torch.arange(s0, s0 + B, device=k_BKTD.device)
+        pos_B = ctx.positions_BT[:, 0]
+        cache.k[layer, rows, :, pos_B] = k_BKTD[:, :, 0]
+        cache.v[layer, rows, :, pos_B] = v_BKTD[:, :, 0]
+    else:
+        for b, start in enumerate(ctx.starts):
+            cache.k[layer, s0 + b, :, start : start + T] = k_BKTD[b]
+            cache.v[layer, s0 + b, :, start : start + T] = v_BKTD[b]
+    return cache.k[layer, s0 : s0 + B, :, :span], cache.v[layer, s0 : s0 + B, :, :span]
+
+
+def windowed(ctx: ForwardContext, window: int | None) -> torch.Tensor:
+    """ctx's mask [B, 1, T, S] with keys further back than `window` positions hidden (a sliding-window layer)."""
+    if not window:
+        return ctx.allowed_BTS
+    T, S = ctx.allowed_BTS.shape[-2:]
+    if ctx.cache is None:  # packed: a key at index s of the same segment is t - s positions back
+        idx = torch.arange(T, device=ctx.allowed_BTS.device)
+        near = (idx[:, None] - idx[None, :]) < window
+        return ctx.allowed_BTS & near[None, None]
+    keys_S = torch.arange(S, device=ctx.allowed_BTS.device)
+    near = (ctx.positions_BT[:, :, None] - keys_S[None, None, :]) < window
+    return ctx.allowed_BTS & near[:, None]
+
+
 def attention(
     q_BHTD: torch.Tensor,
     k_BKSD: torch.Tensor,
@@ -424,21 +485,7 @@ class Block(nn.Module):
         q_BHTD = apply_rope(q_BHTD.transpose(1, 2), *rope)
         k_BKTD = apply_rope(k_BKTD.transpose(1, 2), *rope)
         v_BKTD = v.view(B, T, a.num_kv_heads, a.head_dim).transpose(1, 2)
-        cache = ctx.cache
-        if cache is not None:
-            s0, span = ctx.first_slot, ctx.allowed_BTS.shape[-1]
-            if T == 1:
-                rows = torch.arange(s0, s0 + B, device=x_BTD.device)
-                pos_B = ctx.positions_BT[:, 0]
-                cache.k[self.index, rows, :, pos_B] = k_BKTD[:, :, 0]
-                cache.v[self.index, rows, :, pos_B] = v_BKTD[:, :, 0]
-            else:
-                for b, start in enumerate(ctx.starts):
-                    cache.k[self.index, s0 + b, :, start : start + T] = k_BKTD[b]
-                    cache.v[self.index, s0 + b, :, start : start + T] = v_BKTD[b]
-            # A view, not a gather: consecutive slots keep decode free of cache copies.
-            k_BKTD = cache.k[self.index, s0 : s0 + B, :, :span]
-            v_BKTD = cache.v[self.index, s0 : s0 + B, :, :span]
+        k_BKTD, v_BKTD = cached_kv(ctx, self.index, k_BKTD, v_BKTD)
         out = attention(q_BHTD, k_BKTD, v_BKTD, ctx.allowed_BTS, bias_BTS)
         out = out.transpose(1, 2).reshape(B, T, a.q_size)
         x_BTD = x_BTD + self._lora(lora, self.g_o, (a.hidden_size,), out, F.linear(out, self.o, self.o_bias))
@@ -451,6 +498,8 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    implementation = "ours"
+
     def __init__(self, args: ModelArgs, dtype: torch.dtype = torch.float32, device="cpu"):
         super().__init__()
         device = torch.device(device)
@@ -516,6 +565,16 @@ class Transformer(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def prepare(self, max_positions: int) -> None:
+        """Grows the rope tables now, so the training and compute threads never race to replace them."""
+        self.rope.lookup(torch.tensor([[max_positions - 1]], device=self.device), self.dtype)
+
+    def lora_targets(self) -> list:
+        """The projections an adapter may target (lora.py's table, from ModelArgs)."""
+        from .lora import dense_targets  # lora.py imports this module's constants
+
+        return dense_targets(self.args)
 
     # --- HF checkpoints -------------------------------------------------------
 
@@ -592,15 +651,24 @@ class Transformer(nn.Module):
 
 def load_args(folder: str) -> ModelArgs:
     with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-        args = ModelArgs.from_hf_config(json.load(f))
-    gen_path = os.path.join(folder, "generation_config.json")
-    if os.path.exists(gen_path):
-        # Chat models often list their end-of-turn token only here.
-        with open(gen_path, encoding="utf-8") as f:
-            eos = json.load(f).get("eos_token_id")
-        extra = [] if eos is None else (eos if isinstance(eos, list) else [eos])
-        args.eos_token_ids = sorted(set(args.eos_token_ids) | {int(e) for e in extra})
+        cfg = json.load(f)
+    args = ModelArgs.from_hf_config(cfg)
+    args.eos_token_ids = eos_ids(cfg, folder)
     return args
+
+
+def eos_ids(cfg: dict, folder: str) -> list[int]:
+    """config.json's end-of-sequence ids joined with generation_config.json's (chat models often list their
+    end-of-turn token only there)."""
+    found = set()
+    gen_path = os.path.join(folder, "generation_config.json")
+    sources = [cfg.get("eos_token_id"), (cfg.get("text_config") or {}).get("eos_token_id")]
+    if os.path.exists(gen_path):
+        with open(gen_path, encoding="utf-8") as f:
+            sources.append(json.load(f).get("eos_token_id"))
+    for eos in sources:
+        found |= {int(e) for e in ([] if eos is None else eos if isinstance(eos, list) else [eos])}
+    return sorted(found)
 
 
 def init_hf_weights(args: ModelArgs, seed: int = 0, std: float = 0.02) -> dict[str, torch.Tensor]:

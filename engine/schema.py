@@ -74,9 +74,10 @@ def check_request(op: str, msg: Any) -> dict:
 
 
 def check_reply(op: str, payload: dict, done: bool = True) -> None:
-    """A reply of `op` (its final reply, or an interim event of a streaming op when `done` is false)."""
+    """A reply of `op` (its final reply, or an interim event of a streaming op when `done` is false). Strict: a
+    field the schema does not declare is an error too, so the engine cannot send what the server's types lack."""
     node = OPS[op]["reply"] if done else OPS[op]["x-event"]
-    Checker(f"{op} reply").check(payload, node, "")
+    Checker(f"{op} reply", strict=True).check(payload, node, "")
 
 
 # --- the checker --------------------------------------------------------------
@@ -190,12 +191,13 @@ def _simple(node: dict) -> bool:
 class Checker:
     """Checks values against schema nodes; every error names `op` and the field's path."""
 
-    def __init__(self, op: str):
-        self.op = op
+    def __init__(self, op: str, strict: bool = False):
+        self.op, self.strict = op, strict  # strict: undeclared fields are errors (replies), else ignored (requests)
+        self.whole = "the reply" if strict else "the request"
 
     def fail(self, path: str, node: dict, value: Any, detail: str = "") -> WireError:
         got = "" if detail else _got(node, value)
-        where = f"field {path}" if path else "the request"
+        where = f"field {path}" if path else self.whole
         return WireError(f"{self.op}: {where} must be {describe(node)}{got}{detail}")
 
     def check(self, value: Any, node: dict, path: str) -> None:
@@ -286,11 +288,12 @@ class Checker:
         for name, sub in props.items():
             if name in value and (value[name] is not None or name in node.get("required", ())):
                 self.check(value[name], sub, at(name))
-        extra = node.get("additionalProperties", True)
+        extra = node.get("additionalProperties", not (self.strict and "properties" in node))
         if extra is False:
-            unknown = sorted(k for k, v in value.items() if k not in props and v is not None)
+            unknown = sorted(k for k, v in value.items() if k not in props and (v is not None or self.strict))
             if unknown:
-                raise WireError(f"{self.op}: field {path or 'the request'} has unknown keys: {', '.join(unknown)}")
+                where = f"field {path}" if path else self.whole
+                raise WireError(f"{self.op}: {where} has unknown keys: {', '.join(unknown)}")
         elif isinstance(extra, dict):
             for name, v in value.items():
                 if name not in props:

@@ -17,6 +17,7 @@ numerics (model.py, lora.py, generate.py, train.py, steps.py), how frames travel
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import threading
@@ -29,12 +30,12 @@ from typing import Any, NamedTuple
 
 import torch
 
+from . import hf_model, machine, peft, schema, shard, steps, wire
 from . import lora as L
-from . import machine, schema, shard, steps, wire
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .group import SOLO, Group
-from .model import ARCHITECTURES, ROPE_TYPES, Transformer, load_args
+from .model import ARCHITECTURES, ROPE_TYPES, ModelArgs, Transformer, load_args, rope_type
 from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log
 
@@ -64,7 +65,7 @@ class Beside(NamedTuple):
 class Base:
     name: str
     path: str
-    model: Transformer
+    model: Transformer | hf_model.HFModel
     scheduler: Scheduler | None  # None in a trainer, which never samples (and so holds no KV cache)
     max_len: int
     constraint_kinds: list[str]  # what constraints.py can apply on this base (its tokenizer.json, llguidance)
@@ -463,7 +464,9 @@ class Engine:
         return adapter
 
     def _load_peft(self, key: str, base: Base, path: str) -> L.Adapter:
-        adapter = L.load_peft(key, base.name, path, base.model.args, base.model.device, self.check_adapter_values)
+        adapter = peft.load_peft(
+            key, base.name, path, base.model.lora_targets(), base.model.device, self.check_adapter_values
+        )
         return shard.shard_adapter(adapter, self.group)
 
     def _put(self, adapter: L.Adapter) -> None:
@@ -489,23 +492,20 @@ class Engine:
             "num_parameters": base.model.num_parameters(),
             "max_num_seqs": base.scheduler.config.max_batch if base.scheduler else self.limits.max_num_seqs,
             "constraint_kinds": base.constraint_kinds,
+            "implementation": base.model.implementation,
+            "lora_targets": L.target_kinds(base.model.lora_targets()),
         }
 
     def _load(self, name: str, path: str, dtype: torch.dtype) -> Base:
         if not os.path.isdir(path):
             raise NotFound(f"model folder {path} does not exist")
         t0 = time.perf_counter()
-        args = load_args(path)
-        if self.group.sharded:
-            model = shard.load_sharded(path, dtype, self.device, self.group)
-        else:
-            model = Transformer.from_pretrained(path, dtype, self.device)
+        model = load_model(path, dtype, self.device, self.group)
+        args = model.args
         per_token = getattr(model, "activation_bytes_per_token", None)  # an implementation may keep its own threshold
         if self.activation_memory_bytes is not None and per_token is not None:
             model.recompute_tokens = max(1, self.activation_memory_bytes // per_token())
-        # Rope tables grow on the first use of a position: grown now, the training thread and the
-        # compute thread never race to replace them.
-        model.rope.lookup(torch.tensor([[args.max_position_embeddings - 1]], device=self.device), dtype)
+        model.prepare(args.max_position_embeddings)
         max_len, max_batch, prefix_tokens = self.limits.sized(args, dtype)
         if self.trains_only:  # no sampling here: no KV cache, no constraints
             self.bases[name] = Base(name, path, model, None, args.max_position_embeddings, [])
@@ -530,7 +530,8 @@ class Engine:
         base = Base(name=name, path=path, model=model, scheduler=sched, max_len=max_len, constraint_kinds=kinds)
         self.bases[name] = base
         log(
-            f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}) in {time.perf_counter() - t0:.1f}s"
+            f"loaded base {name} ({model.num_parameters() / 1e6:.1f}M params, {dtype}, {model.implementation}'s "
+            f"implementation) in {time.perf_counter() - t0:.1f}s"
         )
         return base
 
@@ -545,10 +546,26 @@ class Engine:
         if req.path is not None:
             adapter = self._load_peft(req.adapter, base, req.path)
         else:
-            adapter = L.new_adapter(req.adapter, base.name, base.model.args, req.init, base.model.device)
+            adapter = L.new_adapter(req.adapter, base.name, base.model.lora_targets(), req.init, base.model.device)
             adapter = shard.shard_adapter(adapter, self.group)
         self._put(adapter)
         return {"loaded": True}
+
+    def check_adapter(self, rid, req: wire.Fields) -> dict:
+        if not os.path.isfile(os.path.join(req.base_path, "config.json")):
+            raise NotFound(f"model folder {req.base_path} has no config.json")
+        if not os.path.isdir(req.path):
+            raise NotFound(f"adapter folder {req.path} does not exist")
+        return {"problems": [p.to_json() for p in peft.problems(req.path, self._targets_of(req.base_path))]}
+
+    def _targets_of(self, folder: str) -> list[L.LoraTarget]:
+        """The target table of the base in `folder`: a loaded base's own, else what its implementation would list."""
+        for base in self.bases.values():
+            if os.path.abspath(base.path) == os.path.abspath(folder):
+                return base.model.lora_targets()
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        return L.dense_targets(load_args(folder)) if ours_problem(cfg) is None else hf_model.folder_targets(folder)
 
     def save_adapter(self, rid, req: wire.Fields) -> dict:
         if req.adapter not in self.adapters:
@@ -672,7 +689,13 @@ class Engine:
         """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
         base = self._base(req.base)
         adapter = steps.load_state(
-            req.adapter, base.name, req.path, base.model.args, base.model.device, self.check_adapter_values, self.group
+            req.adapter,
+            base.name,
+            req.path,
+            base.model.lora_targets(),
+            base.model.device,
+            self.check_adapter_values,
+            self.group,
         )
         if req.adapter in self.adapters:
             old = self.adapters.get(req.adapter)
@@ -714,6 +737,7 @@ HANDLERS: dict[str, Handler] = {
     "check_constraint": Handler(Engine.check_constraint),
     "load_base": Handler(Engine.load_base),
     "ensure_adapter": Handler(Engine.ensure_adapter),
+    "check_adapter": Handler(Engine.check_adapter),
     "save_adapter": Handler(Engine.save_adapter),
     "drop_adapter": Handler(Engine.drop_adapter),
     "load_state": Handler(Engine.load_state),
@@ -732,9 +756,42 @@ TOGETHER = frozenset(
 )
 
 
+def ours_problem(cfg: dict) -> str | None:
+    """Why our own implementation (model.py) cannot run a config.json, or None when it can."""
+    if cfg.get("model_type") not in ARCHITECTURES:
+        return f"model_type {cfg.get('model_type')!r} is not one of ours"
+    try:
+        ModelArgs.from_hf_config(cfg)
+    except ValueError as e:
+        return str(e)
+    return None if rope_type(cfg) in ROPE_TYPES else f"rope type {rope_type(cfg)!r} is not one of ours"
+
+
+def load_model(path: str, dtype: torch.dtype, device, group: Group = SOLO) -> Transformer | hf_model.HFModel:
+    """Ours where we have the family (fast, and the numeric reference), otherwise transformers' own modeling code;
+    neither: a ValueError naming why each refused. A trainer's is sharded with FSDP2 (ours straight from the files,
+    each rank reading its rows; transformers' loaded whole, then sharded by its blocks)."""
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    ours = ours_problem(cfg)
+    if ours is None:
+        return (
+            shard.load_sharded(path, dtype, device, group)
+            if group.sharded
+            else Transformer.from_pretrained(path, dtype, device)
+        )
+    theirs = hf_model.load_problem(cfg)
+    if theirs is None:
+        model = hf_model.HFModel.from_pretrained(path, dtype, device)
+        return shard.shard_model(model, group) if group.sharded else model
+    raise ValueError(f"{path}: no implementation can load it: ours: {ours}; transformers: {theirs}")
+
+
 def supports() -> dict:
-    """What this engine can run, announced in its ready frame so the server validates against it (no copies)."""
-    return {
+    """What this engine can run, announced in its ready frame so the server validates against it (no copies): our
+    implementation's tables at the top level, and `transformers` (what the pinned transformers loads; absent without
+    it), which serves every base ours cannot."""
+    announced = {
         "model_types": list(ARCHITECTURES),
         "architectures": list(ARCHITECTURES.values()),
         "rope_types": list(ROPE_TYPES),
@@ -742,3 +799,7 @@ def supports() -> dict:
         "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(wire.STEP_LOSSES)},
         "dtypes": list(DTYPES),
     }
+    theirs = hf_model.available()
+    if theirs is not None:
+        announced["transformers"] = theirs
+    return announced

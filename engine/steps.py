@@ -31,6 +31,7 @@ from . import parts, shard
 from . import weights as W
 from .group import SOLO, Group
 from .model import ForwardContext, Transformer
+from .peft import load_peft
 from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
 
 # The losses and the loss_config keys each uses are protocol.json's `StepLossConfigs`; token_loss computes each one.
@@ -234,7 +235,7 @@ def load_state(
 ) -> L.Adapter:
     """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint); with
     several ranks, each keeps its shards."""
-    adapter = L.load_peft(key, base, folder, args, device, check_values)
+    adapter = load_peft(key, base, folder, args, device, check_values)
     state_path = os.path.join(folder, STATE_NAME)
     if os.path.exists(state_path):
         with open(state_path, encoding="utf-8") as f:

@@ -46,6 +46,9 @@ def read_header(path: str) -> tuple[dict[str, dict], dict[str, str], int]:
         if len(raw_len) != 8:
             raise ValueError(f"{path}: not a safetensors file (too short)")
         (header_len,) = struct.unpack("<Q", raw_len)
+        size = os.fstat(f.fileno()).st_size
+        if header_len > size - 8:
+            raise ValueError(f"{path}: header length {header_len} runs past the file ({size} bytes): not safetensors")
         if header_len > MAX_HEADER_BYTES:
             raise ValueError(f"{path}: safetensors header of {header_len} bytes is implausible")
         header = json.loads(f.read(header_len).decode("utf-8"))

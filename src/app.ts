@@ -7,7 +7,6 @@ import type { Services } from './context.ts';
 import { AppError, excerpt } from './errors.ts';
 import { registerArtifactRoutes } from './http/artifact-routes.ts';
 import { registerAuth } from './http/auth.ts';
-import { registerChatRoutes } from './http/chat-routes.ts';
 import { registerPortabilityRoutes } from './http/checkpoint-portability-routes.ts';
 import { registerDashboardRoutes } from './http/dashboard-routes.ts';
 import { errorHandler, sendError } from './http/errors.ts';
@@ -18,6 +17,7 @@ import { registerMetricsHook, registerMetricsRoute } from './http/metrics-routes
 import { registerModelRoutes } from './http/models-routes.ts';
 import { registerOpenAiModelRoutes } from './http/openai-models-routes.ts';
 import { registerOpenApi } from './http/openapi.ts';
+import { registerServingRoutes } from './http/serving-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
 import { MAX_PARAM_LENGTH, registerTransportLimits, type TransportConfig, transportOptions } from './http/transport.ts';
 import { boundedValidatorCompiler } from './http/validation.ts';
@@ -80,7 +80,7 @@ export function buildApp({ config, services }: AppDeps): FastifyInstance {
     registerModelRoutes(api, services);
     registerPortabilityRoutes(api, services);
     registerTrainingJobRoutes(api, services.trainingJobs);
-    registerChatRoutes(api, services.chat, config.maxInFlightChat, services.metrics);
+    registerServingRoutes(api, services.doors, config.maxInFlightChat, services.metrics);
     registerOpenAiModelRoutes(api, services.served);
     registerIdentityRoutes(api);
     registerDashboardRoutes(api, services.dashboard);

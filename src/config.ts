@@ -4,8 +4,9 @@
  */
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
-import { isToolParserName, TOOL_PARSER_NAMES } from './chat/tool-calls/index.ts';
-import type { EngineDtype, EngineTopology, ServingLimits, TrainerGroup } from './engine/settings.ts';
+import { isToolParserName, TOOL_PARSER_NAMES } from './conversation/tool-calls/index.ts';
+import { DTYPES, type Dtype } from './engine/protocol.ts';
+import type { EngineTopology, ServingLimits, TrainerGroup } from './engine/settings.ts';
 import { isVllmUrl, parseVllmConfig, type VllmConfig } from './engine/vllm/config.ts';
 import { type BaseModelSpec, BUILTIN_BASE_MODELS, SMOLLM2_BASE_MODEL } from './services/base-models.ts';
 import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
@@ -223,7 +224,6 @@ type ReadInteger = (name: string, fallback: number, min: number, max: number) =>
 
 const ENGINE_URL_PATTERN = /^tcp:\/\/[^\s/:]+:\d{1,5}$/;
 const DEVICE_PATTERN = /^(cpu|cuda(:\d+)?)$/;
-const DTYPES: EngineDtype[] = ['float32', 'bfloat16', 'float16'];
 
 /** Threads per child engine default to an equal share of the cores, so two engines never fight over them. */
 function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[]): EngineTopology {
@@ -301,7 +301,7 @@ function parseTrainerGroup(read: Read, integer: ReadInteger, problems: string[],
 }
 
 function parseServingLimits(read: Read, integer: ReadInteger, problems: string[]): ServingLimits {
-  const dtype = (read('DTYPE') ?? null) as EngineDtype | null;
+  const dtype = (read('DTYPE') ?? null) as Dtype | null;
   if (dtype !== null && !DTYPES.includes(dtype))
     problems.push(`DTYPE=${JSON.stringify(dtype)}: expected one of ${DTYPES.join(', ')}`);
   return {

@@ -6,15 +6,15 @@ import type { Config } from './config.ts';
 import { PromptWorker } from './conversation/prompt-worker.ts';
 import { TemplateSandbox } from './conversation/template-sandbox.ts';
 import { samplerKindOf } from './engine/vllm/config.ts';
+import type { ServingDoors } from './http/serving-routes.ts';
 import { JobQueue } from './jobs/queue.ts';
 import type { JobRunner } from './jobs/worker.ts';
 import { Metrics } from './metrics.ts';
-import { AdapterImporter } from './services/adapter-import.ts';
+import { AdapterImporter, engineAdapterCheck } from './services/adapter-import.ts';
 import { ArtifactService } from './services/artifact-service.ts';
 import { AuthService } from './services/auth-service.ts';
 import { BaseModelRuntime, type RuntimeEngines } from './services/base-model-runtime.ts';
 import { BaseModelRegistry } from './services/base-models.ts';
-import { ChatService } from './services/chat-service.ts';
 import { CheckpointExporter } from './services/checkpoint-export.ts';
 import { DashboardService } from './services/dashboard-service.ts';
 import { HealthService, type Probe } from './services/health-service.ts';
@@ -24,12 +24,18 @@ import { ModelService } from './services/model-service.ts';
 import { RetentionService } from './services/retention.ts';
 import { ServedModelsService } from './services/served-models-service.ts';
 import { TrajectoryService } from './services/trajectory-service.ts';
+import { ChatDoor } from './serving/chat/door.ts';
+import { CompletionsDoor } from './serving/completions/door.ts';
+import { MessagesDoor } from './serving/messages/door.ts';
+import { ResponsesDoor } from './serving/responses/door.ts';
+import { ServingService } from './serving/service.ts';
 import { ArtifactRepository } from './store/artifact-repository.ts';
 import { DashboardRepository } from './store/dashboard-repository.ts';
 import type { Store } from './store/db.ts';
 import { IdentityRepository } from './store/identity-repository.ts';
 import { JobRepository } from './store/job-repository.ts';
 import { ModelRepository } from './store/model-repository.ts';
+import { ResponseRepository } from './store/response-repository.ts';
 import { TinkerRepository } from './store/tinker-repository.ts';
 import { TrainedTokenRepository } from './store/trained-token-repository.ts';
 import { TrajectoryRepository } from './store/trajectory-repository.ts';
@@ -59,7 +65,8 @@ export interface Services {
     trainedTokens: TrainedTokenRepository;
   };
   runtime: BaseModelRuntime;
-  chat: ChatService;
+  /** The serving doors (chat completions, completions, Responses, Messages) over the one pipeline. */
+  doors: ServingDoors;
   runners: Record<'rl' | 'sft', JobRunner>;
   artifacts: ArtifactService;
   blobs: BlobStore;
@@ -103,6 +110,7 @@ function createRepositories(store: Store) {
     artifacts: new ArtifactRepository(store.db, store.dialect),
     dashboard: new DashboardRepository(store.db),
     tinker: new TinkerRepository(store.db),
+    responses: new ResponseRepository(store.db),
   };
 }
 
@@ -127,21 +135,27 @@ function createRunners(
   };
 }
 
-/** Chat with the workers it owns: the prompt worker, and the request-template sandbox (only when trusted). */
-function createChat(
+/** The serving doors with the workers the pipeline owns: the prompt worker, and the request-template sandbox (only when trusted). */
+function createServing(
   config: Config,
-  resolver: ModelResolver,
-  runtime: BaseModelRuntime,
-): Pick<Services, 'chat' | 'templateSandbox' | 'promptWorker'> {
+  core: { resolver: ModelResolver; runtime: BaseModelRuntime; responses: ResponseRepository; clock: Clock },
+): Pick<Services, 'doors' | 'templateSandbox' | 'promptWorker'> {
+  const { resolver, runtime } = core;
   const templateSandbox = config.trustRequestChatTemplate ? new TemplateSandbox() : null;
   const promptWorker = new PromptWorker();
-  const chat = new ChatService(resolver, runtime, {
+  const serving = new ServingService(resolver, runtime, {
     logprobsByDefault: config.logprobsByDefault,
     maxCompletionTokens: config.maxCompletionTokens,
     requestTemplates: templateSandbox,
     prompts: promptWorker,
   });
-  return { chat, templateSandbox, promptWorker };
+  const doors = {
+    chat: new ChatDoor(serving),
+    completions: new CompletionsDoor(serving),
+    responses: new ResponsesDoor(serving, core.responses, () => core.clock.now()),
+    messages: new MessagesDoor(serving),
+  };
+  return { doors, templateSandbox, promptWorker };
 }
 
 /** What the other services are built on: repositories, the queue, the engines' runtime, models and checkpoints. */
@@ -229,6 +243,7 @@ export function createServices(options: ContextOptions): Services {
       await runtime.sampler().request('stats', {});
       await runtime.trainer().request('stats', {});
     });
+  const adapterCheck = engineAdapterCheck(() => runtime.trainer());
   const tinker = createTinkerServices({
     repository: repositories.tinker,
     models: repositories.models,
@@ -261,13 +276,19 @@ export function createServices(options: ContextOptions): Services {
     blobs,
     repositories,
     runtime,
-    ...createChat(config, resolver, runtime),
+    ...createServing(config, { resolver, runtime, responses: repositories.responses, clock }),
     exports: new CheckpointExporter(models, repositories.models),
-    lineage: new ModelLineage(models, repositories.models),
+    lineage: new ModelLineage(models, repositories.models, baseModels, adapterCheck),
     retention: core.retention,
     tinker,
     wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
-    imports: new AdapterImporter(models, baseModels, path.join(config.dataDir, 'imports'), config.artifactMaxFileBytes),
+    imports: new AdapterImporter(
+      models,
+      baseModels,
+      adapterCheck,
+      path.join(config.dataDir, 'imports'),
+      config.artifactMaxFileBytes,
+    ),
     metrics: new Metrics({
       countJobs: () => repositories.jobs.countByStatus(),
       engineStats: async () => (engines ? runtime.sampler().request('stats', {}) : null),

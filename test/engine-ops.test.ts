@@ -31,6 +31,17 @@ describe('the protocol schema', () => {
       ),
     );
   });
+
+  test('the doc’s table of forward_backward losses names the schema’s losses and each one’s config keys', () => {
+    const { $defs } = readSchema();
+    const configs = $defs.StepLossConfigs.properties ?? {};
+    const keysOf = (node: { $ref?: string; properties?: Record<string, unknown> }) =>
+      Object.keys((node.$ref ? $defs[node.$ref.slice(node.$ref.lastIndexOf('/') + 1)] : node).properties ?? {});
+    const schema = Object.entries(configs).map(([loss, node]) => [loss, keysOf(node).join(', ')]);
+    const rows = readFileSync(DOC_FILE, 'utf8').matchAll(/^\| `(\w+)` \| (`\{\}`|`[\w`, ]+`) \|.*\|$/gm);
+    const doc = [...rows].map(([, loss, keys]) => [loss, keys === '`{}`' ? '' : keys.replaceAll('`', '')]);
+    assert.deepEqual(doc, schema);
+  });
 });
 
 /** A sampler that answers every op with a reply naming itself, and records what it was sent. */

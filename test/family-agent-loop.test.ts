@@ -2,8 +2,9 @@
  * Real families end to end over HTTP, through the `openai` npm client as a real agent would use it:
  * random-weight Qwen3 and Llama 3.1 folders with their real tokenizers and templates. A three-turn
  * tool-using loop (our responses sent back verbatim) completes, forced tool calls (required, named,
- * streamed) come back parsed in each family's own format, and a per-base parser override (Mistral) is
- * honoured. Tool arguments are enums so that random weights finish a forced call in a few tokens.
+ * streamed) come back parsed in each family's own format, a per-base parser override (Mistral) is honoured, and the
+ * Responses and Messages doors force calls in the same formats and render a tool loop into the prompt chat renders.
+ * Tool arguments are enums so that random weights finish a forced call in a few tokens.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -157,6 +158,74 @@ describe('real families over HTTP: agent loops and forced tool calls', () => {
       assert.equal(calls.length, 1);
       assert.equal(calls[0].name, 'get_weather');
       assert.match(JSON.parse(calls[0].arguments).city, /^(Paris|Oslo)$/);
+    });
+  }
+
+  for (const model of ['test/qwen3', 'test/llama3.1', 'test/llama3.1-mistral']) {
+    test(`${model}: Responses and Messages force calls in the family's format and render a tool loop as chat does`, async () => {
+      const post = async (route: string, body: Record<string, unknown>) => {
+        const answer = await e2e.api('POST', route, { model, temperature: 0, ...body });
+        assert.equal(answer.status, 200, `${route}: ${JSON.stringify(answer.body)}`);
+        return answer.body;
+      };
+      const question = 'Weather in Oslo?';
+      const chatPrompt = async (id: string, args: string) =>
+        (
+          await post('/v1/chat/completions', {
+            messages: [
+              { role: 'user', content: question },
+              {
+                role: 'assistant',
+                content: null,
+                tool_calls: [{ id, type: 'function', function: { name: 'get_weather', arguments: args } }],
+              },
+              { role: 'tool', tool_call_id: id, content: 'Sunny' },
+            ],
+            tools: [WEATHER],
+            max_tokens: 1,
+            return_token_ids: true,
+          })
+        ).prompt_token_ids;
+
+      const { description, parameters } = WEATHER.function;
+      const tool = { type: 'function', name: 'get_weather', description, parameters };
+      const called = await post('/v1/responses', {
+        input: question,
+        tools: [tool],
+        tool_choice: { type: 'function', name: 'get_weather' },
+        max_output_tokens: 64,
+      });
+      const call = called.output.find((item: { type: string }) => item.type === 'function_call');
+      assert.match(JSON.parse(call.arguments).city, /^(Paris|Oslo)$/, JSON.stringify(called.output));
+      if (model.endsWith('mistral'))
+        assert.match(call.call_id, /^[A-Za-z0-9]{9}$/, 'Mistral templates need 9-character ids');
+      const answered = await post('/v1/responses', {
+        previous_response_id: called.id,
+        input: [{ type: 'function_call_output', call_id: call.call_id, output: 'Sunny' }],
+        tools: [tool],
+        max_output_tokens: 1,
+      });
+      assert.deepEqual(answered.token_generations[0].prompt_token_ids, await chatPrompt(call.call_id, call.arguments));
+
+      const tools = [{ name: 'get_weather', description, input_schema: parameters }];
+      const used = await post('/v1/messages', {
+        messages: [{ role: 'user', content: question }],
+        tools,
+        tool_choice: { type: 'tool', name: 'get_weather' },
+        max_tokens: 64,
+      });
+      const block = used.content.find((item: { type: string }) => item.type === 'tool_use');
+      assert.match(block.input.city, /^(Paris|Oslo)$/, JSON.stringify(used.content));
+      const resulted = await post('/v1/messages', {
+        messages: [
+          { role: 'user', content: question },
+          { role: 'assistant', content: [block] },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: block.id, content: 'Sunny' }] },
+        ],
+        tools,
+        max_tokens: 1,
+      });
+      assert.deepEqual(resulted.prompt_token_ids, await chatPrompt(block.id, JSON.stringify(block.input)));
     });
   }
 });

@@ -369,10 +369,17 @@ describe('base models a model is created on', () => {
       architectures: ['LlamaForCausalLM'],
       rope_scaling: { rope_type: 'llama3', factor: 8 },
     },
-    'bad/gemma': { model_type: 'gemma', architectures: ['GemmaForCausalLM'] },
-    'bad/phi3': { model_type: 'phi3', architectures: ['Phi3ForCausalLM'] },
-    'bad/yarn': { ...QWEN3, rope_scaling: { rope_type: 'yarn', factor: 4 } },
+    'ok/gemma3': { model_type: 'gemma3_text', architectures: ['Gemma3ForCausalLM'] },
+    'ok/phi3': { model_type: 'phi3', architectures: ['Phi3ForCausalLM'] },
+    'ok/moe': { model_type: 'qwen3_moe', architectures: ['Qwen3MoeForCausalLM'] },
+    'ok/yarn': { ...QWEN3, rope_scaling: { rope_type: 'yarn', factor: 4 } },
+    'bad/unknown': { model_type: 'no_such_family', architectures: ['NoSuchForCausalLM'] },
     'bad/moe': { model_type: 'qwen3', architectures: ['Qwen3MoeForCausalLM'] },
+    'bad/hybrid': {
+      model_type: 'qwen3_next',
+      architectures: ['Qwen3NextForCausalLM'],
+      layer_types: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention'],
+    },
   };
   before(async () => {
     const setting = Object.entries(BASES)
@@ -394,21 +401,34 @@ describe('base models a model is created on', () => {
   const create = (base: string) =>
     t.call('POST', '/v1/preview/models', { project: 'p', name: base.replace('/', '-'), base_model: base });
 
-  test('supported architectures are created; others are 422 naming the supported ones, before any use', async () => {
-    for (const base of ['ok/qwen3', 'ok/llama31']) assert.equal((await create(base)).status, 200, base);
+  test('what our implementation or transformers loads is created; anything else is 422 naming why, before any use', async () => {
+    for (const base of Object.keys(BASES).filter((id) => id.startsWith('ok/')))
+      assert.equal((await create(base)).status, 200, base);
     for (const [base, cause] of [
-      ['bad/gemma', /model_type "gemma"/],
-      ['bad/phi3', /model_type "phi3"/],
-      ['bad/yarn', /rope_scaling type "yarn".*supported: default, linear, llama3/],
-      ['bad/moe', /Qwen3MoeForCausalLM/],
+      ['bad/unknown', /model_type "no_such_family" is not one of ours.*not a causal LM transformers 5\.23\.0 knows/],
+      ['bad/moe', /architecture \["Qwen3MoeForCausalLM"\] is not Qwen3ForCausalLM/],
+      ['bad/hybrid', /layer types \["linear_attention"\] keep a recurrent state/],
     ] as const) {
       const response = await create(base);
       assert.equal(response.status, 422, base);
       assert.deepEqual(response.body.detail[0].loc, ['body', 'base_model']);
       assert.match(response.body.detail[0].msg, cause);
-      if (!base.endsWith('yarn'))
-        assert.match(response.body.detail[0].msg, /supported: model_type llama, mistral, qwen2, qwen3/);
+      assert.match(response.body.detail[0].msg, /no implementation of the engine can load it/);
     }
+  });
+
+  test("each base's card says which implementation serves it", async () => {
+    const cards = (await t.call('GET', '/v1/models')).body.data as { id: string; implementation: string | null }[];
+    const of = (id: string) => cards.find((card) => card.id === id)?.implementation;
+    assert.deepEqual(['ok/qwen3', 'ok/llama31', 'ok/gemma3', 'ok/phi3', 'ok/moe', 'ok/yarn', 'bad/unknown'].map(of), [
+      'ours',
+      'ours',
+      'transformers',
+      'transformers',
+      'transformers',
+      'transformers',
+      null,
+    ]);
   });
 
   test('a hub path is 422 listing the configured base models and the setting that adds one', async () => {

@@ -47,6 +47,11 @@ describe('OpenAPI document', () => {
     assert.equal((doc as unknown as { openapi: string }).openapi, '3.1.0');
     for (const path of [
       '/v1/chat/completions',
+      '/v1/completions',
+      '/v1/responses',
+      '/v1/responses/{id}',
+      '/v1/messages',
+      '/v1/messages/count_tokens',
       '/v1/models',
       '/metrics',
       '/v1/preview/models/{model_id}/checkpoints/{step}/adapter',
@@ -100,6 +105,14 @@ describe('OpenAPI document', () => {
       max_tokens: 4,
       seed: 1,
     });
+    const stored = (await call('POST', '/v1/responses', { model: name, input: 'What is 2+3?', max_output_tokens: 4 }))
+      .body;
+    await call('GET', `/v1/responses/${stored.id}`);
+    await call('DELETE', `/v1/responses/${stored.id}`);
+    await call('POST', '/v1/messages/count_tokens', {
+      model: name,
+      messages: [{ role: 'user', content: 'What is 2+3?' }],
+    });
     const group = await sampleGroup(e2e, name, 'What is 2+3?', 2, (_choice, index) => index);
     await call('POST', `/v1/preview/models/${model.id}/log`, { split: 'val', trajectory_groups: [group] });
     const job = (
@@ -139,11 +152,11 @@ describe('OpenAPI document', () => {
     await call('DELETE', `/v1/preview/models/${model.id}/checkpoints`, { steps: [0] });
     await call('DELETE', `/v1/preview/models/${model.id}`);
     await call('GET', `/v1/preview/models/${model.id}`);
-    // Every answer of the session has a documented schema but chat completions' (JSON or SSE) and the final 404's.
+    // Every answer of the session has a documented schema but the generating doors' (JSON or SSE) and the final 404's.
     assert.deepEqual(
       unchecked.map((line) => line.replace(/[0-9a-f-]{36}/g, '{id}')),
-      ['POST /v1/chat/completions 200', 'GET /v1/preview/models/{id} 404'],
+      ['POST /v1/chat/completions 200', 'POST /v1/responses 200', 'GET /v1/preview/models/{id} 404'],
     );
-    assert.equal(checked.length, 28);
+    assert.equal(checked.length, 31);
   });
 });

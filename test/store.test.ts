@@ -1,4 +1,7 @@
-/** The database seam itself: migrations, refusal of a newer schema, and the system check against a dead database. */
+/**
+ * The database seam itself: migrations, refusal of a newer schema, stored Responses API responses visible to their
+ * entity alone, and the system check against a dead database.
+ */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -7,6 +10,7 @@ import { describe, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
 import { migrate, openStore, SchemaTooNewError } from '../src/store/db.ts';
 import { MIGRATIONS } from '../src/store/migrations/index.ts';
+import { ResponseRepository } from '../src/store/response-repository.ts';
 import { buildTestApp } from './helpers/app.ts';
 import { backends } from './helpers/database.ts';
 
@@ -26,6 +30,33 @@ for (const backend of backends()) {
           .values({ version: latest + 1, applied_at: new Date().toISOString() })
           .execute();
         await assert.rejects(migrate(store), SchemaTooNewError);
+      } finally {
+        await store.close();
+        await database.drop();
+        fs.rmSync(dataDir, { recursive: true, force: true });
+      }
+    });
+
+    test('a stored response is found, and deleted, by its own entity only', async () => {
+      const database = await backend.create();
+      const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'store-test-'));
+      const store = openStore({ databaseUrl: database.databaseUrl, dataDir });
+      try {
+        await migrate(store);
+        const now = new Date().toISOString();
+        for (const id of ['alice', 'bob'])
+          await store.db.insertInto('entities').values({ id, name: id, kind: 'user', created_at: now }).execute();
+        const responses = new ResponseRepository(store.db);
+        const stored = {
+          response: { id: 'resp_1', output: [{ type: 'message', content: [{ text: 'hé \u2603' }] }] },
+          conversation: [{ role: 'user', content: 'hi' }],
+        } as unknown as Parameters<ResponseRepository['save']>[1];
+        await responses.save('alice', stored, now);
+        assert.deepEqual(await responses.find('alice', 'resp_1'), stored);
+        assert.equal(await responses.find('bob', 'resp_1'), undefined);
+        assert.equal(await responses.delete('bob', 'resp_1'), false);
+        assert.equal(await responses.delete('alice', 'resp_1'), true);
+        assert.equal(await responses.find('alice', 'resp_1'), undefined);
       } finally {
         await store.close();
         await database.drop();

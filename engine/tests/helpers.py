@@ -198,8 +198,9 @@ class EngineProcess:
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         self.ready = self.next(timeout=60)
         if self.ready is not None:
-            event = "FailedEvent" if self.ready.get("event") == "failed" else "ReadyEvent"
-            schema.Checker(self.ready.get("event", "ready")).check(self.ready, schema.ref(event), "")
+            ready = {k: v for k, v in self.ready.items() if k != "id"}
+            event = "FailedEvent" if ready.get("event") == "failed" else "ReadyEvent"
+            schema.Checker(ready.get("event", "ready"), strict=True).check(ready, schema.ref(event), "")
 
     def _read(self) -> None:
         out = self.proc.stdout

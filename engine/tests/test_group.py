@@ -10,6 +10,7 @@ ranks) can move its weight by up to twice the learning rate either way, and the 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import tempfile
@@ -19,6 +20,7 @@ import unittest
 import torch
 
 from engine import weights as W
+from engine.tests.families import write_family
 from engine.tests.helpers import INIT, EngineProcess, make_checkpoint, train_request
 
 REL = 1e-5
@@ -41,10 +43,15 @@ def packed_row(segments: list[int], seed: int, vocab: int = 101) -> dict:
 
 
 class TwoRanksAsOne(unittest.TestCase):
+    family: str | None = None  # None: our implementation (a tiny qwen2); else a family transformers' code runs
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.folder = make_checkpoint(os.path.join(cls.tmp.name, "base"), num_hidden_layers=3)
+        if cls.family is None:
+            cls.folder = make_checkpoint(os.path.join(cls.tmp.name, "base"), num_hidden_layers=3)
+        else:
+            cls.folder = write_family(cls.family, os.path.join(cls.tmp.name, "base"), seed=0)
         cls.one = EngineProcess("--role", "trainer")
         cls.two = EngineProcess("--role", "trainer", ranks=2)
         cls.both({"op": "load_base", "base": "b", "path": cls.folder})
@@ -170,6 +177,14 @@ class TwoRanksAsOne(unittest.TestCase):
         self.assertIn("trainer", self.two.until_done(rid)[-1]["error"]["message"])
         one, two = self.both({"op": "stats"})
         self.assertEqual(len(two["ranks"]), 2)
+
+
+@unittest.skipIf(importlib.util.find_spec("transformers") is None, "transformers is not installed")
+class TwoRanksAsOneOnTransformers(TwoRanksAsOne):
+    """The same on a base our implementation does not run (Qwen3-MoE: transformers' modeling code, its experts
+    adapted), which FSDP2 shards by the blocks it lists, as ours."""
+
+    family = "qwen3_moe"
 
 
 def free_port() -> int:

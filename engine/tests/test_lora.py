@@ -8,8 +8,10 @@ import unittest
 import torch
 
 from engine import lora as L
+from engine import peft
 from engine import weights as W
 from engine.model import ForwardContext
+from engine.peft import load_peft
 from engine.tests.helpers import TempModel, lora, optimizer, parse_rows
 from engine.train import train_step
 
@@ -81,7 +83,7 @@ class TestLora(unittest.TestCase):
             self.assertIn("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", keys)
             self.assertIn("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight", keys)
             self.assertEqual(len(keys), 2 * 3 * self.args.num_layers)
-            b = L.load_peft("a2", "b", d, self.args, "cpu")
+            b = load_peft("a2", "b", d, self.args, "cpu")
         for m in a.A:
             self.assertTrue(torch.equal(a.A[m], b.A[m]))
             self.assertTrue(torch.equal(a.B[m], b.B[m]))
@@ -101,10 +103,69 @@ class TestLora(unittest.TestCase):
         a = L.new_adapter("a", "b", self.args, lora(), "cpu")
         with tempfile.TemporaryDirectory() as d:
             L.save_peft(a, d, "x")
+            self.assertEqual(peft.problems(d, self.args), [])
             other = TempModel("qwen2", hidden_size=32, intermediate_size=48)
-            with self.assertRaisesRegex(ValueError, "shapes"):
-                L.load_peft("a", "b", d, other.args, "cpu")
+            with self.assertRaisesRegex(ValueError, r"the base model and rank 8 need \[8,48\]"):
+                load_peft("a", "b", d, other.args, "cpu")
             other.dir.cleanup()
+
+    def test_every_problem_of_a_folder_is_named_by_file_and_field(self):
+        """What the server's import shows (check_adapter): every problem at once, each where it is."""
+        a = L.new_adapter("a", "b", self.args, lora(rank=4, target_modules=("q_proj", "v_proj")), "cpu")
+        with tempfile.TemporaryDirectory() as d:
+            L.save_peft(a, d, "x")
+            config_path = os.path.join(d, L.CONFIG_NAME)
+            with open(config_path) as f:
+                good = json.load(f)
+
+            def found(config: dict, tensors: dict | None = None) -> list[tuple]:
+                with open(config_path, "w") as f:
+                    json.dump(config, f)
+                if tensors is not None:
+                    W.save_file(tensors, os.path.join(d, L.WEIGHTS_NAME), {"format": "pt"})
+                return sorted((tuple(p.loc), p.msg) for p in peft.problems(d, self.args))
+
+            bad_config = {**good, "use_dora": True, "target_modules": ["q_proj", "lm_head"], "lora_alpha": "x"}
+            self.assertEqual({loc[1] for loc, _ in found(bad_config)}, {"use_dora", "target_modules", "lora_alpha"})
+            tensors = W.load_file(os.path.join(d, L.WEIGHTS_NAME))
+            q_a = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+            v_b = "base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight"
+            broken = {**tensors, q_a: torch.zeros(8, self.args.hidden_size)}
+            del broken[v_b]
+            self.assertEqual(
+                found({**good, "target_modules": ["q_proj"]}, broken),
+                sorted(
+                    [
+                        (
+                            (L.WEIGHTS_NAME, q_a),
+                            f"shape [8,{self.args.hidden_size}]; the base model and rank 4 need "
+                            f"[4,{self.args.hidden_size}]",
+                        ),
+                        (
+                            (L.WEIGHTS_NAME, "base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight"),
+                            "module v_proj is not among target_modules",
+                        ),
+                        (
+                            (L.WEIGHTS_NAME, "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight"),
+                            "module v_proj is not among target_modules",
+                        ),
+                        (
+                            (L.WEIGHTS_NAME, "base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight"),
+                            "module v_proj is not among target_modules",
+                        ),
+                        ((L.WEIGHTS_NAME,), "layer 1 v_proj has lora_A without its lora_B"),
+                    ]
+                ),
+            )
+            poisoned = dict(tensors)
+            poisoned[q_a] = tensors[q_a].clone()
+            poisoned[q_a].view(-1)[7] = float("nan")
+            self.assertEqual(
+                found(good, poisoned),
+                [((L.WEIGHTS_NAME, q_a), "value NaN at index [0,7]: adapter values must be finite and within ±65504")],
+            )
+            with self.assertRaisesRegex(L.NonFinite, "value NaN at index"):
+                load_peft("a", "b", d, self.args, "cpu")
 
     def test_mixed_batch_equals_each_row_alone(self):
         a1 = randomize(L.new_adapter("a1", "b", self.args, lora(seed=1), "cpu"), 1)

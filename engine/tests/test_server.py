@@ -189,6 +189,13 @@ class TestServer(unittest.TestCase):
         folder = os.path.join(self.dir.name, "ckpt")
         saved = self.call({"id": "sv", "op": "save_adapter", "adapter": "x", "path": folder})
         self.assertEqual(sorted(saved["files"]), ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt"])
+        check = {"id": "ck", "op": "check_adapter", "path": folder, "base_path": self.model_path}
+        self.assertEqual(self.call(check)["problems"], [])  # what it saved is what an import accepts
+        other = make_checkpoint(os.path.join(self.dir.name, "narrow"), "qwen2", hidden_size=32, intermediate_size=48)
+        problems = self.call({**check, "base_path": other})["problems"]
+        self.assertTrue(problems and all(p["loc"][0] == "adapter_model.safetensors" for p in problems), problems)
+        self.assertRegex(problems[0]["msg"], r"the base model and rank 4 need \[4,32\]")
+        self.assertError(self.call({**check, "base_path": self.dir.name}), "not_found", "config.json")
         fwd_rows = [{"tokens": row["tokens"], "segment_ids": row["segment_ids"]}]
         before = self.call({"id": "f1", "op": "forward", "base": "b", "adapter": "x", "rows": fwd_rows})
         self.assertEqual(self.call({"id": "d", "op": "drop_adapter", "adapter": "x"})["dropped"], True)

@@ -1,15 +1,11 @@
 /**
  * The chat completion interface: the request field by field with its type and range (unknown fields are
- * tolerated, vLLM's `extra="allow"`; the cross-field rules live in chat/request.ts), and the answer, whole
- * (`ChatCompletion`) or streamed (`ChatCompletionChunk`), as chat/response.ts assembles it and the dashboard reads it.
+ * tolerated, vLLM's `extra="allow"`; the cross-field rules live in serving/chat/request.ts), and the answer, whole
+ * (`ChatCompletion`) or streamed (`ChatCompletionChunk`), as serving/chat/response.ts assembles it and the dashboard
+ * reads it. The fields chat shares with completions are in generation.ts.
  */
-import { type Static, type TProperties, Type } from '@sinclair/typebox';
-
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) =>
-  Type.Optional(Type.Union([schema, Type.Null()]));
-/** int64's range as JSON numbers arrive here: as doubles, so its top is 2 ** 63 (the nearest double to 2 ** 63 - 1). */
-const INT64_MIN = -(2 ** 63);
-const INT64_MAX = 2 ** 63 - 1;
+import { type Static, Type } from '@sinclair/typebox';
+import { Closed, GENERATION_FIELDS, Nullable, PromptLogprobs, StopReason, TokenIds, Usage } from './generation.ts';
 
 const Message = Type.Object({ role: Type.String() }, { additionalProperties: true });
 
@@ -30,81 +26,26 @@ const Tool = Type.Object(
 
 export const ChatCompletionBody = Type.Object(
   {
+    ...GENERATION_FIELDS,
     messages: Type.Array(Message),
-    model: Nullable(Type.String()),
-    frequency_penalty: Nullable(Type.Number()),
-    logit_bias: Nullable(Type.Record(Type.String(), Type.Number())),
     logprobs: Nullable(Type.Boolean()),
     top_logprobs: Nullable(Type.Integer()),
-    max_tokens: Nullable(Type.Integer()),
     max_completion_tokens: Nullable(Type.Integer()),
-    n: Nullable(Type.Integer()),
-    presence_penalty: Nullable(Type.Number()),
-    response_format: Nullable(Type.Record(Type.String(), Type.Unknown())),
-    seed: Nullable(Type.Integer({ minimum: INT64_MIN, maximum: INT64_MAX })),
-    stop: Nullable(Type.Union([Type.String(), Type.Array(Type.String())])),
-    stream: Nullable(Type.Boolean()),
-    stream_options: Nullable(
-      Type.Object(
-        { include_usage: Nullable(Type.Boolean()), continuous_usage_stats: Nullable(Type.Boolean()) },
-        { additionalProperties: true },
-      ),
-    ),
-    temperature: Nullable(Type.Number()),
-    top_p: Nullable(Type.Number()),
     tools: Nullable(Type.Array(Tool)),
     tool_choice: Nullable(Type.Union([Type.String(), Type.Record(Type.String(), Type.Unknown())])),
     reasoning_effort: Nullable(Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high')])),
     include_reasoning: Type.Optional(Type.Boolean()),
     parallel_tool_calls: Nullable(Type.Boolean()),
-    user: Nullable(Type.String()),
-    use_beam_search: Type.Optional(Type.Boolean()),
-    top_k: Nullable(Type.Integer()),
-    min_p: Nullable(Type.Number()),
-    repetition_penalty: Nullable(Type.Number()),
-    length_penalty: Type.Optional(Type.Number()),
-    stop_token_ids: Nullable(Type.Array(Type.Integer())),
-    include_stop_str_in_output: Type.Optional(Type.Boolean()),
-    ignore_eos: Type.Optional(Type.Boolean()),
-    min_tokens: Type.Optional(Type.Integer()),
-    skip_special_tokens: Type.Optional(Type.Boolean()),
-    spaces_between_special_tokens: Type.Optional(Type.Boolean()),
-    truncate_prompt_tokens: Nullable(Type.Integer({ minimum: -1, maximum: INT64_MAX })),
-    prompt_logprobs: Nullable(Type.Integer()),
-    allowed_token_ids: Nullable(Type.Array(Type.Integer())),
-    bad_words: Type.Optional(Type.Array(Type.String())),
-    echo: Type.Optional(Type.Boolean()),
     add_generation_prompt: Type.Optional(Type.Boolean()),
     continue_final_message: Type.Optional(Type.Boolean()),
-    add_special_tokens: Type.Optional(Type.Boolean()),
     documents: Nullable(Type.Array(Type.Record(Type.String(), Type.String()))),
     chat_template: Nullable(Type.String()),
     chat_template_kwargs: Nullable(Type.Record(Type.String(), Type.Unknown())),
     mm_processor_kwargs: Nullable(Type.Record(Type.String(), Type.Unknown())),
-    structured_outputs: Nullable(Type.Record(Type.String(), Type.Unknown())),
-    priority: Type.Optional(Type.Integer({ minimum: INT64_MIN, maximum: INT64_MAX })),
-    request_id: Type.Optional(Type.String()),
-    return_tokens_as_token_ids: Nullable(Type.Boolean()),
-    return_token_ids: Nullable(Type.Boolean()),
-    cache_salt: Nullable(Type.String()),
-    kv_transfer_params: Nullable(Type.Record(Type.String(), Type.Unknown())),
-    repetition_detection: Nullable(
-      Type.Object(
-        {
-          max_pattern_size: Type.Optional(Type.Integer()),
-          min_pattern_size: Type.Optional(Type.Integer()),
-          min_count: Type.Optional(Type.Integer()),
-        },
-        { additionalProperties: true },
-      ),
-    ),
   },
   { additionalProperties: true },
 );
 export type ChatCompletionBody = Static<typeof ChatCompletionBody>;
-
-/** Answers are closed: a field the schema does not name is one the server must not send. */
-const Closed = <T extends TProperties>(properties: T) => Type.Object(properties, { additionalProperties: false });
 
 /** One sampled token's logprob entry as OpenAI shapes it (the token as text, or `token_id:<id>` when asked). */
 const TopLogprob = Closed({
@@ -131,17 +72,8 @@ const FinishReason = Type.Union([
   Type.Literal('tool_calls'),
   Type.Literal('repetition'),
 ]);
-/** vLLM's `stop_reason`: the stop string or stop token id that ended a choice, null for EOS or length. */
-const StopReason = Type.Union([Type.String(), Type.Integer(), Type.Null()]);
-const TokenIds = Type.Union([Type.Array(Type.Integer()), Type.Null()]);
-
-export const ChatUsage = Closed({
-  prompt_tokens: Type.Integer(),
-  total_tokens: Type.Integer(),
-  completion_tokens: Type.Integer(),
-  prompt_tokens_details: Closed({ cached_tokens: Type.Integer() }),
-});
-export type ChatUsage = Static<typeof ChatUsage>;
+export const ChatUsage = Usage;
+export type ChatUsage = Usage;
 
 /** ART 0.5.20+'s per-choice policy provenance: which weights produced which span of the choice's tokens. */
 const PolicyTokenSpan = Closed({
@@ -152,20 +84,6 @@ const PolicyTokenSpan = Closed({
   lora_slot: Type.String(),
   update_seq: Type.Integer(),
 });
-
-/** vLLM's prompt logprobs: per prompt position (null for the first), the actual token and the top alternatives by id. */
-const PromptLogprobs = Type.Union([
-  Type.Array(
-    Type.Union([
-      Type.Record(
-        Type.String(),
-        Closed({ logprob: Type.Number(), rank: Type.Integer(), decoded_token: Type.String() }),
-      ),
-      Type.Null(),
-    ]),
-  ),
-  Type.Null(),
-]);
 
 const ChatMessageOut = Closed({
   role: Type.String(),

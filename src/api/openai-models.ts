@@ -15,6 +15,12 @@ export const ModelCard = Type.Object({
   tool_call_parser: Type.Union([Type.String(), Type.Null()]),
   /** Which engine kind samples this name (SAMPLER_ENGINE, SAMPLER_ENGINES): `ours` or `vllm`. */
   sampler_engine: Type.Union([Type.Literal('ours'), Type.Literal('vllm')]),
+  /**
+   * Which model code our engine runs this base with (its trainer, and its sampler where that is ours): `ours` (our own
+   * implementation of the family) or `transformers` (transformers' modeling code with our cache and LoRA); null where
+   * no engine has said.
+   */
+  implementation: Type.Union([Type.Literal('ours'), Type.Literal('transformers'), Type.Null()]),
 });
 export type ModelCard = Static<typeof ModelCard>;
 

@@ -1,7 +1,7 @@
 /**
  * Writing Lark grammars (llguidance's dialect, which vLLM's `guidance` backend accepts as `structured_outputs.grammar`):
  * string literals, inline JSON schemas, and the calls a forced tool call chooses among, which each tool-call
- * format (src/chat/tool-calls/) turns into its own text.
+ * format (src/conversation/tool-calls/) turns into its own text.
  */
 
 /** A Lark string literal for `text` (JSON's escapes are Lark's). */

@@ -5,7 +5,6 @@
  * shape, docs/structured-outputs.md), its caps checked here. A forced tool call stays a list of tools until
  * the base model is known: its format writes the grammar. Every refusal names the request field it comes from.
  */
-import type { ChatCompletionBody } from '../api/chat.ts';
 import { EngineError } from '../engine/errors.ts';
 import {
   CONSTRAINT_KINDS,
@@ -18,6 +17,13 @@ import { type ForcedCalls, larkJson } from './lark.ts';
 import { checkLimits, checkToolLimits } from './limits.ts';
 
 type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
+
+/** The request fields a constraint is read from: every door that samples has the first two, chat doors the tools. */
+export interface ConstraintFields {
+  response_format?: Record<string, unknown> | null;
+  structured_outputs?: Record<string, unknown> | null;
+  tools?: { function: { name: string; parameters?: Record<string, unknown> | null } }[] | null;
+}
 
 /** A constraint as a request asks for it: a specification, or a forced call not yet written in a format. */
 export type RequestedConstraint =
@@ -164,7 +170,7 @@ function specOf(kind: ConstraintKind, value: unknown, options: Record<string, un
   }
 }
 
-function forcedCalls(body: ChatCompletionBody, toolChoice: ToolChoice, parallel: boolean): ForcedCalls {
+function forcedCalls(body: ConstraintFields, toolChoice: ToolChoice, parallel: boolean): ForcedCalls {
   const tools = (body.tools ?? []).filter(
     (tool) => typeof toolChoice !== 'object' || tool.function.name === toolChoice.name,
   );
@@ -184,7 +190,7 @@ function forcedCalls(body: ChatCompletionBody, toolChoice: ToolChoice, parallel:
 
 /** Which constraint the request asks for, and the field it comes from; null for free text. */
 export function requestedConstraint(
-  body: ChatCompletionBody,
+  body: ConstraintFields,
   toolChoice: ToolChoice,
   parallelToolCalls: boolean,
 ): RequestedConstraint | null {

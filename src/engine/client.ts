@@ -10,7 +10,7 @@ import { EngineError } from './errors.ts';
 import { encodeFrame, FrameDecoder, FramingError, parseFrame } from './framing.ts';
 import { ReplyStream } from './generate-stream.ts';
 import { type EngineLogger, silentLogger } from './logger.ts';
-import type { Engine, OpReply, OpRequest, UnaryOp } from './ops.ts';
+import { type Engine, type OpReply, type OpRequest, type UnaryOp, withGenerateDefaults } from './ops.ts';
 import type {
   FailedEvent,
   ForwardRequest,
@@ -19,7 +19,7 @@ import type {
   ReadyEvent,
   ReplyErrorCode,
 } from './protocol.ts';
-import { GENERATE_DEFAULTS, REPLY_ERROR_CODES } from './protocol.ts';
+import { REPLY_ERROR_CODES } from './protocol.ts';
 
 export interface EngineClientOptions {
   /** Names the other end in error messages, e.g. "the engine (pid 1234)". */
@@ -252,9 +252,3 @@ const FILLS: { [O in UnaryOp]?: (request: OpRequest<O>) => OpRequest<O> } = {
     rows: request.rows.map((row) => ({ ...row, segment_ids: row.segment_ids ?? row.tokens.map(() => 0) })),
   }),
 };
-
-/** The request with every sampling field its caller left out (or set to undefined) at its protocol default. */
-function withGenerateDefaults(request: GenerateRequest): GenerateRequest {
-  const given = Object.fromEntries(Object.entries(request).filter((entry) => entry[1] !== undefined));
-  return { ...GENERATE_DEFAULTS, ...given } as unknown as GenerateRequest;
-}

@@ -6,7 +6,7 @@
  * table. Adding an op is its entry in engine/protocol.json and its handler in engine/server.py.
  */
 import type { GenerateStream } from './generate-stream.ts';
-import { type GenerateRequest, OPS, type OpName, type OpTypes } from './protocol.ts';
+import { GENERATE_DEFAULTS, type GenerateRequest, OPS, type OpName, type OpTypes } from './protocol.ts';
 
 export { OPS, type OpInfo, type OpName, type OpTypes } from './protocol.ts';
 
@@ -27,6 +27,19 @@ export interface SamplerEngine {
 /** An engine that serves every op: the client, the supervisor, and the trainer of any topology. */
 export interface Engine extends SamplerEngine {
   request<O extends UnaryOp>(op: O, body: OpRequest<O>): Promise<OpReply<O>>;
+}
+
+/** A generate request whose every field with a protocol default is filled in. */
+export type CompleteGenerateRequest = GenerateRequest & Required<Pick<GenerateRequest, keyof typeof GENERATE_DEFAULTS>>;
+
+/**
+ * The request with every field its caller left out (or set to undefined) at the protocol's default
+ * (`GENERATE_DEFAULTS`, from engine/protocol.json): the one place they are filled in, by our engine's client and the
+ * vLLM sampler alike, so callers (chat, Tinker, training) pass only what they choose.
+ */
+export function withGenerateDefaults(request: GenerateRequest): CompleteGenerateRequest {
+  const given = Object.fromEntries(Object.entries(request).filter((entry) => entry[1] !== undefined));
+  return { ...GENERATE_DEFAULTS, ...given } as unknown as CompleteGenerateRequest;
 }
 
 /** Whether a sampler serves `op` (narrows it), for routers that take op names at run time. */

@@ -75,24 +75,42 @@ export interface RankMemory {
 }
 
 /**
- * The engine's own tables (engine/model.py, lora.py, and this file's losses and dtypes), as its ready frame announces
- * them.
+ * The engine's own tables (engine/model.py, lora.py, hf_model.py, and this file's losses and dtypes), as its ready
+ * frame announces them.
  */
 export interface EngineSupport {
-  /** config.json `model_type`s. */
+  /** config.json `model_type`s our own implementation (engine/model.py) runs. */
   model_types: string[];
-  /** config.json `architectures` class names. */
+  /** config.json `architectures` class names our own implementation runs. */
   architectures: string[];
-  /** `rope_scaling` types (`default`: none). */
+  /** `rope_scaling` types our own implementation computes (`default`: none). */
   rope_types: string[];
-  /** Modules a LoRA adapter may target. */
+  /** Modules an adapter on our own implementation may target (each base's own list: load_base's `lora_targets`). */
   lora_targets: string[];
   losses: {
     train_step: TrainLoss[];
     forward_backward: StepLoss[];
   };
   dtypes: Dtype[];
+  /** What the pinned transformers loads (engine/hf_model.py): it serves every base ours cannot. Absent without it. */
+  transformers?: TransformersSupport;
 }
+
+/** The causal LMs transformers' modeling code runs on our engine (engine/hf_model.py). */
+export interface TransformersSupport {
+  version: string;
+  /** model_type -> the class AutoModelForCausalLM builds for it. */
+  causal_lm: Record<string, string>;
+  rope_types: string[];
+  /** config.json `layer_types` our KV cache holds (recurrent linear-attention layers are not among them). */
+  attention_layer_types: string[];
+}
+
+/** Which model code runs a base: our own implementation of the family, or transformers' modeling code on our engine. */
+export type Implementation = 'ours' | 'transformers';
+
+/** Where an adaptable projection sits in a decoder layer. */
+export type ProjectionKind = 'attention' | 'mlp';
 
 export interface EngineLimits {
   max_model_len: number | null;
@@ -323,6 +341,13 @@ export interface LoadBaseReply {
   max_num_seqs: number;
   /** The constraint kinds this engine can decode under on this base (none without llguidance or a tokenizer.json). */
   constraint_kinds: ConstraintKind[];
+  /** Which implementation our engine runs this base with (absent from a vLLM sampler's reply). */
+  implementation?: Implementation;
+  /**
+   * The projections an adapter on this base may target (PEFT's short names, in module order) and their kind; absent
+   * from a vLLM sampler's reply.
+   */
+  lora_targets?: Record<string, ProjectionKind>;
 }
 
 export interface CheckConstraintRequest {
@@ -345,6 +370,23 @@ export interface EnsureAdapterRequest {
 export interface EnsureAdapterReply {
   /** False when it was already resident. */
   loaded: boolean;
+}
+
+/**
+ * Checks the PEFT adapter folder `path` against the base model in the HF folder `base_path` (its config.json; the base
+ * need not be loaded), as a load would, but naming every problem instead of the first.
+ */
+export interface CheckAdapterRequest {
+  path: string;
+  base_path: string;
+}
+
+export interface CheckAdapterReply {
+  /** Empty: the adapter loads on that base. Each problem's `loc` is the file, then the field or tensor. */
+  problems: {
+    loc: string[];
+    msg: string;
+  }[];
 }
 
 export interface SaveAdapterRequest {
@@ -533,6 +575,7 @@ export interface OpTypes {
   load_base: { request: LoadBaseRequest; reply: LoadBaseReply };
   check_constraint: { request: CheckConstraintRequest; reply: CheckConstraintReply };
   ensure_adapter: { request: EnsureAdapterRequest; reply: EnsureAdapterReply };
+  check_adapter: { request: CheckAdapterRequest; reply: CheckAdapterReply };
   save_adapter: { request: SaveAdapterRequest; reply: SaveAdapterReply };
   drop_adapter: { request: DropAdapterRequest; reply: DropAdapterReply };
   generate: { request: GenerateRequest; reply: GenerateEvent };
@@ -563,6 +606,7 @@ export const OPS = {
   load_base: { role: 'both', streams: false, every: true },
   check_constraint: { role: 'sampler', streams: false, every: true },
   ensure_adapter: { role: 'both', streams: false, every: true },
+  check_adapter: { role: 'trainer', streams: false },
   save_adapter: { role: 'trainer', streams: false },
   drop_adapter: { role: 'both', streams: false, every: true },
   generate: { role: 'sampler', streams: true },

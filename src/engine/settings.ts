@@ -3,7 +3,7 @@
  * (trainer and samplers, local or remote) and the vLLM-named serving limits each sampler gets.
  */
 
-export type EngineDtype = 'float32' | 'bfloat16' | 'float16';
+import type { Dtype } from './protocol.ts';
 
 /**
  * `separate`: a trainer and `samplers` sampling engines, so chat keeps answering while a job trains;
@@ -52,5 +52,5 @@ export interface ServingLimits {
   /** KV-cache bytes per engine and base; null: as large as max_num_seqs × max_model_len needs. */
   kvCacheMemoryBytes: number | null;
   /** Weights and compute dtype; null: float32 on CPU, bfloat16 on CUDA. */
-  dtype: EngineDtype | null;
+  dtype: Dtype | null;
 }

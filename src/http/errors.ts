@@ -1,8 +1,10 @@
 /**
  * Maps every failure to the body its endpoint family promises: FastAPI-shaped `{"detail": ...}` for the
- * preview and health endpoints, OpenAI/vLLM-shaped `{"error": {...}}` for chat completions. Never a bare 500
- * for a client mistake: malformed JSON, wrong content type and oversized bodies get their own 4xx, and so do
- * the framework's and Node's own refusals (bad URL escapes, long parameters, oversized headers, timeouts).
+ * preview and health endpoints, OpenAI/vLLM-shaped `{"error": {...}}` for the OpenAI-compatible routes (chat
+ * completions, completions, Responses, models), Anthropic-shaped `{"type": "error", "error": {...}}` for the
+ * Messages API. Never a bare 500 for a client mistake: malformed JSON, wrong content type and oversized bodies get
+ * their own 4xx, and so do the framework's and Node's own refusals (bad URL escapes, long parameters, oversized
+ * headers, timeouts).
  */
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
@@ -162,40 +164,66 @@ export function toAppError(error: FastifyError | AppError | Error): AppError {
   return new AppError('internal');
 }
 
-/** The OpenAI-compatible routes answer OpenAI's error shape; everything else FastAPI's. */
-export function isChatPath(url: string): boolean {
-  return (
-    url.startsWith('/v1/chat/') ||
-    url === '/v1/models' ||
-    url.startsWith('/v1/models/') ||
-    url.startsWith('/v1/models?')
-  );
+/** Which error shape a route answers: OpenAI's (its compatible APIs), Anthropic's (the Messages API), or FastAPI's. */
+export type ErrorFamily = 'openai' | 'anthropic' | 'fastapi';
+
+const OPENAI_PATHS = ['/v1/chat/', '/v1/completions', '/v1/responses', '/v1/models'];
+
+/** The error family of a request URL (or of the path that starts a request line). */
+export function errorFamily(url: string): ErrorFamily {
+  const path = url.split(/[?\s]/, 1)[0];
+  if (path === '/v1/messages' || path.startsWith('/v1/messages/')) return 'anthropic';
+  return OPENAI_PATHS.some((prefix) => path === prefix || path.startsWith(prefix.endsWith('/') ? prefix : `${prefix}/`))
+    ? 'openai'
+    : 'fastapi';
 }
 
-/** The OpenAI/vLLM error object of a chat completion failure (also sent as an SSE event mid-stream). */
-export function chatErrorBody(error: AppError) {
-  const status = error.code === 'validation_failed' ? 400 : error.status;
-  const param = error.problems[0]?.loc.slice(1).join('.') || null;
-  return { error: { message: error.message, type: chatErrorType(status), param, code: status } };
+/** The field an error names, as a dotted path without the `body` root; null when it names none. */
+function paramOf(error: AppError): string | null {
+  return error.problems[0]?.loc.slice(1).join('.') || null;
+}
+
+/** vLLM answers every request validation failure of its OpenAI and Anthropic routes with 400, never 422. */
+function statusOf(error: AppError, family: ErrorFamily): number {
+  return family !== 'fastapi' && error.code === 'validation_failed' ? 400 : error.status;
+}
+
+/** The OpenAI/vLLM error object (also sent as an SSE event mid-stream). */
+export function openAiErrorBody(error: AppError) {
+  const status = statusOf(error, 'openai');
+  return { error: { message: error.message, type: openAiErrorType(status), param: paramOf(error), code: status } };
+}
+
+/** Anthropic's error object, its message naming the field at fault (the shape has no `param`). */
+export function anthropicErrorBody(error: AppError) {
+  const problems = error.problems.map((problem) => `${problem.loc.slice(1).join('.') || 'body'}: ${problem.msg}`);
+  const param = paramOf(error);
+  const message =
+    error.code === 'validation_failed' && problems.length > 0
+      ? problems.join('; ')
+      : param !== null && !error.message.includes(param)
+        ? `${param}: ${error.message}`
+        : error.message;
+  return { type: 'error', error: { type: anthropicErrorType(statusOf(error, 'anthropic')), message } };
 }
 
 export function sendError(request: FastifyRequest, reply: FastifyReply, error: AppError): FastifyReply {
   if (error.status >= 500) request.log.error({ err: error }, 'request failed');
   if (error.code === 'unauthorized') reply.header('WWW-Authenticate', 'Bearer');
   if (error.code === 'too_many_requests') reply.header('retry-after', '1');
-  const chat = isChatPath(request.url);
-  // vLLM answers every request validation failure of chat completions with 400, never 422.
-  reply.status(chat && error.code === 'validation_failed' ? 400 : error.status);
-  return reply.send(errorBody(error, chat));
+  const family = errorFamily(request.url);
+  reply.status(statusOf(error, family));
+  return reply.send(errorBody(error, family));
 }
 
-function errorBody(error: AppError, chat: boolean): object {
-  if (chat) return chatErrorBody(error);
+function errorBody(error: AppError, family: ErrorFamily): object {
+  if (family === 'openai') return openAiErrorBody(error);
+  if (family === 'anthropic') return anthropicErrorBody(error);
   if (error.code === 'validation_failed') return { detail: error.problems };
   return { detail: error.message };
 }
 
-function chatErrorType(status: number): string {
+function openAiErrorType(status: number): string {
   switch (status) {
     case 400:
     case 422:
@@ -210,6 +238,26 @@ function chatErrorType(status: number): string {
       return 'RateLimitError';
     default:
       return status >= 500 ? 'InternalServerError' : 'BadRequestError';
+  }
+}
+
+/** Anthropic's error types by status (its API reference's list). */
+function anthropicErrorType(status: number): string {
+  switch (status) {
+    case 401:
+      return 'authentication_error';
+    case 403:
+      return 'permission_error';
+    case 404:
+      return 'not_found_error';
+    case 413:
+      return 'request_too_large';
+    case 429:
+      return 'rate_limit_error';
+    case 503:
+      return 'overloaded_error';
+    default:
+      return status >= 500 ? 'api_error' : 'invalid_request_error';
   }
 }
 
@@ -248,15 +296,15 @@ export function clientErrorHandler(error: ConnectionError, socket: Socket): void
   const requestLine = packet?.toString('latin1', 0, 64) ?? '';
   if (socket.writable)
     socket.write(
-      rawErrorResponse(clientErrorOf(error, packet), isChatPath(requestLine.slice(requestLine.indexOf(' ') + 1))),
+      rawErrorResponse(clientErrorOf(error, packet), errorFamily(requestLine.slice(requestLine.indexOf(' ') + 1))),
     );
   socket.destroy();
 }
 
 /** A whole HTTP/1.1 error response for a socket no Fastify reply owns; the connection closes after it. */
-export function rawErrorResponse(error: AppError, chat: boolean): string {
-  const status = chat && error.code === 'validation_failed' ? 400 : error.status;
-  const body = JSON.stringify(errorBody(error, chat));
+export function rawErrorResponse(error: AppError, family: ErrorFamily): string {
+  const status = statusOf(error, family);
+  const body = JSON.stringify(errorBody(error, family));
   return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }
 

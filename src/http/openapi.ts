@@ -19,7 +19,7 @@ export function registerOpenApi(app: FastifyInstance, version: string): void {
         title: 'agent-trainer',
         version,
         description:
-          'Self-hosted training and inference for LLM agents: OpenAI-compatible chat completions, ART-compatible RL and SFT jobs on LoRA adapters, and the Tinker API (/api/v1) for its official SDK.',
+          'Self-hosted training and inference for LLM agents: OpenAI-compatible chat completions, completions and Responses, the Anthropic Messages API, ART-compatible RL and SFT jobs on LoRA adapters, and the Tinker API (/api/v1) for its official SDK.',
       },
       components: {
         securitySchemes: {
@@ -28,7 +28,8 @@ export function registerOpenApi(app: FastifyInstance, version: string): void {
             type: 'apiKey',
             in: 'header',
             name: 'X-API-Key',
-            description: "The Tinker SDK's header: `tml-` and the same API key",
+            description:
+              "The Tinker SDK's header (`tml-` and the same API key) and the Anthropic SDK's (the API key as it is)",
           },
         },
       },

@@ -9,7 +9,7 @@ import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
-import { clientErrorHandler, isChatPath, rawErrorResponse } from './errors.ts';
+import { clientErrorHandler, errorFamily, rawErrorResponse } from './errors.ts';
 
 export type TransportConfig = Pick<
   Config,
@@ -54,7 +54,7 @@ export function registerTransportLimits(app: FastifyInstance, config: TransportC
         'request_timeout',
         `No part of the request body arrived for ${config.bodyIdleTimeoutMs} ms`,
       );
-      socket.end(rawErrorResponse(error, isChatPath(request.url)), () => socket.destroy());
+      socket.end(rawErrorResponse(error, errorFamily(request.url)), () => socket.destroy());
     });
     // A response that finished first (an early 4xx) has armed Node's keep-alive timeout: leave that one be.
     raw.once('end', () => {

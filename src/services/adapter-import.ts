@@ -1,7 +1,9 @@
 /**
  * A model created from a PEFT adapter trained elsewhere, uploaded as a tar of `adapter_config.json` and
- * `adapter_model.safetensors`. The upload is staged to a file, listed and checked against the base model
- * (adapter-validation.ts) before the model exists; any problem is a 422 naming it, and nothing is kept.
+ * `adapter_model.safetensors`. The upload is staged to a file and its two members unpacked beside it; the engine
+ * checks that folder against the base model (its `check_adapter` op, the one home of what an adapter must be:
+ * engine/peft.py) before the model exists, and any problem is a 422 naming the file and field; nothing is kept.
+ * A fork's copied checkpoint goes through the same check.
  */
 import { createReadStream, createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
@@ -10,16 +12,26 @@ import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ModelCreateBody, ModelResponse } from '../api/models.ts';
 import { listTar, type TarMember } from '../artifacts/tar.ts';
+import type { Engine } from '../engine/ops.ts';
 import { AppError, type FieldProblem, validationError } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { baseDims, checkLoraConfig, checkLoraTensors, checkLoraValues } from './adapter-validation.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
-import { ADAPTER_CONFIG, ADAPTER_WEIGHTS } from './checkpoint-export.ts';
+import { ADAPTER_CONFIG, ADAPTER_WEIGHTS, publicAdapterConfig } from './checkpoint-export.ts';
 import type { ModelService } from './model-service.ts';
 
+/** Every problem of the adapter folder for the base model in `basePath`, as 422 entries (none: it loads). */
+export type AdapterCheck = (folder: string, basePath: string) => Promise<FieldProblem[]>;
+
+/** The check the engine makes (`check_adapter`, on the trainer: every topology trains on our engine). */
+export function engineAdapterCheck(trainer: () => Engine): AdapterCheck {
+  return async (folder, basePath) => {
+    const { problems } = await trainer().request('check_adapter', { path: folder, base_path: basePath });
+    return problems.map(({ loc, msg }) => ({ loc: ['body', ...loc], msg, type: 'value_error' }));
+  };
+}
+
 const MAX_CONFIG_BYTES = 1 << 20;
-const MAX_HEADER_BYTES = 100 << 20;
 
 const refuse = (msg: string, loc: string[] = []): AppError =>
   validationError([{ loc: ['body', ...loc], msg, type: 'value_error' }]);
@@ -28,6 +40,7 @@ export class AdapterImporter {
   constructor(
     private readonly models: ModelService,
     private readonly baseModels: BaseModelRegistry,
+    private readonly check: AdapterCheck,
     private readonly stagingDir: string,
     private readonly maxBytes: number,
   ) {}
@@ -44,22 +57,21 @@ export class AdapterImporter {
       ]);
     await fs.mkdir(this.stagingDir, { recursive: true });
     const staged = path.join(this.stagingDir, `import-${newId()}.tar`);
+    const folder = `${staged}.d`;
     try {
       await this.stage(upload, staged);
-      const { config, weights } = await this.check(staged, base.path);
-      return await this.models.create(principal, input, async (folder) => {
-        await fs.mkdir(folder, { recursive: true });
-        await fs.writeFile(
-          path.join(folder, ADAPTER_CONFIG),
-          `${JSON.stringify({ ...config, base_model_name_or_path: base.id }, null, 2)}\n`,
-        );
-        await pipeline(
-          createReadStream(staged, { start: weights.offset, end: weights.offset + weights.size - 1 }),
-          createWriteStream(path.join(folder, ADAPTER_WEIGHTS)),
-        );
+      await unpack(staged, folder);
+      const problems = await this.check(folder, base.path);
+      if (problems.length) throw validationError(problems);
+      return await this.models.create(principal, input, async (target) => {
+        await fs.mkdir(target, { recursive: true });
+        const config = await publicAdapterConfig(folder, base.id);
+        await fs.writeFile(path.join(target, ADAPTER_CONFIG), `${JSON.stringify(config, null, 2)}\n`);
+        await fs.copyFile(path.join(folder, ADAPTER_WEIGHTS), path.join(target, ADAPTER_WEIGHTS));
       });
     } finally {
       await fs.rm(staged, { force: true });
+      await fs.rm(folder, { recursive: true, force: true });
     }
   }
 
@@ -84,95 +96,39 @@ export class AdapterImporter {
     });
     await pipeline(upload, cap, createWriteStream(file));
   }
-
-  /** The archive's config and weights member, or a 422 listing every problem found. */
-  private async check(
-    file: string,
-    basePath: string,
-  ): Promise<{ config: Record<string, unknown>; weights: TarMember }> {
-    const handle = await fs.open(file);
-    try {
-      const members = await listTar(handle).catch((error: Error) => {
-        throw refuse(`the upload is not a readable tar archive: ${error.message}`);
-      });
-      const pick = (name: string) => {
-        const found = members.filter(
-          (m) => (m.type === '0' || m.type === '\0') && path.posix.basename(m.name) === name,
-        );
-        if (found.length !== 1)
-          throw refuse(found.length ? `the archive holds ${name} more than once` : `the archive has no ${name}`, [
-            name,
-          ]);
-        return found[0];
-      };
-      const [configMember, weights] = [pick(ADAPTER_CONFIG), pick(ADAPTER_WEIGHTS)];
-      const config = await readJson(handle, configMember.offset, configMember.size, MAX_CONFIG_BYTES, [ADAPTER_CONFIG]);
-      const problems: FieldProblem[] = checkLoraConfig(config, await this.baseModels.loraTargets());
-      if (problems.length) throw validationError(problems);
-      const header = await safetensorsHeader(handle, weights);
-      const dims = baseDims(
-        JSON.parse(await fs.readFile(path.join(basePath, 'config.json'), 'utf8')) as Record<string, unknown>,
-      );
-      problems.push(
-        ...checkLoraTensors(header.json, config.r as number, config.target_modules as string[], dims, header.dataBytes),
-      );
-      if (problems.length) throw validationError(problems);
-      problems.push(...(await checkLoraValues(handle, header.dataStart, header.json)));
-      if (problems.length) throw validationError(problems);
-      return { config, weights };
-    } finally {
-      await handle.close();
-    }
-  }
 }
 
-async function readJson(
-  handle: fs.FileHandle,
-  offset: number,
-  size: number,
-  max: number,
-  loc: string[],
-): Promise<Record<string, unknown>> {
-  if (size > max) throw refuse(`larger than ${max} bytes`, loc);
-  const buffer = Buffer.alloc(size);
-  await handle.read(buffer, 0, size, offset);
+/** The archive's config and weights, each once, written into `folder` (anything else in it is left out). */
+async function unpack(file: string, folder: string): Promise<void> {
+  const handle = await fs.open(file);
+  let members: TarMember[];
   try {
-    const value: unknown = JSON.parse(buffer.toString('utf8'));
-    if (value && typeof value === 'object' && !Array.isArray(value)) return value as Record<string, unknown>;
-  } catch {
-    // reported below
-  }
-  throw refuse('not a JSON object', loc);
-}
-
-/**
- * The values of an adapter folder's weights (a checkpoint about to become another model's, as a fork copies it): a 422
- * naming each tensor with a value out of bounds and its first bad index, as an import would answer.
- */
-export async function checkAdapterFolderValues(folder: string): Promise<void> {
-  const handle = await fs.open(path.join(folder, ADAPTER_WEIGHTS));
-  try {
-    const header = await safetensorsHeader(handle, { offset: 0, size: (await handle.stat()).size });
-    const problems = await checkLoraValues(handle, header.dataStart, header.json);
-    if (problems.length) throw validationError(problems);
+    members = await listTar(handle).catch((error: Error) => {
+      throw refuse(`the upload is not a readable tar archive: ${error.message}`);
+    });
   } finally {
     await handle.close();
   }
-}
-
-/** The JSON header of a safetensors member (8-byte little-endian length, then JSON), where its data starts and how many data bytes follow. */
-async function safetensorsHeader(
-  handle: fs.FileHandle,
-  member: Pick<TarMember, 'offset' | 'size'>,
-): Promise<{ json: Record<string, unknown>; dataStart: number; dataBytes: number }> {
-  const prefix = Buffer.alloc(8);
-  if (member.size < 8) throw refuse('too short to be safetensors', [ADAPTER_WEIGHTS]);
-  await handle.read(prefix, 0, 8, member.offset);
-  const length = Number(prefix.readBigUInt64LE(0));
-  if (length > member.size - 8)
-    throw refuse(`header length ${length} runs past the file (${member.size} bytes): not safetensors`, [
-      ADAPTER_WEIGHTS,
-    ]);
-  const json = await readJson(handle, member.offset + 8, length, MAX_HEADER_BYTES, [ADAPTER_WEIGHTS]);
-  return { json, dataStart: member.offset + 8 + length, dataBytes: member.size - 8 - length };
+  const pick = (name: string) => {
+    const found = members.filter((m) => (m.type === '0' || m.type === '\0') && path.posix.basename(m.name) === name);
+    if (found.length !== 1)
+      throw refuse(found.length ? `the archive holds ${name} more than once` : `the archive has no ${name}`, [name]);
+    return found[0];
+  };
+  const [config, weights] = [pick(ADAPTER_CONFIG), pick(ADAPTER_WEIGHTS)];
+  if (config.size > MAX_CONFIG_BYTES) throw refuse(`larger than ${MAX_CONFIG_BYTES} bytes`, [ADAPTER_CONFIG]);
+  await fs.mkdir(folder, { recursive: true });
+  for (const [member, name] of [
+    [config, ADAPTER_CONFIG],
+    [weights, ADAPTER_WEIGHTS],
+  ] as const) {
+    const target = path.join(folder, name);
+    if (member.size === 0)
+      await fs.writeFile(target, ''); // the engine names it (not JSON, not safetensors)
+    else
+      await pipeline(
+        createReadStream(file, { start: member.offset, end: member.offset + member.size - 1 }),
+        createWriteStream(target),
+      );
+  }
 }

@@ -5,21 +5,30 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { GenerationDefaults } from '../chat/sampling.ts';
+import { type MarkerSyntax, markerSyntax } from '../constraints/lark.ts';
+import { type ChatTokenizer, loadTokenizer } from '../conversation/tokenizer.ts';
 import {
   detectToolParser,
   TOOL_CALL_FORMATS,
   type ToolCallFormat,
   type ToolParserName,
-} from '../chat/tool-calls/index.ts';
-import { type MarkerSyntax, markerSyntax } from '../constraints/lark.ts';
-import { type ChatTokenizer, loadTokenizer } from '../conversation/tokenizer.ts';
+} from '../conversation/tool-calls/index.ts';
 import { EngineError } from '../engine/errors.ts';
 import type { Engine, SamplerEngine } from '../engine/ops.ts';
-import type { EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
-import type { EngineDtype } from '../engine/settings.ts';
+import type { Dtype, EngineSupport, LoadBaseReply, LoadBaseRequest } from '../engine/protocol.ts';
 import { AppError } from '../errors.ts';
 import type { BaseModelRegistry, BaseModelSpec } from './base-models.ts';
+
+/** Sampling defaults a model ships in `generation_config.json` (used when a request leaves them unset). */
+export interface GenerationDefaults {
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  repetition_penalty?: number;
+  /** Every end-of-sequence id the model may emit (the tokenizer's EOS among them). */
+  eos_token_ids: number[];
+}
 
 export interface LoadedBase {
   id: string;
@@ -32,6 +41,8 @@ export interface LoadedBase {
   toolFormat: ToolCallFormat;
   /** How a forced call's grammar writes marker texts for this tokenizer (special tokens by id). */
   markers: MarkerSyntax;
+  /** The projections an adapter on this base may target, as the trainer announced them (set by loadForTraining). */
+  loraTargets?: Record<string, 'attention' | 'mlp'>;
 }
 
 async function readGenerationDefaults(folder: string, tokenizer: ChatTokenizer): Promise<GenerationDefaults> {
@@ -75,7 +86,7 @@ export class BaseModelRuntime {
   constructor(
     private readonly registry: BaseModelRegistry,
     private readonly engines: RuntimeEngines | null,
-    private readonly dtype: EngineDtype | null = null,
+    private readonly dtype: Dtype | null = null,
   ) {}
 
   /** The engine that serves chat, or a clear 503 when this server runs without engines. */
@@ -139,8 +150,9 @@ export class BaseModelRuntime {
     return cached(this.trainerLoading, baseId, async () => {
       const base = await this.load(baseId);
       const { sampler, trainer } = this.requireEngines();
-      if (trainer !== sampler) await trainer.request('load_base', this.loadRequest(base.id, base.path));
-      return base;
+      const reply =
+        trainer !== sampler ? await trainer.request('load_base', this.loadRequest(base.id, base.path)) : base.engine;
+      return { ...base, loraTargets: reply.lora_targets ?? {} };
     });
   }
 

@@ -1,8 +1,8 @@
 /** The base models this server can load: configured ids mapped to HF-format folders on disk, and the built-in ones. */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ToolParserName } from '../chat/tool-calls/index.ts';
-import type { EngineSupport } from '../engine/protocol.ts';
+import type { ToolParserName } from '../conversation/tool-calls/index.ts';
+import type { EngineSupport, Implementation } from '../engine/protocol.ts';
 import { repoRoot } from '../repo-root.ts';
 
 export interface BaseModelSpec {
@@ -27,22 +27,76 @@ export const BUILTIN_BASE_MODEL: BaseModelSpec = {
 /** The base models served when `BASE_MODELS` is unset; the first is the default. */
 export const BUILTIN_BASE_MODELS: readonly BaseModelSpec[] = [SMOLLM2_BASE_MODEL, BUILTIN_BASE_MODEL];
 
-/** Why an engine announcing `support` cannot run a model with this config.json, or null when it can. */
-export function architectureProblem(config: Record<string, unknown>, support: EngineSupport): string | null {
-  const supported = `supported: model_type ${support.model_types.join(', ')} (${support.architectures.join(', ')})`;
+/** The RoPE scaling type a config.json asks for (`default`: none): `rope_scaling`, or transformers 5's `rope_parameters`. */
+function ropeType(config: Record<string, unknown>): string {
+  const rope = (config.rope_parameters ?? config.rope_scaling ?? null) as Record<string, unknown> | null;
+  if (rope === null || typeof rope !== 'object') return 'default';
+  if (
+    !('rope_theta' in rope) &&
+    Object.values(rope).length > 0 &&
+    Object.values(rope).every((v) => v && typeof v === 'object')
+  )
+    return [...new Set(Object.values(rope).map((v) => String((v as Record<string, unknown>).rope_type ?? 'default')))]
+      .sort()
+      .join(',');
+  return String(rope.rope_type ?? rope.type ?? 'default');
+}
+
+/** Why our own implementation cannot run this config.json, or null when it can. */
+function oursProblem(config: Record<string, unknown>, support: EngineSupport): string | null {
   const modelType = config.model_type;
-  if (typeof modelType !== 'string' || !support.model_types.includes(modelType)) {
-    return `its architecture (model_type ${JSON.stringify(modelType ?? null)}) is not supported; ${supported}`;
-  }
+  if (typeof modelType !== 'string' || !support.model_types.includes(modelType))
+    return `model_type ${JSON.stringify(modelType ?? null)} is not one of ours (${support.model_types.join(', ')})`;
   const architectures = Array.isArray(config.architectures) ? (config.architectures as unknown[]) : [];
   const unknown = architectures.filter((name) => typeof name !== 'string' || !support.architectures.includes(name));
-  if (unknown.length > 0) return `its architecture ${JSON.stringify(unknown)} is not supported; ${supported}`;
-  const rope = (config.rope_scaling ?? null) as { rope_type?: unknown; type?: unknown } | null;
-  const ropeType = rope === null ? 'default' : (rope.rope_type ?? rope.type ?? 'default');
-  if (typeof ropeType !== 'string' || !support.rope_types.includes(ropeType)) {
-    return `its rope_scaling type ${JSON.stringify(ropeType)} is not supported; supported: ${support.rope_types.join(', ')}`;
-  }
+  if (unknown.length > 0) return `architecture ${JSON.stringify(unknown)} is not one of ours`;
+  const rope = ropeType(config);
+  if (!support.rope_types.includes(rope))
+    return `rope_scaling type ${JSON.stringify(rope)} is not one of ours (${support.rope_types.join(', ')})`;
   return null;
+}
+
+/** Why transformers' modeling code on our engine cannot run this config.json, or null when it can. */
+function transformersProblem(config: Record<string, unknown>, support: EngineSupport): string {
+  const theirs = support.transformers;
+  if (!theirs) return 'the engine has no transformers to fall back on';
+  const modelType = String(config.model_type ?? null);
+  const causal = theirs.causal_lm[modelType];
+  if (!causal) return `model_type ${JSON.stringify(modelType)} is not a causal LM transformers ${theirs.version} knows`;
+  const other = (Array.isArray(config.architectures) ? config.architectures : []).filter((name) => name !== causal);
+  if (other.length > 0) return `architecture ${JSON.stringify(other)} is not ${causal}, the causal LM of ${modelType}`;
+  const text = (config.text_config ?? config) as Record<string, unknown>;
+  const layers = Array.isArray(text.layer_types) ? (text.layer_types as unknown[]) : [];
+  const recurrent = [...new Set(layers.filter((kind) => !theirs.attention_layer_types.includes(String(kind))))];
+  if (recurrent.length > 0)
+    return `its layer types ${JSON.stringify(recurrent)} keep a recurrent state, which this engine's KV cache cannot hold`;
+  const unknownRope = ropeType(text)
+    .split(',')
+    .filter((kind) => !theirs.rope_types.includes(kind));
+  if (unknownRope.length > 0)
+    return `rope_scaling types ${JSON.stringify(unknownRope)} are not ones transformers ${theirs.version} knows`;
+  return '';
+}
+
+/**
+ * Which implementation of an engine announcing `support` runs a model with this config.json (ours where we have the
+ * family, else transformers' modeling code), or why neither can: the same order engine/server.py's load_model tries.
+ */
+export function implementationFor(
+  config: Record<string, unknown>,
+  support: EngineSupport,
+): { implementation: Implementation } | { problem: string } {
+  const ours = oursProblem(config, support);
+  if (ours === null) return { implementation: 'ours' };
+  const theirs = transformersProblem(config, support);
+  if (theirs === '') return { implementation: 'transformers' };
+  return { problem: `no implementation of the engine can load it: ours: ${ours}; transformers: ${theirs}` };
+}
+
+/** Why an engine announcing `support` cannot run a model with this config.json, or null when it can. */
+export function architectureProblem(config: Record<string, unknown>, support: EngineSupport): string | null {
+  const chosen = implementationFor(config, support);
+  return 'problem' in chosen ? chosen.problem : null;
 }
 
 export class BaseModelRegistry {
@@ -70,9 +124,12 @@ export class BaseModelRegistry {
     return this.engineSupport ? architectureProblem(config, await this.engineSupport()) : null;
   }
 
-  /** The modules the engine can adapt, as it announced them; null where no engine runs here. */
-  async loraTargets(): Promise<string[] | null> {
-    return this.engineSupport ? (await this.engineSupport()).lora_targets : null;
+  /** Which implementation the engine would run this base with, as its announcement says; null where it cannot say. */
+  async implementation(id: string): Promise<Implementation | null> {
+    const config = this.modelConfig(id);
+    if (!config || !this.engineSupport) return null;
+    const chosen = implementationFor(config, await this.engineSupport());
+    return 'implementation' in chosen ? chosen.implementation : null;
   }
 
   /** The HF `config.json` of a loadable base, or null when there is no such base or it cannot be read. */

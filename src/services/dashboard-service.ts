@@ -21,7 +21,7 @@ import {
 } from '../api/dashboard.ts';
 import type { Page } from '../api/lists.ts';
 import type { JobStatus } from '../api/training-vocabulary.ts';
-import { mentionsReasoning, splitReasoning } from '../chat/reasoning.ts';
+import { mentionsReasoning, splitReasoning } from '../conversation/reasoning.ts';
 import { notFound, validationError } from '../errors.ts';
 import type { DashboardRepository, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
 import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';

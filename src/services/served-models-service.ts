@@ -25,8 +25,14 @@ export class ServedModelsService {
 
   async list(principal: Principal): Promise<ModelCard[]> {
     const parsers = new Map<string, string | null>();
-    for (const id of this.baseModels.loadableIds()) parsers.set(id, await this.toolCallParser(id));
-    const cards = [...parsers.keys()].map((id) => this.baseCard(id, parsers.get(id) ?? null));
+    const implementations = new Map<string, ModelCard['implementation']>();
+    for (const id of this.baseModels.loadableIds()) {
+      parsers.set(id, await this.toolCallParser(id));
+      implementations.set(id, await this.baseModels.implementation(id));
+    }
+    const cards = [...parsers.keys()].map((id) =>
+      this.baseCard(id, parsers.get(id) ?? null, implementations.get(id) ?? null),
+    );
     const rows = await this.models.servableCheckpoints(principal.entities.map((entity) => entity.id));
     let previous = '';
     for (const row of rows) {
@@ -37,6 +43,7 @@ export class ServedModelsService {
         root: row.base_model,
         tool_call_parser: parsers.get(row.base_model) ?? null,
         sampler_engine: this.samplerEngine(row.base_model),
+        implementation: implementations.get(row.base_model) ?? null,
       };
       if (name !== previous)
         cards.push({ id: name, created: unixSeconds(row.created_at), parent: row.base_model, ...common });
@@ -55,7 +62,8 @@ export class ServedModelsService {
   async retrieve(principal: Principal, name: string): Promise<ModelCard> {
     const resolved = await this.resolver.resolve(principal, name);
     const parser = await this.toolCallParser(resolved.baseId);
-    if (!resolved.checkpoint) return this.baseCard(resolved.baseId, parser);
+    const implementation = await this.baseModels.implementation(resolved.baseId);
+    if (!resolved.checkpoint) return this.baseCard(resolved.baseId, parser, implementation);
     // A name that resolved to a checkpoint is a served model name; `:stepN` names the model, the others its base.
     const parsed = parseServedModelName(name)!;
     const parent = typeof parsed.step === 'number' ? servedModelName({ ...parsed, step: null }) : resolved.baseId;
@@ -69,10 +77,11 @@ export class ServedModelsService {
       parent,
       tool_call_parser: parser,
       sampler_engine: engine,
+      implementation,
     };
   }
 
-  private baseCard(id: string, toolCallParser: string | null): ModelCard {
+  private baseCard(id: string, toolCallParser: string | null, implementation: ModelCard['implementation']): ModelCard {
     const engine = this.samplerEngine(id);
     return {
       id,
@@ -83,6 +92,7 @@ export class ServedModelsService {
       parent: null,
       tool_call_parser: toolCallParser,
       sampler_engine: engine,
+      implementation,
     };
   }
 }

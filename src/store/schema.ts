@@ -179,6 +179,15 @@ export interface ServerSecretTable {
   created_at: string;
 }
 
+/** A stored Responses API response: the object answered and the conversation it ends, both JSON text. */
+export interface StoredResponseTable {
+  id: string;
+  entity_id: string;
+  response: string;
+  conversation: string;
+  created_at: string;
+}
+
 export interface Database {
   entities: EntityTable;
   memberships: MembershipTable;
@@ -200,4 +209,5 @@ export interface Database {
   tinker_checkpoints: TinkerCheckpointTable;
   tinker_futures: TinkerFutureTable;
   server_secrets: ServerSecretTable;
+  stored_responses: StoredResponseTable;
 }

@@ -5,7 +5,7 @@
  */
 import type { Clock } from '../clock.ts';
 import { servingAdapterKey } from '../engine/adapter-keys.ts';
-import { GENERATE_DEFAULTS, type GenerateRequest } from '../engine/protocol.ts';
+import type { GenerateRequest } from '../engine/protocol.ts';
 import { AppError, excerpt, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { canActFor, type Principal } from '../services/auth-service.ts';
@@ -206,10 +206,11 @@ function generateRequest(base: LoadedBase, target: Target, body: SampleBody): Ge
     // Tinker: no `stop` keeps the model's end-of-sequence ids; any list, even an empty one, replaces them.
     ignore_eos: stop !== null,
     stop_token_ids: stop === null ? base.generation.eos_token_ids : stopIds,
-    temperature: params.temperature ?? GENERATE_DEFAULTS.temperature,
-    top_p: params.top_p ?? GENERATE_DEFAULTS.top_p,
-    top_k: params.top_k ?? GENERATE_DEFAULTS.top_k,
-    seed: params.seed ?? GENERATE_DEFAULTS.seed,
+    // Left out, they mean the protocol's defaults, which the engine client fills in.
+    temperature: params.temperature ?? undefined,
+    top_p: params.top_p ?? undefined,
+    top_k: params.top_k ?? undefined,
+    seed: params.seed ?? undefined,
     logprobs: 0,
     prompt_logprobs: body.prompt_logprobs ? 0 : null,
   };

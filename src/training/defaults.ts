@@ -4,7 +4,7 @@
  * request carries them: `ensure_adapter`'s `init`, `train_step`'s `loss_config` and `optimizer`. The Tinker API
  * reads the LoRA shape here too, for a training client that names no rank.
  */
-import type { AdapterInit, OptimizerConfig } from '../engine/protocol.ts';
+import type { AdapterInit, OptimizerConfig, TrainLoss } from '../engine/protocol.ts';
 
 /** The projections LoRA trains by default, by block (Tinker's `train_attn` / `train_mlp` choose among them). */
 export const ATTENTION_PROJECTIONS: readonly string[] = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
@@ -33,14 +33,15 @@ export function defaultLearningRate(baseConfig: Record<string, unknown> | null):
 }
 
 /**
- * A fresh adapter's shape: every attention and MLP projection. `seed` fixes its random A (B starts at zero,
- * so a fresh adapter is a no-op either way).
+ * A fresh adapter's shape: every projection the base offers (`targets`, its engine's `lora_targets`: attention and
+ * MLP, a mixture's experts included, its router never), or our default list where the engine named none. `seed`
+ * fixes its random A (B starts at zero, so a fresh adapter is a no-op either way).
  */
-export function loraInit(seed: number): AdapterInit {
+export function loraInit(seed: number, targets: readonly string[] = []): AdapterInit {
   return {
     rank: LORA_DEFAULTS.rank,
     alpha: LORA_DEFAULTS.alpha,
-    target_modules: [...LORA_DEFAULTS.target_modules],
+    target_modules: targets.length ? [...targets] : [...LORA_DEFAULTS.target_modules],
     seed,
   };
 }
@@ -63,10 +64,10 @@ export function lossEpsilons(
 const OPTIMIZER = {
   rl: { betas: [0.9, 0.99], weight_decay: 0.1, max_grad_norm: 0.1 },
   sft: { betas: [0.9, 0.99], weight_decay: 0, max_grad_norm: 1.0 },
-} as const;
+} as const satisfies Record<TrainLoss, Omit<OptimizerConfig, 'learning_rate' | 'betas'> & { betas: readonly number[] }>;
 
 /** The AdamW settings of one train step of `loss` at this learning rate. */
-export function optimizerConfig(loss: 'rl' | 'sft', learningRate: number): OptimizerConfig {
+export function optimizerConfig(loss: TrainLoss, learningRate: number): OptimizerConfig {
   const { betas, weight_decay, max_grad_norm } = OPTIMIZER[loss];
   return { learning_rate: learningRate, betas: [betas[0], betas[1]], weight_decay, max_grad_norm };
 }

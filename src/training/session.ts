@@ -54,7 +54,11 @@ export class CheckpointWriter {
       await engine.request('ensure_adapter', { adapter, base: base.id, path: latest.adapterPath });
     } else {
       const seed = crypto.createHash('sha256').update(model.id).digest().readUInt32LE(0);
-      await engine.request('ensure_adapter', { adapter, base: base.id, init: loraInit(seed) });
+      await engine.request('ensure_adapter', {
+        adapter,
+        base: base.id,
+        init: loraInit(seed, Object.keys(base.loraTargets ?? {})),
+      });
     }
 
     return {

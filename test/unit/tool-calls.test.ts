@@ -5,10 +5,10 @@
  */
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
-import { ChoiceOutput, type OutputDelta } from '../../src/chat/output.ts';
-import { detectToolParser, TOOL_CALL_FORMATS, type ToolParserName } from '../../src/chat/tool-calls/index.ts';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 import { type ChatTokenizer, loadTokenizer } from '../../src/conversation/tokenizer.ts';
+import { detectToolParser, TOOL_CALL_FORMATS, type ToolParserName } from '../../src/conversation/tool-calls/index.ts';
+import { ChoiceOutput, type OutputDelta } from '../../src/serving/output.ts';
 import { templateFixture, writeTokenizerFolder } from '../helpers/families.ts';
 
 describe('tool-call formats on the real Llama 3.1 tokenizer', () => {

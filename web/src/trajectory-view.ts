@@ -4,7 +4,7 @@
  * and additional histories. Everything enters the DOM as text.
  */
 
-import { splitReasoning } from '../../src/chat/reasoning.ts';
+import { splitReasoning } from '../../src/conversation/reasoning.ts';
 import type { TrajectoryDetail } from './api.ts';
 import { type Child, h } from './dom.ts';
 import { num } from './format.ts';

@@ -3,14 +3,14 @@
  * streamed) as our generate events (docs/vllm.md maps every field). Pure functions: no HTTP, no state.
  */
 import { EngineError } from '../errors.ts';
-import {
-  type ConstraintSpec,
-  GENERATE_DEFAULTS,
-  type GenerateEvent,
-  type GenerateRequest,
-  type PromptLogprobsEvent,
-  type TokensEvent,
-  type TopLogprob,
+import { withGenerateDefaults } from '../ops.ts';
+import type {
+  ConstraintSpec,
+  GenerateEvent,
+  GenerateRequest,
+  PromptLogprobsEvent,
+  TokensEvent,
+  TopLogprob,
 } from '../protocol.ts';
 
 /** vLLM clamps logit biases to ±100: a token banned outright. */
@@ -58,8 +58,7 @@ function banned(badWords: number[][], bias: Record<string, number>): Record<stri
 
 /** The `/v1/completions` body: every sampling field explicit (vLLM's own defaults never apply), token ids back. */
 export function completionBody(request: GenerateRequest, model: string, stream: boolean): Record<string, unknown> {
-  const given = Object.fromEntries(Object.entries(request).filter((entry) => entry[1] !== undefined));
-  const r = { ...GENERATE_DEFAULTS, ...given } as unknown as Required<GenerateRequest>;
+  const r = withGenerateDefaults(request);
   const optional = (name: string, value: unknown) => (value === null || value === undefined ? {} : { [name]: value });
   return {
     model,

@@ -30,14 +30,19 @@ export interface ClientAdapter {
 export type ClientAdam = Omit<AdamParams, 'weight_decay' | 'grad_clip_norm'> &
   Partial<Pick<AdamParams, 'weight_decay' | 'grad_clip_norm'>>;
 
-/** The projections a LoRA config trains (Tinker's `train_attn` / `train_mlp`, each on unless false). */
-export function loraModules(config: { train_attn?: boolean; train_mlp?: boolean }): string[] {
-  const modules = [
-    ...(config.train_attn === false ? [] : ATTENTION_PROJECTIONS),
-    ...(config.train_mlp === false ? [] : MLP_PROJECTIONS),
+export type ProjectionKind = 'attention' | 'mlp';
+
+/**
+ * The kinds of projection a LoRA config trains (Tinker's `train_attn` / `train_mlp`, each on unless false): which
+ * modules those are is the base's own list (its engine's `lora_targets`: a mixture's experts are MLP projections).
+ */
+export function loraModules(config: { train_attn?: boolean; train_mlp?: boolean }): ProjectionKind[] {
+  const kinds: ProjectionKind[] = [
+    ...(config.train_attn === false ? [] : (['attention'] as const)),
+    ...(config.train_mlp === false ? [] : (['mlp'] as const)),
   ];
-  if (!modules.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
-  return modules;
+  if (!kinds.length) throw new AppError('bad_request', 'At least one of train_attn and train_mlp must be true');
+  return kinds;
 }
 
 export class TinkerTrainer {
@@ -60,12 +65,12 @@ export class TinkerTrainer {
     return lossBatch(lossFn, config, data, await this.runtime.vocabularySize(client.baseModel));
   }
 
-  /** A new client's fresh adapter on the given projections, replacing whatever the trainer held under its key. */
-  create(client: ClientAdapter, modules: readonly string[]): Promise<void> {
+  /** A new client's fresh adapter on the base's projections of these kinds, replacing what the trainer held under its key. */
+  create(client: ClientAdapter, kinds: readonly ProjectionKind[]): Promise<void> {
     return this.guarded(client, async () => {
       const base = await this.base(client);
       await this.runtime.trainer().request('drop_adapter', { adapter: tinkerAdapterKey(client.modelId) });
-      await this.initAdapter(client, base, modules);
+      await this.initAdapter(client, base, kinds);
       this.resident.add(client.modelId);
     });
   }
@@ -172,13 +177,24 @@ export class TinkerTrainer {
     return { base, adapter };
   }
 
-  /** A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are. */
+  /**
+   * A fresh adapter: A from the client's seed, B zero, alpha scaled with the rank as our own defaults are; on the
+   * base's projections of these kinds (its trainer's `lora_targets`), all of them by default.
+   */
   private async initAdapter(
     client: ClientAdapter,
     base: string,
-    modules: readonly string[] = LORA_DEFAULTS.target_modules,
+    kinds: readonly ProjectionKind[] = ['attention', 'mlp'],
   ): Promise<void> {
     const alpha = (client.rank * LORA_DEFAULTS.alpha) / LORA_DEFAULTS.rank;
+    const offered = Object.entries((await this.runtime.loadForTraining(client.baseModel)).loraTargets ?? {});
+    const chosen = offered.filter(([, kind]) => kinds.includes(kind)).map(([name]) => name);
+    const modules = offered.length
+      ? chosen
+      : [
+          ...(kinds.includes('attention') ? ATTENTION_PROJECTIONS : []),
+          ...(kinds.includes('mlp') ? MLP_PROJECTIONS : []),
+        ];
     await this.runtime.trainer().request('ensure_adapter', {
       adapter: tinkerAdapterKey(client.modelId),
       base,

@@ -6,11 +6,11 @@
  */
 
 import type { ChatDelta, ChatLogprob, ChatToolCall } from '../api/chat.ts';
+import { reasoningBody, reasoningStart } from '../conversation/reasoning.ts';
 import type { ChatTokenizer } from '../conversation/tokenizer.ts';
+import { partialMarkerLength } from '../conversation/tool-calls/format.ts';
+import type { ToolCallFormat } from '../conversation/tool-calls/index.ts';
 import type { TopLogprob } from '../engine/protocol.ts';
-import { reasoningBody, reasoningStart } from './reasoning.ts';
-import { partialMarkerLength } from './tool-calls/format.ts';
-import type { ToolCallFormat } from './tool-calls/index.ts';
 
 /** What one step of the output makes visible: a stream chunk's delta without its role. */
 export type OutputDelta = Omit<ChatDelta, 'role'>;

@@ -1,25 +1,24 @@
 /**
- * A chat request on its resolved model → the plan the service runs: the prompt rendered and tokenized, cut to
- * the context; the request's constraint written for this model and compiled by the engine before any token;
- * the token ids the request names checked against the vocabulary; the engine request with its sampling chosen
- * once (sampling.ts). Every refusal is a 400 naming its field. Refuses to know how the model was resolved or
- * loaded (the service passes it in) and how the answer is shaped (response.ts).
+ * A request on its resolved model → the plan the pipeline runs: the prompt's token ids (a chat request's rendered
+ * conversation, chat-prompt.ts, or a completion's own prompt), cut to the context; the request's constraint written
+ * for this model and compiled by the engine before any token; the token ids the request names checked against the
+ * vocabulary; the engine request with its sampling chosen once (sampling.ts); and how the answer is read (tool calls,
+ * reasoning). Every refusal is a 400 naming its field. Refuses to know how the model was resolved or loaded (the
+ * service passes it in) and how a door shapes the answer.
  */
 import crypto from 'node:crypto';
 import { ConstraintRequestError } from '../constraints/constraint-error.ts';
 import type { MarkerSyntax } from '../constraints/lark.ts';
 import { checkOnEngine, constraintSpec } from '../constraints/request.ts';
 import { contentString } from '../conversation/messages.ts';
-import { encodePrompt, promptRenderOptions } from '../conversation/prompt.ts';
-import { LARGE_PROMPT_CHARS, type PromptWorker } from '../conversation/prompt-worker.ts';
-import { type RenderOptions, renderChat, TemplateError } from '../conversation/template.ts';
-import type { TemplateSandbox } from '../conversation/template-sandbox.ts';
 import type { ChatTokenizer } from '../conversation/tokenizer.ts';
+import type { ToolCallFormat } from '../conversation/tool-calls/index.ts';
 import type { ConstraintSpec, GenerateRequest, LoadBaseReply } from '../engine/protocol.ts';
 import { badRequest } from '../errors.ts';
-import { type ChatRequest, checkTemplateData } from './request.ts';
-import { type GenerationDefaults, samplingParams } from './sampling.ts';
-import type { ToolCallFormat } from './tool-calls/index.ts';
+import type { GenerationDefaults } from '../services/base-model-runtime.ts';
+import { chatPromptIds, type PromptDeps } from './chat-prompt.ts';
+import type { ChatRequest, GenerationRequest } from './request.ts';
+import { samplingParams } from './sampling.ts';
 
 /** What a plan reads of the loaded base model. */
 export interface ChatModel {
@@ -39,116 +38,100 @@ export interface ChatTarget {
   version: number;
 }
 
-export interface PlanDeps {
+export interface PlanDeps extends PromptDeps {
   /** Ceiling on generated tokens when a request sets no max_tokens. */
   maxCompletionTokens: number;
-  /** Where request-supplied chat templates render; null: the operator does not trust them. */
-  requestTemplates: TemplateSandbox | null;
-  /** Where large prompts are rendered and tokenized, off the event loop. */
-  prompts: PromptWorker;
   /** The sampler's compile check of a constraint on this model. */
   checkConstraint(constraint: ConstraintSpec): Promise<unknown>;
 }
 
-export interface ChatPlan {
-  request: ChatRequest;
+/** How generated text is read: tool calls in the model's format, a leading reasoning block, and whether it is shown. */
+export interface OutputReading {
+  tools: boolean;
+  reasoning: boolean;
+  includeReasoning: boolean;
+}
+
+export interface GenerationPlan {
+  request: GenerationRequest;
   model: ChatModel;
   modelName: string;
   generate: GenerateRequest & { stop_token_ids: number[] };
   promptIds: number[];
-  responseRole: string;
-  echoText: string | null;
+  reading: OutputReading;
   id: string;
   created: number;
   /** The weights that answer: the checkpoint's step (0 for a base model) and the adapter slot (`base` without one). */
   policy: { version: number; slot: string };
 }
 
-/** The plan, its checks in vLLM's order: template and prompt, constraint, context, vocabulary. */
+/** A chat request's plan: the answer's role, and the final message's text when the request echoes it. */
+export interface ChatPlan extends GenerationPlan {
+  request: ChatRequest;
+  responseRole: string;
+  echoText: string | null;
+}
+
+/** The chat plan, its checks in vLLM's order: template and prompt, constraint, context, vocabulary. */
 export async function planChat(
   request: ChatRequest,
   model: ChatModel,
   target: ChatTarget,
   deps: PlanDeps,
+  idPrefix: string,
 ): Promise<ChatPlan> {
-  const renderedIds = await promptIds(request, model, deps);
+  const renderedIds = await chatPromptIds(request, model, deps);
   const constraint = await compiledConstraint(request, model, deps);
-  const { promptIds: prompt, maxTokens } = fitContext(request, model, renderedIds, deps.maxCompletionTokens);
-  checkVocabulary(request, model.tokenizer.vocabSize);
+  const reading = {
+    tools: request.toolChoice !== 'none',
+    reasoning: request.templateKwargs.enable_thinking !== false,
+    includeReasoning: request.includeReasoning,
+  };
+  const plan = planGeneration(request, model, target, renderedIds, constraint, deps, { idPrefix, reading });
   const lastMessage = request.messages.at(-1);
   const responseRole = request.addGenerationPrompt ? 'assistant' : String(lastMessage?.role ?? 'assistant');
+  return {
+    ...plan,
+    request,
+    responseRole,
+    echoText:
+      request.echo && lastMessage?.role === responseRole ? contentString(lastMessage.content, 'messages') : null,
+  };
+}
+
+/** The plan for prompt ids already known: context, vocabulary, and the engine request. */
+export function planGeneration(
+  request: GenerationRequest,
+  model: ChatModel,
+  target: ChatTarget,
+  renderedIds: number[],
+  constraint: ConstraintSpec | null,
+  deps: Pick<PlanDeps, 'maxCompletionTokens'>,
+  shape: { idPrefix: string; reading: OutputReading },
+): GenerationPlan {
+  const { promptIds: prompt, maxTokens } = fitContext(request, model, renderedIds, deps.maxCompletionTokens);
+  checkVocabulary(request, model.tokenizer.vocabSize);
   return {
     request,
     model,
     modelName: target.modelName,
     promptIds: prompt,
-    responseRole,
-    echoText:
-      request.echo && lastMessage?.role === responseRole ? contentString(lastMessage.content, 'messages') : null,
-    id: `chatcmpl-${request.requestId ?? crypto.randomBytes(8).toString('hex')}`,
+    reading: shape.reading,
+    id: `${shape.idPrefix}${request.requestId ?? crypto.randomBytes(8).toString('hex')}`,
     created: Math.floor(Date.now() / 1000),
     generate: { base: model.id, ...target.adapter, ...samplingParams(request, model, maxTokens), prompt, constraint },
     policy: { version: target.version, slot: target.adapter.adapter ?? 'base' },
   };
 }
 
-/** The prompt rendered with the request's template or the model's, and tokenized; a large one off the event loop. */
-async function promptIds(request: ChatRequest, model: ChatModel, deps: PlanDeps): Promise<number[]> {
-  const template = request.chatTemplate ?? model.template;
-  if (!template) throw badRequest('This model has no chat template; pass one as `chat_template`.', 'chat_template');
-  if (request.documents && !template.includes('documents'))
-    throw badRequest("documents: this model's chat template does not use documents", 'documents');
-  const fromRequest = request.chatTemplate !== null;
-  const encoding = { folder: model.tokenizer.folder, addSpecialTokens: request.addSpecialTokens ?? false };
-  let param = 'messages';
-  try {
-    const options = promptRenderOptions(model.tokenizer, {
-      template,
-      messages: request.messages,
-      tools: request.tools,
-      documents: request.documents,
-      addGenerationPrompt: request.addGenerationPrompt,
-      continueFinalMessage: request.continueFinalMessage,
-      kwargs: request.templateKwargs,
-    });
-    checkTemplateData({
-      messages: options.messages,
-      tools: options.tools,
-      documents: options.documents,
-      chat_template_kwargs: options.kwargs,
-    });
-    if (!fromRequest) {
-      // The model's own template is trusted and renders here, or on the prompt worker when the data is large.
-      if (isLarge(options)) return await deps.prompts.encode({ ...encoding, options });
-      return encodePrompt(model.tokenizer, renderChat(options), encoding);
-    }
-    // A request's own template is user code and renders in the sandbox (request.ts refused it already when there is none).
-    param = 'chat_template';
-    const text = await deps.requestTemplates!.render(options);
-    return text.length >= LARGE_PROMPT_CHARS
-      ? await deps.prompts.encode({ ...encoding, text })
-      : encodePrompt(model.tokenizer, text, encoding);
-  } catch (error) {
-    if (error instanceof TemplateError) throw badRequest(error.message, param);
-    throw error;
-  }
-}
-
-/** Whether rendering and encoding these messages, tools and documents would hold the event loop for long. */
-function isLarge(options: RenderOptions): boolean {
-  return (
-    JSON.stringify([options.messages, options.tools ?? null, options.documents ?? null]).length >= LARGE_PROMPT_CHARS
-  );
-}
-
 /**
  * The request's constraint as the engine's specification (a forced call written in the model's own format),
  * compiled by the sampler before any token, so that a refusal is a 400 naming its field, never a stream error.
  */
-async function compiledConstraint(
-  request: ChatRequest,
+export async function compiledConstraint(
+  request: GenerationRequest,
   model: ChatModel,
-  deps: PlanDeps,
+  deps: Pick<PlanDeps, 'checkConstraint'>,
 ): Promise<ConstraintSpec | null> {
   const requested = request.constraint;
   if (!requested) return null;
@@ -164,7 +147,7 @@ async function compiledConstraint(
 
 /** The prompt cut to `truncate_prompt_tokens` and the completion budget, checked against the context as vLLM does. */
 function fitContext(
-  request: ChatRequest,
+  request: GenerationRequest,
   model: ChatModel,
   renderedIds: number[],
   maxCompletionTokens: number,
@@ -215,7 +198,7 @@ function fitContext(
 }
 
 /** Token ids the request names must exist in the model's vocabulary (a 400 naming the field, before the engine sees them). */
-function checkVocabulary(request: ChatRequest, vocab: number): void {
+function checkVocabulary(request: GenerationRequest, vocab: number): void {
   const { sampling } = request;
   const outOfVocab = Object.keys(sampling.logit_bias)
     .map(Number)
