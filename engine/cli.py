@@ -101,10 +101,11 @@ def parse_args(argv: list[str] | None):
 def _trainer_arguments(ap) -> None:
     ap.add_argument(
         "--role",
-        choices=["both", "trainer"],
+        choices=["both", "trainer", "sampler"],
         default="both",
         help="trainer: a trainer-only engine (never samples): a torch.distributed process group of the ranks its "
-        "launcher starts (torch.distributed.run; alone, one rank), the base sharded with FSDP2",
+        "launcher starts (torch.distributed.run; alone, one rank), the base sharded with FSDP2; sampler: an engine "
+        "that never trains (refuses the trainer's ops, loads adapters without their Adam moments)",
     )
     ap.add_argument(
         "--dist-timeout",
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         check_adapter_values=not args.skip_adapter_value_check,
         group=group,
         activation_memory_bytes=args.activation_memory_bytes or _activation_budget(device, group),
+        samples_only=args.role == "sampler",
     )
     if args.skip_adapter_value_check:
         log("WARNING: --skip-adapter-value-check: adapters load without checking their values (tests only)")

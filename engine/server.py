@@ -135,10 +135,12 @@ class Engine:
         check_adapter_values: bool = True,
         group: Group | None = None,
         activation_memory_bytes: int | None = None,
+        samples_only: bool = False,
     ):
         # A trainer-only engine has a group (one rank or many; its bases sharded with FSDP when torch has it); an
-        # engine that samples has none.
+        # engine that samples has none. A sampler-only one refuses the trainer's ops and loads no Adam moments.
         self.group, self.trains_only = group or SOLO, group is not None
+        self.samples_only = samples_only
         self.activation_memory_bytes = activation_memory_bytes  # None: models keep their own recompute threshold
         self.last_op_peak_bytes = 0  # what the last training op held above its start (activations, mostly)
         self.ranks_memory: list[dict] = []  # every rank's memory as of the last op they ran together
@@ -193,6 +195,8 @@ class Engine:
             handler = HANDLERS.get(name) if isinstance(name, str) else None
             if handler is None:
                 raise ValueError(f"unknown op {name!r}")
+            if self.samples_only and schema.OPS[name]["role"] == "trainer":
+                raise ValueError(f"this engine is a sampler: {name} is the trainer's")
             if THREADS[name] == READER:
                 result = handler.run(self, rid, wire.parse(name, msg))
                 if result is not None:
@@ -464,8 +468,9 @@ class Engine:
         return adapter
 
     def _load_peft(self, key: str, base: Base, path: str) -> L.Adapter:
+        targets, device = base.model.lora_targets(), base.model.device
         adapter = peft.load_peft(
-            key, base.name, path, base.model.lora_targets(), base.model.device, self.check_adapter_values
+            key, base.name, path, targets, device, self.check_adapter_values, not self.samples_only
         )
         return shard.shard_adapter(adapter, self.group)
 

@@ -950,11 +950,11 @@ describe('dashboard in a real browser (skipped without Chromium)', {
     await page.getByRole('heading', { name: 'Engines' }).waitFor();
     const trainer = page.locator('section[data-role="trainer"]');
     await trainer.locator('table').waitFor();
-    assert.match(await trainer.innerText(), /ready/);
-    const rows = await trainer.locator('tbody th').allInnerTexts();
+    assert.match(await trainer.innerText(), /ready/i);
+    const rows = await trainer.locator('tbody th').allTextContents();
     for (const kind of ['Resident (RSS)', 'Base weights (this process’s share)', 'Adapters', 'Adam moments'])
       assert.ok(rows.includes(kind), `${kind} among ${rows.join(', ')}`);
-    assert.match(await trainer.locator('thead').innerText(), /rank 0 · pid \d+ · cpu/);
+    assert.match((await trainer.locator('thead').textContent()) ?? '', /rank 0 · pid \d+ · cpu/);
     assert.match(await trainer.locator('tbody').innerText(), /\d+(\.\d+)? (MiB|GiB)/);
     await page.locator('section[data-role="sampler"] table').waitFor();
     await page.screenshot({ path: path.join(SCREENSHOT_DIR, '14-engines.png'), fullPage: true });

@@ -38,8 +38,11 @@ export interface ReadyEvent {
   limits?: EngineLimits;
   /** What the engine can run; the server validates models and adapters against it instead of keeping a copy. */
   supports: EngineSupport;
-  /** trainer: a trainer-only engine (`--role trainer`), which never samples: a process group of `ranks`. */
-  role?: 'both' | 'trainer';
+  /**
+   * trainer: a trainer-only engine (`--role trainer`), which never samples: a process group of `ranks`; sampler: one
+   * that never trains (`--role sampler`).
+   */
+  role?: 'both' | 'trainer' | 'sampler';
   /** A trainer's ranks in rank order; rank 0 is the process speaking the protocol, the others follow it. */
   ranks?: Rank[];
 }

@@ -151,9 +151,13 @@ function createOurEngines({ topology, serving, python, logger, extraArgs = [] }:
   });
   const samplerUrls =
     topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
-  const samplers = samplerUrls.map((url, index) =>
-    make('sampler', index + 1, url, { threads: topology.samplerThreads, device: topology.samplerDevice }),
-  );
+  // A separate sampler never trains: it refuses the trainer's ops and loads checkpoints without their Adam moments.
+  const samplerProcess = {
+    threads: topology.samplerThreads,
+    device: topology.samplerDevice,
+    role: ['--role', 'sampler'],
+  };
+  const samplers = samplerUrls.map((url, index) => make('sampler', index + 1, url, samplerProcess));
   const ours = samplers.map(supervisor);
   const sampler =
     ours.length === 1
