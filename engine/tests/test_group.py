@@ -159,6 +159,19 @@ class TwoRanksAsOne(unittest.TestCase):
         self.assert_close(one["metrics"]["grad_norm"], two["metrics"]["grad_norm"], "grad_norm")
         self.assertEqual(one["step"], two["step"])
         self.assert_same_adapter("tinker")
+        # The full state round-trips: saved (the group's gathered by rank 0), loaded as another adapter (each rank
+        # keeping its shards), the next step is again the one-rank step.
+        for engine, name in ((self.one, "one"), (self.two, "two")):
+            folder = os.path.join(self.tmp.name, f"state-{name}")
+            saved = engine.call({"id": "ss", "op": "save_state", "adapter": "tinker", "path": folder})
+            self.assertIn("training_state.json", saved.get("files", []), saved)
+            loaded = engine.call({"id": "ls", "op": "load_state", "base": "b", "adapter": "resumed", "path": folder})
+            self.assertEqual(loaded.get("step"), 1, loaded)
+        self.both({**call, "adapter": "resumed", "loss_config": {}, "rows": data, "backward": True})
+        one, two = self.both({"op": "optim_step", "base": "b", "adapter": "resumed", "adam": ADAM})
+        self.assert_close(one["metrics"]["grad_norm"], two["metrics"]["grad_norm"], "grad_norm after resuming")
+        self.assertEqual((one["step"], two["step"]), (2, 2))
+        self.assert_same_adapter("resumed")
 
     def test_forward_gives_the_one_rank_logprobs(self):
         rows = [{"tokens": r["tokens"], "segment_ids": r["segment_ids"]} for r in (packed_row([6, 9, 4], seed=5),)]
