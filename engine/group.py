@@ -137,6 +137,12 @@ def trainer_device(spec: str | None, local_rank: int, local_world_size: int) -> 
     """The device of this rank: `cuda:LOCAL_RANK` for a group on GPUs (one per rank), else what `spec` names."""
     kind = torch.device(spec or ("cuda" if torch.cuda.is_available() else "cpu"))
     if kind.type != "cuda":
+        cores = os.cpu_count() or 1
+        if local_world_size > cores:  # each would import torch and hold a base share, to share cores with the others
+            raise StartupError(
+                f"{local_world_size} trainer ranks on this node's {cores} CPU cores: each rank needs a core of its "
+                "own; lower TRAINER_WORLD_SIZE"
+            )
         return kind
     count = torch.cuda.device_count()
     if local_world_size > count:

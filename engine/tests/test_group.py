@@ -224,6 +224,12 @@ class StartUpFailures(unittest.TestCase):
         message = self.failed(EngineProcess("--role", "trainer", "--device", "cuda", ranks=2), within=60)
         self.assertIn("need 2 CUDA devices", message)
 
+    def test_more_cpu_ranks_than_cores(self):
+        env = {"RANK": "0", "WORLD_SIZE": "64", "LOCAL_WORLD_SIZE": "64", "MASTER_ADDR": "127.0.0.1"}
+        engine = EngineProcess("--role", "trainer", "--device", "cpu", env={**env, "MASTER_PORT": str(free_port())})
+        message = self.failed(engine, within=30)
+        self.assertRegex(message, r"64 trainer ranks on this node's \d+ CPU cores")
+
     def test_a_rendezvous_that_never_forms(self):
         env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
         t0 = time.monotonic()
