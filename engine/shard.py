@@ -18,7 +18,6 @@ import contextlib
 import math
 
 import torch
-from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from . import lora as L
 from . import weights as W
@@ -29,6 +28,8 @@ from .model import Transformer, load_args
 def shard_model(model: torch.nn.Module, group: Group) -> torch.nn.Module:
     """fully_shard each of `model.blocks()`, then the model (its embeddings, final norm and head): a block's weights
     are whole only while that block computes."""
+    from torch.distributed.fsdp import fully_shard  # FSDP2 (torch >= 2.6): the engine imports on older ones too
+
     for block in model.blocks():
         fully_shard(block, mesh=group.mesh)
     fully_shard(model, mesh=group.mesh)
@@ -60,7 +61,7 @@ def _first_row(rows: int, group: Group) -> int:
 
 def after_forward(model: torch.nn.Module) -> None:
     """Frees what the root keeps gathered after a forward (FSDP2 keeps it for the backward that may follow)."""
-    if isinstance(model, FSDPModule):
+    if hasattr(model, "reshard"):  # an FSDPModule (only a trainer's model is one)
         model.reshard()
 
 
