@@ -3,7 +3,8 @@
 Owns: the logprobs of explicit target tokens (position t of the input scores
 target t), the named per-token losses as Tinker defines them (every loss is
 a SUM over tokens, never a mean: `cross_entropy`, `importance_sampling`,
-`ppo`, `cispo`, `dro`, and `gspo` in its token-level form), gradient
+`ppo`, `cispo`, `dro`, `gspo` in its token-level form, and `stable_reinforce`
+as docs/tinker.md defines it), gradient
 accumulation into the adapter across calls (summed, until the optimizer
 step), the optimizer step (train.py's one AdamW step; the step count is
 the adapter's version), and the full
@@ -36,7 +37,7 @@ from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _
 
 # The losses and the loss_config keys each uses are protocol.json's `StepLossConfigs`; token_loss computes each one.
 # Losses that read the sampler's logprobs and advantages beside target_tokens and weights.
-RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo")
+RL_LOSSES = ("importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce")
 
 
 @dataclass
@@ -112,6 +113,8 @@ def token_loss(loss: str, cfg: dict[str, float], logprobs_T: torch.Tensor, row: 
         return -(logprobs_T * adv_T - 0.5 * cfg["beta"] * (logprobs_T - old_T) ** 2) * w_T
     if loss == "gspo":
         return _gspo_token_loss(logprobs_T, old_T, adv_T, row.sequence_ratio_mask_T.to(device) != 0, cfg) * w_T
+    if loss == "stable_reinforce":
+        return _stable_reinforce_token_loss(logprobs_T, old_T, adv_T, cfg["kl_coeff"]) * w_T
     # ppo: -min(r·A, clip(r)·A); cispo: -sg(clip(r))·logp·A: rl_token_loss's two token-level branches.
     clip = _Thresholds(loss == "ppo", cfg["clip_low_threshold"], cfg["clip_high_threshold"])
     ones_T = torch.ones_like(logprobs_T)
@@ -128,6 +131,18 @@ def _gspo_token_loss(logprobs_T, old_T, adv_T, in_ratio_T, cfg: dict[str, float]
     ratio_T = torch.exp(log_s + logprobs_T - logprobs_T.detach())
     clipped_T = ratio_T.clamp(cfg["clip_low_threshold"], cfg["clip_high_threshold"])
     return -torch.min(ratio_T * adv_T, clipped_T * adv_T)
+
+
+def _stable_reinforce_token_loss(logprobs_T, old_T, adv_T, kl_coeff: float) -> torch.Tensor:
+    """-min(r, 1)·A·logp + kl_coeff·(exp(old - logp) - (old - logp) - 1), r = exp(logp - old) without its gradient.
+
+    `old` is the sampler's logprob as recorded when the token was sampled: a token the learner now finds less likely
+    than the sampler did counts for r < 1, one it finds likelier never for more than 1 (off-policy tokens are not
+    amplified); the second term, the k3 estimate of KL(learner || sampler), pulls towards the sampling policy.
+    """
+    weight_T = torch.exp(logprobs_T.detach() - old_T).clamp(max=1.0)
+    delta_T = old_T - logprobs_T
+    return -weight_T * adv_T * logprobs_T + kl_coeff * (torch.exp(delta_T) - delta_T - 1.0)
 
 
 def forward_backward(

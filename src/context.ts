@@ -281,7 +281,14 @@ export function createServices(options: ContextOptions): Services {
     lineage: new ModelLineage(models, repositories.models, baseModels, adapterCheck),
     retention: core.retention,
     tinker,
-    wandb: createWandbServices({ artifacts, blobs, clock, maxFileBytes: config.artifactMaxFileBytes }),
+    wandb: createWandbServices({
+      artifacts,
+      blobs,
+      clock,
+      maxFileBytes: config.artifactMaxFileBytes,
+      models: repositories.models,
+      runMetrics: repositories.trajectories,
+    }),
     imports: new AdapterImporter(
       models,
       baseModels,

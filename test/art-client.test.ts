@@ -59,6 +59,27 @@ const EXPERIMENTAL = JSON.parse(
 const KL_REFERENCE_KEYS = ['kl_penalty_reference_step', 'kl_penalty_step_lag', 'kl_ref_adapter_path'];
 
 type Row = { step: number; source: string; metrics: Record<string, number> };
+
+/**
+ * The anthropic SDK ART 0.5.23's capture can record (scripts/python/anthropic-httpx.txt, in front of .venv-art-0523 on
+ * the capture session's PYTHONPATH): from 1.0 the SDK sends through httpx2, which ART's capture does not patch.
+ */
+const fallbackOverlay = path.join(repoRoot, '.pyoverlay-anthropic-httpx');
+const ANTHROPIC_HTTPX =
+  process.env.ART_0523_ANTHROPIC_PATH ?? (fs.existsSync(fallbackOverlay) ? fallbackOverlay : undefined);
+
+/**
+ * The APIs whose captured rollouts the 0.5.23 session trains (test/clients/art_capture.py makes them), and where each
+ * response says which ids were sampled (ART's token evidence, art.trajectories._tokenize).
+ */
+const SERVED_KINDS = ['chat_completions', 'completions', 'responses', 'messages'];
+const CAPTURED_KINDS = SERVED_KINDS.filter((kind) => kind !== 'messages' || ANTHROPIC_HTTPX);
+const sampledIds: Record<string, (exchange: any) => number[]> = {
+  chat_completions: (exchange) => exchange.response.choices.flatMap((choice: any) => choice.token_ids),
+  completions: (exchange) => exchange.response.choices.flatMap((choice: any) => choice.token_ids),
+  responses: (exchange) => exchange.response.token_generations.flatMap((generation: any) => generation.token_ids),
+  messages: (exchange) => exchange.response.token_ids,
+};
 const finite = (metrics: Record<string, unknown> | null | undefined, key: string) => Number.isFinite(metrics?.[key]);
 
 for (const art of CLIENTS) {
@@ -308,6 +329,120 @@ for (const art of CLIENTS) {
     test('backend.delete removes the model: ART then gets a 404 for it', async () => {
       assert.equal(session.after_delete, 'NotFoundError');
       assert.equal((await e2e.api('GET', `/v1/preview/models/${session.register.id}`)).status, 404);
+    });
+
+    describe("ART's own capture (`with art.Trajectory()`, 0.5.20+): captured trajectories log and train", {
+      skip: !newWire && 'capture is 0.5.20+',
+    }, () => {
+      let capture: { model_id: string; trained: any[]; server: any[] };
+      before(async () => {
+        if (CAPTURED_KINDS.length < SERVED_KINDS.length)
+          console.log(
+            '# no .pyoverlay-anthropic-httpx (scripts/test.sh builds it): Messages rollouts are not captured',
+          );
+        const env = { ...process.env, ...(ANTHROPIC_HTTPX ? { PYTHONPATH: ANTHROPIC_HTTPX } : {}) };
+        capture = await runJsonScript(
+          art.python!,
+          'test/clients/art_capture.py',
+          {
+            server: e2e.url,
+            api_key: e2e.key,
+            base_model: BUILTIN_BASE_MODEL.id,
+            workdir,
+            project: `${project}-capture`,
+            kinds: CAPTURED_KINDS,
+          },
+          env,
+        );
+      });
+      const stored = (label: string) => {
+        const step = capture.trained.find((trained) => trained.label === label).step - 1;
+        return capture.server.filter((row) => row.step === step);
+      };
+
+      test('each API: backend.train completes on four two-turn captured rollouts, sent in the exchanges form', () => {
+        assert.deepEqual(
+          capture.trained.map((trained) => [trained.label, trained.step]),
+          [...CAPTURED_KINDS, 'mixed'].map((label, index) => [label, index + 1]),
+        );
+        for (const trained of capture.trained) assert.ok(Number.isFinite(trained.loss), JSON.stringify(trained));
+        for (const kind of CAPTURED_KINDS) {
+          const sent = capture.trained.find((trained) => trained.label === kind).sent.trajectories;
+          assert.deepEqual(
+            sent.map((trajectory: any) => [Object.keys(trajectory.exchanges), trajectory.exchanges[kind].length]),
+            sent.map(() => [[kind], 2]),
+            'ART sends only the exchanges form, two exchanges a rollout',
+          );
+          assert.ok(sent.every((trajectory: any) => !('messages_and_choices' in trajectory)));
+        }
+      });
+
+      test('the trained token ids are the ids each response says were sampled; the dashboard shows the conversation', () => {
+        for (const kind of CAPTURED_KINDS) {
+          const rows = stored(kind);
+          assert.equal(rows.length, 4);
+          for (const row of rows) {
+            const exchanges = row.data.exchanges[kind];
+            assert.deepEqual(row.trained_tokens?.token_ids, exchanges.flatMap(sampledIds[kind]), `${kind} ${row.id}`);
+            assert.equal(row.conversation.form, 'captured');
+            assert.deepEqual(row.conversation.kinds, [kind]);
+            assert.equal(row.conversation.messages_and_choices.filter((item: any) => item.message).length, 2);
+          }
+        }
+      });
+
+      test('a group mixing captured and legacy trajectories trains every one of them', () => {
+        const rows = stored('mixed');
+        assert.deepEqual(
+          rows.map((row) => row.conversation.form),
+          ['captured', 'captured', 'legacy', 'legacy'],
+        );
+        for (const row of rows) assert.ok(row.trained_tokens?.token_ids.length > 0, row.id);
+        for (const row of rows.slice(0, 2))
+          assert.deepEqual(
+            row.trained_tokens.token_ids,
+            row.data.exchanges.chat_completions.flatMap(sampledIds.chat_completions),
+          );
+      });
+
+      test('one trajectory in both forms, or a malformed exchange, is a 422 naming the field', async () => {
+        const captured = stored(CAPTURED_KINDS[0])[0].data;
+        const legacy = stored('mixed')[2].data;
+        const mixed = { ...captured, messages_and_choices: legacy.messages_and_choices };
+        const broken = structuredClone(captured);
+        delete broken.exchanges[CAPTURED_KINDS[0]][1].request[
+          CAPTURED_KINDS[0] === 'completions' ? 'prompt' : 'messages'
+        ];
+        const loc = ['body', 'trajectory_groups', 0, 'trajectories', 1];
+        for (const [trajectory, where, pattern] of [
+          [mixed, [...loc, 'exchanges'], /both exchanges and legacy histories/],
+          [broken, [...loc, 'exchanges', CAPTURED_KINDS[0], 1, 'request'], /Input should be/],
+        ] as const) {
+          const trajectories = [legacy, trajectory];
+          for (const [route, body] of [
+            ['/v1/preview/training-jobs', { model_id: capture.model_id, trajectory_groups: [{ trajectories }] }],
+            [`/v1/preview/models/${capture.model_id}/log`, { split: 'val', trajectory_groups: [{ trajectories }] }],
+          ] as const) {
+            const response = await e2e.api('POST', route, body);
+            assert.equal(response.status, 422, JSON.stringify(response.body));
+            const problem = response.body.detail.find((d: any) =>
+              JSON.stringify(d.loc).startsWith(JSON.stringify(where).slice(0, -1)),
+            );
+            assert.ok(problem && pattern.test(problem.msg), `${route}: ${JSON.stringify(response.body.detail)}`);
+          }
+        }
+      });
+
+      test("captured groups logged through ART's client (split val): the val reward of each step is in the run history", async () => {
+        const metrics = await e2e.api('GET', `/v1/dashboard/models/${capture.model_id}/metrics?limit=200`);
+        const val = metrics.body.data
+          .filter((row: Row) => row.source === 'log:val')
+          .sort((a: Row, b: Row) => a.step - b.step);
+        assert.deepEqual(
+          val.map((row: Row) => [row.step, row.metrics['val/reward'], row.metrics['val/num_trajectories']]),
+          capture.trained.map((_, step) => [step, 0.25, 4]),
+        );
+      });
     });
   });
 }

@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
+import { chromiumAvailable, openBrowser } from './helpers/browser.ts';
 import { runJsonScript } from './helpers/reference.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
@@ -106,6 +107,56 @@ for (const art of CLIENTS) {
         checkpoints.body.data.some((checkpoint: any) => checkpoint.step === session.after),
         JSON.stringify(checkpoints.body),
       );
+    });
+
+    test('model.log(split="val") through W&B: the SDK\'s history lines are the model\'s val curve, once each', async () => {
+      const metrics = await e2e.api('GET', `/v1/dashboard/models/${session.model_id}/metrics?limit=200`);
+      const val = metrics.body.data.filter((row: { source: string }) => row.source === 'wandb:val');
+      assert.deepEqual(
+        val.map((row: { step: number; split: string; metrics: Record<string, number> }) => [
+          row.step,
+          row.split,
+          row.metrics['val/reward'],
+        ]),
+        session.val_logged.map(({ step, reward }: { step: number; reward: number }) => [step, 'val', reward]),
+      );
+      // ART's other W&B keys (training_step, time/…) and W&B's own (_step, _runtime) are not split metrics.
+      assert.ok(
+        val.every((row: { metrics: Record<string, number> }) =>
+          Object.keys(row.metrics).every((key) => key.startsWith('val/')),
+        ),
+      );
+      const summary = await e2e.api('GET', `/v1/dashboard/models/${session.model_id}`);
+      assert.deepEqual(
+        [summary.body.rewards.val?.value, summary.body.rewards.val?.step],
+        [0.75, 2],
+        'the model list shows it',
+      );
+    });
+
+    test('the model page, screenshot-checked: the val curve logged through W&B is drawn', {
+      skip: !chromiumAvailable() && 'no Chromium',
+    }, async () => {
+      const browser = await openBrowser(e2e.url);
+      try {
+        const page = browser.page;
+        page.setDefaultTimeout(60_000);
+        await page.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
+        await page.goto(`/#/models/${session.model_id}`);
+        const reward = page.locator('figure[data-chart="Reward"]');
+        await reward.locator('canvas').first().waitFor();
+        await page.mouse.move(0, 0);
+        const legend = await reward
+          .locator('.chart-legend li')
+          .evaluateAll((nodes) =>
+            nodes.map((node) => [node.getAttribute('data-series'), node.getAttribute('data-points')]),
+          );
+        assert.deepEqual(legend, [['0:val:reward', '3']]);
+        await browser.screenshot(`art-${art.version}-wandb-val-curve`);
+        assert.deepEqual(browser.problems, [], 'no browser console errors, page errors or failed requests');
+      } finally {
+        await browser.close();
+      }
     });
 
     test('a wrong key is refused the way the SDK reports authentication errors', () => {

@@ -1066,6 +1066,50 @@ describe('dashboard: a model trained with held-out evaluations (skipped without 
     await session.screenshot('20-model-train-val');
     assert.deepEqual(session.problems, [], 'no browser console errors, page errors or failed requests');
   });
+
+  test("a captured trajectory (ART's exchanges form) reads like a legacy one: the rollout's turns, its choices", async () => {
+    // Two chat exchanges of one rollout, as ART 0.5.20+'s `with art.Trajectory()` records them from our answers.
+    const chat = async (messages: Record<string, unknown>[]) => {
+      // As ART's client asks: token ids, and logprob tokens written as ids.
+      const request = {
+        model: 'builtin/tiny-chat',
+        messages,
+        max_tokens: 4,
+        logprobs: true,
+        return_token_ids: true,
+        return_tokens_as_token_ids: true,
+      };
+      const response = await e2e.api('POST', '/v1/chat/completions', request);
+      assert.equal(response.status, 200, JSON.stringify(response.body));
+      return { request, response: response.body, start_time: new Date().toISOString() };
+    };
+    const first = await chat([{ role: 'user', content: 'Name a colour.' }]);
+    const second = await chat([
+      ...first.request.messages,
+      first.response.choices[0].message,
+      { role: 'user', content: 'Another one?' },
+    ]);
+    const logged = await e2e.api('POST', `/v1/preview/models/${modelId}/log`, {
+      split: 'captured',
+      trajectory_groups: [{ trajectories: [{ exchanges: { chat_completions: [first, second] }, reward: 1 }] }],
+    });
+    assert.equal(logged.status, 200, JSON.stringify(logged.body));
+    const page = session.page;
+    await page.goto(`/#/models/${modelId}/trajectories?split=captured`);
+    const detail = page.locator('.trajectory-detail');
+    await detail.getByText('captured: chat_completions').waitFor();
+    const roles = await detail
+      .locator('.conversation .msg')
+      .evaluateAll((nodes) => nodes.map((node) => node.getAttribute('data-role')));
+    assert.deepEqual(roles, ['user', 'assistant', 'user', 'assistant']);
+    assert.equal(await detail.locator('.conversation .msg').getByText('choice', { exact: true }).count(), 2);
+    // The sampled tokens read as text, not as the ids the logprobs were written as.
+    const tokens = await detail.locator('.token-view .tok').allInnerTexts();
+    assert.ok(tokens.length > 0 && tokens.every((token) => !token.startsWith('token_id:')), JSON.stringify(tokens));
+    assert.ok(tokens.join('').startsWith(first.response.choices[0].message.content), JSON.stringify(tokens));
+    await session.screenshot('21-captured-trajectory');
+    assert.deepEqual(session.problems, [], 'no browser console errors, page errors or failed requests');
+  });
 });
 
 /** A PNG as Chromium writes screenshots (8-bit RGB or RGBA, not interlaced): rows of [r, g, b] pixels, unfiltered. */

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { Trajectory } from '../src/api/models.ts';
+import type { LegacyTrajectory as Trajectory } from '../src/api/models.ts';
 import { trainingRenderer } from '../src/training/render.ts';
 import { tokenizeConversation } from '../src/training/sft/tokens.ts';
 import { agentLoop, type LogprobsMode, samplerTrainerGap, toolCallsIn, WEATHER_TOOL } from './helpers/agent-loops.ts';

@@ -12,7 +12,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { BUILTIN_BASE_MODEL } from '../src/config.ts';
+import { BUILTIN_BASE_MODEL, repoRoot } from '../src/config.ts';
 import { tinkerAdapterKey } from '../src/engine/adapter-keys.ts';
 import { newId } from '../src/ids.ts';
 import { openStore } from '../src/store/db.ts';
@@ -27,6 +27,9 @@ import { sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const TINKER_PYTHON = process.env.TINKER_PYTHON;
+/** tinker 0.16.0 (scripts/python/tinker-016.txt), put first on the path over .venv-tinker. */
+const TINKER_016 =
+  process.env.TINKER_016_PATH ?? [path.join(repoRoot, '.pyoverlay-tinker-016')].find((folder) => fs.existsSync(folder));
 const skip = TINKER_PYTHON ? false : 'TINKER_PYTHON is not set (the python of a venv with tinker==0.38.0)';
 
 /** POST to the Tinker API with the SDK's header, answering JSON (no protobuf Accept). */
@@ -142,6 +145,33 @@ for (const backend of backends()) {
       assert.ok(rl.loss_step1 < rl.loss_step0, `${rl.loss_step1} after ${rl.loss_step0}`);
       for (const loss of [rl.ppo, rl.other_losses.cispo, rl.other_losses.dro, rl.gspo])
         assert.ok(Number.isFinite(loss), JSON.stringify(rl));
+    });
+
+    test("stable_reinforce trains on the sampler's recorded logprobs at the sampled positions named by each datum's provenance", () => {
+      const run = session.stable_reinforce;
+      const skip = run.prompt_length - 1;
+      let total = 0;
+      run.elementwise_loss.forEach((loss: number[], d: number) => {
+        // Prompt positions carry no loss; on policy every sampled token weighs 1: -A · logprob, with the trainer's
+        // logprob equal to the recorded one, whatever the datum said (zeros).
+        assert.deepEqual(loss.slice(0, skip), new Array(skip).fill(0));
+        assert.ok(maxGap([run.trainer_logprobs[d].slice(skip)], [run.sampler_logprobs[d]]) <= 1e-4);
+        loss.slice(skip).forEach((value, t) => {
+          const expected = -run.advantages[d] * run.trainer_logprobs[d][skip + t];
+          assert.ok(Math.abs(value - expected) < 1e-4, `datum ${d} token ${t}: ${value} vs ${expected}`);
+        });
+        total += loss.reduce((a, b) => a + b, 0);
+      });
+      assert.ok(Math.abs(total - run.loss) < 1e-3, `${total} vs ${run.loss}`);
+      const { without_provenance, unknown_sequence, other_token } = run.errors;
+      for (const [failure, pattern] of [
+        [without_provenance, /stable_reinforce needs provenance/],
+        [unknown_sequence, /names no sequence this key sampled/],
+        [other_token, /is not the recorded sampled token/],
+      ] as const) {
+        assert.equal(failure?.type, 'BadRequestError', JSON.stringify(failure));
+        assert.match(failure.message, pattern);
+      }
     });
 
     test('sampling: stop token ids and stop strings end a sample on the token that completes them, a seed repeats, prompt logprobs cover the prompt', () => {
@@ -265,6 +295,21 @@ for (const backend of backends()) {
         assert.equal(loaded.category, 'user', JSON.stringify(loaded));
         assert.match(loaded.error, /down_proj\.lora_A\.weight: value NaN at index \[0,3\]/);
       }
+    });
+
+    test('the SDK at 0.16 (fields left out of optim_step, a path-less save for sampling) trains and samples', {
+      skip: !TINKER_016 && 'no .pyoverlay-tinker-016 (scripts/test.sh builds it)',
+    }, async () => {
+      const old = await runJsonScript<{ version: string; loss_before: number; loss_after: number; sampled: number[] }>(
+        TINKER_PYTHON!,
+        'test/clients/tinker_old_sdk.py',
+        { server: e2e.url, api_key: e2e.key, base_model: BUILTIN_BASE_MODEL.id },
+        { ...process.env, PYTHONPATH: TINKER_016! },
+      );
+      assert.equal(old.version, '0.16.0');
+      // One step at the SDK's default betas and epsilon lowers the loss on the datum it trained on.
+      assert.ok(old.loss_after < old.loss_before, JSON.stringify(old));
+      assert.ok(old.sampled.length > 0);
     });
 
     test('bad input gets the SDK exception types, never a 500', () => {

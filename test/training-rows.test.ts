@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { Trajectory } from '../src/api/models.ts';
+import type { LegacyTrajectory as Trajectory } from '../src/api/models.ts';
 import { agentLoop, type LogprobsMode, samplerTrainerGap, toolCallsIn } from './helpers/agent-loops.ts';
 import { createModel as createModelVia } from './helpers/api.ts';
 import { uploadArtifact } from './helpers/artifacts.ts';

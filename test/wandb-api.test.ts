@@ -324,5 +324,51 @@ for (const backend of backends()) {
       );
       assert.equal((await put(runFiles.body.data.createRunFiles.files[0].uploadUrl, 'console output')).status, 200);
     });
+
+    test("a run named after a model: its history lines are the model's run history, per split, each stored once", async () => {
+      const model = (
+        await t.call('POST', '/v1/preview/models', { project: 'wb', name: 'logged', base_model: 'test/base' })
+      ).body;
+      // What ART 0.5.23's model.log(split="val") at training step 3 makes the SDK send, and a train row with its sections.
+      const line = (row: Record<string, unknown>) =>
+        JSON.stringify({ _step: 0, _runtime: 1.5, _timestamp: 1.7e9, ...row });
+      const content = [
+        line({ 'val/reward': 0.5, 'val/reward_std_dev': 0.1, training_step: 3, 'time/wall_clock_sec': 9 }),
+        line({
+          _step: 1,
+          'train/reward': 0.25,
+          'loss/train': 0.7,
+          'data/step_num_groups_submitted': 2,
+          training_step: 4,
+        }),
+        'not json',
+      ];
+      const stream = (payload: Record<string, unknown>, path = '/files/local/wb/logged/file_stream', key = t.key) =>
+        t.app.inject({ method: 'POST', url: path, headers: { authorization: basic(key) }, payload });
+      const body = {
+        files: { 'wandb-history.jsonl': { offset: 0, content }, 'output.log': { offset: 0, content: ['hi'] } },
+      };
+      for (let attempt = 0; attempt < 2; attempt += 1) assert.equal((await stream(body)).statusCode, 200);
+      // The same run resumed by another process starts its file again at 0, with new lines: they are kept too.
+      const resumed = {
+        files: { 'wandb-history.jsonl': { offset: 0, content: [line({ 'val/reward': 1, training_step: 5 })] } },
+      };
+      assert.equal((await stream(resumed)).statusCode, 200);
+      const history = (await t.call('GET', `/v1/dashboard/models/${model.id}/metrics?limit=50`)).body.data;
+      assert.deepEqual(
+        history.map((row: any) => [row.step, row.source, row.split, row.metrics]),
+        [
+          [3, 'wandb:val', 'val', { 'val/reward': 0.5, 'val/reward_std_dev': 0.1 }],
+          [4, 'wandb:train', 'train', { 'train/reward': 0.25 }],
+          [5, 'wandb:val', 'val', { 'val/reward': 1 }],
+        ],
+      );
+      // A run named after no model is read and dropped; another entity's run path is refused.
+      assert.equal((await stream(body, '/files/local/wb/no-such-model/file_stream')).statusCode, 200);
+      const outsider = (await t.services.auth.createKey('wandb-history-outsider')).key;
+      const refused = await stream(body, '/files/local/wb/logged/file_stream', outsider);
+      assert.equal(refused.statusCode, 403, refused.body);
+      assert.equal((await t.call('GET', `/v1/dashboard/models/${model.id}/metrics?limit=50`)).body.data.length, 3);
+    });
   });
 }

@@ -124,6 +124,22 @@ class TestLossDefinitions(unittest.TestCase):
         torch.testing.assert_close(value, torch.where(self.adv_T > 0, -1.2 * self.adv_T, -s * self.adv_T))
         torch.testing.assert_close(grad, torch.where(self.adv_T > 0, torch.zeros(4), -s * self.adv_T))
 
+    def test_stable_reinforce_truncates_the_ratio_at_one_and_pulls_towards_the_sampler(self):
+        # On policy: the policy gradient, and no KL (its value and gradient are 0 there).
+        value, grad = loss_grad("stable_reinforce", {"kl_coeff": 0.5}, self.old_T, self.row())
+        torch.testing.assert_close(value, -self.adv_T * self.old_T)
+        torch.testing.assert_close(grad, -self.adv_T)
+        # Learner likelier than the sampler on the first two tokens (weight 1), less likely on the last two (weight r).
+        d_T = torch.tensor([0.4, 0.2, -0.3, -0.6])
+        lp_T = self.old_T + d_T
+        weight_T = torch.exp(d_T).clamp(max=1.0)
+        value, grad = loss_grad("stable_reinforce", {"kl_coeff": 0.0}, lp_T, self.row())
+        torch.testing.assert_close(value, -weight_T * self.adv_T * lp_T)
+        torch.testing.assert_close(grad, -weight_T * self.adv_T)
+        value, grad = loss_grad("stable_reinforce", {"kl_coeff": 0.5}, lp_T, self.row())
+        torch.testing.assert_close(value, -weight_T * self.adv_T * lp_T + 0.5 * (torch.exp(-d_T) + d_T - 1))
+        torch.testing.assert_close(grad, -weight_T * self.adv_T + 0.5 * (1 - torch.exp(-d_T)))
+
     def test_gradients_match_finite_differences(self):
         row = row_of(4, old=self.old_T.double(), adv=self.adv_T.double(), w=torch.tensor([1.0, 0.5, 2.0, 1.0]).double())
         lp_T = (self.old_T + torch.tensor([0.05, -0.1, 0.3, 0.02])).double().requires_grad_(True)

@@ -26,6 +26,23 @@ make_venv() {
   fi
 }
 
+# make_overlay DIR REQUIREMENTS PYTHON: the pinned packages of REQUIREMENTS, without their dependencies, in DIR (for
+# PYTHONPATH, in front of PYTHON's venv), installed by PYTHON's pip and rebuilt only when that file changes.
+make_overlay() {
+  local dir=$1 requirements=$2 python=$3
+  local stamp="$dir/.requirements.sha256" want
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
+  echo "installing the Python packages of $requirements into $dir…" >&2
+  rm -rf "$dir"
+  if "$python" -m pip install -q --disable-pip-version-check --no-deps --target "$dir" -r "$requirements" >&2; then
+    echo "$want" > "$stamp"
+  else
+    rm -rf "$dir"
+    return 1
+  fi
+}
+
 # python_minor X.Y: prints a working interpreter of CPython X.Y (pythonX.Y on PATH, else pyenv's newest X.Y.*), or fails.
 # A pyenv shim on PATH for a version that is not selected fails when run, so each candidate is run once.
 python_minor() {

@@ -114,7 +114,33 @@ export const TrajectorySummary = Type.Object({
 });
 export type TrajectorySummary = Static<typeof TrajectorySummary>;
 
-export const TrajectoryDetail = Type.Object({ ...TrajectoryFields, data: Json, trained_tokens: TrainedTokens });
+/**
+ * A trajectory's conversations in the legacy form's shape, whichever form it was sent in: a captured trajectory's
+ * exchanges grouped as ART groups them (services/trajectory-exchanges.ts `capturedConversations`), its first
+ * conversation in `messages_and_choices` and each other branch in `additional_histories`.
+ */
+export const TrajectoryConversation = Type.Object({
+  form: Type.Union([Type.Literal('legacy'), Type.Literal('captured')]),
+  /** The APIs a captured trajectory's exchanges called (`chat_completions`, `completions`, …); empty for legacy. */
+  kinds: Type.Array(Type.String()),
+  messages_and_choices: Type.Array(Json),
+  tools: Type.Union([Type.Array(Type.Unknown()), Type.Null()]),
+  additional_histories: Type.Array(
+    Type.Object({
+      messages_and_choices: Type.Array(Json),
+      tools: Type.Union([Type.Array(Type.Unknown()), Type.Null()]),
+    }),
+  ),
+});
+export type TrajectoryConversation = Static<typeof TrajectoryConversation>;
+
+export const TrajectoryDetail = Type.Object({
+  ...TrajectoryFields,
+  /** The trajectory as it was sent (ART's defaults in place). */
+  data: Json,
+  conversation: TrajectoryConversation,
+  trained_tokens: TrainedTokens,
+});
 export type TrajectoryDetail = Static<typeof TrajectoryDetail>;
 
 export const JobListItem = Type.Object({

@@ -92,8 +92,8 @@ const MessageOrChoice = Type.Record(Type.String(), Type.Unknown());
  * ART's JSON leaves out each field still at its default (a reward of 0.0, no tools, empty lists and maps, no policy
  * versions), and 0.5.18 and other clients may send null for a list or map. The one statement of them: the schemas
  * below declare them, and every reader reads trajectories through `withGroupDefaults` / `withTrajectoryDefaults`.
- * Not among them: `messages_and_choices` (ART's default, none, leaves nothing to train or log, so it is required)
- * and a training group's `trajectories`.
+ * Not among them: `messages_and_choices` and `exchanges` (ART's defaults, none, leave nothing to train or log, so a
+ * trajectory carries one of them: see `Trajectory`) and a training group's `trajectories`.
  */
 export const TRAJECTORY_DEFAULTS = {
   tools: null,
@@ -132,10 +132,47 @@ const History = Type.Object(
 );
 type History = Static<typeof History>;
 
+/**
+ * One HTTP exchange ART 0.5.20+ captured inside `with art.Trajectory()`: the request body as the client sent it and
+ * the response as it came back (a stream already assembled by ART). What each kind's request and response must hold
+ * is checked by services/trajectory-exchanges.ts, which names the field of a malformed one.
+ */
+const CapturedExchange = Type.Object(
+  {
+    request: Type.Record(Type.String(), Type.Unknown()),
+    response: Type.Record(Type.String(), Type.Unknown()),
+    start_time: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+    end_time: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+    /** ART's computed field: the request's `model`, else the response's. */
+    model: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  },
+  { additionalProperties: true },
+);
+
+/** ART's `TrajectoryExchanges`: the exchanges of each API a trajectory's clients called, each in call order. */
+export const TrajectoryExchanges = Type.Object(
+  {
+    chat_completions: Type.Optional(Type.Union([Type.Array(CapturedExchange), Type.Null()])),
+    completions: Type.Optional(Type.Union([Type.Array(CapturedExchange), Type.Null()])),
+    responses: Type.Optional(Type.Union([Type.Array(CapturedExchange), Type.Null()])),
+    messages: Type.Optional(Type.Union([Type.Array(CapturedExchange), Type.Null()])),
+  },
+  // A kind this server cannot read is refused by name rather than dropped.
+  { additionalProperties: false },
+);
+export type TrajectoryExchanges = Static<typeof TrajectoryExchanges>;
+export type CapturedExchange = Static<typeof CapturedExchange>;
+
+/**
+ * A trajectory in one of ART's two forms (`art/trajectories`, 0.5.20+): legacy (`messages_and_choices`, `tools`,
+ * `additional_histories`) or captured (`exchanges`). The schema asks for `messages_and_choices` (non-empty) whenever
+ * `exchanges` is absent, so a body of empty objects fails at its first item (validation.ts); a trajectory carrying
+ * both forms is refused by services/trajectory-shape.ts, as ART's own model validator refuses it.
+ */
 export const Trajectory = Type.Object(
   {
-    // Required and non-empty in the schema, so a body of empty objects fails at its first item (validation.ts).
-    messages_and_choices: Type.Array(MessageOrChoice, { minItems: 1 }),
+    messages_and_choices: Type.Optional(Type.Array(MessageOrChoice, { minItems: 1 })),
+    exchanges: Type.Optional(TrajectoryExchanges),
     tools: toolsOr(TRAJECTORY_DEFAULTS.tools),
     additional_histories: Type.Optional(
       Type.Union([Type.Array(History), Type.Null()], { default: TRAJECTORY_DEFAULTS.additional_histories }),
@@ -150,9 +187,16 @@ export const Trajectory = Type.Object(
     /** The kwargs the client sent with its chat requests (e.g. enable_thinking): the training render uses them too. */
     chat_template_kwargs: Type.Optional(Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()])),
   },
-  { additionalProperties: true },
+  {
+    additionalProperties: true,
+    if: { not: { required: ['exchanges'] } },
+    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's conditional keyword, not a thenable.
+    then: { required: ['messages_and_choices'] },
+  },
 );
 export type Trajectory = Static<typeof Trajectory>;
+/** A trajectory in the legacy form, as the chat-completions clients of this repository's tests and benches build it. */
+export type LegacyTrajectory = Trajectory & { messages_and_choices: Record<string, unknown>[] };
 
 const GroupFields = {
   exceptions: listOr(TRAJECTORY_GROUP_DEFAULTS.exceptions),

@@ -113,6 +113,18 @@ export function anthropicContentMessage(content: unknown, param = 'content'): Ch
   return turns[0];
 }
 
+/**
+ * The template's switches of a request: its `chat_template_kwargs`, with `thinking: {type: enabled | disabled}` as the
+ * `enable_thinking` reasoning models read (a kwarg given explicitly wins).
+ */
+export function anthropicTemplateKwargs(kwargs: unknown, thinking: unknown): Record<string, unknown> {
+  const switches = kwargs !== null && typeof kwargs === 'object' ? { ...(kwargs as JsonObject) } : {};
+  const type = thinking !== null && typeof thinking === 'object' ? (thinking as JsonObject).type : undefined;
+  if (type === 'enabled' || type === 'disabled') switches.enable_thinking ??= type === 'enabled';
+  else if (type !== undefined) throw new ConversionError('thinking.type', 'must be "enabled" or "disabled"');
+  return switches;
+}
+
 /** Custom tools (`name`, `description`, `input_schema`) as chat tools; server tools (bash, web search, …) are refused. */
 export function anthropicTools(tools: unknown): ChatTool[] | null {
   if (tools === undefined || tools === null) return null;

@@ -273,6 +273,13 @@ export interface StepLossConfigs {
     beta: number;
   };
   gspo: ClipThresholds;
+  /**
+   * REINFORCE weighted by the sampler-to-learner ratio truncated at 1, plus kl_coeff times the k3 estimate of
+   * KL(learner || sampler); the rows' logprobs are the ones recorded when the tokens were sampled.
+   */
+  stable_reinforce: {
+    kl_coeff: number;
+  };
 }
 
 export type NoStepLossConfig = Record<string, never>;

@@ -99,6 +99,8 @@ export function ajvToProblems(context: string, errors: AjvError[]): FieldProblem
   const problems: FieldProblem[] = [];
   const seen = new Set<string>();
   for (const [index, error] of errors.entries()) {
+    // A failed `if`/`then` also reports the `then` branch's own error, which names the field: that one is kept.
+    if (error.keyword === 'if') continue;
     if (problems.length === MAX_LISTED_PROBLEMS) {
       problems.push({
         loc: locOf(context, ''),

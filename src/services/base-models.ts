@@ -10,12 +10,18 @@ export interface BaseModelSpec {
   path: string;
   /** The tool-call parser named for this base in `TOOL_CALL_PARSERS`; absent: detected from its chat template. */
   toolCallParser?: ToolParserName;
+  /**
+   * Other names clients may give this base wherever they name one (its Hugging Face repository first, which
+   * tokenizer lookups can fetch): built in, and added by `BASE_MODEL_ALIASES`. What is stored is always `id`.
+   */
+  aliases?: string[];
 }
 
 /** SmolLM2-135M-Instruct, converted from its GGUF by `scripts/install.sh`: what `npm start` serves by default. */
 export const SMOLLM2_BASE_MODEL: BaseModelSpec = {
   id: 'builtin/smollm2-135m-instruct',
   path: path.join(repoRoot, 'models', 'smollm2-135m-instruct'),
+  aliases: ['HuggingFaceTB/SmolLM2-135M-Instruct'],
 };
 
 /** The 2M-parameter synthetic model built from `models/recipe/`: what the tests run on, for speed. */
@@ -114,6 +120,12 @@ export class BaseModelRegistry {
 
   find(id: string): BaseModelSpec | undefined {
     const model = this.models.find((candidate) => candidate.id === id);
+    return model && isModelFolder(model.path) ? model : undefined;
+  }
+
+  /** The loadable base a client's name means: its id or one of its aliases (e.g. its Hugging Face repository). */
+  resolve(name: string): BaseModelSpec | undefined {
+    const model = this.models.find((candidate) => candidate.id === name || candidate.aliases?.includes(name));
     return model && isModelFolder(model.path) ? model : undefined;
   }
 

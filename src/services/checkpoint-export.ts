@@ -28,6 +28,12 @@ export interface AdapterArchive {
   archive: Readable;
 }
 
+/** One file of a checkpoint's adapter, as it is exported. */
+export interface AdapterFile {
+  size: number;
+  body: Buffer | Readable;
+}
+
 export class CheckpointExporter {
   constructor(
     private readonly models: ModelService,
@@ -38,8 +44,8 @@ export class CheckpointExporter {
     return this.archiveOf(await this.models.getOwned(principal, modelId), step);
   }
 
-  /** The archive of a model's checkpoint, whoever asks (the caller decided they may); `extra` members go last. */
-  async archiveOf(model: ModelRow, step: number, extra: TarEntry[] = []): Promise<AdapterArchive> {
+  /** The exported config and an open handle on the weights of a model's checkpoint (a 404/409 says why there are none). */
+  private async adapterOf(model: ModelRow, step: number) {
     const checkpoint = await this.checkpoints.findCheckpointByStep(model.id, step);
     if (!checkpoint) throw notFound(`Checkpoint at step ${step} of model ${model.name}`);
     if (!checkpoint.adapterPath) {
@@ -58,6 +64,28 @@ export class CheckpointExporter {
         throw notFound(`Checkpoint at step ${step} of model ${model.name} (deleted meanwhile)`);
       throw error;
     });
+    return { checkpoint, config, weights };
+  }
+
+  /** One file of a model's checkpoint (`adapter_config.json` or `adapter_model.safetensors`), whoever asks. */
+  async fileOf(
+    model: ModelRow,
+    step: number,
+    file: typeof ADAPTER_CONFIG | typeof ADAPTER_WEIGHTS,
+  ): Promise<AdapterFile> {
+    const { config, weights } = await this.adapterOf(model, step);
+    if (file === ADAPTER_CONFIG) {
+      await weights.close();
+      return { size: config.length, body: config };
+    }
+    const { size } = await weights.stat();
+    const body = weights.createReadStream();
+    return { size, body };
+  }
+
+  /** The archive of a model's checkpoint, whoever asks (the caller decided they may); `extra` members go last. */
+  async archiveOf(model: ModelRow, step: number, extra: TarEntry[] = []): Promise<AdapterArchive> {
+    const { checkpoint, config, weights } = await this.adapterOf(model, step);
     const { size } = await weights.stat();
     const entries: TarEntry[] = [
       { name: ADAPTER_CONFIG, size: config.length, open: () => config },

@@ -13,6 +13,7 @@ import {
   type ModelSummary,
   type Overview,
   type RewardPoint,
+  type TrajectoryConversation,
   type TrajectoryDetail,
   type TrajectorySteps,
   type TrajectorySummary,
@@ -20,6 +21,7 @@ import {
   toModelSummary,
 } from '../api/dashboard.ts';
 import type { Page } from '../api/lists.ts';
+import type { TrajectoryExchanges } from '../api/models.ts';
 import type { JobStatus } from '../api/training-vocabulary.ts';
 import { mentionsReasoning, splitReasoning } from '../conversation/reasoning.ts';
 import { notFound, validationError } from '../errors.ts';
@@ -28,6 +30,7 @@ import type { TrainedTokenRepository } from '../store/trained-token-repository.t
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
+import { capturedConversations, EXCHANGE_KINDS, hasExchanges } from './trajectory-exchanges.ts';
 import { isChoice } from './trajectory-items.ts';
 
 /** How many of a run's newest metric rows are read to find each split's latest reward. */
@@ -36,12 +39,13 @@ const PREVIEW_CHARS = 160;
 
 const entityIdsOf = (principal: Principal) => principal.entities.map((entity) => entity.id);
 
-/** The split a run-metrics row belongs to, and the key prefix of its metrics (`train` rows are unprefixed). */
+/**
+ * The split a run-metrics row belongs to, and the key prefix of its metrics: `log:<split>` rows (`/log`) and
+ * `wandb:<split>` rows (a W&B run's history, wandb/history.ts) name their keys `<split>/…`; `train` rows are bare.
+ */
 export function splitOfSource(source: string): { split: string; prefix: string } {
-  if (source.startsWith('log:')) {
-    const split = source.slice(4);
-    return { split, prefix: `${split}/` };
-  }
+  const logged = /^(?:log|wandb):(.+)$/.exec(source);
+  if (logged) return { split: logged[1], prefix: `${logged[1]}/` };
   return { split: source, prefix: '' };
 }
 
@@ -80,19 +84,44 @@ function preview(text: string): string {
   return flat.length > PREVIEW_CHARS ? `${flat.slice(0, PREVIEW_CHARS - 1)}…` : flat;
 }
 
-/** Chat messages of a trajectory, with each OpenAI Choice replaced by its assistant message. */
-function messagesOf(data: Record<string, unknown>): Record<string, unknown>[] {
-  const items = Array.isArray(data.messages_and_choices)
-    ? (data.messages_and_choices as Record<string, unknown>[])
-    : [];
-  return items
-    .filter((item) => item && typeof item === 'object')
-    .map((item) => (isChoice(item) ? { role: 'assistant', ...(item.message as Record<string, unknown>) } : item));
+const asList = (value: unknown): Record<string, unknown>[] =>
+  Array.isArray(value) ? value.filter((item) => item !== null && typeof item === 'object') : [];
+const toolsOf = (value: unknown): unknown[] | null => (Array.isArray(value) ? value : null);
+
+/** A stored trajectory's conversations, in the legacy form's shape whichever form it was sent in. */
+export function conversationOf(data: Record<string, unknown>): TrajectoryConversation {
+  const exchanges = data.exchanges as TrajectoryExchanges | undefined;
+  if (exchanges && typeof exchanges === 'object' && hasExchanges(exchanges)) {
+    const [first, ...rest] = capturedConversations(exchanges);
+    return {
+      form: 'captured',
+      kinds: EXCHANGE_KINDS.filter((kind) => (exchanges[kind]?.length ?? 0) > 0),
+      messages_and_choices: first?.messages_and_choices ?? [],
+      tools: first?.tools ?? null,
+      additional_histories: rest.map(({ messages_and_choices, tools }) => ({ messages_and_choices, tools })),
+    };
+  }
+  return {
+    form: 'legacy',
+    kinds: [],
+    messages_and_choices: asList(data.messages_and_choices),
+    tools: toolsOf(data.tools),
+    additional_histories: asList(data.additional_histories).map((history) => ({
+      messages_and_choices: asList(history.messages_and_choices),
+      tools: toolsOf(history.tools),
+    })),
+  };
+}
+
+/** Chat messages of a trajectory's (first) conversation, with each OpenAI Choice replaced by its assistant message. */
+function messagesOf(items: Record<string, unknown>[]): Record<string, unknown>[] {
+  return items.map((item) =>
+    isChoice(item) ? { role: 'assistant', ...(item.message as Record<string, unknown>) } : item,
+  );
 }
 
 /** What the group view compares rollouts by: length in characters and tokens, and how sampling stopped. */
-function samplingOf(data: Record<string, unknown>, messages: Record<string, unknown>[]) {
-  const items: unknown[] = Array.isArray(data.messages_and_choices) ? data.messages_and_choices : [];
+function samplingOf(items: Record<string, unknown>[], messages: Record<string, unknown>[]) {
   const choices = items.filter(
     (item) => typeof item === 'object' && item !== null && isChoice(item as Record<string, unknown>),
   ) as { finish_reason?: unknown; logprobs?: { content?: unknown } | null }[];
@@ -124,7 +153,8 @@ function trajectoryHeader(row: TrajectoryRow) {
 }
 
 export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummary {
-  const messages = messagesOf(row.data);
+  const items = conversationOf(row.data).messages_and_choices;
+  const messages = messagesOf(items);
   const firstUser = messages.find((message) => message.role === 'user');
   const lastAssistant = [...messages].reverse().find((message) => message.role === 'assistant');
   const numToolCalls = messages.reduce(
@@ -154,7 +184,7 @@ export function summarizeTrajectory(row: TrajectoryRow): TrajectorySummary {
     has_reasoning: hasReasoning,
     prompt_preview: preview(firstUser ? textOf(firstUser.content) : ''),
     response_preview: preview(response),
-    ...samplingOf(row.data, messages),
+    ...samplingOf(items, messages),
     metrics,
   };
 }
@@ -294,6 +324,7 @@ export class DashboardService {
     return {
       ...trajectoryHeader(row),
       data: row.data,
+      conversation: conversationOf(row.data),
       trained_tokens:
         row.split === 'train'
           ? ((await this.trainedTokens.find(model.id, row.step, row.groupIndex, row.trajectoryIndex)) ?? null)

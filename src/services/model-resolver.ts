@@ -1,6 +1,6 @@
 /**
- * Chat `model` names → (base model, checkpoint): a served model name (api/model-name.ts), a base model id, or
- * nothing (the default base). Another entity's model is exactly as unknown as a missing one.
+ * Chat `model` names → (base model, checkpoint): a served model name (api/model-name.ts), a base model id or one of
+ * its aliases, or nothing (the default base). Another entity's model is exactly as unknown as a missing one.
  */
 
 import { parseServedModelName } from '../api/model-name.ts';
@@ -30,7 +30,8 @@ export class ModelResolver {
 
   async resolve(principal: Principal, name: string | null): Promise<ResolvedModel> {
     if (name === null) return { baseId: this.baseModels.defaultId, checkpoint: null };
-    if (this.baseModels.find(name)) return { baseId: name, checkpoint: null };
+    const base = this.baseModels.resolve(name);
+    if (base) return { baseId: base.id, checkpoint: null };
     const parsed = parseServedModelName(name);
     if (!parsed) throw unknownModel(name);
     const model = await this.models.findByName(parsed.entity, parsed.project, parsed.name);

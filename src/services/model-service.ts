@@ -36,9 +36,11 @@ export class ModelService {
    */
   async create(
     principal: Principal,
-    input: ModelCreateBody,
+    body: ModelCreateBody,
     startFrom?: (folder: string) => Promise<void>,
   ): Promise<ModelResponse> {
+    // A base named by an alias (its Hugging Face repository) is stored by its id.
+    const input = { ...body, base_model: this.baseModels.resolve(body.base_model)?.id ?? body.base_model };
     const entityName = input.entity ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === entityName);
     if (!entity)

@@ -55,6 +55,8 @@ export interface RunMetricTable {
   source: string;
   metrics: string;
   created_at: string;
+  /** The W&B history line a row came from (migration 010), which it is stored once for; null for other rows. */
+  dedupe_key: string | null;
 }
 
 export interface TrajectoryTable {
@@ -143,10 +145,13 @@ export interface TinkerSamplingSessionTable {
   created_at: string;
 }
 
-/** A checkpoint name a Tinker client chose ↔ the step it is; `state_path` holds `save_weights`' optimizer state. */
+/**
+ * A checkpoint name a Tinker client chose ↔ the step it is; `state_path` holds `save_weights`' optimizer state. An
+ * `external` name is an export (`save_weights_external`): the step's adapter in Hugging Face PEFT's layout.
+ */
 export interface TinkerCheckpointTable {
   model_id: string;
-  kind: 'sampler' | 'training';
+  kind: 'sampler' | 'training' | 'external';
   name: string;
   step: number;
   state_path: string | null;
@@ -170,6 +175,17 @@ export interface TinkerFutureTable {
   request_key: string | null;
   /** The request's content, so a different request reusing a sequence number is refused, not answered. */
   request_hash: string | null;
+}
+
+/** A sequence a Tinker sample returned, recorded for StableReinforce (migration 010); arrays as JSON. */
+export interface TinkerSampledSequenceTable {
+  id: string;
+  entity_id: string;
+  prompt: string;
+  tokens: string;
+  logprobs: string;
+  /** When it was sampled or last named by a training request: a sequence unused for a day is swept. */
+  used_at: string;
 }
 
 /** A secret every server process on this database shares (e.g. the key signing download URLs). */
@@ -208,6 +224,7 @@ export interface Database {
   tinker_sampling_sessions: TinkerSamplingSessionTable;
   tinker_checkpoints: TinkerCheckpointTable;
   tinker_futures: TinkerFutureTable;
+  tinker_sampled_sequences: TinkerSampledSequenceTable;
   server_secrets: ServerSecretTable;
   stored_responses: StoredResponseTable;
 }

@@ -1,6 +1,7 @@
 /**
  * All SQL of the Tinker API: sessions, training clients ↔ models, sampling sessions, named checkpoints, futures (with
- * the numbered request each answers), and the shared secrets its signed URLs use.
+ * the numbered request each answers), the sequences samples recorded for StableReinforce, and the shared secrets its
+ * signed URLs use.
  */
 import type { Kysely } from 'kysely';
 import type { ModelRow } from '../api/models.ts';
@@ -10,6 +11,7 @@ import type {
   TinkerCheckpointTable,
   TinkerFutureTable,
   TinkerModelTable,
+  TinkerSampledSequenceTable,
   TinkerSamplingSessionTable,
   TinkerSessionTable,
 } from './schema.ts';
@@ -87,6 +89,11 @@ export class TinkerRepository {
       .execute();
   }
 
+  /** Every name given to one step of a model (the step itself is gone). */
+  async deleteNamesOf(modelId: string, step: number): Promise<void> {
+    await this.db.deleteFrom('tinker_checkpoints').where('model_id', '=', modelId).where('step', '=', step).execute();
+  }
+
   async deleteCheckpoint(modelId: string, kind: TinkerCheckpointTable['kind'], name: string): Promise<void> {
     await this.db
       .deleteFrom('tinker_checkpoints')
@@ -158,6 +165,44 @@ export class TinkerRepository {
       .where('name', '=', name)
       .executeTakeFirstOrThrow();
     return row.value;
+  }
+
+  /** Records sampled sequences (StableReinforce's provenance) and sweeps those no request has named since `staleBefore`. */
+  async recordSequences(rows: TinkerSampledSequenceTable[], staleBefore: string): Promise<void> {
+    await this.db.deleteFrom('tinker_sampled_sequences').where('used_at', '<', staleBefore).execute();
+    for (let at = 0; at < rows.length; at += 200)
+      await this.db
+        .insertInto('tinker_sampled_sequences')
+        .values(rows.slice(at, at + 200))
+        .execute();
+  }
+
+  /** The entity's recorded sequences among `ids` still in use since `staleBefore`; those found are marked used `now`. */
+  async useSequences(
+    entityIds: string[],
+    ids: string[],
+    staleBefore: string,
+    now: string,
+  ): Promise<TinkerSampledSequenceTable[]> {
+    if (ids.length === 0 || entityIds.length === 0) return [];
+    const rows = await this.db
+      .selectFrom('tinker_sampled_sequences')
+      .selectAll()
+      .where('id', 'in', ids)
+      .where('entity_id', 'in', entityIds)
+      .where('used_at', '>=', staleBefore)
+      .execute();
+    if (rows.length > 0)
+      await this.db
+        .updateTable('tinker_sampled_sequences')
+        .set({ used_at: now })
+        .where(
+          'id',
+          'in',
+          rows.map((row) => row.id),
+        )
+        .execute();
+    return rows;
   }
 
   /** At start-up: every future still pending belonged to a process that is gone. */

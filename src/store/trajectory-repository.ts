@@ -89,6 +89,28 @@ export class TrajectoryRepository {
       .execute();
   }
 
+  /** Rows that each name where they came from (`dedupeKey`): a row already stored under its key is not added again. */
+  async insertRunMetricsOnce(
+    rows: { runId: string; step: number; source: string; metrics: Record<string, number>; dedupeKey: string }[],
+    createdAt: string,
+  ): Promise<void> {
+    if (rows.length === 0) return;
+    await this.db
+      .insertInto('run_metrics')
+      .values(
+        rows.map((row) => ({
+          run_id: row.runId,
+          step: row.step,
+          source: row.source,
+          metrics: JSON.stringify(row.metrics),
+          created_at: createdAt,
+          dedupe_key: row.dedupeKey,
+        })),
+      )
+      .onConflict((conflict) => conflict.columns(['run_id', 'dedupe_key']).doNothing())
+      .execute();
+  }
+
   async runMetrics(runId: string): Promise<RunMetricRecord[]> {
     const rows = await this.db
       .selectFrom('run_metrics')

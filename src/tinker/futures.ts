@@ -68,7 +68,8 @@ export class TinkerFutures {
     principal: Principal,
     kind: string,
     queueKey: string | null,
-    work: () => Promise<unknown>,
+    /** Given the future's id, which the caller has not seen yet (a sample's sequence ids are made of it). */
+    work: (id: string) => Promise<unknown>,
     request: NumberedRequest | null = null,
   ): Promise<string> {
     const id = newId();
@@ -93,7 +94,7 @@ export class TinkerFutures {
       throw new Error(`The future of ${key.request_key} was recorded and then vanished`);
     }
     const previous = (queueKey && this.queues.get(queueKey)) || Promise.resolve();
-    const run = previous.then(() => this.settle(id, work));
+    const run = previous.then(() => this.settle(id, () => work(id)));
     if (queueKey) {
       this.queues.set(queueKey, run);
       void run.then(() => {

@@ -11,6 +11,7 @@ import { TinkerTrainer } from '../training/tinker/trainer.ts';
 import { TinkerArchives } from './archives.ts';
 import { TinkerFutures } from './futures.ts';
 import { TinkerModels } from './models.ts';
+import { TinkerProvenance } from './provenance.ts';
 import { TinkerRest } from './rest.ts';
 import { TinkerSampling } from './sampling.ts';
 import { TinkerTraining } from './training.ts';
@@ -45,9 +46,18 @@ export function createTinkerServices(deps: TinkerDeps): TinkerServices {
     deps.runtime,
     deps.clock,
   );
-  const sampling = new TinkerSampling(deps.repository, models, deps.baseModels, deps.runtime, futures, deps.clock);
+  const provenance = new TinkerProvenance(deps.repository, deps.clock);
+  const sampling = new TinkerSampling(
+    deps.repository,
+    models,
+    deps.baseModels,
+    deps.runtime,
+    futures,
+    provenance,
+    deps.clock,
+  );
   const trainer = new TinkerTrainer(deps.runtime, deps.models, deps.checkpoints);
-  const training = new TinkerTraining(models, deps.repository, trainer, futures, sampling, deps.clock);
+  const training = new TinkerTraining(models, deps.repository, trainer, futures, sampling, provenance, deps.clock);
   const archives = new TinkerArchives(
     models,
     deps.repository,

@@ -104,10 +104,16 @@ export class TinkerModels {
     return { supported_models: supported };
   }
 
+  /** The name the SDK loads a base's tokenizer by (`get_tokenizer`): its Hugging Face repository when one is known. */
+  tokenizerId(baseId: string): string {
+    return this.baseModels.find(baseId)?.aliases?.[0] ?? baseId;
+  }
+
   /** The model behind a new training client, named after its Tinker id in the `tinker` project. */
   async create(principal: Principal, spec: NewTrainingClient): Promise<TinkerModel> {
     await this.ownedSession(principal, spec.session_id);
-    if (!this.baseModels.find(spec.base_model))
+    const base = this.baseModels.resolve(spec.base_model);
+    if (!base)
       throw new AppError(
         'not_found',
         `Base model ${JSON.stringify(excerpt(spec.base_model))} is not available on this server`,
@@ -117,7 +123,7 @@ export class TinkerModels {
     const view = await this.modelService.create(principal, {
       project: TINKER_PROJECT,
       name: tinkerId.replaceAll(':', '-'),
-      base_model: spec.base_model,
+      base_model: base.id,
     });
     const seed = spec.seed ?? Math.floor(Math.random() * 2 ** 32);
     const row: TinkerModelTable = {

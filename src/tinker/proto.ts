@@ -1,8 +1,8 @@
 /**
  * The protobuf messages the Tinker SDK 0.38 exchanges with us (its `tinker_public.proto`): the
  * `forward_backward` request body it always sends as protobuf, and the two results it only accepts as
- * protobuf (`SampleResponse`, `ForwardBackwardOutput`). A hand-written wire codec for just these fields:
- * field numbers are the SDK's; anything else in a message is skipped.
+ * protobuf (`SampleResponse`, `ForwardBackwardOutput`), a datum's provenance spans included. A hand-written wire
+ * codec for just these fields: field numbers are the SDK's; anything else in a message is skipped.
  */
 import { AppError } from '../errors.ts';
 
@@ -19,10 +19,21 @@ export interface ProtoTensor {
   values: number[];
 }
 
+/** One run of a datum's provenance (tinker 0.38 `ProvenanceSpan`): positions of a sampled sequence's prompt or tokens. */
+export interface ProvenanceSpan {
+  kind: 'prompt' | 'sampled';
+  sequenceId: string;
+  offset: number;
+  length: number;
+}
+
 export interface ProtoDatum {
   /** Every chunk's tokens in order; a non-text chunk is refused while decoding. */
   tokens: number[];
   lossFnInputs: Record<string, ProtoTensor>;
+  /** Provenance, when the client attached it (`Datum.with_provenance`): runs tiling the input and the targets. */
+  modelInputSpans?: ProvenanceSpan[];
+  lossFnInputSpans?: ProvenanceSpan[];
 }
 
 export interface ProtoForwardBackward {
@@ -128,15 +139,38 @@ function decodeChunkTokens(bytes: Uint8Array): number[] {
   return [];
 }
 
+/** A `ProvenanceSpan`: its one arm, prompt_tokens (1) or sampled_tokens (2), each (sequence_id, offset, length). */
+function decodeSpan(bytes: Uint8Array): ProvenanceSpan {
+  for (const [arm, , value] of new Reader(bytes).fields()) {
+    if (arm !== 1 && arm !== 2) continue;
+    const span: ProvenanceSpan = { kind: arm === 1 ? 'prompt' : 'sampled', sequenceId: '', offset: 0, length: 0 };
+    for (const [field, , inner] of new Reader(bytesOf(value)).fields()) {
+      if (field === 1) span.sequenceId = text(inner);
+      else if (field === 2) span.offset = Number(inner);
+      else if (field === 3) span.length = Number(inner);
+    }
+    return span;
+  }
+  throw malformed('a provenance span has neither prompt_tokens nor sampled_tokens');
+}
+
 function decodeDatum(bytes: Uint8Array): ProtoDatum {
   // Keys are the client's: a null-prototype object keeps `__proto__` an ordinary (unknown) name.
   const datum: ProtoDatum = { tokens: [], lossFnInputs: Object.create(null) as Record<string, ProtoTensor> };
+  const inputSpans: ProvenanceSpan[] = [];
+  const targetSpans: ProvenanceSpan[] = [];
   for (const [field, , value] of new Reader(bytes).fields()) {
     if (field === 1) datum.tokens.push(...decodeChunkTokens(bytesOf(value)));
     else if (field === 2) {
       const { key, value: tensor } = entry(bytesOf(value));
       datum.lossFnInputs[key] = decodeTensor(tensor instanceof Uint8Array ? tensor : new Uint8Array());
-    }
+    } else if (field === 3) inputSpans.push(decodeSpan(bytesOf(value)));
+    else if (field === 4) targetSpans.push(decodeSpan(bytesOf(value)));
+  }
+  // The SDK sends both lists or neither (Datum.with_provenance).
+  if (inputSpans.length > 0 || targetSpans.length > 0) {
+    datum.modelInputSpans = inputSpans;
+    datum.lossFnInputSpans = targetSpans;
   }
   return datum;
 }

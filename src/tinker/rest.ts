@@ -10,7 +10,7 @@ import type { ModelService } from '../services/model-service.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerModels } from './models.ts';
-import { stepName, type TinkerCheckpointKind, tinkerPath } from './schemas.ts';
+import { checkpointId, stepName, type TinkerCheckpointKind, tinkerPath } from './schemas.ts';
 
 export interface TinkerCheckpointView {
   checkpoint_id: string;
@@ -47,7 +47,11 @@ export class TinkerRest {
     return {
       type: 'get_info' as const,
       model_id: model.tinkerId,
-      model_data: { arch: null, model_name: model.model.base_model, tokenizer_id: model.model.base_model },
+      model_data: {
+        arch: null,
+        model_name: model.model.base_model,
+        tokenizer_id: this.tinkerModels.tokenizerId(model.model.base_model),
+      },
       is_lora: true,
       lora_rank: model.rank,
       model_name: model.model.base_model,
@@ -85,10 +89,19 @@ export class TinkerRest {
     return { checkpoints: all.slice(offset, offset + limit), cursor: { offset, limit, total_count: all.length } };
   }
 
+  /**
+   * A checkpoint's TTL (`set_checkpoint_ttl_from_tinker_path`): the checkpoint must exist; checkpoints here do not
+   * expire by TTL (they stay until deleted, or until the model's retention policy removes them), so nothing is kept.
+   */
+  async setTtl(principal: Principal, modelId: string, checkpointId: string): Promise<void> {
+    await this.tinkerModels.resolvePath(principal, `tinker://${modelId}/${checkpointId}`);
+  }
+
   /** Deletes the checkpoint a path names: the ordinary checkpoint step, and every name that pointed at it. */
   async deleteCheckpoint(principal: Principal, modelId: string, checkpointId: string): Promise<void> {
     const resolved = await this.tinkerModels.resolvePath(principal, `tinker://${modelId}/${checkpointId}`);
     await this.modelService.removeCheckpoints(resolved.model.id, [resolved.checkpoint.step]);
+    await this.repository.deleteNamesOf(resolved.model.id, resolved.checkpoint.step);
   }
 
   private async runView(model: ModelRow): Promise<TrainingRunView> {
@@ -106,7 +119,8 @@ export class TinkerRest {
     };
   }
 
-  /** Every trained step as a sampler checkpoint; those saved with save_weights also as training checkpoints. */
+  /** Every trained step as a sampler checkpoint; those saved with save_weights (save_weights_external) also as training
+   * (external) checkpoints. */
   private async checkpointViews(model: ModelRow): Promise<TinkerCheckpointView[]> {
     const { items } = await this.models.pageCheckpoints(model.id, undefined, {
       after: undefined,
@@ -115,7 +129,7 @@ export class TinkerRest {
     });
     const named = await this.repository.checkpointsOf(model.id);
     const view = (checkpoint: CheckpointRecord, kind: TinkerCheckpointKind, name: string): TinkerCheckpointView => ({
-      checkpoint_id: `${kind === 'training' ? 'weights' : 'sampler_weights'}/${name}`,
+      checkpoint_id: checkpointId(kind, name),
       checkpoint_type: kind,
       time: checkpoint.createdAt,
       tinker_path: tinkerPath(model.id, kind, name),
@@ -126,8 +140,8 @@ export class TinkerRest {
       const names = named.filter((row) => row.step === checkpoint.step);
       const sampler = names.find((row) => row.kind === 'sampler')?.name ?? stepName(checkpoint.step);
       views.push(view(checkpoint, 'sampler', sampler));
-      for (const row of names.filter((candidate) => candidate.kind === 'training'))
-        views.push(view(checkpoint, 'training', row.name));
+      for (const row of names.filter((candidate) => candidate.kind !== 'sampler'))
+        views.push(view(checkpoint, row.kind, row.name));
     }
     return views;
   }

@@ -11,12 +11,14 @@ import { decodeForwardBackward, encodeForwardBackwardOutput, encodeSampleRespons
 import type { SampleResult } from './sampling.ts';
 import {
   ARCHIVE_DOWNLOAD_ROUTE,
+  CheckpointTtlBody,
   CLIENT_CONFIG,
   CLIENT_DYNAMIC_CONFIG,
   ClientConfigBody,
   CreateModelBody,
   CreateSamplingSessionBody,
   CreateSessionBody,
+  EXTERNAL_FILE_ROUTE,
   ForwardBackwardJsonBody,
   ForwardJsonBody,
   forwardBackwardFromJson,
@@ -26,6 +28,7 @@ import {
   RetrieveFutureBody,
   SampleBody,
   SaveWeightsBody,
+  SaveWeightsExternalBody,
   SessionBody,
   WeightsInfoBody,
 } from './schemas.ts';
@@ -67,6 +70,7 @@ export function registerTinkerRoutes(app: FastifyInstance, tinker: TinkerService
   registerTrainingRoutes(app, tinker);
   registerSamplingRoutes(app, tinker);
   registerRestRoutes(app, tinker);
+  registerCheckpointDownloadRoutes(app, tinker);
 }
 
 function registerTrainingRoutes(app: FastifyInstance, tinker: TinkerServices): void {
@@ -122,6 +126,11 @@ function registerTrainingRoutes(app: FastifyInstance, tinker: TinkerServices): v
   );
   app.post<{ Body: LoadWeightsBody }>('/api/v1/load_weights', { schema: { body: LoadWeightsBody } }, async (request) =>
     tinker.training.load(request.principal, request.body),
+  );
+  app.post<{ Body: SaveWeightsExternalBody }>(
+    '/api/v1/save_weights_external',
+    { schema: { body: SaveWeightsExternalBody } },
+    async (request) => tinker.training.saveExternal(request.principal, request.body),
   );
 }
 
@@ -207,20 +216,61 @@ function registerRestRoutes(app: FastifyInstance, tinker: TinkerServices): void 
   app.get<{ Params: { run_id: string } }>('/api/v1/training_runs/:run_id/checkpoints', async (request) =>
     tinker.rest.checkpoints(request.principal, request.params.run_id),
   );
-  // Checkpoint ids hold a slash: `sampler_weights/<name>` or `weights/<name>`. The archive call ends in `/archive` and
-  // is answered with a redirect to a signed download (the SDK reads the URL from Location and its expiry from Expires).
+  app.delete<{ Params: { run_id: string; '*': string } }>(
+    '/api/v1/training_runs/:run_id/checkpoints/*',
+    async (request, reply) => {
+      await tinker.rest.deleteCheckpoint(request.principal, request.params.run_id, request.params['*']);
+      return reply.status(204).send();
+    },
+  );
+}
+
+/** A checkpoint's downloads (the archive, an export's files, their signed URLs) and its TTL. */
+function registerCheckpointDownloadRoutes(app: FastifyInstance, tinker: TinkerServices): void {
+  // Checkpoint ids hold a slash: `sampler_weights/<name>`, `weights/<name>`, `external_weights/<name>`. The archive
+  // call ends in `/archive` and is answered with a redirect to a signed download (the SDK reads the URL from Location
+  // and its expiry from Expires); an export's per-file URLs end in `/external_weights_urls`.
   app.get<{ Params: { run_id: string; '*': string } }>(
     '/api/v1/training_runs/:run_id/checkpoints/*',
     async (request, reply) => {
-      const checkpointId = request.params['*'].match(/^(.+)\/archive$/)?.[1];
+      const [, checkpointId, call] = request.params['*'].match(/^(.+)\/(archive|external_weights_urls)$/) ?? [];
       if (!checkpointId) throw new AppError('not_found', `No such route: GET ${request.url.split('?')[0]}`);
-      const signed = await tinker.archives.signedUrl(
-        request.principal,
-        request.params.run_id,
-        checkpointId,
-        `${request.protocol}://${request.host}`,
-      );
+      const origin = `${request.protocol}://${request.host}`;
+      const runId = request.params.run_id;
+      if (call === 'external_weights_urls') {
+        const { urls, expires } = await tinker.archives.externalUrls(request.principal, runId, checkpointId, origin);
+        return { urls, expires: expires.toISOString() };
+      }
+      const signed = await tinker.archives.signedUrl(request.principal, runId, checkpointId, origin);
       return reply.code(302).header('location', signed.url).header('expires', signed.expires.toUTCString()).send();
+    },
+  );
+  app.put<{ Params: { run_id: string; '*': string }; Body: CheckpointTtlBody }>(
+    '/api/v1/training_runs/:run_id/checkpoints/*',
+    { schema: { body: CheckpointTtlBody } },
+    async (request, reply) => {
+      const checkpointId = request.params['*'].match(/^(.+)\/ttl$/)?.[1];
+      if (!checkpointId) throw new AppError('not_found', `No such route: PUT ${request.url.split('?')[0]}`);
+      await tinker.rest.setTtl(request.principal, request.params.run_id, checkpointId);
+      return reply.status(204).send();
+    },
+  );
+  app.get<{ Params: { model_id: string; step: string; file: string }; Querystring: Record<string, unknown> }>(
+    EXTERNAL_FILE_ROUTE,
+    { config: { public: true } },
+    async (request, reply) => {
+      const { model_id: modelId, step, file } = request.params;
+      const { size, body } = await tinker.archives.openExternal(
+        modelId,
+        step,
+        file,
+        request.query.expires,
+        request.query.signature,
+      );
+      reply
+        .type(file.endsWith('.json') ? 'application/json' : 'application/octet-stream')
+        .header('content-length', size);
+      return reply.send(body);
     },
   );
   app.get<{ Params: { model_id: string; step: string }; Querystring: Record<string, unknown> }>(
@@ -238,13 +288,6 @@ function registerRestRoutes(app: FastifyInstance, tinker: TinkerServices): void 
         .header('content-length', size)
         .header('content-disposition', `attachment; filename="${fileName}"`);
       return reply.send(archive);
-    },
-  );
-  app.delete<{ Params: { run_id: string; '*': string } }>(
-    '/api/v1/training_runs/:run_id/checkpoints/*',
-    async (request, reply) => {
-      await tinker.rest.deleteCheckpoint(request.principal, request.params.run_id, request.params['*']);
-      return reply.status(204).send();
     },
   );
 }

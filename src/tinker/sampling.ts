@@ -14,6 +14,7 @@ import type { BaseModelRegistry } from '../services/base-models.ts';
 import type { TinkerRepository } from '../store/tinker-repository.ts';
 import type { TinkerFutures } from './futures.ts';
 import type { TinkerModels } from './models.ts';
+import type { TinkerProvenance } from './provenance.ts';
 import type { CreateSamplingSessionBody, SampleBody, SamplingParams, UntypedFuture } from './schemas.ts';
 
 /** Tokens a sample may take when the client sets no max_tokens. */
@@ -45,6 +46,7 @@ export class TinkerSampling {
     private readonly baseModels: BaseModelRegistry,
     private readonly runtime: BaseModelRuntime,
     private readonly futures: TinkerFutures,
+    private readonly provenance: TinkerProvenance,
     private readonly clock: Clock,
   ) {}
 
@@ -95,19 +97,27 @@ export class TinkerSampling {
     const request = generateRequest(base, target, body);
     const wantPrompt = body.prompt_logprobs === true;
     const lastN = promptLogprobsLastN(body);
-    const requestId = await this.futures.submit(principal, 'sample', null, async () => {
+    const sequenceIds = (requestId: string) =>
+      Array.from({ length: request.n ?? 1 }, (_, index) => `${requestId}:${index}`);
+    const requestId = await this.futures.submit(principal, 'sample', null, async (id) => {
       const result = await this.run(base, request, body.sampling_params.stop ?? null, wantPrompt);
       // Only the last N are scored: the earlier entries are null, as the SDK documents.
       if (lastN !== null && result.prompt_logprobs)
         result.prompt_logprobs = result.prompt_logprobs.map((value, index, all) =>
           index < all.length - lastN ? null : value,
         );
+      if (body.record_stability_info === true)
+        await this.provenance.record(
+          principal,
+          sequenceIds(id).map((sequenceId, index) => ({
+            id: sequenceId,
+            prompt: request.prompt,
+            ...result.sequences[index],
+          })),
+        );
       return result;
     });
-    return {
-      request_id: requestId,
-      sample_sequence_ids: Array.from({ length: request.n ?? 1 }, (_, index) => `${requestId}:${index}`),
-    };
+    return { request_id: requestId, sample_sequence_ids: sequenceIds(requestId) };
   }
 
   private async target(principal: Principal, modelPath: string | null, baseModel: string | null): Promise<Target> {
@@ -119,12 +129,13 @@ export class TinkerSampling {
       return { base: model.base_model, adapter, modelPath };
     }
     if (!baseModel) throw new AppError('bad_request', 'Sampling needs a model_path or a base_model');
-    if (!this.baseModels.find(baseModel))
+    const base = this.baseModels.resolve(baseModel);
+    if (!base)
       throw new AppError(
         'not_found',
         `Base model ${JSON.stringify(excerpt(baseModel))} is not available on this server`,
       );
-    return { base: baseModel, adapter: { adapter: null }, modelPath: null };
+    return { base: base.id, adapter: { adapter: null }, modelPath: null };
   }
 
   private async run(

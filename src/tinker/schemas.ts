@@ -57,12 +57,16 @@ export type CreateModelBody = Static<typeof CreateModelBody>;
 export const ModelIdBody = Type.Object({ model_id: Id }, open);
 export type ModelIdBody = Static<typeof ModelIdBody>;
 
+/**
+ * Adam's hyper-parameters. SDKs up to 0.16 send only the fields a caller set (`AdamParams(learning_rate=…)` alone), so
+ * each one left out takes the SDK's documented default (its `AdamParams`: β1 0.9, β2 0.95, ε 1e-12).
+ */
 export const AdamParamsBody = Type.Object(
   {
     learning_rate: LearningRate,
-    beta1: Type.Number({ minimum: 0, exclusiveMaximum: 1 }),
-    beta2: Type.Number({ minimum: 0, exclusiveMaximum: 1 }),
-    eps: Type.Number({ exclusiveMinimum: 0 }),
+    beta1: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: 0.9 }),
+    beta2: Type.Number({ minimum: 0, exclusiveMaximum: 1, default: 0.95 }),
+    eps: Type.Number({ exclusiveMinimum: 0, default: 1e-12 }),
     weight_decay: Type.Optional(Type.Number({ minimum: 0 })),
     grad_clip_norm: Type.Optional(Type.Number({ minimum: 0 })),
   },
@@ -73,6 +77,7 @@ export const OptimStepBody = Type.Object({ model_id: Id, seq_id: SeqId, adam_par
 export type OptimStepBody = Static<typeof OptimStepBody>;
 
 const CheckpointName = Type.String({ pattern: '^[A-Za-z0-9._-]{1,128}$' });
+const TEN_YEARS_SECONDS = 10 * 365 * 24 * 60 * 60;
 
 export const SaveWeightsBody = Type.Object(
   {
@@ -136,6 +141,8 @@ export const SampleBody = Type.Object(
     prompt_logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
     /** Score only the last N prompt tokens (the SDK's `compute_logprobs(prompt, prompt_logprobs_last_n=N)`). */
     prompt_logprobs_last_n: Type.Optional(Type.Union([Type.Integer({ minimum: 1, maximum: 1_000_000 }), Type.Null()])),
+    /** tinker 0.38: record each returned sequence under its `sequence_id`, for StableReinforce (provenance.ts). */
+    record_stability_info: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
   },
   open,
 );
@@ -260,18 +267,26 @@ export const CLIENT_CONFIG = {
 
 export const CLIENT_DYNAMIC_CONFIG = { refresh_interval_sec: 300, sample_cancel_enabled: false } as const;
 
-export type TinkerCheckpointKind = 'sampler' | 'training';
-const SEGMENT: Record<TinkerCheckpointKind, string> = { sampler: 'sampler_weights', training: 'weights' };
+export type TinkerCheckpointKind = 'sampler' | 'training' | 'external';
+const SEGMENT: Record<TinkerCheckpointKind, string> = {
+  sampler: 'sampler_weights',
+  training: 'weights',
+  external: 'external_weights',
+};
 
-/** `tinker://<model id>/<sampler_weights|weights>/<name>`; an unnamed checkpoint is named `step<N>`. */
+/** A checkpoint's id within its run: `<sampler_weights|weights|external_weights>/<name>`. */
+export const checkpointId = (kind: TinkerCheckpointKind, name: string) => `${SEGMENT[kind]}/${name}`;
+
+/** `tinker://<model id>/<checkpoint id>`; an unnamed checkpoint is named `step<N>`. */
 export function tinkerPath(modelId: string, kind: TinkerCheckpointKind, name: string): string {
-  return `tinker://${modelId}/${SEGMENT[kind]}/${name}`;
+  return `tinker://${modelId}/${checkpointId(kind, name)}`;
 }
 
 export function parseTinkerPath(path: string): { modelId: string; kind: TinkerCheckpointKind; name: string } | null {
-  const match = /^tinker:\/\/([^/]+)\/(sampler_weights|weights)\/([^/]+)$/.exec(path);
+  const match = /^tinker:\/\/([^/]+)\/(sampler_weights|weights|external_weights)\/([^/]+)$/.exec(path);
   if (!match) return null;
-  return { modelId: match[1], kind: match[2] === 'weights' ? 'training' : 'sampler', name: match[3] };
+  const kind = (Object.keys(SEGMENT) as TinkerCheckpointKind[]).find((candidate) => SEGMENT[candidate] === match[2])!;
+  return { modelId: match[1], kind, name: match[3] };
 }
 
 export const stepName = (step: number) => `step${step}`;
@@ -284,3 +299,31 @@ export const ARCHIVE_DOWNLOAD_ROUTE = '/api/v1/checkpoint_archives/:model_id/:st
 export const archiveDownloadPath = (modelId: string, step: number) =>
   `/api/v1/checkpoint_archives/${encodeURIComponent(modelId)}/${step}`;
 export const ARCHIVE_URL_TTL_SECONDS = 15 * 60;
+
+/**
+ * Where an external-weights file lives (tinker 0.38's `get_external_weights_urls`, which `tinker checkpoint download`
+ * fetches file by file): `<path>?expires=<unix seconds>&signature=<hex>`, signed like an archive.
+ */
+export const EXTERNAL_FILE_ROUTE = '/api/v1/external_weights/:model_id/:step/:file';
+export const externalFilePath = (modelId: string, step: number, file: string) =>
+  `/api/v1/external_weights/${encodeURIComponent(modelId)}/${step}/${encodeURIComponent(file)}`;
+
+/** `save_weights_external`: the training client's weights as a Hugging Face PEFT adapter, under a name. */
+export const SaveWeightsExternalBody = Type.Object(
+  {
+    model_id: Id,
+    seq_id: SeqId,
+    path: CheckpointName,
+    ttl_seconds: Type.Optional(Type.Union([Type.Integer({ minimum: 3600, maximum: TEN_YEARS_SECONDS }), Type.Null()])),
+    age_encryption_recipients: Type.Optional(Type.Union([Type.Array(Type.String(), { maxItems: 100 }), Type.Null()])),
+  },
+  open,
+);
+export type SaveWeightsExternalBody = Static<typeof SaveWeightsExternalBody>;
+
+/** A checkpoint's TTL (`set_checkpoint_ttl_from_tinker_path`): 1 hour to 10 years, or null for none. */
+export const CheckpointTtlBody = Type.Object(
+  { ttl_seconds: Type.Union([Type.Integer({ minimum: 3600, maximum: TEN_YEARS_SECONDS }), Type.Null()]) },
+  open,
+);
+export type CheckpointTtlBody = Static<typeof CheckpointTtlBody>;

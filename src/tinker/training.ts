@@ -16,12 +16,14 @@ import { type ClientAdapter, loraModules, type TinkerTrainer } from '../training
 import { type NumberedRequest, numbered, type TinkerFutures } from './futures.ts';
 import { type TinkerModel, type TinkerModels, trainingClientId } from './models.ts';
 import type { ProtoForwardBackward } from './proto.ts';
+import type { TinkerProvenance } from './provenance.ts';
 import type { TinkerSampling } from './sampling.ts';
 import {
   type CreateModelBody,
   type LoadWeightsBody,
   type OptimStepBody,
   type SaveWeightsBody,
+  type SaveWeightsExternalBody,
   stepName,
   tinkerPath,
   type UntypedFuture,
@@ -46,6 +48,7 @@ export class TinkerTraining {
     private readonly trainer: TinkerTrainer,
     private readonly futures: TinkerFutures,
     private readonly sampling: TinkerSampling,
+    private readonly provenance: TinkerProvenance,
     private readonly clock: Clock,
   ) {}
 
@@ -66,7 +69,10 @@ export class TinkerTraining {
   async forwardBackward(principal: Principal, request: ProtoForwardBackward): Promise<UntypedFuture> {
     const model = await this.tinkerModels.owned(principal, request.model_id);
     const client = adapterOf(model);
-    const batch = await this.trainer.batch(client, request.loss_fn, request.loss_fn_config, request.data);
+    // StableReinforce trains on what the sampler recorded, which each datum's provenance names.
+    const data =
+      request.loss_fn === 'stable_reinforce' ? await this.provenance.resolve(principal, request.data) : request.data;
+    const batch = await this.trainer.batch(client, request.loss_fn, request.loss_fn_config, data);
     // In protobuf an unset number reads as 0; the SDK numbers from 1.
     const numberedRequest = numbered(clientScope(model.tinkerId), request.seq_id || null, request);
     const kind = request.forward_only ? 'forward' : 'forward_backward';
@@ -106,7 +112,34 @@ export class TinkerTraining {
         body.sampling_session_seq_id == null
           ? null
           : await this.sampling.createSessionFor(principal, model.model.base_model, path);
+      // An unnamed save for a sampling client (save_weights_and_get_sampling_client) answers the session alone: SDKs up
+      // to 0.16 assert there is no path then. A named one answers its path.
+      if (session && body.path == null) return { type: 'save_weights_for_sampler', sampling_session_id: session };
       return { type: 'save_weights_for_sampler', path, ...(session ? { sampling_session_id: session } : {}) };
+    });
+  }
+
+  /**
+   * `save_weights_external`: the client's weights as a new checkpoint, named as an export, whose files (a Hugging Face
+   * PEFT adapter) `get_external_weights_urls` hands out. The TTL is checked and not kept: exports stay until deleted
+   * (`tinker checkpoint download` deletes its own) or retention removes their step.
+   */
+  async saveExternal(principal: Principal, body: SaveWeightsExternalBody): Promise<UntypedFuture> {
+    const model = await this.tinkerModels.owned(principal, body.model_id);
+    if (body.age_encryption_recipients?.length)
+      throw new AppError('bad_request', 'age_encryption_recipients: this server does not encrypt exports');
+    const request = numbered(clientScope(model.tinkerId), body.seq_id, body);
+    return this.queue(principal, 'save_weights_external', model, request, async () => {
+      const saved = await this.trainer.save(adapterOf(model), false);
+      await this.repository.nameCheckpoint({
+        model_id: model.model.id,
+        kind: 'external',
+        name: body.path,
+        step: saved.step,
+        state_path: null,
+        created_at: this.clock.now().toISOString(),
+      });
+      return { type: 'save_weights_external', path: tinkerPath(model.model.id, 'external', body.path) };
     });
   }
 

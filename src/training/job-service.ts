@@ -66,7 +66,11 @@ export class TrainingJobService {
       ['body', 'trajectory_groups'],
       await this.vocabularySize(model.base_model),
     );
-    problems.push(...shape, ...(shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups']) : []));
+    const identity = { entity: model.entity_name, project: model.project, name: model.name };
+    problems.push(
+      ...shape,
+      ...(shape.length === 0 ? checkRenderable(groups, ['body', 'trajectory_groups'], identity) : []),
+    );
     if (problems.length > 0) throw validationError(problems);
     const payload = rlPayload({ trajectory_groups: groups, config });
     const job = await this.queue.enqueue({ modelId: model.id, type: 'rl', payload });

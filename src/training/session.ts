@@ -12,12 +12,15 @@ import { JobError } from '../errors.ts';
 import type { JobQueue } from '../jobs/queue.ts';
 import type { RunContext, RunResult } from '../jobs/worker.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
+import type { ModelIdentity } from '../services/trajectory-exchanges.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { CheckpointPublisher, HistoryStep } from './checkpoint-publisher.ts';
 import { loraInit } from './defaults.ts';
 
 export interface TrainingSession {
   base: LoadedBase;
+  /** Whose adapter this is, by its served name's parts: a captured trajectory trains the exchanges that name it. */
+  model: ModelIdentity;
   engine: Engine;
   adapter: string;
   /** The step the trajectories were sampled from: the latest checkpoint when the session opened. */
@@ -63,6 +66,7 @@ export class CheckpointWriter {
 
     return {
       base,
+      model: { entity: model.entity_name, project: model.project, name: model.name },
       engine,
       adapter,
       fromStep: latest?.step ?? model.last_step,

@@ -39,9 +39,10 @@ export function registerWandbRoutes(app: FastifyInstance, auth: AuthService, wan
       const context = { principal, wandb, baseUrl: `${request.protocol}://${request.host}` };
       return executeWandbGraphql(context, request.body, (error) => request.log.error({ err: error }, 'W&B GraphQL resolver failed'));
     });
-    // A run's history, system metrics and console output: this server keeps no runs, so it reads them and drops them.
-    api.post(FILE_STREAM_PATH, OPEN, async (request) => {
-      await principalOf(auth, request);
+    // A run's history, system metrics and console output: the history of a run named after a model is kept in its
+    // run history (history.ts); the rest is read and dropped.
+    api.post<{ Params: { entity: string; project: string; run: string } }>(FILE_STREAM_PATH, OPEN, async (request) => {
+      await wandb.history.receive(await principalOf(auth, request), request.params, request.body);
       return {};
     });
     api.post(TELEMETRY_PATH, OPEN, async () => {

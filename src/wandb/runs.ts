@@ -1,8 +1,9 @@
 /**
  * The run side of the W&B SDK, as far as `wandb.init` and `run.finish` need it: who the key is (viewer), the
  * projects of its entities, run creation (upsertBucket) and the upload URLs for the run's own files. No run is
- * kept: a run exists for the SDK's session only, so resuming one (`resume="must"`) finds nothing, and its files,
- * history and console output are read and dropped. Training metrics live in our checkpoints instead.
+ * kept: a run exists for the SDK's session only, so resuming one (`resume="must"`) finds nothing, and its files and
+ * console output are read and dropped. Its history is kept when the run is named after a model (history.ts): then it
+ * is the model's run history, where training metrics live too.
  */
 import { AppError, excerpt } from '../errors.ts';
 import type { UpsertBucketInput } from './schemas.ts';

@@ -6,6 +6,7 @@ installed in the venv (scripts/python/art.txt, art-0523.txt) talks to our server
 with one of our keys as WANDB_API_KEY, as a self-hosted user would set them. The only addition is an observer on ART's
 own SFT job call that notes the URL ART sent (and passes the call on). Before ART runs, the SDK is also called
 directly, twice: with a key this server does not know, and asking for an artifact alias the server does not serve.
+After SFT, `model.log(split="val")` logs held-out groups, which ART writes to its W&B run: the SDK streams them here.
 Run with $ART_PYTHON (ART 0.5.18, .venv-art) or $ART_0523_PYTHON (0.5.23, .venv-art-0523):
 
     stdin  {"server": "http://host:port", "api_key": str, "base_model": str, "workdir": folder}
@@ -80,6 +81,22 @@ def direct_sdk_calls(data_path: str, key: str) -> dict:
     return {"wrong_key": error_of(wrong_key), "unsupported_alias": error_of(unsupported_alias)}
 
 
+async def log_val(art, model) -> list:
+    """`model.log(split="val")` at three steps, each group's rewards chosen so its mean is known: ART writes its local
+    history and, WANDB_API_KEY being set, the W&B run it names after the model, whose history the SDK streams to our
+    server. The run is then finished (ART leaves that to the process's exit), so the SDK has sent every line."""
+    logged = []
+    for step, rewards in enumerate(([0.0, 0.5], [0.5, 0.5], [1.0, 0.5])):
+        messages = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Red."}]
+        group = art.TrajectoryGroup(
+            [art.Trajectory(messages_and_choices=messages, reward=reward) for reward in rewards]
+        )
+        await model.log([group], split="val", step=step)
+        logged.append({"step": step, "reward": sum(rewards) / len(rewards)})
+    model._wandb_run.finish()
+    return logged
+
+
 async def main() -> dict:
     request = json.load(sys.stdin)
     import art
@@ -110,6 +127,7 @@ async def main() -> dict:
     await train_sft_from_file(model, path, epochs=1, batch_size=2, peak_lr=1e-2)
     out["after"] = await model.get_step()
     out["training_data_urls"] = urls
+    out["val_logged"] = await log_val(art, model)
     await backend.close()
     return out
 

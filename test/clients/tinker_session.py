@@ -1,7 +1,7 @@
 """The official `tinker` SDK (run with $TINKER_PYTHON) against our server, for test/tinker-api.test.ts.
 
 Reads {server, api_key, other_key, base_model, tokenizer} as JSON on stdin; drives a supervised loop, an RL
-loop with importance sampling, a save/load round trip, sampling from saved weights, the SDK's error paths and a
+loop with importance sampling, StableReinforce on recorded samples, a save/load round trip, sampling from saved weights, the SDK's error paths and a
 diverged optim_step;
 prints what it observed as JSON. It asserts nothing: the test decides.
 """
@@ -113,6 +113,83 @@ def reinforcement(service, tokenizer, base_model):
         .metrics["loss:sum"],
         "sampler_path": saved.path,
         "trained_sample_length": len(trained_sample.sequences[0].tokens),
+    }
+
+
+def stable_reinforce(service, tokenizer, base_model):
+    """tinker 0.38's StableReinforce: sampled with record_stability_info, each datum naming its sequence's prompt and
+    sampled tokens (Datum.with_provenance, as the cookbook builds them). The datums carry zeros for logprobs on purpose:
+    the server trains on the logprobs it recorded when sampling. Then the ways a datum's provenance can be wrong."""
+    trainer = service.create_lora_training_client(base_model=base_model, rank=4, seed=4).result()
+    sampler = trainer.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    prompt = tokenizer.encode("the sky is").ids
+    params = types.SamplingParams(max_tokens=5, temperature=1.0, seed=11)
+    result = sampler.sample(types.ModelInput.from_ints(prompt), 2, params).result()
+    data, advantages = [], []
+    for index, sequence in enumerate(result.sequences):
+        tokens = prompt + list(sequence.tokens)
+        advantage = 1.0 if index == 0 else -1.0
+        advantages.append(advantage)
+        pad = [0.0] * (len(prompt) - 1)
+        plain = types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={
+                "target_tokens": tokens[1:],
+                "logprobs": [0.0] * (len(tokens) - 1),
+                "advantages": pad + [advantage] * len(sequence.tokens),
+            },
+        )
+        sid = sequence.sequence_id
+        data.append(
+            plain.with_provenance(
+                model_input=[
+                    types.PromptProvenanceSpan(sequence_id=sid, length=len(prompt)),
+                    types.SampledProvenanceSpan(sequence_id=sid, length=len(sequence.tokens) - 1),
+                ],
+                loss_fn_inputs=[
+                    types.PromptProvenanceSpan(sequence_id=sid, offset=1, length=len(prompt) - 1),
+                    types.SampledProvenanceSpan(sequence_id=sid, length=len(sequence.tokens)),
+                ],
+            )
+        )
+    fb = trainer.forward_backward(data, "stable_reinforce").result()
+    trainer.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    first = data[0]
+    spans = first.loss_fn_input_spans
+
+    def with_spans(target_spans, targets=None):
+        inputs = {**first.loss_fn_inputs}
+        if targets is not None:
+            inputs["target_tokens"] = targets
+        return types.Datum(
+            model_input=first.model_input,
+            loss_fn_inputs=inputs,
+            model_input_spans=first.model_input_spans,
+            loss_fn_input_spans=target_spans,
+        )
+
+    unknown = [spans[0], types.SampledProvenanceSpan(sequence_id="no-such-sequence", length=spans[1].length)]
+    targets = first.loss_fn_inputs["target_tokens"].tolist()
+    other_token = targets[:-1] + [(targets[-1] + 1) % 100]
+    return {
+        "prompt_length": len(prompt),
+        "advantages": advantages,
+        "sampler_logprobs": [list(sequence.logprobs) for sequence in result.sequences],
+        "trainer_logprobs": [output["logprobs"].tolist() for output in fb.loss_fn_outputs],
+        "elementwise_loss": [output["elementwise_loss"].tolist() for output in fb.loss_fn_outputs],
+        "loss": fb.metrics["loss:sum"],
+        "errors": {
+            "without_provenance": failure(
+                lambda: trainer.forward(
+                    [types.Datum(model_input=first.model_input, loss_fn_inputs=first.loss_fn_inputs)],
+                    "stable_reinforce",
+                ).result()
+            ),
+            "unknown_sequence": failure(lambda: trainer.forward([with_spans(unknown)], "stable_reinforce").result()),
+            "other_token": failure(
+                lambda: trainer.forward([with_spans(spans, other_token)], "stable_reinforce").result()
+            ),
+        },
     }
 
 
@@ -351,6 +428,7 @@ def main():
     out = {"capabilities": [model.model_name for model in capabilities.supported_models]}
     out["supervised"] = supervised(service, tokenizer, base_model)
     out["reinforcement"] = reinforcement(service, tokenizer, base_model)
+    out["stable_reinforce"] = stable_reinforce(service, tokenizer, base_model)
     out["save_and_load"] = save_and_load(service, tokenizer, base_model)
     out["custom_loss"] = custom_loss(service, tokenizer, base_model)
     run_id = out["supervised"]["sampler_path"][len("tinker://") :].split("/")[0]

@@ -4,7 +4,7 @@
  * runner builds from them.
  */
 import OpenAI from 'openai';
-import { type Trajectory, withTrajectoryDefaults } from '../../src/api/models.ts';
+import { type LegacyTrajectory as Trajectory, withTrajectoryDefaults } from '../../src/api/models.ts';
 import { parseRlConfig } from '../../src/training/rl/config.ts';
 import { trajectorySequences } from '../../src/training/rl/runner.ts';
 import type { E2eServer } from './server.ts';
@@ -123,7 +123,11 @@ export async function samplerTrainerGap(
   const { config } = parseRlConfig({}, () => 1e-5);
   const gap: Gap = { worst: 0, compared: 0, missing: 0, sequences: 0 };
   for (const trajectory of trajectories) {
-    for (const sequence of trajectorySequences(base, withTrajectoryDefaults(trajectory), config, 'test')) {
+    for (const sequence of trajectorySequences(base, withTrajectoryDefaults(trajectory), config, 'test', {
+      entity: 'local',
+      project: 'test',
+      name: 'test',
+    })) {
       gap.sequences += 1;
       const forward = await services.runtime
         .trainer()

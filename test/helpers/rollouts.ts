@@ -3,13 +3,13 @@
  * jobs on uploaded question-answer conversations, and waiting for a job and reading its events.
  */
 import assert from 'node:assert/strict';
-import type { Trajectory as ApiTrajectory } from '../../src/api/models.ts';
+import type { LegacyTrajectory } from '../../src/api/models.ts';
 import { uploadArtifact } from './artifacts.ts';
 import { waitFor } from './poll.ts';
 import type { E2eServer } from './server.ts';
 
 /** The API's trajectory as sampled here: always scored. */
-export type Trajectory = ApiTrajectory & { reward: number };
+export type Trajectory = LegacyTrajectory & { reward: number };
 
 export async function sampleChoice(
   e2e: E2eServer,

@@ -1,12 +1,12 @@
 """PEFT's reading of one of our checkpoints, as expected values for test/peft.test.ts.
 
-Hugging Face transformers loads the base model from the GGUF itself (`gguf_file=`), and
+Hugging Face transformers loads the base model from the GGUF itself (`gguf_file=`) or an HF folder, and
 `peft.PeftModel.from_pretrained` loads our checkpoint folder (adapter_config.json +
 adapter_model.safetensors) onto it: nothing here shares code with our engine. The
 config's base_model_name_or_path may be a path on the server's machine, so the base is
 given explicitly rather than resolved from it. Run with $REFERENCE_PYTHON:
 
-    stdin  {"gguf": path, "adapter": folder, "rows": [[token id]]}
+    stdin  {"gguf": path | "base": HF model folder, "adapter": folder, "rows": [[token id]]}
     stdout {"logprobs": [[logprob of token t after tokens < t; null at t = 0]] with the adapter,
             "base_logprobs": the same without it,
             "lora_b_max_abs": largest |B| entry (0 for an untrained adapter),
@@ -31,8 +31,11 @@ def row_logprobs(model, row):
 
 def main() -> None:
     request = json.load(sys.stdin)
-    folder, name = os.path.split(os.path.abspath(request["gguf"]))
-    base = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    if "base" in request:
+        base = AutoModelForCausalLM.from_pretrained(request["base"], dtype=torch.float32).eval()
+    else:
+        folder, name = os.path.split(os.path.abspath(request["gguf"]))
+        base = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
     rows = request["rows"]
     with torch.no_grad():
         base_logprobs = [row_logprobs(base, row) for row in rows]

@@ -16,6 +16,31 @@ describe('configuration', () => {
     assert.ok(config.dataDir.endsWith('/data'));
   });
 
+  test('base model aliases: SmolLM2 answers to its Hugging Face name; BASE_MODEL_ALIASES adds names, and a bad entry is named', () => {
+    const builtIn = loadConfig({}).baseModels.find((model) => model.id === 'builtin/smollm2-135m-instruct');
+    assert.deepEqual(builtIn?.aliases, ['HuggingFaceTB/SmolLM2-135M-Instruct']);
+    const config = loadConfig({ BASE_MODEL_ALIASES: 'builtin/tiny-chat=Org/Tiny|org/tiny-chat' });
+    assert.deepEqual(config.baseModels.find((model) => model.id === 'builtin/tiny-chat')?.aliases, [
+      'Org/Tiny',
+      'org/tiny-chat',
+    ]);
+    // The built-in specs are not changed for the next configuration.
+    assert.equal(loadConfig({}).baseModels.find((model) => model.id === 'builtin/tiny-chat')?.aliases, undefined);
+    for (const [aliases, named] of [
+      ['no-such-base=Org/X', /"no-such-base" is not one of BASE_MODELS/],
+      ['builtin/tiny-chat=', /expected base-id=name\|name/],
+      [
+        'builtin/tiny-chat=HuggingFaceTB/SmolLM2-135M-Instruct',
+        /names both builtin\/smollm2-135m-instruct and builtin\/tiny-chat/,
+      ],
+    ] as const)
+      assert.throws(
+        () => loadConfig({ BASE_MODEL_ALIASES: aliases }),
+        (error: Error) => error instanceof ConfigError && named.test(error.message),
+        aliases,
+      );
+  });
+
   test('timeouts and connection caps: defaults, and a request timeout shorter than the headers one is refused', () => {
     const config = loadConfig({});
     assert.deepEqual(

@@ -19,9 +19,7 @@ function textOf(content: unknown): string {
 
 /** What the model wrote: every assistant turn (a Choice's message included) with its tool calls. */
 export function assistantText(trajectory: TrajectoryDetail): string {
-  const items = Array.isArray(trajectory.data.messages_and_choices)
-    ? (trajectory.data.messages_and_choices as Record<string, unknown>[])
-    : [];
+  const items = trajectory.conversation.messages_and_choices;
   const turns = items.flatMap((item) => {
     const message = (item && typeof item.message === 'object' && item.message !== null ? item.message : item) as Record<
       string,

@@ -27,13 +27,21 @@ export function advantageColour(advantage: number): { hue: number; alpha: number
   return { hue: advantage >= 0 ? 120 : 0, alpha: Math.round(Math.min(1, Math.abs(advantage) / 2) * 100) / 100 };
 }
 
+const utf8 = new TextDecoder();
+
+/** A logprob entry's text: its `bytes` decoded when the token is written as an id (`return_tokens_as_token_ids`). */
+function tokenText(entry: { token: string; bytes?: unknown }): string {
+  if (!entry.token.startsWith('token_id:') || !Array.isArray(entry.bytes)) return entry.token;
+  return utf8.decode(Uint8Array.from(entry.bytes.filter((byte): byte is number => Number.isInteger(byte))));
+}
+
 export function sampledTokens(items: unknown[]): SampledToken[] {
   return items.flatMap((item) => {
     const content = (item as { message?: unknown; logprobs?: { content?: unknown } | null } | null)?.logprobs?.content;
     if (!Array.isArray(content)) return [];
-    return content.flatMap((entry: { token?: unknown; logprob?: unknown }) =>
+    return content.flatMap((entry: { token?: unknown; logprob?: unknown; bytes?: unknown }) =>
       typeof entry?.token === 'string' && typeof entry.logprob === 'number'
-        ? [{ token: entry.token, logprob: entry.logprob }]
+        ? [{ token: tokenText({ token: entry.token, bytes: entry.bytes }), logprob: entry.logprob }]
         : [],
     );
   });

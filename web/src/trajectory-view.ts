@@ -181,8 +181,11 @@ function keyValues(title: string, record: unknown): HTMLElement | null {
 /** `advantage`: the trajectory's, when its whole group is known to the caller (colours the tokens). */
 export function trajectoryView(trajectory: TrajectoryDetail, advantage: number | null = null): HTMLElement {
   const data = trajectory.data;
-  const items = Array.isArray(data.messages_and_choices) ? data.messages_and_choices : [];
-  const histories = Array.isArray(data.additional_histories) ? data.additional_histories.filter(isObject) : [];
+  const { conversation } = trajectory;
+  const items = conversation.messages_and_choices;
+  const histories = conversation.additional_histories;
+  // A captured trajectory's other conversations are branches of its rollout (ART's histories), not extra histories.
+  const historyLabel = conversation.form === 'captured' ? 'Branch' : 'Additional history';
   const logs = Array.isArray(data.logs) ? data.logs : [];
   const reward = trajectory.reward;
   return h(
@@ -202,17 +205,24 @@ export function trajectoryView(trajectory: TrajectoryDetail, advantage: number |
           reward === null ? '—' : num(reward),
         ),
         h('span', { class: 'muted' }, `split ${trajectory.split} · step ${trajectory.step} · ${items.length} messages`),
+        conversation.form === 'captured'
+          ? h(
+              'span',
+              { class: 'pill', title: "Captured with ART's art.Trajectory(): the exchanges as its clients made them" },
+              `captured: ${conversation.kinds.join(', ')}`,
+            )
+          : null,
       ),
     ),
     conversationView(items),
     tokenView(items, advantage, trajectory.trained_tokens ?? null),
-    toolsView(data.tools),
+    toolsView(conversation.tools),
     histories.map((history, index) =>
       h(
         'details',
         { class: 'section-details', open: true },
-        h('summary', `Additional history ${index + 1}`),
-        conversationView(Array.isArray(history.messages_and_choices) ? history.messages_and_choices : []),
+        h('summary', `${historyLabel} ${index + 1}`),
+        conversationView(history.messages_and_choices),
         toolsView(history.tools),
       ),
     ),

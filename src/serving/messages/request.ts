@@ -7,7 +7,12 @@
  */
 import type { ChatCompletionBody } from '../../api/chat.ts';
 import type { CountTokensBody, MessagesBody } from '../../api/messages.ts';
-import { anthropicMessages, anthropicToolChoice, anthropicTools } from '../../conversation/anthropic-messages.ts';
+import {
+  anthropicMessages,
+  anthropicTemplateKwargs,
+  anthropicToolChoice,
+  anthropicTools,
+} from '../../conversation/anthropic-messages.ts';
 import { ConversionError } from '../../conversation/chat-shapes.ts';
 import { parseChatRequest } from '../chat/request.ts';
 import { inDoorTerms } from '../door.ts';
@@ -21,15 +26,6 @@ const FIELD_NAMES = {
   parallel_tool_calls: 'tool_choice',
 };
 
-/** `thinking: {type: enabled | disabled}` as the template switch reasoning models read. */
-function thinkingKwargs(body: CountTokensBody): Record<string, unknown> {
-  const kwargs = { ...(body.chat_template_kwargs ?? {}) };
-  const type = body.thinking?.type;
-  if (type === 'enabled' || type === 'disabled') kwargs.enable_thinking ??= type === 'enabled';
-  else if (type !== undefined) throw new ConversionError('thinking.type', 'must be "enabled" or "disabled"');
-  return kwargs;
-}
-
 /** The conversation, its tools and the template's switches, as a chat body (a token count reads no more). */
 function conversationBody(body: CountTokensBody) {
   const tools = anthropicTools(body.tools);
@@ -39,7 +35,7 @@ function conversationBody(body: CountTokensBody) {
     messages: anthropicMessages(body.system, body.messages),
     ...(tools ? { tools, parallel_tool_calls: parallel } : {}),
     ...(toolChoice !== null ? { tool_choice: toolChoice } : {}),
-    chat_template_kwargs: thinkingKwargs(body),
+    chat_template_kwargs: anthropicTemplateKwargs(body.chat_template_kwargs, body.thinking),
   };
 }
 

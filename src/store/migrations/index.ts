@@ -8,6 +8,7 @@ import * as m005 from './005-trained-tokens.ts';
 import * as m006 from './006-tinker.ts';
 import * as m007 from './007-tinker-requests.ts';
 import * as m008 from './008-artifact-type.ts';
+import * as m010 from './010-client-records.ts';
 import * as m011 from './011-stored-responses.ts';
 import type { MigrationContext } from './context.ts';
 
@@ -26,5 +27,6 @@ export const MIGRATIONS: Migration[] = [
   { version: 6, name: 'tinker', up: m006.up },
   { version: 7, name: 'tinker-requests', up: m007.up },
   { version: 8, name: 'artifact-type', up: m008.up },
+  { version: 10, name: 'client-records', up: m010.up },
   { version: 11, name: 'stored-responses', up: m011.up },
 ];

@@ -4,7 +4,7 @@
  * listed and servable before the job completes.
  */
 import { setImmediate } from 'node:timers/promises';
-import type { FullTrajectory } from '../../api/models.ts';
+import type { FullTrajectory, TrajectoryExchanges } from '../../api/models.ts';
 import type { JobRow } from '../../api/training-jobs.ts';
 import { TemplateError } from '../../conversation/template.ts';
 import type { TrainRow } from '../../engine/protocol.ts';
@@ -12,6 +12,7 @@ import { JobError } from '../../errors.ts';
 import type { JobQueue } from '../../jobs/queue.ts';
 import type { RunContext, RunResult } from '../../jobs/worker.ts';
 import type { LoadedBase } from '../../services/base-model-runtime.ts';
+import { generationsFor, type ModelIdentity, readExchanges } from '../../services/trajectory-exchanges.ts';
 import { populationStd } from '../../services/trajectory-metrics.ts';
 import type { SpreadPoint } from '../../services/trajectory-service.ts';
 import type { TrainedTrajectory } from '../../store/trained-token-repository.ts';
@@ -19,6 +20,7 @@ import { optimizerConfig } from '../defaults.ts';
 import type { TrainingSequence } from '../render.ts';
 import { trainingRenderer } from '../render.ts';
 import { type CheckpointWriter, openJob, type TrainingSession } from '../session.ts';
+import { capturedSequences } from './captured.ts';
 import { engineLossConfig, type RlConfig } from './config.ts';
 import {
   groupAdvantages,
@@ -81,15 +83,23 @@ function tokenizeHistory(
   }
 }
 
-/** The trainable sequences of a trajectory and its additional histories, rendered with its tools and template kwargs. */
+/**
+ * The trainable sequences of a trajectory: a captured one's generations for `model` (captured.ts), or a legacy one and
+ * its additional histories, rendered with its tools and template kwargs.
+ */
 export function trajectorySequences(
   base: LoadedBase,
   trajectory: FullTrajectory,
   config: RlConfig,
   where: string,
+  model: ModelIdentity,
 ): TrainingSequence[] {
+  if (trajectory.exchanges) return capturedTrajectorySequences(base, trajectory.exchanges, config, where, model);
   const kwargs = { ...config.chat_template_kwargs, ...trajectory.chat_template_kwargs };
-  const histories = [trajectory, ...trajectory.additional_histories];
+  const histories: (TrajectoryInput & { tools?: unknown[] | null })[] = [
+    { messages_and_choices: trajectory.messages_and_choices ?? [], tools: trajectory.tools },
+    ...trajectory.additional_histories,
+  ];
   return histories.flatMap((history, historyIndex) =>
     tokenizeHistory(
       base,
@@ -101,12 +111,32 @@ export function trajectorySequences(
   );
 }
 
+function capturedTrajectorySequences(
+  base: LoadedBase,
+  exchanges: TrajectoryExchanges,
+  config: RlConfig,
+  where: string,
+  model: ModelIdentity,
+): TrainingSequence[] {
+  const read = readExchanges(exchanges, ['exchanges']);
+  const chosen = generationsFor(read.generations, model, ['exchanges']);
+  const problem = read.problems[0] ?? chosen.problem;
+  if (problem) throw new JobError('bad_trajectory', `${where}.${problem.loc.join('.')}: ${problem.msg}`);
+  try {
+    return capturedSequences({ tokenizer: base.tokenizer, template: base.template! }, chosen.generations, config);
+  } catch (error) {
+    if (error instanceof TemplateError || error instanceof TrajectoryTokenizeError)
+      throw new JobError('bad_trajectory', `${where}.${error.message}`);
+    throw error;
+  }
+}
+
 /**
  * Advantages per group, then the token sequences of every trajectory that still has something to learn. It yields
  * to the event loop after each trajectory: rendering a job's worth of multi-turn histories takes seconds, and the
  * chats and health checks served beside the job must not wait for all of it.
  */
-async function jobData(payload: RlJobPayload, base: LoadedBase): Promise<JobData> {
+async function jobData(payload: RlJobPayload, base: LoadedBase, model: ModelIdentity): Promise<JobData> {
   const { config } = payload;
   const sequences: ScoredSequence[] = [];
   const rewards: number[] = [];
@@ -125,7 +155,7 @@ async function jobData(payload: RlJobPayload, base: LoadedBase): Promise<JobData
       const id = trajectoryIndex++;
       if (advantage === 0) continue;
       const where = `trajectory_groups[${groupIndex}].trajectories[${index}]`;
-      const found = trajectorySequences(base, trajectory, config, where);
+      const found = trajectorySequences(base, trajectory, config, where, model);
       for (const sequence of found) sequences.push({ ...sequence, advantage, trajectory: id });
       if (found.some((sequence) => sequence.mask.some((m, t) => m && sequence.logprobs[t] === null)))
         withoutLogprobs.push(where);
@@ -163,7 +193,7 @@ export function createRlRunner(deps: RlRunnerDeps) {
     const { payload, session } = await openJob(deps, job, context, { read: readRlPayload, renders: 'trajectories' });
     const { base } = session;
     const { config } = payload;
-    const data = await jobData(payload, base);
+    const data = await jobData(payload, base, session.model);
     const reference = config.kl_penalty_coef > 0 ? await klReference(config, session) : null;
     const learningRate =
       config.learning_rate *

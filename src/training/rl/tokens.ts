@@ -23,7 +23,7 @@ export interface TrajectoryInput {
 export class TrajectoryTokenizeError extends Error {}
 
 /** What the policy produced for a turn it was not sampled with: the template's rendering of it, up to its end-of-turn token. */
-function retokenizedTurn(
+export function retokenizedTurn(
   renderer: TrainingRenderer,
   messages: Record<string, unknown>[],
   index: number,
@@ -42,7 +42,7 @@ function retokenizedTurn(
   return { ids, logprobs: ids.map(() => null) };
 }
 
-function startsWith(ids: readonly number[], prefix: readonly number[]): boolean {
+export function startsWith(ids: readonly number[], prefix: readonly number[]): boolean {
   return prefix.length <= ids.length && prefix.every((id, t) => ids[t] === id);
 }
 

@@ -10,8 +10,11 @@ import { AppError } from '../../errors.ts';
  * The losses we run and the defaults of their `loss_fn_config`. Tinker's docs fix PPO's ε at 0.2 (the ratio clipped
  * to [0.8, 1.2]), which we also take for CISPO; for DRO they name no default, only β = 0.05 in their example, which
  * we use; for GSPO (sequence ratio over `sequence_ratio_mask`) we take its paper's clip range, 3e-4 below and 4e-4
- * above 1. The engine takes every key explicitly; which losses exist and which keys each reads are the engine's
- * (engine/protocol.json `StepLossConfigs`), so a loss or key missing here, or one the engine lacks, fails to compile.
+ * above 1. StableReinforce (tinker 0.38, the cookbook's default RL loss) names `kl_coeff` and no default: ours is 0,
+ * no KL term (docs/tinker.md has the loss as we define it; its rows' logprobs are the ones the sampler recorded, which
+ * the Tinker room puts in from each datum's provenance). The engine takes every key explicitly; which losses exist and
+ * which keys each reads are the engine's (engine/protocol.json `StepLossConfigs`), so a loss or key missing here, or
+ * one the engine lacks, fails to compile.
  */
 export const LOSS_DEFAULTS = {
   cross_entropy: {},
@@ -20,6 +23,7 @@ export const LOSS_DEFAULTS = {
   cispo: { clip_low_threshold: 0.8, clip_high_threshold: 1.2 },
   dro: { beta: 0.05 },
   gspo: { clip_low_threshold: 1 - 3e-4, clip_high_threshold: 1 + 4e-4 },
+  stable_reinforce: { kl_coeff: 0 },
 } as const satisfies StepLossConfigs;
 export type TinkerLoss = StepLoss;
 
