@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Every GPU check of issue 27, run once on a GPU host from the repository root: `bash bench/gpu_check.sh`.
-# Installs what it can (each step optional, each failure said and skipped), then runs bench/gpu_check.py for each
-# model shape in GPU_CHECK_SHAPES (default: SmolLM2-135M, then Qwen3-0.6B; random weights unless the real SmolLM2
-# is installed) and prints its `FIGURE name = value` lines. About 10 minutes on one H100 once installed.
+# Every GPU check of issues 27 and 34, run once on a GPU host from the repository root: `bash bench/gpu_check.sh`.
+# Installs what it can (each step optional, each failure said and skipped), then runs bench/gpu_trainer.py (the
+# trainer on a Qwen3-8B-shaped model: an RL step's tokens/s, MFU against the measured bf16 matmul rate and peak
+# memory, the same step through transformers + PEFT, decode at 1 and 32 streams, the trainer engine process on the
+# device), then bench/gpu_check.py for each model shape in GPU_CHECK_SHAPES (default: SmolLM2-135M; random weights
+# unless the real SmolLM2 is installed), and prints their `FIGURE name = value` lines. The whole run stops within
+# GPU_CHECK_BUDGET_S seconds (default 590: ten minutes), each step cut off where the budget ends.
 #
 # What it installs, where a package registry answers:
 # - the engine's packages (scripts/python/engine.txt: on a GPU host its torch pin resolves to the CUDA build) into
 #   .venv-gpu; without a registry, the first python3 whose torch sees a GPU serves instead;
 # - the official vLLM (scripts/python/vllm-gpu.txt) into .venv-vllm-gpu, for the vLLM-kind checks; without a
 #   registry they are skipped (its wheels, torch's CUDA build among them, are GBs).
-# Set ENGINE_GPU_PYTHON / VLLM_PYTHON to use Pythons of your own instead.
+# Set ENGINE_GPU_PYTHON / VLLM_PYTHON to use Pythons of your own instead, GPU_CHECK_VLLM=0 to skip vLLM altogether,
+# and GPU_TRAINER_ARGS to pass bench/gpu_trainer.py arguments (a dry run on CPU: ENGINE_GPU_PYTHON=<a Python with
+# torch, transformers and peft> GPU_CHECK_VLLM=0 GPU_CHECK_SHAPES=tiny GPU_TRAINER_ARGS="--device cpu --shape tiny
+# --rows 2 --length 256" bash bench/gpu_check.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -33,6 +39,7 @@ engine_python() {
 }
 
 vllm_python() {
+  if [ "${GPU_CHECK_VLLM:-1}" = 0 ]; then return 1; fi
   if [ -n "${VLLM_PYTHON:-}" ]; then echo "$VLLM_PYTHON"; return; fi
   # vLLM's own start-up checks (CUDA, its kernels) are the test that the install works.
   if make_venv .venv-vllm-gpu scripts/python/vllm-gpu.txt && .venv-vllm-gpu/bin/python -c 'import vllm' 2>/dev/null; then
@@ -58,16 +65,24 @@ fi
 echo "install took $(( $(date +%s) - started ))s"
 
 status=0
-for shape in ${GPU_CHECK_SHAPES:-smollm2-135m qwen3-0.6b}; do
+budget=${GPU_CHECK_BUDGET_S:-590}
+left() { local s=$(( budget - ($(date +%s) - started) )); echo $(( s > 1 ? s : 1 )); }  # timeout 0 would mean none
+echo "== the trainer on CUDA, Qwen3-8B shape, vs transformers + PEFT (bench/gpu_trainer.py) ($(date -u +%H:%M:%S))"
+# shellcheck disable=SC2086 (GPU_TRAINER_ARGS is a list of arguments)
+PYTHONUNBUFFERED=1 timeout "$(left)" "$python" bench/gpu_trainer.py ${GPU_TRAINER_ARGS:-} || { status=1; echo "gpu_check: gpu_trainer.py FAILED"; }
+for shape in ${GPU_CHECK_SHAPES:-smollm2-135m}; do
+  if [ "$(left)" -le 30 ]; then echo "gpu_check: out of time before $shape"; status=1; break; fi
   echo "== our engine on CUDA, $shape ($(date -u +%H:%M:%S))"
   # The vLLM-kind checks (phase 3 of issue 27) run inside gpu_check.py's marked section, once per shape.
-  PYTHONUNBUFFERED=1 "$python" bench/gpu_check.py --shape "$shape" || { status=1; echo "gpu_check: $shape FAILED"; }
+  PYTHONUNBUFFERED=1 timeout "$(left)" "$python" bench/gpu_check.py --shape "$shape" || { status=1; echo "gpu_check: $shape FAILED"; }
 done
 # The vLLM sampler engine behind our HTTP API vs our engine (bench/vllm-sampler.ts: decode tok/s at 1 and 32 streams,
 # p50 TTFT, the warm-prefix group, the step-0 logprob gap), bf16 on the GPU, vLLM leaving the trainer most of it.
-if [ -n "${VLLM_PYTHON:-}" ] && command -v node >/dev/null && [ -d node_modules ] && [ -f models/smollm2-135m-instruct/config.json ]; then
+if [ "$(left)" -le 60 ]; then
+  echo "gpu_check: our API over vLLM skipped (out of time)"
+elif [ -n "${VLLM_PYTHON:-}" ] && command -v node >/dev/null && [ -d node_modules ] && [ -f models/smollm2-135m-instruct/config.json ]; then
   echo "== our API: our engine vs the vLLM sampler (bench/vllm-sampler.ts) ($(date -u +%H:%M:%S))"
-  ENGINE_PYTHON=$python DTYPE=bfloat16 VLLM_ARGS="${GPU_CHECK_VLLM_ARGS:---gpu-memory-utilization 0.35}" timeout 1500 npx tsx bench/vllm-sampler.ts \
+  ENGINE_PYTHON=$python DTYPE=bfloat16 VLLM_ARGS="${GPU_CHECK_VLLM_ARGS:---gpu-memory-utilization 0.35}" timeout "$(left)" npx tsx bench/vllm-sampler.ts \
     || { status=1; echo "gpu_check: bench/vllm-sampler.ts FAILED"; }
 else
   echo "gpu_check: our API over vLLM skipped (needs VLLM_PYTHON, node with node_modules, and models/smollm2-135m-instruct)"

@@ -10,5 +10,7 @@ through transformers' modeling code, with our cache and LoRA), lora.py (adapters
 layout, batched LoRA), peft.py (an adapter folder checked against a base, and loaded), sampling.py (per-request sampling), constraints.py (llguidance token masks),
 generate.py (continuous batching), train.py (logprobs, RL/SFT step), steps.py (Tinker's token-level
 forward/backward, losses and AdamW step).
+The trainer's process group: group.py (its ranks, the launcher's environment, collectives), shard.py (FSDP2 over
+the base, the adapters' sharded state), parts.py (which part of the rows each rank computes, in lockstep batches).
 Offline tools: gguf_convert.py (a GGUF file to an HF folder), pretrain.py (full-weight pretraining).
 """

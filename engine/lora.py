@@ -153,6 +153,11 @@ class Adapter:
     B: dict[str, torch.Tensor]  # module path -> [out, rank]
     optimizer: torch.optim.Optimizer | None = None
     version: int = 0  # bumped by every optimizer step; StackCache keys on (uid, version)
+    # In a trainer of several ranks (shard.py): this rank's rows of each parameter (in `names()` order), which the
+    # optimizer steps; A and B then hold a gathered copy only while an op computes with it. None: A and B are the
+    # parameters themselves.
+    shards: list[torch.Tensor] | None = field(default=None, repr=False)
+    whole_shapes: list[tuple[int, ...]] = field(default_factory=list, repr=False)  # of each parameter, with shards
     pins: int = field(default=0, repr=False)
     uid: int = field(default_factory=lambda: next(_UIDS), repr=False)
 
@@ -163,8 +168,19 @@ class Adapter:
     def parameters(self) -> list[torch.Tensor]:
         return [t for m in sorted(self.A) for t in (self.A[m], self.B[m])]
 
+    def trainable(self) -> list[torch.Tensor]:
+        """What the optimizer steps: this rank's shards in a trainer of several ranks, else the parameters."""
+        return self.parameters() if self.shards is None else self.shards
+
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.parameters())
+        held = self.parameters() + (self.shards or [])
+        return sum(t.numel() * t.element_size() for t in held)
+
+    def optimizer_nbytes(self) -> int:
+        if self.optimizer is None:
+            return 0
+        states = list(self.optimizer.state.values())
+        return sum(v.numel() * v.element_size() for st in states for v in st.values() if torch.is_tensor(v))
 
 
 class NonFinite(Exception):
@@ -186,13 +202,22 @@ def first_bad_value(t: torch.Tensor) -> tuple[float, list[int]] | None:
     return float(t.flatten()[flat]), index
 
 
-def weights_problem(tensors: dict[str, torch.Tensor]) -> str | None:
-    """The first value out of bounds, as 'TENSOR holds VALUE at index [i, j]', or None when all are in bounds."""
+def weights_problem(tensors: dict[str, torch.Tensor], first_rows: dict[str, int] | None = None) -> str | None:
+    """The first value out of bounds, as 'TENSOR holds VALUE at index [i, j]', or None when all are in bounds.
+
+    `first_rows`: where a tensor is a shard, the row of the whole tensor its row 0 is (the index names that row)."""
+    found = first_problem(tensors, first_rows)
+    return None if found is None else found[1]
+
+
+def first_problem(tensors: dict[str, torch.Tensor], first_rows: dict[str, int] | None = None) -> tuple | None:
+    """(name, message) of weights_problem's first value out of bounds, or None."""
     for name in sorted(tensors):
         bad = first_bad_value(tensors[name])
         if bad is not None:
-            return (
-                f"{name} holds {bad[0]:g} at index {bad[1]} (adapter values must be finite "
+            index = [bad[1][0] + (first_rows or {}).get(name, 0), *bad[1][1:]]
+            return name, (
+                f"{name} holds {bad[0]:g} at index {index} (adapter values must be finite "
                 f"and within ±{MAX_ABS_WEIGHT:g})"
             )
     return None
@@ -267,7 +292,7 @@ def optimizer_state(adapter: Adapter) -> dict:
     betas are not state: every train_step sets them.
     """
     state = {}
-    for name, p in zip(adapter.names(), adapter.parameters()):
+    for name, p in zip(adapter.names(), adapter.trainable()):
         st = adapter.optimizer.state.get(p)
         if st:
             state[name] = {
@@ -283,7 +308,7 @@ def load_optimizer_state(adapter: Adapter, path: str, device) -> None:
         saved = torch.load(path, map_location="cpu")
     if not isinstance(saved, dict) or saved.get("format") != OPTIMIZER_FORMAT:
         raise ValueError(f"{path}: not an optimizer state this engine wrote")
-    names = dict(zip(adapter.names(), adapter.parameters()))
+    names = dict(zip(adapter.names(), adapter.trainable()))
     unknown = sorted(set(saved["state"]) - set(names))
     if unknown:
         raise ValueError(f"{path}: state for parameters the adapter lacks: {unknown[:4]}")
@@ -295,7 +320,7 @@ def load_optimizer_state(adapter: Adapter, path: str, device) -> None:
 
 def make_optimizer(adapter: Adapter) -> torch.optim.Optimizer:
     # Hyperparameters are set on every step from the request; these are placeholders.
-    return torch.optim.AdamW(adapter.parameters(), lr=0.0, betas=(0.9, 0.99), weight_decay=0.0)
+    return torch.optim.AdamW(adapter.trainable(), lr=0.0, betas=(0.9, 0.99), weight_decay=0.0)
 
 
 class AdapterStore:
@@ -332,18 +357,12 @@ class AdapterStore:
         return self._items.pop(key, None) is not None
 
     def nbytes(self) -> int:
-        """Bytes of the resident adapters' weights and optimizer moments (a snapshot: safe from any thread)."""
-        total = 0
-        for adapter in list(self._items.values()):
-            total += adapter.nbytes()
-            if adapter.optimizer is not None:
-                total += sum(
-                    v.numel() * v.element_size()
-                    for st in list(adapter.optimizer.state.values())
-                    for v in st.values()
-                    if torch.is_tensor(v)
-                )
-        return total
+        """Bytes of the resident adapters' weights (a snapshot: safe from any thread)."""
+        return sum(adapter.nbytes() for adapter in list(self._items.values()))
+
+    def optimizer_nbytes(self) -> int:
+        """Bytes of the resident adapters' optimizer moments."""
+        return sum(adapter.optimizer_nbytes() for adapter in list(self._items.values()))
 
 
 class LoraBatch:

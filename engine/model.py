@@ -44,7 +44,7 @@ def _sdpa_has_gqa() -> bool:
 
 SDPA_GQA = _sdpa_has_gqa()
 ATTN_CHUNK_ELEMENTS = 1 << 25  # score elements per attention chunk on the non-SDPA path (128 MiB fp32)
-CHECKPOINT_TOKENS = 4096  # training rows at least this long recompute each block in backward
+CHECKPOINT_TOKENS = 4096  # training rows at least this long recompute each block in backward (unless told otherwise)
 # What this engine runs, as config.json names it (model_type -> its architecture class); announced in the ready frame.
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -390,13 +390,14 @@ def attention(
     B, H, T, D = q_BHTD.shape
     K, S = k_BKSD.shape[1], k_BKSD.shape[2]
     G = H // K
+    mask = allowed_BTS if bias_BTS is None else bias_BTS  # the same positions, as an additive mask when given one
     if SDPA_GQA and G > 1:
-        return F.scaled_dot_product_attention(q_BHTD, k_BKSD, v_BKSD, attn_mask=allowed_BTS, enable_gqa=True)
+        return F.scaled_dot_product_attention(q_BHTD, k_BKSD, v_BKSD, attn_mask=mask, enable_gqa=True)
     if HAS_SDPA:
         if G > 1:
             k_BKSD = k_BKSD[:, :, None].expand(B, K, G, S, D).reshape(B, H, S, D)
             v_BKSD = v_BKSD[:, :, None].expand(B, K, G, S, D).reshape(B, H, S, D)
-        return F.scaled_dot_product_attention(q_BHTD, k_BKSD, v_BKSD, attn_mask=allowed_BTS)
+        return F.scaled_dot_product_attention(q_BHTD, k_BKSD, v_BKSD, attn_mask=mask)
     q_BKGTD = q_BHTD.view(B, K, G, T, D)
     # Bound the score matrix of long rows: queries in chunks, each seeing all keys.
     chunk = max(1, ATTN_CHUNK_ELEMENTS // (B * H * S))
@@ -513,18 +514,44 @@ class Transformer(nn.Module):
             else nn.Parameter(torch.empty(args.vocab_size, args.hidden_size, **e), requires_grad=False)
         )
         self.rope = Rope(args, device)
+        self.recompute_tokens = CHECKPOINT_TOKENS  # the engine sets it from its activation budget
+
+    @classmethod
+    def on_meta(cls, args: ModelArgs, dtype: torch.dtype, device) -> Transformer:
+        """A model whose parameters are not allocated yet (device meta: shard.py shards them, then fills each rank's
+        rows); its rope tables and `device` are the real device's."""
+        model = cls(args, dtype, "meta")
+        model.device = torch.device(device)
+        model.rope = Rope(args, model.device)
+        return model
+
+    def blocks(self) -> list[nn.Module]:
+        """The repeated transformer blocks, in order: the units FSDP shards one by one (shard.py)."""
+        return list(self.layers)
+
+    def activation_bytes_per_token(self) -> int:
+        """About what one token's forward keeps for backward (every block's saved tensors, measured within ~20% on
+        SmolLM2); the engine divides its activation budget by it to choose when blocks recompute."""
+        a, size = self.args, torch.finfo(self.dtype).bits // 8
+        return (
+            a.num_layers
+            * size
+            * (6 * a.hidden_size + 2 * (a.q_size + 2 * a.kv_size) + 2 * a.q_size + 5 * a.intermediate_size)
+        )
 
     def forward(self, tokens_BT: torch.Tensor, ctx: ForwardContext, lora=None) -> torch.Tensor:
         """Final-normed hidden states [B, T, hidden]; `logits` turns chosen positions into logits."""
         x = F.embedding(tokens_BT, self.embed_tokens)
         rope = self.rope.lookup(ctx.positions_BT, x.dtype)
         bias = None
-        if not HAS_SDPA:
-            # One additive mask shared by every layer.
-            bias = torch.zeros(ctx.allowed_BTS.shape, dtype=torch.float32, device=x.device)
+        training = torch.is_grad_enabled() and ctx.cache is None
+        if not HAS_SDPA or training:
+            # One additive mask shared by every layer: given a boolean one, SDPA makes (and keeps for backward) a float
+            # copy per layer, T x T each.
+            bias = torch.zeros(ctx.allowed_BTS.shape, dtype=torch.float32 if not HAS_SDPA else x.dtype, device=x.device)
             bias.masked_fill_(~ctx.allowed_BTS, float("-inf"))
         # Long training rows keep only each block's input and recompute the rest in backward.
-        recompute = torch.is_grad_enabled() and ctx.cache is None and tokens_BT.numel() >= CHECKPOINT_TOKENS
+        recompute = training and tokens_BT.numel() >= self.recompute_tokens
         for block in self.layers:
             if recompute:
                 x = checkpoint(block, x, ctx, rope, bias, lora, use_reentrant=False)
@@ -585,7 +612,9 @@ class Transformer(nn.Module):
             whole(p + "mlp.down_proj.bias", b.down_bias)
         return m
 
-    def load_hf_tensors(self, tensors) -> None:
+    def load_hf_tensors(self, tensors, fill=None) -> None:
+        """Every parameter from HF-named tensors; `fill(param, first_row, tensor)` copies one tensor into the rows it
+        fills (default: all of them; a sharded trainer copies only its own)."""
         mapping = self.hf_mapping()
         filled, unexpected = set(), []
         for name, t in tensors:
@@ -599,8 +628,11 @@ class Transformer(nn.Module):
             expected = (hi - lo,) + tuple(param.shape[1:])
             if tuple(t.shape) != expected:
                 raise ValueError(f"{name}: shape {tuple(t.shape)} != expected {expected}")
-            with torch.no_grad():
-                param[lo:hi].copy_(t)
+            if fill is not None:
+                fill(param, lo, t)
+            else:
+                with torch.no_grad():
+                    param[lo:hi].copy_(t)
             filled.add(name)
         missing = sorted(set(mapping) - filled)
         if missing or unexpected:

@@ -77,10 +77,13 @@ def problems(folder: str, targets, check_values: bool = True) -> list[Problem]:
     return _read(folder, _paths(targets), check_values)[1]
 
 
-def load_peft(key: str, base: str, folder: str, targets, device, check_values: bool = True) -> Adapter:
+def load_peft(
+    key: str, base: str, folder: str, targets, device, check_values: bool = True, moments: bool = True
+) -> Adapter:
     """The PEFT adapter in `folder` for a base with this target table (or our ModelArgs); a folder with a problem is
     refused (NonFinite for values out of bounds, which only check_values off skips; ValueError otherwise), naming the
-    first. No folder: FileNotFoundError."""
+    first. No folder: FileNotFoundError. `moments`: with the AdamW moments saved beside it (an engine that never
+    trains leaves them on disk)."""
     if not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
         raise FileNotFoundError(f"{folder}: there is no adapter folder here (no {CONFIG_NAME})")
     table = _paths(targets)
@@ -99,7 +102,7 @@ def load_peft(key: str, base: str, folder: str, targets, device, check_values: b
     )
     adapter = Adapter(key=key, base=base, config=lora, A=A, B=B)
     opt_path = os.path.join(folder, OPTIMIZER_NAME)
-    if os.path.exists(opt_path):
+    if moments and os.path.exists(opt_path):
         load_optimizer_state(adapter, opt_path, device)
     return adapter
 

@@ -30,11 +30,11 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import hf_model, peft, schema, steps, wire
+from . import hf_model, machine, peft, schema, shard, steps, wire
 from . import lora as L
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
-from .machine import rss_bytes
+from .group import SOLO, Group
 from .model import ARCHITECTURES, ROPE_TYPES, ModelArgs, Transformer, load_args, rope_type
 from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log
@@ -50,6 +50,7 @@ class NotFound(LookupError):
 # on the compute thread, between decode steps; or checked there and then run on the training thread beside decoding.
 READER, COMPUTE, TRAINING = "reader", "compute", "training"
 TRAINED = "_trained"  # the compute thread's own message: a training-thread op finished
+STOP = "_stop"  # rank 0's last message to its compute thread: tell the other ranks to stop, after every op before it
 
 
 class Beside(NamedTuple):
@@ -65,7 +66,7 @@ class Base:
     name: str
     path: str
     model: Transformer | hf_model.HFModel
-    scheduler: Scheduler
+    scheduler: Scheduler | None  # None in a trainer, which never samples (and so holds no KV cache)
     max_len: int
     constraint_kinds: list[str]  # what constraints.py can apply on this base (its tokenizer.json, llguidance)
 
@@ -132,7 +133,17 @@ class Engine:
         matmul_gflops: float = 0.0,
         dtype: torch.dtype | None = None,
         check_adapter_values: bool = True,
+        group: Group | None = None,
+        activation_memory_bytes: int | None = None,
+        samples_only: bool = False,
     ):
+        # A trainer-only engine has a group (one rank or many; its bases sharded with FSDP when torch has it); an
+        # engine that samples has none. A sampler-only one refuses the trainer's ops and loads no Adam moments.
+        self.group, self.trains_only = group or SOLO, group is not None
+        self.samples_only = samples_only
+        self.activation_memory_bytes = activation_memory_bytes  # None: models keep their own recompute threshold
+        self.last_op_peak_bytes = 0  # what the last training op held above its start (activations, mostly)
+        self.ranks_memory: list[dict] = []  # every rank's memory as of the last op they ran together
         self.device = device
         self.check_adapter_values = check_adapter_values  # off only for tests (--skip-adapter-value-check)
         # fp32 on CPU keeps logits within 1e-4 of fp32 references; bf16 is the CPU's speed option (--dtype).
@@ -155,21 +166,20 @@ class Engine:
         self.send({"id": rid, "done": done, **payload})
 
     def error(self, rid, exc: BaseException) -> None:
-        if isinstance(exc, Cancelled):
-            code = "cancelled"
-        elif isinstance(exc, L.NonFinite):
-            code = "non_finite"
-        elif isinstance(exc, TrainingDiverged):
-            code = "diverged"
-        elif isinstance(exc, (NotFound, FileNotFoundError)):  # e.g. an adapter_path that does not exist
-            code = "not_found"
-        elif isinstance(exc, (ValueError, TypeError, KeyError)):
-            code = "bad_request"
-        else:
-            code = "internal"
+        code = error_code(exc)
+        if code == "internal":
             log("internal error:\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         message = exc.args[0] if isinstance(exc, (KeyError, NotFound)) and exc.args else str(exc)
-        self.send({"id": rid, "done": True, "error": {"code": code, "message": str(message) or type(exc).__name__}})
+        message = str(message) or type(exc).__name__
+        ends_group = code == "internal" and self.trains_only and self.group.world_size > 1
+        if ends_group:
+            message = f"the trainer's group of {self.group.world_size} ranks failed and restarts: {message}"
+        self.send({"id": rid, "done": True, "error": {"code": code, "message": message}})
+        if ends_group:
+            # The ranks may now disagree on where they are; the group ends, and its launcher and supervisor restart
+            # it whole rather than risk a rank waiting forever for a collective the others left.
+            log("an unexpected error in a group of ranks: ending the group so it restarts whole")
+            os._exit(70)
 
     # --- reader thread -------------------------------------------------------
 
@@ -185,6 +195,8 @@ class Engine:
             handler = HANDLERS.get(name) if isinstance(name, str) else None
             if handler is None:
                 raise ValueError(f"unknown op {name!r}")
+            if self.samples_only and schema.OPS[name]["role"] == "trainer":
+                raise ValueError(f"this engine is a sampler: {name} is the trainer's")
             if THREADS[name] == READER:
                 result = handler.run(self, rid, wire.parse(name, msg))
                 if result is not None:
@@ -198,10 +210,15 @@ class Engine:
 
     def admit_generate(self, rid) -> None:
         """On the reader, before queuing: a ticket, so a cancel arriving before the generate runs finds it."""
+        self._refuse_sampling()
         with self.lock:
             if rid in self.tickets:
                 raise ValueError(f"a generate request with id {rid!r} is still running")
             self.tickets[rid] = Ticket()
+
+    def _refuse_sampling(self) -> None:
+        if self.trains_only:
+            raise ValueError("this engine is a trainer: it does not sample (its samplers do)")
 
     def cancel(self, target) -> bool:
         with self.lock:
@@ -215,6 +232,7 @@ class Engine:
 
     def check_constraint(self, rid, req: wire.CheckConstraint) -> None:
         """Compiles on the constraint pool (never on this thread or the compute thread); answers when it is done."""
+        self._refuse_sampling()
         if req.base not in self.bases:
             raise NotFound(f"base {req.base!r} is not loaded")
 
@@ -234,15 +252,18 @@ class Engine:
                 if ticket.req is not None:
                     ticket.req.cancelled = True
 
+    def schedulers(self) -> list[Scheduler]:
+        return [b.scheduler for b in list(self.bases.values()) if b.scheduler is not None]
+
     def stats(self) -> dict:
         running = waiting = 0
         tps = 0.0
-        for base in list(self.bases.values()):
-            r, w = base.scheduler.counts()
-            running, waiting, tps = running + r, waiting + w, tps + base.scheduler.tokens_per_second()
+        for scheduler in self.schedulers():
+            r, w = scheduler.counts()
+            running, waiting, tps = running + r, waiting + w, tps + scheduler.tokens_per_second()
         with self.lock:  # generate requests still in the job queue are waiting too
             queued = sum(1 for t in self.tickets.values() if t.req is None and not t.cancelled)
-        return {
+        report = {
             "device": self.device.type,
             "dtype": str(self.default_dtype).replace("torch.", ""),
             "matmul_gflops": self.matmul_gflops,
@@ -252,22 +273,29 @@ class Engine:
             "running": running,
             "waiting": waiting + queued,
             "tokens_per_second": tps,
-            "rss_bytes": rss_bytes(),
+            "rss_bytes": machine.rss_bytes(),
             "memory": self.memory(),
         }
+        if self.trains_only:
+            # This rank now; the others as of the last op the group ran (they answer nothing between ops).
+            report["ranks"] = [self.rank_memory()] + self.ranks_memory[1:]
+        return report
 
     def memory(self) -> dict:
-        """Where the engine's memory goes: weights, KV and prefix caches, adapters (with optimizer moments), and
-        on CUDA the allocator's view of the device (allocated now, peak, reserved, and the device's total)."""
+        """Where this process's memory goes, by kind: its share of the base weights, KV and prefix caches, adapter
+        weights, their optimizer moments, and what the last training op held above its start (activations, mostly);
+        on CUDA the allocator's view of the device too (allocated now, peak, reserved, and the device's total)."""
         report = {
             "weights_bytes": 0,
             "kv_cache_bytes": 0,
             "prefix_cache_bytes": 0,
             "adapters_bytes": self.adapters.nbytes(),
+            "optimizer_bytes": self.adapters.optimizer_nbytes(),
+            "activations_peak_bytes": self.last_op_peak_bytes,
         }
         for base in list(self.bases.values()):
-            report["weights_bytes"] += sum(p.numel() * p.element_size() for p in base.model.parameters())
-            for key, value in base.scheduler.memory().items():
+            report["weights_bytes"] += shard.local_nbytes(base.model)
+            for key, value in (base.scheduler.memory() if base.scheduler else {}).items():
                 report[key] += value
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
@@ -280,6 +308,13 @@ class Engine:
             )
         return report
 
+    def share_memory(self) -> None:
+        """Every rank's memory to rank 0 (all ranks call it together: at start and after each op)."""
+        self.ranks_memory = self.group.gather(self.rank_memory())
+
+    def rank_memory(self) -> dict:
+        return {"rank": self.group.rank, "rss_bytes": machine.rss_bytes(), "memory": self.memory()}
+
     # --- compute thread ------------------------------------------------------
 
     def compute_loop(self, stop: threading.Event) -> None:
@@ -288,13 +323,13 @@ class Engine:
             if job is not None:
                 self._run_job(*job)
                 continue  # drain the job queue before the next decode step
-            for base in list(self.bases.values()):
-                if base.scheduler.has_work():
+            for scheduler in self.schedulers():
+                if scheduler.has_work():
                     try:
-                        base.scheduler.step()
+                        scheduler.step()
                     except Exception as e:
-                        log(f"generation step failed on {base.name}: {e!r}")
-                        base.scheduler.fail_all(e)
+                        log(f"generation step failed: {e!r}")
+                        scheduler.fail_all(e)
 
     def _next_job(self):
         """The next op to run: held-back ops first once training is done; None when it is time to decode.
@@ -304,7 +339,7 @@ class Engine:
         """
         if self.deferred and self.training is None:
             return self.deferred.popleft()
-        busy = any(b.scheduler.has_work() for b in list(self.bases.values()))
+        busy = any(scheduler.has_work() for scheduler in self.schedulers())
         while True:
             try:
                 job = self.jobs.get_nowait() if busy else self.jobs.get(timeout=0.2)
@@ -320,9 +355,19 @@ class Engine:
         try:
             if name == TRAINED:
                 result = self._trained(msg)
+            elif name == STOP:
+                self.group.broadcast(None)
+                msg.set()
+                result = None
             else:
-                # A generate waiting for its constraint comes back parsed (generate).
-                result = HANDLERS[name].run(self, rid, wire.parse(name, msg) if isinstance(msg, dict) else msg)
+                if self.trains_only and name in TOGETHER:
+                    self.group.broadcast(msg)  # the other ranks run it too, in this order
+                    result = self.together(name, rid, msg)
+                else:
+                    # A generate waiting for its constraint comes back parsed (generate).
+                    result = HANDLERS[name].run(self, rid, wire.parse(name, msg) if isinstance(msg, dict) else msg)
+                    if THREADS[name] == TRAINING:  # measured, and its freed pages handed back, in every role
+                        result = result._replace(work=self._measured(result.work))
                 if THREADS[name] == TRAINING:
                     self._train_beside_decode(rid, result)
                     result = None
@@ -332,6 +377,39 @@ class Engine:
             with self.lock:  # a generate's ticket (no other op has one)
                 self.tickets.pop(rid, None)
             self.error(rid, e)
+
+    # --- ops every rank of a trainer runs -----------------------------------
+
+    def together(self, name: str, rid, msg: dict):
+        """Runs an op of TOGETHER as every rank of the trainer does (rank 0 broadcast `msg`): its reply, or a Beside
+        whose work ends the op. Ending it frees what the allocator holds and gathers every rank's memory."""
+        try:
+            result = HANDLERS[name].run(self, rid, wire.parse(name, msg))
+        except BaseException:
+            self._op_done()
+            raise
+        if isinstance(result, Beside):
+            return result._replace(work=self._measured(result.work))
+        self._op_done()
+        return result
+
+    def _measured(self, work: Callable[[], dict]) -> Callable[[], dict]:
+        """The work, then what it held above its start recorded (stats' activations_peak_bytes) and the op ended."""
+
+        def run() -> dict:
+            start = machine.start_peak(self.device)
+            try:
+                return work()
+            finally:
+                self.last_op_peak_bytes = machine.peak_since(self.device, start)
+                self._op_done()
+
+        return run
+
+    def _op_done(self) -> None:
+        machine.trim_free_memory()
+        if self.trains_only:
+            self.share_memory()
 
     # --- training thread -----------------------------------------------------
 
@@ -364,8 +442,8 @@ class Engine:
         if adapter is not None:
             adapter.pins -= 1
             if msg["trains"]:
-                for b in self.bases.values():
-                    b.scheduler.stacks.forget(adapter)
+                for scheduler in self.schedulers():
+                    scheduler.stacks.forget(adapter)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -390,15 +468,17 @@ class Engine:
         return adapter
 
     def _load_peft(self, key: str, base: Base, path: str) -> L.Adapter:
-        return peft.load_peft(
-            key, base.name, path, base.model.lora_targets(), base.model.device, self.check_adapter_values
+        targets, device = base.model.lora_targets(), base.model.device
+        adapter = peft.load_peft(
+            key, base.name, path, targets, device, self.check_adapter_values, not self.samples_only
         )
+        return shard.shard_adapter(adapter, self.group)
 
     def _put(self, adapter: L.Adapter) -> None:
         for old in self.adapters.put(adapter):
             log(f"evicted adapter {old.key} (least recently used)")
-            for base in self.bases.values():
-                base.scheduler.stacks.forget(old)
+            for scheduler in self.schedulers():
+                scheduler.stacks.forget(old)
 
     # --- the ops (HANDLERS below names each one's; protocol.json its thread) --
 
@@ -415,7 +495,7 @@ class Engine:
             "context_length": base.max_len,
             "eos_token_ids": a.eos_token_ids,
             "num_parameters": base.model.num_parameters(),
-            "max_num_seqs": base.scheduler.config.max_batch,
+            "max_num_seqs": base.scheduler.config.max_batch if base.scheduler else self.limits.max_num_seqs,
             "constraint_kinds": base.constraint_kinds,
             "implementation": base.model.implementation,
             "lora_targets": L.target_kinds(base.model.lora_targets()),
@@ -425,10 +505,20 @@ class Engine:
         if not os.path.isdir(path):
             raise NotFound(f"model folder {path} does not exist")
         t0 = time.perf_counter()
-        model = load_model(path, dtype, self.device)
+        model = load_model(path, dtype, self.device, self.group)
         args = model.args
+        per_token = getattr(model, "activation_bytes_per_token", None)  # an implementation may keep its own threshold
+        if self.activation_memory_bytes is not None and per_token is not None:
+            model.recompute_tokens = max(1, self.activation_memory_bytes // per_token())
         model.prepare(args.max_position_embeddings)
         max_len, max_batch, prefix_tokens = self.limits.sized(args, dtype)
+        if self.trains_only:  # no sampling here: no KV cache, no constraints
+            self.bases[name] = Base(name, path, model, None, args.max_position_embeddings, [])
+            log(
+                f"loaded base {name} for training ({model.num_parameters() / 1e6:.1f}M params, {dtype}, "
+                f"{self.group.world_size} rank(s)) in {time.perf_counter() - t0:.1f}s"
+            )
+            return self.bases[name]
         budget = self.limits.max_num_batched_tokens
         sched = Scheduler(
             model,
@@ -462,6 +552,7 @@ class Engine:
             adapter = self._load_peft(req.adapter, base, req.path)
         else:
             adapter = L.new_adapter(req.adapter, base.name, base.model.lora_targets(), req.init, base.model.device)
+            adapter = shard.shard_adapter(adapter, self.group)
         self._put(adapter)
         return {"loaded": True}
 
@@ -486,13 +577,14 @@ class Engine:
             raise NotFound(f"adapter {req.adapter!r} is not resident")
         adapter = self.adapters.get(req.adapter)
         base = self.bases[adapter.base]
-        return {"files": L.save_peft(adapter, req.path, base.path)}
+        whole = shard.whole_copy(adapter, self.group)  # every rank gathers; rank 0 writes
+        return {"files": L.save_peft(whole, req.path, base.path) if self.group.leader else []}
 
     def drop_adapter(self, rid, req: wire.Fields) -> dict:
         adapter = self.adapters.get(req.adapter) if req.adapter in self.adapters else None
         if adapter is not None:
-            for base in self.bases.values():
-                base.scheduler.stacks.forget(adapter)
+            for scheduler in self.schedulers():
+                scheduler.stacks.forget(adapter)
         return {"dropped": self.adapters.drop(req.adapter)}
 
     def generate(self, rid, req: wire.Generate) -> None:
@@ -543,7 +635,7 @@ class Engine:
         base = self._base(req.base)
         wire.check_rows("forward", req.rows, base.model.args.vocab_size, base.model.args.max_position_embeddings)
         adapter = self._adapter(req.adapter, base)
-        return Beside(adapter, lambda: {"logprobs": forward_logprobs(base.model, req.rows, adapter)}, False)
+        return Beside(adapter, lambda: {"logprobs": forward_logprobs(base.model, req.rows, adapter, self.group)}, False)
 
     def train_step(self, rid, req: wire.TrainStep) -> Beside:
         base = self._base(req.base)
@@ -567,6 +659,7 @@ class Engine:
                     req.optimizer,
                     reference,
                     req.logprob_chunk_size,
+                    self.group,
                 )
             },
             True,
@@ -580,34 +673,57 @@ class Engine:
         adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), base) if req.adapter else None
         return Beside(
             adapter,
-            lambda: steps.forward_backward(base.model, adapter, req.loss, req.loss_config, req.rows, req.backward),
+            lambda: steps.forward_backward(
+                base.model, adapter, req.loss, req.loss_config, req.rows, req.backward, self.group
+            ),
             False,
         )
 
     def optim_step(self, rid, req: wire.OptimStep) -> Beside:
         adapter = self._adapter(wire.AdapterRef(key=req.adapter, path=None), self._base(req.base))
-        return Beside(adapter, lambda: steps.optim_step(adapter, req.adam), True)
+        return Beside(adapter, lambda: steps.optim_step(adapter, req.adam, self.group), True)
 
     def save_state(self, rid, req: wire.Fields) -> Beside:
         if req.adapter not in self.adapters:
             raise NotFound(f"adapter {req.adapter!r} is not resident")
         adapter = self.adapters.get(req.adapter)
         base_path = self.bases[adapter.base].path
-        return Beside(adapter, lambda: {"files": steps.save_state(adapter, req.path, base_path)}, False)
+        return Beside(adapter, lambda: {"files": steps.save_state(adapter, req.path, base_path, self.group)}, False)
 
     def load_state(self, rid, req: wire.Fields) -> dict:
         """Replaces a resident adapter of that key: its weights, moments and step become the saved ones."""
         base = self._base(req.base)
         adapter = steps.load_state(
-            req.adapter, base.name, req.path, base.model.lora_targets(), base.model.device, self.check_adapter_values
+            req.adapter,
+            base.name,
+            req.path,
+            base.model.lora_targets(),
+            base.model.device,
+            self.check_adapter_values,
+            self.group,
         )
         if req.adapter in self.adapters:
             old = self.adapters.get(req.adapter)
-            for b in self.bases.values():
-                b.scheduler.stacks.forget(old)
+            for scheduler in self.schedulers():
+                scheduler.stacks.forget(old)
             self.adapters.drop(req.adapter)
         self._put(adapter)
         return {"step": adapter.version}
+
+
+def error_code(exc: BaseException) -> str:
+    """The protocol's error code for an exception an op raised."""
+    if isinstance(exc, Cancelled):
+        return "cancelled"
+    if isinstance(exc, L.NonFinite):
+        return "non_finite"
+    if isinstance(exc, TrainingDiverged):
+        return "diverged"
+    if isinstance(exc, (NotFound, FileNotFoundError)):  # e.g. an adapter_path that does not exist
+        return "not_found"
+    if isinstance(exc, (ValueError, TypeError, KeyError)):
+        return "bad_request"
+    return "internal"
 
 
 class Handler(NamedTuple):
@@ -638,6 +754,11 @@ HANDLERS: dict[str, Handler] = {
     "save_state": Handler(Engine.save_state),
 }
 THREADS: dict[str, str] = {name: op["thread"] for name, op in schema.OPS.items()}
+# What every rank of a trainer runs, in rank 0's order (the others follow; docs/trainer-group.md): each op a trainer
+# serves but the reader's, which change nothing.
+TOGETHER = frozenset(
+    name for name, op in schema.OPS.items() if op["role"] in ("trainer", "both") and op["thread"] != READER
+)
 
 
 def ours_problem(cfg: dict) -> str | None:
@@ -651,17 +772,23 @@ def ours_problem(cfg: dict) -> str | None:
     return None if rope_type(cfg) in ROPE_TYPES else f"rope type {rope_type(cfg)!r} is not one of ours"
 
 
-def load_model(path: str, dtype: torch.dtype, device) -> Transformer | hf_model.HFModel:
+def load_model(path: str, dtype: torch.dtype, device, group: Group = SOLO) -> Transformer | hf_model.HFModel:
     """Ours where we have the family (fast, and the numeric reference), otherwise transformers' own modeling code;
-    neither: a ValueError naming why each refused."""
+    neither: a ValueError naming why each refused. A trainer's is sharded with FSDP2 (ours straight from the files,
+    each rank reading its rows; transformers' loaded whole, then sharded by its blocks)."""
     with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
     ours = ours_problem(cfg)
     if ours is None:
-        return Transformer.from_pretrained(path, dtype, device)
+        return (
+            shard.load_sharded(path, dtype, device, group)
+            if group.sharded
+            else Transformer.from_pretrained(path, dtype, device)
+        )
     theirs = hf_model.load_problem(cfg)
     if theirs is None:
-        return hf_model.HFModel.from_pretrained(path, dtype, device)
+        model = hf_model.HFModel.from_pretrained(path, dtype, device)
+        return shard.shard_model(model, group) if group.sharded else model
     raise ValueError(f"{path}: no implementation can load it: ours: {ours}; transformers: {theirs}")
 
 

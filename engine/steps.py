@@ -28,7 +28,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from . import lora as L
+from . import parts, shard
 from . import weights as W
+from .group import SOLO, Group
 from .model import ForwardContext, Transformer
 from .peft import load_peft
 from .train import LOGITS_CHUNK_ELEMENTS, AdamW, LossConfig, TrainingDiverged, _head_stats, adamw_step, rl_token_loss
@@ -77,12 +79,14 @@ class _Thresholds(LossConfig):
         return self.low, self.high
 
 
-def target_logprobs(model: Transformer, tokens_T: torch.Tensor, targets_T: torch.Tensor, lora) -> torch.Tensor:
-    """logprobs_T[t] = log p(targets_T[t] | tokens_T[:t+1]); chunked so no T x V logits stay alive."""
+def target_logprobs(
+    model: Transformer, tokens_T: torch.Tensor, targets_T: torch.Tensor, lora, seg_T: torch.Tensor | None = None
+) -> torch.Tensor:
+    """logprobs_T[t] = log p(targets_T[t] | tokens_T[:t+1] of its segment); chunked so no T x V logits stay alive."""
     device = model.device
     tokens_T, targets_T = tokens_T.to(device), targets_T.to(device)
     T = tokens_T.shape[0]
-    seg_1T = torch.zeros(1, T, dtype=torch.long, device=device)
+    seg_1T = torch.zeros(1, T, dtype=torch.long, device=device) if seg_T is None else seg_T.to(device)[None]
     h_TD = model(tokens_T[None], ForwardContext.packed(seg_1T, model.args.sliding_window), lora)[0]
     chunk = max(1, LOGITS_CHUNK_ELEMENTS // model.args.vocab_size)
     parts = []
@@ -148,54 +152,80 @@ def forward_backward(
     loss_config: dict[str, float],
     rows: list[StepRow],
     backward: bool,
+    group: Group = SOLO,
 ) -> dict:
     """Per row: logprobs and elementwise loss; with `backward`, the summed loss's gradient is ADDED to the adapter's.
 
     A row whose loss is not finite fails the call (TrainingDiverged) with the accumulated gradient as it was before it.
+    With several ranks each computes a contiguous share of the rows; outputs, sums and gradients are summed over them.
     """
     t0 = time.perf_counter()
-    lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
-    outputs: list[dict] = []
-    total = 0.0
-    grads_before = [None if p.grad is None else p.grad.clone() for p in adapter.parameters()] if backward else []
-    with torch.set_grad_enabled(backward):
-        for row in rows:
-            logprobs_T = target_logprobs(model, row.tokens_T, row.target_tokens_T, lora)
-            loss_T = token_loss(loss, loss_config, logprobs_T, row)
-            row_loss = loss_T.sum()
-            if not bool(torch.isfinite(loss_T).all()):
+    grads_before = [None if p.grad is None else p.grad.clone() for p in adapter.trainable()] if backward else []
+    mine: list = []
+    with torch.set_grad_enabled(backward), shard.computing(group, adapter):
+        lora = L.LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
+        for batch in parts.plan(rows, group, parts.whole):
+            outputs, failed, total_B = _batch_forward(model, lora, loss, loss_config, batch)
+            # Every rank learns of a non-finite row before any backward of this batch, so all stop alike.
+            if group.sum_floats([float(failed is not None)])[0] > 0:
+                failed = [f for f in group.gather(failed) if f is not None]
                 if backward:
-                    for p, g in zip(adapter.parameters(), grads_before):
+                    for p, g in zip(adapter.trainable(), grads_before):
                         p.grad = g
                 raise TrainingDiverged(
-                    f"training diverged: the loss of rows[{len(outputs)}] is not finite; "
+                    f"training diverged: the loss of rows[{min(failed)}] is not finite; "
                     "the accumulated gradient is as it was before this call"
                 )
             if backward:
-                row_loss.backward()  # one row's graph at a time; .grad sums across rows and calls
-            total += float(row_loss.detach())
-            outputs.append(
-                {
-                    "logprobs": logprobs_T.detach().float().cpu().tolist(),
-                    "elementwise_loss": loss_T.detach().float().cpu().tolist(),
-                }
-            )
+                total_B.sum().backward()  # one batch's graph at a time; .grad sums across batches and calls
+            mine += outputs
+        if backward:
+            shard.reduce_gradients(adapter, group)
+    shard.after_forward(model)
+    every = sorted((out for outs in group.gather(mine) for out in outs), key=lambda out: out[0])
+    total = sum(out[1] for out in every)
     tokens = sum(int(r.tokens_T.shape[0]) for r in rows)
     return {
-        "outputs": outputs,
+        "outputs": [out[2] for out in every],
         "loss": total,
         "metrics": {"loss:sum": total, "num_tokens": float(tokens), "step_seconds": time.perf_counter() - t0},
     }
 
 
-def optim_step(adapter: L.Adapter, p: AdamW) -> dict:
+def _batch_forward(model, lora, loss: str, loss_config, batch: list) -> tuple:
+    """A batch's rows as one packed forward: ([(row index, its loss, its output)], the first row whose loss is not
+    finite or None, each row's summed loss as a tensor to differentiate); an empty batch gives a zero to differentiate."""
+    tokens_T, seg_T, spans = parts.packed(batch, model.device)
+    targets_T = torch.cat([p.data.target_tokens_T for p in batch]) if batch else tokens_T
+    logprobs_T = target_logprobs(model, tokens_T, targets_T, lora, seg_T)
+    if not batch:
+        return [], None, logprobs_T.sum()[None] * 0.0
+    outputs, sums = [], []
+    for part, (a, b) in zip(batch, spans):
+        loss_T = token_loss(loss, loss_config, logprobs_T[a:b], part.data)
+        if not bool(torch.isfinite(loss_T).all()):
+            return [], part.row, None
+        sums.append(loss_T.sum())
+        output = {
+            "logprobs": logprobs_T[a:b].detach().float().cpu().tolist(),
+            "elementwise_loss": loss_T.detach().float().cpu().tolist(),
+        }
+        outputs.append((part.row, float(sums[-1].detach()), output))
+    return outputs, None, torch.stack(sums)
+
+
+def optim_step(adapter: L.Adapter, p: AdamW, group: Group = SOLO) -> dict:
     """The AdamW step of train.py on what forward_backward accumulated (counted even without a gradient, as Tinker does)."""
-    grad_norm = adamw_step(adapter, p)
+    grad_norm = adamw_step(adapter, p, None, group)
     return {"metrics": {"grad_norm": grad_norm, "learning_rate": p.learning_rate}, "step": adapter.version}
 
 
-def save_state(adapter: L.Adapter, folder: str, base_name: str) -> list[str]:
-    """The adapter, its optimizer state and step in `folder`, replaced as a whole (never half written)."""
+def save_state(adapter: L.Adapter, folder: str, base_name: str, group: Group = SOLO) -> list[str]:
+    """The adapter, its optimizer state and step in `folder`, replaced as a whole (never half written); with several
+    ranks the shards are gathered and rank 0 writes."""
+    adapter = shard.whole_copy(adapter, group)
+    if not group.leader:
+        return []
     folder = os.path.abspath(folder)
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
@@ -215,8 +245,11 @@ def save_state(adapter: L.Adapter, folder: str, base_name: str) -> list[str]:
     return files + [STATE_NAME]
 
 
-def load_state(key: str, base: str, folder: str, args, device, check_values: bool = True) -> L.Adapter:
-    """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint)."""
+def load_state(
+    key: str, base: str, folder: str, args, device, check_values: bool = True, group: Group = SOLO
+) -> L.Adapter:
+    """An adapter equal to the saved one: weights, optimizer moments and step (0 for a weights-only checkpoint); with
+    several ranks, each keeps its shards."""
     adapter = load_peft(key, base, folder, args, device, check_values)
     state_path = os.path.join(folder, STATE_NAME)
     if os.path.exists(state_path):
@@ -226,4 +259,4 @@ def load_state(key: str, base: str, folder: str, args, device, check_values: boo
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"{state_path}: not a training state this engine wrote")
         adapter.version = step
-    return adapter
+    return shard.shard_adapter(adapter, group)

@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .lora import Adapter, LoraBatch, make_optimizer, peft_tensors, weights_problem
+from . import parts, shard
+from .group import SOLO, Group
+from .lora import Adapter, LoraBatch, make_optimizer
 from .model import ForwardContext, Transformer
 
-LOGITS_CHUNK_ELEMENTS = 1 << 25  # ~128 MiB of fp32 logits per chunk
+# ~32 MiB of fp32 logits per chunk: a chunk's logits, softmax and their gradients are alive at once, several times
+# this; larger chunks bought no speed on CPU (SmolLM2's 49152-token vocabulary: 170 positions a chunk).
+LOGITS_CHUNK_ELEMENTS = 1 << 23
 
 
 @dataclass
@@ -126,12 +130,24 @@ def row_logprobs(
 
 
 @torch.no_grad()
-def forward_logprobs(model: Transformer, rows: Sequence[Row], adapter: Adapter | None) -> list[list[float | None]]:
-    lora = LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
-    out = []
-    for row in rows:
-        lp_T, _, valid_T = row_logprobs(model, row.tokens_T, row.segment_ids_T, lora)
-        out.append([v if ok else None for v, ok in zip(lp_T.tolist(), valid_T.tolist(), strict=True)])
+def forward_logprobs(
+    model: Transformer, rows: Sequence[Row], adapter: Adapter | None, group: Group = SOLO
+) -> list[list[float | None]]:
+    """Per row, per token: log p(token | the earlier tokens of its segment), None at a segment's first token."""
+    mine = []
+    with shard.computing(group, adapter):
+        lora = LoraBatch([adapter], model.dtype, model.device) if adapter is not None else None
+        for batch in parts.plan(rows, group):
+            tokens_T, seg_T, spans = parts.packed(batch, model.device)
+            lp_T, _, valid_T = row_logprobs(model, tokens_T, seg_T, lora)
+            for part, (a, b) in zip(batch, spans):
+                values = [v if ok else None for v, ok in zip(lp_T[a:b].tolist(), valid_T[a:b].tolist(), strict=True)]
+                mine.append((part.row, part.begin, values))
+    shard.after_forward(model)
+    out: list[list[float | None]] = [[None] * int(row.tokens_T.shape[0]) for row in rows]
+    for every in group.gather(mine):
+        for r, begin, values in every:
+            out[r][begin : begin + len(values)] = values
     return out
 
 
@@ -169,13 +185,18 @@ def _importance_ratio(delta_T, mask_T, seg_T, level: str) -> torch.Tensor:
     return ratio_T.sqrt() * seq_ratio_T.sqrt()
 
 
-def _kl_adjusted(adv_T, new_T, old_T, mask_T, cfg: LossConfig, ref_T):
+def local_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """A row's mean from its sums, where this rank holds the whole row."""
+    return total / (count + 1e-18)
+
+
+def _kl_adjusted(adv_T, new_T, old_T, mask_T, cfg: LossConfig, ref_T, row_mean: Callable = local_mean):
     """A + β·(mean kl − kl_t) with kl_t = (src − ref)·m; returns (advantages, mean kl or None)."""
     if not (cfg.kl_penalty_coef > 0 and ref_T is not None):
         return adv_T, None
     src_T = new_T.detach() if cfg.kl_penalty_source == "current_learner" else old_T.detach()
     kl_T = (src_T - ref_T) * mask_T
-    kl = kl_T.sum() / (mask_T.sum() + 1e-18)
+    kl = row_mean(kl_T.sum(), mask_T.sum())
     return adv_T + cfg.kl_penalty_coef * (kl - kl_T) * mask_T, kl
 
 
@@ -187,8 +208,11 @@ def _clipped(ratio_T, adv_T, cfg: LossConfig) -> torch.Tensor:
     return (r < lo) | (r > hi)
 
 
-def rl_token_loss(new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfig, ref_T: torch.Tensor | None) -> tuple:
-    """Per-token policy loss L_t of rl-loss.md (before weights and mask), and its TokenLossStats."""
+def rl_token_loss(
+    new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfig, ref_T, row_mean: Callable = local_mean
+) -> tuple:
+    """Per-token policy loss L_t of rl-loss.md (before weights and mask), and its TokenLossStats; `row_mean` turns the
+    row's sums into its mean (over ranks, where each holds part of the row)."""
     old_T = torch.where(torch.isnan(old_T), new_T.detach(), old_T)  # missing: sampled by this policy
     delta_T = new_T - old_T
     ratio_T = raw_ratio_T = _importance_ratio(delta_T, mask_T, seg_T, cfg.importance_sampling_level)
@@ -200,7 +224,7 @@ def rl_token_loss(new_T, old_T, original_T, adv_T, mask_T, seg_T, cfg: LossConfi
         ratio_T = torch.where((ratio_T > lo) & (ratio_T < hi), ratio_T, torch.zeros_like(ratio_T))
     if cfg.k2_tau:
         adv_T = adv_T - cfg.k2_tau * delta_T.detach()
-    adv_T, kl = _kl_adjusted(adv_T, new_T, old_T, mask_T, cfg, ref_T)
+    adv_T, kl = _kl_adjusted(adv_T, new_T, old_T, mask_T, cfg, ref_T, row_mean)
     if cfg.ppo:
         loss_T = -torch.min(ratio_T * adv_T, ratio_T.clamp(lo, hi) * adv_T)
     else:
@@ -234,7 +258,8 @@ class _Tally:
 
     loss: float = 0.0
     entropy: float = 0.0
-    kls: list[float] = field(default_factory=list)
+    row: int = 0  # the row being tallied
+    kls: dict[int, float] = field(default_factory=dict)  # per row with a KL penalty: its mean KL
     old_valid: float = 0.0  # trained tokens that came with a sampler logprob
     corr_old: list[torch.Tensor] = field(default_factory=list)
     corr_new: list[torch.Tensor] = field(default_factory=list)
@@ -253,39 +278,94 @@ def train_step(
     opt_cfg: AdamW,
     reference: Adapter | None = None,
     logprob_chunk_size: int | None = None,
+    group: Group = SOLO,
 ) -> dict[str, float]:
     """One AdamW step over all rows (gradients accumulated row by row); the KL reference is `reference`, else the base.
 
     `loss_cfg` is the RL loss's configuration (None for SFT); `logprob_chunk_size` the positions whose logits are
-    computed at once (None: as many as the memory bound allows).
+    computed at once (None: as many as the memory bound allows). With several ranks each computes its `pieces` of the
+    rows with the whole rows' normalisers, and the gradients and figures are summed over ranks: the step is the one
+    a single rank takes.
     """
     t0 = time.perf_counter()
-    device = model.device
-    lora = LoraBatch([adapter], model.dtype, device)
-    ref_lora = LoraBatch([reference], model.dtype, device) if reference is not None else None
-    for p in adapter.parameters():  # this step's gradient is its rows' alone
+    for p in adapter.trainable() + adapter.parameters():  # this step's gradient is its rows' alone
         p.grad = None
     total_mask = float(sum(r.mask_T.sum() for r in rows))
     tally = _Tally()
-    for row in rows:
-        mask_T, w_T = row.mask_T.to(device), row.weights_T.to(device)
-        ref_T = None
+    batches = parts.plan(rows, group)
+    with shard.computing(group, adapter, reference):
+        lora = LoraBatch([adapter], model.dtype, model.device)
+        refs, means = {}, {}
         if loss == "rl" and loss_cfg.kl_penalty_coef > 0:
-            with torch.no_grad():
-                ref_T = row_logprobs(model, row.tokens_T, row.segment_ids_T, ref_lora, logprob_chunk_size)[0]
-        new_T, ent_T, _ = row_logprobs(model, row.tokens_T, row.segment_ids_T, lora, logprob_chunk_size)
-        if loss == "sft":
-            scaled = _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask, tally)
-        else:
-            scaled = _rl_row_loss(row, new_T, ent_T, mask_T, w_T, loss_cfg, ref_T, len(rows), tally)
+            ref_lora = LoraBatch([reference], model.dtype, model.device) if reference is not None else None
+            refs, means = _references(model, batches, (lora, ref_lora), len(rows), loss_cfg, logprob_chunk_size, group)
+        for batch in batches:
+            tokens_T, seg_T, spans = parts.packed(batch, model.device)
+            new_T, ent_T, _ = row_logprobs(model, tokens_T, seg_T, lora, logprob_chunk_size)
+            # An empty batch computes nothing of the loss, but its backward gathers what every rank's does.
+            total = new_T.sum() * 0.0 if not batch else 0.0
+            for part, (a, b) in zip(batch, spans):
+                tally.row = part.row
+                whole = (rows[part.row], len(rows), total_mask)
+                ref = (refs.get((part.row, part.begin)), means.get(part.row))
+                total = total + _part_loss(loss, part.data, (new_T[a:b], ent_T[a:b]), whole, loss_cfg, ref, tally)
+            if total_mask > 0:
+                total.backward()
         if total_mask > 0:
-            scaled.backward()
+            shard.reduce_gradients(adapter, group)
+    shard.after_forward(model)
+    tally = _summed(tally, group)
     # Nothing trainable: no step at all, so weights, Adam moments and the step count stay as they were.
-    grad_norm = adamw_step(adapter, opt_cfg, tally.loss) if total_mask > 0 else 0.0
+    grad_norm = adamw_step(adapter, opt_cfg, tally.loss, group) if total_mask > 0 else 0.0
     metrics = _step_metrics(loss, rows, tally, total_mask, grad_norm, opt_cfg, time.perf_counter() - t0)
     if logprob_chunk_size is not None:
         metrics["logprob_chunk_size"] = float(logits_chunk(model, logprob_chunk_size))
     return metrics
+
+
+def _part_loss(loss: str, piece: Row, outputs: tuple, whole: tuple, cfg, ref: tuple, tally: _Tally) -> torch.Tensor:
+    """A row's part's scaled loss; `outputs` is its (logprobs_T, entropy_T), `whole` (its row, the row count, every
+    row's trainable tokens), whose sums normalise it, `ref` its KL reference logprobs and, where the row is cut across
+    ranks, the row's mean KL (Nones without a KL penalty)."""
+    new_T, ent_T = outputs
+    row, R, total_mask = whole
+    device = new_T.device
+    mask_T, w_T = piece.mask_T.to(device), piece.weights_T.to(device)
+    if loss == "sft":
+        return _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask, tally)
+    ref_T, mean = ref
+    row_mean = local_mean if mean is None else lambda total, count: mean
+    return _rl_row_loss(piece, new_T, ent_T, (mask_T, w_T, float(row.mask_T.sum())), cfg, ref_T, R, tally, row_mean)
+
+
+def _references(model, batches: list, loras: tuple, R: int, cfg: LossConfig, chunk, group: Group) -> tuple[dict, dict]:
+    """The KL reference's logprobs of every part ({(row, begin): ref_T}), before the step, and with several ranks
+    each row's mean KL over all its parts ({row: mean}), since a row may be cut across ranks (with one rank each
+    row's loss takes its mean from its own tokens)."""
+    lora, ref_lora = loras
+    refs, sums_R2 = {}, torch.zeros(R, 2)
+    with torch.no_grad():
+        for batch in batches:
+            tokens_T, seg_T, spans = parts.packed(batch, model.device)
+            ref_T = row_logprobs(model, tokens_T, seg_T, ref_lora, chunk)[0]
+            new_T = row_logprobs(model, tokens_T, seg_T, lora, chunk)[0] if group.world_size > 1 else None
+            for part, (a, b) in zip(batch, spans):
+                refs[(part.row, part.begin)] = ref_T[a:b]
+                if new_T is not None:
+                    sums_R2[part.row] += _kl_sums(part.data, new_T[a:b], ref_T[a:b], cfg)
+    if group.world_size == 1:
+        return refs, {}
+    group.sum_(sums_R2)
+    return refs, {r: local_mean(sums_R2[r, 0], sums_R2[r, 1]).to(model.device) for r in range(R)}
+
+
+def _kl_sums(piece: Row, new_T, ref_T, cfg: LossConfig) -> torch.Tensor:
+    """[sum of kl_t, trainable tokens] over a part: _kl_adjusted's sums, with its source's missing logprobs filled."""
+    device = new_T.device
+    mask_T = piece.mask_T.to(device)
+    old_T = piece.logprobs_T.to(device)
+    src_T = new_T if cfg.kl_penalty_source == "current_learner" else torch.where(torch.isnan(old_T), new_T, old_T)
+    return torch.stack([((src_T - ref_T) * mask_T).sum(), mask_T.sum()]).cpu()
 
 
 def _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask: float, tally: _Tally) -> torch.Tensor:
@@ -296,15 +376,17 @@ def _sft_row_loss(new_T, ent_T, mask_T, w_T, total_mask: float, tally: _Tally) -
     return row_loss
 
 
-def _rl_row_loss(row: Row, new_T, ent_T, mask_T, w_T, cfg: LossConfig, ref_T, R: int, tally: _Tally) -> torch.Tensor:
-    """The row's mean token loss over its trainable tokens, divided by the row count R (rows count equally)."""
+def _rl_row_loss(row: Row, new_T, ent_T, masks: tuple, cfg: LossConfig, ref_T, R: int, tally: _Tally, row_mean):
+    """The row's mean token loss over its trainable tokens, divided by the row count R (rows count equally); `masks`
+    is (mask_T, weights_T, the whole row's trainable tokens)."""
+    mask_T, w_T, m_sum = masks
     device = new_T.device
     old_T = row.logprobs_T.to(device)
     orig_T = row.original_T.to(device) if row.original_T is not None else None
+    seg_T = row.segment_ids_T.to(device)
     loss_T, stats = rl_token_loss(
-        new_T, old_T, orig_T, row.advantages_T.to(device), mask_T, row.segment_ids_T.to(device), cfg, ref_T
+        new_T, old_T, orig_T, row.advantages_T.to(device), mask_T, seg_T, cfg, ref_T, row_mean
     )
-    m_sum = mask_T.sum()
     row_loss = (loss_T * w_T * mask_T).sum() / (m_sum + 1e-18)
     tally.entropy += float((ent_T * w_T * mask_T).sum() / (m_sum + 1e-18))
     tally.loss += float(row_loss.detach()) / R
@@ -319,7 +401,7 @@ def _rl_row_loss(row: Row, new_T, ent_T, mask_T, w_T, cfg: LossConfig, ref_T, R:
 def _tally_ratios(tally: _Tally, stats: TokenLossStats, trained_T: torch.Tensor) -> None:
     """ART 0.5.23's off-policy figures over the trained tokens: mean ratio, clipped and truncated fractions."""
     if stats.kl is not None:
-        tally.kls.append(float(stats.kl))
+        tally.kls[tally.row] = float(stats.kl)
     tally.ratio_tokens += float(trained_T.sum())
     tally.ratio_sum += float(stats.ratio_T[trained_T].sum())
     tally.clipped += float(stats.clipped_T[trained_T].sum())
@@ -327,7 +409,23 @@ def _tally_ratios(tally: _Tally, stats: TokenLossStats, trained_T: torch.Tensor)
         tally.truncated = (tally.truncated or 0.0) + float(stats.truncated_T[trained_T].sum())
 
 
-def adamw_step(adapter: Adapter, p: AdamW, loss: float | None = None) -> float:
+def _summed(tally: _Tally, group: Group) -> _Tally:
+    """Every rank's tally as one: sums summed, per-row KL means merged, the tokens for probs_corr in row order."""
+    if group.world_size == 1:
+        return tally
+    names = ("loss", "entropy", "old_valid", "ratio_tokens", "ratio_sum", "clipped")
+    ran = tally.truncated is not None
+    sums = group.sum_floats([getattr(tally, n) for n in names] + [tally.truncated or 0.0, float(ran)])
+    out = _Tally(**dict(zip(names, sums[: len(names)])))
+    out.truncated = sums[-2] if sums[-1] > 0 else None
+    for kls, old, new in group.gather((tally.kls, tally.corr_old, tally.corr_new)):
+        out.kls.update(kls)
+        out.corr_old += old
+        out.corr_new += new
+    return out
+
+
+def adamw_step(adapter: Adapter, p: AdamW, loss: float | None = None, group: Group = SOLO) -> float:
     """One AdamW step (decoupled weight decay) of the adapter's own optimizer (its moments persist across steps) on
     the accumulated gradient, clipped to grad_clip_norm when > 0; counts the step and zeroes the gradient. Returns
     the gradient norm before clipping. A non-finite loss or gradient, or a weight leaving the bound, fails the step
@@ -335,19 +433,18 @@ def adamw_step(adapter: Adapter, p: AdamW, loss: float | None = None) -> float:
     if adapter.optimizer is None:
         adapter.optimizer = make_optimizer(adapter)
     opt = adapter.optimizer
-    for group in opt.param_groups:
-        group.update(lr=p.learning_rate, betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
-    params = adapter.parameters()
-    grads = [q.grad for q in params if q.grad is not None]
+    for param_group in opt.param_groups:
+        param_group.update(lr=p.learning_rate, betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
+    grads = [q.grad for q in adapter.trainable() if q.grad is not None]
     grad_norm = 0.0
     try:
         if grads:
-            if p.grad_clip_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, p.grad_clip_norm))
-            else:
-                grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            total = group.norm(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            grad_norm = float(total)
+            if p.grad_clip_norm > 0:  # as torch.nn.utils.clip_grad_norm_ scales them, with the norm over every rank
+                torch._foreach_mul_(grads, torch.clamp(p.grad_clip_norm / (total + 1e-6), max=1.0))
             check_divergence(grad_norm, loss)
-        guarded_step(adapter, opt)  # parameters without a gradient are left alone, as AdamW does
+        guarded_step(adapter, opt, group)  # parameters without a gradient are left alone, as AdamW does
     finally:
         opt.zero_grad(set_to_none=True)
     adapter.version += 1
@@ -366,13 +463,13 @@ def check_divergence(grad_norm: float, loss: float | None = None) -> None:
             raise TrainingDiverged(f"training diverged: the {name} is {value}; the step was not applied")
 
 
-def guarded_step(adapter: Adapter, opt: torch.optim.Optimizer) -> None:
-    """opt.step(), undone (weights and moments restored bit for bit) when a weight leaves the bound."""
-    params = adapter.parameters()
+def guarded_step(adapter: Adapter, opt: torch.optim.Optimizer, group: Group = SOLO) -> None:
+    """opt.step(), undone (weights and moments restored bit for bit) when a weight leaves the bound (on any rank)."""
+    params = adapter.trainable()
     saved_weights = [p.detach().clone() for p in params]
     saved_state = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()} for p, st in opt.state.items()}
     opt.step()
-    problem = weights_problem(peft_tensors(adapter))
+    problem = shard.weights_problem(adapter, group)
     if problem is None:
         return
     with torch.no_grad():
@@ -411,7 +508,7 @@ def _step_metrics(
         # when no trained token carried a sampler logprob (the mean of nothing would be NaN).
         metrics["sampler_logprob_gap"] = float((new_N - old_N).abs().mean())
     if tally.kls:
-        metrics["kl_policy_ref"] = sum(tally.kls) / len(tally.kls)
+        metrics["kl_policy_ref"] = sum(tally.kls[r] for r in sorted(tally.kls)) / len(tally.kls)
     denominator = max(tally.ratio_tokens, 1.0)
     metrics["importance_ratio_mean"] = tally.ratio_sum / denominator
     metrics["clipped_token_fraction"] = tally.clipped / denominator

@@ -6,7 +6,7 @@ import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { isToolParserName, TOOL_PARSER_NAMES } from './conversation/tool-calls/index.ts';
 import { DTYPES, type Dtype } from './engine/protocol.ts';
-import type { EngineTopology, ServingLimits } from './engine/settings.ts';
+import type { EngineTopology, ServingLimits, TrainerGroup } from './engine/settings.ts';
 import { isVllmUrl, parseVllmConfig, type VllmConfig } from './engine/vllm/config.ts';
 import { type BaseModelSpec, BUILTIN_BASE_MODELS, SMOLLM2_BASE_MODEL } from './services/base-models.ts';
 import { checkPolicy, type RetentionPolicy } from './services/retention-policy.ts';
@@ -250,8 +250,10 @@ function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[
   const secret = read('ENGINE_SECRET') ?? null;
   if ((samplerUrls.length > 0 || trainerUrls.length > 0) && secret === null)
     problems.push('ENGINE_SECRET: required when SAMPLER_URLS or TRAINER_URL names a remote engine');
+  const trainerGroup = parseTrainerGroup(read, integer, problems, mode === 'single' || trainerUrls.length > 0);
+  const localRanks = trainerGroup.worldSize / trainerGroup.nodes;
   const localEngines =
-    mode === 'single' ? 1 : (samplerUrls.length > 0 ? 0 : samplers) + (trainerUrls.length > 0 ? 0 : 1);
+    mode === 'single' ? 1 : (samplerUrls.length > 0 ? 0 : samplers) + (trainerUrls.length > 0 ? 0 : localRanks);
   const share = mode === 'single' ? null : Math.max(1, Math.floor(availableParallelism() / Math.max(1, localEngines)));
   const device = (name: string) => {
     const value = read(name) ?? null;
@@ -270,7 +272,33 @@ function parseEngineTopology(read: Read, integer: ReadInteger, problems: string[
     samplerDevice: device('SAMPLER_DEVICE'),
     trainerDevice: device('TRAINER_DEVICE'),
     trainerNice: integer('TRAINER_NICE', 10, 0, 19),
+    trainerGroup,
   };
+}
+
+const RENDEZVOUS_PATTERN = /^[^\s/:]+:\d{1,5}$/;
+
+/** TRAINER_WORLD_SIZE ranks over TRAINER_NNODES nodes; `elsewhere`: no local trainer group can be launched here. */
+function parseTrainerGroup(read: Read, integer: ReadInteger, problems: string[], elsewhere: boolean): TrainerGroup {
+  const worldSize = integer('TRAINER_WORLD_SIZE', 1, 1, 4096);
+  const nodes = integer('TRAINER_NNODES', 1, 1, 1024);
+  const rendezvous = read('TRAINER_RDZV_ENDPOINT') ?? null;
+  if (worldSize % nodes !== 0)
+    problems.push(
+      `TRAINER_WORLD_SIZE=${worldSize}: not a multiple of TRAINER_NNODES=${nodes} (every node runs as many)`,
+    );
+  if (nodes > 1 && rendezvous === null)
+    problems.push(
+      'TRAINER_RDZV_ENDPOINT: required with TRAINER_NNODES > 1 (host:port of this node, where the others join)',
+    );
+  if (rendezvous !== null && !RENDEZVOUS_PATTERN.test(rendezvous))
+    problems.push(`TRAINER_RDZV_ENDPOINT=${JSON.stringify(rendezvous)}: expected host:port`);
+  if (elsewhere && (worldSize > 1 || nodes > 1))
+    problems.push(
+      'TRAINER_WORLD_SIZE: a trainer of several ranks is launched here with ENGINES=separate and no TRAINER_URL ' +
+        '(a remote trainer is launched where it runs; docs/trainer-group.md)',
+    );
+  return { worldSize, nodes, rendezvous, timeoutS: integer('TRAINER_RDZV_TIMEOUT', 300, 1, 86_400) };
 }
 
 function parseServingLimits(read: Read, integer: ReadInteger, problems: string[]): ServingLimits {

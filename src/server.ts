@@ -5,10 +5,12 @@
  */
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
+import type { EngineReport } from './api/health.ts';
 import { buildApp } from './app.ts';
 import { type Clock, systemClock } from './clock.ts';
 import type { Config } from './config.ts';
 import { createServices, type Services } from './context.ts';
+import type { Rank, RankMemory, StatsReply } from './engine/protocol.ts';
 import { createEngineRoles, type EngineRoles, rolesHealth } from './engine/roles.ts';
 import { EngineSupervisor } from './engine/supervisor.ts';
 import { JobWorker } from './jobs/worker.ts';
@@ -112,26 +114,49 @@ export async function startServer(
   };
 }
 
-/** The system check's engine entry: every engine's role, state and limits; it fails naming those that do not answer. */
+/**
+ * The system check's engine entry: every engine's role, state, limits and memory by kind (a trainer's per rank, with
+ * each rank's process); it fails naming those that do not answer, and why one could not start.
+ */
 async function probeEngines(engines: EngineRoles): Promise<Record<string, unknown>> {
   const outcomes = await Promise.allSettled(engines.all.map(({ supervisor }) => supervisor.probe()));
-  const report = rolesHealth(engines).map((health, index) => ({
+  const report = rolesHealth(engines).map((health, index) => engineReport(health, outcomes[index]));
+  const down = report.filter((engine) => !engine.ok);
+  const named = (engine: (typeof report)[number]) =>
+    `${engine.role}${engine.kind === 'vllm' ? ` (vLLM at ${engine.url ?? 'not started'})` : ''} (${engine.state})` +
+    (engine.error ? `: ${engine.error}` : '');
+  if (down.length > 0) throw new Error(`engines not answering: ${down.map(named).join(', ')}`);
+  return { engines: report };
+}
+
+function engineReport(
+  health: ReturnType<typeof rolesHealth>[number],
+  outcome: PromiseSettledResult<StatsReply | void>,
+): EngineReport {
+  const stats = outcome.status === 'fulfilled' ? outcome.value : undefined;
+  const ready = 'engine' in health ? health.engine : null;
+  const error = 'lastError' in health ? health.lastError : 'error' in health ? health.error : null;
+  return {
     role: health.role,
     kind: health.kind,
     state: health.state,
     pid: health.pid,
     url: health.url,
     restarts: health.restarts,
-    device: health.engine?.device ?? null,
-    dtype: health.engine?.dtype ?? null,
-    limits: health.engine?.limits ?? null,
-    ok: outcomes[index].status === 'fulfilled',
-    ...('error' in health ? { error: health.error } : {}),
-  }));
-  const down = report.filter((engine) => !engine.ok);
-  // Each with why, where it knows: a vLLM that gave up starting says what its last start printed.
-  const named = (engine: (typeof report)[number]) =>
-    `${engine.role}${engine.kind === 'vllm' ? ` (vLLM at ${engine.url ?? 'not started'})` : ''} (${engine.state})${engine.error ? `: ${engine.error}` : ''}`;
-  if (down.length > 0) throw new Error(`engines not answering: ${down.map(named).join(', ')}`);
-  return { engines: report };
+    device: ready?.device ?? null,
+    dtype: ready?.dtype ?? null,
+    limits: (ready?.limits ?? null) as EngineReport['limits'],
+    ok: outcome.status === 'fulfilled',
+    ...(stats ? { rss_bytes: stats.rss_bytes, memory: { ...stats.memory } } : {}),
+    ...(ready?.ranks ? { ranks: rankReports(ready.ranks, stats?.ranks ?? []) } : {}),
+    ...(error ? { error } : {}),
+  };
+}
+
+/** A trainer's ranks (process, host, device) with each one's memory as its last `stats` gave it. */
+function rankReports(ranks: Rank[], memory: RankMemory[]) {
+  return ranks.map((rank) => {
+    const mine = memory.find((entry) => entry.rank === rank.rank);
+    return { ...rank, ...(mine ? { rss_bytes: mine.rss_bytes, memory: { ...mine.memory } } : {}) };
+  });
 }

@@ -904,7 +904,7 @@ describe('dashboard in a real browser (skipped without Chromium)', {
     await phone.setViewportSize({ width: 390, height: 844 });
     await phone.addInitScript((key) => sessionStorage.setItem('agent-trainer.api-key', key), e2e.key);
     phone.on('pageerror', (error) => session.problems.push(`page error: ${error.message}`));
-    for (const target of [`/#/models/${modelId}`, `/#/models/${modelId}/groups`, '/#/jobs']) {
+    for (const target of [`/#/models/${modelId}`, `/#/models/${modelId}/groups`, '/#/jobs', '/#/engines']) {
       await phone.goto(target);
       await phone.locator('main h1').first().waitFor();
       for (const link of await phone.getByRole('navigation', { name: 'Main' }).getByRole('link').all()) {
@@ -942,6 +942,22 @@ describe('dashboard in a real browser (skipped without Chromium)', {
     }
     assert.ok(reached, 'Tab reaches the Playground link');
     await phone.close();
+    expectNoProblems();
+  });
+
+  test('engines: the trainer and the sampler, each with its process, state and memory by kind', async () => {
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Engines' }).click();
+    await page.getByRole('heading', { name: 'Engines' }).waitFor();
+    const trainer = page.locator('section[data-role="trainer"]');
+    await trainer.locator('table').waitFor();
+    assert.match(await trainer.innerText(), /ready/i);
+    const rows = await trainer.locator('tbody th').allTextContents();
+    for (const kind of ['Resident (RSS)', 'Base weights (this process’s share)', 'Adapters', 'Adam moments'])
+      assert.ok(rows.includes(kind), `${kind} among ${rows.join(', ')}`);
+    assert.match((await trainer.locator('thead').textContent()) ?? '', /rank 0 · pid \d+ · cpu/);
+    assert.match(await trainer.locator('tbody').innerText(), /\d+(\.\d+)? (MiB|GiB)/);
+    await page.locator('section[data-role="sampler"] table').waitFor();
+    await page.screenshot({ path: path.join(SCREENSHOT_DIR, '14-engines.png'), fullPage: true });
     expectNoProblems();
   });
 

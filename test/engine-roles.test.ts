@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import type { RoleEngine } from '../src/engine/roles.ts';
 import { streamChat } from './helpers/api.ts';
 import { waitFor } from './helpers/poll.ts';
-import { allEvents, sampleGroup, waitForJob } from './helpers/rollouts.ts';
+import { allEvents, jobAtItsFirstStep, sampleGroup, waitForJob } from './helpers/rollouts.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const MODEL = 'local/roles/policy';
@@ -141,18 +141,7 @@ describe('separate sampler and trainer engines', () => {
 
   test('kill -9 of the trainer fails the running job with training_failed; chat keeps answering and the next job works', async () => {
     const trainer = engineOf(e2e, 'trainer');
-    const job = (
-      await e2e.api('POST', '/v1/preview/training-jobs', {
-        model_id: modelId,
-        trajectory_groups: groups,
-        experimental_config: MANY_STEPS,
-      })
-    ).body;
-    await waitFor(
-      'a gradient step',
-      async () => (await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step'),
-      { timeoutMs: 120_000, intervalMs: 20 },
-    );
+    const job = { id: await jobAtItsFirstStep(e2e, modelId, groups, MANY_STEPS) };
     await killAndWaitForRestart(trainer);
     const failed = await waitForJob(e2e, job.id);
     assert.equal(failed.status, 'FAILED');

@@ -165,20 +165,30 @@ class TempModel:
         self.args = self.model.args
 
 
+def launcher(ranks: int) -> list[str]:
+    """torch's launcher starting `ranks` processes of the module after it on this machine (as the server does)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] + [
+        "--max-restarts=0",
+        "--monitor-interval=0.2",
+    ]
+
+
 class EngineProcess:
-    """`python3 -m engine` as a subprocess, with frames read on a background thread.
+    """`python3 -m engine` as a subprocess (`ranks`: a trainer group of that many, through torch's launcher), with
+    frames read on a background thread.
 
     Every reply is held to protocol.json (schema.check_reply) as it arrives: a field the engine sends that the
     schema does not declare the same way fails the test that reads it, so the two cannot drift apart.
     """
 
-    def __init__(self, *extra: str):
+    def __init__(self, *extra: str, ranks: int | None = None, env: dict | None = None):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine", *extra],
+            (launcher(ranks) if ranks else [sys.executable]) + ["-m", "engine", *extra],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
         )
         self.frames: queue.Queue = queue.Queue()
         self.stderr_lines = []
@@ -189,7 +199,8 @@ class EngineProcess:
         self.ready = self.next(timeout=60)
         if self.ready is not None:
             ready = {k: v for k, v in self.ready.items() if k != "id"}
-            schema.Checker("ready", strict=True).check(ready, schema.ref("ReadyEvent"), "")
+            event = "FailedEvent" if ready.get("event") == "failed" else "ReadyEvent"
+            schema.Checker(ready.get("event", "ready"), strict=True).check(ready, schema.ref(event), "")
 
     def _read(self) -> None:
         out = self.proc.stdout

@@ -24,6 +24,35 @@ def train(rid: str, rows: list, loss: str, **over) -> dict:
     return {"id": rid, "op": "train_step", **train_request(rows, loss, **over)}
 
 
+class TestSamplerRole(unittest.TestCase):
+    def test_a_sampler_loads_a_checkpoint_without_its_adam_moments_and_refuses_the_trainers_ops(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = make_checkpoint(os.path.join(d, "base"), "llama", std=0.1)
+            trainer, sampler = EngineProcess(), EngineProcess("--role", "sampler")
+            try:
+                self.assertEqual(sampler.ready["role"], "sampler")
+                for e in (trainer, sampler):
+                    self.assertNotIn("error", e.call({"id": "l", "op": "load_base", "base": "b", "path": path}))
+                trainer.call({"id": "a", "op": "ensure_adapter", "adapter": "a", "base": "b", "init": INIT})
+                rows = [{"tokens": [1, 5, 6, 7], "mask": [0, 1, 1, 1], "advantages": [0, 1, 1, 1]}]
+                trainer.call({"id": "t", "op": "train_step", **train_request(rows, "rl")})
+                saved = trainer.call({"id": "s", "op": "save_adapter", "adapter": "a", "path": os.path.join(d, "ck")})
+                self.assertIn("optimizer.pt", saved["files"])
+                loaded = sampler.call(
+                    {"id": "e", "op": "ensure_adapter", "adapter": "a", "base": "b", "path": os.path.join(d, "ck")}
+                )
+                self.assertTrue(loaded["loaded"])
+                memory = sampler.call({"id": "m", "op": "stats"})["memory"]
+                self.assertGreater(memory["adapters_bytes"], 0)
+                self.assertEqual(memory["optimizer_bytes"], 0)
+                refused = sampler.call({"id": "t2", "op": "train_step", **train_request(rows, "rl")})
+                self.assertEqual(refused["error"]["code"], "bad_request")
+                self.assertIn("sampler", refused["error"]["message"])
+            finally:
+                trainer.close()
+                sampler.close()
+
+
 class TestServer(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

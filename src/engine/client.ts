@@ -11,7 +11,14 @@ import { encodeFrame, FrameDecoder, FramingError, parseFrame } from './framing.t
 import { ReplyStream } from './generate-stream.ts';
 import { type EngineLogger, silentLogger } from './logger.ts';
 import { type Engine, type OpReply, type OpRequest, type UnaryOp, withGenerateDefaults } from './ops.ts';
-import type { ForwardRequest, GenerateEvent, GenerateRequest, ReadyEvent, ReplyErrorCode } from './protocol.ts';
+import type {
+  FailedEvent,
+  ForwardRequest,
+  GenerateEvent,
+  GenerateRequest,
+  ReadyEvent,
+  ReplyErrorCode,
+} from './protocol.ts';
 import { REPLY_ERROR_CODES } from './protocol.ts';
 
 export interface EngineClientOptions {
@@ -35,6 +42,8 @@ let requestCounter = 0;
 export class EngineClient implements Engine {
   /** Resolves with the engine's unsolicited `ready` frame; rejects if the connection closes first. */
   readonly ready: Promise<ReadyEvent>;
+  /** Why the engine could not start, when it said so (its `failed` frame) instead of `ready`. */
+  startupFailure: string | null = null;
   private readonly pending = new Map<string, Pending>();
   private readonly decoder = new FrameDecoder();
   private readonly closeListeners: ((error: EngineError) => void)[] = [];
@@ -204,6 +213,11 @@ export class EngineClient implements Engine {
   private unsolicited(message: Reply): void {
     if (message.event === 'ready') {
       this.settleReady.resolve(message as unknown as ReadyEvent);
+    } else if (message.event === 'failed') {
+      // An engine that cannot start here (a trainer's process group that cannot form) says why, then exits.
+      const { error } = message as unknown as FailedEvent;
+      this.startupFailure = error.message;
+      this.settleReady.reject(new EngineError('engine_unavailable', `the engine could not start: ${error.message}`));
     } else if (message.error) {
       // The engine's answer to a frame it could not parse: a client bug worth shouting about.
       this.logger.error({ error: message.error }, `${this.peer} could not read a request`);

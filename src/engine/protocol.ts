@@ -38,6 +38,43 @@ export interface ReadyEvent {
   limits?: EngineLimits;
   /** What the engine can run; the server validates models and adapters against it instead of keeping a copy. */
   supports: EngineSupport;
+  /**
+   * trainer: a trainer-only engine (`--role trainer`), which never samples: a process group of `ranks`; sampler: one
+   * that never trains (`--role sampler`).
+   */
+  role?: 'both' | 'trainer' | 'sampler';
+  /** A trainer's ranks in rank order; rank 0 is the process speaking the protocol, the others follow it. */
+  ranks?: Rank[];
+}
+
+/**
+ * The unsolicited frame (its `id` is null) of an engine that could not start (a trainer's process group that cannot
+ * form here), sent instead of `ready` before it exits.
+ */
+export interface FailedEvent {
+  event: 'failed';
+  error: {
+    code: 'startup';
+    message: string;
+  };
+}
+
+/** One rank of a trainer's process group. */
+export interface Rank {
+  rank: number;
+  pid: number;
+  host: string;
+  /** torch's name of its device: cpu, cuda:0, ... */
+  device: string;
+}
+
+/**
+ * One rank's memory: rank 0's now, the others' as of the last op the group ran (a rank answers nothing between ops).
+ */
+export interface RankMemory {
+  rank: number;
+  rss_bytes: number;
+  memory: EngineMemory;
 }
 
 /**
@@ -91,7 +128,15 @@ export interface EngineMemory {
   weights_bytes: number;
   kv_cache_bytes: number;
   prefix_cache_bytes: number;
+  /** Resident adapters' weights (a trainer's: this rank's shards). */
   adapters_bytes: number;
+  /** Their AdamW moments (a trainer's: this rank's shards). */
+  optimizer_bytes?: number;
+  /**
+   * How far above its start the last training op went (activations and logits, mostly): RSS on CPU, the allocator on
+   * CUDA.
+   */
+  activations_peak_bytes?: number;
   device_allocated_bytes?: number;
   device_peak_bytes?: number;
   device_reserved_bytes?: number;
@@ -286,6 +331,8 @@ export interface StatsReply {
   tokens_per_second: number;
   rss_bytes: number;
   memory: EngineMemory;
+  /** A trainer's: every rank's memory, in rank order. */
+  ranks?: RankMemory[];
 }
 
 export interface LoadBaseRequest {

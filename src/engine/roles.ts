@@ -19,8 +19,8 @@ import {
   type SamplerEngine,
   type SamplerOp,
 } from './ops.ts';
-import type { EngineSupport, GenerateRequest } from './protocol.ts';
-import type { EngineTopology, ServingLimits } from './settings.ts';
+import type { EngineSupport, GenerateRequest, StatsReply } from './protocol.ts';
+import type { EngineTopology, ServingLimits, TrainerGroup } from './settings.ts';
 import { type EngineHealth, EngineSupervisor, type RemoteEngine } from './supervisor.ts';
 import { samplerKindOf } from './vllm/config.ts';
 import type { VllmHealth } from './vllm/sampler.ts';
@@ -33,7 +33,8 @@ export interface ManagedEngine {
   start(): void;
   stop(): Promise<void>;
   waitUntilReady(): Promise<unknown>;
-  probe(): Promise<void>;
+  /** Answers only when the engine is up; ours answer with their `stats`. */
+  probe(): Promise<StatsReply | void>;
   health(): EngineHealth | VllmHealth;
 }
 
@@ -116,26 +117,26 @@ function withVllmSamplers(ours: EngineRoles, setup: VllmSetup, logger: EngineLog
 }
 
 function createOurEngines({ topology, serving, python, logger, extraArgs = [] }: EngineRolesOptions): EngineRoles {
-  const make = (
-    role: EngineRole,
-    index: number,
-    url: string | null,
-    threads: number | null,
-    device: string | null,
-    nice = 0,
-  ): RoleEngine => ({
+  const make = (role: EngineRole, index: number, url: string | null, process: EngineProcess): RoleEngine => ({
     role,
     kind: 'ours',
     supervisor: new EngineSupervisor({
       python,
       logger: tagged(logger, { role, engine: index }),
       remote: url === null ? null : parseUrl(url, topology.secret),
-      args: [...engineArgs(serving, threads, device), ...(nice ? ['--nice', String(nice)] : []), ...extraArgs],
+      launcher: process.launcher,
+      args: [
+        ...engineArgs(serving, process.threads, process.device),
+        ...(process.nice ? ['--nice', String(process.nice)] : []),
+        ...(process.role ?? []),
+        ...extraArgs,
+      ],
     }),
   });
   const supervisor = (engine: RoleEngine) => engine.supervisor as EngineSupervisor;
+  const trainerProcess = { threads: topology.trainerThreads, device: topology.trainerDevice };
   if (topology.mode === 'single') {
-    const only = make('sampler+trainer', 0, topology.trainerUrl, topology.trainerThreads, topology.trainerDevice);
+    const only = make('sampler+trainer', 0, topology.trainerUrl, trainerProcess);
     return {
       sampler: supervisor(only),
       trainer: supervisor(only),
@@ -143,19 +144,20 @@ function createOurEngines({ topology, serving, python, logger, extraArgs = [] }:
       all: [only],
     };
   }
-  const trainer = make(
-    'trainer',
-    0,
-    topology.trainerUrl,
-    topology.trainerThreads,
-    topology.trainerDevice,
-    topology.trainerNice,
-  );
+  const trainer = make('trainer', 0, topology.trainerUrl, {
+    ...trainerProcess,
+    nice: topology.trainerNice,
+    ...(topology.trainerUrl === null ? trainerGroupProcess(topology.trainerGroup) : {}),
+  });
   const samplerUrls =
     topology.samplerUrls.length > 0 ? topology.samplerUrls : Array<string | null>(topology.samplers).fill(null);
-  const samplers = samplerUrls.map((url, index) =>
-    make('sampler', index + 1, url, topology.samplerThreads, topology.samplerDevice),
-  );
+  // A separate sampler never trains: it refuses the trainer's ops and loads checkpoints without their Adam moments.
+  const samplerProcess = {
+    threads: topology.samplerThreads,
+    device: topology.samplerDevice,
+    role: ['--role', 'sampler'],
+  };
+  const samplers = samplerUrls.map((url, index) => make('sampler', index + 1, url, samplerProcess));
   const ours = samplers.map(supervisor);
   const sampler =
     ours.length === 1
@@ -167,6 +169,43 @@ function createOurEngines({ topology, serving, python, logger, extraArgs = [] }:
     support: announcedSupport(supervisor(trainer)),
     all: [trainer, ...samplers],
   };
+}
+
+/** How one of our engine processes is started: its threads, device and priority, and a trainer's launcher and role. */
+interface EngineProcess {
+  threads: number | null;
+  device: string | null;
+  nice?: number;
+  launcher?: string[];
+  role?: string[];
+}
+
+/**
+ * A local trainer: `--role trainer` (a trainer-only engine, its base sharded with FSDP2), one process for one rank,
+ * else node 0's ranks under torch's launcher (docs/trainer-group.md): on one node a standalone rendezvous, over
+ * several a static one at TRAINER_RDZV_ENDPOINT, which the other nodes' launchers join. The launcher restarts
+ * nothing itself (--max-restarts=0): when a rank dies it ends the others, and this server's supervisor restarts
+ * the group whole.
+ */
+export function trainerGroupProcess(group: TrainerGroup): Pick<EngineProcess, 'launcher' | 'role'> {
+  const role = ['--role', 'trainer', '--dist-timeout', String(group.timeoutS)];
+  if (group.worldSize === 1) return { role };
+  const launcher = [
+    '-m',
+    'torch.distributed.run',
+    `--nproc-per-node=${group.worldSize / group.nodes}`,
+    '--max-restarts=0',
+    '--monitor-interval=0.2',
+  ];
+  if (group.nodes === 1) return { role, launcher: [...launcher, '--standalone'] };
+  const rendezvous = [
+    `--nnodes=${group.nodes}`,
+    '--node-rank=0',
+    '--rdzv-backend=static',
+    `--rdzv-endpoint=${group.rendezvous}`,
+    `--rdzv-conf=timeout=${group.timeoutS}`,
+  ];
+  return { role, launcher: [...launcher, ...rendezvous] };
 }
 
 /** The engine's announcement from its first ready frame, kept: a restart runs the same engine code. */

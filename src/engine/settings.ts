@@ -24,6 +24,22 @@ export interface EngineTopology {
   trainerDevice: string | null;
   /** CPU priority the child trainer gives up (`nice`), so where it shares cores with samplers, decode steps go first. */
   trainerNice: number;
+  /** The trainer's process group (a local trainer's; a remote one is launched where it runs). */
+  trainerGroup: TrainerGroup;
+}
+
+/**
+ * The trainer as a process group (docs/trainer-group.md): `worldSize` ranks over `nodes` nodes, each node running
+ * `worldSize / nodes` of them under torch's launcher (torch.distributed.run). This server launches node 0's, whose
+ * rank 0 speaks the engine protocol; the other nodes run the same launcher pointed at `rendezvous`.
+ */
+export interface TrainerGroup {
+  worldSize: number;
+  nodes: number;
+  /** host:port on node 0 where the other nodes join (the launcher's --rdzv-endpoint); null on one node. */
+  rendezvous: string | null;
+  /** Seconds the ranks wait for each other at start-up (and for any collective) before the start fails. */
+  timeoutS: number;
 }
 
 export interface ServingLimits {

@@ -14,11 +14,12 @@ import { EngineError } from './errors.ts';
 import { DeferredStream, type GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
 import type { Engine, OpReply, OpRequest, UnaryOp } from './ops.ts';
-import type { GenerateRequest, ReadyEvent } from './protocol.ts';
+import type { GenerateRequest, ReadyEvent, StatsReply } from './protocol.ts';
 import { findEnginePython } from './python.ts';
 import { Restorable } from './restorable.ts';
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const STDERR_LINES_KEPT = 20;
 
 /** A remote engine (`python -m engine --tcp HOST:PORT`) and the secret its first frame must carry. */
 export interface RemoteEngine {
@@ -35,6 +36,8 @@ export interface EngineSupervisorOptions {
   python?: string | null;
   /** Arguments after `-m engine`, e.g. `['--max-adapters', '8']`. */
   args?: string[];
+  /** Python arguments before `-m engine`: a launcher that starts the engine's ranks (torch.distributed.run's). */
+  launcher?: string[];
   cwd?: string;
   env?: NodeJS.ProcessEnv;
   /** From spawn to the `ready` frame; a slower start is killed and retried. */
@@ -49,7 +52,8 @@ export interface EngineSupervisorOptions {
   stopGraceMs?: number;
 }
 
-export type EngineState = 'stopped' | 'starting' | 'ready' | 'restarting';
+/** `failed`: the engine said it cannot start here (its `failed` frame); it is not restarted. */
+export type EngineState = 'stopped' | 'starting' | 'ready' | 'restarting' | 'failed';
 
 export interface EngineHealth {
   state: EngineState;
@@ -61,6 +65,8 @@ export interface EngineHealth {
   /** The current process's ready frame (device, dtype, torch, matmul rate); null until ready. */
   engine: ReadyEvent | null;
   lastExit: { code: number | null; signal: string | null; at: string } | null;
+  /** Why the last start did not become ready (the engine's own words, or its exit and last log lines); null once ready. */
+  lastError: string | null;
   inFlight: number;
 }
 
@@ -72,6 +78,9 @@ interface Run {
   exited: Promise<void>;
   /** SIGKILL for a child; dropping the connection for a remote engine (which goes on for the next one). */
   kill(): void;
+  /** Its last lines on stderr, for saying why it ended before it was ready. */
+  lastLines: string[];
+  ready: boolean;
 }
 
 interface Waiter {
@@ -87,12 +96,13 @@ export class EngineSupervisor implements Engine {
   private restarts = 0;
   private failuresInARow = 0;
   private lastExit: EngineHealth['lastExit'] = null;
+  private lastError: string | null = null;
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly waiters = new Set<Waiter>();
   /** What to load again after a restart, in the order it was last asked for. */
   private readonly restorable: Restorable;
-  private readonly options: Required<Omit<EngineSupervisorOptions, 'python' | 'env' | 'remote'>> &
-    Pick<EngineSupervisorOptions, 'python' | 'env' | 'remote'>;
+  private readonly options: Required<Omit<EngineSupervisorOptions, 'python' | 'env' | 'remote' | 'launcher'>> &
+    Pick<EngineSupervisorOptions, 'python' | 'env' | 'remote' | 'launcher'>;
 
   constructor(options: EngineSupervisorOptions) {
     const readyTimeoutMs = options.readyTimeoutMs ?? 120_000;
@@ -101,6 +111,7 @@ export class EngineSupervisor implements Engine {
       python: options.python,
       env: options.env,
       remote: options.remote,
+      launcher: options.launcher,
       args: options.args ?? [],
       cwd: options.cwd ?? REPO_ROOT,
       readyTimeoutMs,
@@ -149,14 +160,19 @@ export class EngineSupervisor implements Engine {
       restarts: this.restarts,
       engine: this.engine,
       lastExit: this.lastExit,
+      lastError: this.lastError,
       inFlight: this.run?.client.inFlight ?? 0,
     };
   }
 
-  /** For the system check: answers only if the engine is up now and replies to `stats`. */
-  async probe(): Promise<void> {
-    if (this.state !== 'ready' || !this.run) throw new EngineError('engine_unavailable', `the engine is ${this.state}`);
-    await this.run.client.request('stats', {});
+  /** For the system check: the engine's `stats`, only if it is up now and answers. */
+  async probe(): Promise<StatsReply> {
+    if (this.state !== 'ready' || !this.run)
+      throw new EngineError(
+        'engine_unavailable',
+        `the engine is ${this.state}${this.lastError ? `: ${this.lastError}` : ''}`,
+      );
+    return this.run.client.request('stats', {});
   }
 
   /** Any op, once the engine is ready; what it loads is remembered for a restart. */
@@ -175,6 +191,8 @@ export class EngineSupervisor implements Engine {
     if (this.state === 'ready' && this.run) return Promise.resolve(this.run.client);
     if (this.state === 'stopped')
       return Promise.reject(new EngineError('engine_unavailable', 'the engine is not running'));
+    if (this.state === 'failed')
+      return Promise.reject(new EngineError('engine_unavailable', this.lastError ?? 'failed'));
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {
         resolve,
@@ -232,17 +250,30 @@ export class EngineSupervisor implements Engine {
       if (this.run !== run || client.closed) return; // replaced, exited or stopped meanwhile
       this.engine = ready;
       this.state = 'ready';
+      run.ready = true;
+      this.lastError = null;
       for (const waiter of this.waiters) this.settle(waiter, client);
     } catch (error) {
       // Closed before ready (the exit handler restarts it); a refused secret is worth saying why.
       if (error instanceof EngineError && error.code === 'unauthorized')
         logger.error({ error: error.message }, 'the engine refused our ENGINE_SECRET');
+      if (client.startupFailure !== null && (this.state as EngineState) !== 'stopped') this.fail(client.startupFailure);
     }
+  }
+
+  /** The engine cannot start here, by its own word: whoever waits for it hears why now, and it is not restarted. */
+  private fail(reason: string): void {
+    this.options.logger.error({ error: reason }, 'the engine cannot start');
+    this.state = 'failed';
+    this.lastError = reason;
+    for (const waiter of this.waiters)
+      this.settle(waiter, new EngineError('engine_unavailable', `the engine could not start: ${reason}`));
   }
 
   private async spawnChild(): Promise<Run> {
     const python = this.options.python ?? (await findEnginePython());
-    const child: ChildProcessWithoutNullStreams = spawn(python, ['-m', 'engine', ...this.options.args], {
+    const argv = [...(this.options.launcher ?? []), '-m', 'engine', ...this.options.args];
+    const child: ChildProcessWithoutNullStreams = spawn(python, argv, {
       cwd: this.options.cwd,
       env: { ...(this.options.env ?? process.env), PYTHONUNBUFFERED: '1' },
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -251,7 +282,6 @@ export class EngineSupervisor implements Engine {
     const { logger } = this.options;
     const client = new EngineClient(child.stdout, child.stdin, { peer: `the engine (pid ${pid})`, logger });
     logger.info({ pid, python, cwd: this.options.cwd }, 'engine starting');
-    createInterface({ input: child.stderr }).on('line', (line) => logger.info({ pid, source: 'engine' }, line));
     let markExited!: () => void;
     const run: Run = {
       client,
@@ -259,7 +289,13 @@ export class EngineSupervisor implements Engine {
       startedAt: Date.now(),
       exited: new Promise((resolve) => (markExited = resolve)),
       kill: () => child.kill('SIGKILL'),
+      lastLines: [],
+      ready: false,
     };
+    createInterface({ input: child.stderr }).on('line', (line) => {
+      logger.info({ pid, source: 'engine' }, line);
+      run.lastLines = [...run.lastLines.slice(-(STDERR_LINES_KEPT - 1)), line];
+    });
     let exited = false;
     const onExit = (code: number | null, signal: string | null) => {
       if (exited) return;
@@ -297,6 +333,8 @@ export class EngineSupervisor implements Engine {
       startedAt: Date.now(),
       exited: new Promise((resolve) => (markExited = resolve)),
       kill: () => client.close(),
+      lastLines: [],
+      ready: false,
     };
     client.onClose((error) => {
       this.handleExit(run, `connection closed: ${error.message}`, { code: null, signal: null });
@@ -312,10 +350,21 @@ export class EngineSupervisor implements Engine {
     this.run = undefined;
     this.engine = null;
     this.lastExit = { ...status, at: new Date().toISOString() };
-    if (this.state === 'stopped') return;
+    if (this.state === 'stopped' || this.state === 'failed') return;
+    if (!run.ready) this.notStarted(run, how);
     this.options.logger.warn({ pid: run.pid, how }, 'engine exited; restarting');
     this.state = 'restarting';
     this.scheduleRestart(run.startedAt);
+  }
+
+  /** A start that ended before `ready`: whoever waits hears why at once (it is tried again meanwhile). */
+  private notStarted(run: Run, how: string): void {
+    // Its last error line says why (a launcher's rendezvous that timed out, a traceback's last line), else its last words.
+    const lines = run.lastLines.filter((line) => line.trim());
+    const errors = lines.filter((line) => /error|exception|failed/i.test(line));
+    const said = (errors.length ? errors : lines).slice(-1)[0];
+    this.lastError = `the engine exited before it was ready (${how})${said ? `: ${said.trim()}` : ''}`;
+    for (const waiter of this.waiters) this.settle(waiter, new EngineError('engine_unavailable', this.lastError));
   }
 
   private scheduleRestart(startedAt: number): void {

@@ -92,6 +92,9 @@ export class CheckpointWriter {
         );
         if (deleted.length)
           await emit('checkpoints_deleted', { steps: deleted, reason: 'retention', after_step: step });
+        // Saved: the trainer need not hold the adapter and its optimizer moments until the model's next job, which
+        // loads them from the checkpoint anyway (a trainer that cannot drop it now has lost it already).
+        await engine.request('drop_adapter', { adapter }).catch(() => undefined);
         return { step, checkpointId };
       },
     };

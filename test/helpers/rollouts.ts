@@ -135,3 +135,25 @@ export async function allEvents(
     after = page.body.last_id;
   }
 }
+
+/** Submits an RL job and resolves with its id once it has taken its first gradient step (to interrupt it mid-way). */
+export async function jobAtItsFirstStep(
+  e2e: E2eServer,
+  modelId: string,
+  groups: { trajectories: unknown[] }[],
+  experimentalConfig: Record<string, unknown>,
+): Promise<string> {
+  const job = (
+    await e2e.api('POST', '/v1/preview/training-jobs', {
+      model_id: modelId,
+      trajectory_groups: groups,
+      experimental_config: experimentalConfig,
+    })
+  ).body;
+  await waitFor(
+    'a gradient step',
+    async () => (await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step'),
+    { timeoutMs: 120_000, intervalMs: 20 },
+  );
+  return job.id;
+}

@@ -121,4 +121,19 @@ describe('configuration', () => {
       ['single', 'tcp://gpu:7000', null],
     );
   });
+
+  test('the trainer group: one rank by default; sizes the host cannot launch are named in one error', () => {
+    assert.deepEqual(loadConfig({}).engines.trainerGroup, { worldSize: 1, nodes: 1, rendezvous: null, timeoutS: 300 });
+    const two = loadConfig({ TRAINER_WORLD_SIZE: '4', TRAINER_NNODES: '2', TRAINER_RDZV_ENDPOINT: 'node0:29400' });
+    assert.deepEqual(two.engines.trainerGroup, { worldSize: 4, nodes: 2, rendezvous: 'node0:29400', timeoutS: 300 });
+    assert.throws(
+      () => loadConfig({ TRAINER_WORLD_SIZE: '3', TRAINER_NNODES: '2', TRAINER_RDZV_ENDPOINT: 'node0' }),
+      (error: Error) =>
+        /TRAINER_WORLD_SIZE=3: not a multiple of TRAINER_NNODES=2/.test(error.message) &&
+        /TRAINER_RDZV_ENDPOINT="node0": expected host:port/.test(error.message),
+    );
+    assert.throws(() => loadConfig({ TRAINER_NNODES: '2' }), /TRAINER_RDZV_ENDPOINT: required/);
+    for (const env of [{ ENGINES: 'single' }, { TRAINER_URL: 'tcp://gpu:7000', ENGINE_SECRET: 's' }])
+      assert.throws(() => loadConfig({ ...env, TRAINER_WORLD_SIZE: '2' }), /launched where it runs/);
+  });
 });

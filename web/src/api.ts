@@ -115,6 +115,7 @@ export type {
   TrajectorySteps,
   TrajectorySummary,
 } from '../../src/api/dashboard.ts';
+export type { EngineReport, SystemCheckResponse } from '../../src/api/health.ts';
 export type { IdentityResponse as Me } from '../../src/api/identity.ts';
 export type { ListPage } from '../../src/api/lists.ts';
 export type { Checkpoint, CheckpointDeleteResponse, ModelResponse as Model } from '../../src/api/models.ts';

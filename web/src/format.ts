@@ -25,6 +25,18 @@ export function tick(value: number, step = 0): string {
   return trimZeros(value.toFixed(Math.max(0, -exponent + extra)));
 }
 
+/** A byte count in the unit that reads best (KiB to GiB, binary). */
+export function bytes(value: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let scaled = value;
+  let unit = 0;
+  while (Math.abs(scaled) >= 1024 && unit < units.length - 1) {
+    scaled /= 1024;
+    unit += 1;
+  }
+  return `${unit === 0 ? scaled : scaled.toFixed(scaled < 10 ? 2 : 1)} ${units[unit]}`;
+}
+
 export function shortId(id: string): string {
   return id.length > 12 ? id.slice(-8) : id;
 }

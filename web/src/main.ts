@@ -4,6 +4,7 @@
 import './styles.css';
 import { apiKey, handleUnauthorized, type Me, request, setApiKey } from './api.ts';
 import { clearToasts, errorBox, h, replace } from './dom.ts';
+import { renderEngines } from './pages/engines.ts';
 import { renderGroups } from './pages/groups.ts';
 import { renderJob } from './pages/job.ts';
 import { renderJobs } from './pages/jobs.ts';
@@ -24,6 +25,7 @@ route('/models/:id/groups', 'models', renderGroups);
 route('/jobs', 'jobs', renderJobs);
 route('/jobs/:id', 'jobs', renderJob);
 route('/playground', 'playground', renderPlayground);
+route('/engines', 'engines', renderEngines);
 
 const main = document.getElementById('content') as HTMLElement;
 const nav = document.getElementById('nav') as HTMLElement;
