@@ -8,19 +8,19 @@
  * Knows nothing of GraphQL or HTTP.
  */
 import crypto from 'node:crypto';
-import { Transform, type Readable } from 'node:stream';
-import { AppError, excerpt } from '../errors.ts';
-import type { Clock } from '../clock.ts';
-import { newId } from '../ids.ts';
-import type { CreateArtifactFileSpecInput, CreateArtifactInput, CreateArtifactManifestInput } from './schemas.ts';
+import { type Readable, Transform } from 'node:stream';
 import type { ArtifactVersionRecord } from '../api/artifacts.ts';
 import type { BlobStore, StagedFile } from '../artifacts/blob-store.ts';
-import { checkArtifactName, isSafeFileName, type ArtifactService } from '../services/artifact-service.ts';
+import type { Clock } from '../clock.ts';
+import { AppError, excerpt } from '../errors.ts';
+import { newId } from '../ids.ts';
+import { type ArtifactService, checkArtifactName, isSafeFileName } from '../services/artifact-service.ts';
 import type { Principal } from '../services/auth-service.ts';
 import type { PendingArtifactRecord, WandbRepository } from '../store/wandb-repository.ts';
 import { manifestDigest, parseManifest } from './manifest.ts';
-import type { UploadTarget, UploadTokens } from './upload-tokens.ts';
+import type { CreateArtifactFileSpecInput, CreateArtifactInput, CreateArtifactManifestInput } from './schemas.ts';
 import { refuseUnsupportedArtifactInput, unsupported } from './unsupported.ts';
+import type { UploadTarget, UploadTokens } from './upload-tokens.ts';
 
 /** An artifact as the W&B API shows it: a pending upload, or a committed version of our store. */
 export interface WandbArtifactView {
@@ -55,7 +55,10 @@ const UNTYPED_ARTIFACT_TYPE = 'dataset';
 const BASE64_MD5 = /^[A-Za-z0-9+/]{22}==$/;
 
 function notPending(id: string): AppError {
-  return new AppError('not_found', `No pending artifact ${excerpt(id)}: it was committed already, expired (after an hour) or never created on this server`);
+  return new AppError(
+    'not_found',
+    `No pending artifact ${excerpt(id)}: it was committed already, expired (after an hour) or never created on this server`,
+  );
 }
 
 /** Fails the stream once more than `max` bytes went through it, so an upload cannot outgrow the file limit. */
@@ -64,7 +67,15 @@ function limitBytes(max: number): Transform {
   return new Transform({
     transform(chunk: Buffer, _encoding, done) {
       seen += chunk.length;
-      done(seen > max ? new AppError('payload_too_large', `The file is larger than this server's limit of ${max} bytes (ARTIFACT_MAX_FILE_BYTES)`) : null, chunk);
+      done(
+        seen > max
+          ? new AppError(
+              'payload_too_large',
+              `The file is larger than this server's limit of ${max} bytes (ARTIFACT_MAX_FILE_BYTES)`,
+            )
+          : null,
+        chunk,
+      );
     },
   });
 }
@@ -86,7 +97,10 @@ export class WandbArtifacts {
   ) {}
 
   /** createArtifact: the committed version with the same digest (W&B's deduplication), or a new pending artifact. */
-  async create(principal: Principal, input: CreateArtifactInput): Promise<{ artifact: WandbArtifactView; latestId: string | null }> {
+  async create(
+    principal: Principal,
+    input: CreateArtifactInput,
+  ): Promise<{ artifact: WandbArtifactView; latestId: string | null }> {
     refuseUnsupportedArtifactInput(input);
     const name = input.artifactCollectionName as string;
     checkArtifactName('project', input.projectName);
@@ -131,25 +145,47 @@ export class WandbArtifacts {
   }
 
   /** createArtifactManifest: where the manifest goes once the SDK knows its MD5 (only full manifests). */
-  async manifestUpload(principal: Principal, input: CreateArtifactManifestInput): Promise<{ artifactId: string; token: string }> {
+  async manifestUpload(
+    principal: Principal,
+    input: CreateArtifactManifestInput,
+  ): Promise<{ artifactId: string; token: string }> {
     const pending = await this.pendingFor(principal, input.artifactID);
-    if (input.type != null && input.type !== 'FULL') throw unsupported(`${input.type.toLowerCase()} artifact manifests`);
-    return { artifactId: pending.id, token: this.tokens.sign({ kind: 'manifest', artifactId: pending.id, md5: input.digest }) };
+    if (input.type != null && input.type !== 'FULL')
+      throw unsupported(`${input.type.toLowerCase()} artifact manifests`);
+    return {
+      artifactId: pending.id,
+      token: this.tokens.sign({ kind: 'manifest', artifactId: pending.id, md5: input.digest }),
+    };
   }
 
   /** createArtifactFiles: one signed upload URL per file, bound to the MD5 the SDK declared for it. */
-  async fileUploads(principal: Principal, specs: CreateArtifactFileSpecInput[]): Promise<{ artifactId: string; name: string; token: string }[]> {
+  async fileUploads(
+    principal: Principal,
+    specs: CreateArtifactFileSpecInput[],
+  ): Promise<{ artifactId: string; name: string; token: string }[]> {
     const found = new Map<string, PendingArtifactRecord>();
     const uploads: { artifactId: string; name: string; token: string }[] = [];
     for (const spec of specs) {
       const pending = found.get(spec.artifactID) ?? (await this.pendingFor(principal, spec.artifactID));
       found.set(spec.artifactID, pending);
-      if (spec.uploadPartsInput != null) throw unsupported(`Multipart uploads (files of 2 GiB or more, like ${JSON.stringify(excerpt(spec.name))})`);
+      if (spec.uploadPartsInput != null)
+        throw unsupported(`Multipart uploads (files of 2 GiB or more, like ${JSON.stringify(excerpt(spec.name))})`);
       if (!isSafeFileName(spec.name)) {
-        throw new AppError('bad_request', `Artifact file ${JSON.stringify(excerpt(spec.name))}: this server stores flat file names of letters, digits, ".", "_" and "-" (no folders)`);
+        throw new AppError(
+          'bad_request',
+          `Artifact file ${JSON.stringify(excerpt(spec.name))}: this server stores flat file names of letters, digits, ".", "_" and "-" (no folders)`,
+        );
       }
-      if (!BASE64_MD5.test(spec.md5)) throw new AppError('bad_request', `Artifact file ${JSON.stringify(spec.name)}: md5 must be a base64 MD5 digest`);
-      uploads.push({ artifactId: pending.id, name: spec.name, token: this.tokens.sign({ kind: 'artifact_file', artifactId: pending.id, name: spec.name, md5: spec.md5 }) });
+      if (!BASE64_MD5.test(spec.md5))
+        throw new AppError(
+          'bad_request',
+          `Artifact file ${JSON.stringify(spec.name)}: md5 must be a base64 MD5 digest`,
+        );
+      uploads.push({
+        artifactId: pending.id,
+        name: spec.name,
+        token: this.tokens.sign({ kind: 'artifact_file', artifactId: pending.id, name: spec.name, md5: spec.md5 }),
+      });
     }
     return uploads;
   }
@@ -168,7 +204,10 @@ export class WandbArtifacts {
     const max = target.kind === 'manifest' ? MAX_MANIFEST_BYTES : this.maxFileBytes;
     if (declaredLength !== undefined && declaredLength > max) {
       body.resume();
-      throw new AppError('payload_too_large', `The upload is ${declaredLength} bytes; this server takes at most ${max} (ARTIFACT_MAX_FILE_BYTES)`);
+      throw new AppError(
+        'payload_too_large',
+        `The upload is ${declaredLength} bytes; this server takes at most ${max} (ARTIFACT_MAX_FILE_BYTES)`,
+      );
     }
     if (target.kind === 'manifest') {
       const manifest = await readCapped(body, max);
@@ -189,7 +228,8 @@ export class WandbArtifacts {
   /** commitArtifact: the manifest honoured exactly, then the files become the artifact's next version. */
   async commit(principal: Principal, artifactId: string): Promise<WandbArtifactView> {
     const pending = await this.pendingFor(principal, artifactId);
-    if (!pending.manifest) throw new AppError('bad_request', 'No manifest was uploaded for this artifact before commitArtifact');
+    if (!pending.manifest)
+      throw new AppError('bad_request', 'No manifest was uploaded for this artifact before commitArtifact');
     const files = this.checkManifest(pending, pending.manifest, await this.pending.files(pending.id));
     // Only one of two commits racing for the same artifact removes it; the other finds it gone.
     if (!(await this.pending.remove(pending.id))) throw notPending(pending.id);
@@ -217,36 +257,65 @@ export class WandbArtifacts {
   }
 
   /** project.artifact(name): `name`, `name:latest` or `name:vK` of an entity the key may read. */
-  async byName(principal: Principal, target: { entity: string; project: string; name: string }): Promise<WandbArtifactView | null> {
+  async byName(
+    principal: Principal,
+    target: { entity: string; project: string; name: string },
+  ): Promise<WandbArtifactView | null> {
     const match = /^([^:]+)(?::(?:v(\d+)|(latest)))?$/.exec(target.name);
-    if (!match) throw unsupported(`Artifact aliases other than "latest" and "vK" (${JSON.stringify(excerpt(target.name))})`);
-    const version = await this.artifacts.findVersion(principal, { ...target, name: match[1], version: match[2] === undefined ? 'latest' : Number(match[2]) });
+    if (!match)
+      throw unsupported(`Artifact aliases other than "latest" and "vK" (${JSON.stringify(excerpt(target.name))})`);
+    const version = await this.artifacts.findVersion(principal, {
+      ...target,
+      name: match[1],
+      version: match[2] === undefined ? 'latest' : Number(match[2]),
+    });
     return version ? this.committedView(target.entity, version) : null;
   }
 
   private checkManifest(pending: PendingArtifactRecord, manifest: Buffer, uploaded: StagedFile[]): StagedFile[] {
     const entries = parseManifest(manifest);
-    if (entries.length === 0) throw new AppError('bad_request', 'Artifact manifest: an artifact needs at least one file');
+    if (entries.length === 0)
+      throw new AppError('bad_request', 'Artifact manifest: an artifact needs at least one file');
     const staged = new Map(uploaded.map((file) => [file.name, file]));
     const files = entries.map((entry) => {
       const file = staged.get(entry.name);
-      if (!file) throw new AppError('bad_request', `Artifact manifest: ${JSON.stringify(excerpt(entry.name))} was never uploaded`);
+      if (!file)
+        throw new AppError(
+          'bad_request',
+          `Artifact manifest: ${JSON.stringify(excerpt(entry.name))} was never uploaded`,
+        );
       if (file.md5 !== entry.md5 || file.size !== entry.size) {
-        throw new AppError('bad_request', `Artifact manifest: ${JSON.stringify(entry.name)} says MD5 ${entry.md5} and ${entry.size} bytes; the upload was ${file.md5} and ${file.size} bytes`);
+        throw new AppError(
+          'bad_request',
+          `Artifact manifest: ${JSON.stringify(entry.name)} says MD5 ${entry.md5} and ${entry.size} bytes; the upload was ${file.md5} and ${file.size} bytes`,
+        );
       }
       return file;
     });
     const listed = new Set(entries.map((entry) => entry.name));
     const extra = uploaded.filter((file) => !listed.has(file.name));
-    if (extra.length > 0) throw new AppError('bad_request', `Artifact manifest: uploaded files missing from it: ${extra.map((file) => JSON.stringify(file.name)).join(', ')}`);
+    if (extra.length > 0)
+      throw new AppError(
+        'bad_request',
+        `Artifact manifest: uploaded files missing from it: ${extra.map((file) => JSON.stringify(file.name)).join(', ')}`,
+      );
     const digest = manifestDigest(entries);
-    if (digest !== pending.digest) throw new AppError('bad_request', `Artifact manifest: its digest is ${digest}, but createArtifact declared ${pending.digest}`);
+    if (digest !== pending.digest)
+      throw new AppError(
+        'bad_request',
+        `Artifact manifest: its digest is ${digest}, but createArtifact declared ${pending.digest}`,
+      );
     return files;
   }
 
   private async pendingFor(principal: Principal, id: string): Promise<PendingArtifactRecord> {
     const pending = id === '' ? undefined : await this.pending.find(id);
-    if (!pending || pending.expiresAt < this.clock.now().toISOString() || !principal.entities.some((entity) => entity.id === pending.entityId)) throw notPending(id);
+    if (
+      !pending ||
+      pending.expiresAt < this.clock.now().toISOString() ||
+      !principal.entities.some((entity) => entity.id === pending.entityId)
+    )
+      throw notPending(id);
     return pending;
   }
 
@@ -259,11 +328,17 @@ export class WandbArtifacts {
     const now = this.clock.now().toISOString();
     const ofEntity = (await this.pending.countLive(entity.id, now)) - self;
     if (ofEntity >= MAX_PENDING_PER_ENTITY) {
-      throw new AppError('too_many_requests', `Entity ${JSON.stringify(entity.name)} has ${ofEntity} artifacts created and not committed, this server's limit (${MAX_PENDING_PER_ENTITY}): commit them, or wait for them to expire an hour after they were created`);
+      throw new AppError(
+        'too_many_requests',
+        `Entity ${JSON.stringify(entity.name)} has ${ofEntity} artifacts created and not committed, this server's limit (${MAX_PENDING_PER_ENTITY}): commit them, or wait for them to expire an hour after they were created`,
+      );
     }
     const inAll = (await this.pending.countLive(null, now)) - self;
     if (inAll >= MAX_PENDING_IN_ALL) {
-      throw new AppError('too_many_requests', `This server holds ${inAll} artifacts created and not committed, its limit (${MAX_PENDING_IN_ALL}); retry once some are committed or expire`);
+      throw new AppError(
+        'too_many_requests',
+        `This server holds ${inAll} artifacts created and not committed, its limit (${MAX_PENDING_IN_ALL}); retry once some are committed or expire`,
+      );
     }
   }
 
@@ -324,7 +399,11 @@ export class WandbArtifacts {
 }
 
 function checkMd5(what: string, actual: string, declared: string): void {
-  if (actual !== declared) throw new AppError('bad_request', `Digest mismatch for ${what}: the upload's MD5 is ${actual}, but ${declared} was declared for it; nothing was kept`);
+  if (actual !== declared)
+    throw new AppError(
+      'bad_request',
+      `Digest mismatch for ${what}: the upload's MD5 is ${actual}, but ${declared} was declared for it; nothing was kept`,
+    );
 }
 
 function checkJsonObject(field: string, text: string): void {
@@ -334,5 +413,6 @@ function checkJsonObject(field: string, text: string): void {
   } catch {
     throw new AppError('bad_request', `${field} must be a JSON object`);
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new AppError('bad_request', `${field} must be a JSON object`);
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new AppError('bad_request', `${field} must be a JSON object`);
 }

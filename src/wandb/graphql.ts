@@ -4,16 +4,38 @@
  * upload URLs under this server's own address). A query for a field outside the subset fails validation with
  * graphql-js's message naming the field, and we add which part of W&B this server serves.
  */
-import { buildSchema, execute, GraphQLError, Kind, parse, validate, type DocumentNode, type ExecutionResult, type FragmentDefinitionNode, type SelectionSetNode } from 'graphql';
-import { parseWandbId, UPLOAD_PATH_PREFIX, WANDB_SCHEMA_SDL, wandbId, type CreateArtifactFileSpecInput, type CreateArtifactInput, type CreateArtifactManifestInput, type GraphqlRequest, type UpsertBucketInput } from './schemas.ts';
+import {
+  buildSchema,
+  type DocumentNode,
+  type ExecutionResult,
+  execute,
+  type FragmentDefinitionNode,
+  GraphQLError,
+  Kind,
+  parse,
+  type SelectionSetNode,
+  validate,
+} from 'graphql';
 import { AppError } from '../errors.ts';
 import type { Principal } from '../services/auth-service.ts';
-import type { WandbServices } from './index.ts';
 import type { WandbArtifactView } from './artifacts.ts';
+import type { WandbServices } from './index.ts';
 import { DEFAULT_PROJECT, type WandbRunView } from './runs.ts';
+import {
+  type CreateArtifactFileSpecInput,
+  type CreateArtifactInput,
+  type CreateArtifactManifestInput,
+  type GraphqlRequest,
+  parseWandbId,
+  UPLOAD_PATH_PREFIX,
+  type UpsertBucketInput,
+  WANDB_SCHEMA_SDL,
+  wandbId,
+} from './schemas.ts';
 
 const SCHEMA = buildSchema(WANDB_SCHEMA_SDL);
-const SERVED = "this server serves only the part of W&B's API that wandb.init, run.log_artifact, Artifact.wait and run.finish use";
+const SERVED =
+  "this server serves only the part of W&B's API that wandb.init, run.log_artifact, Artifact.wait and run.finish use";
 const OUR_ID = /^[0-9a-f-]{36}$/;
 /** The SDK's largest document (ArtifactByID with its fragments) is a few hundred tokens. */
 const MAX_TOKENS = 10_000;
@@ -33,8 +55,6 @@ function tooDeep(error: unknown): unknown {
   return error instanceof RangeError ? new AppError('bad_request', TOO_DEEP) : error;
 }
 
-
-
 /**
  * Why a document asks for more than these limits allow, or null. Walks its selections with a stack of its own
  * (a document nested thousands deep overflows no stack here), fragments expanded where they are spread; a fragment
@@ -42,22 +62,28 @@ function tooDeep(error: unknown): unknown {
  */
 export function overLimits(document: DocumentNode): string | null {
   const fragments = new Map<string, FragmentDefinitionNode>();
-  for (const definition of document.definitions) if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
+  for (const definition of document.definitions)
+    if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
   const stack: { set: SelectionSetNode; depth: number; spread: readonly string[] }[] = [];
-  for (const definition of document.definitions) if (definition.kind === Kind.OPERATION_DEFINITION) stack.push({ set: definition.selectionSet, depth: 0, spread: [] });
+  for (const definition of document.definitions)
+    if (definition.kind === Kind.OPERATION_DEFINITION)
+      stack.push({ set: definition.selectionSet, depth: 0, spread: [] });
   let fields = 0;
   for (let next = stack.pop(); next; next = stack.pop()) {
     for (const selection of next.set.selections) {
       if (selection.kind === Kind.FIELD) {
         fields += 1;
-        if (fields > MAX_FIELDS) return `The GraphQL document selects more than ${MAX_FIELDS} fields (fragments counted where they are spread); this server answers at most ${MAX_FIELDS}`;
+        if (fields > MAX_FIELDS)
+          return `The GraphQL document selects more than ${MAX_FIELDS} fields (fragments counted where they are spread); this server answers at most ${MAX_FIELDS}`;
         if (next.depth + 1 > MAX_DEPTH) return TOO_DEEP;
-        if (selection.selectionSet) stack.push({ set: selection.selectionSet, depth: next.depth + 1, spread: next.spread });
+        if (selection.selectionSet)
+          stack.push({ set: selection.selectionSet, depth: next.depth + 1, spread: next.spread });
       } else if (selection.kind === Kind.INLINE_FRAGMENT) {
         stack.push({ set: selection.selectionSet, depth: next.depth, spread: next.spread });
       } else {
         const fragment = fragments.get(selection.name.value);
-        if (fragment && !next.spread.includes(fragment.name.value)) stack.push({ set: fragment.selectionSet, depth: next.depth, spread: [...next.spread, fragment.name.value] });
+        if (fragment && !next.spread.includes(fragment.name.value))
+          stack.push({ set: fragment.selectionSet, depth: next.depth, spread: [...next.spread, fragment.name.value] });
       }
     }
   }
@@ -131,7 +157,11 @@ function artifactObject(context: Context, view: WandbArtifactView) {
     name: view.name,
     project: projectObject(context, entity, view.project),
     latestArtifact: async () => {
-      const latest = await context.wandb.artifacts.byName(context.principal, { entity: view.entity, project: view.project, name: `${view.name}:latest` });
+      const latest = await context.wandb.artifacts.byName(context.principal, {
+        entity: view.entity,
+        project: view.project,
+        name: `${view.name}:latest`,
+      });
       return latest && artifactObject(context, latest);
     },
   };
@@ -149,7 +179,9 @@ function artifactObject(context: Context, view: WandbArtifactView) {
     updatedAt: null,
     aliases: async () => {
       const latest = view.state === 'COMMITTED' && (await sequence.latestArtifact());
-      return latest && latest.id === wandbId('Artifact', view.id) ? [{ id: wandbId('ArtifactAlias', `${view.id}/latest`), alias: 'latest', artifactCollection: sequence }] : [];
+      return latest && latest.id === wandbId('Artifact', view.id)
+        ? [{ id: wandbId('ArtifactAlias', `${view.id}/latest`), alias: 'latest', artifactCollection: sequence }]
+        : [];
     },
   };
 }
@@ -165,7 +197,8 @@ const queries = {
   }),
   // No server features: the SDK then uses the plain paths served here (MD5 digests, no gzip, no OpenTelemetry).
   serverInfo: () => ({ features: [], cliVersionInfo: null, latestLocalVersionInfo: null }),
-  model: (args: { name?: string | null; entityName?: string | null }, context: Context) => queries.project(args, context),
+  model: (args: { name?: string | null; entityName?: string | null }, context: Context) =>
+    queries.project(args, context),
   project: ({ name, entityName }: { name?: string | null; entityName?: string | null }, context: Context) =>
     projectObject(context, context.wandb.runs.entity(context.principal, entityName), name ?? DEFAULT_PROJECT),
   entity: ({ name }: { name: string }, { principal }: Context) => {
@@ -195,25 +228,50 @@ const mutations = {
     bucket: runObject(context, context.wandb.runs.upsert(context.principal, input)),
     inserted: true,
   }),
-  createRunFiles: ({ input }: { input: { entityName: string; projectName: string; runName: string; files: string[] } }, context: Context) => ({
+  createRunFiles: (
+    { input }: { input: { entityName: string; projectName: string; runName: string; files: string[] } },
+    context: Context,
+  ) => ({
     runID: wandbId('Run', `${input.entityName}/${input.projectName}/${input.runName}`),
     uploadHeaders: [],
-    files: context.wandb.runs.fileUploads(context.principal, input).map(({ name, token }) => ({ name, uploadUrl: uploadUrl(context, token) })),
+    files: context.wandb.runs
+      .fileUploads(context.principal, input)
+      .map(({ name, token }) => ({ name, uploadUrl: uploadUrl(context, token) })),
   }),
   createArtifact: async ({ input }: { input: CreateArtifactInput }, context: Context) => {
     const { artifact } = await context.wandb.artifacts.create(context.principal, input);
     return { artifact: artifactObject(context, artifact) };
   },
   createArtifactManifest: async ({ input }: { input: CreateArtifactManifestInput }, context: Context) => {
-    const upload = await context.wandb.artifacts.manifestUpload(context.principal, { ...input, artifactID: artifactKey(input.artifactID) });
-    return { artifactManifest: { id: wandbId('ArtifactManifest', upload.artifactId), file: fileObject(context, { ...upload, name: input.name }) } };
+    const upload = await context.wandb.artifacts.manifestUpload(context.principal, {
+      ...input,
+      artifactID: artifactKey(input.artifactID),
+    });
+    return {
+      artifactManifest: {
+        id: wandbId('ArtifactManifest', upload.artifactId),
+        file: fileObject(context, { ...upload, name: input.name }),
+      },
+    };
   },
-  createArtifactFiles: async ({ input }: { input: { artifactFiles: CreateArtifactFileSpecInput[] } }, context: Context) => {
+  createArtifactFiles: async (
+    { input }: { input: { artifactFiles: CreateArtifactFileSpecInput[] } },
+    context: Context,
+  ) => {
     const specs = input.artifactFiles.map((spec) => ({ ...spec, artifactID: artifactKey(spec.artifactID) }));
-    return { files: { edges: (await context.wandb.artifacts.fileUploads(context.principal, specs)).map((upload) => ({ node: fileObject(context, upload) })) } };
+    return {
+      files: {
+        edges: (await context.wandb.artifacts.fileUploads(context.principal, specs)).map((upload) => ({
+          node: fileObject(context, upload),
+        })),
+      },
+    };
   },
   commitArtifact: async ({ input }: { input: { artifactID: string } }, context: Context) => ({
-    artifact: artifactObject(context, await context.wandb.artifacts.commit(context.principal, artifactKey(input.artifactID))),
+    artifact: artifactObject(
+      context,
+      await context.wandb.artifacts.commit(context.principal, artifactKey(input.artifactID)),
+    ),
   }),
 };
 
@@ -223,7 +281,11 @@ const ROOT = { ...queries, ...mutations };
  * One GraphQL request, answered as W&B answers: `{data, errors}`. A syntax or validation error names what was
  * asked; a resolver's AppError keeps its message; anything else is reported by `onInternal` and answered vaguely.
  */
-export async function executeWandbGraphql(context: Context, request: GraphqlRequest, onInternal: (error: unknown) => void): Promise<ExecutionResult> {
+export async function executeWandbGraphql(
+  context: Context,
+  request: GraphqlRequest,
+  onInternal: (error: unknown) => void,
+): Promise<ExecutionResult> {
   let document: DocumentNode;
   try {
     document = parse(request.query, { maxTokens: MAX_TOKENS });
@@ -239,10 +301,27 @@ export async function executeWandbGraphql(context: Context, request: GraphqlRequ
   } catch (error) {
     throw tooDeep(error);
   }
-  if (invalid.length > 0) return { errors: invalid.map((error) => ({ ...error.toJSON(), message: `${error.message} (${SERVED})` })) as unknown as GraphQLError[] };
-  const result = await execute({ schema: SCHEMA, document, rootValue: ROOT, contextValue: context, variableValues: request.variables ?? undefined, operationName: request.operationName || undefined });
+  if (invalid.length > 0)
+    return {
+      errors: invalid.map((error) => ({
+        ...error.toJSON(),
+        message: `${error.message} (${SERVED})`,
+      })) as unknown as GraphQLError[],
+    };
+  const result = await execute({
+    schema: SCHEMA,
+    document,
+    rootValue: ROOT,
+    contextValue: context,
+    variableValues: request.variables ?? undefined,
+    operationName: request.operationName || undefined,
+  });
   const errors = result.errors?.map((error) => {
-    if (error.originalError && !(error.originalError instanceof AppError) && error.originalError.constructor.name !== 'GraphQLError') {
+    if (
+      error.originalError &&
+      !(error.originalError instanceof AppError) &&
+      error.originalError.constructor.name !== 'GraphQLError'
+    ) {
       onInternal(error.originalError);
       return { ...error.toJSON(), message: 'Internal server error' };
     }

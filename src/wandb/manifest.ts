@@ -23,8 +23,16 @@ function manifestError(message: string): AppError {
 
 function entryOf(name: string, value: unknown): ManifestEntry {
   const entry = (value ?? {}) as Record<string, unknown>;
-  if (typeof entry.ref === 'string') throw manifestError(`entry ${JSON.stringify(excerpt(name))} is a reference (${excerpt(entry.ref)}); this server stores uploaded files only, not references`);
-  if (typeof entry.digest !== 'string' || typeof entry.size !== 'number' || !Number.isSafeInteger(entry.size) || entry.size < 0) {
+  if (typeof entry.ref === 'string')
+    throw manifestError(
+      `entry ${JSON.stringify(excerpt(name))} is a reference (${excerpt(entry.ref)}); this server stores uploaded files only, not references`,
+    );
+  if (
+    typeof entry.digest !== 'string' ||
+    typeof entry.size !== 'number' ||
+    !Number.isSafeInteger(entry.size) ||
+    entry.size < 0
+  ) {
     throw manifestError(`entry ${JSON.stringify(excerpt(name))} needs a string digest and a non-negative integer size`);
   }
   return { name, md5: entry.digest, size: entry.size };
@@ -37,16 +45,22 @@ export function parseManifest(bytes: Buffer): ManifestEntry[] {
   } catch (error) {
     throw manifestError(`not JSON (${(error as Error).message})`);
   }
-  if (manifest?.version !== 1) throw manifestError(`version ${JSON.stringify(manifest?.version)} is not supported (only 1)`);
-  if (manifest.storagePolicy !== STORAGE_POLICY) throw manifestError(`storage policy ${JSON.stringify(manifest.storagePolicy)} is not supported (only ${STORAGE_POLICY})`);
+  if (manifest?.version !== 1)
+    throw manifestError(`version ${JSON.stringify(manifest?.version)} is not supported (only 1)`);
+  if (manifest.storagePolicy !== STORAGE_POLICY)
+    throw manifestError(
+      `storage policy ${JSON.stringify(manifest.storagePolicy)} is not supported (only ${STORAGE_POLICY})`,
+    );
   const contents = manifest.contents;
-  if (typeof contents !== 'object' || contents === null || Array.isArray(contents)) throw manifestError('contents must be an object of entries');
+  if (typeof contents !== 'object' || contents === null || Array.isArray(contents))
+    throw manifestError('contents must be an object of entries');
   return Object.entries(contents).map(([name, value]) => entryOf(name, value));
 }
 
 /** The artifact digest W&B computes over a manifest with the MD5 algorithm (hex). */
 export function manifestDigest(entries: { name: string; md5: string }[]): string {
   const hash = crypto.createHash('md5').update(DIGEST_HEADER);
-  for (const entry of [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) hash.update(`${entry.name}:${entry.md5}\n`);
+  for (const entry of [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)))
+    hash.update(`${entry.name}:${entry.md5}\n`);
   return hash.digest('hex');
 }

@@ -7,12 +7,12 @@
  */
 import type { Readable } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { FILE_STREAM_PATH, GraphqlRequest, TELEMETRY_PATH, UPLOAD_PATH_PREFIX } from './schemas.ts';
 import { AppError } from '../errors.ts';
-import type { AuthService, Principal } from '../services/auth-service.ts';
-import type { WandbServices } from './index.ts';
 import { toAppError } from '../http/errors.ts';
+import type { AuthService, Principal } from '../services/auth-service.ts';
 import { executeWandbGraphql } from './graphql.ts';
+import type { WandbServices } from './index.ts';
+import { FILE_STREAM_PATH, GraphqlRequest, TELEMETRY_PATH, UPLOAD_PATH_PREFIX } from './schemas.ts';
 
 const OPEN = { config: { public: true } };
 
@@ -20,15 +20,25 @@ function wandbErrorHandler(error: FastifyError, request: FastifyRequest, reply: 
   const appError = toAppError(error);
   if (appError.status >= 500) request.log.error({ err: error }, 'W&B API request failed');
   if (appError.code === 'unauthorized') reply.header('WWW-Authenticate', 'Basic realm="W&B API"');
-  return reply.status(appError.status).send({ errors: [{ message: appError.message, extensions: { code: appError.code } }] });
+  return reply
+    .status(appError.status)
+    .send({ errors: [{ message: appError.message, extensions: { code: appError.code } }] });
 }
 
 /** The key of W&B's basic auth (`api:<key>`) or of a bearer token. */
 async function principalOf(auth: AuthService, request: FastifyRequest): Promise<Principal> {
   const header = request.headers.authorization ?? '';
   const basic = /^Basic\s+(\S+)\s*$/i.exec(header);
-  const key = basic ? Buffer.from(basic[1], 'base64').toString('utf8').replace(/^[^:]*:/, '') : /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
-  if (!key) throw new AppError('unauthorized', 'Missing API key: set WANDB_API_KEY to a key of this server (the wandb SDK sends it as basic auth)');
+  const key = basic
+    ? Buffer.from(basic[1], 'base64')
+        .toString('utf8')
+        .replace(/^[^:]*:/, '')
+    : /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
+  if (!key)
+    throw new AppError(
+      'unauthorized',
+      'Missing API key: set WANDB_API_KEY to a key of this server (the wandb SDK sends it as basic auth)',
+    );
   return auth.authenticateKey(key);
 }
 
@@ -42,7 +52,9 @@ export function registerWandbRoutes(app: FastifyInstance, auth: AuthService, wan
     });
     api.post<{ Body: GraphqlRequest }>('/graphql', { ...OPEN, schema: { body: GraphqlRequest } }, async (request) => {
       const context = { principal: request.principal, wandb, baseUrl: `${request.protocol}://${request.host}` };
-      return executeWandbGraphql(context, request.body, (error) => request.log.error({ err: error }, 'W&B GraphQL resolver failed'));
+      return executeWandbGraphql(context, request.body, (error) =>
+        request.log.error({ err: error }, 'W&B GraphQL resolver failed'),
+      );
     });
     // A run's history, system metrics and console output: the history of a run named after a model is kept in its
     // run history (history.ts); the rest is read and dropped.
@@ -65,7 +77,8 @@ export function registerWandbRoutes(app: FastifyInstance, auth: AuthService, wan
     uploads.put<{ Params: { token: string } }>(`${UPLOAD_PATH_PREFIX}:token`, OPEN, async (request, reply) => {
       await wandb.tokens.ready();
       const target = wandb.tokens.verify(request.params.token);
-      const length = request.headers['content-length'] === undefined ? undefined : Number(request.headers['content-length']);
+      const length =
+        request.headers['content-length'] === undefined ? undefined : Number(request.headers['content-length']);
       await wandb.artifacts.receive(target, (request.body as Readable | undefined) ?? request.raw, length);
       return reply.status(200).send();
     });

@@ -6,10 +6,10 @@
  * is the model's run history, where training metrics live too.
  */
 import { AppError, excerpt } from '../errors.ts';
-import type { UpsertBucketInput } from './schemas.ts';
 import type { Principal } from '../services/auth-service.ts';
-import type { UploadTokens } from './upload-tokens.ts';
+import type { UpsertBucketInput } from './schemas.ts';
 import { unsupported } from './unsupported.ts';
+import type { UploadTokens } from './upload-tokens.ts';
 
 /** W&B's project when a run names none. */
 export const DEFAULT_PROJECT = 'uncategorized';
@@ -32,7 +32,8 @@ export class WandbRuns {
   entity(principal: Principal, name: string | null | undefined): { id: string; name: string } {
     const wanted = name ?? principal.entityName;
     const entity = principal.entities.find((candidate) => candidate.name === wanted);
-    if (!entity) throw new AppError('forbidden', `This API key may not act for entity ${JSON.stringify(excerpt(wanted))}`);
+    if (!entity)
+      throw new AppError('forbidden', `This API key may not act for entity ${JSON.stringify(excerpt(wanted))}`);
     return entity;
   }
 

@@ -4,7 +4,7 @@
  * and the inputs they send (every input field the SDK sends must be declared, even when null), the HTTP bodies
  * beside it, and W&B's opaque ids. A query for any other field fails validation, and the route names it.
  */
-import { Type, type Static } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 
 /** `POST /graphql`: what the SDK sends (genqlient from wandb-core, or the Python public API). */
 export const GraphqlRequest = Type.Object({
@@ -234,5 +234,7 @@ export function wandbId(type: string, key: string): string {
 /** The key of an id made by `wandbId` for that type, or null for anything else. */
 export function parseWandbId(type: string, id: string): string | null {
   const text = Buffer.from(id, 'base64').toString('utf8');
-  return text.startsWith(`${type}:`) && wandbId(type, text.slice(type.length + 1)) === id ? text.slice(type.length + 1) : null;
+  return text.startsWith(`${type}:`) && wandbId(type, text.slice(type.length + 1)) === id
+    ? text.slice(type.length + 1)
+    : null;
 }

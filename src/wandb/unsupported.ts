@@ -15,11 +15,19 @@ export function unsupported(feature: string): AppError {
 /** What a createArtifact may not ask for here: other aliases than "latest", tags, TTLs, other digests, linking. */
 export function refuseUnsupportedArtifactInput(input: CreateArtifactInput): void {
   const name = input.artifactCollectionName;
-  if (!name) throw new AppError('bad_request', 'createArtifact: artifactCollectionName (the artifact name) is required');
-  const aliases = (input.aliases ?? []).filter((alias) => alias.alias !== 'latest' || alias.artifactCollectionName !== name);
-  if (aliases.length > 0) throw unsupported(`Artifact aliases other than "latest" (${aliases.map((alias) => JSON.stringify(excerpt(alias.alias))).join(', ')})`);
-  if (input.artifactCollectionNames?.some((other) => other !== name)) throw unsupported('Logging one artifact to several collections');
-  if (input.digestAlgorithm != null && input.digestAlgorithm !== 'MANIFEST_MD5') throw unsupported(`The ${input.digestAlgorithm} artifact digest (only MANIFEST_MD5)`);
+  if (!name)
+    throw new AppError('bad_request', 'createArtifact: artifactCollectionName (the artifact name) is required');
+  const aliases = (input.aliases ?? []).filter(
+    (alias) => alias.alias !== 'latest' || alias.artifactCollectionName !== name,
+  );
+  if (aliases.length > 0)
+    throw unsupported(
+      `Artifact aliases other than "latest" (${aliases.map((alias) => JSON.stringify(excerpt(alias.alias))).join(', ')})`,
+    );
+  if (input.artifactCollectionNames?.some((other) => other !== name))
+    throw unsupported('Logging one artifact to several collections');
+  if (input.digestAlgorithm != null && input.digestAlgorithm !== 'MANIFEST_MD5')
+    throw unsupported(`The ${input.digestAlgorithm} artifact digest (only MANIFEST_MD5)`);
   if ((input.tags ?? []).length > 0) throw unsupported('Artifact tags');
   if (input.labels != null) throw unsupported('Artifact labels');
   if (input.ttlDurationSeconds != null) throw unsupported('Artifact TTLs');

@@ -35,7 +35,9 @@ export class UploadTokens {
   }
 
   sign(target: UploadTarget): string {
-    const payload = Buffer.from(JSON.stringify({ ...target, expires: this.clock.now().getTime() + UPLOAD_URL_TTL_MS })).toString('base64url');
+    const payload = Buffer.from(
+      JSON.stringify({ ...target, expires: this.clock.now().getTime() + UPLOAD_URL_TTL_MS }),
+    ).toString('base64url');
     return `${payload}.${this.mac(payload)}`;
   }
 
@@ -45,8 +47,14 @@ export class UploadTokens {
     if (rest.length > 0 || payload === undefined || mac === undefined || !sameSecret(mac, this.mac(payload))) {
       throw new AppError('forbidden', 'This upload URL was not issued by this server: ask for a new one');
     }
-    const { expires, ...target } = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as UploadTarget & { expires: number };
-    if (this.clock.now().getTime() > expires) throw new AppError('forbidden', `This upload URL expired at ${new Date(expires).toISOString()}: ask for a new one`);
+    const { expires, ...target } = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as UploadTarget & {
+      expires: number;
+    };
+    if (this.clock.now().getTime() > expires)
+      throw new AppError(
+        'forbidden',
+        `This upload URL expired at ${new Date(expires).toISOString()}: ask for a new one`,
+      );
     return target;
   }
 
