@@ -12,8 +12,8 @@ only its own sequences.
 
 EOS is never text: llguidance allows the base's EOS ids exactly where the grammar may end.
 
-Refuses to know: how a request states its constraint (the server writes the specification; wire.py checks
-its shape), sampling (sampling.py applies the masks), scheduling (generate.py).
+Refuses to know: how a request states its constraint (the server writes the specification, a structural
+tag as a grammar; wire.py checks its shape), sampling (sampling.py applies the masks), scheduling (generate.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ try:
 except ImportError:  # an engine without it serves free text only, and says so in load_base's reply
     llg = None
 
-KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
+KINDS = ("json", "json_object", "regex", "choice", "grammar")
 # Fuel under llguidance's defaults (a fifth to a quarter): a grammar whose lexer needs more is refused (before its
 # first token) or failed mid-way, after well under a second of one mask thread. That thread is never the decode
 # thread (a row waits for its own mask), so this bounds what a hostile grammar costs, not others' latency.
@@ -107,28 +107,11 @@ def grammar_of(spec: Spec) -> str:
             return _json_grammar(spec.value, spec)
         if spec.kind == "json_object":
             return _json_grammar({"type": "object"}, spec)
-        if spec.kind in ("regex", "grammar"):
-            return llg.grammar_from(spec.kind, spec.value)
         if spec.kind == "choice":
             return llg.grammar_from("choice", json.dumps(spec.value))
-        return _structural_tag(spec)
+        return llg.grammar_from(spec.kind, spec.value)  # regex, grammar
     except (ValueError, TypeError, AssertionError) as e:
         raise ConstraintError(str(e) or type(e).__name__) from None
-
-
-def _structural_tag(spec: Spec) -> str:
-    """Free text in which each structure's `begin` (opened by one of `triggers`) is followed by JSON of its
-    schema and then its `end`, as vLLM's guidance backend builds it."""
-    triggers, tags = spec.value["triggers"], []
-    for s in spec.value["structures"]:
-        trigger = next((t for t in triggers if s["begin"].startswith(t)), None)
-        if trigger is None:
-            raise ConstraintError(f"structural_tag: no trigger starts the begin {s['begin']!r} (triggers: {triggers})")
-        schema = _no_additional_properties(s["schema"]) if spec.disable_additional_properties else s["schema"]
-        tags.append(llg.StructTag(trigger=trigger, begin=s["begin"], grammar=schema, end=s["end"]))
-    if not tags:
-        raise ConstraintError("structural_tag: no structures")
-    return llg.StructTag.to_grammar(tags)
 
 
 def _short(error: str) -> str:

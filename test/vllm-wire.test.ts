@@ -12,13 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { type ConfigError, loadConfig } from '../src/config.ts';
 import type { EngineError } from '../src/engine/errors.ts';
 import { samplerKindOf } from '../src/engine/vllm/config.ts';
-import {
-  choiceEvents,
-  completionBody,
-  promptEvent,
-  structuredOutputs,
-  type VllmChoice,
-} from '../src/engine/vllm/wire.ts';
+import { choiceEvents, completionBody, promptEvent, type VllmChoice } from '../src/engine/vllm/wire.ts';
 import { startServer } from '../src/server.ts';
 import { httpApi } from './helpers/api.ts';
 import { enginePython } from './helpers/engine-process.ts';
@@ -63,13 +57,14 @@ describe('our generate request as vLLM’s completions request', () => {
     );
   });
 
-  test('a constraint is vLLM’s structured_outputs; a structural tag travels as JSON text', () => {
-    const tag = { triggers: ['<f>'], structures: [{ begin: '<f>', schema: { type: 'object' }, end: '</f>' }] };
-    assert.deepEqual(structuredOutputs({ regex: 'a+', disable_any_whitespace: true }), {
+  test('a constraint is vLLM’s structured_outputs as it is; none sends none', () => {
+    const request = { base: 'b', adapter: null, prompt: [1], max_tokens: 1 };
+    const constraint = { regex: 'a+', disable_any_whitespace: true };
+    assert.deepEqual(completionBody({ ...request, constraint }, 'b', false).structured_outputs, {
       regex: 'a+',
       disable_any_whitespace: true,
     });
-    assert.deepEqual(structuredOutputs({ structural_tag: tag }), { structural_tag: JSON.stringify(tag) });
+    assert.ok(!('structured_outputs' in completionBody({ ...request, constraint: null }, 'b', false)));
   });
 
   test('a choice’s tokens with logprobs and our top k, its finish with the stop id; prompt logprobs by rank', () => {

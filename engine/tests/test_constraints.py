@@ -159,13 +159,6 @@ class TestMasks(unittest.TestCase):
             (spec("json_object", True, disable_any_whitespace=True), '{"a":[1,2]}'),
             (spec("grammar", 'start: e\ne: t ("+" t)*\nt: f ("*" f)*\nf: /[0-9]+/ | "(" e ")"'), "(1+2)*12"),
             (spec("grammar", 'root ::= "a" [bc]+'), "abcb"),  # GBNF, converted as vLLM's guidance backend does
-            (
-                spec(
-                    "structural_tag",
-                    {"triggers": ["x"], "structures": [{"begin": "x{", "schema": {"type": "string"}, "end": "}"}]},
-                ),
-                'ab x{"c"} ab',
-            ),
         ]
         for s, text in cases:
             guide = Guide(self.fx.compiled(s))
@@ -220,10 +213,6 @@ class TestMasks(unittest.TestCase):
             ({"choice": []}, "constraint.choice must be"),
             ({"json": "x"}, "constraint.json must be"),
             ({"regex": "a", "whitespace_pattern": " "}, "unknown keys"),
-            (
-                {"structural_tag": {"triggers": ["<"], "structures": [{"begin": "<a>"}]}},
-                r"missing field constraint\.structural_tag\.structures\[0\]\.",
-            ),
         ]:
             with self.subTest(constraint=constraint), self.assertRaisesRegex(WireError, message):
                 parse_generate(generate_request("g", prompt=[1], constraint=constraint))
@@ -325,9 +314,7 @@ class TestProtocol(unittest.TestCase):
         engine = EngineProcess()
         try:
             loaded = engine.call({"id": "l1", "op": "load_base", "base": "b", "path": tm.path})
-            self.assertEqual(
-                set(loaded["constraint_kinds"]), {"json", "json_object", "regex", "choice", "grammar", "structural_tag"}
-            )
+            self.assertEqual(set(loaded["constraint_kinds"]), {"json", "json_object", "regex", "choice", "grammar"})
             good = {"regex": '\\{"[a-c]{1,3}"\\}'}
             self.assertEqual(
                 engine.call({"id": "c1", "op": "check_constraint", "base": "b", "constraint": good}),

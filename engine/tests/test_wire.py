@@ -105,7 +105,6 @@ class TestWire(unittest.TestCase):
         generate = COMPLETE["generate"]
         for constraint, field in [
             ({"regex": 5}, "constraint.regex"),
-            ({"structural_tag": {"triggers": ["<"]}}, "constraint.structural_tag.structures"),
             ({"json": {}, "disable_any_whitespace": "yes"}, "constraint.disable_any_whitespace"),
         ]:
             with (

@@ -3,8 +3,6 @@
  * string literals, inline JSON schemas, the calls a forced tool call chooses among, which each tool-call format
  * (src/conversation/tool-calls/) turns into its own text, and structural tags. Both sampler engines get the same grammar.
  */
-import type { StructuralTagStructure } from '../engine/protocol.ts';
-
 /** A Lark string literal for `text` (JSON's escapes are Lark's). */
 export const larkString = (text: string): string => JSON.stringify(text);
 
@@ -59,17 +57,30 @@ export function forcedCallGrammar(calls: ForcedCalls, syntax: CallSyntax): strin
   return `${lines.join('\n')}\n`;
 }
 
+/** One structure of a structural tag: after `begin` (which starts with one of the triggers), JSON of `schema`, then `end`. */
+export interface StructuralTagStructure {
+  begin: string;
+  schema: Record<string, unknown> | boolean;
+  end: string;
+}
+
 /**
- * A structural tag (vLLM's `triggers` and `structures`) as a grammar: free text in which each trigger opens its
+ * A structural tag as a request states it (vLLM's `triggers` and `structures`). The server's own: it is written as a
+ * grammar (`structuralTagGrammar`) once the base is known, so no engine ever sees one.
+ */
+export interface StructuralTag {
+  triggers: string[];
+  structures: StructuralTagStructure[];
+}
+
+/**
+ * A structural tag as a grammar: free text in which each trigger opens its
  * structure's `begin`, JSON of its schema and its `end`, written as llguidance's StructTag.to_grammar writes it
  * (a lazy trigger in text, or text up to a trigger that is a token), except that a trigger, the rest of a begin
  * and an end are tokens only where they are added tokens of the base's tokenizer (`marker`) and literal text
  * otherwise: llguidance's own takes any `<…>` trigger for a special token, so `<fn>` named a token no vocabulary had.
  */
-export function structuralTagGrammar(
-  tag: { triggers: string[]; structures: StructuralTagStructure[] },
-  marker: MarkerSyntax,
-): string {
+export function structuralTagGrammar(tag: StructuralTag, marker: MarkerSyntax): string {
   const lines = [
     '%llguidance {}',
     `start: (${tag.structures.map((_, i) => `tag_${i}`).join(' | ')})* tag_end`,

@@ -7,6 +7,7 @@
  */
 import type { ConstraintSpec } from '../engine/protocol.ts';
 import { ConstraintRequestError } from './constraint-error.ts';
+import type { StructuralTag } from './lark.ts';
 
 export const CONSTRAINT_LIMITS = {
   /** Characters of `structured_outputs.regex`. */
@@ -66,7 +67,7 @@ function checkLength(text: string, what: string, limit: number, param: string): 
 }
 
 /** The caps that need no compiling, for a specification the request asked for (`param` names its field). */
-export function checkLimits(spec: ConstraintSpec, param: string): void {
+export function checkLimits(spec: ConstraintSpec & { structural_tag?: StructuralTag }, param: string): void {
   const { choices, choiceCharacters, structures } = CONSTRAINT_LIMITS;
   if (spec.regex !== undefined) checkLength(spec.regex, 'regex', CONSTRAINT_LIMITS.regexLength, param);
   if (spec.grammar !== undefined) checkLength(spec.grammar, 'grammar', CONSTRAINT_LIMITS.grammarLength, param);

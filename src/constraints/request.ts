@@ -6,14 +6,16 @@
  * the base model is known: its format writes the grammar. Every refusal names the request field it comes from.
  */
 import { EngineError } from '../engine/errors.ts';
-import {
-  CONSTRAINT_KINDS,
-  type ConstraintKind,
-  type ConstraintSpec,
-  type StructuralTagStructure,
-} from '../engine/protocol.ts';
+import { CONSTRAINT_KINDS, type ConstraintSpec } from '../engine/protocol.ts';
 import { ConstraintRequestError } from './constraint-error.ts';
-import { type ForcedCalls, larkJson, type MarkerSyntax, structuralTagGrammar } from './lark.ts';
+import {
+  type ForcedCalls,
+  larkJson,
+  type MarkerSyntax,
+  type StructuralTag,
+  type StructuralTagStructure,
+  structuralTagGrammar,
+} from './lark.ts';
 import { checkLimits, checkToolLimits } from './limits.ts';
 
 type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
@@ -25,9 +27,18 @@ export interface ConstraintFields {
   tools?: { function: { name: string; parameters?: Record<string, unknown> | null } }[] | null;
 }
 
+/** The kinds a request may ask for: the engine's, and a structural tag, which the server writes as a grammar. */
+const REQUEST_KINDS = [...CONSTRAINT_KINDS, 'structural_tag'] as const;
+type RequestKind = (typeof REQUEST_KINDS)[number];
+
+/** A specification as a request asks for it: one the engine compiles, or a structural tag (`constraintSpec`). */
+export interface RequestedSpec extends ConstraintSpec {
+  structural_tag?: StructuralTag;
+}
+
 /** A constraint as a request asks for it: a specification, or a forced call not yet written in a format. */
 export type RequestedConstraint =
-  | { spec: ConstraintSpec; param: 'response_format' | 'structured_outputs' }
+  | { spec: RequestedSpec; param: 'response_format' | 'structured_outputs' }
   | { calls: ForcedCalls; param: 'tools' };
 
 const isSet = (value: unknown) => value !== undefined && value !== null && value !== false;
@@ -101,11 +112,7 @@ function parseJsonText(value: unknown, what: string, param: string): unknown {
  * A structural tag (vLLM's `triggers` + `structures` shape), each schema laid out (and closed to additional
  * properties when the request says so, as vLLM's guidance backend does); written as a grammar once the base is known.
  */
-function structuralTag(
-  value: unknown,
-  options: Record<string, unknown>,
-  param: string,
-): ConstraintSpec['structural_tag'] {
+function structuralTag(value: unknown, options: Record<string, unknown>, param: string): StructuralTag {
   const layout = layoutOf(options);
   const closed = options.disable_additional_properties === true ? withoutAdditionalProperties : (s: unknown) => s;
   const tag = parseJsonText(value, 'the structural tag', param) as Record<string, unknown> | null;
@@ -131,7 +138,7 @@ function structuralTag(
 }
 
 /** `response_format` as the structured output kind it stands for (vLLM merges it into structured_outputs). */
-function fromResponseFormat(format: Record<string, unknown>): { kind: ConstraintKind; value: unknown } | null {
+function fromResponseFormat(format: Record<string, unknown>): { kind: RequestKind; value: unknown } | null {
   const type = format.type;
   if (type === undefined || type === null || type === 'text') return null;
   if (type === 'json_object') return { kind: 'json_object', value: true };
@@ -154,7 +161,7 @@ function fromResponseFormat(format: Record<string, unknown>): { kind: Constraint
   );
 }
 
-function specOf(kind: ConstraintKind, value: unknown, options: Record<string, unknown>, param: string): ConstraintSpec {
+function specOf(kind: RequestKind, value: unknown, options: Record<string, unknown>, param: string): RequestedSpec {
   const layout = layoutOf(options);
   const json = {
     ...(options.disable_any_whitespace === true ? { disable_any_whitespace: true } : {}),
@@ -212,7 +219,7 @@ export function requestedConstraint(
   parallelToolCalls: boolean,
 ): RequestedConstraint | null {
   const options = body.structured_outputs ?? {};
-  const fromOptions = CONSTRAINT_KINDS.filter((kind) => isSet(options[kind]));
+  const fromOptions = REQUEST_KINDS.filter((kind) => isSet(options[kind]));
   const jsonRegexChoice = fromOptions.filter((kind) => kind === 'json' || kind === 'regex' || kind === 'choice');
   if (jsonRegexChoice.length > 1)
     throw new ConstraintRequestError(

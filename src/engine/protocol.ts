@@ -151,19 +151,13 @@ export interface AdapterInit {
   seed: number;
 }
 
-/** vLLM's structured_outputs kinds, which the engine's constraints can be (docs/engine-protocol.md). */
-export const CONSTRAINT_KINDS = ['json', 'json_object', 'regex', 'choice', 'grammar', 'structural_tag'] as const;
-export type ConstraintKind = (typeof CONSTRAINT_KINDS)[number];
-
 /**
- * One structure of a structural tag: after `begin` (which starts with one of the triggers), JSON of `schema`, then
- * `end`.
+ * vLLM's structured_outputs kinds, which the engine's constraints can be (docs/engine-protocol.md), less
+ * `structural_tag`: the server writes a structural tag as a `grammar` before any engine sees it
+ * (docs/structured-outputs.md).
  */
-export interface StructuralTagStructure {
-  begin: string;
-  schema: Record<string, unknown> | boolean;
-  end: string;
-}
+export const CONSTRAINT_KINDS = ['json', 'json_object', 'regex', 'choice', 'grammar'] as const;
+export type ConstraintKind = (typeof CONSTRAINT_KINDS)[number];
 
 /**
  * A constraint's specification, as vLLM's `structured_outputs` states it: exactly one kind (engine/wire.py checks
@@ -178,10 +172,6 @@ export interface ConstraintSpec {
   choice?: string[];
   /** A Lark grammar (llguidance's dialect; a GBNF grammar is converted, as vLLM's guidance backend does). */
   grammar?: string;
-  structural_tag?: {
-    triggers: string[];
-    structures: StructuralTagStructure[];
-  };
   disable_any_whitespace?: boolean;
   disable_additional_properties?: boolean;
 }

@@ -4,14 +4,7 @@
  */
 import { EngineError } from '../errors.ts';
 import { withGenerateDefaults } from '../ops.ts';
-import type {
-  ConstraintSpec,
-  GenerateEvent,
-  GenerateRequest,
-  PromptLogprobsEvent,
-  TokensEvent,
-  TopLogprob,
-} from '../protocol.ts';
+import type { GenerateEvent, GenerateRequest, PromptLogprobsEvent, TokensEvent, TopLogprob } from '../protocol.ts';
 
 /** vLLM clamps logit biases to ±100: a token banned outright. */
 const BANNED = -100;
@@ -31,12 +24,6 @@ export interface VllmUsage {
   prompt_tokens: number;
   completion_tokens?: number;
   prompt_tokens_details?: { cached_tokens?: number | null } | null;
-}
-
-/** The constraint as vLLM's `structured_outputs`: the same object, but a structural tag travels as JSON text. */
-export function structuredOutputs(constraint: ConstraintSpec): Record<string, unknown> {
-  const { structural_tag: tag, ...rest } = constraint;
-  return tag === undefined ? { ...rest } : { ...rest, structural_tag: JSON.stringify(tag) };
 }
 
 /**
@@ -80,7 +67,7 @@ export function completionBody(request: GenerateRequest, model: string, stream: 
     ...optional('seed', r.seed),
     ...optional('logprobs', r.logprobs),
     ...optional('prompt_logprobs', r.prompt_logprobs),
-    ...(r.constraint ? { structured_outputs: structuredOutputs(r.constraint) } : {}),
+    ...optional('structured_outputs', r.constraint), // our constraint is vLLM's structured_outputs object
     return_token_ids: true,
     return_tokens_as_token_ids: true,
     stream,
