@@ -12,11 +12,10 @@ import {
   type ChatToolCall,
   type ChatToolChoice,
   ConversionError,
-  chatTool,
+  chatTools,
   type JsonObject,
   nameAt,
   objectAt,
-  schemaAt,
   stringAt,
 } from './chat-shapes.ts';
 
@@ -127,17 +126,10 @@ export function anthropicTemplateKwargs(kwargs: unknown, thinking: unknown): Rec
 
 /** Custom tools (`name`, `description`, `input_schema`) as chat tools; server tools (bash, web search, …) are refused. */
 export function anthropicTools(tools: unknown): ChatTool[] | null {
-  if (tools === undefined || tools === null) return null;
-  if (!Array.isArray(tools)) throw new ConversionError('tools', 'must be a list');
-  return tools.map((raw, index) => {
-    const param = `tools.${index}`;
-    const tool = objectAt(raw, param);
-    if (tool.type !== undefined && tool.type !== null && tool.type !== 'custom')
-      throw new ConversionError(
-        `${param}.type`,
-        `tools of type ${JSON.stringify(tool.type)} are not supported: only custom tools run on this server`,
-      );
-    return chatTool(nameAt(tool, 'name', param), tool.description, schemaAt(tool, 'input_schema', param));
+  return chatTools(tools, {
+    name: 'custom',
+    accepts: (type) => type === undefined || type === null || type === 'custom',
+    schemaKey: 'input_schema',
   });
 }
 

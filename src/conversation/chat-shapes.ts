@@ -68,14 +68,39 @@ export function schemaAt(object: JsonObject, key: string, param: string): JsonOb
   return objectAt(value, `${param}.${key}`);
 }
 
-/** A chat tool for a function, its description left out when there is none. */
-export function chatTool(name: string, description: unknown, parameters: JsonObject | undefined): ChatTool {
-  return {
-    type: 'function',
-    function: {
-      name,
-      ...(typeof description === 'string' ? { description } : {}),
-      ...(parameters ? { parameters } : {}),
-    },
-  };
+/** Which of an API's tools are functions a chat template can render: its word for them, and where their schema is. */
+export interface FunctionToolKind {
+  /** The kind named in a refusal ("only custom tools run on this server"). */
+  name: string;
+  accepts(type: unknown): boolean;
+  schemaKey: string;
+}
+
+/**
+ * A request's `tools` as chat tools (a description left out when there is none); any other kind (server tools, hosted
+ * tools: web search, MCP, …) is refused, naming it.
+ */
+export function chatTools(tools: unknown, kind: FunctionToolKind): ChatTool[] | null {
+  if (tools === undefined || tools === null) return null;
+  if (!Array.isArray(tools)) throw new ConversionError('tools', 'must be a list');
+  return tools.map((raw, index): ChatTool => {
+    const param = `tools.${index}`;
+    const tool = objectAt(raw, param);
+    if (!kind.accepts(tool.type))
+      throw new ConversionError(
+        `${param}.type`,
+        `tools of type ${JSON.stringify(tool.type ?? null)} are not supported: only ${kind.name} tools run on this server`,
+      );
+    const name = nameAt(tool, 'name', param);
+    const parameters = schemaAt(tool, kind.schemaKey, param);
+    const description = tool.description;
+    return {
+      type: 'function',
+      function: {
+        name,
+        ...(typeof description === 'string' ? { description } : {}),
+        ...(parameters ? { parameters } : {}),
+      },
+    };
+  });
 }

@@ -13,11 +13,10 @@ import {
   type ChatToolCall,
   type ChatToolChoice,
   ConversionError,
-  chatTool,
+  chatTools,
   type JsonObject,
   nameAt,
   objectAt,
-  schemaAt,
   stringAt,
 } from './chat-shapes.ts';
 
@@ -147,18 +146,7 @@ export function itemMessages(items: readonly unknown[], param: string): ChatMess
 
 /** Function tools as chat tools; any other kind (web search, file search, MCP, …) is refused, naming it. */
 export function responsesTools(tools: unknown): ChatTool[] | null {
-  if (tools === undefined || tools === null) return null;
-  if (!Array.isArray(tools)) throw new ConversionError('tools', 'must be a list');
-  return tools.map((raw, index) => {
-    const param = `tools.${index}`;
-    const tool = objectAt(raw, param);
-    if (tool.type !== 'function')
-      throw new ConversionError(
-        `${param}.type`,
-        `tools of type ${JSON.stringify(tool.type ?? null)} are not supported: only function tools run on this server`,
-      );
-    return chatTool(nameAt(tool, 'name', param), tool.description, schemaAt(tool, 'parameters', param));
-  });
+  return chatTools(tools, { name: 'function', accepts: (type) => type === 'function', schemaKey: 'parameters' });
 }
 
 /** `tool_choice` as a chat completion's: the same words, or a named function. */
