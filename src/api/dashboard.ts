@@ -4,6 +4,7 @@
  */
 import { type Static, Type } from '@sinclair/typebox';
 import { servedModelName } from './model-name.ts';
+import { type ModelNames, ModelResponse, toModelResponse } from './models.ts';
 import { TrainedTokens } from './trained-tokens.ts';
 import { type JobRow, TrainingJob, toTrainingJob } from './training-jobs.ts';
 import type { JobStatus } from './training-vocabulary.ts';
@@ -23,12 +24,7 @@ export const RewardPoint = Type.Object({ value: Type.Number(), std_dev: Nullable
 export type RewardPoint = Static<typeof RewardPoint>;
 
 export const ModelSummary = Type.Object({
-  id: Type.String(),
-  entity: Type.String(),
-  project: Type.String(),
-  name: Type.String(),
-  base_model: Type.String(),
-  run_id: Type.String(),
+  ...ModelResponse.properties,
   created_at: Type.String(),
   /** The model's served name, `entity/project/name` (model-name.ts; its `:stepN` form names a checkpoint). */
   inference_name: Type.String(),
@@ -49,12 +45,7 @@ export interface LatestRewards {
 
 export function toModelSummary(row: ModelSummaryRow, rewards: LatestRewards): ModelSummary {
   return {
-    id: row.id,
-    entity: row.entity_name,
-    project: row.project,
-    name: row.name,
-    base_model: row.base_model,
-    run_id: row.run_id,
+    ...toModelResponse(row),
     created_at: row.created_at,
     inference_name: servedModelName({ entity: row.entity_name, project: row.project, name: row.name }),
     latest_step: row.latest_step,
@@ -169,13 +160,7 @@ export const JobConfig = Type.Object({
 export type JobConfig = Static<typeof JobConfig>;
 
 /** A model with its latest step and last job, as the dashboard repository answers it. */
-export interface ModelSummaryRow {
-  id: string;
-  entity_name: string;
-  project: string;
-  name: string;
-  base_model: string;
-  run_id: string;
+export interface ModelSummaryRow extends ModelNames {
   created_at: string;
   latest_step: number | null;
   checkpoint_count: number;

@@ -27,7 +27,10 @@ export const ModelResponse = Type.Object({
 });
 export type ModelResponse = Static<typeof ModelResponse>;
 
-export function toModelResponse(row: ModelRow): ModelResponse {
+/** The fields of a model row that its response (and the dashboard's summary of it) names. */
+export type ModelNames = Pick<ModelRow, 'id' | 'entity_name' | 'project' | 'name' | 'base_model' | 'run_id'>;
+
+export function toModelResponse(row: ModelNames): ModelResponse {
   return {
     id: row.id,
     entity: row.entity_name,
