@@ -2,7 +2,7 @@
 
 import multipart from '@fastify/multipart';
 import Fastify, { type FastifyInstance } from 'fastify';
-import type { Config } from './config.ts';
+import type { Config, HttpLimits } from './config.ts';
 import type { Services } from './context.ts';
 import { AppError, excerpt } from './errors.ts';
 import { registerArtifactRoutes } from './http/artifact-routes.ts';
@@ -19,7 +19,7 @@ import { registerOpenAiModelRoutes } from './http/openai-models-routes.ts';
 import { registerOpenApi } from './http/openapi.ts';
 import { registerServingRoutes } from './http/serving-routes.ts';
 import { registerTrainingJobRoutes } from './http/training-jobs-routes.ts';
-import { MAX_PARAM_LENGTH, registerTransportLimits, type TransportConfig, transportOptions } from './http/transport.ts';
+import { MAX_PARAM_LENGTH, registerTransportLimits, transportOptions } from './http/transport.ts';
 import { boundedValidatorCompiler } from './http/validation.ts';
 import { newId } from './ids.ts';
 import { registerTinkerRoutes } from './tinker/routes.ts';
@@ -28,7 +28,7 @@ import { registerWandbRoutes } from './wandb/routes.ts';
 
 export interface AppDeps {
   config: Pick<Config, 'bodyLimitBytes' | 'logLevel' | 'artifactMaxFileBytes' | 'maxInFlightChat' | 'metricsPublic'> &
-    TransportConfig;
+    HttpLimits;
   services: Services;
 }
 

@@ -66,7 +66,8 @@ export interface Config {
   metricsPublic: boolean;
 }
 
-type HttpLimits = Pick<
+/** What a slow or hostile client may hold (src/http/transport.ts enforces them). */
+export type HttpLimits = Pick<
   Config,
   | 'headersTimeoutMs'
   | 'bodyIdleTimeoutMs'

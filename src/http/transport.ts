@@ -7,25 +7,15 @@
 import { IncomingMessage, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import type { Config } from '../config.ts';
+import type { HttpLimits } from '../config.ts';
 import { AppError } from '../errors.ts';
 import { clientErrorHandler, errorFamily, rawErrorResponse } from './errors.ts';
-
-export type TransportConfig = Pick<
-  Config,
-  | 'headersTimeoutMs'
-  | 'bodyIdleTimeoutMs'
-  | 'requestTimeoutMs'
-  | 'keepAliveTimeoutMs'
-  | 'maxConnections'
-  | 'maxConnectionsPerClient'
->;
 
 /** Path parameters hold artifact names (128) with a version tag and file names (255); longer ones are 414s. */
 export const MAX_PARAM_LENGTH = 512;
 
 /** The Fastify constructor options that set Node's timeouts and answer parser errors through the catalogue. */
-export function transportOptions(config: TransportConfig) {
+export function transportOptions(config: HttpLimits) {
   return {
     requestTimeout: config.requestTimeoutMs,
     keepAliveTimeout: config.keepAliveTimeoutMs,
@@ -39,7 +29,7 @@ export function transportOptions(config: TransportConfig) {
 }
 
 /** The idle timeout while a body arrives (408 and close when it stalls) and the connection caps. */
-export function registerTransportLimits(app: FastifyInstance, config: TransportConfig): void {
+export function registerTransportLimits(app: FastifyInstance, config: HttpLimits): void {
   app.addHook('onRequest', async (request, reply) => {
     const raw = request.raw;
     // Injected requests (tests) have no socket to time out; a request without a body has nothing to wait for.
@@ -69,7 +59,7 @@ function hasBody(raw: IncomingMessage): boolean {
 }
 
 /** Closes a new connection at once when its address, or the server, already holds as many as allowed. */
-function capConnections(server: Server, config: TransportConfig): void {
+function capConnections(server: Server, config: HttpLimits): void {
   const perClient = new Map<string, number>();
   let total = 0;
   server.on('connection', (socket: Socket) => {
