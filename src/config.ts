@@ -362,7 +362,6 @@ function readHttpLimits(
   return limits;
 }
 
-/** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in tiny model alone. */
 /** `BASE_MODELS` is a comma-separated list of `id=folder`; absent means the built-in models. */
 function parseBaseModels(raw: string | undefined, problems: string[]): BaseModelSpec[] {
   // Copies: the settings below add to each spec, and the built-in ones are shared constants.
