@@ -13,7 +13,8 @@ import type { Principal } from '../services/auth-service.ts';
 import type { BaseModelRuntime } from '../services/base-model-runtime.ts';
 import type { ModelResolver } from '../services/model-resolver.ts';
 import { chatPromptIds } from './chat-prompt.ts';
-import type { Running } from './generation.ts';
+import { choiceOutputs, type Running } from './generation.ts';
+import type { ChoiceOutput } from './output.ts';
 import { type ChatModel, type ChatPlan, type ChatTarget, type PlanDeps, planChat } from './plan.ts';
 import type { ChatRequest, ParseOptions } from './request.ts';
 
@@ -26,6 +27,13 @@ export interface ServingOptions {
   requestTemplates: TemplateSandbox | null;
   /** Renders and tokenizes large prompts off the event loop. */
   prompts: PromptWorker;
+}
+
+/** A chat-shaped request's generation: its plan, the generation running on the sampler, and its choices' outputs. */
+export interface ChatGeneration {
+  plan: ChatPlan;
+  running: Running;
+  outputs: ChoiceOutput[];
 }
 
 /** A request's model, loaded, and the weights that answer. */
@@ -77,12 +85,15 @@ export class ServingService {
     return this.runtime.sampler().generate(plan.generate);
   }
 
-  /** A chat-shaped request planned on its model (answer ids start with `idPrefix`) and its generation started. */
-  async chat(principal: Principal, request: ChatRequest, idPrefix: string): Promise<{ plan: ChatPlan } & Running> {
+  /**
+   * A chat-shaped request planned on its model (answer ids start with `idPrefix`), its generation started, and the
+   * outputs its one choice list assembles: what a door's `answer` shapes.
+   */
+  async chat(principal: Principal, request: ChatRequest, idPrefix: string): Promise<ChatGeneration> {
     const { model, target } = await this.served(principal, request.modelName);
     const plan = await planChat(request, model, target, this.planDeps(model), idPrefix);
     const stream = this.generate(plan);
-    return { plan, events: stream, cancel: () => stream.cancel() };
+    return { plan, running: { events: stream, cancel: () => stream.cancel() }, outputs: choiceOutputs([plan]) };
   }
 
   /** How many tokens a chat-shaped request's prompt is on its model, rendered as a generation would render it. */

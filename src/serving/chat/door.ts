@@ -5,7 +5,6 @@
 import type { ChatCompletion, ChatCompletionBody, ChatCompletionChunk } from '../../api/chat.ts';
 import type { Principal } from '../../services/auth-service.ts';
 import { answer, CHAT_STYLE, type DoorAnswer, type DoorEvent } from '../door.ts';
-import { choiceOutputs } from '../generation.ts';
 import { completionTokens } from '../openai-parts.ts';
 import type { ServingService } from '../service.ts';
 import { parseChatRequest } from './request.ts';
@@ -31,10 +30,9 @@ export class ChatDoor {
     disconnected?: AbortSignal,
   ): Promise<DoorAnswer<ChatCompletion>> {
     const request = parseChatRequest(body, this.serving.parseOptions(requestIdHeader));
-    const running = await this.serving.chat(principal, request, 'chatcmpl-');
-    const { plan } = running;
-    const outputs = choiceOutputs([plan]);
-    return answer({ plan, running, outputs }, request.stream, disconnected, {
+    const generation = await this.serving.chat(principal, request, 'chatcmpl-');
+    const { plan, outputs } = generation;
+    return answer(generation, request.stream, disconnected, {
       whole: (collected) => ({
         body: completion(plan, outputs, collected),
         completionTokens: completionTokens(outputs),

@@ -7,7 +7,6 @@
 import type { AnthropicMessage, CountTokensBody, MessagesBody } from '../../api/messages.ts';
 import type { Principal } from '../../services/auth-service.ts';
 import { answer, type DoorAnswer } from '../door.ts';
-import { choiceOutputs } from '../generation.ts';
 import type { ServingService } from '../service.ts';
 import { parseCountTokensRequest, parseMessagesRequest } from './request.ts';
 import { message, messageEvents } from './response.ts';
@@ -23,10 +22,9 @@ export class MessagesDoor {
     disconnected?: AbortSignal,
   ): Promise<DoorAnswer<AnthropicMessage>> {
     const request = parseMessagesRequest(body, this.serving.parseOptions(requestIdHeader));
-    const running = await this.serving.chat(principal, request, 'msg_');
-    const { plan } = running;
-    const outputs = choiceOutputs([plan]);
-    return answer({ plan, running, outputs }, request.stream, disconnected, {
+    const generation = await this.serving.chat(principal, request, 'msg_');
+    const { plan, outputs } = generation;
+    return answer(generation, request.stream, disconnected, {
       whole: (collected) => ({
         body: message(plan, outputs[0], collected),
         completionTokens: outputs[0].completionTokens,

@@ -12,7 +12,6 @@ import { notFound } from '../../errors.ts';
 import type { Principal } from '../../services/auth-service.ts';
 import type { ResponseRepository } from '../../store/response-repository.ts';
 import { answer, type DoorAnswer } from '../door.ts';
-import { choiceOutputs } from '../generation.ts';
 import type { ServingService } from '../service.ts';
 import { parseResponsesRequest } from './request.ts';
 import { type ResponseShape, response, responseEvents } from './response.ts';
@@ -43,13 +42,12 @@ export class ResponsesDoor {
       previous?.conversation ?? null,
       this.serving.parseOptions(requestIdHeader),
     );
-    const running = await this.serving.chat(principal, request.chat, 'resp_');
-    const shape: ResponseShape = { body, request, plan: running.plan };
-    const outputs = choiceOutputs([running.plan]);
+    const generation = await this.serving.chat(principal, request.chat, 'resp_');
+    const { plan, outputs } = generation;
+    const shape: ResponseShape = { body, request, plan };
     const keep = (response: ResponseObject) => this.keep(principal, shape, response);
-    const { plan } = running;
     let sequence = 0;
-    return answer({ plan, running, outputs }, request.chat.stream, disconnected, {
+    return answer(generation, request.chat.stream, disconnected, {
       whole: async (collected) => {
         const whole = response(shape, outputs[0], collected);
         await keep(whole);
