@@ -3,20 +3,12 @@
  * got (rl-loss.md: A = r − mean, over population std + 1e-6), its length, finish reason and tool calls.
  * Ticking two rollouts of a group shows a word diff of what they wrote.
  */
-import {
-  get,
-  type ListPage,
-  type ModelSummary,
-  query,
-  type TrajectoryDetail,
-  type TrajectorySteps,
-  type TrajectorySummary,
-} from '../api.ts';
+import { get, type ListPage, query, type TrajectoryDetail, type TrajectorySummary } from '../api.ts';
 import { assistantText, diffWords } from '../diff.ts';
 import { emptyState, errorBox, field, h, replace, spinner } from '../dom.ts';
 import { num } from '../format.ts';
 import { href, type RouteContext, replaceQuery } from '../router.ts';
-import { modelHeader } from './model.ts';
+import { loadTrajectoryPage } from './model.ts';
 
 /** A step past this many rollouts shows its first groups only (the page stays quick). */
 const MAX_ROLLOUTS = 2000;
@@ -188,21 +180,10 @@ async function showStep(body: HTMLElement, id: string, split: string, step: numb
 }
 
 export async function renderGroups({ params, query: search, main, signal }: RouteContext) {
-  main.append(spinner('Loading groups…'));
   const id = params.id;
-  let model: ModelSummary;
-  let index: TrajectorySteps;
-  try {
-    [model, index] = await Promise.all([
-      get<ModelSummary>(`/v1/dashboard/models/${id}`, signal),
-      get<TrajectorySteps>(`/v1/dashboard/models/${id}/trajectory-steps`, signal),
-    ]);
-  } catch (error) {
-    if (!signal.aborted) main.replaceChildren(errorBox(error));
-    return;
-  }
-  document.title = `Groups · ${model.name} · agent-trainer`;
-  const head = modelHeader(model, 'groups');
+  const loaded = await loadTrajectoryPage(id, 'groups', main, signal);
+  if (!loaded) return;
+  const { index, head } = loaded;
   if (index.splits.length === 0) {
     main.replaceChildren(head, noGroups());
     return;

@@ -11,6 +11,7 @@ import {
   type MetricRow,
   type ModelSummary,
   query,
+  type TrajectorySteps,
 } from '../api.ts';
 import { badge, emptyState, errorBox, h, replace, spinner } from '../dom.ts';
 import { absoluteTime, duration, num, relativeTime, shortId } from '../format.ts';
@@ -61,6 +62,33 @@ export function modelHeader(model: ModelSummary, current: 'overview' | 'trajecto
       tab('Jobs', href('/jobs', { model: model.id }), 'jobs'),
     ),
   );
+}
+
+/**
+ * The start of a model's trajectory pages (trajectories, groups): a spinner until the model and its trajectory steps
+ * have loaded, then the page's title, and its header to show; null when loading failed (the error shown) or the page
+ * was left meanwhile.
+ */
+export async function loadTrajectoryPage(
+  id: string,
+  page: 'trajectories' | 'groups',
+  main: HTMLElement,
+  signal: AbortSignal,
+): Promise<{ index: TrajectorySteps; head: HTMLElement } | null> {
+  main.append(spinner(`Loading ${page}…`));
+  let model: ModelSummary;
+  let index: TrajectorySteps;
+  try {
+    [model, index] = await Promise.all([
+      get<ModelSummary>(`/v1/dashboard/models/${id}`, signal),
+      get<TrajectorySteps>(`/v1/dashboard/models/${id}/trajectory-steps`, signal),
+    ]);
+  } catch (error) {
+    if (!signal.aborted) main.replaceChildren(errorBox(error));
+    return null;
+  }
+  document.title = `${page === 'groups' ? 'Groups' : 'Trajectories'} · ${model.name} · agent-trainer`;
+  return { index, head: modelHeader(model, page) };
 }
 
 function statCards(model: ModelSummary): HTMLElement {

@@ -5,7 +5,6 @@
 import {
   get,
   type ListPage,
-  type ModelSummary,
   query,
   type TrajectoryDetail,
   type TrajectorySteps,
@@ -16,7 +15,7 @@ import { num } from '../format.ts';
 import { type RouteContext, replaceQuery } from '../router.ts';
 import { trajectoryView } from '../trajectory-view.ts';
 import { advantages } from './groups.ts';
-import { modelHeader } from './model.ts';
+import { loadTrajectoryPage } from './model.ts';
 
 const PAGE_SIZE = 50;
 
@@ -267,21 +266,10 @@ function wireControls(tb: Browser): void {
 }
 
 export async function renderTrajectories({ params, query: search, main, signal }: RouteContext) {
-  main.append(spinner('Loading trajectories…'));
   const id = params.id;
-  let model: ModelSummary;
-  let index: TrajectorySteps;
-  try {
-    [model, index] = await Promise.all([
-      get<ModelSummary>(`/v1/dashboard/models/${id}`, signal),
-      get<TrajectorySteps>(`/v1/dashboard/models/${id}/trajectory-steps`, signal),
-    ]);
-  } catch (error) {
-    if (!signal.aborted) main.replaceChildren(errorBox(error));
-    return;
-  }
-  document.title = `Trajectories · ${model.name} · agent-trainer`;
-  const head = modelHeader(model, 'trajectories');
+  const loaded = await loadTrajectoryPage(id, 'trajectories', main, signal);
+  if (!loaded) return;
+  const { index, head } = loaded;
   if (index.splits.length === 0) {
     main.replaceChildren(
       head,
