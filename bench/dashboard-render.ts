@@ -4,7 +4,8 @@
  * chart drawn, median of 5 loads each. Prints ms against the 1 s goal; asserts nothing.
  * Usage: npx tsx bench/dashboard-render.ts
  */
-import { benchDashboard, median } from './dashboard-session.ts';
+import { benchDashboard } from './dashboard-session.ts';
+import { median } from './measure.ts';
 
 const STEPS = 2000;
 const RUNS = 5;

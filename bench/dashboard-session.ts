@@ -5,8 +5,6 @@
 import { type BrowserSession, CHROMIUM, chromiumAvailable, openBrowser } from '../test/helpers/browser.ts';
 import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
 
-export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
-
 /** Runs `bench` with the server and the browser session; pages it opens from `session.context` carry the key. */
 export async function benchDashboard(bench: (e2e: E2eServer, session: BrowserSession) => Promise<void>): Promise<void> {
   if (!chromiumAvailable()) {

@@ -4,7 +4,8 @@
  * readout updated), medians of 5 loads and of 200 hovers. Prints ms; asserts nothing.
  * Usage: npx tsx bench/dashboard-tokens.ts
  */
-import { benchDashboard, median } from './dashboard-session.ts';
+import { benchDashboard } from './dashboard-session.ts';
+import { median } from './measure.ts';
 
 const TOKENS = 4000;
 const LOADS = 5;

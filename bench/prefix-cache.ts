@@ -14,6 +14,7 @@
 import { parseArgs } from 'node:util';
 import { BUILTIN_BASE_MODEL, SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
+import { longDocument, median, type TimedChat, timedChat } from './measure.ts';
 
 const { values } = parseArgs({
   options: {
@@ -26,53 +27,11 @@ const { values } = parseArgs({
 });
 const CONCURRENT = Number(values.concurrent);
 const ROUNDS = Number(values.rounds);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const VOCABULARY = [
-  'weather',
-  'river',
-  'house',
-  'story',
-  'evening',
-  'garden',
-  'music',
-  'window',
-  'morning',
-  'letter',
-  'bridge',
-  'forest',
-];
-
 let documents = 0;
 /** A long text never sent before (its first words differ), about `words` words. */
-function freshDocument(words: number): string {
-  const tag = `Document ${++documents} of ${documents * 7919}.`;
-  return `${tag} ${Array.from({ length: words }, (_, i) => VOCABULARY[(i * 7 + (i >> 3)) % VOCABULARY.length]).join(' ')}.`;
-}
+const freshDocument = (words: number) => longDocument(`Document ${++documents} of ${documents * 7919}.`, words);
 
-interface Answer {
-  ms: number;
-  promptTokens: number;
-  cached: number;
-}
-
-async function chat(e2e: E2eServer, content: string, model: string, maxTokens: number): Promise<Answer> {
-  const started = performance.now();
-  const response = await e2e.api('POST', '/v1/chat/completions', {
-    model,
-    messages: [{ role: 'user', content }],
-    max_tokens: maxTokens,
-    temperature: 0,
-  });
-  if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${JSON.stringify(response.body)}`);
-  const usage = response.body.usage;
-  return {
-    ms: performance.now() - started,
-    promptTokens: usage.prompt_tokens,
-    cached: usage.prompt_tokens_details?.cached_tokens ?? 0,
-  };
-}
-
-async function group(work: () => Promise<Answer>): Promise<{ ms: number; cached: number }> {
+async function group(work: () => Promise<TimedChat>): Promise<{ ms: number; cached: number }> {
   const started = performance.now();
   const results = await Promise.all(Array.from({ length: CONCURRENT }, work));
   return { ms: performance.now() - started, cached: results.reduce((sum, result) => sum + result.cached, 0) };
@@ -80,7 +39,7 @@ async function group(work: () => Promise<Answer>): Promise<{ ms: number; cached:
 
 async function cold(e2e: E2eServer): Promise<void> {
   const words = Number(values.words);
-  const ask = (content: string) => chat(e2e, `${content} Summarise it.`, BUILTIN_BASE_MODEL.id, 4);
+  const ask = (content: string) => timedChat(e2e, `${content} Summarise it.`, BUILTIN_BASE_MODEL.id, 4);
   for (let i = 0; i < 2; i += 1) await ask(freshDocument(words)); // warm-up
   const rounds: { one: number; same: number; different: number; cached: number; tokens: number }[] = [];
   for (let r = 0; r < ROUNDS; r += 1) {
@@ -107,7 +66,7 @@ async function warm(e2e: E2eServer): Promise<void> {
   const words = Number(values['warm-words']);
   let questions = 0;
   const ask = (document: string, question: number) =>
-    chat(e2e, `${document}\nQuestion ${question}: which word comes first?`, SMOLLM2_BASE_MODEL.id, 1);
+    timedChat(e2e, `${document}\nQuestion ${question}: which word comes first?`, SMOLLM2_BASE_MODEL.id, 1);
   const rounds: { one: number; group: number; tokens: number; cachedOne: number; cachedGroup: number }[] = [];
   for (let r = -1; r < ROUNDS; r += 1) {
     // round -1 warms the server up and is not counted

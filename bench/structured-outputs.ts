@@ -12,12 +12,12 @@
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { writeFamilyModel } from '../test/helpers/families.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
+import { median } from './measure.ts';
 
 const which = process.argv[2] ?? 'qwen3';
 const BATCH = Number(process.argv[3] ?? 16);
 const TOKENS = Number(process.argv[4] ?? (which === 'smollm2' ? 48 : 128));
 const ROUNDS = 3;
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 /** Every answer needs far more than TOKENS tokens, so constrained rows decode exactly as many as free ones. */
 const LONG_SCHEMA = {

@@ -16,6 +16,7 @@ import { ssePayloads } from '../test/helpers/api.ts';
 import { sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
 import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
 import { VLLM_PYTHON } from '../test/helpers/vllm-process.ts';
+import { longDocument, median, timedChat } from './measure.ts';
 
 const { values } = parseArgs({
   options: {
@@ -28,21 +29,6 @@ const TOKENS = Number(values.tokens);
 const STREAMS = Number(values.streams);
 const GROUP = Number(values.group);
 const ENGINES = { ours: 'smol/ours', vllm: 'smol/vllm' } as const;
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const WORDS = [
-  'weather',
-  'river',
-  'house',
-  'story',
-  'evening',
-  'garden',
-  'music',
-  'window',
-  'morning',
-  'letter',
-  'bridge',
-  'forest',
-];
 let fresh = 0;
 
 interface Streamed {
@@ -98,21 +84,11 @@ async function ttft(e2e: E2eServer, model: string): Promise<number> {
   return median(times);
 }
 
-async function chatMs(e2e: E2eServer, model: string, content: string): Promise<number> {
-  const started = performance.now();
-  const response = await e2e.api('POST', '/v1/chat/completions', {
-    model,
-    messages: [{ role: 'user', content }],
-    max_tokens: 1,
-    temperature: 0,
-  });
-  if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${JSON.stringify(response.body)}`);
-  return performance.now() - started;
-}
+const chatMs = async (e2e: E2eServer, model: string, content: string) => (await timedChat(e2e, content, model, 1)).ms;
 
 /** A ~1,400-token document sent once, then one request and a group of identical ones on it (each a question of its own). */
 async function warmGroup(e2e: E2eServer, model: string): Promise<number> {
-  const document = `Document ${++fresh}. ${Array.from({ length: 1362 }, (_, i) => WORDS[(i * 7 + (i >> 3)) % WORDS.length]).join(' ')}.`;
+  const document = longDocument(`Document ${++fresh}.`, 1362);
   await chatMs(e2e, model, `${document} Summarise it.`);
   const one = median([
     await chatMs(e2e, model, `${document} Question A.`),

@@ -1,0 +1,52 @@
+/**
+ * What the benchmarks share: the median of a run's figures, long documents no request has sent before (so the
+ * prefix cache starts cold on each), and one chat completion timed through the HTTP API.
+ */
+import type { E2eServer } from '../test/helpers/server.ts';
+
+export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+
+const WORDS = [
+  'weather',
+  'river',
+  'house',
+  'story',
+  'evening',
+  'garden',
+  'music',
+  'window',
+  'morning',
+  'letter',
+  'bridge',
+  'forest',
+];
+
+/** `words` words after `tag`: a tag never used before makes a document no cached prefix covers past it. */
+export function longDocument(tag: string, words: number): string {
+  return `${tag} ${Array.from({ length: words }, (_, i) => WORDS[(i * 7 + (i >> 3)) % WORDS.length]).join(' ')}.`;
+}
+
+export interface TimedChat {
+  ms: number;
+  promptTokens: number;
+  /** Prompt tokens the answer says came from the prefix cache. */
+  cached: number;
+}
+
+/** One greedy chat completion of `content` on `model`, timed from the request to the whole answer. */
+export async function timedChat(e2e: E2eServer, content: string, model: string, maxTokens: number): Promise<TimedChat> {
+  const started = performance.now();
+  const response = await e2e.api('POST', '/v1/chat/completions', {
+    model,
+    messages: [{ role: 'user', content }],
+    max_tokens: maxTokens,
+    temperature: 0,
+  });
+  if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${JSON.stringify(response.body)}`);
+  const usage = response.body.usage;
+  return {
+    ms: performance.now() - started,
+    promptTokens: usage.prompt_tokens,
+    cached: usage.prompt_tokens_details?.cached_tokens ?? 0,
+  };
+}
