@@ -1,7 +1,9 @@
 /**
  * What the benchmarks share: the median of a run's figures, long documents no request has sent before (so the
- * prefix cache starts cold on each), and one chat completion timed through the HTTP API.
+ * prefix cache starts cold on each), one chat completion timed through the HTTP API, and the sampled groups an RL
+ * job trains on.
  */
+import { sampleGroup } from '../test/helpers/rollouts.ts';
 import type { E2eServer } from '../test/helpers/server.ts';
 
 export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
@@ -49,4 +51,14 @@ export async function timedChat(e2e: E2eServer, content: string, model: string, 
     promptTokens: usage.prompt_tokens,
     cached: usage.prompt_tokens_details?.cached_tokens ?? 0,
   };
+}
+
+/** `count` groups of 4 sampled answers to a question of their own, every other answer rewarded: an RL job's data. */
+export async function questionGroups(e2e: E2eServer, model: string, count: number) {
+  const groups = [];
+  for (let g = 0; g < count; g += 1)
+    groups.push(
+      await sampleGroup(e2e, model, `Question number ${g}: what is ${g} + ${g}?`, 4, (_, i) => i % 2, g * 10),
+    );
+  return groups;
 }

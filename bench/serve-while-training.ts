@@ -6,19 +6,15 @@
  * Usage: npx tsx bench/serve-while-training.ts [--groups 16] [--idle 40]
  */
 import { parseArgs } from 'node:util';
-import { allEvents, sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
+import { allEvents, submitRl, waitForJob } from '../test/helpers/rollouts.ts';
 import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
+import { questionGroups, timedChat } from './measure.ts';
 
 const { values } = parseArgs({
   options: { groups: { type: 'string', default: '16' }, idle: { type: 'string', default: '40' } },
 });
 const GROUPS = Number(values.groups);
 const IDLE_REQUESTS = Number(values.idle);
-const CHAT = {
-  messages: [{ role: 'user', content: 'Tell me about the weather today.' }],
-  max_tokens: 16,
-  temperature: 0,
-};
 
 interface Figures {
   idle: number[];
@@ -32,34 +28,31 @@ const percentile = (values: number[], p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 };
 
-async function chatOnce(e2e: E2eServer, model: string): Promise<number> {
-  const started = performance.now();
-  const response = await e2e.api('POST', '/v1/chat/completions', { model, ...CHAT });
-  if (response.status !== 200) throw new Error(`chat failed: ${response.status} ${JSON.stringify(response.body)}`);
-  return performance.now() - started;
-}
+const CHAT_TOKENS = 16;
+const chatOnce = async (e2e: E2eServer, model: string) =>
+  (await timedChat(e2e, 'Tell me about the weather today.', model, CHAT_TOKENS)).ms;
 
 /** Runs one RL job; while `serving`, chats back to back until it ends. Answers tokens/s and the latencies. */
-async function trainJob(e2e: E2eServer, modelId: string, model: string, groups: unknown[], serving: boolean) {
-  const job = (
-    await e2e.api('POST', '/v1/preview/training-jobs', {
-      model_id: modelId,
-      trajectory_groups: groups,
-      experimental_config: {},
-    })
-  ).body;
+async function trainJob(
+  e2e: E2eServer,
+  modelId: string,
+  model: string,
+  groups: { trajectories: unknown[] }[],
+  serving: boolean,
+) {
+  const jobId = await submitRl(e2e, modelId, groups);
   const latencies: number[] = [];
   let finished = false;
-  const done = waitForJob(e2e, job.id, 900_000).finally(() => (finished = true));
+  const done = waitForJob(e2e, jobId, 900_000).finally(() => (finished = true));
   if (serving) {
     // Start measuring once the job trains, not while it waits in the queue or tokenizes.
-    while (!finished && (await e2e.api('GET', `/v1/preview/training-jobs/${job.id}`)).body.status !== 'RUNNING')
+    while (!finished && (await e2e.api('GET', `/v1/preview/training-jobs/${jobId}`)).body.status !== 'RUNNING')
       await new Promise((r) => setTimeout(r, 20));
     while (!finished) latencies.push(await chatOnce(e2e, model));
   }
   const record = await done;
   if (record.status !== 'COMPLETED') throw new Error(`job ${record.status}: ${JSON.stringify(record.error)}`);
-  const events = await allEvents(e2e, job.id);
+  const events = await allEvents(e2e, jobId);
   const steps = events.filter((event) => event.type === 'gradient_step');
   const tokens = steps.reduce((sum, event) => sum + Number(event.data.num_trainable_tokens), 0);
   const at = (event: unknown) => Date.parse((event as { created_at: string }).created_at);
@@ -74,11 +67,7 @@ async function measure(engines: 'single' | 'separate'): Promise<Figures> {
       await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'swt', base_model: 'builtin/tiny-chat' })
     ).body.id;
     const model = 'local/bench/swt';
-    const groups = [];
-    for (let g = 0; g < GROUPS; g += 1)
-      groups.push(
-        await sampleGroup(e2e, model, `Question number ${g}: what is ${g} + ${g}?`, 4, (_, i) => i % 2, g * 10),
-      );
+    const groups = await questionGroups(e2e, model, GROUPS);
     for (let i = 0; i < 5; i += 1) await chatOnce(e2e, model); // warm-up
     const idle: number[] = [];
     for (let i = 0; i < IDLE_REQUESTS; i += 1) idle.push(await chatOnce(e2e, model));
@@ -100,9 +89,7 @@ const results = { single: await measure('single'), separate: await measure('sepa
 const row = (label: string, cell: (f: Figures) => string) =>
   console.log(`${label.padEnd(42)}${cell(results.single).padStart(14)}${cell(results.separate).padStart(14)}`);
 const ms = (value: number) => `${value.toFixed(0)} ms`;
-console.log(
-  `\nserve while training: ${GROUPS} groups x 4 per RL job, chat of ${CHAT.max_tokens} tokens at temperature 0`,
-);
+console.log(`\nserve while training: ${GROUPS} groups x 4 per RL job, chat of ${CHAT_TOKENS} tokens at temperature 0`);
 row('', () => '');
 console.log(`${''.padEnd(42)}${'single'.padStart(14)}${'separate'.padStart(14)}`);
 row('chat p50 idle', (f) => ms(percentile(f.idle, 50)));

@@ -10,8 +10,9 @@ import { trainingRenderer } from '../src/training/render.ts';
 import { engineLossConfig, parseRlConfig } from '../src/training/rl/config.ts';
 import { groupAdvantages, packRows, rowLength, type ScoredSequence, weighSequences } from '../src/training/rl/data.ts';
 import { tokenizeTrajectory } from '../src/training/rl/tokens.ts';
-import { allEvents, sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
+import { allEvents, submitRl, waitForJob } from '../test/helpers/rollouts.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
+import { questionGroups } from './measure.ts';
 
 const GROUPS = 16;
 
@@ -20,31 +21,14 @@ try {
   const modelId = (
     await e2e.api('POST', '/v1/preview/models', { project: 'bench', name: 'train', base_model: 'builtin/tiny-chat' })
   ).body.id;
-  const groups = [];
-  for (let g = 0; g < GROUPS; g += 1)
-    groups.push(
-      await sampleGroup(
-        e2e,
-        'local/bench/train',
-        `Question number ${g}: what is ${g} + ${g}?`,
-        4,
-        (_, i) => i % 2,
-        g * 10,
-      ),
-    );
+  const groups = await questionGroups(e2e, 'local/bench/train', GROUPS);
 
   // Through the API: submit, wait, and time from submission to COMPLETED.
   const submitted = performance.now();
-  const job = (
-    await e2e.api('POST', '/v1/preview/training-jobs', {
-      model_id: modelId,
-      trajectory_groups: groups,
-      experimental_config: {},
-    })
-  ).body;
-  const done = await waitForJob(e2e, job.id, 600_000);
+  const jobId = await submitRl(e2e, modelId, groups);
+  const done = await waitForJob(e2e, jobId, 600_000);
   const apiSeconds = (performance.now() - submitted) / 1000;
-  const events = await allEvents(e2e, job.id);
+  const events = await allEvents(e2e, jobId);
   const steps = events.filter((event) => event.type === 'gradient_step');
   const trainable = steps.reduce((sum, event) => sum + Number(event.data.num_trainable_tokens), 0);
   const ended = events.find((event) => event.type === 'training_ended')!;

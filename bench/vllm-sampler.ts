@@ -13,7 +13,7 @@
 import { parseArgs } from 'node:util';
 import { SMOLLM2_BASE_MODEL } from '../src/config.ts';
 import { ssePayloads } from '../test/helpers/api.ts';
-import { sampleGroup, waitForJob } from '../test/helpers/rollouts.ts';
+import { sampleGroup, submitRl, waitForJob } from '../test/helpers/rollouts.ts';
 import { type E2eServer, startE2eServer } from '../test/helpers/server.ts';
 import { VLLM_PYTHON } from '../test/helpers/vllm-process.ts';
 import { longDocument, median, timedChat } from './measure.ts';
@@ -108,14 +108,11 @@ async function stepZeroGap(e2e: E2eServer, base: string, name: string): Promise<
     await sampleGroup(e2e, model, 'Name a colour.', 4, (_, i) => i % 2),
     await sampleGroup(e2e, model, 'Say hello.', 4, (_, i) => i % 2, 10),
   ];
-  const job = (
-    await e2e.api('POST', '/v1/preview/training-jobs', {
-      model_id: created.body.id,
-      trajectory_groups: groups,
-      experimental_config: { learning_rate: 1e-6 },
-    })
-  ).body;
-  const done = await waitForJob(e2e, job.id, 15 * 60_000);
+  const done = await waitForJob(
+    e2e,
+    await submitRl(e2e, created.body.id, groups, { learning_rate: 1e-6 }),
+    15 * 60_000,
+  );
   if (done.status !== 'COMPLETED') throw new Error(`RL job ${done.status}: ${JSON.stringify(done.error)}`);
   const checkpoints = (await e2e.api('GET', `/v1/preview/models/${created.body.id}/checkpoints`)).body.data as {
     step: number;

@@ -68,6 +68,22 @@ export async function waitForJob(e2e: E2eServer, jobId: string, timeoutMs = 60_0
   );
 }
 
+/** Submits an RL job on `groups` with `experimentalConfig`: its id (a refused submission fails the test). */
+export async function submitRl(
+  e2e: E2eServer,
+  modelId: string,
+  groups: { trajectories: unknown[] }[],
+  experimentalConfig: Record<string, unknown> = {},
+): Promise<string> {
+  const submitted = await e2e.api('POST', '/v1/preview/training-jobs', {
+    model_id: modelId,
+    trajectory_groups: groups,
+    experimental_config: experimentalConfig,
+  });
+  assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
+  return submitted.body.id as string;
+}
+
 /** Trains an RL job on `groups` with `experimentalConfig` and waits for it to complete (anything else fails the test). */
 export async function trainRl(
   e2e: E2eServer,
@@ -76,15 +92,10 @@ export async function trainRl(
   experimentalConfig: Record<string, unknown>,
   timeoutMs = 60_000,
 ) {
-  const submitted = await e2e.api('POST', '/v1/preview/training-jobs', {
-    model_id: modelId,
-    trajectory_groups: groups,
-    experimental_config: experimentalConfig,
-  });
-  assert.equal(submitted.status, 200, JSON.stringify(submitted.body));
-  const job = await waitForJob(e2e, submitted.body.id, timeoutMs);
+  const id = await submitRl(e2e, modelId, groups, experimentalConfig);
+  const job = await waitForJob(e2e, id, timeoutMs);
   assert.equal(job.status, 'COMPLETED', JSON.stringify(job.error));
-  return { id: submitted.body.id as string, job };
+  return { id, job };
 }
 
 /**
@@ -143,17 +154,11 @@ export async function jobAtItsFirstStep(
   groups: { trajectories: unknown[] }[],
   experimentalConfig: Record<string, unknown>,
 ): Promise<string> {
-  const job = (
-    await e2e.api('POST', '/v1/preview/training-jobs', {
-      model_id: modelId,
-      trajectory_groups: groups,
-      experimental_config: experimentalConfig,
-    })
-  ).body;
+  const id = await submitRl(e2e, modelId, groups, experimentalConfig);
   await waitFor(
     'a gradient step',
-    async () => (await allEvents(e2e, job.id)).some((event) => event.type === 'gradient_step'),
+    async () => (await allEvents(e2e, id)).some((event) => event.type === 'gradient_step'),
     { timeoutMs: 120_000, intervalMs: 20 },
   );
-  return job.id;
+  return id;
 }
