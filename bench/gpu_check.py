@@ -30,6 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
+from bench_common import SMOLLM2_135M  # noqa: E402
 
 from engine import lora as L  # noqa: E402
 from engine import wire  # noqa: E402
@@ -45,24 +46,7 @@ from engine.train import forward_logprobs, train_step  # noqa: E402
 SMOLLM2 = os.path.join(REPO, "models", "smollm2-135m-instruct")
 # config.json of each shape (random weights); `architectures` and `torch_dtype` are for vLLM.
 SHAPES = {
-    "smollm2-135m": {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": 49152,
-        "hidden_size": 576,
-        "intermediate_size": 1536,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 9,
-        "num_key_value_heads": 3,
-        "head_dim": 64,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 100000.0,
-        "max_position_embeddings": 8192,
-        "tie_word_embeddings": True,
-        "eos_token_id": 2,
-        "bos_token_id": 1,
-        "torch_dtype": "bfloat16",
-    },
+    "smollm2-135m": {"architectures": ["LlamaForCausalLM"], **SMOLLM2_135M, "torch_dtype": "bfloat16"},
     "qwen3-0.6b": {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": "qwen3",

@@ -17,9 +17,9 @@ import json
 import os
 import struct
 import sys
-import time
 
 import numpy as np
+from bench_common import Clock, best
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 
@@ -134,21 +134,6 @@ def write_gguf(folder: str, out: str) -> None:
     w.write_tensors_to_file()
     w.close()
     os.replace(tmp, out)
-
-
-class Clock:
-    """Wall-clock and process CPU seconds since start (as bench/torch_stack_worker.py counts them)."""
-
-    def __init__(self):
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-
-    def rates(self, items: float) -> tuple:
-        return items / (time.perf_counter() - self.wall), items / max(time.process_time() - self.cpu, 1e-9)
-
-
-def best(runs) -> tuple:
-    runs = list(runs)
-    return max(r[0] for r in runs), max(r[1] for r in runs)
 
 
 def prompt(i: int, length: int, vocab: int) -> list:

@@ -28,27 +28,12 @@ import os
 import subprocess
 import time
 
+from bench_common import SMOLLM2_135M  # the shape benchmarked when no --model is given
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 DEBIAN_PYTHON = "/usr/bin/python3"
 BENCH_VENV = os.path.join(REPO, ".venv-bench")
-# SmolLM2-135M(-Instruct)'s config.json, the shape benchmarked when no --model is given.
-SMOLLM2_135M = {
-    "model_type": "llama",
-    "vocab_size": 49152,
-    "hidden_size": 576,
-    "intermediate_size": 1536,
-    "num_hidden_layers": 30,
-    "num_attention_heads": 9,
-    "num_key_value_heads": 3,
-    "head_dim": 64,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 100000.0,
-    "tie_word_embeddings": True,
-    "eos_token_id": 2,
-    "bos_token_id": 1,
-}
 GOALS = {"decode_1": 0.5, "prefill": 1.0, "decode_32": 1.0}
 
 

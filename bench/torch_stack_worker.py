@@ -19,6 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench_common import Clock, best  # noqa: E402
+
 from engine import lora as L  # noqa: E402
 from engine.generate import GenRequest, Scheduler, SchedulerConfig  # noqa: E402
 from engine.model import ForwardContext, KVCache, Transformer  # noqa: E402
@@ -26,22 +28,6 @@ from engine.tests.helpers import lora, optimizer, parse_rows, sampling  # noqa: 
 from engine.train import train_step  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-class Clock:
-    """Wall-clock and process CPU seconds since start: on a shared machine CPU time is what a 1-thread run costs."""
-
-    def __init__(self):
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-
-    def rates(self, items: float) -> tuple:
-        return items / (time.perf_counter() - self.wall), items / max(time.process_time() - self.cpu, 1e-9)
-
-
-def best(runs) -> tuple:
-    """(best wall-clock rate, best CPU-time rate) over (wall, cpu) rate pairs."""
-    runs = list(runs)
-    return max(r[0] for r in runs), max(r[1] for r in runs)
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 0.4, times: int = 4) -> tuple:
