@@ -9,6 +9,7 @@
  */
 import { CONSTRAINT_LIMITS } from '../src/constraints/limits.ts';
 import { writeFamilyModel } from '../test/helpers/families.ts';
+import { refFanOut } from '../test/helpers/hostile-schemas.ts';
 import { startE2eServer } from '../test/helpers/server.ts';
 
 const { regexLength, choices, choiceCharacters, schemaDepth } = CONSTRAINT_LIMITS;
@@ -19,23 +20,6 @@ function nested(depth: number): unknown {
   let value: unknown = { type: 'string' };
   for (let level = 1; level < depth; level += 1) value = { type: 'array', items: value };
   return value;
-}
-
-/** `$defs` d0 … d9 where each refers to the next one ten times: a small schema whose expansion is 10^10. */
-function refFanOut(): unknown {
-  const defs: Record<string, unknown> = {};
-  for (let i = 0; i < 10; i += 1) {
-    defs[`d${i}`] =
-      i === 9
-        ? { type: 'string' }
-        : {
-            type: 'object',
-            properties: Object.fromEntries(
-              Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }]),
-            ),
-          };
-  }
-  return { $defs: defs, $ref: '#/$defs/d0' };
 }
 
 const json = (schema: unknown) => ({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } });

@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { refFanOut } from './helpers/hostile-schemas.ts';
 import { type E2eServer, startE2eServer } from './helpers/server.ts';
 
 const HUGE_RANGE = '{{ range(999999999) | length }}';
@@ -170,23 +171,11 @@ describe('hostile chat requests, request templates not trusted (the default)', (
     });
 
     test('a $ref fan-out whose expansion is astronomically large is served: recursion stays a grammar, never unrolled', async () => {
-      const defs: Record<string, unknown> = {};
-      for (let i = 0; i < 10; i += 1) {
-        defs[`d${i}`] =
-          i === 9
-            ? { type: 'string' }
-            : {
-                type: 'object',
-                properties: Object.fromEntries(
-                  Array.from({ length: 10 }, (_, k) => [`k${k}`, { $ref: `#/$defs/d${i + 1}` }]),
-                ),
-              };
-      }
       const { answer, slowestHealthMs } = await whileHealthPolled(server(), () =>
         chat({
           response_format: {
             type: 'json_schema',
-            json_schema: { name: 'fan', schema: { $defs: defs, $ref: '#/$defs/d0' } },
+            json_schema: { name: 'fan', schema: refFanOut() },
           },
         }),
       );
