@@ -3,7 +3,7 @@
     .venv/bin/python bench/engine_bench.py            # ~2-3 minutes on 2 cores
     .venv/bin/python bench/engine_bench.py --quick    # smaller runs, for a smoke check
 
-Figures (issue 3):
+Figures, each against the goal the engine was built to:
 - training MFU = 6 * params * tokens/s / measured fp32 matmul rate, on a ~25M-parameter config (goal >= 0.5);
 - decode tokens/s with 1, 8 and 32 concurrent requests (goal: 32 >= 10x one);
 - 32 requests spread over 8 adapters vs all on one adapter (goal >= 0.7);

@@ -1,4 +1,4 @@
-"""One run of every GPU check of issue 27 that needs no vLLM integration yet: our engine's CUDA path.
+"""One run of the GPU checks of our engine's CUDA path, and of vLLM serving the same model beside it.
 
 Run by bench/gpu_check.sh on a GPU host (or by hand: `python bench/gpu_check.py --help`). It builds a model
 folder (the real SmolLM2 when `models/smollm2-135m-instruct` exists, else random weights of the SmolLM2-135M or
@@ -9,8 +9,8 @@ Qwen3-0.6B shape), loads it through the engine's own `Engine._load` in bf16 on t
 - the sampler–trainer logprob gap: |sampled logprob − the trainer's logprob of the same token| per token,
   bf16 on the device (and against an fp32 copy of the same weights);
 - memory: the engine's `stats` memory report and the allocator's peak.
-A marked section at the end runs the vLLM-kind checks that phase 3 adds (vLLM serving the same folder with our
-adapter hot-loaded); today it runs a first version of them when VLLM_PYTHON names a Python with vLLM.
+A marked section at the end runs the vLLM-kind checks (vLLM serving the same folder with our adapter hot-loaded)
+when VLLM_PYTHON names a Python with vLLM.
 Prints figures and asserts only that each path runs; `--device cpu --shape tiny` is a quick dry run anywhere.
 """
 
@@ -265,7 +265,7 @@ def our_engine_checks(args, folder: str, scratch: str) -> dict:
     return {"adapter_dir": adapter_dir, "vocab": vocab, "engine": engine, "base": base, "adapter": adapter}
 
 
-# ==== vLLM-kind checks (issue 27, phase 3) =====================================================================
+# ==== vLLM-kind checks =========================================================================================
 # vLLM alone (when VLLM_PYTHON names a Python with vLLM): its own OpenAI server on the same folder, our adapter
 # hot-loaded, greedy tokens compared with our engine's, and vLLM's sampled logprobs against our bf16 trainer. The
 # vLLM sampler engine behind our HTTP API (SAMPLER_ENGINES, the same figures ours vs vLLM, and the step-0 gap as

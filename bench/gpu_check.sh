@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU check of issues 27 and 34, run once on a GPU host from the repository root: `bash bench/gpu_check.sh`.
+# Every GPU check (the trainer, our engine's CUDA path, vLLM as the sampler), run once on a GPU host from the
+# repository root: `bash bench/gpu_check.sh`.
 # Installs what it can (each step optional, each failure said and skipped), then runs bench/gpu_trainer.py (the
 # trainer on a Qwen3-8B-shaped model: an RL step's tokens/s, MFU against the measured bf16 matmul rate and peak
 # memory, the same step through transformers + PEFT, decode at 1 and 32 streams, the trainer engine process on the
@@ -73,7 +74,7 @@ PYTHONUNBUFFERED=1 timeout "$(left)" "$python" bench/gpu_trainer.py ${GPU_TRAINE
 for shape in ${GPU_CHECK_SHAPES:-smollm2-135m}; do
   if [ "$(left)" -le 30 ]; then echo "gpu_check: out of time before $shape"; status=1; break; fi
   echo "== our engine on CUDA, $shape ($(date -u +%H:%M:%S))"
-  # The vLLM-kind checks (phase 3 of issue 27) run inside gpu_check.py's marked section, once per shape.
+  # The vLLM-kind checks run inside gpu_check.py's marked section, once per shape.
   PYTHONUNBUFFERED=1 timeout "$(left)" "$python" bench/gpu_check.py --shape "$shape" || { status=1; echo "gpu_check: $shape FAILED"; }
 done
 # The vLLM sampler engine behind our HTTP API vs our engine (bench/vllm-sampler.ts: decode tok/s at 1 and 32 streams,

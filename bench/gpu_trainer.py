@@ -1,4 +1,4 @@
-"""The trainer on a GPU (issue 34), one run of a few minutes: prints `FIGURE name = value unit` lines.
+"""The trainer on a GPU, one run of a few minutes: prints `FIGURE name = value unit` lines.
 
 For a Qwen3-8B-shaped model with random weights (nothing is downloaded): the GPU's measured bf16 matmul rate; an RL
 step through the trainer's own code (a process group of one rank, the base sharded with FSDP2 in bf16, LoRA weights

@@ -1,5 +1,5 @@
 /**
- * Prefix cache (issues 16 and 27), two scenarios through the HTTP API, one engine (ENGINES=single):
+ * Prefix cache, two scenarios through the HTTP API, one engine (ENGINES=single):
  * - cold (the tiny model): 16 concurrent chat requests with the same long prompt vs one request, and vs 16
  *   requests with 16 different prompts of the same length (nothing to share). Every phase uses prompts never
  *   seen before, so the cache starts cold each time.

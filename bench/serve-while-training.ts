@@ -1,5 +1,5 @@
 /**
- * Serving while training (issue 16): chat latency idle and while an RL job trains, and the job's trainable
+ * Serving while training: chat latency idle and while an RL job trains, and the job's trainable
  * tokens/s alone and while chat is served, for one engine holding both roles (ENGINES=single) and for
  * separate sampler and trainer engines (ENGINES=separate). Each configuration runs its own server, one after
  * the other, so they never share the cores. Prints the figures side by side; asserts nothing.

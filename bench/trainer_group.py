@@ -1,15 +1,16 @@
 """The trainer's memory and its process group, measured on real engine processes; prints figures and ratios, asserts
 nothing (timings on a shared machine are noisy: compare the ratios, measured side by side in one run).
 
-    .venv/bin/python bench/trainer_group.py memory   # example 1's six steps: trainer RSS before and after issue 34
+    .venv/bin/python bench/trainer_group.py memory   # example 1's six steps: trainer RSS, an older engine vs this one
     .venv/bin/python bench/trainer_group.py ranks    # one RL step on 1 rank vs 2 ranks (gloo on CPU)
 
 `memory` replays what example 1 (examples/rl_capitals_art.py, six steps) asks of the trainer engine, op for op as the
 server sends it: per step the model's adapter opened from the last checkpoint, 48 scored rollouts of ~47 tokens packed
-into rows of 2048 (one train_step each), the trained-token `forward`, the checkpoint saved (and, since issue 34, the
-adapter dropped). It runs the engine of `--before` (a git revision: by default the last one before issue 34) and this
-checkout's trainer (`--role trainer`) on SmolLM2-135M in fp32 and prints each one's RSS after every step against what
-it must hold: the base's weights, the adapter and its Adam moments.
+into rows of 2048 (one train_step each), the trained-token `forward`, the checkpoint saved (and, by this checkout's
+trainer, the adapter dropped). It runs the engine of `--before` (a git revision: by default 41ca259, the last before
+the trainer's memory was trimmed and accounted for) and this checkout's trainer (`--role trainer`) on SmolLM2-135M in
+fp32 and prints each one's RSS after every step against what it must hold: the base's weights, the adapter and its
+Adam moments.
 
 `ranks` runs the same RL step (rows of 2048 tokens) on a trainer of one rank (all threads) and on a group of two
 (torch's launcher, a share of the threads each): step seconds, RSS per rank, the base's bytes per rank, and the
@@ -36,7 +37,7 @@ from engine.tests.helpers import INIT, launcher, train_request  # noqa: E402
 from engine.transport import encode_frame  # noqa: E402
 
 SMOLLM2 = os.path.join(REPO, "models", "smollm2-135m-instruct")
-BEFORE = "41ca259"  # main before issue 34
+BEFORE = "41ca259"  # the last revision before the trainer's memory was trimmed and accounted for
 
 
 class Engine:
@@ -153,7 +154,7 @@ def memory(args) -> None:
     for i in range(args.steps):
         print(f"{i + 1:>4}  " + "  ".join(f"{figs[i]['rss'] / 2**30:>18.2f} GiB" for _, figs in runs.values()))
     for name, (start, figs) in runs.items():
-        # Before issue 34 adapters_bytes counted the Adam moments too; since, optimizer_bytes does.
+        # The older engine counts the Adam moments in adapters_bytes and has no optimizer_bytes; newer ones split them.
         held = figs[-1]["weights_bytes"] + figs[-1]["adapters_bytes"] + figs[-1].get("optimizer_bytes", 0)
         print(
             f"{name}: RSS before the first job {start / 2**30:.2f} GiB, after the first step "
@@ -207,7 +208,7 @@ def ranks(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
-    m = sub.add_parser("memory", help="example 1's six steps: trainer RSS before and after issue 34")
+    m = sub.add_parser("memory", help="example 1's six steps: trainer RSS, an older engine vs this one")
     m.add_argument("--before", default=BEFORE, help="the git revision whose engine is 'before'")
     m.add_argument("--steps", type=int, default=6)
     r = sub.add_parser("ranks", help="one RL step on 1 rank vs 2 ranks")

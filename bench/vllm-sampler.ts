@@ -1,5 +1,5 @@
 /**
- * Our engine vs vLLM as the sampler (issue 27), through our HTTP API, same model (SmolLM2-135M, fp32), same machine,
+ * Our engine vs vLLM as the sampler, through our HTTP API, same model (SmolLM2-135M, fp32), same machine,
  * one run: one server serves the model under two base ids, one sampled by our engine and one by a vLLM child
  * (SAMPLER_ENGINES), so every request differs only in which engine samples it. Measured per engine:
  * - decode tokens/s of 1 stream and of 32 concurrent streams (`ignore_eos`, from each stream's first token to its last);

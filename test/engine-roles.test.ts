@@ -1,5 +1,5 @@
 /**
- * Serving while training with separate engines (issue 16), through the real HTTP API, engines and database:
+ * Serving while training with separate engines, through the real HTTP API, engines and database:
  * chat streams while a job trains, a new checkpoint is served by a sampler at once, and killing a sampler or
  * the trainer with SIGKILL fails only what it was doing.
  */

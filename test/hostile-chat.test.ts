@@ -1,5 +1,5 @@
 /**
- * Hostile chat requests (issue 21): each answers a prompt 4xx naming its cause, `/v1/health` keeps
+ * Hostile chat requests: each answers a prompt 4xx naming its cause, `/v1/health` keeps
  * answering within a second while it runs, and the server serves a normal completion afterwards.
  */
 import assert from 'node:assert/strict';

@@ -6,7 +6,8 @@
  * as a TCP engine this test starts with --skip-adapter-value-check (a test-only engine flag the server never
  * passes), so the adapter becomes resident instead of being refused at load. Entity B's temperature-0 answers on
  * the base model and on its own adapter are the same before, during and after six chats on A's NaN model run
- * beside them (issue 30's repro), and each of those fails cleanly with a 422 and no tokens.
+ * beside them in the same batches (where B's answers once came back as NUL tokens at logprob −9999), and each of
+ * those fails cleanly with a 422 and no tokens.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * Engines on other hosts (issue 16): engine processes started by the test listen on loopback TCP with a
+ * Engines on other hosts: engine processes started by the test listen on loopback TCP with a
  * shared secret; the server reaches its trainer and sampler there. A wrong secret is refused and the
  * connection closed; a sampler that dies is reconnected to once it listens again, its in-flight stream
  * failed with an error event.

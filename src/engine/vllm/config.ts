@@ -1,5 +1,5 @@
 /**
- * The vLLM sampler's configuration (issue 27), read from the environment beside config.ts's engine topology:
+ * The vLLM sampler's configuration, read from the environment beside config.ts's engine topology:
  * which sampler engine kind serves each base model, the vLLM servers the operator runs, and how a vLLM we start
  * is started. It knows nothing of the other engine variables.
  */

@@ -1,5 +1,5 @@
 /**
- * One vLLM server as a sampler engine (issue 27): the sampler's share of the op table (ops.ts `SamplerEngine`) —
+ * One vLLM server as a sampler engine: the sampler's share of the op table (ops.ts `SamplerEngine`) —
  * load a base (check it is served and read its limits), check a constraint, hold adapters, generate — answered by
  * vLLM's OpenAI server with token ids in and out (wire.ts), on a server we start or one the operator runs
  * (endpoint.ts). `forward` is refused: our engine (the trainer) runs it. Generation streams vLLM's chunks as our events; cancelling aborts the HTTP request,

@@ -1,5 +1,5 @@
 /**
- * The vLLM samplers of one server and the sampler that routes by base model (issue 27): a base whose sampler
+ * The vLLM samplers of one server and the sampler that routes by base model: a base whose sampler
  * kind is vLLM (SAMPLER_ENGINE, SAMPLER_ENGINES) is served by a vLLM we start for it when it is first needed, or by
  * the operator's vLLM (SAMPLER_URLS `vllm+http://…`) that serves it under our base id; every other base by our own
  * samplers. Ops without a base (dropping an adapter, a cancel) go to every sampler.
