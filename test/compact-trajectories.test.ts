@@ -123,11 +123,11 @@ describe('compact trajectories (ART 0.5.20+ JSON)', () => {
         ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices'],
         'too_short',
       ],
-      // ART 0.5.23's captured-exchanges form carries no messages_and_choices, the only form this server reads.
+      // ART 0.5.23's captured-exchanges form with nothing captured: the exchanges are named, not the legacy field.
       [
         rl([{ trajectories: [{ exchanges: { chat_completions: [] } }] }]),
-        ['body', 'trajectory_groups', 0, 'trajectories', 0, 'messages_and_choices'],
-        'missing',
+        ['body', 'trajectory_groups', 0, 'trajectories', 0, 'exchanges'],
+        'too_short',
       ],
       // An unknown loss function is named, never trained as the default one.
       [
