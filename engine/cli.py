@@ -228,6 +228,7 @@ def _serve(engine: Engine, args, frame_out, ready: dict) -> None:
         engine.jobs.put((STOP, None, stopped))
         stopped.wait(timeout=60)
     stop.set()
+    engine.group.close()
 
 
 def _follow(engine: Engine, group: G.Group) -> int:
@@ -237,6 +238,7 @@ def _follow(engine: Engine, group: G.Group) -> int:
     while True:
         msg = group.broadcast()
         if msg is None:
+            group.close()
             return 0
         try:
             result = engine.together(msg["op"], msg["id"], msg)

@@ -265,7 +265,8 @@ class EngineProcess:
         self.send(obj)
         return self.until_done(obj["id"], timeout)[-1]
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Closes its input (the engine's signal to stop) and returns its exit code (-9: killed after 10 s)."""
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
         try:
@@ -279,3 +280,4 @@ class EngineProcess:
         self.proc.stderr.close()
         if self.off_schema:
             raise AssertionError("replies off protocol.json: " + "; ".join(self.off_schema))
+        return self.proc.returncode
