@@ -107,7 +107,7 @@ export type TrajectorySummary = Static<typeof TrajectorySummary>;
 
 /**
  * A trajectory's conversations in the legacy form's shape, whichever form it was sent in: a captured trajectory's
- * exchanges grouped as ART groups them (services/trajectory-exchanges.ts `capturedConversations`), its first
+ * exchanges grouped as ART groups them (trajectories/exchanges.ts `capturedConversations`), its first
  * conversation in `messages_and_choices` and each other branch in `additional_histories`.
  */
 export const TrajectoryConversation = Type.Object({

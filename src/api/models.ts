@@ -138,7 +138,7 @@ type History = Static<typeof History>;
 /**
  * One HTTP exchange ART 0.5.20+ captured inside `with art.Trajectory()`: the request body as the client sent it and
  * the response as it came back (a stream already assembled by ART). What each kind's request and response must hold
- * is checked by services/trajectory-exchanges.ts, which names the field of a malformed one.
+ * is checked by trajectories/exchanges.ts, which names the field of a malformed one.
  */
 const CapturedExchange = Type.Object(
   {
@@ -170,7 +170,7 @@ export type CapturedExchange = Static<typeof CapturedExchange>;
  * A trajectory in one of ART's two forms (`art/trajectories`, 0.5.20+): legacy (`messages_and_choices`, `tools`,
  * `additional_histories`) or captured (`exchanges`). The schema asks for `messages_and_choices` (non-empty) whenever
  * `exchanges` is absent, so a body of empty objects fails at its first item (validation.ts); a trajectory carrying
- * both forms is refused by services/trajectory-shape.ts, as ART's own model validator refuses it.
+ * both forms is refused by trajectories/shape.ts, as ART's own model validator refuses it.
  */
 export const Trajectory = Type.Object(
   {

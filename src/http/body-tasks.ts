@@ -4,8 +4,8 @@
  */
 import { LogBody } from '../api/models.ts';
 import { RlJobBody } from '../api/training-jobs.ts';
-import { prepareLog } from '../services/trajectory-rows.ts';
 import { prepareRlJob, rlJobTarget } from '../training/rl-submission.ts';
+import { prepareLog } from '../trajectories/rows.ts';
 import { bodyTask } from './large-body.ts';
 
 const HERE = import.meta.url;

@@ -27,11 +27,11 @@ import { mentionsReasoning, splitReasoning } from '../conversation/reasoning.ts'
 import { notFound, validationError } from '../errors.ts';
 import type { DashboardRepository, RunMetricRow, TrajectoryRow } from '../store/dashboard-repository.ts';
 import type { TrainedTokenRepository } from '../store/trained-token-repository.ts';
+import { capturedConversations, EXCHANGE_KINDS, hasExchanges } from '../trajectories/exchanges.ts';
+import { isChoice } from '../trajectories/items.ts';
 import type { Principal } from './auth-service.ts';
 import type { BaseModelRegistry } from './base-models.ts';
 import type { ModelService } from './model-service.ts';
-import { capturedConversations, EXCHANGE_KINDS, hasExchanges } from './trajectory-exchanges.ts';
-import { isChoice } from './trajectory-items.ts';
 
 /** How many of a run's newest metric rows are read to find each split's latest reward. */
 const REWARD_LOOKBACK_ROWS = 32;

@@ -6,9 +6,9 @@ import { validationError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
 import type { TrajectoryRepository } from '../store/trajectory-repository.ts';
+import { type PreparedLog, type TrajectoryRows, trajectoryRows } from '../trajectories/rows.ts';
 import type { Principal } from './auth-service.ts';
 import type { ModelService } from './model-service.ts';
-import { type PreparedLog, type TrajectoryRows, trajectoryRows } from './trajectory-rows.ts';
 
 /** One point of a model's reward-spread history: the step trained from, and the mean in-group std dev of its rewards. */
 export interface SpreadPoint {
@@ -24,7 +24,7 @@ export class TrajectoryService {
     private readonly clock: Clock,
   ) {}
 
-  /** Stores a prepared `/log` request (trajectory-rows.ts) at the model's current step; its metrics go on the checkpoint. */
+  /** Stores a prepared `/log` request (trajectories/rows.ts) at the model's current step; its metrics go on the checkpoint. */
   async log(
     principal: Principal,
     modelId: string,

@@ -8,8 +8,8 @@
 import { withGroupDefaults } from '../api/models.ts';
 import type { RlJobBody } from '../api/training-jobs.ts';
 import type { FieldProblem } from '../errors.ts';
-import type { ModelIdentity } from '../services/trajectory-exchanges.ts';
-import { checkRenderable, checkTrajectoryGroups } from '../services/trajectory-shape.ts';
+import type { ModelIdentity } from '../trajectories/exchanges.ts';
+import { checkRenderable, checkTrajectoryGroups } from '../trajectories/shape.ts';
 import { rlGroupsJson } from './rl/payload.ts';
 
 const LOC = ['body', 'trajectory_groups'];

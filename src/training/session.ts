@@ -12,8 +12,8 @@ import { JobError } from '../errors.ts';
 import type { JobQueue } from '../jobs/queue.ts';
 import type { RunContext, RunResult } from '../jobs/worker.ts';
 import type { BaseModelRuntime, LoadedBase } from '../services/base-model-runtime.ts';
-import type { ModelIdentity } from '../services/trajectory-exchanges.ts';
 import type { ModelRepository } from '../store/model-repository.ts';
+import type { ModelIdentity } from '../trajectories/exchanges.ts';
 import type { CheckpointPublisher, HistoryStep } from './checkpoint-publisher.ts';
 import { loraInit } from './defaults.ts';
 

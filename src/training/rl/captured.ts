@@ -1,5 +1,5 @@
 /**
- * A captured trajectory (ART 0.5.20+'s `exchanges`, read by services/trajectory-exchanges.ts) → token sequences for
+ * A captured trajectory (ART 0.5.20+'s `exchanges`, read by trajectories/exchanges.ts) → token sequences for
  * RL, as ART 0.5.23 tokenizes exchanges (art/trajectories/_history.py, _tokenize.py). Each generation is its prompt's
  * ids followed by its output's ids:
  * - the prompt's ids are the ones the response reports (`prompt_token_ids`, or a token-id completions prompt), else
@@ -13,8 +13,8 @@
  * their shared start twice. Only outputs that carry sampler logprobs train, unless the job allows training without.
  */
 import type { ChatTokenizer } from '../../conversation/tokenizer.ts';
-import type { CapturedGeneration } from '../../services/trajectory-exchanges.ts';
-import type { SampledTurn } from '../../services/trajectory-items.ts';
+import type { CapturedGeneration } from '../../trajectories/exchanges.ts';
+import type { SampledTurn } from '../../trajectories/items.ts';
 import { type RenderTarget, type TrainingSequence, trainingRenderer } from '../render.ts';
 import type { RlConfig } from './config.ts';
 import { retokenizedTurn, startsWith, TrajectoryTokenizeError } from './tokens.ts';

@@ -3,7 +3,7 @@
  * per-trajectory token weights, job-wide normalisation, advantage balance, and first-fit packing.
  * Pure functions: no engine, no database.
  */
-import { populationStd } from '../../services/trajectory-metrics.ts';
+import { populationStd } from '../../trajectories/metrics.ts';
 import type { TrainingSequence } from '../render.ts';
 
 export interface ScoredSequence extends TrainingSequence {

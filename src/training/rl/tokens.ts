@@ -11,7 +11,7 @@ import {
   type SampledTurn,
   sampledTokens,
   tokenIdsOutsideVocabulary,
-} from '../../services/trajectory-items.ts';
+} from '../../trajectories/items.ts';
 import type { TrainingRenderer, TrainingSequence } from '../render.ts';
 import type { RlConfig } from './config.ts';
 

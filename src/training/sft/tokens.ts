@@ -5,7 +5,7 @@
  * newline after it, are trained, as ART's response/instruction markers train them); system, user and tool
  * turns are masked. Markers come from the template itself, so every family is handled the same way.
  */
-import { asMessage } from '../../services/trajectory-items.ts';
+import { asMessage } from '../../trajectories/items.ts';
 import type { TrainingRenderer, TrainingSequence } from '../render.ts';
 
 export type AssistantTurns = 'all' | 'last';

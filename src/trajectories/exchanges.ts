@@ -1,9 +1,9 @@
 /**
  * Reading ART's captured trajectories (`exchanges`, ART 0.5.20+'s `with art.Trajectory()`): a trajectory's exchanges
- * → its generations in ART's order (exchange-readers.ts reads each kind), the ones a job trains for a model, and the
- * conversations they make. Shape checks (trajectory-shape.ts), the dashboard (its conversations, below) and training
- * (training/rl/captured.ts) read exchanges through this and nothing else. A malformed exchange is a problem naming
- * its field.
+ * → its generations in ART's order (read-chat.ts, read-responses.ts and read-messages.ts read each kind), the ones
+ * a job trains for a model, and the conversations they make. Shape checks (shape.ts), the dashboard (its
+ * conversations, below) and training (training/rl/captured.ts) read exchanges through this and nothing else. A
+ * malformed exchange is a problem naming its field.
  */
 import { parseServedModelName } from '../api/model-name.ts';
 import type { TrajectoryExchanges } from '../api/models.ts';
@@ -12,12 +12,23 @@ import {
   type CapturedGeneration,
   EXCHANGE_KINDS,
   type ExchangeKind,
+  type ExchangeReader,
   type Loc,
-  READERS,
   type ReadingContext,
-} from './exchange-readers.ts';
+} from './generation.ts';
+import { chatGenerations, completionGenerations } from './read-chat.ts';
+import { messagesGenerations } from './read-messages.ts';
+import { responsesGenerations } from './read-responses.ts';
 
-export { type CapturedGeneration, EXCHANGE_KINDS, type ExchangeKind } from './exchange-readers.ts';
+export { type CapturedGeneration, EXCHANGE_KINDS, type ExchangeKind } from './generation.ts';
+
+/** Each API's reader. */
+const READERS: Record<ExchangeKind, ExchangeReader> = {
+  chat_completions: chatGenerations,
+  completions: completionGenerations,
+  responses: responsesGenerations,
+  messages: messagesGenerations,
+};
 
 type Json = Record<string, unknown>;
 const isObject = (value: unknown): value is Json =>

@@ -5,8 +5,8 @@
  */
 import { type FullTrajectoryGroup, type LogBody, withGroupDefaults } from '../api/models.ts';
 import type { FieldProblem } from '../errors.ts';
-import { splitMetrics } from './trajectory-metrics.ts';
-import { checkTrajectoryGroups } from './trajectory-shape.ts';
+import { splitMetrics } from './metrics.ts';
+import { checkTrajectoryGroups } from './shape.ts';
 
 /** One row per trajectory, column by column. */
 export interface TrajectoryRows {

@@ -2,7 +2,7 @@
  * Shape checks the JSON schema cannot express, on groups read with ART's defaults (api/models.ts). A legacy trajectory:
  * every `messages_and_choices` item is either a chat message (a string `role`) or an OpenAI `Choice` (an object
  * `message` with role assistant). A captured one (`exchanges`): it carries no legacy field beside them (ART refuses
- * the mix too), holds at least one exchange, and each exchange is what its kind needs (trajectory-exchanges.ts). Where
+ * the mix too), holds at least one exchange, and each exchange is what its kind needs (exchanges.ts). Where
  * the base model's vocabulary is known, every sampled or prompt token id either form carries is inside it; and, for
  * training, every message is one a chat template can be given (text content, JSON arguments).
  */
@@ -17,8 +17,8 @@ import {
   hasExchanges,
   type ModelIdentity,
   readExchanges,
-} from './trajectory-exchanges.ts';
-import { asMessage, isChoice, tokenIdsOutsideVocabulary } from './trajectory-items.ts';
+} from './exchanges.ts';
+import { asMessage, isChoice, tokenIdsOutsideVocabulary } from './items.ts';
 
 type Loc = (string | number)[];
 
