@@ -35,10 +35,11 @@ from bench_common import SMOLLM2_135M  # noqa: E402
 from engine import lora as L  # noqa: E402
 from engine import wire  # noqa: E402
 from engine.generate import GenRequest  # noqa: E402
+from engine.limits import Limits  # noqa: E402
 from engine.model import ModelArgs, init_hf_weights, write_hf_checkpoint  # noqa: E402
 from engine.peft import load_peft  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
-from engine.server import Engine, Limits  # noqa: E402
+from engine.server import Engine  # noqa: E402
 from engine.tests.helpers import lora as lora_config  # noqa: E402
 from engine.tests.helpers import parse_rows, train_request  # noqa: E402
 from engine.train import forward_logprobs, train_step  # noqa: E402

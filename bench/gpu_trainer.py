@@ -33,8 +33,9 @@ from gpu_check import figure, params, prompt_of, rl_rows, run_requests, sync  # 
 from engine import lora as L  # noqa: E402
 from engine import shard, wire  # noqa: E402
 from engine.group import open_group  # noqa: E402
+from engine.limits import Limits  # noqa: E402
 from engine.model import ModelArgs, Transformer, init_hf_weights, write_hf_checkpoint  # noqa: E402
-from engine.server import Engine, Limits  # noqa: E402
+from engine.server import Engine  # noqa: E402
 from engine.tests.helpers import INIT, EngineProcess, train_request  # noqa: E402
 from engine.tests.helpers import lora as lora_config  # noqa: E402
 from engine.train import train_step  # noqa: E402

@@ -2,7 +2,8 @@
 
 Files, the process: __main__.py (`python3 -m engine`), cli.py (its command line, start-up and threads),
 machine.py (the start-up matmul measurement and its warning, memory), transport.py (stdio/TCP framing, log lines),
-server.py (the ops' handlers, dispatch, the engine's state), protocol.json and schema.py (the protocol's
+server.py (the ops' handlers, dispatch, the engine's state), limits.py (the serving limits and what they size),
+loading.py (which implementation runs a base; what the engine announces it runs), protocol.json and schema.py (the protocol's
 schema, every op's fields, and the checks of requests and replies against it; bounds.json, the numeric bounds),
 wire.py (checked requests built into the numerics' dataclasses).
 The numerics: weights.py (safetensors), model.py (our transformer, KV cache), hf_model.py (any other causal LM

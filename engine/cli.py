@@ -18,8 +18,10 @@ import torch
 
 from . import group as G
 from . import machine
+from .limits import Limits
+from .loading import supports
 from .machine import LOW_GFLOPS, measure_matmul_gflops, slow_matmul_warning
-from .server import DTYPES, STOP, Beside, Engine, Limits, error_code, supports
+from .server import DTYPES, STOP, Beside, Engine, error_code
 from .transport import encode_frame, log, serve_stream, serve_tcp
 
 

@@ -15,7 +15,7 @@ sharded trainer wraps one by one), `recompute_tokens` (rows at least this long r
 `lora_targets()`, `prepare()`, `num_parameters()`.
 
 Refuses to know: which adapter a row uses (the LoraBatch it is handed decides), scheduling, sampling, losses. Which
-implementation serves a folder is the server's choice (engine/server.py).
+implementation serves a folder is loading.py's choice.
 """
 
 from __future__ import annotations

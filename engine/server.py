@@ -1,18 +1,15 @@
 """The ops of docs/engine-protocol.md and the engine's state.
 
 Owns: the `HANDLERS` table (op -> its handler; the thread it runs on is protocol.json's) and dispatch through it,
-error replies (bad_request, not_found,
-non_finite, diverged, cancelled, internal, unauthorized), the serving limits (vLLM's names), the
-registry of loaded bases and resident adapters, and the three threads: the
-reader answers `cancel` and `stats` itself (promptly, even during a train
-step) and queues everything else for the compute thread, which runs ops in
-arrival order and steps the generation schedulers between them; train_step,
-forward and the token-level training ops go on to the training thread, so
-decoding never waits for them.
+error replies (bad_request, not_found, non_finite, diverged, cancelled, internal, unauthorized), the registry of
+loaded bases and resident adapters, and the three threads: the reader answers `cancel` and `stats` itself (promptly,
+even during a train step) and queues everything else for the compute thread, which runs ops in arrival order and
+steps the generation schedulers between them; train_step, forward and the token-level training ops go on to the
+training thread, so decoding never waits for them.
 
-Refuses to know: the wire's fields (wire.py parses every request), the
-numerics (model.py, lora.py, generate.py, train.py, steps.py), how frames travel
-(transport.py) and the process around it (cli.py: arguments, threads, the ready frame).
+Refuses to know: the wire's fields (wire.py parses every request), the numerics (model.py, lora.py, generate.py,
+train.py, steps.py), which implementation runs a base (loading.py), what the serving limits size (limits.py), how
+frames travel (transport.py) and the process around it (cli.py: arguments, threads, the ready frame).
 """
 
 from __future__ import annotations
@@ -35,7 +32,9 @@ from . import lora as L
 from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .group import SOLO, Group
-from .model import ARCHITECTURES, ROPE_TYPES, ModelArgs, Transformer, load_args, rope_type
+from .limits import Limits
+from .loading import load_model, ours_problem
+from .model import Transformer, load_args
 from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log
 
@@ -77,51 +76,6 @@ class Ticket:
     def __init__(self):
         self.cancelled = False
         self.req: GenRequest | None = None
-
-
-@dataclass
-class Limits:
-    """The serving limits of the command line, named as vLLM names them."""
-
-    max_model_len: int | None = None  # tokens per sequence, prompt included (None: the model's)
-    max_num_seqs: int = 32  # sequences decoding at once per base
-    max_num_batched_tokens: int = 2048  # prompt tokens prefilled between two decode steps
-    kv_cache_memory_bytes: int | None = None  # KV cache per base (None: what the two above need)
-
-    def sized(self, args, dtype: torch.dtype) -> tuple:
-        """(max_len, max_batch, prefix_cache_tokens) for a base.
-
-        The KV budget caps concurrent full-length sequences, then the length: the cache holds at most
-        max_batch x max_len positions, so an admitted request never grows it past the budget (requests
-        beyond max_batch wait in the queue). The prefix cache keeps what the budget leaves (at most four
-        full-length prompts); without a budget, one.
-        """
-        max_len = (
-            args.max_position_embeddings
-            if self.max_model_len is None
-            else min(self.max_model_len, args.max_position_embeddings)
-        )
-        if self.kv_cache_memory_bytes is None:
-            return max_len, self.max_num_seqs, max_len
-        per_token = 2 * args.num_layers * args.num_kv_heads * args.head_dim * torch.finfo(dtype).bits // 8
-        positions = self.kv_cache_memory_bytes // per_token
-        if positions < 2:
-            raise ValueError(
-                f"kv_cache_memory_bytes={self.kv_cache_memory_bytes} holds less than 2 positions "
-                f"({per_token} bytes each)"
-            )
-        max_len = min(max_len, positions)
-        max_batch = max(1, min(self.max_num_seqs, positions // max_len))
-        return max_len, max_batch, min(4 * max_len, positions - max_batch * max_len)
-
-    def to_json(self, threads: int) -> dict:
-        return {
-            "max_model_len": self.max_model_len,
-            "max_num_seqs": self.max_num_seqs,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
-            "threads": threads,
-        }
 
 
 class Engine:
@@ -759,52 +713,3 @@ THREADS: dict[str, str] = {name: op["thread"] for name, op in schema.OPS.items()
 TOGETHER = frozenset(
     name for name, op in schema.OPS.items() if op["role"] in ("trainer", "both") and op["thread"] != READER
 )
-
-
-def ours_problem(cfg: dict) -> str | None:
-    """Why our own implementation (model.py) cannot run a config.json, or None when it can."""
-    if cfg.get("model_type") not in ARCHITECTURES:
-        return f"model_type {cfg.get('model_type')!r} is not one of ours"
-    try:
-        ModelArgs.from_hf_config(cfg)
-    except ValueError as e:
-        return str(e)
-    return None if rope_type(cfg) in ROPE_TYPES else f"rope type {rope_type(cfg)!r} is not one of ours"
-
-
-def load_model(path: str, dtype: torch.dtype, device, group: Group = SOLO) -> Transformer | hf_model.HFModel:
-    """Ours where we have the family (fast, and the numeric reference), otherwise transformers' own modeling code;
-    neither: a ValueError naming why each refused. A trainer's is sharded with FSDP2 (ours straight from the files,
-    each rank reading its rows; transformers' loaded whole, then sharded by its blocks)."""
-    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
-    ours = ours_problem(cfg)
-    if ours is None:
-        return (
-            shard.load_sharded(path, dtype, device, group)
-            if group.sharded
-            else Transformer.from_pretrained(path, dtype, device)
-        )
-    theirs = hf_model.load_problem(cfg)
-    if theirs is None:
-        model = hf_model.HFModel.from_pretrained(path, dtype, device)
-        return shard.shard_model(model, group) if group.sharded else model
-    raise ValueError(f"{path}: no implementation can load it: ours: {ours}; transformers: {theirs}")
-
-
-def supports() -> dict:
-    """What this engine can run, announced in its ready frame so the server validates against it (no copies): our
-    implementation's tables at the top level, and `transformers` (what the pinned transformers loads; absent without
-    it), which serves every base ours cannot."""
-    announced = {
-        "model_types": list(ARCHITECTURES),
-        "architectures": list(ARCHITECTURES.values()),
-        "rope_types": list(ROPE_TYPES),
-        "lora_targets": list(L.SUPPORTED_TARGETS),
-        "losses": {"train_step": list(wire.LOSSES), "forward_backward": list(wire.STEP_LOSSES)},
-        "dtypes": list(DTYPES),
-    }
-    theirs = hf_model.available()
-    if theirs is not None:
-        announced["transformers"] = theirs
-    return announced

@@ -13,8 +13,8 @@ import unittest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from engine import loading, peft, server, steps
 from engine import lora as L
-from engine import peft, server, steps
 from engine import weights as W
 from engine.generate import GenRequest, Scheduler, SchedulerConfig
 from engine.hf_model import HFModel
@@ -117,7 +117,7 @@ class TestFamilies(unittest.TestCase):
             AutoConfig.from_pretrained(path).save_pretrained(path)  # transformers 5 writes rope_parameters
             with open(os.path.join(path, "config.json")) as f:
                 self.assertIn("rope_parameters", json.load(f))
-            ours = server.load_model(path, torch.float32, "cpu")
+            ours = loading.load_model(path, torch.float32, "cpu")
             self.assertEqual(ours.implementation, "ours")
             tokens = torch.arange(3, 200, 3)[None]
             with torch.no_grad():
@@ -219,17 +219,17 @@ class TestFamilies(unittest.TestCase):
 
     def test_engine_picks_an_implementation_per_base_and_refuses_what_none_loads(self):
         for family, path in self.folders.items():
-            model = server.load_model(path, torch.float32, "cpu")
+            model = loading.load_model(path, torch.float32, "cpu")
             self.assertEqual(model.implementation, "ours" if family in OURS else "transformers", family)
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "config.json"), "w") as f:
                 json.dump({"model_type": "qwen3_next", "layer_types": ["linear_attention", "full_attention"]}, f)
             with self.assertRaisesRegex(ValueError, r"linear_attention.*recurrent state"):
-                server.load_model(d, torch.float32, "cpu")
+                loading.load_model(d, torch.float32, "cpu")
             with open(os.path.join(d, "config.json"), "w") as f:
                 json.dump({"model_type": "no_such_family"}, f)
             with self.assertRaisesRegex(ValueError, "no_such_family"):
-                server.load_model(d, torch.float32, "cpu")
+                loading.load_model(d, torch.float32, "cpu")
         engine = server.Engine(torch.device("cpu"))
         reply = engine.load_base("r", server.wire.parse("load_base", {"base": "phi", "path": self.folders["phi3"]}))
         server.schema.check_reply("load_base", reply)
@@ -238,7 +238,7 @@ class TestFamilies(unittest.TestCase):
             reply["lora_targets"],
             {"o_proj": "attention", "qkv_proj": "attention", "gate_up_proj": "mlp", "down_proj": "mlp"},
         )
-        announced = server.supports()["transformers"]
+        announced = loading.supports()["transformers"]
         self.assertEqual(announced["causal_lm"]["qwen3_moe"], "Qwen3MoeForCausalLM")
         self.assertEqual(announced["causal_lm"]["gemma3_text"], "Gemma3ForCausalLM")
 

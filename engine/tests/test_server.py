@@ -13,9 +13,9 @@ import unittest
 
 import torch
 
+from engine.limits import Limits
 from engine.lora import SUPPORTED_TARGETS
 from engine.model import ModelArgs
-from engine.server import Limits
 from engine.tests.helpers import INIT, REPO, EngineProcess, make_checkpoint, train_request
 from engine.tests.helpers import generate_request as gen
 
