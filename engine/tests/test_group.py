@@ -128,8 +128,13 @@ class TwoRanksAsOne(unittest.TestCase):
         self.fresh("rl")
         rows = [packed_row([7, 9, 5, 11, 6], seed=1), packed_row([13, 6], seed=2)]  # rank 1 gets the end of row 0
         loss = {"kl_penalty_coef": 0.3, "ppo": True}
+        # Two steps chain Adam's sign-like first update: a gradient element within rounding of zero moves its weight by
+        # up to 2 x lr either way, and the next gradient follows. At lr 0.01 that alone put the chains 2e-5 apart on an
+        # AVX2 CPU (the first step's gradients 1e-7, the whole-row case exactly equal); at 1e-3 the rounding stays
+        # below 2e-6 while a wrong gradient still moves weights by ~1e-3 each.
+        optimizer = {**OPTIMIZER, "learning_rate": 1e-3}
         for _ in range(2):  # the second step starts from moments and a B that is no longer zero
-            msg = {**train_request(rows, "rl", optimizer=OPTIMIZER, loss_config=loss), "adapter": "rl"}
+            msg = {**train_request(rows, "rl", optimizer=optimizer, loss_config=loss), "adapter": "rl"}
             one, two = self.both({"op": "train_step", **msg})
             for name in ("loss", "grad_norm", "entropy", "kl_policy_ref", "probs_corr", "importance_ratio_mean"):
                 self.assert_close(one["metrics"][name], two["metrics"][name], name)
