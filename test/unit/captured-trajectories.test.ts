@@ -10,8 +10,8 @@ import type { TrajectoryExchanges } from '../../src/api/models.ts';
 import { BUILTIN_BASE_MODEL } from '../../src/config.ts';
 import { renderChat } from '../../src/conversation/template.ts';
 import { loadTokenizer } from '../../src/conversation/tokenizer.ts';
-import { capturedConversations, generationsFor, readExchanges } from '../../src/trajectories/exchanges.ts';
 import { capturedSequences } from '../../src/training/rl/captured.ts';
+import { capturedConversations, generationsFor, readExchanges } from '../../src/trajectories/exchanges.ts';
 
 describe('captured trajectories', async () => {
   const tokenizer = await loadTokenizer(BUILTIN_BASE_MODEL.path);
