@@ -134,10 +134,14 @@ describe('client against a fake engine', () => {
 // ---------------------------------------------------------------------------------------------
 // The real engine, run by the Python every other end-to-end test runs it with: these never skip.
 
-function recordingLogger(): EngineLogger & { lines: string[] } {
+function recordingLogger(): EngineLogger & { lines: string[]; fields: Map<string, Record<string, unknown>> } {
   const lines: string[] = [];
-  const record = (_fields: Record<string, unknown>, message: string) => void lines.push(message);
-  return { lines, info: record, warn: record, error: record };
+  const fields = new Map<string, Record<string, unknown>>(); // the last fields logged with each message
+  const record = (logged: Record<string, unknown>, message: string) => {
+    lines.push(message);
+    fields.set(message, logged);
+  };
+  return { lines, fields, info: record, warn: record, error: record };
 }
 
 describe('supervisor and client against the real engine', () => {
@@ -189,6 +193,17 @@ describe('supervisor and client against the real engine', () => {
       logger.lines.some((line) => line.includes('engine: torch')),
       logger.lines.join('\n'),
     );
+    // The ready line `npm start` prints stays a line: transformers' table of every causal LM it loads is logged as
+    // its size (about 10 kB otherwise), the rest of the announcement as it came.
+    const ready = logger.fields.get('engine ready');
+    assert.ok(ready && JSON.stringify(ready).length < 2_000, JSON.stringify(ready).slice(0, 300));
+    assert.deepEqual((ready.supports as Record<string, unknown>).model_types, health.engine?.supports.model_types);
+    const transformers = health.engine?.supports.transformers;
+    if (transformers)
+      assert.equal(
+        (ready.supports as { transformers: { causal_lm: unknown } }).transformers.causal_lm,
+        `${Object.keys(transformers.causal_lm).length} model types`,
+      );
   });
 
   test('loads the tiny model', async () => {

@@ -14,7 +14,7 @@ import { EngineError } from './errors.ts';
 import { DeferredStream, type GenerateStream } from './generate-stream.ts';
 import type { EngineLogger } from './logger.ts';
 import type { Engine, OpReply, OpRequest, UnaryOp } from './ops.ts';
-import type { GenerateRequest, ReadyEvent, StatsReply } from './protocol.ts';
+import type { EngineSupport, GenerateRequest, ReadyEvent, StatsReply } from './protocol.ts';
 import { findEnginePython } from './python.ts';
 import { Restorable } from './restorable.ts';
 
@@ -245,7 +245,7 @@ export class EngineSupervisor implements Engine {
     try {
       const ready = await client.ready;
       clearTimeout(readyTimer);
-      logger.info({ pid, ...ready }, 'engine ready');
+      logger.info({ pid, ...ready, supports: loggedSupport(ready.supports) }, 'engine ready');
       await this.restorable.restore(client, logger);
       if (this.run !== run || client.closed) return; // replaced, exited or stopped meanwhile
       this.engine = ready;
@@ -379,4 +379,11 @@ export class EngineSupervisor implements Engine {
       void this.spawnEngine();
     }, delay);
   }
+}
+
+/** The ready frame's announcement as logged: transformers' table of ~200 causal LMs as its size, not a 10 kB line. */
+function loggedSupport({ transformers, ...ours }: EngineSupport) {
+  if (!transformers) return ours;
+  const { causal_lm, ...rest } = transformers;
+  return { ...ours, transformers: { ...rest, causal_lm: `${Object.keys(causal_lm).length} model types` } };
 }
