@@ -14,7 +14,7 @@ import torch
 from . import hf_model, shard, wire
 from . import lora as L
 from .group import SOLO, Group
-from .model import ARCHITECTURES, ROPE_TYPES, ModelArgs, Transformer, rope_type
+from .model import ARCHITECTURES, ROPE_TYPES, ModelArgs, Transformer, load_args, rope_type
 
 
 def ours_problem(cfg: dict) -> str | None:
@@ -28,12 +28,21 @@ def ours_problem(cfg: dict) -> str | None:
     return None if rope_type(cfg) in ROPE_TYPES else f"rope type {rope_type(cfg)!r} is not one of ours"
 
 
+def _config(path: str) -> dict:
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def lora_targets(path: str) -> list[L.LoraTarget]:
+    """The LoRA target table of the base in `path` as the implementation load_model picks would list it, unloaded."""
+    return L.dense_targets(load_args(path)) if ours_problem(_config(path)) is None else hf_model.folder_targets(path)
+
+
 def load_model(path: str, dtype: torch.dtype, device, group: Group = SOLO) -> Transformer | hf_model.HFModel:
     """Ours where we have the family (fast, and the numeric reference), otherwise transformers' own modeling code;
     neither: a ValueError naming why each refused. A trainer's is sharded with FSDP2 (ours straight from the files,
     each rank reading its rows; transformers' loaded whole, then sharded by its blocks)."""
-    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
+    cfg = _config(path)
     ours = ours_problem(cfg)
     if ours is None:
         return (

@@ -14,7 +14,6 @@ frames travel (transport.py) and the process around it (cli.py: arguments, threa
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import threading
@@ -33,8 +32,8 @@ from .constraints import ConstraintStore
 from .generate import Cancelled, GenRequest, Scheduler, SchedulerConfig
 from .group import SOLO, Group
 from .limits import Limits
-from .loading import load_model, ours_problem
-from .model import Transformer, load_args
+from .loading import load_model, lora_targets
+from .model import Transformer
 from .train import TrainingDiverged, forward_logprobs, train_step
 from .transport import log
 
@@ -522,9 +521,7 @@ class Engine:
         for base in self.bases.values():
             if os.path.abspath(base.path) == os.path.abspath(folder):
                 return base.model.lora_targets()
-        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-            cfg = json.load(f)
-        return L.dense_targets(load_args(folder)) if ours_problem(cfg) is None else hf_model.folder_targets(folder)
+        return lora_targets(folder)
 
     def save_adapter(self, rid, req: wire.Fields) -> dict:
         if req.adapter not in self.adapters:

@@ -13,6 +13,8 @@ import {
   EXCHANGE_KINDS,
   type ExchangeKind,
   type ExchangeReader,
+  isObject,
+  type Json,
   type Loc,
   type ReadingContext,
 } from './generation.ts';
@@ -29,10 +31,6 @@ const READERS: Record<ExchangeKind, ExchangeReader> = {
   responses: responsesGenerations,
   messages: messagesGenerations,
 };
-
-type Json = Record<string, unknown>;
-const isObject = (value: unknown): value is Json =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** Whether a trajectory holds any captured exchange (ART's `bool(trajectory.exchanges)`). */
 export function hasExchanges(exchanges: TrajectoryExchanges | null | undefined): boolean {

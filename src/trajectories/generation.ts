@@ -15,7 +15,8 @@ export const EXCHANGE_KINDS = ['chat_completions', 'completions', 'responses', '
 export type ExchangeKind = (typeof EXCHANGE_KINDS)[number];
 
 export type Loc = (string | number)[];
-type Json = Record<string, unknown>;
+/** A JSON object as a captured request or response holds them. */
+export type Json = Record<string, unknown>;
 
 /** One sampled output of a captured exchange, with what it was sampled from. */
 export interface CapturedGeneration {

@@ -12,6 +12,7 @@ import {
   exchangeModel,
   isObject,
   isTokenId,
+  type Json,
   type Loc,
   problem,
   stopStringsOf,
@@ -19,7 +20,6 @@ import {
 } from './generation.ts';
 import { type SampledTurn, sampledTokens } from './items.ts';
 
-type Json = Record<string, unknown>;
 const TOKEN_ID = /^token_id:(\d+)$/;
 
 /** A chat completions exchange: `request.messages` → one generation per choice (its `message`). */

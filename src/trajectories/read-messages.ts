@@ -17,12 +17,11 @@ import {
   type CapturedGeneration,
   conversionProblem,
   exchangeModel,
+  type Json,
   type Loc,
   plain,
   tokenIds,
 } from './generation.ts';
-
-type Json = Record<string, unknown>;
 
 /** An Anthropic Messages exchange: `system` and `messages` → one generation, its `content` the answer. */
 export function messagesGenerations(

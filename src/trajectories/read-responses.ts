@@ -15,6 +15,7 @@ import {
   exchangeModel,
   isObject,
   isTokenId,
+  type Json,
   type Loc,
   plain,
   problem,
@@ -22,8 +23,6 @@ import {
   tokenIds,
 } from './generation.ts';
 import { type SampledTurn, sampledTokens } from './items.ts';
-
-type Json = Record<string, unknown>;
 
 /** Several output messages (a reasoning item, text, calls) as the one assistant turn the model wrote. */
 function oneTurn(messages: ChatMessage[]): ChatMessage {
